@@ -1,0 +1,3 @@
+from icefabric.cli.app import main
+
+main()

@@ -1,0 +1,31 @@
+"""The ``icefab`` command. Thin and lazy: each command module registers itself on the app
+and imports heavy libraries inside its command bodies, so ``icefab --help`` stays fast."""
+
+from __future__ import annotations
+
+import importlib
+
+import typer
+
+app = typer.Typer(
+    name="icefab",
+    help="ICE (Intelligent Control Ethernet) for heterogeneous RoCEv2 AI fabrics, "
+    "and its digital twin.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+# Each module defines ``register(app: typer.Typer) -> None``.
+COMMAND_MODULES: tuple[str, ...] = ()
+
+for _name in COMMAND_MODULES:
+    importlib.import_module(f"icefabric.cli.{_name}").register(app)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    main()

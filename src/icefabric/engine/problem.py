@@ -1,0 +1,195 @@
+"""The neutral input of every engine: links, flows, routes, dependencies.
+
+A :class:`SimProblem` is what a policy's plan turns a (fabric, workload) pair into. Engines
+(flow-level max-min, fluid with queues/DCQCN/PFC) read only this, so they can also be fed
+directly from other inputs (the packet-level validation scenarios, a replayed trace).
+
+Model
+-----
+* **Link** ``l``: a directed transmit queue with ``capacity_bps`` and one-way ``delay_ns``
+  (a duplex cable is two links).
+* **Flow** ``f``: one rate variable ``r_f`` (bits/s of *payload progress*). It has
+  ``size_bytes`` to move, may start at ``start_ns`` once all its ``deps`` have completed,
+  and completes ``latency_ns`` after its last byte left (propagation / ACK of the last byte).
+  A pipelined ring channel is one *coupled* flow: all its hops share ``r_f``, so the ring
+  runs at its slowest hop, as on hardware.
+* **Route** ``k``: an ordered list of links that carries ``weight_k * r_f`` of flow
+  ``flow_k``. A plain transfer on one QP has one route of weight 1; a transfer split over
+  ``q`` QPs has ``q`` routes of weight ``1/q``; a coupled ring channel has one route per
+  hop (per QP of that hop); per-packet spraying gives one route per path. Routes carry the
+  QP id (``-1`` for intra-server hops without a QP) so congestion-control engines can keep
+  per-QP state.
+
+The link-by-flow incidence ``A[l, f] = sum_k weight_k * [l in route_k]`` is what a max-min
+engine needs; the ordered routes are what a queueing engine needs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import scipy.sparse as sp
+
+
+@dataclass(frozen=True)
+class CollectiveSpec:
+    """One collective call to report on: which flows make it up and how to score it.
+
+    ``kind`` is the nccl-tests name (``all_reduce``, ``all_gather``, ``reduce_scatter``,
+    ``alltoall``, ``broadcast``, ``reduce``, ``sendrecv``); ``size_bytes`` is the size
+    nccl-tests prints in its ``size`` column; ``nranks`` the communicator size.
+    """
+
+    name: str
+    job: str
+    kind: str
+    size_bytes: int
+    nranks: int
+    flows: np.ndarray  # int64 flow ids
+    algorithm: str = ""
+
+
+@dataclass(frozen=True)
+class SimProblem:
+    """Arrays for one simulation. Build with :func:`build_problem`; never mutate."""
+
+    link_capacity_bps: np.ndarray  # [L] float64
+    link_delay_ns: np.ndarray  # [L] int64
+    link_src: np.ndarray  # [L] int64 node ids (for PFC upstream relations)
+    link_dst: np.ndarray  # [L] int64
+    flow_size_bytes: np.ndarray  # [F] float64
+    flow_start_ns: np.ndarray  # [F] int64 earliest start
+    flow_latency_ns: np.ndarray  # [F] int64 added after the last byte
+    flow_rate_cap_bps: np.ndarray  # [F] float64, inf = no cap (pacer)
+    dep_indptr: np.ndarray  # [F+1] CSR: flow f waits for dep_indices[dep_indptr[f]:dep_indptr[f+1]]
+    dep_indices: np.ndarray
+    route_flow: np.ndarray  # [K] int64
+    route_weight: np.ndarray  # [K] float64
+    route_qp: np.ndarray  # [K] int64, -1 = no QP (intra-server)
+    route_indptr: np.ndarray  # [K+1] CSR of ordered link ids
+    route_links: np.ndarray
+    collectives: tuple[CollectiveSpec, ...] = ()
+    link_names: tuple[str, ...] = ()
+    flow_names: tuple[str, ...] = ()
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def n_links(self) -> int:
+        return len(self.link_capacity_bps)
+
+    @property
+    def n_flows(self) -> int:
+        return len(self.flow_size_bytes)
+
+    @property
+    def n_routes(self) -> int:
+        return len(self.route_flow)
+
+    def route(self, k: int) -> np.ndarray:
+        return self.route_links[self.route_indptr[k]:self.route_indptr[k + 1]]
+
+    def deps(self, f: int) -> np.ndarray:
+        return self.dep_indices[self.dep_indptr[f]:self.dep_indptr[f + 1]]
+
+    def incidence(self) -> sp.csr_matrix:
+        """``A[l, f]``: fraction of flow ``f``'s rate carried by link ``l`` (summed over its
+        routes; a link used twice by one route counts twice)."""
+        lengths = np.diff(self.route_indptr)
+        rows = self.route_links
+        cols = np.repeat(self.route_flow, lengths)
+        vals = np.repeat(self.route_weight, lengths)
+        a = sp.coo_matrix((vals, (rows, cols)), shape=(self.n_links, self.n_flows))
+        return a.tocsr()  # duplicates are summed
+
+    def route_delay_ns(self) -> np.ndarray:
+        """One-way propagation delay of every route."""
+        d = self.link_delay_ns[self.route_links]
+        return np.add.reduceat(d, self.route_indptr[:-1]) if len(d) else np.zeros(0, np.int64)
+
+    def validate(self) -> None:
+        """Raise ValueError on inconsistent arrays (cheap; called by engines)."""
+        L, F, K = self.n_links, self.n_flows, self.n_routes
+        for name, arr, n in (("link_delay_ns", self.link_delay_ns, L),
+                             ("flow_start_ns", self.flow_start_ns, F),
+                             ("flow_latency_ns", self.flow_latency_ns, F),
+                             ("flow_rate_cap_bps", self.flow_rate_cap_bps, F),
+                             ("route_weight", self.route_weight, K),
+                             ("route_qp", self.route_qp, K)):
+            if len(arr) != n:
+                raise ValueError(f"{name} has {len(arr)} entries, expected {n}")
+        if len(self.dep_indptr) != F + 1 or len(self.route_indptr) != K + 1:
+            raise ValueError("CSR index pointers have the wrong length")
+        if np.any(self.link_capacity_bps <= 0):
+            raise ValueError("every link needs a positive capacity")
+        if np.any(self.flow_size_bytes < 0):
+            raise ValueError("flow sizes must be non-negative")
+        if K and (self.route_links.min() < 0 or self.route_links.max() >= L):
+            raise ValueError("route references a link that does not exist")
+        if K and (self.route_flow.min() < 0 or self.route_flow.max() >= F):
+            raise ValueError("route references a flow that does not exist")
+        if len(self.dep_indices) and (self.dep_indices.min() < 0 or self.dep_indices.max() >= F):
+            raise ValueError("dependency references a flow that does not exist")
+        counts = np.bincount(self.route_flow, minlength=F)
+        if np.any((counts == 0) & (self.flow_size_bytes > 0)):
+            bad = int(np.flatnonzero((counts == 0) & (self.flow_size_bytes > 0))[0])
+            raise ValueError(f"flow {bad} carries bytes but has no route")
+
+
+def csr_from_lists(lists: list[list[int]] | list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """(indptr, indices) from a list of integer lists."""
+    lengths = np.fromiter((len(x) for x in lists), dtype=np.int64, count=len(lists))
+    indptr = np.zeros(len(lists) + 1, dtype=np.int64)
+    np.cumsum(lengths, out=indptr[1:])
+    if indptr[-1]:
+        indices = np.concatenate([np.asarray(x, dtype=np.int64) for x in lists])
+    else:
+        indices = np.zeros(0, dtype=np.int64)
+    return indptr, indices
+
+
+def build_problem(*, link_capacity_bps, link_delay_ns, flow_size_bytes, routes,
+                  route_flow, route_weight=None, route_qp=None, flow_start_ns=None,
+                  flow_latency_ns=None, flow_rate_cap_bps=None, deps=None, link_src=None,
+                  link_dst=None, collectives=(), link_names=(), flow_names=(),
+                  meta=None) -> SimProblem:
+    """Assemble and validate a :class:`SimProblem` from Python lists or arrays.
+
+    ``routes`` is a list of ordered link-id lists, ``deps`` a list (one per flow) of flow-id
+    lists. Omitted per-flow arrays default to: start 0, latency 0, no rate cap.
+    """
+    cap = np.asarray(link_capacity_bps, dtype=np.float64)
+    L = len(cap)
+    size = np.asarray(flow_size_bytes, dtype=np.float64)
+    F = len(size)
+    K = len(routes)
+    r_indptr, r_links = csr_from_lists(routes)
+    d_indptr, d_indices = csr_from_lists(deps if deps is not None else [[] for _ in range(F)])
+    prob = SimProblem(
+        link_capacity_bps=cap,
+        link_delay_ns=np.asarray(link_delay_ns, dtype=np.int64).reshape(L),
+        link_src=np.asarray(link_src if link_src is not None else np.arange(L), dtype=np.int64),
+        link_dst=np.asarray(link_dst if link_dst is not None else np.arange(L), dtype=np.int64),
+        flow_size_bytes=size,
+        flow_start_ns=np.asarray(flow_start_ns if flow_start_ns is not None else np.zeros(F),
+                                 dtype=np.int64),
+        flow_latency_ns=np.asarray(flow_latency_ns if flow_latency_ns is not None
+                                   else np.zeros(F), dtype=np.int64),
+        flow_rate_cap_bps=np.asarray(flow_rate_cap_bps if flow_rate_cap_bps is not None
+                                     else np.full(F, np.inf), dtype=np.float64),
+        dep_indptr=d_indptr,
+        dep_indices=d_indices,
+        route_flow=np.asarray(route_flow, dtype=np.int64).reshape(K),
+        route_weight=np.asarray(route_weight if route_weight is not None else np.ones(K),
+                                dtype=np.float64).reshape(K),
+        route_qp=np.asarray(route_qp if route_qp is not None else np.full(K, -1),
+                            dtype=np.int64).reshape(K),
+        route_indptr=r_indptr,
+        route_links=r_links,
+        collectives=tuple(collectives),
+        link_names=tuple(link_names),
+        flow_names=tuple(flow_names),
+        meta=dict(meta or {}),
+    )
+    prob.validate()
+    return prob

@@ -1,0 +1,1 @@
+"""Experiments: scenario -> fabric + workload -> policies -> engine -> results."""

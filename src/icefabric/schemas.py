@@ -1,0 +1,1 @@
+"""Wire models shared by controller, agents and collectors (pydantic, versioned)."""

@@ -1,0 +1,1 @@
+"""Parameter sweeps: grids of scenario variants, run locally or on a cluster."""

@@ -1,0 +1,1 @@
+"""Digital twin: the simulator plays fabric and hosts against a real controller."""

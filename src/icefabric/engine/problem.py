@@ -50,6 +50,37 @@ class CollectiveSpec:
     algorithm: str = ""
 
 
+LINK_INTRA = 0
+"""Server-internal link (NVLink/HCCS/PCIe): no switch queue, no PFC, no ECN."""
+LINK_HOST = 1
+"""NIC <-> switch port."""
+LINK_FABRIC = 2
+"""Switch <-> switch."""
+
+
+@dataclass(frozen=True)
+class LinkFailure:
+    """Links that go down at ``t_ns``, and where the affected routes go.
+
+    ``reroute_route[i]`` moves to the ordered links
+    ``reroute_links[reroute_indptr[i]:reroute_indptr[i+1]]`` at ``t_ns + reroute_delay_ns``
+    (the detection/convergence time of whoever reroutes: switch ECMP rehash, ICE agent
+    backup port, controller re-plan). Routes through a down link carry nothing meanwhile.
+    An empty ``links`` with reroutes is a pure re-route (e.g. a plan change).
+    """
+
+    t_ns: int
+    links: np.ndarray
+    reroute_route: np.ndarray
+    reroute_indptr: np.ndarray
+    reroute_links: np.ndarray
+    reroute_delay_ns: int = 0
+    up: bool = False  # True: the links come back (recovery) instead of failing
+
+    def new_route(self, i: int) -> np.ndarray:
+        return self.reroute_links[self.reroute_indptr[i]:self.reroute_indptr[i + 1]]
+
+
 @dataclass(frozen=True)
 class SimProblem:
     """Arrays for one simulation. Build with :func:`build_problem`; never mutate."""
@@ -70,6 +101,9 @@ class SimProblem:
     route_indptr: np.ndarray  # [K+1] CSR of ordered link ids
     route_links: np.ndarray
     collectives: tuple[CollectiveSpec, ...] = ()
+    link_kind: np.ndarray | None = None  # [L] LINK_INTRA / LINK_HOST / LINK_FABRIC
+    node_is_switch: np.ndarray | None = None  # [N] bool, indexed by link_src/link_dst
+    failures: tuple[LinkFailure, ...] = ()
     link_names: tuple[str, ...] = ()
     flow_names: tuple[str, ...] = ()
     meta: dict = field(default_factory=dict)
@@ -152,6 +186,7 @@ def build_problem(*, link_capacity_bps, link_delay_ns, flow_size_bytes, routes,
                   route_flow, route_weight=None, route_qp=None, flow_start_ns=None,
                   flow_latency_ns=None, flow_rate_cap_bps=None, deps=None, link_src=None,
                   link_dst=None, collectives=(), link_names=(), flow_names=(),
+                  link_kind=None, node_is_switch=None, failures=(),
                   meta=None) -> SimProblem:
     """Assemble and validate a :class:`SimProblem` from Python lists or arrays.
 
@@ -187,7 +222,12 @@ def build_problem(*, link_capacity_bps, link_delay_ns, flow_size_bytes, routes,
         route_indptr=r_indptr,
         route_links=r_links,
         collectives=tuple(collectives),
-        link_names=tuple(link_names),
+        link_kind=(np.asarray(link_kind, dtype=np.int8) if link_kind is not None
+                   else np.full(L, LINK_FABRIC, dtype=np.int8)),
+        node_is_switch=(np.asarray(node_is_switch, dtype=bool) if node_is_switch is not None
+                        else None),
+        failures=tuple(failures),
+        link_names=tuple(link_names) or tuple(f"link{i}" for i in range(L)),
         flow_names=tuple(flow_names),
         meta=dict(meta or {}),
     )

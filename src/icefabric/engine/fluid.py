@@ -1,0 +1,733 @@
+"""Fluid engine: egress queues, RED/ECN, DCQCN and PFC over a :class:`SimProblem`.
+
+Model
+-----
+Time advances in steps. Everything moves in **wire bytes** (payload × ``wire_overhead``):
+link capacities, queues and PFC/ECN thresholds are wire quantities, as on hardware.
+
+* **Sources.** A flow's routes are fed by their first link (the sender NIC). Each route
+  asks for ``min(line rate, CC rate limit, weight × pacer cap)``; the NIC shares its
+  capacity max-min among its active QPs (round-robin NIC scheduler, as in HPCC ns-3, or
+  htsim's per-host fair queue). A flow's rate is the minimum over its routes of
+  ``alloc / weight`` (a coupled, pipelined flow runs at its slowest hop) and every route
+  then injects ``weight × rate``.
+* **Queues.** Every (route, hop ≥ 1) pair holds content ``q`` in the egress queue of that
+  hop's link. A link serves ``min(C · dt, Q + A · dt)`` bytes per step (``Q`` content,
+  ``A`` arrivals), split over its entries in proportion to ``q + a·dt`` — the fluid limit
+  of a FIFO (content-proportional when backlogged, arrival-proportional when not).
+  Links are swept in topological order of the route graph, so a departure reaches the next
+  hop within the same step (propagation is added as ``flow_latency_ns`` instead).
+* **PFC** (802.1Qbb; thresholds :mod:`icefabric.dataplane.pfc`). Switch buffer use is
+  charged to the ingress port (the link a packet arrived on). When a port reaches XOFF the
+  upstream transmitter is paused. In the fluid limit the on/off pause train is replaced by
+  its time average: the paused transmitter is throttled to the rate that holds the port at
+  its threshold (``outflow + (threshold − use)/τ``), released below XON. Throttling a
+  switch port makes its own queue grow, which pauses *its* upstream ports in turn, so
+  pauses spread hop by hop and stall innocent flows that share a paused transmitter.
+  Pause time is the throttled fraction of time; pause episodes are estimated from the
+  hysteresis gap (one XOFF→XON→XOFF cycle per gap drained and refilled).
+* **ECN/DCQCN.** Switch egress queues mark with RED on the instantaneous queue
+  (:mod:`icefabric.dataplane.ecn`). Marked bytes of each route, divided by the packet
+  size, are fed back after the route's round-trip delay; the sender QP sees a CNP in a
+  step with probability ``1 − exp(−marked packets)`` (drawn from a seeded generator, so a
+  run is reproducible), and the DCQCN kernel (:mod:`icefabric.dataplane.dcqcn`) updates
+  its rate.
+* **Completion.** A flow finishes when every route delivered its bytes; dependants start
+  ``flow_latency_ns`` later (the ACK of the last byte), as ``SimProblem`` defines.
+
+Stepping is adaptive: ``dt_ns`` while queues, marks or pending rate cuts are active; when
+nothing changes (queues empty or at a PFC equilibrium, no marks in flight) it jumps to the
+next event (flow start or end, DCQCN timer, failure, sample), at most ``dt_quiet_max_ns``.
+
+References
+----------
+.. [1] Y. Zhu et al., "Congestion Control for Large-Scale RDMA Deployments", SIGCOMM 2015.
+.. [2] IEEE 802.1Qbb-2011, Priority-based Flow Control.
+.. [3] Y. Li et al., "HPCC: High Precision Congestion Control", SIGCOMM 2019 (its ns-3
+   code is the DCQCN/PFC reference of the validation set).
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from icefabric.dataplane.cc import get_cc
+from icefabric.dataplane.dcqcn import DcqcnParams
+from icefabric.dataplane.ecn import RedParams, red_mark_probability
+from icefabric.dataplane.pfc import PfcParams
+from icefabric.engine.problem import LINK_HOST, LINK_INTRA, SimProblem
+from icefabric.engine.registry import register_engine
+from icefabric.engine.result import CollectiveResult, SimResult
+
+_BYTES_PER_NS = 8e9  # bits/s -> bytes/ns
+_TINY = 1e-12
+
+
+@dataclass(frozen=True)
+class FluidConfig:
+    """Options of the fluid engine (all keyword arguments of :func:`run`).
+
+    Parameters
+    ----------
+    cc : {"none", "dcqcn"} — sender congestion control; ``none`` sends at line rate (or
+        the pacer cap) and relies on PFC alone.
+    dcqcn : DcqcnParams or profile name — reaction-point parameters.
+    red : RedParams, dict or None — ECN marking; a ``RedParams`` applies to every switch
+        egress; a dict ``{"kmin_bytes_per_gbps", "kmax_bytes_per_gbps", "pmax"}`` scales
+        with the port speed (HPCC ns-3). Default: HPCC ns-3 per-Gb/s values.
+    pfc : PfcParams or {"dynamic", "static", "off"}.
+    wire_overhead : float — wire bytes per payload byte (headers); 4132/4096 in ns-3.
+    packet_bytes : float — payload per packet (turns marked bytes into CNP counts).
+    dt_ns : float — step while queues or DCQCN feedback are active.
+    dt_quiet_max_ns : float — longest step when nothing changes.
+    pfc_tau_ns : float — relaxation time of the fluid PFC throttle.
+    seed : int — seeds the CNP draws.
+    record_links, record_flows : names whose queue / rate are sampled every
+        ``sample_interval_ns`` into ``SimResult.timeseries``.
+    """
+
+    cc: str = "none"
+    dcqcn: DcqcnParams | str = "hpcc_ns3_100g"
+    red: RedParams | dict | None = None
+    pfc: PfcParams | str = "dynamic"
+    wire_overhead: float = 1.0
+    packet_bytes: float = 4096.0
+    dt_ns: float = 1000.0
+    dt_quiet_max_ns: float = 200_000.0
+    pfc_tau_ns: float = 1000.0
+    seed: int = 0
+    record_links: tuple[str, ...] = ()
+    record_flows: tuple[str, ...] = ()
+    sample_interval_ns: float = 10_000.0
+    max_steps: int = 20_000_000
+    policy: str = ""
+    scenario: str = ""
+    extra: dict = field(default_factory=dict)
+
+
+# --------------------------------------------------------------------------------------
+# static structure
+# --------------------------------------------------------------------------------------
+
+
+def _link_levels(n_links: int, indptr: np.ndarray, links: np.ndarray) -> np.ndarray:
+    """Topological level of every link in the "next hop" graph of all routes.
+
+    Level 0 for links that are only first hops; otherwise 1 + max level of a predecessor.
+    A cyclic route graph (possible with loops of switches) falls back to the hop index,
+    which keeps the sweep correct up to a one-step lag on the cycle.
+    """
+    lengths = np.diff(indptr)
+    hop = np.arange(len(links)) - np.repeat(indptr[:-1], lengths)
+    nxt = hop > 0
+    src = links[np.flatnonzero(nxt) - 1]
+    dst = links[nxt]
+    level = np.zeros(n_links, dtype=np.int64)
+    level[np.unique(dst)] = 1
+    for _ in range(n_links + 1):
+        new = level.copy()
+        np.maximum.at(new, dst, level[src] + 1)
+        if np.array_equal(new, level):
+            return level
+        level = new
+    # cycle: use the largest hop index at which a link appears
+    level = np.zeros(n_links, dtype=np.int64)
+    np.maximum.at(level, links, hop)
+    return level
+
+
+def _waterfill(demand: np.ndarray, group: np.ndarray, cap: np.ndarray) -> np.ndarray:
+    """Max-min share of ``cap[g]`` among the demands of group ``g`` (progressive filling).
+
+    Exact: sort demands per group; the fair level is the first ``(cap − Σ smaller) / n_rest``
+    that does not exceed the next demand.
+    """
+    n_groups = len(cap)
+    tot = np.bincount(group, demand, minlength=n_groups)
+    if np.all(tot <= cap * (1 + 1e-12)):
+        return demand
+    order = np.lexsort((demand, group))
+    d = demand[order]
+    g = group[order]
+    counts = np.bincount(g, minlength=n_groups)
+    starts = np.cumsum(counts) - counts
+    cs = np.concatenate(([0.0], np.cumsum(d)))
+    before = cs[:-1] - cs[starts[g]]
+    n_rest = counts[g] - (np.arange(len(d)) - starts[g])
+    hit = before + n_rest * d >= cap[g]
+    level = np.full(n_groups, np.inf)
+    if hit.any():
+        gi, first = np.unique(g[hit], return_index=True)
+        pos = np.flatnonzero(hit)[first]
+        level[gi] = (cap[gi] - before[pos]) / n_rest[pos]
+    out = np.empty_like(demand)
+    out[order] = np.minimum(d, np.maximum(level[g], 0.0))
+    return out
+
+
+class _Routes:
+    """Per-entry (route, hop) arrays of the current routing (rebuilt on reroutes)."""
+
+    def __init__(self, n_links: int, indptr: np.ndarray, links: np.ndarray):
+        self.indptr = indptr.astype(np.int64)
+        self.links = links.astype(np.int64)
+        lengths = np.diff(self.indptr)
+        self.lengths = lengths
+        self.hop = np.arange(len(links)) - np.repeat(self.indptr[:-1], lengths)
+        self.level = _link_levels(n_links, self.indptr, self.links)
+        self.first_link = self.links[self.indptr[:-1]]
+        # a link is a queueing (switch-egress) hop if some route uses it past its first hop
+        self.queue_link = np.zeros(n_links, bool)
+        self.queue_link[self.links[self.hop > 0]] = True
+        self.ingress_link = np.zeros(n_links, bool)
+        idx = np.flatnonzero(self.hop > 0)
+        self.ingress_link[self.links[idx - 1]] = True
+
+
+# --------------------------------------------------------------------------------------
+# engine
+# --------------------------------------------------------------------------------------
+
+
+class FluidSim:
+    """One run of the fluid model; use :func:`run`."""
+
+    def __init__(self, problem: SimProblem, cfg: FluidConfig):
+        problem.validate()
+        self.p = problem
+        self.cfg = cfg
+        L, F, K = problem.n_links, problem.n_flows, problem.n_routes
+        self.L, self.F, self.K = L, F, K
+        self.cap = problem.link_capacity_bps / _BYTES_PER_NS  # wire bytes per ns
+        self.up = np.ones(L)
+        self.routes = _Routes(L, problem.route_indptr, problem.route_links)
+        self.w = problem.route_weight.astype(np.float64)
+        self.size_w = problem.flow_size_bytes * cfg.wire_overhead
+        self.flow_cap = problem.flow_rate_cap_bps / _BYTES_PER_NS
+        # routes of each flow (CSR by flow)
+        self.r_order = np.argsort(problem.route_flow, kind="stable")
+        cnt = np.bincount(problem.route_flow, minlength=F)
+        self.f_rptr = np.concatenate(([0], np.cumsum(cnt)))
+        # dependants (reverse CSR) and remaining-dep counters
+        nd = np.diff(problem.dep_indptr)
+        dep_of = np.repeat(np.arange(F), nd)
+        order = np.argsort(problem.dep_indices, kind="stable")
+        self.dependants = dep_of[order]
+        c2 = np.bincount(problem.dep_indices, minlength=F)
+        self.dptr = np.concatenate(([0], np.cumsum(c2)))
+        self.n_deps_left = nd.copy()
+        # switch structure for PFC/ECN
+        if problem.node_is_switch is not None:
+            sw = np.asarray(problem.node_is_switch, bool)
+            self.egress_sw = sw[problem.link_src]
+            self.ingress_sw = sw[problem.link_dst]
+        else:
+            self.egress_sw = self.routes.queue_link.copy()
+            self.ingress_sw = self.routes.ingress_link.copy()
+        if problem.link_kind is not None:
+            intra = problem.link_kind == LINK_INTRA
+            self.egress_sw &= ~intra
+            self.ingress_sw &= ~intra
+        self._setup_pfc()
+        self._setup_ecn()
+        self.cc = cfg.cc
+        if self.cc not in ("none", "dcqcn"):
+            raise ValueError(f"unknown cc {self.cc!r}; use 'none' or 'dcqcn'")
+        if self.cc == "dcqcn":
+            self.ccm = get_cc("dcqcn")
+            self.dp = (cfg.dcqcn if isinstance(cfg.dcqcn, DcqcnParams)
+                       else DcqcnParams.profile(cfg.dcqcn))
+        self.rng = np.random.default_rng(cfg.seed)
+        # per-route feedback delay: the mark is made at dequeue; the CNP rides the ACK back
+        self.rtt_ns = 2.0 * problem.route_delay_ns().astype(np.float64)
+
+    # ---------------- setup ----------------
+    def _setup_pfc(self) -> None:
+        cfg = self.cfg
+        pf = cfg.pfc
+        if isinstance(pf, str):
+            pf = {"dynamic": PfcParams.hpcc_ns3(), "static": PfcParams.htsim_static(),
+                  "off": PfcParams.off()}[pf]
+        self.pfc = pf
+        p = self.p
+        self.pfc_on = pf.mode != "off" and bool(self.ingress_sw.any())
+        node_dst = p.link_dst
+        n_nodes = int(max(p.link_src.max(initial=0), p.link_dst.max(initial=0))) + 1
+        self.n_nodes = n_nodes
+        # every port of a switch: the links arriving at it (its ingress ports)
+        sw_port = self.ingress_sw
+        head = pf.headroom_bytes(p.link_capacity_bps, p.link_delay_ns)
+        self.pfc_sw_of = node_dst
+        self.pfc_alpha = pf.port_alpha(p.link_capacity_bps)
+        h_tot = np.bincount(node_dst[sw_port], head[sw_port], minlength=n_nodes)
+        n_ports = np.bincount(node_dst[sw_port], minlength=n_nodes)
+        self.pfc_pool = pf.buffer_bytes - h_tot - n_ports * pf.reserve_bytes  # per node
+        self.pfc_reg = np.zeros(self.L, bool)
+        self.pfc_allow = np.full(self.L, np.inf)
+        self.pause_ns = np.zeros(self.L)
+        self.pause_cnt = np.zeros(self.L)
+        # hysteresis gap (bytes) that one pause episode drains and refills
+        gap = (np.full(self.L, pf.resume_offset_bytes) if pf.mode == "dynamic"
+               else np.full(self.L, max(pf.xoff_bytes - pf.xon_bytes, 1.0)))
+        if pf.pause_delay:  # bytes still sent while PAUSE travels, and silence while RESUME does
+            gap = gap + 2 * self.cap * p.link_delay_ns
+        self.pfc_gap = np.maximum(gap, 1.0)
+
+    def _setup_ecn(self) -> None:
+        red = self.cfg.red
+        rate = self.p.link_capacity_bps
+        if red is None:
+            red = {"kmin_bytes_per_gbps": 4000.0, "kmax_bytes_per_gbps": 16000.0, "pmax": 0.2}
+        if isinstance(red, RedParams):
+            kmin = np.full(self.L, red.kmin_bytes)
+            kmax = np.full(self.L, red.kmax_bytes)
+            pmax = np.full(self.L, red.pmax)
+            above = red.above_kmax
+        else:
+            g = rate / 1e9
+            kmin = float(red["kmin_bytes_per_gbps"]) * g
+            kmax = float(red["kmax_bytes_per_gbps"]) * g
+            pmax = np.full(self.L, float(red.get("pmax", 0.2)))
+            above = float(red.get("above_kmax", 1.0))
+        self.kmin = np.where(self.egress_sw, kmin, np.inf)
+        self.kmax = np.where(self.egress_sw, kmax, np.inf)
+        self.pmax = pmax
+        self.p_above = above
+
+    # ---------------- active set ----------------
+    def _rebuild(self) -> None:
+        """Gather the arrays of the running flows (called when that set changes)."""
+        R = self.routes
+        if hasattr(self, "a_r") and len(self.a_r):
+            self.q[self.a_e] = self.aq
+            self.arr[self.a_e] = self.aarr
+            if self.cc == "dcqcn":
+                self.cc_state.put(self.a_r, self.acs)
+        fl = np.flatnonzero(self.running)
+        self.a_f = fl
+        if len(fl) == 0:
+            self.a_r = np.zeros(0, np.int64)
+            self.a_e = np.zeros(0, np.int64)
+            return
+        nr = self.f_rptr[fl + 1] - self.f_rptr[fl]
+        rsel = np.repeat(self.f_rptr[fl], nr) + (np.arange(nr.sum()) - np.repeat(
+            np.cumsum(nr) - nr, nr))
+        a_r = self.r_order[rsel]
+        self.a_r = a_r
+        self.a_rflow = np.repeat(np.arange(len(fl)), nr)  # local flow of each route
+        self.a_fstart = np.cumsum(nr) - nr  # reduceat offsets
+        ne = R.lengths[a_r]
+        estart = np.cumsum(ne) - ne
+        a_e = np.repeat(R.indptr[a_r], ne) + (np.arange(ne.sum()) - np.repeat(estart, ne))
+        self.a_e = a_e
+        self.ae_route = np.repeat(np.arange(len(a_r)), ne)
+        self.ae_link = R.links[a_e]
+        hop = R.hop[a_e]
+        self.ae_hop0 = np.flatnonzero(hop == 0)
+        self.ae_last = estart + ne - 1
+        self.ae_prev = np.arange(len(a_e)) - 1  # valid where hop > 0
+        lvl = R.level[self.ae_link]
+        self.levels = []
+        qi = np.flatnonzero(hop > 0)
+        self.ae_q = qi
+        self.ae_ing = self.ae_link[qi - 1]  # ingress port (arrival link) of each queued entry
+        for v in np.unique(lvl[qi]):
+            idx = qi[lvl[qi] == v]
+            ul, inv = np.unique(self.ae_link[idx], return_inverse=True)
+            self.levels.append((idx, self.ae_prev[idx], ul, inv))
+        self.a_first = R.first_link[a_r]
+        self.a_w = self.w[a_r]
+        self.aq = self.q[a_e].copy()
+        self.aarr = self.arr[a_e].copy()
+        if self.cc == "dcqcn":
+            self.acs = self.cc_state.take(a_r)
+        self.a_rtt = self.rtt_ns[a_r]
+        ul, inv = np.unique(self.a_first, return_inverse=True)
+        self.a_nic, self.a_nic_inv = ul, inv
+
+    # ---------------- main loop ----------------
+    def run(self) -> SimResult:
+        cfg, p = self.cfg, self.p
+        wall0 = time.perf_counter()
+        F, K, L = self.F, self.K, self.L
+        R = self.routes
+        self.q = np.zeros(len(R.links))
+        self.arr = np.zeros(len(R.links))
+        self.inj = np.zeros(F)
+        self.deliv = np.zeros(K)
+        self.running = np.zeros(F, bool)
+        self.done = np.zeros(F, bool)
+        start = np.full(F, -1.0)
+        finish = np.full(F, -1.0)
+        if self.cc == "dcqcn":
+            line = self.cap[R.first_link] * _BYTES_PER_NS
+            self.cc_state = self.ccm.init(line, self.dp)
+        link_bytes = np.zeros(L)
+        peak_util = np.zeros(L)
+        max_q = np.zeros(L)
+        marked_bytes = np.zeros(L)
+        # CNP feedback delay line: (time, marked packets per active route, global ids)
+        hist: list[tuple[float, np.ndarray, np.ndarray]] = []
+        last_cnp = np.full(K, -np.inf)
+        ts: dict = {"t_us": [], "queue_bytes": {n: [] for n in cfg.record_links},
+                    "rate_gbps": {n: [] for n in cfg.record_flows}}
+        rec_l = [p.link_names.index(n) for n in cfg.record_links]
+        fnames = list(p.flow_names)
+        rec_f = [fnames.index(n) for n in cfg.record_flows]
+        next_sample = 0.0 if (rec_l or rec_f) else np.inf
+        # start events
+        heap: list[tuple[float, int]] = []
+        for f in np.flatnonzero(self.n_deps_left == 0):
+            heapq.heappush(heap, (float(p.flow_start_ns[f]), int(f)))
+        failures = sorted(p.failures, key=lambda x: x.t_ns)
+        fail_events = []
+        for fl in failures:
+            fail_events.append((float(fl.t_ns), "down", fl))
+            if len(fl.reroute_route):
+                fail_events.append((float(fl.t_ns + fl.reroute_delay_ns), "reroute", fl))
+        fail_events.sort(key=lambda x: x[0])
+        self.a_r = np.zeros(0, np.int64)
+        self._rebuild()
+        t = 0.0
+        steps = 0
+        n_done = 0
+        need_rebuild = False
+        quiet = True
+        marks_until = -np.inf  # last time a mark is still travelling back
+        while n_done < F:
+            # --- events at t: failures, starts ---
+            while fail_events and fail_events[0][0] <= t + 1e-9:
+                _, kind, fl = fail_events.pop(0)
+                self._apply_failure(kind, fl)
+                need_rebuild = True
+            while heap and heap[0][0] <= t + 1e-9:
+                _, f = heapq.heappop(heap)
+                start[f] = t
+                if self.size_w[f] <= 0:
+                    finish[f] = t + p.flow_latency_ns[f]
+                    self.done[f] = True
+                    n_done += 1
+                    self._release(f, finish[f], heap)
+                    continue
+                self.running[f] = True
+                rr = self.r_order[self.f_rptr[f]:self.f_rptr[f + 1]]
+                if self.cc == "dcqcn":
+                    fresh = self.ccm.init(self.cap[R.first_link[rr]] * _BYTES_PER_NS, self.dp)
+                    self.cc_state.put(rr, fresh)
+                need_rebuild = True
+            if need_rebuild:
+                self._rebuild()
+                need_rebuild = False
+                quiet = False
+            if len(self.a_r) == 0:
+                nxt = min(heap[0][0] if heap else np.inf,
+                          fail_events[0][0] if fail_events else np.inf)
+                if not np.isfinite(nxt):
+                    break  # nothing can ever start (a dependency cycle or an unrouted flow)
+                t = max(t, nxt)
+                continue
+            steps += 1
+            if steps > cfg.max_steps:
+                raise RuntimeError(f"fluid engine exceeded max_steps={cfg.max_steps} at "
+                                   f"t={t / 1e3:.1f} us")
+            # --- service capacities and NIC injection ---
+            serv = self.cap * self.up
+            serv_eff = np.minimum(serv, self.pfc_allow)
+            af = self.a_f
+            rem_f = self.size_w[af] - self.inj[af]
+            sending = rem_f > 1e-9 * np.maximum(self.size_w[af], 1.0)
+            line = self.cap[self.a_first]
+            dem = line.copy()
+            if self.cc == "dcqcn":
+                dem = np.minimum(dem, self.acs.rc_bps / _BYTES_PER_NS)
+            dem = np.minimum(dem, self.a_w * self.flow_cap[af][self.a_rflow])
+            dem = np.where(sending[self.a_rflow], dem, 0.0)
+            alloc = _waterfill(dem, self.a_nic_inv, serv_eff[self.a_nic])
+            with np.errstate(divide="ignore", invalid="ignore"):
+                per = np.where(self.a_w > 0, alloc / self.a_w, np.inf)
+            rf = np.minimum.reduceat(per, self.a_fstart) if len(per) else per
+            rf = np.where(np.isfinite(rf), rf, 0.0)
+            rf = np.where(sending, rf, 0.0)
+            x = self.a_w * rf[self.a_rflow]
+            # --- step size ---
+            dt = cfg.dt_quiet_max_ns if quiet else cfg.dt_ns
+            with np.errstate(divide="ignore", invalid="ignore"):
+                t_end_inj = np.where(rf > 0, rem_f / rf, np.inf)
+            dt = min(dt, float(t_end_inj.min(initial=np.inf)))
+            if heap:
+                dt = min(dt, heap[0][0] - t)
+            if fail_events:
+                dt = min(dt, fail_events[0][0] - t)
+            if self.cc == "dcqcn":
+                dt = min(dt, self.ccm.next_event_ns(self.acs) - t)
+            dt = min(dt, next_sample - t)
+            dt = max(dt, 1e-3)
+            # --- sweep the queues in topological order ---
+            ne = len(self.a_e)
+            dep = np.zeros(ne)
+            dep[self.ae_hop0] = x[self.ae_route[self.ae_hop0]]
+            aq, aarr = self.aq, self.aarr
+            for idx, prev, ul, inv in self.levels:
+                a_in = dep[prev]
+                aarr[idx] = a_in
+                qv = aq[idx]
+                avail_e = qv + a_in * dt
+                avail = np.bincount(inv, avail_e, minlength=len(ul))
+                served = np.minimum(serv_eff[ul] * dt, avail)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    frac = np.where(avail > _TINY, served / avail, 0.0)
+                out_b = avail_e * frac[inv]
+                dep[idx] = out_b / dt
+                aq[idx] = np.maximum(avail_e - out_b, 0.0)
+            moved = dep * dt
+            lb = np.bincount(self.ae_link, moved, minlength=L)
+            link_bytes += lb
+            np.maximum(peak_util, lb / (self.cap * dt + _TINY), out=peak_util)
+            qlink = np.bincount(self.ae_link[self.ae_q], aq[self.ae_q], minlength=L)
+            np.maximum(max_q, qlink, out=max_q)
+            # --- progress ---
+            self.inj[af] += rf * dt
+            deliv_step = dep[self.ae_last] * dt
+            self.deliv[self.a_r] += deliv_step
+            t_new = t + dt
+            # --- ECN marks and DCQCN ---
+            any_marks = False
+            if self.cc == "dcqcn":
+                pl = red_mark_probability(qlink, self.kmin, self.kmax, self.pmax, self.p_above)
+                if np.any(pl > 0):
+                    pe = pl[self.ae_link]
+                    mb = moved * pe
+                    marked_bytes += np.bincount(self.ae_link, mb, minlength=L)
+                    npk = np.bincount(self.ae_route, mb, minlength=len(self.a_r)) / (
+                        cfg.packet_bytes * cfg.wire_overhead)
+                    if npk.any():
+                        hist.append((t_new, npk, self.a_r.copy()))
+                        marks_until = max(marks_until, t_new + float(self.a_rtt.max()))
+                        any_marks = True
+                cnp_n = np.zeros(len(self.a_r))
+                if hist:
+                    # marks made at time tm reach the sender at tm + rtt (per route)
+                    keep = []
+                    pos = np.full(self.K, -1)
+                    pos[self.a_r] = np.arange(len(self.a_r))
+                    for tm, npk, rids in hist:
+                        loc = pos[rids]
+                        ok = loc >= 0
+                        arrive = tm + self.rtt_ns[rids]
+                        due = ok & (arrive <= t_new)
+                        if due.any():
+                            np.add.at(cnp_n, loc[due], npk[due])
+                        pend = ok & (arrive > t_new)
+                        if pend.any():
+                            keep.append((tm, np.where(pend, npk, 0.0), rids))
+                    hist = keep
+                prob = 1.0 - np.exp(-cnp_n)
+                cnp = self.rng.random(len(cnp_n)) < prob if cnp_n.any() else np.zeros(
+                    len(cnp_n), bool)
+                if cnp.any() and self.dp.cnp_interval_ns > 0:
+                    ok = t_new - last_cnp[self.a_r] >= self.dp.cnp_interval_ns
+                    cnp &= ok
+                    last_cnp[self.a_r[cnp]] = t_new
+                self.ccm.update(self.acs, cnp, t_new, self.dp, x * dt)
+            # --- PFC ---
+            if self.pfc_on:
+                self._pfc_update(dt, aq, dep, serv, dem, alloc)
+            # --- samples ---
+            if t_new >= next_sample - 1e-6:
+                self._sample(ts, t_new, rec_l, rec_f, qlink)
+                next_sample += cfg.sample_interval_ns
+            # --- completions ---
+            inj_done = ~sending | (self.size_w[af] - self.inj[af] <= 1e-6 * np.maximum(
+                self.size_w[af], 1.0))
+            backlog = self.a_w * self.inj[af][self.a_rflow] - self.deliv[self.a_r]
+            bl = np.maximum.reduceat(backlog, self.a_fstart)
+            fin = inj_done & (bl <= 1e-6 * np.maximum(self.size_w[af], 1.0) + 1e-6)
+            # quiet: queues steady, no marks in flight, no pending rate cuts
+            delta = np.abs(aarr[self.ae_q] - dep[self.ae_q]).max(initial=0.0)
+            quiet = (delta < 1e-4 * float(self.cap.max())) and (t_new > marks_until) and \
+                not any_marks and not (self.cc == "dcqcn" and bool(self.acs.dec_cnp.any()))
+            t = t_new
+            if fin.any():
+                for f in af[fin]:
+                    self.running[f] = False
+                    self.done[f] = True
+                    n_done += 1
+                    finish[f] = t + p.flow_latency_ns[f]
+                    self._release(f, finish[f], heap)
+                need_rebuild = True
+        if len(self.a_r):
+            self._rebuild()
+        wall = time.perf_counter() - wall0
+        return self._result(start, finish, link_bytes, peak_util, max_q, marked_bytes, ts,
+                            steps, wall)
+
+    # ---------------- helpers ----------------
+    def _release(self, f: int, t_fin: float, heap: list) -> None:
+        for g in self.dependants[self.dptr[f]:self.dptr[f + 1]]:
+            self.n_deps_left[g] -= 1
+            if self.n_deps_left[g] == 0:
+                heapq.heappush(heap, (max(t_fin, float(self.p.flow_start_ns[g])), int(g)))
+
+    def _pfc_update(self, dt, aq, dep, serv, dem, alloc) -> None:
+        """Fluid PFC: throttle each upstream transmitter so its ingress port holds XOFF."""
+        pf = self.pfc
+        L = self.L
+        qi = self.ae_q
+        use = np.bincount(self.ae_ing, aq[qi], minlength=L)
+        out = np.bincount(self.ae_ing, dep[qi], minlength=L)
+        ports = self.ingress_sw
+        if pf.mode == "dynamic":
+            shared = np.maximum(use - pf.reserve_bytes, 0.0) * ports
+            sw_shared = np.bincount(self.pfc_sw_of, shared, minlength=self.n_nodes)
+            free = self.pfc_pool[self.pfc_sw_of] - sw_shared[self.pfc_sw_of]
+            thr = self.pfc_alpha * np.maximum(free, 0.0)
+            xoff = pf.reserve_bytes + thr
+            xon = pf.reserve_bytes + thr - pf.resume_offset_bytes
+        else:
+            xoff = np.full(L, pf.xoff_bytes)
+            xon = np.full(L, pf.xon_bytes)
+        # time-average of the pause train during the step that just ended
+        reg = self.pfc_reg
+        if reg.any():
+            allow = np.minimum(self.pfc_allow, serv)
+            nic_dem = np.bincount(self.a_first, dem, minlength=L)
+            qlink = np.bincount(self.ae_link[qi], aq[qi], minlength=L)
+            wants = (qlink > 1.0) | (nic_dem > allow * (1 + 1e-9))
+            with np.errstate(divide="ignore", invalid="ignore"):
+                frac = np.where(serv > 0, 1.0 - allow / serv, 0.0)
+            frac = np.clip(frac, 0.0, 1.0) * (reg & wants)
+            self.pause_ns += frac * dt
+            o = np.minimum(out, serv)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                period = self.pfc_gap / np.maximum(o, _TINY) + self.pfc_gap / np.maximum(
+                    serv - o, _TINY)
+            self.pause_cnt += np.where((frac > 1e-6) & (o > _TINY), dt / period, 0.0)
+        enter = ports & ~reg & (use >= xoff)
+        leave = reg & (use <= xon)
+        self.pause_cnt += enter
+        reg = (reg | enter) & ~leave
+        self.pfc_reg = reg
+        tau = max(dt, self.cfg.pfc_tau_ns)
+        self.pfc_allow = np.where(reg, np.maximum(out + (xoff - use) / tau, 0.0), np.inf)
+
+    def _apply_failure(self, kind: str, fl) -> None:
+        """Links go down (or up); affected routes move to their new links.
+
+        Content queued on a failed link, and everything a rerouted route still had in the
+        network, is resent from the source (go-back-N after the receiver sees the gap).
+        """
+        if kind == "down":
+            self.up[np.asarray(fl.links, np.int64)] = 1.0 if fl.up else 0.0
+            return
+        if len(getattr(self, "a_r", [])):
+            self.q[self.a_e] = self.aq
+            self.arr[self.a_e] = self.aarr
+            if self.cc == "dcqcn":
+                self.cc_state.put(self.a_r, self.acs)
+            self.a_r = np.zeros(0, np.int64)
+        R = self.routes
+        lists = [R.links[R.indptr[k]:R.indptr[k + 1]] for k in range(self.K)]
+        old_q = [self.q[R.indptr[k]:R.indptr[k + 1]] for k in range(self.K)]
+        for i, k in enumerate(np.asarray(fl.reroute_route, np.int64)):
+            lists[k] = np.asarray(fl.new_route(i), np.int64)
+            lost = float(old_q[k].sum())
+            f = self.p.route_flow[k]
+            w = self.w[k]
+            if w > 0:
+                self.inj[f] = max(self.inj[f] - lost / w, 0.0)
+            self.deliv[k] = min(self.deliv[k], self.inj[f] * w)
+            old_q[k] = np.zeros(len(lists[k]))
+        lengths = np.array([len(x) for x in lists])
+        indptr = np.concatenate(([0], np.cumsum(lengths)))
+        self.routes = _Routes(self.L, indptr, np.concatenate(lists))
+        self.q = np.concatenate(old_q) if old_q else np.zeros(0)
+        self.arr = np.zeros(len(self.q))
+        self.rtt_ns = 2.0 * np.add.reduceat(self.p.link_delay_ns[self.routes.links],
+                                            indptr[:-1]).astype(np.float64)
+
+    def _sample(self, ts, t, rec_l, rec_f, qlink) -> None:
+        ts["t_us"].append(t / 1e3)
+        for n, li in zip(self.cfg.record_links, rec_l):
+            ts["queue_bytes"][n].append(float(qlink[li]))
+        for n, f in zip(self.cfg.record_flows, rec_f):
+            rr = self.r_order[self.f_rptr[f]:self.f_rptr[f + 1]]
+            if self.running[f] and self.cc == "dcqcn":
+                pos = np.flatnonzero(np.isin(self.a_r, rr))
+                v = float(self.acs.rc_bps[pos].min()) / 1e9 if len(pos) else 0.0
+            elif self.running[f]:
+                v = float(self.cap[self.routes.first_link[rr]].min() * _BYTES_PER_NS / 1e9)
+            else:
+                v = 0.0
+            ts["rate_gbps"][n].append(v)
+
+    def _result(self, start, finish, link_bytes, peak_util, max_q, marked_bytes, ts, steps,
+                wall) -> SimResult:
+        p, cfg = self.p, self.cfg
+        names = list(p.link_names)
+        fin_ns = np.where(finish >= 0, np.round(finish), -1).astype(np.int64)
+        st_ns = np.where(start >= 0, np.round(start), -1).astype(np.int64)
+        colls = []
+        for c in p.collectives:
+            fl = np.asarray(c.flows, np.int64)
+            ok = fin_ns[fl] >= 0
+            s0 = int(st_ns[fl][ok].min()) if ok.any() else 0
+            f1 = int(fin_ns[fl].max()) if ok.all() and len(fl) else -1
+            colls.append(CollectiveResult(c.name, c.job, c.kind, c.size_bytes, c.nranks, s0,
+                                          f1, c.algorithm))
+        eg = self.egress_sw
+        maxq = {names[i]: float(max_q[i]) for i in np.flatnonzero(eg & (max_q > 1.0))}
+        pause = {names[i]: int(round(self.pause_ns[i])) for i in
+                 np.flatnonzero(self.pause_ns > 0.5)}
+        pcnt = {names[i]: int(max(1, round(self.pause_cnt[i]))) for i in
+                np.flatnonzero(self.pause_ns > 0.5)}
+        ecn = {}
+        if self.cc == "dcqcn":
+            for i in np.flatnonzero(marked_bytes > 0):
+                ecn[names[i]] = float(marked_bytes[i] / max(link_bytes[i], 1.0))
+        cnps = {}
+        if self.cc == "dcqcn":
+            fnames = list(p.flow_names) or [f"flow{i}" for i in range(self.F)]
+            for k in np.flatnonzero(self.cc_state.cnp_count > 0):
+                qp = int(p.route_qp[k])
+                key = f"qp{qp}" if qp >= 0 else f"{fnames[p.route_flow[k]]}#r{k}"
+                cnps[key] = cnps.get(key, 0) + int(self.cc_state.cnp_count[k])
+        return SimResult(
+            engine="fluid", policy=cfg.policy, scenario=cfg.scenario, seed=cfg.seed,
+            makespan_ns=int(fin_ns.max(initial=0)), flow_start_ns=st_ns, flow_finish_ns=fin_ns,
+            collectives=colls, link_names=names,
+            link_capacity_bps=p.link_capacity_bps.copy(),
+            link_bytes=link_bytes / cfg.wire_overhead, link_peak_util=np.minimum(peak_util, 1.0),
+            wall_s=wall, events=steps, link_max_queue_bytes=maxq, link_pfc_pause_ns=pause,
+            link_pfc_pause_count=pcnt, link_ecn_marked_frac=ecn, qp_cnp_count=cnps,
+            timeseries=ts if ts["t_us"] else {},
+            meta={"cc": self.cc, "pfc": self.pfc.mode, "steps": steps,
+                  "wire_overhead": cfg.wire_overhead,
+                  "unfinished_flows": int(np.sum(fin_ns < 0))})
+
+
+@register_engine("fluid")
+def run(problem: SimProblem, **options) -> SimResult:
+    """Run the fluid engine on ``problem``; ``options`` are :class:`FluidConfig` fields.
+
+    Examples
+    --------
+    >>> from icefabric.engine.problem import build_problem
+    >>> prob = build_problem(link_capacity_bps=[100e9], link_delay_ns=[1000],
+    ...                      flow_size_bytes=[1_250_000], routes=[[0]], route_flow=[0])
+    >>> run(prob).flow_finish_ns[0]   # 10 Mbit at 100 Gb/s
+    100000
+    """
+    known = set(FluidConfig.__dataclass_fields__)
+    unknown = set(options) - known
+    if unknown:
+        raise TypeError(f"unknown fluid engine option(s): {sorted(unknown)}")
+    cfg = FluidConfig(**{k: (tuple(v) if k in ("record_links", "record_flows") else v)
+                         for k, v in options.items()})
+    return FluidSim(problem, cfg).run()
+
+
+__all__ = ["FluidConfig", "FluidSim", "run", "LINK_HOST"]

@@ -13,8 +13,8 @@ link capacities, queues and PFC/ECN thresholds are wire quantities, as on hardwa
   then injects ``weight × rate``.
 * **Queues.** Every (route, hop ≥ 1) pair holds content ``q`` in the egress queue of that
   hop's link. A link serves ``min(C · dt, Q + A · dt)`` bytes per step (``Q`` content,
-  ``A`` arrivals), split over its entries in proportion to ``q + a·dt`` — the fluid limit
-  of a FIFO (content-proportional when backlogged, arrival-proportional when not).
+  ``A`` arrivals), FIFO: the present content leaves first, in proportion to each entry's
+  share of it, then the step's arrivals in proportion to theirs.
   Links are swept in topological order of the route graph, so a departure reaches the next
   hop within the same step (propagation is added as ``flow_latency_ns`` instead).
 * **PFC** (802.1Qbb; thresholds :mod:`icefabric.dataplane.pfc`). Switch buffer use is
@@ -305,6 +305,8 @@ class FluidSim:
         if hasattr(self, "a_r") and len(self.a_r):
             self.q[self.a_e] = self.aq
             self.arr[self.a_e] = self.aarr
+            self.drain[self.a_e] = self.adrain
+            self.dep[self.a_e] = self.adep
             if self.cc == "dcqcn":
                 self.cc_state.put(self.a_r, self.acs)
         fl = np.flatnonzero(self.running)
@@ -343,6 +345,8 @@ class FluidSim:
         self.a_w = self.w[a_r]
         self.aq = self.q[a_e].copy()
         self.aarr = self.arr[a_e].copy()
+        self.adrain = self.drain[a_e].copy()
+        self.adep = self.dep[a_e].copy()
         if self.cc == "dcqcn":
             self.acs = self.cc_state.take(a_r)
         self.a_rtt = self.rtt_ns[a_r]
@@ -357,6 +361,8 @@ class FluidSim:
         R = self.routes
         self.q = np.zeros(len(R.links))
         self.arr = np.zeros(len(R.links))
+        self.drain = np.zeros(len(R.links))
+        self.dep = np.zeros(len(R.links))
         self.inj = np.zeros(F)
         self.deliv = np.zeros(K)
         self.running = np.zeros(F, bool)
@@ -374,7 +380,8 @@ class FluidSim:
         hist: list[tuple[float, np.ndarray, np.ndarray]] = []
         last_cnp = np.full(K, -np.inf)
         ts: dict = {"t_us": [], "queue_bytes": {n: [] for n in cfg.record_links},
-                    "rate_gbps": {n: [] for n in cfg.record_flows}}
+                    "rate_gbps": {n: [] for n in cfg.record_flows},
+                    "send_gbps": {n: [] for n in cfg.record_flows}}
         rec_l = [p.link_names.index(n) for n in cfg.record_links]
         fnames = list(p.flow_names)
         rec_f = [fnames.index(n) for n in cfg.record_flows]
@@ -453,6 +460,7 @@ class FluidSim:
             rf = np.where(np.isfinite(rf), rf, 0.0)
             rf = np.where(sending, rf, 0.0)
             x = self.a_w * rf[self.a_rflow]
+            self.cur_rf = rf
             # --- step size ---
             dt = cfg.dt_quiet_max_ns if quiet else cfg.dt_ns
             with np.errstate(divide="ignore", invalid="ignore"):
@@ -470,19 +478,39 @@ class FluidSim:
             ne = len(self.a_e)
             dep = np.zeros(ne)
             dep[self.ae_hop0] = x[self.ae_route[self.ae_hop0]]
-            aq, aarr = self.aq, self.aarr
+            aq, aarr, adrain, adep = self.aq, self.aarr, self.adrain, self.adep
             for idx, prev, ul, inv in self.levels:
                 a_in = dep[prev]
                 aarr[idx] = a_in
                 qv = aq[idx]
-                avail_e = qv + a_in * dt
-                avail = np.bincount(inv, avail_e, minlength=len(ul))
-                served = np.minimum(serv_eff[ul] * dt, avail)
+                in_b = a_in * dt
+                # An entry whose arrivals stopped (its source finished) is spread through
+                # the FIFO, so it drains linearly at its last departure rate, not
+                # exponentially as a content-proportional split would have it.
+                dr = adrain[idx]
+                dr = np.where(in_b > 0, 0.0, np.where((dr <= 0) & (qv > 0), adep[idx], dr))
+                adrain[idx] = dr
+                take = np.minimum(qv, dr * dt)
+                qsum = np.bincount(inv, qv, minlength=len(ul))
+                asum = np.bincount(inv, in_b, minlength=len(ul))
+                tsum = np.bincount(inv, take, minlength=len(ul))
+                served = np.minimum(serv_eff[ul] * dt, qsum + asum)
                 with np.errstate(divide="ignore", invalid="ignore"):
-                    frac = np.where(avail > _TINY, served / avail, 0.0)
-                out_b = avail_e * frac[inv]
+                    tscale = np.where(tsum > served, served / tsum, 1.0)
+                take = take * tscale[inv]
+                tsum = np.minimum(tsum, served)
+                rest = served - tsum
+                qrem = qv - take
+                qrsum = qsum - tsum
+                # FIFO: the head of the queue (present content) leaves first, then arrivals
+                from_q = np.minimum(rest, qrsum)
+                with np.errstate(divide="ignore", invalid="ignore"):
+                    fq = np.where(qrsum > _TINY, from_q / qrsum, 0.0)
+                    fa = np.where(asum > _TINY, (rest - from_q) / asum, 0.0)
+                out_b = take + qrem * fq[inv] + in_b * fa[inv]
                 dep[idx] = out_b / dt
-                aq[idx] = np.maximum(avail_e - out_b, 0.0)
+                aq[idx] = np.maximum(qv + in_b - out_b, 0.0)
+            adep[:] = dep
             moved = dep * dt
             lb = np.bincount(self.ae_link, moved, minlength=L)
             link_bytes += lb
@@ -626,6 +654,8 @@ class FluidSim:
         if len(getattr(self, "a_r", [])):
             self.q[self.a_e] = self.aq
             self.arr[self.a_e] = self.aarr
+            self.drain[self.a_e] = self.adrain
+            self.dep[self.a_e] = self.adep
             if self.cc == "dcqcn":
                 self.cc_state.put(self.a_r, self.acs)
             self.a_r = np.zeros(0, np.int64)
@@ -646,6 +676,8 @@ class FluidSim:
         self.routes = _Routes(self.L, indptr, np.concatenate(lists))
         self.q = np.concatenate(old_q) if old_q else np.zeros(0)
         self.arr = np.zeros(len(self.q))
+        self.drain = np.zeros(len(self.q))
+        self.dep = np.zeros(len(self.q))
         self.rtt_ns = 2.0 * np.add.reduceat(self.p.link_delay_ns[self.routes.links],
                                             indptr[:-1]).astype(np.float64)
 
@@ -663,6 +695,9 @@ class FluidSim:
             else:
                 v = 0.0
             ts["rate_gbps"][n].append(v)
+            pos = np.flatnonzero(self.a_f == f)
+            ts["send_gbps"][n].append(float(self.cur_rf[pos[0]]) * _BYTES_PER_NS / 1e9 /
+                                      self.cfg.wire_overhead if len(pos) else 0.0)
 
     def _result(self, start, finish, link_bytes, peak_util, max_q, marked_bytes, ts, steps,
                 wall) -> SimResult:

@@ -62,6 +62,8 @@ def red_mark_probability(q_bytes: np.ndarray, kmin_bytes: np.ndarray, kmax_bytes
     ``above_kmax`` beyond. ``kmin_bytes = inf`` disables marking on a queue.
     """
     q = np.asarray(q_bytes, dtype=np.float64)
-    span = np.maximum(kmax_bytes - kmin_bytes, 1e-9)
-    p = np.clip((q - kmin_bytes) / span, 0.0, 1.0) * pmax
-    return np.where(q > kmax_bytes, above_kmax, p)
+    with np.errstate(invalid="ignore"):
+        span = np.maximum(kmax_bytes - kmin_bytes, 1e-9)
+        p = np.clip((q - kmin_bytes) / span, 0.0, 1.0) * pmax
+    p = np.where(q > kmax_bytes, above_kmax, p)
+    return np.where(q > kmin_bytes, p, 0.0)

@@ -85,6 +85,8 @@ class FluidConfig:
     dt_ns : float — step while queues or DCQCN feedback are active.
     dt_quiet_max_ns : float — longest step when nothing changes.
     pfc_tau_ns : float — relaxation time of the fluid PFC throttle.
+    quiet_tol : float — a step counts as steady when no queue entry's arrival and departure
+        rates differ by more than this fraction of the fastest link.
     seed : int — seeds the CNP draws.
     record_links, record_flows : names whose queue / rate are sampled every
         ``sample_interval_ns`` into ``SimResult.timeseries``.
@@ -99,6 +101,7 @@ class FluidConfig:
     dt_ns: float = 1000.0
     dt_quiet_max_ns: float = 200_000.0
     pfc_tau_ns: float = 1000.0
+    quiet_tol: float = 1e-3
     seed: int = 0
     record_links: tuple[str, ...] = ()
     record_flows: tuple[str, ...] = ()
@@ -406,7 +409,8 @@ class FluidSim:
         steps = 0
         n_done = 0
         need_rebuild = False
-        quiet = True
+        quiet = 0.0  # allowed length of the next step when the state is steady (0: not)
+        cap_max = float(self.cap.max())
         marks_until = -np.inf  # last time a mark is still travelling back
         while n_done < F:
             # --- events at t: failures, starts ---
@@ -432,7 +436,7 @@ class FluidSim:
             if need_rebuild:
                 self._rebuild()
                 need_rebuild = False
-                quiet = False
+                quiet = 0.0
             if len(self.a_r) == 0:
                 nxt = min(heap[0][0] if heap else np.inf,
                           fail_events[0][0] if fail_events else np.inf)
@@ -465,7 +469,7 @@ class FluidSim:
             x = self.a_w * rf[self.a_rflow]
             self.cur_rf = rf
             # --- step size ---
-            dt = cfg.dt_quiet_max_ns if quiet else cfg.dt_ns
+            dt = max(quiet, cfg.dt_ns) if quiet else cfg.dt_ns
             with np.errstate(divide="ignore", invalid="ignore"):
                 t_end_inj = np.where(rf > 0, rem_f / rf, np.inf)
             dt = min(dt, float(t_end_inj.min(initial=np.inf)))
@@ -515,6 +519,7 @@ class FluidSim:
                 out_b = take + qrem * fq[inv] + in_b * fa[inv]
                 dep[idx] = out_b / dt
                 aq[idx] = np.maximum(qv + in_b - out_b, 0.0)
+            ddep = float(np.abs(dep - adep).max(initial=0.0))
             adep[:] = dep
             moved = dep * dt
             lb = np.bincount(self.ae_link, moved, minlength=L)
@@ -575,10 +580,12 @@ class FluidSim:
             backlog = self.a_w * self.inj[af][self.a_rflow] - self.deliv[self.a_r]
             bl = np.maximum.reduceat(backlog, self.a_fstart)
             fin = inj_done & (bl <= 1e-6 * np.maximum(self.size_w[af], 1.0) + 1e-6)
-            # quiet: queues steady, no marks in flight, no pending rate cuts
-            delta = np.abs(aarr[self.ae_q] - dep[self.ae_q]).max(initial=0.0)
-            quiet = (delta < 1e-4 * float(self.cap.max())) and (t_new > marks_until) and \
+            # steady: departures unchanged, no marks in flight, no pending rate cuts. Then
+            # every queue moves linearly and the next step may run until a queue empties
+            # or crosses a PFC/ECN threshold (or the next event).
+            steady = (ddep < cfg.quiet_tol * cap_max) and (t_new > marks_until) and \
                 not any_marks and not (self.cc == "dcqcn" and bool(self.acs.dec_cnp.any()))
+            quiet = steady and self._horizon(aq, aarr, dep, qlink) or 0.0
             t = t_new
             if fin.any():
                 for f in af[fin]:
@@ -619,6 +626,7 @@ class FluidSim:
         else:
             xoff = np.full(L, pf.xoff_bytes)
             xon = np.full(L, pf.xon_bytes)
+        self._pfc_use, self._pfc_xoff, self._pfc_xon = use, xoff, xon
         # time-average of the pause train during the step that just ended
         reg = self.pfc_reg
         if reg.any():
@@ -642,6 +650,50 @@ class FluidSim:
         self.pfc_reg = reg
         tau = max(dt, self.cfg.pfc_tau_ns)
         self.pfc_allow = np.where(reg, np.maximum(out + (xoff - use) / tau, 0.0), np.inf)
+
+    def _horizon(self, aq, aarr, dep, qlink) -> float:
+        """Longest step over which constant rates keep the model exact: until a queue
+        entry empties, a PFC port crosses XOFF/XON, or a queue reaches Kmin (DCQCN)."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return self._horizon_(aq, aarr, dep, qlink)
+
+    def _horizon_(self, aq, aarr, dep, qlink) -> float:
+        qi = self.ae_q
+        h = self.cfg.dt_quiet_max_ns
+        if len(qi) == 0:
+            return h
+        g = aarr[qi] - dep[qi]
+        q = aq[qi]
+        neg = (g < -_TINY) & (q > 0)
+        if neg.any():
+            h = min(h, float(np.min(q[neg] / -g[neg])))
+        if self.pfc_on and hasattr(self, "_pfc_use"):
+            L = self.L
+            gp = np.bincount(self.ae_ing, g, minlength=L)
+            use = self._pfc_use
+            up = ~self.pfc_reg & self.ingress_sw & (gp > _TINY)
+            if up.any():
+                if self.pfc.mode == "dynamic":
+                    gs = np.bincount(self.pfc_sw_of, np.where(self.ingress_sw, gp, 0.0),
+                                     minlength=self.n_nodes)[self.pfc_sw_of]
+                    a = self.pfc_alpha
+                    tt = (self._pfc_xoff - use) / (gp + a * np.maximum(gs, 0.0))
+                else:
+                    tt = (self._pfc_xoff - use) / np.maximum(gp, _TINY)
+                h = min(h, float(np.min(np.maximum(tt[up], 0.0))))
+            down = self.pfc_reg & (gp < -_TINY)
+            if down.any():
+                tt = (use - self._pfc_xon) / -gp
+                h = min(h, float(np.min(np.maximum(tt[down], 0.0))))
+        if self.cc == "dcqcn":
+            if np.any(qlink >= self.kmin * (1 - 1e-9)):
+                return 0.0  # marking: DCQCN dynamics, no long steps
+            gl = np.bincount(self.ae_link[qi], g, minlength=self.L)
+            m = (gl > _TINY) & (qlink < self.kmin)
+            if m.any():
+                # +1 ns: land just above Kmin so that marking starts
+                h = min(h, float(np.min((self.kmin[m] - qlink[m]) / gl[m])) + 1.0)
+        return h
 
     def _apply_failure(self, kind: str, fl) -> None:
         """Links go down (or up); affected routes move to their new links.

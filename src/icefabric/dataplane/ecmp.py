@@ -60,6 +60,7 @@ __all__ = [
     "configs_fields_need_dqpn",
     "ecmp_hash",
     "ecmp_hash_scalar",
+    "ecmp_select",
     "linear_key",
     "make_profile",
     "resilient_table",
@@ -528,3 +529,57 @@ def ecmp_hash_scalar(
 def configs_fields_need_dqpn(configs: Sequence[HashConfig]) -> bool:
     """True if any config hashes the BTH destination QP."""
     return any("bth_dqpn" in c.fields for c in configs)
+
+
+def ecmp_select(
+    configs: Sequence[HashConfig],
+    cfg_index: object,
+    n_members: object,
+    src_ip: object,
+    dst_ip: object,
+    sport: object,
+    dport: object = 4791,
+    proto: object = 17,
+    dqpn: object = None,
+) -> np.ndarray:
+    """Member chosen for each packet at its own switch (one hash per row).
+
+    The building block for walking flows through a fabric depth by depth: at each
+    depth the caller knows which switch (index into ``configs``) each flow is at and
+    its group size, and gets back the member index the hash selects.
+
+    Parameters
+    ----------
+    configs : sequence of HashConfig
+        One model per switch (or per ECMP group).
+    cfg_index : array of int, shape (n,)
+        Switch of each packet; ``-1`` = no decision (result ``-1``).
+    n_members : int or array of int, shape (n,)
+        ECMP group size at that switch.
+    src_ip, dst_ip, sport, dport, proto, dqpn
+        Packet fields as in :func:`ecmp_hash` (broadcast to ``n``).
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (n,)
+        Member indices, ``-1`` where ``cfg_index < 0``.
+    """
+    ci = np.asarray(cfg_index, dtype=np.int64).ravel()
+    n = ci.shape[0]
+    out = np.full(n, -1, dtype=np.int64)
+    nm = np.broadcast_to(np.asarray(n_members, dtype=np.int64), (n,))
+    cols = {
+        "sip": np.broadcast_to(np.asarray(src_ip), (n,)),
+        "dip": np.broadcast_to(np.asarray(dst_ip), (n,)),
+        "sport": np.broadcast_to(np.asarray(sport), (n,)),
+        "dport": np.broadcast_to(np.asarray(dport), (n,)),
+        "proto": np.broadcast_to(np.asarray(proto), (n,)),
+        "dqpn": np.broadcast_to(np.asarray(0 if dqpn is None else dqpn), (n,)),
+    }
+    for c in np.unique(ci[ci >= 0]):
+        rows = np.flatnonzero(ci == c)
+        cfg = configs[int(c)]
+        h = ecmp_hash(cfg, cols["sip"][rows], cols["dip"][rows], cols["sport"][rows],
+                      cols["dport"][rows], cols["proto"][rows], cols["dqpn"][rows])
+        out[rows] = select_member(cfg, h, nm[rows])
+    return out

@@ -152,24 +152,41 @@ def _expand_groups(groups: list[ServerGroup]) -> list[tuple[str, ServerProfile, 
     return out
 
 
-def _place(groups, servers_per_leaf: int, separate_pools: bool) -> list[list[int]]:
-    """Server indices per leaf (or per rail group), in order; pools start on a fresh leaf."""
+def _place(groups, servers_per_leaf: int, separate_pools: bool,
+           placement: str = "packed") -> list[list[int]]:
+    """Server indices per leaf (or per rail group); pools start on a fresh leaf.
+
+    ``packed`` fills leaves in server order; ``scattered`` deals each pool's servers
+    round-robin over the leaves that pool needs (consecutive servers on different leaves, so
+    rings cross the spines at every hop).
+    """
     if servers_per_leaf < 1:
         raise TopologyError("servers_per_leaf must be >= 1")
+    if placement not in ("packed", "scattered"):
+        raise TopologyError(f"placement must be packed or scattered, not {placement!r}")
     slots: list[list[int]] = []
     s = 0
     for g in groups:
-        for i in range(g.count):
-            if not slots or len(slots[-1]) == servers_per_leaf or (separate_pools and i == 0):
-                slots.append([])
-            slots[-1].append(s)
-            s += 1
+        fresh = separate_pools or not slots or len(slots[-1]) == servers_per_leaf
+        if placement == "scattered":
+            n = -(-g.count // servers_per_leaf)
+            new = [[] for _ in range(n)]
+            for i in range(g.count):
+                new[i % n].append(s + i)
+            slots += new
+        else:
+            for i in range(g.count):
+                if not slots or len(slots[-1]) == servers_per_leaf or (fresh and i == 0):
+                    slots.append([])
+                slots[-1].append(s + i)
+        s += g.count
     return slots
 
 
 def leaf_spine(groups: list[ServerGroup], *, servers_per_leaf: int, n_spines: int,
                oversub: float = 1.0, links_per_spine: int = 1, rail_optimized: bool = False,
-               separate_pools: bool = True, leaf: SwitchProfile | str = "tomahawk5-128x400",
+               separate_pools: bool = True, placement: str = "packed",
+               leaf: SwitchProfile | str = "tomahawk5-128x400",
                spine: SwitchProfile | str = "tomahawk5-128x400", hash_seeds: str = "sonic",
                host_delay_ns: int = 500, fabric_delay_ns: int = 500, seed: int = 0,
                name: str = "leaf-spine") -> Fabric:
@@ -201,7 +218,7 @@ def leaf_spine(groups: list[ServerGroup], *, servers_per_leaf: int, n_spines: in
     b = _Builder(name, seed, hash_seeds, host_delay_ns, fabric_delay_ns)
     entries = _expand_groups(groups)
     servers = [b.add_server(n, p, pool) for n, p, pool in entries]
-    slots = _place(groups, servers_per_leaf, separate_pools)
+    slots = _place(groups, servers_per_leaf, separate_pools, placement)
     spines = [b.node(f"spine{i}", SPINE, index=i, sw=spine_p) for i in range(n_spines)]
     n_up = n_spines * links_per_spine
     leaves = []
@@ -246,6 +263,7 @@ def rail_optimized(groups: list[ServerGroup], **kw) -> Fabric:
 def fat_tree(groups: list[ServerGroup], *, pods: int, leaves_per_pod: int, aggs_per_pod: int,
              n_cores: int, servers_per_leaf: int, oversub: float = 1.0,
              core_oversub: float = 1.0, rail_optimized: bool = False,
+             placement: str = "packed",
              leaf: SwitchProfile | str = "tomahawk5-128x400",
              agg: SwitchProfile | str = "tomahawk5-128x400",
              core: SwitchProfile | str = "tomahawk5-128x400", hash_seeds: str = "sonic",
@@ -271,7 +289,7 @@ def fat_tree(groups: list[ServerGroup], *, pods: int, leaves_per_pod: int, aggs_
     b = _Builder(name, seed, hash_seeds, host_delay_ns, fabric_delay_ns)
     entries = _expand_groups(groups)
     servers = [b.add_server(n, p, pool) for n, p, pool in entries]
-    slots = _place(groups, servers_per_leaf, separate_pools=False)
+    slots = _place(groups, servers_per_leaf, separate_pools=False, placement=placement)
     rails = servers[0].profile.n_nics if rail_optimized else 1
     leaves_needed = len(slots) * rails
     if leaves_needed > pods * leaves_per_pod:

@@ -736,9 +736,9 @@ class FluidSim:
 
     def _sample(self, ts, t, rec_l, rec_f, qlink) -> None:
         ts["t_us"].append(t / 1e3)
-        for n, li in zip(self.cfg.record_links, rec_l):
+        for n, li in zip(self.cfg.record_links, rec_l, strict=False):
             ts["queue_bytes"][n].append(float(qlink[li]))
-        for n, f in zip(self.cfg.record_flows, rec_f):
+        for n, f in zip(self.cfg.record_flows, rec_f, strict=False):
             rr = self.r_order[self.f_rptr[f]:self.f_rptr[f + 1]]
             if self.running[f] and self.cc == "dcqcn":
                 pos = np.flatnonzero(np.isin(self.a_r, rr))

@@ -140,7 +140,7 @@ def _shortest_path(sc: Scenario, s: int, d: int, down: set[int]) -> list[int]:
     Paths never transit a host (hosts do not forward)."""
     n = len(sc.node_ids)
     adj: list[list[tuple[int, int]]] = [[] for _ in range(n)]
-    for li, (u, v) in enumerate(zip(sc.link_src, sc.link_dst)):
+    for li, (u, v) in enumerate(zip(sc.link_src, sc.link_dst, strict=False)):
         if li not in down:
             adj[u].append((v, li))
     prev = {s: (-1, -1)}
@@ -168,9 +168,9 @@ def _shortest_path(sc: Scenario, s: int, d: int, down: set[int]) -> list[int]:
 
 def _node_path_links(sc: Scenario, nodes: list[str], where: str) -> list[int]:
     lut = {(sc.node_ids[u], sc.node_ids[v]): i for i, (u, v) in
-           enumerate(zip(sc.link_src, sc.link_dst))}
+           enumerate(zip(sc.link_src, sc.link_dst, strict=False))}
     try:
-        return [lut[(a, b)] for a, b in zip(nodes[:-1], nodes[1:])]
+        return [lut[(a, b)] for a, b in zip(nodes[:-1], nodes[1:], strict=False)]
     except KeyError:
         raise ScenarioError(f"{where}: route {nodes} uses a missing link") from None
 
@@ -239,7 +239,7 @@ def to_problem(sc: Scenario, reference: str = "ns3-pfc") -> SimProblem:
         lat.append(flow_latency_ns(sc.link_cap_bps, sc.link_delay_ns, r, pm))
     # link failures -> LinkFailure with the new routes of every affected flow
     lut = {(sc.node_ids[u], sc.node_ids[v]): i for i, (u, v) in
-           enumerate(zip(sc.link_src, sc.link_dst))}
+           enumerate(zip(sc.link_src, sc.link_dst, strict=False))}
     failures = []
     down: set[int] = set()
     after = explicit.get("after_failure", {})
@@ -263,13 +263,13 @@ def to_problem(sc: Scenario, reference: str = "ns3-pfc") -> SimProblem:
                                     links=np.array(ls, np.int64),
                                     reroute_route=np.array(hit, np.int64), reroute_indptr=ip,
                                     reroute_links=li))
-        for k, r in zip(hit, new):
+        for k, r in zip(hit, new, strict=False):
             routes_k = r  # later failures see the rerouted paths
             routes[k] = routes_k
     # restore pre-failure routes for the initial problem (failures carry the new ones)
     if failures:
         routes = []
-        for j, f in enumerate(d["flows"]):
+        for f in d["flows"]:
             if f["id"] in before:
                 routes.append(_node_path_links(sc, [str(x) for x in before[f["id"]]], where))
             else:
@@ -386,7 +386,7 @@ def _groups(sc: Scenario, res, reference: str) -> list[tuple[str, str, float, fl
     ref_c = ref.get("collectives", {}) or {}
     longest = max((float(v.get("duration_us", 0)) for v in ref_c.values()), default=0.0)
     in_coll = set()
-    for c, cr in zip(colls, res.collectives):
+    for c, cr in zip(colls, res.collectives, strict=False):
         in_coll |= {str(x) for x in c["flows"]}
         if c["name"] in ref_c:
             rd = float(ref_c[c["name"]]["duration_us"])

@@ -28,7 +28,8 @@ class PfcParams:
         ``xon_bytes``.
     buffer_bytes : float — shared buffer per switch (ns-3 validation: 16 MiB).
     alpha_by_gbps : tuple of (gbps, alpha) — dynamic-threshold alpha per port speed;
-        ports faster than the largest key double alpha per doubling of speed (validation ``alpha_rule``).
+        ports faster than the largest key double alpha per doubling of speed
+        (validation ``alpha_rule``).
     alpha_default : float — alpha for speeds not listed (1/8 in the validation set).
     reserve_bytes : float — per-port guaranteed (non-shared) buffer (4 KB).
     resume_offset_bytes : float — XON hysteresis below the dynamic threshold (3 KB).

@@ -82,6 +82,10 @@ class FluidConfig:
     pfc : PfcParams or {"dynamic", "static", "off"}.
     wire_overhead : float — wire bytes per payload byte (headers); 4132/4096 in ns-3.
     packet_bytes : float — payload per packet (turns marked bytes into CNP counts).
+    ack_bytes : float — wire bytes of the ACK each data packet returns (60 in HPCC ns-3, 64
+        in htsim; 0 ignores ACK load). ACKs flow back over the reverse links at the
+        delivery rate and take that share of their capacity (a NIC sends ACKs ahead of
+        data), which is what slows both directions of a ring by ~1.5 %.
     dt_ns : float — step while queues or DCQCN feedback are active.
     dt_quiet_max_ns : float — longest step when nothing changes.
     pfc_tau_ns : float — relaxation time of the fluid PFC throttle.
@@ -98,6 +102,7 @@ class FluidConfig:
     pfc: PfcParams | str = "dynamic"
     wire_overhead: float = 1.0
     packet_bytes: float = 4096.0
+    ack_bytes: float = 0.0
     dt_ns: float = 1000.0
     dt_quiet_max_ns: float = 200_000.0
     pfc_tau_ns: float = 1000.0
@@ -247,6 +252,12 @@ class FluidSim:
         self.rng = np.random.default_rng(cfg.seed)
         # per-route feedback delay: the mark is made at dequeue; the CNP rides the ACK back
         self.rtt_ns = 2.0 * problem.route_delay_ns().astype(np.float64)
+        # reverse direction of every link (ACK path); -1 when the cable is simplex
+        lut = {(int(a), int(b)): i for i, (a, b) in
+               enumerate(zip(problem.link_src, problem.link_dst, strict=True))}
+        self.rev = np.array([lut.get((int(b), int(a)), -1) for a, b in
+                             zip(problem.link_src, problem.link_dst, strict=True)], np.int64)
+        self.ack_ratio = cfg.ack_bytes / max(cfg.packet_bytes * cfg.wire_overhead, 1.0)
 
     # ---------------- setup ----------------
     def _setup_pfc(self) -> None:
@@ -450,6 +461,12 @@ class FluidSim:
                                    f"t={t / 1e3:.1f} us")
             # --- service capacities and NIC injection ---
             serv = self.cap * self.up
+            if self.ack_ratio > 0:
+                # ACKs of last step's deliveries ride the reverse links of each route
+                ack = self.ack_ratio * self.adep[self.ae_last][self.ae_route]
+                ok = self.rev[self.ae_link] >= 0
+                serv = np.maximum(serv - np.bincount(self.rev[self.ae_link[ok]], ack[ok],
+                                                     minlength=L), 0.0)
             serv_eff = np.minimum(serv, self.pfc_allow)
             af = self.a_f
             rem_f = self.size_w[af] - self.inj[af]

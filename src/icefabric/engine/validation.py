@@ -307,7 +307,7 @@ def engine_options(sc: Scenario, reference: str, engine: str = "fluid") -> dict:
     cfg = sc.data.get("config", {})
     pm = packet_model(sc, reference)
     opts: dict = {"wire_overhead": pm.wire_overhead, "packet_bytes": pm.payload_bytes,
-                  "scenario": sc.name, "policy": reference}
+                  "ack_bytes": pm.ack_wire_bytes, "scenario": sc.name, "policy": reference}
     if reference.startswith("ns3"):
         pn = cfg.get("pfc_ns3", {})
         alpha = tuple((float(k), float(v)) for k, v in

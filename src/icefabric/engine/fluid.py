@@ -600,7 +600,9 @@ class FluidSim:
             # steady: departures unchanged, no marks in flight, no pending rate cuts. Then
             # every queue moves linearly and the next step may run until a queue empties
             # or crosses a PFC/ECN threshold (or the next event).
+            # (a source that just stopped changes the next step's arrivals: not steady)
             steady = (ddep < cfg.quiet_tol * cap_max) and (t_new > marks_until) and \
+                not bool(np.any(sending & inj_done)) and \
                 not any_marks and not (self.cc == "dcqcn" and bool(self.acs.dec_cnp.any()))
             quiet = steady and self._horizon(aq, aarr, dep, qlink) or 0.0
             t = t_new

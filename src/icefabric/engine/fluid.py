@@ -86,9 +86,13 @@ class FluidConfig:
         in htsim; 0 ignores ACK load). ACKs flow back over the reverse links at the
         delivery rate and take that share of their capacity (a NIC sends ACKs ahead of
         data), which is what slows both directions of a ring by ~1.5 %.
+    ack_queueing : bool — ACKs (and the CNPs they carry) share the switches' data FIFO, so
+        a flow completes, and DCQCN feedback arrives, only after the ACK crossed the
+        reverse path's queues (HPCC ns-3 and htsim both queue ACKs with data).
     dt_ns : float — step while queues or DCQCN feedback are active.
     dt_quiet_max_ns : float — longest step when nothing changes.
     pfc_tau_ns : float — relaxation time of the fluid PFC throttle.
+    dt_pfc_max_ns : float — longest step while some port is paused.
     quiet_tol : float — a step counts as steady when no queue entry's arrival and departure
         rates differ by more than this fraction of the fastest link.
     seed : int — seeds the CNP draws.
@@ -103,10 +107,12 @@ class FluidConfig:
     wire_overhead: float = 1.0
     packet_bytes: float = 4096.0
     ack_bytes: float = 0.0
+    ack_queueing: bool = True
     dt_ns: float = 1000.0
     dt_quiet_max_ns: float = 200_000.0
     pfc_tau_ns: float = 1000.0
     quiet_tol: float = 1e-3
+    dt_pfc_max_ns: float = 20_000.0
     seed: int = 0
     record_links: tuple[str, ...] = ()
     record_flows: tuple[str, ...] = ()
@@ -258,6 +264,7 @@ class FluidSim:
         self.rev = np.array([lut.get((int(b), int(a)), -1) for a, b in
                              zip(problem.link_src, problem.link_dst, strict=True)], np.int64)
         self.ack_ratio = cfg.ack_bytes / max(cfg.packet_bytes * cfg.wire_overhead, 1.0)
+        self.ack_queue = cfg.ack_queueing
 
     # ---------------- setup ----------------
     def _setup_pfc(self) -> None:
@@ -551,6 +558,8 @@ class FluidSim:
             t_new = t + dt
             # --- ECN marks and DCQCN ---
             any_marks = False
+            if self.cc == "dcqcn" or self.ack_queue:
+                rev_delay = self._rev_delay(qlink)
             if self.cc == "dcqcn":
                 pl = red_mark_probability(qlink, self.kmin, self.kmax, self.pmax, self.p_above)
                 if np.any(pl > 0):
@@ -560,7 +569,10 @@ class FluidSim:
                     npk = np.bincount(self.ae_route, mb, minlength=len(self.a_r)) / (
                         cfg.packet_bytes * cfg.wire_overhead)
                     if npk.any():
-                        arrive_b = ((t_new + self.a_rtt) // self._fb_bw).astype(np.int64)
+                        # CNPs ride ACKs: base RTT plus the reverse path's queueing delay
+                        rq = np.bincount(self.ae_route, rev_delay[self.ae_link],
+                                         minlength=len(self.a_r))
+                        arrive_b = ((t_new + self.a_rtt + rq) // self._fb_bw).astype(np.int64)
                         arrive_b = np.maximum(arrive_b, int(t_new // self._fb_bw) + 1)
                         self._fb[arrive_b % self._fb_rows, self.a_r] += npk
                         marks_until = max(marks_until, t_new + float(self.a_rtt.max()))
@@ -611,7 +623,8 @@ class FluidSim:
                     self.running[f] = False
                     self.done[f] = True
                     n_done += 1
-                    finish[f] = t + p.flow_latency_ns[f]
+                    # the ACK of the last byte queues behind data on the reverse path
+                    finish[f] = t + p.flow_latency_ns[f] + self._ack_queue_ns(f, qlink)
                     self._release(f, finish[f], heap)
                 need_rebuild = True
         if len(self.a_r):
@@ -670,6 +683,24 @@ class FluidSim:
         tau = max(dt, self.cfg.pfc_tau_ns)
         self.pfc_allow = np.where(reg, np.maximum(out + (xoff - use) / tau, 0.0), np.inf)
 
+    def _rev_delay(self, qlink: np.ndarray) -> np.ndarray:
+        """Queueing delay (ns) an ACK meets on the reverse direction of each link."""
+        ok = self.rev >= 0
+        out = np.zeros(self.L)
+        rv = self.rev[ok]
+        out[ok] = qlink[rv] / np.maximum(self.cap[rv] * self.up[rv], _TINY)
+        return np.where(ok, np.minimum(out, 1e9), 0.0)
+
+    def _ack_queue_ns(self, f: int, qlink: np.ndarray) -> float:
+        if not self.ack_queue:
+            return 0.0
+        rd = self._rev_delay(qlink)
+        R = self.routes
+        best = 0.0
+        for k in self.r_order[self.f_rptr[f]:self.f_rptr[f + 1]]:
+            best = max(best, float(rd[R.links[R.indptr[k]:R.indptr[k + 1]]].sum()))
+        return best
+
     def _horizon(self, aq, aarr, dep, qlink) -> float:
         """Longest step over which constant rates keep the model exact: until a queue
         entry empties, a PFC port crosses XOFF/XON, or a queue reaches Kmin (DCQCN)."""
@@ -686,6 +717,10 @@ class FluidSim:
         neg = (g < -_TINY) & (q > 0)
         if neg.any():
             h = min(h, float(np.min(q[neg] / -g[neg])))
+        if self.pfc_on and self.pfc_reg.any():
+            # a paused port's share of its egress FIFO settles over ~Q/C; long steps would
+            # freeze whatever shares the last event left (see FluidConfig.dt_pfc_max_ns)
+            h = min(h, self.cfg.dt_pfc_max_ns)
         if self.pfc_on and hasattr(self, "_pfc_use"):
             L = self.L
             gp = np.bincount(self.ae_ing, g, minlength=L)

@@ -373,9 +373,19 @@ class FluidSim:
         self.a_rtt = self.rtt_ns[a_r]
         ul, inv = np.unique(self.a_first, return_inverse=True)
         self.a_nic, self.a_nic_inv = ul, inv
+        self.a_nic_single = len(ul) == len(self.a_first)
+        self.a_line = self.cap[self.a_first]
+        rl = self.rev[self.ae_link]
+        self.ae_rok = np.flatnonzero(rl >= 0)
+        self.ae_rlink = rl[self.ae_rok]
 
     # ---------------- main loop ----------------
     def run(self) -> SimResult:
+        # masked divisions (0/0 where a queue or a rate is empty) are expected here
+        with np.errstate(divide="ignore", invalid="ignore"):
+            return self._run()
+
+    def _run(self) -> SimResult:
         cfg, p = self.cfg, self.p
         wall0 = time.perf_counter()
         F, K, L = self.F, self.K, self.L
@@ -470,23 +480,22 @@ class FluidSim:
             serv = self.cap * self.up
             if self.ack_ratio > 0:
                 # ACKs of last step's deliveries ride the reverse links of each route
-                ack = self.ack_ratio * self.adep[self.ae_last][self.ae_route]
-                ok = self.rev[self.ae_link] >= 0
-                serv = np.maximum(serv - np.bincount(self.rev[self.ae_link[ok]], ack[ok],
-                                                     minlength=L), 0.0)
+                ack = self.ack_ratio * self.adep[self.ae_last][self.ae_route[self.ae_rok]]
+                serv = np.maximum(serv - np.bincount(self.ae_rlink, ack, minlength=L), 0.0)
             serv_eff = np.minimum(serv, self.pfc_allow)
             af = self.a_f
             rem_f = self.size_w[af] - self.inj[af]
             sending = rem_f > 1e-9 * np.maximum(self.size_w[af], 1.0)
-            line = self.cap[self.a_first]
-            dem = line.copy()
+            dem = self.a_line
             if self.cc == "dcqcn":
                 dem = np.minimum(dem, self.acs.rc_bps / _BYTES_PER_NS)
             dem = np.minimum(dem, self.a_w * self.flow_cap[af][self.a_rflow])
             dem = np.where(sending[self.a_rflow], dem, 0.0)
-            alloc = _waterfill(dem, self.a_nic_inv, serv_eff[self.a_nic])
-            with np.errstate(divide="ignore", invalid="ignore"):
-                per = np.where(self.a_w > 0, alloc / self.a_w, np.inf)
+            if self.a_nic_single:  # one QP per NIC: nothing to share
+                alloc = np.minimum(dem, serv_eff[self.a_first])
+            else:
+                alloc = _waterfill(dem, self.a_nic_inv, serv_eff[self.a_nic])
+            per = np.where(self.a_w > 0, alloc / self.a_w, np.inf)
             rf = np.minimum.reduceat(per, self.a_fstart) if len(per) else per
             rf = np.where(np.isfinite(rf), rf, 0.0)
             rf = np.where(sending, rf, 0.0)
@@ -494,8 +503,7 @@ class FluidSim:
             self.cur_rf = rf
             # --- step size ---
             dt = max(quiet, cfg.dt_ns) if quiet else cfg.dt_ns
-            with np.errstate(divide="ignore", invalid="ignore"):
-                t_end_inj = np.where(rf > 0, rem_f / rf, np.inf)
+            t_end_inj = np.where(rf > 0, rem_f / rf, np.inf)
             dt = min(dt, float(t_end_inj.min(initial=np.inf)))
             if heap:
                 dt = min(dt, heap[0][0] - t)
@@ -528,8 +536,7 @@ class FluidSim:
                 asum = np.bincount(inv, in_b, minlength=len(ul))
                 tsum = np.bincount(inv, take, minlength=len(ul))
                 served = np.minimum(serv_eff[ul] * dt, qsum + asum)
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    tscale = np.where(tsum > served, served / tsum, 1.0)
+                tscale = np.where(tsum > served, served / tsum, 1.0)
                 take = take * tscale[inv]
                 tsum = np.minimum(tsum, served)
                 rest = served - tsum
@@ -537,9 +544,8 @@ class FluidSim:
                 qrsum = qsum - tsum
                 # FIFO: the head of the queue (present content) leaves first, then arrivals
                 from_q = np.minimum(rest, qrsum)
-                with np.errstate(divide="ignore", invalid="ignore"):
-                    fq = np.where(qrsum > _TINY, from_q / qrsum, 0.0)
-                    fa = np.where(asum > _TINY, (rest - from_q) / asum, 0.0)
+                fq = np.where(qrsum > _TINY, from_q / qrsum, 0.0)
+                fa = np.where(asum > _TINY, (rest - from_q) / asum, 0.0)
                 out_b = take + qrem * fq[inv] + in_b * fa[inv]
                 dep[idx] = out_b / dt
                 aq[idx] = np.maximum(qv + in_b - out_b, 0.0)

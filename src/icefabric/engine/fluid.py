@@ -89,7 +89,8 @@ class FluidConfig:
     ack_queueing : bool — ACKs (and the CNPs they carry) share the switches' data FIFO, so
         a flow completes, and DCQCN feedback arrives, only after the ACK crossed the
         reverse path's queues (HPCC ns-3 and htsim both queue ACKs with data).
-    dt_ns : float — step while queues or DCQCN feedback are active.
+    dt_ns : float — step while queues or DCQCN feedback are active (2 µs: half the
+        4 µs DCQCN decrease period; α updates inside a step are applied in closed form).
     dt_quiet_max_ns : float — longest step when nothing changes.
     pfc_tau_ns : float — relaxation time of the fluid PFC throttle.
     dt_pfc_max_ns : float — longest step while some port is paused.
@@ -108,7 +109,7 @@ class FluidConfig:
     packet_bytes: float = 4096.0
     ack_bytes: float = 0.0
     ack_queueing: bool = True
-    dt_ns: float = 1000.0
+    dt_ns: float = 2000.0
     dt_quiet_max_ns: float = 200_000.0
     pfc_tau_ns: float = 1000.0
     quiet_tol: float = 1e-3

@@ -24,6 +24,11 @@ def resolve_dir(folder: Path | None) -> tuple[Path, bool]:
         cand = (base / _DEFAULT_REL).resolve()
         if cand.is_dir():
             return cand, True
+    # a git worktree may sit deeper than the main checkout: look further up the root
+    for base in _repo_root().parents:
+        cand = base / "shared" / "reference" / "validation"
+        if cand.is_dir():
+            return cand, True
     return (Path.cwd() / _DEFAULT_REL).resolve(), True
 
 

@@ -94,6 +94,8 @@ class FluidConfig:
     dt_quiet_max_ns : float — longest step when nothing changes.
     pfc_tau_ns : float — relaxation time of the fluid PFC throttle.
     dt_pfc_max_ns : float — longest step while some port is paused.
+    coalesce_ns : float — flows due to start within this much of now start now (merges
+        near-simultaneous ring steps into one event; error ≤ this per step).
     quiet_tol : float — a step counts as steady when no queue entry's arrival and departure
         rates differ by more than this fraction of the fastest link.
     seed : int — seeds the CNP draws.
@@ -114,6 +116,7 @@ class FluidConfig:
     pfc_tau_ns: float = 1000.0
     quiet_tol: float = 1e-3
     dt_pfc_max_ns: float = 20_000.0
+    coalesce_ns: float = 20.0
     seed: int = 0
     record_links: tuple[str, ...] = ()
     record_flows: tuple[str, ...] = ()
@@ -219,6 +222,7 @@ class FluidSim:
         self.L, self.F, self.K = L, F, K
         self.cap = problem.link_capacity_bps / _BYTES_PER_NS  # wire bytes per ns
         self.up = np.ones(L)
+        self._pos = np.zeros(L, np.int64)
         self.routes = _Routes(L, problem.route_indptr, problem.route_links)
         self.w = problem.route_weight.astype(np.float64)
         self.size_w = problem.flow_size_bytes * cfg.wire_overhead
@@ -321,6 +325,14 @@ class FluidSim:
         self.p_above = above
 
     # ---------------- active set ----------------
+    def _compress(self, ids: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(sorted unique link ids, index of each id in them) without sorting."""
+        mark = np.zeros(self.L, bool)
+        mark[ids] = True
+        ul = np.flatnonzero(mark)
+        self._pos[ul] = np.arange(len(ul))
+        return ul, self._pos[ids]
+
     def _rebuild(self) -> None:
         """Gather the arrays of the running flows (called when that set changes)."""
         R = self.routes
@@ -359,10 +371,12 @@ class FluidSim:
         qi = np.flatnonzero(hop > 0)
         self.ae_q = qi
         self.ae_ing = self.ae_link[qi - 1]  # ingress port (arrival link) of each queued entry
-        for v in np.unique(lvl[qi]):
-            idx = qi[lvl[qi] == v]
-            ul, inv = np.unique(self.ae_link[idx], return_inverse=True)
-            self.levels.append((idx, self.ae_prev[idx], ul, inv))
+        lq = lvl[qi]
+        for v in range(1, int(lq.max(initial=0)) + 1):
+            idx = qi[lq == v]
+            if len(idx):
+                ul, inv = self._compress(self.ae_link[idx])
+                self.levels.append((idx, self.ae_prev[idx], ul, inv))
         self.a_first = R.first_link[a_r]
         self.a_w = self.w[a_r]
         self.aq = self.q[a_e].copy()
@@ -372,7 +386,7 @@ class FluidSim:
         if self.cc == "dcqcn":
             self.acs = self.cc_state.take(a_r)
         self.a_rtt = self.rtt_ns[a_r]
-        ul, inv = np.unique(self.a_first, return_inverse=True)
+        ul, inv = self._compress(self.a_first)
         self.a_nic, self.a_nic_inv = ul, inv
         self.a_nic_single = len(ul) == len(self.a_first)
         self.a_line = self.cap[self.a_first]
@@ -447,7 +461,7 @@ class FluidSim:
                 _, kind, fl = fail_events.pop(0)
                 self._apply_failure(kind, fl)
                 need_rebuild = True
-            while heap and heap[0][0] <= t + 1e-9:
+            while heap and heap[0][0] <= t + cfg.coalesce_ns:
                 _, f = heapq.heappop(heap)
                 start[f] = t
                 if self.size_w[f] <= 0:
@@ -565,8 +579,6 @@ class FluidSim:
             t_new = t + dt
             # --- ECN marks and DCQCN ---
             any_marks = False
-            if self.cc == "dcqcn" or self.ack_queue:
-                rev_delay = self._rev_delay(qlink)
             if self.cc == "dcqcn":
                 pl = red_mark_probability(qlink, self.kmin, self.kmax, self.pmax, self.p_above)
                 if np.any(pl > 0):
@@ -577,6 +589,8 @@ class FluidSim:
                         cfg.packet_bytes * cfg.wire_overhead)
                     if npk.any():
                         # CNPs ride ACKs: base RTT plus the reverse path's queueing delay
+                        rev_delay = (self._rev_delay(qlink) if self.ack_queue
+                                     else np.zeros(L))
                         rq = np.bincount(self.ae_route, rev_delay[self.ae_link],
                                          minlength=len(self.a_r))
                         arrive_b = ((t_new + self.a_rtt + rq) // self._fb_bw).astype(np.int64)
@@ -604,7 +618,8 @@ class FluidSim:
                     last_cnp[self.a_r[cnp]] = t_new
                 self.ccm.update(self.acs, cnp, t_new, self.dp, x * dt)
             # --- PFC ---
-            if self.pfc_on:
+            if self.pfc_on and (self.pfc_reg.any() or not hasattr(self, "_pfc_xoff")
+                                or float(qlink.max(initial=0.0)) > 0.0):
                 self._pfc_update(dt, aq, dep, serv, dem, alloc)
             # --- samples ---
             if t_new >= next_sample - 1e-6:
@@ -619,19 +634,28 @@ class FluidSim:
             # steady: departures unchanged, no marks in flight, no pending rate cuts. Then
             # every queue moves linearly and the next step may run until a queue empties
             # or crosses a PFC/ECN threshold (or the next event).
-            # (a source that just stopped changes the next step's arrivals: not steady)
+            # (a source that just stopped while its bytes still queue somewhere changes the
+            # next step's arrivals: not steady)
+            stopped = sending & inj_done
+            if stopped.any() and len(self.ae_q):
+                rq = np.bincount(self.ae_route[self.ae_q], aq[self.ae_q],
+                                 minlength=len(self.a_r))
+                stopped_q = bool(np.any(stopped[self.a_rflow] & (rq > 1.0)))
+            else:
+                stopped_q = False
             steady = (ddep < cfg.quiet_tol * cap_max) and (t_new > marks_until) and \
-                not bool(np.any(sending & inj_done)) and \
+                not stopped_q and \
                 not any_marks and not (self.cc == "dcqcn" and bool(self.acs.dec_cnp.any()))
             quiet = steady and self._horizon(aq, aarr, dep, qlink) or 0.0
             t = t_new
             if fin.any():
+                rd_fin = self._rev_delay(qlink) if self.ack_queue else None
                 for f in af[fin]:
                     self.running[f] = False
                     self.done[f] = True
                     n_done += 1
                     # the ACK of the last byte queues behind data on the reverse path
-                    finish[f] = t + p.flow_latency_ns[f] + self._ack_queue_ns(f, qlink)
+                    finish[f] = t + p.flow_latency_ns[f] + self._ack_queue_ns(f, rd_fin)
                     self._release(f, finish[f], heap)
                 need_rebuild = True
         if len(self.a_r):
@@ -698,10 +722,9 @@ class FluidSim:
         out[ok] = qlink[rv] / np.maximum(self.cap[rv] * self.up[rv], _TINY)
         return np.where(ok, np.minimum(out, 1e9), 0.0)
 
-    def _ack_queue_ns(self, f: int, qlink: np.ndarray) -> float:
-        if not self.ack_queue:
+    def _ack_queue_ns(self, f: int, rd: np.ndarray | None) -> float:
+        if rd is None:
             return 0.0
-        rd = self._rev_delay(qlink)
         R = self.routes
         best = 0.0
         for k in self.r_order[self.f_rptr[f]:self.f_rptr[f + 1]]:

@@ -122,6 +122,7 @@ class FluidConfig:
     record_flows: tuple[str, ...] = ()
     sample_interval_ns: float = 10_000.0
     max_steps: int = 20_000_000
+    max_time_ns: float = 60e9
     policy: str = ""
     scenario: str = ""
     extra: dict = field(default_factory=dict)
@@ -488,6 +489,8 @@ class FluidSim:
                 t = max(t, nxt)
                 continue
             steps += 1
+            if t > cfg.max_time_ns:
+                break  # stalled (e.g. a failed link with no reroute): report unfinished flows
             if steps > cfg.max_steps:
                 raise RuntimeError(f"fluid engine exceeded max_steps={cfg.max_steps} at "
                                    f"t={t / 1e3:.1f} us")

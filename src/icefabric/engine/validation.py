@@ -415,8 +415,12 @@ def _disagree(sc: Scenario, group: str) -> float | None:
     return None
 
 
-def run_scenario(sc: Scenario, engines=("fluid",), references=None) -> list[Row]:
-    """Run one scenario in every reference mode with each engine; return comparison rows."""
+def run_scenario(sc: Scenario, engines=("fluid",), references=None,
+                 errors: list[str] | None = None) -> list[Row]:
+    """Run one scenario in every reference mode with each engine; return comparison rows.
+
+    An engine that fails on a scenario is reported in ``errors`` (when given) and the other
+    engines still run; without ``errors`` the exception propagates."""
     rows: list[Row] = []
     contended = is_contended(sc)
     refs = [r for r in (references or sc.references) if r in sc.references]
@@ -427,7 +431,13 @@ def run_scenario(sc: Scenario, engines=("fluid",), references=None) -> list[Row]
                 continue  # a max-min flow model has no DCQCN dynamics to compare
             prob = to_problem(sc, ref)
             t0 = time.perf_counter()
-            res = fn(prob, **engine_options(sc, ref, eng))
+            try:
+                res = fn(prob, **engine_options(sc, ref, eng))
+            except Exception as e:  # one engine's failure must not hide the others
+                if errors is None:
+                    raise
+                errors.append(f"{sc.path.name}: engine {eng} ({ref}): {type(e).__name__}: {e}")
+                continue
             wall = time.perf_counter() - t0
             ref_wall = float(sc.data["results"][ref].get("wall_s", float("nan")))
             for group, kind, ours, theirs in _groups(sc, res, ref):
@@ -473,7 +483,7 @@ def validate_dir(folder: str | Path, engines: list[str] | None = None,
         if sc.name in exclude or f.stem in exclude:
             continue
         try:
-            rows.extend(run_scenario(sc, engines))
+            rows.extend(run_scenario(sc, engines, errors=errors))
             n_ok += 1
         except (ScenarioError, KeyError, TypeError, ValueError) as e:
             errors.append(f"{f.name}: {type(e).__name__}: {e}")

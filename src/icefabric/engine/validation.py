@@ -355,6 +355,13 @@ class Row:
     within_band: bool
     band: float
     refs_disagree_pct: float | None = None
+    # PFC/queue agreement, on the makespan row only (README §5: same set of paused links,
+    # totals within x2 of the reference that uses the same threshold model)
+    paused_links_ours: int | None = None
+    paused_links_ref: int | None = None
+    paused_links_common: int | None = None
+    pause_total_ratio: float | None = None
+    max_queue_ratio: float | None = None
 
 
 def is_contended(sc: Scenario) -> bool:
@@ -415,6 +422,21 @@ def _disagree(sc: Scenario, group: str) -> float | None:
     return None
 
 
+def _pfc_agreement(ref: dict, res) -> dict:
+    """Paused-link sets, total pause time and peak queue of ours vs one reference."""
+    rp = {k: float(v) for k, v in (ref.get("pfc_pause_us") or {}).items()}
+    op = {k: v / 1e3 for k, v in res.link_pfc_pause_ns.items() if v > 0}
+    out: dict = {"paused_links_ours": len(op), "paused_links_ref": len(rp),
+                 "paused_links_common": len(set(op) & set(rp))}
+    if rp and op:
+        out["pause_total_ratio"] = round(sum(op.values()) / sum(rp.values()), 3)
+    rq = ref.get("max_queue_bytes") or {}
+    if rq and res.link_max_queue_bytes:
+        out["max_queue_ratio"] = round(max(res.link_max_queue_bytes.values()) /
+                                       max(float(v) for v in rq.values()), 3)
+    return out
+
+
 def run_scenario(sc: Scenario, engines=("fluid",), references=None,
                  errors: list[str] | None = None) -> list[Row]:
     """Run one scenario in every reference mode with each engine; return comparison rows.
@@ -440,12 +462,14 @@ def run_scenario(sc: Scenario, engines=("fluid",), references=None,
                 continue
             wall = time.perf_counter() - t0
             ref_wall = float(sc.data["results"][ref].get("wall_s", float("nan")))
+            pfc = _pfc_agreement(sc.data["results"][ref], res) if eng == "fluid" else {}
             for group, kind, ours, theirs in _groups(sc, res, ref):
                 err = (ours - theirs) / theirs if theirs > 0 else float("nan")
                 band = band_for(ref, contended, kind)
                 rows.append(Row(sc.name, eng, ref, group, round(ours, 3), round(theirs, 3),
                                 round(err, 5), contended, round(wall, 4), ref_wall,
-                                bool(abs(err) <= band), band, _disagree(sc, group)))
+                                bool(abs(err) <= band), band, _disagree(sc, group),
+                                **(pfc if group == "makespan" else {})))
     return rows
 
 
@@ -515,6 +539,18 @@ def rows_to_markdown(rows: list[Row], errors: list[str] = ()) -> str:
     n = len(rows)
     ok = sum(r.within_band for r in rows)
     lines += ["", f"{ok} of {n} rows within band."]
+    pf = [r for r in rows if r.group == "makespan" and r.paused_links_ref is not None]
+    if pf:
+        lines += ["", "## PFC and queues (fluid engine, makespan rows)", "",
+                  "Paused links: ours / reference / in both. Ratios are ours ÷ reference "
+                  "(total pause time over all links; largest egress queue).", "",
+                  "| scenario | reference | paused links (ours/ref/both) | pause-time ratio | "
+                  "max-queue ratio |", "|---|---|---|---:|---:|"]
+        for r in pf:
+            pr = "" if r.pause_total_ratio is None else f"{r.pause_total_ratio:.2f}"
+            qr = "" if r.max_queue_ratio is None else f"{r.max_queue_ratio:.2f}"
+            lines.append(f"| {r.scenario} | {r.reference} | {r.paused_links_ours} / "
+                         f"{r.paused_links_ref} / {r.paused_links_common} | {pr} | {qr} |")
     if errors:
         lines += ["", "Files that could not be run:", ""] + [f"- {e}" for e in errors]
     return "\n".join(lines) + "\n"

@@ -117,3 +117,13 @@ def test_cli_json_and_markdown(tmp_path):
     assert out.read_text().startswith("# Validation")
     bad = CliRunner().invoke(app, ["validate", str(tmp_path / "nothing")])
     assert bad.exit_code == 2
+
+
+@pytest.mark.parametrize("ref", ["ns3-pfc", "htsim-pfc"])
+def test_pfc_spreading_pauses_the_same_links(ref):
+    sc = load_scenario(REF / "pfc_spreading_victim.json")
+    mk = [r for r in run_scenario(sc, ["fluid"], [ref]) if r.group == "makespan"][0]
+    assert mk.paused_links_ref == 8
+    assert mk.paused_links_common == mk.paused_links_ours == 8
+    assert 0.5 <= mk.pause_total_ratio <= 2.0
+    assert 0.5 <= mk.max_queue_ratio <= 2.0

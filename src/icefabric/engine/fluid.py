@@ -191,14 +191,24 @@ def _waterfill(demand: np.ndarray, group: np.ndarray, cap: np.ndarray) -> np.nda
 class _Routes:
     """Per-entry (route, hop) arrays of the current routing (rebuilt on reroutes)."""
 
-    def __init__(self, n_links: int, indptr: np.ndarray, links: np.ndarray):
+    def __init__(self, n_links: int, indptr: np.ndarray, links: np.ndarray,
+                 link_intra: np.ndarray | None = None):
         self.indptr = indptr.astype(np.int64)
         self.links = links.astype(np.int64)
         lengths = np.diff(self.indptr)
         self.lengths = lengths
         self.hop = np.arange(len(links)) - np.repeat(self.indptr[:-1], lengths)
         self.level = _link_levels(n_links, self.indptr, self.links)
-        self.first_link = self.links[self.indptr[:-1]]
+        # The sender NIC is the route's first link that is not server-internal (a GPU's
+        # NVLink/PCIe hops before it are not where RoCE rate limiters, DCQCN and PFC act).
+        first = self.links[self.indptr[:-1]]
+        if link_intra is not None and len(links) and link_intra.any():
+            ext = ~link_intra[self.links]
+            pos = np.where(ext, np.arange(len(links)), len(links))
+            fe = np.minimum.reduceat(pos, self.indptr[:-1]) if len(lengths) else pos[:0]
+            ok = (fe < self.indptr[1:]) & (lengths > 0)
+            first = np.where(ok, self.links[np.minimum(fe, len(links) - 1)], first)
+        self.first_link = first
         # a link is a queueing (switch-egress) hop if some route uses it past its first hop
         self.queue_link = np.zeros(n_links, bool)
         self.queue_link[self.links[self.hop > 0]] = True
@@ -224,7 +234,9 @@ class FluidSim:
         self.cap = problem.link_capacity_bps / _BYTES_PER_NS  # wire bytes per ns
         self.up = np.ones(L)
         self._pos = np.zeros(L, np.int64)
-        self.routes = _Routes(L, problem.route_indptr, problem.route_links)
+        self.link_intra = (problem.link_kind == LINK_INTRA if problem.link_kind is not None
+                           else None)
+        self.routes = _Routes(L, problem.route_indptr, problem.route_links, self.link_intra)
         self.w = problem.route_weight.astype(np.float64)
         self.size_w = problem.flow_size_bytes * cfg.wire_overhead
         self.flow_cap = problem.flow_rate_cap_bps / _BYTES_PER_NS
@@ -813,7 +825,7 @@ class FluidSim:
             old_q[k] = np.zeros(len(lists[k]))
         lengths = np.array([len(x) for x in lists])
         indptr = np.concatenate(([0], np.cumsum(lengths)))
-        self.routes = _Routes(self.L, indptr, np.concatenate(lists))
+        self.routes = _Routes(self.L, indptr, np.concatenate(lists), self.link_intra)
         self.q = np.concatenate(old_q) if old_q else np.zeros(0)
         self.arr = np.zeros(len(self.q))
         self.drain = np.zeros(len(self.q))

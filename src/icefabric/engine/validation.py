@@ -526,6 +526,8 @@ def rows_to_markdown(rows: list[Row], errors: list[str] = ()) -> str:
              "5 % vs PFC-only references on makespan/collectives (10 % for a shorter job, "
              "15 % for single flows). `refs Δ%` is the ns3-pfc vs htsim-pfc disagreement "
              "from the file's `comparison`.", "",
+             ] + _summary_lines(rows) + [
+             "## All rows", "",
              "| scenario | engine | reference | group | ours (µs) | reference (µs) | error | "
              "band | ok | contended | refs Δ% | ours wall (s) | ref wall (s) |",
              "|---|---|---|---|---:|---:|---:|---:|---|---|---:|---:|---:|"]
@@ -554,6 +556,35 @@ def rows_to_markdown(rows: list[Row], errors: list[str] = ()) -> str:
     if errors:
         lines += ["", "Files that could not be run:", ""] + [f"- {e}" for e in errors]
     return "\n".join(lines) + "\n"
+
+
+def _summary_lines(rows: list[Row]) -> list[str]:
+    """Per scenario: fluid makespan error vs each reference, and wall times."""
+    fl = [r for r in rows if r.engine == "fluid" and r.group == "makespan"]
+    if not fl:
+        return []
+    by: dict[str, dict[str, Row]] = {}
+    for r in fl:
+        by.setdefault(r.scenario, {})[r.reference] = r
+    out = ["## Summary (fluid engine, makespan)", "",
+           "| scenario | contended | vs ns3-dcqcn | vs ns3-pfc | vs htsim-pfc | refs Δ% | "
+           "wall ours / ns3-dcqcn (s) | wall ours / ns3-pfc (s) | wall ours / htsim (s) |",
+           "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for sc, d in by.items():
+        cells, walls = [], []
+        for ref in REFERENCES:
+            r = d.get(ref)
+            cells.append("—" if r is None else f"{100 * r.rel_error:+.2f} %")
+            walls.append("—" if r is None else f"{r.ours_wall_s:.2f} / {r.reference_wall_s:.2f}")
+        any_r = next(iter(d.values()))
+        dis = "" if any_r.refs_disagree_pct is None else f"{any_r.refs_disagree_pct:.2f}"
+        out.append(f"| {sc} | {'yes' if any_r.contended else 'no'} | " + " | ".join(cells)
+                   + f" | {dis} | " + " | ".join(walls) + " |")
+    tot = {ref: (sum(r.ours_wall_s for r in fl if r.reference == ref),
+                 sum(r.reference_wall_s for r in fl if r.reference == ref)) for ref in REFERENCES}
+    out += ["", "Total wall time, ours / reference: " + ", ".join(
+        f"{ref} {a:.1f} s / {b:.1f} s" for ref, (a, b) in tot.items()), ""]
+    return out
 
 
 def row_dict(r: Row) -> dict:

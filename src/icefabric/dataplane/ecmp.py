@@ -284,23 +284,27 @@ def build_key(
     dport: object = 4791,
     proto: object = 17,
     dqpn: object = None,
+    seed: object = None,
 ) -> np.ndarray:
     """Hash key bytes of many packets as an ``(n, k)`` uint8 array.
 
     Layout: ``seed`` (``cfg.seed_bytes`` bytes, big-endian) followed by ``cfg.fields``
     in order, each big-endian with the width of :data:`FIELD_WIDTHS_BYTES`; an absent
-    ``dqpn`` is hashed as zero. All inputs broadcast to one length ``n``.
+    ``dqpn`` is hashed as zero. All inputs broadcast to one length ``n``. ``seed``
+    (scalar or per-packet array) overrides ``cfg.seed``, which lets packets of many
+    switches that differ only by seed be hashed in one call.
     """
+    seed_v = cfg.seed if seed is None else seed
     values = {"sip": src_ip, "dip": dst_ip, "proto": proto, "sport": sport, "dport": dport,
-              "bth_dqpn": 0 if dqpn is None else dqpn}
+              "bth_dqpn": 0 if dqpn is None else dqpn, "seed": seed_v}
     shape = np.broadcast_shapes(*(np.shape(v) for v in values.values()))
     if len(shape) > 1:
         raise ValueError(f"hash inputs must be scalars or 1-D arrays, got shape {shape}")
     n = shape[0] if shape else 1
     cols: list[np.ndarray] = []
-    seed = np.uint64(cfg.seed)
+    sv = _as_u64(seed_v, n)
     for i in range(cfg.seed_bytes - 1, -1, -1):
-        cols.append(np.full(n, (seed >> np.uint64(8 * i)) & np.uint64(0xFF), dtype=np.uint8))
+        cols.append(((sv >> np.uint64(8 * i)) & np.uint64(0xFF)).astype(np.uint8))
     for f in cfg.fields:
         v = _as_u64(values[f], n)
         for i in range(FIELD_WIDTHS_BYTES[f] - 1, -1, -1):
@@ -357,6 +361,7 @@ def ecmp_hash(
     dport: object = 4791,
     proto: object = 17,
     dqpn: object = None,
+    seed: object = None,
 ) -> np.ndarray:
     """16-bit ECMP hash of many packets (vectorised).
 
@@ -372,6 +377,8 @@ def ecmp_hash(
         IP protocol (17 = UDP).
     dqpn : int, array or None
         BTH destination QP (24 bits), used only if ``"bth_dqpn"`` is in ``cfg.fields``.
+    seed : int, array or None
+        Overrides ``cfg.seed`` (per packet if an array).
 
     Returns
     -------
@@ -383,7 +390,7 @@ def ecmp_hash(
     Builds the ``(n, k)`` key byte matrix and runs a 256-entry table-driven CRC
     column by column, so the Python loop is over the k key bytes only.
     """
-    key = build_key(cfg, src_ip, dst_ip, sport, dport, proto, dqpn)
+    key = build_key(cfg, src_ip, dst_ip, sport, dport, proto, dqpn, seed)
     return _hash_key_columns(cfg, key)
 
 
@@ -394,12 +401,13 @@ def base_hash(
     dport: object = 4791,
     proto: object = 17,
     dqpn: object = None,
+    seed: object = None,
 ) -> np.ndarray:
     """Hash of the flow with source port 0.
 
     ``ecmp_hash(cfg, sip, dip, s) == base_hash(cfg, sip, dip) ^ sport_xor_table(cfg)[s]``.
     """
-    return ecmp_hash(cfg, src_ip, dst_ip, 0, dport, proto, dqpn)
+    return ecmp_hash(cfg, src_ip, dst_ip, 0, dport, proto, dqpn, seed)
 
 
 @functools.lru_cache(maxsize=64)

@@ -50,7 +50,8 @@ def test_vectorised_hash_equals_bitwise_reference(cfg, data):
     dqpn = data.draw(st.lists(st.integers(0, 0xFFFFFF), min_size=n, max_size=n))
     h = ecmp_hash(cfg, np.array(sip, np.uint32), np.array(dip, np.uint32), np.array(sport),
                   dqpn=np.array(dqpn))
-    ref = [ecmp_hash_scalar(cfg, a, b, s, dqpn=q) for a, b, s, q in zip(sip, dip, sport, dqpn)]
+    ref = [ecmp_hash_scalar(cfg, a, b, s, dqpn=q)
+           for a, b, s, q in zip(sip, dip, sport, dqpn, strict=True)]
     assert h.dtype == np.uint32
     assert h.tolist() == ref
     assert int(h.max()) < 1 << 16

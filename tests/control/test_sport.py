@@ -15,6 +15,7 @@ from icefabric.control.sport import (
     path_members,
     solve_sports,
     solve_sports_by_probing,
+    validate_port_paths,
     verify_sports,
 )
 from icefabric.dataplane.ecmp import (
@@ -329,3 +330,12 @@ def test_probing_respects_exclusions_and_budget():
     starved = solve_sports_by_probing(HashModelProber(cfgs, nd), sip, dip, want,
                                       budget_per_pair=8, batch=8)
     assert (starved == -1).any()
+
+
+def test_validate_port_paths_detects_reseed():
+    cfgs, nd = _fabric(seed=5)
+    prober = HashModelProber(cfgs, nd, loss_prob=0.2, seed=3)
+    pm = learn_port_paths(prober, 0x0A000001, 0x0A000101, n_ports=200, batch=64)
+    assert validate_port_paths(prober, pm)
+    prober.reseed(1, _changing_seed(prober, 1, 0x0A000001, 0x0A000101))
+    assert not validate_port_paths(prober, pm, n_probes=64)

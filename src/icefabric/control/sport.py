@@ -59,6 +59,7 @@ __all__ = [
     "path_members",
     "solve_sports",
     "solve_sports_by_probing",
+    "validate_port_paths",
     "verify_sports",
 ]
 
@@ -783,6 +784,43 @@ def _verify_by_probe(
                 state[i] = 1 if tuple(path) == expected[i] else -1
         pending = np.asarray(still, dtype=np.int64)
     return state, used
+
+
+def validate_port_paths(
+    prober: Prober,
+    pmap: PortPathMap,
+    *,
+    n_probes: int = 16,
+    max_retries: int = 8,
+    seed: int = 0,
+) -> bool:
+    """Re-probe a sample of learned ports; False if any now takes another path.
+
+    A periodic check an agent can run on cached maps: after a switch reseed (or a
+    membership change) the sampled ports move, and the map must be relearned. Lost
+    probes are retried; a port whose probes are all lost counts as consistent.
+
+    Parameters
+    ----------
+    prober : Prober
+    pmap : PortPathMap
+        Learned map to check.
+    n_probes : int
+        Sample size (distinct learned ports).
+    max_retries : int
+        Retries per lost probe.
+    seed : int
+        Sample choice.
+    """
+    ports = np.fromiter(pmap.port_path, dtype=np.int64, count=len(pmap.port_path))
+    if ports.size == 0:
+        return True
+    rng = np.random.default_rng(seed)
+    sample = rng.choice(ports, min(n_probes, ports.size), replace=False).tolist()
+    state, used = _verify_by_probe(prober, pmap.src_ip, pmap.dst_ip, sample,
+                                   [pmap.port_path[p] for p in sample], max_retries)
+    pmap.probes_used += used
+    return bool(np.all(state >= 0))
 
 
 def solve_sports_by_probing(

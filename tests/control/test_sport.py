@@ -43,6 +43,7 @@ hash_configs = st.builds(
     offset=st.integers(0, 15),
     selection=st.sampled_from(["mod", "mod", "resilient"]),
     table_size=st.sampled_from([16, 48, 64]),
+    symmetric=st.booleans(),
 )
 
 

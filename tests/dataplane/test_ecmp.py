@@ -37,6 +37,7 @@ configs = st.builds(
                             ("sport", "dip", "sip"), ("sip", "dip", "sport", "dport")]),
     crc_init=st.sampled_from([None, 0, 0x1D0F]),
     seed_bytes=st.sampled_from([4, 2, 0]),
+    symmetric=st.booleans(),
 )
 
 
@@ -178,3 +179,14 @@ def test_ecmp_select_uses_each_rows_switch():
             c = cfgs[ci[i]]
             h = ecmp_hash_scalar(c, int(sip[i]), int(dip[i]), int(sp[i]))
             assert m[i] == select_member(c, np.array([h]), nm[i])[0]
+
+
+def test_symmetric_hash_is_direction_independent():
+    cfg = make_profile("spectrum_cumulus", seed=99)
+    assert cfg.symmetric
+    a = ecmp_hash(cfg, 0x0A000001, 0x0A000102, 0xC123, 4791)
+    b = ecmp_hash(cfg, 0x0A000102, 0x0A000001, 4791, 0xC123)
+    assert np.array_equal(a, b)
+    asym = dataclasses.replace(cfg, symmetric=False)
+    assert not np.array_equal(ecmp_hash(asym, 0x0A000001, 0x0A000102, 0xC123, 4791),
+                              ecmp_hash(asym, 0x0A000102, 0x0A000001, 4791, 0xC123))

@@ -118,6 +118,12 @@ class HashConfig:
         XOR.
     seed_bytes : int
         Width of the seed prefix in bytes (0 disables the seed).
+    symmetric : bool
+        Symmetric hashing (SAI ``ECMP_DEFAULT_SYMMETRIC_HASH``; on by default in
+        Cumulus): both directions of a flow hash alike. Modelled by hashing
+        ``sip ^ dip`` in the ``sip`` slot and ``sport ^ dport`` in the ``sport`` slot
+        (zeros in the ``dip``/``dport`` slots) [UNCONFIRMED: ASICs may sort instead];
+        XOR keeps the hash linear in the source port.
     name : str
         Free-form label (profile name, switch name).
 
@@ -134,6 +140,7 @@ class HashConfig:
     table_size: int = 64
     crc_init: int | None = None
     seed_bytes: int = 4
+    symmetric: bool = False
     name: str = ""
 
     def __post_init__(self) -> None:
@@ -192,10 +199,12 @@ PROFILES: dict[str, HashConfig] = {
     "sonic_spine": HashConfig("crc16_bisync", seed=25, name="sonic_spine"),
     # NVIDIA Spectrum / Cumulus: crc16-ccitt, switchd picks a random seed when none is
     # configured (draw one with make_profile(..., seed=None, rng=...)).
-    "spectrum_cumulus": HashConfig("crc16_ccitt", name="spectrum_cumulus"),
+    # Symmetric hashing is on by default in Cumulus.
+    "spectrum_cumulus": HashConfig("crc16_ccitt", symmetric=True, name="spectrum_cumulus"),
     # Cumulus resilient hashing, default 64 buckets per group.
     "spectrum_cumulus_resilient": HashConfig(
-        "crc16_ccitt", selection="resilient", table_size=64, name="spectrum_cumulus_resilient"
+        "crc16_ccitt", selection="resilient", table_size=64, symmetric=True,
+        name="spectrum_cumulus_resilient",
     ),
     # Per-packet spraying (SAI RANDOM); an upper reference, not steerable.
     "spray": HashConfig("random", name="spray"),
@@ -301,6 +310,10 @@ def build_key(
     if len(shape) > 1:
         raise ValueError(f"hash inputs must be scalars or 1-D arrays, got shape {shape}")
     n = shape[0] if shape else 1
+    if cfg.symmetric:
+        values["sip"] = _as_u64(src_ip, n) ^ _as_u64(dst_ip, n)
+        values["sport"] = _as_u64(sport, n) ^ _as_u64(dport, n)
+        values["dip"] = values["dport"] = 0
     cols: list[np.ndarray] = []
     sv = _as_u64(seed_v, n)
     for i in range(cfg.seed_bytes - 1, -1, -1):
@@ -513,6 +526,8 @@ def ecmp_hash_scalar(
 
     values = {"sip": src_ip, "dip": dst_ip, "proto": proto, "sport": sport, "dport": dport,
               "bth_dqpn": dqpn or 0}
+    if cfg.symmetric:
+        values.update(sip=src_ip ^ dst_ip, dip=0, sport=sport ^ dport, dport=0)
     key = int(cfg.seed).to_bytes(4, "big")[4 - cfg.seed_bytes:] if cfg.seed_bytes else b""
     for f in cfg.fields:
         key += int(values[f]).to_bytes(FIELD_WIDTHS_BYTES[f], "big")

@@ -97,9 +97,9 @@ def ring_dag(wb: WorkloadBuilder, comm: Communicator, kind: str, size_bytes: int
     Each channel splits its share into ``n`` chunks; chunk ``c`` travels ``steps`` hops
     (ring position ``c+k`` to ``c+k+1`` at step ``k``); a step waits for the previous step of
     its chunk (its data must have arrived) and for the previous send on the same ring edge
-    (a rank sends its steps in order: at step ``k`` every rank sends one chunk) — the NCCL schedule as the validation references
-    model it. Costs ``channels * n * steps`` flows, so it is for small cases: tests check
-    that it agrees with the coupled representation.
+    (a rank sends its steps in order: at step ``k`` every rank sends one chunk) — the NCCL
+    schedule as the validation references model it. Costs ``channels * n * steps`` flows,
+    so it is for small cases: tests check that it agrees with the coupled representation.
     """
     if kind not in RING_STEPS:
         raise ValueError(f"ring algorithm does not implement {kind!r}")

@@ -16,14 +16,12 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
-@app.callback()
-def _root() -> None:
-    """ICE for heterogeneous RoCEv2 AI fabrics, and its digital twin."""
-    # An explicit callback keeps ``icefab <command>`` a group even with one command.
-
-
 # Each module defines ``register(app: typer.Typer) -> None``.
-COMMAND_MODULES: tuple[str, ...] = ("validate",)
+COMMAND_MODULES: tuple[str, ...] = (
+    "simulate",
+    "scenarios",
+    "validate",
+)
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"icefabric.cli.{_name}").register(app)

@@ -127,3 +127,28 @@ def test_pfc_spreading_pauses_the_same_links(ref):
     assert mk.paused_links_common == mk.paused_links_ours == 8
     assert 0.5 <= mk.pause_total_ratio <= 2.0
     assert 0.5 <= mk.max_queue_ratio <= 2.0
+
+
+def test_dcqcn_rate_dynamics_follow_reference_samples():
+    """After the first flow ends, the three remaining DCQCN limits sum to ~85-95 Gb/s and
+    recover only by AI steps (README, staggered scenario) - compare with rate_samples."""
+    import numpy as np
+
+    from icefabric.engine.registry import get_engine
+    from icefabric.engine.validation import engine_options
+
+    sc = load_scenario(REF / "dcqcn_staggered_4flows.json")
+    prob = to_problem(sc, "ns3-dcqcn")
+    flows = ["long1", "long2", "long3"]
+    res = get_engine("fluid")(prob, **engine_options(sc, "ns3-dcqcn"), record_flows=flows,
+                              sample_interval_ns=100_000.0)
+    ts = res.timeseries
+    t = np.asarray(ts["t_us"])
+    ours = np.sum([ts["rate_gbps"][f] for f in flows], axis=0)
+    samples = sc.data["results"]["ns3-dcqcn"]["rate_samples"]["flows"]
+    for when in (10_000.0, 11_000.0, 12_000.0):
+        ref = sum(np.interp(when, np.asarray(samples[f])[:, 0], np.asarray(samples[f])[:, 1])
+                  for f in flows)
+        mine = ours[np.argmin(np.abs(t - when))]
+        assert 80 <= ref <= 100
+        assert abs(mine - ref) <= 10, (when, mine, ref)

@@ -5,16 +5,19 @@ Model
 Time advances in steps. Everything moves in **wire bytes** (payload × ``wire_overhead``):
 link capacities, queues and PFC/ECN thresholds are wire quantities, as on hardware.
 
-* **Sources.** A flow's routes are fed by their first link (the sender NIC). Each route
-  asks for ``min(line rate, CC rate limit, weight × pacer cap)``; the NIC shares its
-  capacity max-min among its active QPs (round-robin NIC scheduler, as in HPCC ns-3, or
-  htsim's per-host fair queue). A flow's rate is the minimum over its routes of
-  ``alloc / weight`` (a coupled, pipelined flow runs at its slowest hop) and every route
-  then injects ``weight × rate``.
+* **Sources.** A route is fed by its sender NIC: its first link that is not
+  server-internal (NVLink/PCIe hops before it are pass-through). Each route asks for
+  ``min(line rate, CC rate limit, weight × pacer cap)``; the NIC shares its capacity
+  max-min among its active QPs (round-robin NIC scheduler, as in HPCC ns-3, or htsim's
+  per-host fair queue). A flow's rate is the minimum over its routes of ``alloc / weight``
+  (a coupled, pipelined flow runs at its slowest hop) and every route injects
+  ``weight × rate``. ACKs of delivered packets (``ack_bytes`` each) take their share of the
+  reverse links (a NIC sends ACKs ahead of data).
 * **Queues.** Every (route, hop ≥ 1) pair holds content ``q`` in the egress queue of that
   hop's link. A link serves ``min(C · dt, Q + A · dt)`` bytes per step (``Q`` content,
   ``A`` arrivals), FIFO: the present content leaves first, in proportion to each entry's
-  share of it, then the step's arrivals in proportion to theirs.
+  share of it, then the step's arrivals in proportion to theirs. Content whose source has
+  stopped is spread through the FIFO, so it drains linearly at its last departure rate.
   Links are swept in topological order of the route graph, so a departure reaches the next
   hop within the same step (propagation is added as ``flow_latency_ns`` instead).
 * **PFC** (802.1Qbb; thresholds :mod:`icefabric.dataplane.pfc`). Switch buffer use is
@@ -28,16 +31,22 @@ link capacities, queues and PFC/ECN thresholds are wire quantities, as on hardwa
   hysteresis gap (one XOFF→XON→XOFF cycle per gap drained and refilled).
 * **ECN/DCQCN.** Switch egress queues mark with RED on the instantaneous queue
   (:mod:`icefabric.dataplane.ecn`). Marked bytes of each route, divided by the packet
-  size, are fed back after the route's round-trip delay; the sender QP sees a CNP in a
-  step with probability ``1 − exp(−marked packets)`` (drawn from a seeded generator, so a
-  run is reproducible), and the DCQCN kernel (:mod:`icefabric.dataplane.dcqcn`) updates
-  its rate.
-* **Completion.** A flow finishes when every route delivered its bytes; dependants start
-  ``flow_latency_ns`` later (the ACK of the last byte), as ``SimProblem`` defines.
+  size, reach the sender one round trip later plus the queueing delay of the reverse
+  path (CNPs ride ACKs, which share the data FIFO); the QP sees a CNP in a step with
+  probability ``1 − exp(−marked packets)`` (drawn from a seeded generator, so a run is
+  reproducible), and the DCQCN kernel (:mod:`icefabric.dataplane.dcqcn`) updates its rate.
+* **Completion.** A flow finishes when every route delivered its bytes, plus
+  ``flow_latency_ns`` (the ACK of the last byte, as ``SimProblem`` defines) plus the
+  ACK's queueing delay on the reverse path; dependants start then.
+* **Failures.** Links go down at ``t_ns``; rerouted routes resend what they still had in
+  the network (go-back-N).
 
-Stepping is adaptive: ``dt_ns`` while queues, marks or pending rate cuts are active; when
-nothing changes (queues empty or at a PFC equilibrium, no marks in flight) it jumps to the
-next event (flow start or end, DCQCN timer, failure, sample), at most ``dt_quiet_max_ns``.
+Stepping is adaptive: ``dt_ns`` while queues move, marks are in flight or rate cuts are
+pending. When departures are unchanged, every queue evolves linearly, so a step runs to the
+next event (flow start/end, DCQCN increase timer, failure, sample) or until a queue
+empties or reaches a PFC threshold or Kmin — at most ``dt_quiet_max_ns``
+(``dt_pfc_max_ns`` while a port is paused). An uncontended collective costs one step per
+flow event.
 
 References
 ----------
@@ -51,7 +60,7 @@ from __future__ import annotations
 
 import heapq
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -59,7 +68,7 @@ from icefabric.dataplane.cc import get_cc
 from icefabric.dataplane.dcqcn import DcqcnParams
 from icefabric.dataplane.ecn import RedParams, red_mark_probability
 from icefabric.dataplane.pfc import PfcParams
-from icefabric.engine.problem import LINK_HOST, LINK_INTRA, SimProblem
+from icefabric.engine.problem import LINK_INTRA, SimProblem
 from icefabric.engine.registry import register_engine
 from icefabric.engine.result import CollectiveResult, SimResult
 
@@ -125,7 +134,6 @@ class FluidConfig:
     max_time_ns: float = 60e9
     policy: str = ""
     scenario: str = ""
-    extra: dict = field(default_factory=dict)
 
 
 # --------------------------------------------------------------------------------------
@@ -917,4 +925,4 @@ def run(problem: SimProblem, **options) -> SimResult:
     return FluidSim(problem, cfg).run()
 
 
-__all__ = ["FluidConfig", "FluidSim", "run", "LINK_HOST"]
+__all__ = ["FluidConfig", "FluidSim", "run"]

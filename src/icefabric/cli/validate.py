@@ -48,6 +48,9 @@ def register(app: typer.Typer) -> None:
             "repository root when run on the default set).")] = None,
         exclude: Annotated[list[str] | None, typer.Option(
             "--exclude", help="Scenario name to skip (repeatable).")] = None,
+        seeds: Annotated[int, typer.Option(
+            "--seeds", min=1, help="DCQCN runs per scenario (stochastic CNPs); the "
+            "median is compared.")] = 3,
     ) -> None:
         """Compare our engines with the ns-3 / htsim reference runs of each scenario."""
         from rich.console import Console
@@ -62,7 +65,7 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2)
         engines = [e.strip() for item in (engine or []) for e in item.split(",") if e.strip()]
         try:
-            rows, errors = validate_dir(path, engines or None, tuple(exclude or ()))
+            rows, errors = validate_dir(path, engines or None, tuple(exclude or ()), seeds)
         except FileNotFoundError as e:
             err.print(f"[bold red]error:[/] {e}")
             raise typer.Exit(2) from None

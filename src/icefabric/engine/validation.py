@@ -438,11 +438,15 @@ def _pfc_agreement(ref: dict, res) -> dict:
 
 
 def run_scenario(sc: Scenario, engines=("fluid",), references=None,
-                 errors: list[str] | None = None) -> list[Row]:
+                 errors: list[str] | None = None, seeds: int = 3) -> list[Row]:
     """Run one scenario in every reference mode with each engine; return comparison rows.
 
-    An engine that fails on a scenario is reported in ``errors`` (when given) and the other
-    engines still run; without ``errors`` the exception propagates."""
+    DCQCN runs are stochastic (CNP draws), like the packet-level reference they are
+    compared with; they are repeated with ``seeds`` seeds and each group reports the
+    median (``ours_wall_s`` is the mean wall time of one run). Other modes are
+    deterministic and run once. An engine that fails on a scenario is reported in
+    ``errors`` (when given) and the other engines still run; without ``errors`` the
+    exception propagates."""
     rows: list[Row] = []
     contended = is_contended(sc)
     refs = [r for r in (references or sc.references) if r in sc.references]
@@ -452,18 +456,27 @@ def run_scenario(sc: Scenario, engines=("fluid",), references=None,
             if eng != "fluid" and ref == "ns3-dcqcn":
                 continue  # a max-min flow model has no DCQCN dynamics to compare
             prob = to_problem(sc, ref)
-            t0 = time.perf_counter()
+            opts = engine_options(sc, ref, eng)
+            n_runs = max(1, seeds) if opts.get("cc") == "dcqcn" else 1
+            runs, walls = [], []
             try:
-                res = fn(prob, **engine_options(sc, ref, eng))
+                for seed in range(n_runs):
+                    t0 = time.perf_counter()
+                    runs.append(fn(prob, **(opts | {"seed": seed} if n_runs > 1 else opts)))
+                    walls.append(time.perf_counter() - t0)
             except Exception as e:  # one engine's failure must not hide the others
                 if errors is None:
                     raise
                 errors.append(f"{sc.path.name}: engine {eng} ({ref}): {type(e).__name__}: {e}")
                 continue
-            wall = time.perf_counter() - t0
+            wall = float(np.mean(walls))
             ref_wall = float(sc.data["results"][ref].get("wall_s", float("nan")))
-            pfc = _pfc_agreement(sc.data["results"][ref], res) if eng == "fluid" else {}
-            for group, kind, ours, theirs in _groups(sc, res, ref):
+            per_run = [_groups(sc, res, ref) for res in runs]
+            makespans = [res.makespan_ns for res in runs]
+            mid = runs[int(np.argsort(makespans)[len(runs) // 2])]  # median run for PFC stats
+            pfc = _pfc_agreement(sc.data["results"][ref], mid) if eng == "fluid" else {}
+            for j, (group, kind, _, theirs) in enumerate(per_run[0]):
+                ours = float(np.median([g[j][2] for g in per_run]))
                 err = (ours - theirs) / theirs if theirs > 0 else float("nan")
                 band = band_for(ref, contended, kind)
                 rows.append(Row(sc.name, eng, ref, group, round(ours, 3), round(theirs, 3),
@@ -486,7 +499,7 @@ def available_engines(requested: list[str] | None = None) -> list[str]:
 
 
 def validate_dir(folder: str | Path, engines: list[str] | None = None,
-                 exclude: tuple[str, ...] = ()) -> tuple[list[Row], list[str]]:
+                 exclude: tuple[str, ...] = (), seeds: int = 3) -> tuple[list[Row], list[str]]:
     """Run every ``*.json`` scenario of ``folder``. Returns (rows, errors).
 
     A malformed file yields one error naming it; the others still run. Raises
@@ -507,7 +520,7 @@ def validate_dir(folder: str | Path, engines: list[str] | None = None,
         if sc.name in exclude or f.stem in exclude:
             continue
         try:
-            rows.extend(run_scenario(sc, engines, errors=errors))
+            rows.extend(run_scenario(sc, engines, errors=errors, seeds=seeds))
             n_ok += 1
         except (ScenarioError, KeyError, TypeError, ValueError) as e:
             errors.append(f"{f.name}: {type(e).__name__}: {e}")

@@ -659,7 +659,8 @@ class FluidSim:
                 self.size_w[af], 1.0))
             backlog = self.a_w * self.inj[af][self.a_rflow] - self.deliv[self.a_r]
             bl = np.maximum.reduceat(backlog, self.a_fstart)
-            fin = inj_done & (bl <= 1e-6 * np.maximum(self.size_w[af], 1.0) + 1e-6)
+            fin = inj_done & (bl <= 1e-6 * np.maximum(self.size_w[af], 1.0) + 1e-6) & \
+                self.running[af]
             # steady: departures unchanged, no marks in flight, no pending rate cuts. Then
             # every queue moves linearly and the next step may run until a queue empties
             # or crosses a PFC/ECN threshold (or the next event).
@@ -686,7 +687,10 @@ class FluidSim:
                     # the ACK of the last byte queues behind data on the reverse path
                     finish[f] = t + p.flow_latency_ns[f] + self._ack_queue_ns(f, rd_fin)
                     self._release(f, finish[f], heap)
-                need_rebuild = True
+                # Finished flows stay in the active arrays (idle, no bytes) until the next
+                # start rebuilds them: one rebuild per event instead of two.
+                if not self.running[af].any():
+                    need_rebuild = True
         if len(self.a_r):
             self._rebuild()
         wall = time.perf_counter() - wall0

@@ -1,0 +1,34 @@
+"""Shared helpers for the text collectors: decoding and line splitting that never fail."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from icefabric.schemas import ParseWarning
+
+
+def to_text(data: str | bytes) -> str:
+    """Decode ``data`` as UTF-8, replacing undecodable bytes (a garbled log must still parse)."""
+    if isinstance(data, bytes):
+        return data.decode("utf-8", errors="replace")
+    return data
+
+
+def read_text(path: str | Path) -> str:
+    """Read a file as text with the same never-fail decoding as :func:`to_text`."""
+    return to_text(Path(path).read_bytes())
+
+
+def lines_of(text: str) -> list[str]:
+    """Split on any newline convention; a final unterminated line is kept."""
+    return text.splitlines()
+
+
+def looks_garbled(line: str) -> bool:
+    """True when the line holds bytes no CCL prints (NUL, replacement char, controls)."""
+    return any(ch == "\ufffd" or (ord(ch) < 32 and ch not in "\t\r\n") for ch in line)
+
+
+def warn(message: str, line: int | None, source: str | None) -> ParseWarning:
+    where = f"line {line}: " if line is not None else ""
+    return ParseWarning(message=f"{where}{message}", line=line, source=source)

@@ -207,8 +207,14 @@ def nccl_log_facts(log: NcclLog, tests: NcclTestsOutput | None = None) -> dict[s
         nch = [r["nchannels"] for r in log.ring_orders if r["nchannels"]]
         f["nchannels"] = max(nch) if nch else len(rings)
     if log.trees:
+        # "trees" holds the first (or only) tree of each channel; NCCL 2.5's second tree,
+        # printed after "|", is listed apart so both read like the printed columns.
         f["trees"] = [{k: t[k] for k in ("rank", "channel", "down", "up")}
-                      | ({"tree": t["tree"]} if t["tree"] else {}) for t in log.trees]
+                      for t in log.trees if t["tree"] == 0]
+        second = [{k: t[k] for k in ("rank", "channel", "down", "up")}
+                  for t in log.trees if t["tree"] == 1]
+        if second:
+            f["trees2"] = second
         f["tree_channels"] = len({t["channel"] for t in log.trees})
     if log.connections:
         conns = [connection_facts(c) for c in log.connections]

@@ -98,6 +98,10 @@ _TREE_ITEM = re.compile(
     r"\[(?P<ch>\d+)\] (?P<d0>-?\d+)/(?P<d1>-?\d+)/(?P<d2>-?\d+)->(?P<r>-?\d+)->(?P<up>-?\d+)"
     r"(?:\|(?P<up2>-?\d+)->(?P<r2>-?\d+)->(?P<e0>-?\d+)/(?P<e1>-?\d+)/(?P<e2>-?\d+))?$"
 )
+# NCCL 2.4 printed one tree per channel the other way round: up->rank->d0/d1/d2.
+_TREE_ITEM_24 = re.compile(
+    r"\[(?P<ch>\d+)\] (?P<up>-?\d+)->(?P<r>-?\d+)->(?P<d0>-?\d+)/(?P<d1>-?\d+)/(?P<d2>-?\d+)$"
+)
 _CONN = re.compile(
     r"^(?:Channel|Ring) (?P<ch>\d+)(?:/(?P<sub>\d+))? : (?P<a>\d+)\[(?P<adev>[0-9a-fA-Fx:.]+)\] -> "
     r"(?P<b>\d+)\[(?P<bdev>[0-9a-fA-Fx:.]+)\](?: \[(?P<dir>send|receive)\])? via (?P<via>.+?)\s*$"
@@ -184,24 +188,35 @@ class NcclLog:
         )
 
 
-def _segments(line: str) -> list[tuple[re.Match[str] | None, str]]:
-    """Split a line into (prefix match, message) pieces.
+def _segments(line: str, known_hosts: list[str]) -> list[tuple[dict[str, str] | None, str]]:
+    """Split a line into (prefix fields, message) pieces.
 
     Two processes writing at once can glue their lines together; every NCCL prefix found
-    starts a new piece, so the second line's facts are still read.
+    starts a new piece, so the second line's facts are still read. A glued prefix swallows the
+    tail of the previous message into its host name (``...via P2P/IPChost-a:12:34 [1]``), so
+    when a host already seen ends that name, the split is moved to where that host starts.
     """
     line = _MPI_TAG.sub("", line)
     found = list(_PREFIX.finditer(line))
     if not found:
         return [(None, line)]
-    out: list[tuple[re.Match[str] | None, str]] = []
-    if found[0].start() > 0 and line[: found[0].start()].strip():
-        # Text before the first prefix: a launcher tag (Ray worker, timestamps) or the head of
-        # a glued line. Host names never contain spaces, so a bare tail is the host itself.
-        pass
+    hosts = sorted(set(known_hosts) | {found[0]["host"]}, key=len, reverse=True)
+    cuts: list[tuple[int, int, dict[str, str]]] = []
     for i, m in enumerate(found):
-        end = found[i + 1].start() if i + 1 < len(found) else len(line)
-        out.append((m, line[m.end():end].rstrip()))
+        fields = m.groupdict()
+        start = m.start()
+        if i > 0:
+            host = m["host"]
+            for h in hosts:
+                if h and host != h and host.endswith(h):
+                    start = m.start() + len(host) - len(h)
+                    fields["host"] = h
+                    break
+        cuts.append((start, m.end(), fields))
+    out: list[tuple[dict[str, str] | None, str]] = []
+    for i, (_start, msg_start, fields) in enumerate(cuts):
+        end = cuts[i + 1][0] if i + 1 < len(cuts) else len(line)
+        out.append((fields, line[msg_start:end].rstrip()))
     return out
 
 
@@ -266,14 +281,14 @@ def _parse_into(log: NcclLog, text: str, source: str | None) -> None:
                                      lineno, source))
             raw = "".join(ch for ch in raw if ch != "\ufffd" and (ord(ch) >= 32 or ch == "\t"))
         try:
-            for m, msg in _segments(raw):
+            for m, msg in _segments(raw, log.hosts_seen):
                 _parse_segment(log, m, msg, lineno, source)
         except Exception as exc:  # noqa: BLE001 - a collector must never crash on bad input
             log.warnings.append(warn(f"could not read line ({type(exc).__name__}: {exc})",
                                      lineno, source))
 
 
-def _parse_segment(log: NcclLog, m: re.Match[str] | None, msg: str, lineno: int,
+def _parse_segment(log: NcclLog, m: dict[str, str] | None, msg: str, lineno: int,
                    source: str | None) -> None:
     ref = LineRef(source, lineno)
     if m is not None:
@@ -350,7 +365,7 @@ def _parse_message(log: NcclLog, msg: str, ref: LineRef) -> bool:  # noqa: C901 
         items = t["body"].split()
         ok = True
         for ch_tok, val in zip(items[::2], items[1::2], strict=False):
-            it = _TREE_ITEM.match(f"{ch_tok} {val}")
+            it = _TREE_ITEM.match(f"{ch_tok} {val}") or _TREE_ITEM_24.match(f"{ch_tok} {val}")
             if not it:
                 ok = False
                 continue
@@ -358,7 +373,7 @@ def _parse_message(log: NcclLog, msg: str, ref: LineRef) -> bool:  # noqa: C901 
             log.trees.append({"rank": rank, "channel": ch,
                               "down": [int(it["d0"]), int(it["d1"]), int(it["d2"])],
                               "up": int(it["up"]), "tree": 0, "ref": ref})
-            if it["up2"] is not None:
+            if it.re is _TREE_ITEM and it["up2"] is not None:
                 log.trees.append({"rank": int(it["r2"]), "channel": ch,
                                   "down": [int(it["e0"]), int(it["e1"]), int(it["e2"])],
                                   "up": int(it["up2"]), "tree": 1, "ref": ref})
@@ -667,7 +682,7 @@ def _report(log: NcclLog, group: dict[str, Any], mine) -> CommunicatorReport:
     devs = rank_devices(sub)
     nranks = group["nranks"]
     if nranks is None and sub.ring_orders:
-        nranks = max(len(r["ranks"]) for r in sub.ring_orders if r["complete"]) or None
+        nranks = max((len(r["ranks"]) for r in sub.ring_orders if r["complete"]), default=0) or None
     nics = host_nics(log)
     rank_nic: dict[int, str] = {}
     for conn in sub.connections:

@@ -281,3 +281,32 @@ def measured_busbw(run: NcclTestsRun, *, in_place: bool = False) -> list[tuple[i
     """(size_bytes, busbw GB/s) pairs of a run, the series ``compare nccl-tests`` plots."""
     half = "in_place" if in_place else "out_of_place"
     return [(r["size"], r[half]["busbw_GBps"]) for r in run.rows]
+
+
+def measured_table(run: NcclTestsRun) -> dict[str, Any]:
+    """What ``icefab compare nccl-tests`` needs from one measured run.
+
+    Returns
+    -------
+    dict
+        ``{"collective": "all_reduce" | ... | None, "nranks": int | None, "hosts": [...],
+        "sizes_bytes": [...], "time_us": [...], "algbw_GBps": [...], "busbw_GBps": [...],
+        "in_place_busbw_GBps": [...]}`` (out-of-place columns unless named otherwise).
+        ``nranks`` comes from the ``# Rank`` device lines (else nGpus x nThread when the run
+        is single-process); ``collective`` from the command or header (``all_reduce_perf``).
+    """
+    coll = run.collective[:-5] if run.collective and run.collective.endswith("_perf") else (
+        run.collective)
+    nranks = len(run.devices) or None
+    if nranks is None and run.params.get("nGpus") and run.params.get("nThread"):
+        nranks = run.params["nGpus"] * run.params["nThread"]
+    return {
+        "collective": coll,
+        "nranks": nranks,
+        "hosts": list(dict.fromkeys(d["host"] for d in run.devices)),
+        "sizes_bytes": [r["size"] for r in run.rows],
+        "time_us": [r["out_of_place"]["time_us"] for r in run.rows],
+        "algbw_GBps": [r["out_of_place"]["algbw_GBps"] for r in run.rows],
+        "busbw_GBps": [r["out_of_place"]["busbw_GBps"] for r in run.rows],
+        "in_place_busbw_GBps": [r["in_place"]["busbw_GBps"] for r in run.rows],
+    }

@@ -1,0 +1,128 @@
+"""NCCL/RCCL log reader: real corpus logs plus lines built from NCCL's printf formats."""
+
+from __future__ import annotations
+
+from icefabric.collect._text import read_text
+from icefabric.collect.nccl_log import (
+    build_reports,
+    parse_nccl_log,
+    parse_nccl_logs,
+    rings_by_channel,
+)
+
+from .conftest import corpus_file
+
+P = "host-a:100:200 [0] NCCL INFO "
+
+
+def test_efa_log_gives_one_16_rank_communicator():
+    log = parse_nccl_log(read_text(corpus_file("efa-aws-efa-eks-16r-2.9.9.log")))
+    reports = build_reports(log)
+    assert len(reports) == 1
+    rep = reports[0]
+    assert rep.nranks == 16 and rep.version == "2.9.9+cuda11.2" and rep.library == "nccl"
+    assert len(rep.rings) == 8 and rep.nchannels == 8
+    assert rep.rings[1].ranks == [0, 3, 10, 15, 14, 13, 12, 9, 8, 11, 2, 7, 6, 5, 4, 1]
+    assert {r.host for r in rep.ranks} == {"nccl-tests-efa-16-worker-0",
+                                          "nccl-tests-efa-16-worker-1"}
+    assert rep.hosts() == ["nccl-tests-efa-16-worker-0", "nccl-tests-efa-16-worker-1"]
+    net = rep.net_connections()
+    assert net and all(c.net_plugin == "AWS Libfabric" and c.gdrdma for c in net)
+    assert rep.network == "AWS Libfabric"
+    assert not rep.warnings
+
+
+def test_mpi_tags_and_foreign_lines_are_ignored_not_warned():
+    log = parse_nccl_log(read_text(corpus_file("vllm-8447-ib-2r-2nodes-2.20.5.log")))
+    assert not log.warnings
+    assert rings_by_channel(log) == {0: [0, 1], 1: [0, 1]}
+    assert set(log.version_hints) == {"2.20.5"}
+
+
+def test_pxn_proxy_and_flags_follow_net_cc_format():
+    # transport/net.cc: "Channel %02d/%d : %d[%d] -> %d[%d] [send] via NET/%s/%d(%d)%s%s%s"
+    log = parse_nccl_log(P + "Channel 02/1 : 0[0] -> 9[1] [send] via NET/IB/3(1)/GDRDMA/Shared")
+    (c,) = log.connections
+    assert (c["channel"], c["conn_index"], c["from"], c["to"]) == (2, 1, 0, 9)
+    assert (c["net_plugin"], c["net_dev"], c["proxy_rank"], c["gdrdma"]) == ("IB", 3, 1, True)
+
+
+def test_shm_and_p2p_kinds():
+    log = parse_nccl_log(P + "Channel 00/0 : 0[0] -> 1[1] via SHM/direct/direct\n"
+                         + P + "Channel 00/0 : 1[1] -> 2[2] via P2P/CUMEM/read")
+    assert [c["kind"] for c in log.connections] == ["SHM", "P2P"]
+
+
+def test_nccl_25_double_tree_and_24_tree():
+    # init.cc (2.5): " [%d] %d/%d/%d->%d->%d|%d->%d->%d/%d/%d" treeUp | treeDn
+    log = parse_nccl_log(P + "Trees [0] 1/-1/-1->0->-1|-1->0->1/-1/-1"
+                         " [1] -1/-1/-1->0->1|1->0->-1/-1/-1")
+    assert [(t["channel"], t["tree"], t["down"], t["up"]) for t in log.trees] == [
+        (0, 0, [1, -1, -1], -1), (0, 1, [1, -1, -1], -1),
+        (1, 0, [-1, -1, -1], 1), (1, 1, [-1, -1, -1], 1)]
+    log24 = parse_nccl_log(P + "Trees [0] -1->0->1/-1/-1")
+    assert log24.trees[0]["up"] == -1 and log24.trees[0]["down"] == [1, -1, -1]
+
+
+def test_ring_rebuilt_from_per_rank_ring_lines():
+    lines = [f"h:1:{r} [{r}] NCCL INFO Ring 00 : {(r - 1) % 4} -> {r} -> {(r + 1) % 4}"
+             for r in (2, 0, 3, 1)]
+    log = parse_nccl_log("\n".join(lines))
+    assert rings_by_channel(log) == {0: [0, 1, 2, 3]}
+
+
+def test_glued_lines_from_two_processes_are_both_read():
+    glued = (P + "Channel 00/0 : 0[0] -> 1[1] via P2P/IPC" +
+             "host-a:101:201 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via P2P/IPC")
+    log = parse_nccl_log(glued)
+    assert [(c["from"], c["to"]) for c in log.connections] == [(0, 1), (1, 0)]
+
+
+def test_truncated_ring_line_is_partial_with_warning_free_flag():
+    log = parse_nccl_log(P + "Channel 00/02 :    0   1   2 ...")
+    assert log.ring_orders[0]["complete"] is False
+    rep = build_reports(log)[0]
+    assert rep.rings[0].complete is False
+
+
+def test_unreadable_structured_line_warns_with_line_number():
+    log = parse_nccl_log("noise\n" + P + "Channel 00/0 : 0[0] -> ")
+    assert len(log.warnings) == 1 and log.warnings[0].line == 2
+
+
+def test_two_communicators_split_by_comm_id_and_thread():
+    text = "\n".join([
+        "h:1:10 [0] NCCL INFO comm 0xa rank 0 nranks 2 cudaDev 0 commId 0x11 - Init START",
+        "h:1:20 [0] NCCL INFO comm 0xb rank 0 nranks 4 cudaDev 0 commId 0x22 - Init START",
+        "h:1:10 [0] NCCL INFO Channel 00/02 :    0   1",
+        "h:1:20 [0] NCCL INFO Channel 00/02 :    0   1   2   3",
+    ])
+    reps = build_reports(parse_nccl_log(text))
+    assert [(r.comm_id, r.nranks) for r in reps] == [("0x22", 4), ("0x11", 2)]
+    assert reps[0].rings[0].ranks == [0, 1, 2, 3] and reps[1].rings[0].ranks == [0, 1]
+
+
+def test_several_files_merge_in_order():
+    a = read_text(corpus_file("nccl-952a-socket-16r-initstart.log"))
+    b = read_text(corpus_file("nccl-952b-socket-16r-connections.log"))
+    log = parse_nccl_logs([("a", a), ("b", b)])
+    rep = build_reports(log)[0]
+    assert rep.comm_id == "0xf03f81dc1a49efab" and rep.nranks == 16
+    assert {c.via for c in rep.net_connections()} == {"NET/Socket/3"}
+
+
+def test_rccl_banner_sets_library():
+    log = parse_nccl_log(read_text(corpus_file("rccl-tests-163-mi50-socket-2.21.5.log")))
+    rep = build_reports(log)[0]
+    assert rep.library == "rccl" and rep.network == "Socket"
+
+
+def test_bytes_input_with_invalid_utf8():
+    log = parse_nccl_log(b"h:1:2 [0] NCCL INFO Using network IB\n\xff\xfe garbage\n")
+    assert log.networks[0]["network"] == "IB"
+    assert log.warnings and log.warnings[0].line == 2
+
+
+def test_empty_input_is_not_usable():
+    log = parse_nccl_log("")
+    assert not log.usable() and build_reports(log) == []

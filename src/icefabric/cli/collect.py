@@ -26,6 +26,14 @@ def _print_warnings(warnings) -> None:
         _err(f"warning: {src}{w.message}")
 
 
+def _console():
+    from rich.console import Console
+
+    console = Console()
+    # Piped output would be cut at rich's 80-column default; tables here are wider.
+    return console if console.is_terminal else Console(width=200)
+
+
 def _read(path: Path) -> str:
     from icefabric.collect._text import read_text
 
@@ -59,10 +67,9 @@ def nccl_log_cmd(
 
 
 def _render_reports(reports) -> None:
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = _console()
     for rep in reports:
         head = Table(title=f"communicator {rep.comm_id or '?'}", show_header=False)
         for k, v in (("library", rep.library), ("version", rep.version), ("nranks", rep.nranks),
@@ -122,10 +129,9 @@ def nccl_tests_cmd(
     if as_json:
         typer.echo(json.dumps([r.to_dict() for r in runs], indent=2))
         return
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    console = _console()
     for run in runs:
         t = Table(title=run.command or run.collective or "nccl-tests")
         for col in ("size (B)", "count", "type", "redop", "time us", "algbw GB/s",
@@ -158,7 +164,6 @@ def ranktable_cmd(
     if as_json:
         typer.echo(report_from_ranktable(table).model_dump_json(indent=2, by_alias=True))
         return
-    from rich.console import Console
     from rich.table import Table
 
     t = Table(title=f"HCCL rank table {file.name} (version {table.version or '?'})")
@@ -167,7 +172,7 @@ def ranktable_cmd(
     for r in table.ranks:
         t.add_row(str(r.rank), r.server_id, str(r.device_id), r.device_ip or "-",
                   r.host_ip or "-")
-    Console().print(t)
+    _console().print(t)
 
 
 def register(app: typer.Typer) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from icefabric.schemas import ParseWarning
@@ -19,9 +20,17 @@ def read_text(path: str | Path) -> str:
     return to_text(Path(path).read_bytes())
 
 
+_NEWLINE = re.compile(r"\r\n|\r|\n")
+
+
 def lines_of(text: str) -> list[str]:
-    """Split on any newline convention; a final unterminated line is kept."""
-    return text.splitlines()
+    """Split on ``\\n``, ``\\r\\n`` or ``\\r`` only, so line numbers match what an editor shows
+    (``str.splitlines`` would also split on form feeds and Unicode separators in garbled
+    text); a final unterminated line is kept."""
+    lines = _NEWLINE.split(text)
+    if lines and lines[-1] == "":
+        lines.pop()
+    return lines
 
 
 def looks_garbled(line: str) -> bool:

@@ -126,3 +126,14 @@ def test_bytes_input_with_invalid_utf8():
 def test_empty_input_is_not_usable():
     log = parse_nccl_log("")
     assert not log.usable() and build_reports(log) == []
+
+
+def test_rccl_comm_suffix_is_stripped():
+    # ROCm/rccl init.cc: INFO(NCCL_INIT, "Trees%s comm %p nRanks %02d busId %lx", ...)
+    log = parse_nccl_log(
+        "h:1:2 [0] NCCL INFO Trees [0] 1/-1/-1->0->-1 comm 0x5566 nRanks 08 busId c1000\n"
+        "h:1:2 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/IPC comm 0x5566 nRanks 08\n"
+        "h:1:2 [0] NCCL INFO Ring 0 : 7 -> 0 -> 1 comm 0x5566 nRanks 08 busId c1000")
+    assert not log.warnings
+    assert log.trees[0]["up"] == -1 and log.connections[0]["via"] == "P2P/IPC"
+    assert log.ring_ranks[0]["next"] == 1 and log.trees[0]["ref"].nranks == 8

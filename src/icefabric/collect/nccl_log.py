@@ -126,6 +126,11 @@ _PATHS = re.compile(
 _PATH_ITEM = re.compile(
     r"(?P<node>[A-Z]+/[0-9a-fA-F\-]+) \((?P<hops>\d+)/(?P<bw>[\d.]+)/(?P<t>\w+)\)"
 )
+# RCCL appends the communicator to many INFO lines ("Trees%s comm %p nRanks %02d busId %lx",
+# "Ring %d : ... comm %p nRanks %02d busId %lx", connection lines) -- ROCm/rccl src/init.cc.
+_RCCL_SUFFIX = re.compile(
+    r" comm (?P<comm>0x[0-9a-fA-F]+) nRanks (?P<n>\d+)(?: busId (?P<bus>[0-9a-fA-F]+))?\s*$"
+)
 # Messages whose keyword promises a structured line; if none of the patterns read it, warn.
 _STRUCTURED_KEYWORDS = ("Channel ", "Ring ", "Trees", "NET/IB : Using", "comm 0x")
 
@@ -140,6 +145,8 @@ class LineRef:
     pid: int | None = None
     tid: int | None = None
     dev: int | None = None
+    comm: str | None = None
+    nranks: int | None = None
 
 
 @dataclass
@@ -330,6 +337,10 @@ def _parse_segment(log: NcclLog, m: dict[str, str] | None, msg: str, lineno: int
                                      lineno, source))
         return
 
+    sfx = _RCCL_SUFFIX.search(stripped)
+    if sfx and not stripped.startswith("comm "):
+        ref.comm, ref.nranks = sfx["comm"], int(sfx["n"])
+        stripped = stripped[: sfx.start()]
     if _parse_message(log, stripped, ref):
         return
     if stripped.startswith(_STRUCTURED_KEYWORDS):

@@ -20,6 +20,7 @@ from icefabric.collect.nccl_log import build_reports, parse_nccl_log
 from icefabric.collect.nccl_tests import parse_nccl_tests
 from icefabric.collect.nccl_topo import parse_nccl_topo
 from icefabric.collect.ranktable import parse_ranktable
+from icefabric.collect.to_job import JobInferenceError, job_from_report
 
 from .conftest import corpus_dir
 
@@ -89,6 +90,10 @@ def test_mutated_logs_never_crash(i, j, ops):
     _check_warnings(log.warnings, data)
     for rep in build_reports(log):
         rep.model_dump_json()
+        try:
+            job_from_report(rep)
+        except JobInferenceError:
+            pass
     tests = parse_nccl_tests(data)
     _check_warnings(tests.warnings, data)
     topo = parse_nccl_topo(data)

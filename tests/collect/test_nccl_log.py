@@ -137,3 +137,19 @@ def test_rccl_comm_suffix_is_stripped():
     assert not log.warnings
     assert log.trees[0]["up"] == -1 and log.connections[0]["via"] == "P2P/IPC"
     assert log.ring_ranks[0]["next"] == 1 and log.trees[0]["ref"].nranks == 8
+
+
+def test_nic_detail_line_gives_speed():
+    # net_ib init.cc: "NET/IB: [%d] %s:%s:%d/%s provider=%s speed=%d context=%p pciPath=%s ar=%d"
+    log = parse_nccl_log(
+        P + "NET/IB : Using [0]mlx5_0:1/RoCE [RO]; OOB eth0:10.0.0.1<0>\n"
+        + P + "NET/IB: [0] mlx5_0:uverbs0:1/RoCE provider=Mlx5 speed=400000 context=0x1 "
+              "pciPath=/sys/x ar=0")
+    (hn,) = build_reports(log)[0].nics
+    assert hn.nics[0].speed_mbps == 400000 and hn.relaxed_ordering is True
+
+
+def test_nccl_tests_device_lines_place_every_rank():
+    log = parse_nccl_log(read_text(corpus_file("ncclt-oci-h100-roce-2.21.5.log")))
+    (rep,) = build_reports(log)
+    assert len(rep.ranks) == 16 and rep.ranks[9].host == "instance-20240722-0955"

@@ -54,6 +54,12 @@ _WARN_PREFIX = re.compile(
     r"^\[(?P<dev>\d+)\] (?P<where>\S+) \((?P<host>[^)]*)\) (?:NCCL|RCCL) WARN (?P<msg>.*)$"
 )
 
+# nccl-tests prints where each rank runs (src/common.cu) -- the only complete rank -> host map
+# when NCCL's own INFO lines were printed by a few ranks only.
+_TEST_DEVICE = re.compile(
+    r"^#\s+Rank\s+(?P<rank>\d+)(?:\s+Group\s+\d+)?\s+Pid\s+(?P<pid>\d+)\s+on\s+(?P<host>\S+)"
+    r"\s+device\s+(?P<dev>\d+)\s+\[(?P<bus>[^\]]+)\]"
+)
 _VERSION = re.compile(r"\b(?:NCCL|RCCL) version :? ?(?P<v>\d+\.\d+\.\d+\S*)")
 _VERSION_HINT = re.compile(r"\bnccl==(?P<v>\d+\.\d+\.\d+\S*)")
 _BANNER = re.compile(
@@ -182,6 +188,7 @@ class NcclLog:
     topo_nodes: list[str] = field(default_factory=list)
     paths: list[dict[str, Any]] = field(default_factory=list)
     nccl_warn_lines: list[dict[str, Any]] = field(default_factory=list)
+    test_devices: list[dict[str, Any]] = field(default_factory=list)
     hosts_seen: list[str] = field(default_factory=list)
     nccl_lines: int = 0
     warnings: list[ParseWarning] = field(default_factory=list)
@@ -192,6 +199,7 @@ class NcclLog:
             self.versions or self.net_ib or self.nic_lines or self.init_lines
             or self.comm_topology_lines or self.ring_orders or self.ring_ranks or self.trees
             or self.connections or self.channel_counts or self.paths or self.systems
+            or self.test_devices
         )
 
 
@@ -326,6 +334,11 @@ def _parse_segment(log: NcclLog, m: dict[str, str] | None, msg: str, lineno: int
         log.version_hints.append(v["v"])
         return
     if m is None:
+        td = _TEST_DEVICE.match(stripped)
+        if td:
+            log.test_devices.append({"rank": int(td["rank"]), "pid": int(td["pid"]),
+                                     "host": td["host"], "device": int(td["dev"]), "ref": ref})
+            return
         w = _WARN_PREFIX.match(stripped)
         if w:
             log.nccl_warn_lines.append({"message": w["msg"], "ref": ref})
@@ -553,6 +566,11 @@ def rank_devices(log: NcclLog) -> dict[int, dict[str, Any]]:
         d.setdefault("pid", rec["ref"].pid)
     for rec in log.comm_topology_lines:
         out[rec["rank"]].setdefault("host", rec["host"])
+    for rec in log.test_devices:
+        d = out[rec["rank"]]
+        d.setdefault("host", rec["host"])
+        d.setdefault("device", rec["device"])
+        d.setdefault("pid", rec["pid"])
     for rec in log.trees:
         if rec["tree"] == 0 and rec["ref"].host is not None:
             d = out[rec["rank"]]
@@ -685,7 +703,7 @@ def build_reports(log: NcclLog) -> list[CommunicatorReport]:
 def _report(log: NcclLog, group: dict[str, Any], mine) -> CommunicatorReport:
     sub = NcclLog(sources=log.sources, versions=log.versions, banner=log.banner,
                   net_ib=log.net_ib, nic_lines=log.nic_lines, networks=log.networks,
-                  env=log.env)
+                  env=log.env, test_devices=log.test_devices)
     for name in ("init_lines", "comm_topology_lines", "ring_orders", "ring_ranks", "trees",
                  "connections"):
         setattr(sub, name, [r for r in getattr(log, name)

@@ -45,10 +45,13 @@ class XmlNode:
         return out
 
     def iter(self, tag: str | None = None):
-        if tag is None or self.tag == tag:
-            yield self
-        for c in self.children:
-            yield from c.iter(tag)
+        """Elements in document order (iterative: garbled input can nest thousands deep)."""
+        stack = [self]
+        while stack:
+            node = stack.pop()
+            if tag is None or node.tag == tag:
+                yield node
+            stack.extend(reversed(node.children))
 
 
 @dataclass

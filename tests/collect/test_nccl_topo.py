@@ -31,6 +31,7 @@ def test_complete_dump():
     assert topo.common_pci_ancestor("0000:18:00.0", "0000:19:00.0") == "0000:16:00.0"
     link = next(p for p in topo.pci_links if p["busid"] == "0000:18:00.0")
     assert link["upstream"] == "0000:16:00.0"
+    assert topo.gpu_nic_affinity() == {"0000:18:00.0": "mlx5_0"}
 
 
 def test_truncated_real_dump_reads_what_is_there():

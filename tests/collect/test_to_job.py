@@ -19,7 +19,15 @@ def test_efa_job_read_without_inference():
     assert job["rank_host"] == [0] * 8 + [1] * 8
     assert job["rank_device"] == list(range(8)) * 2
     assert len(job["rings"]) == 8 and sorted(job["rings"][0]) == list(range(16))
-    assert job["warnings"] == []
+    assert job["warnings"] == [] and job["channels"] == 8
+    assert job["collective"] is None and job["name"] == "efa-aws-efa-eks-16r-2.9.9"
+
+
+def test_job_from_nccl_tests_output_names_the_collective():
+    job = job_from_log([corpus_file("ncclt-oci-h100-roce-2.21.5.log")])
+    assert job["collective"] == "all_reduce" and job["nranks"] == 16
+    assert job["hosts"] == ["instance-20240722-0952", "instance-20240722-0955"]
+    assert job["sizes_bytes"][0] == 1073741824 and job["inferred"][0].startswith("nranks")
 
 
 def test_partial_log_marks_inferred_hosts():
@@ -28,6 +36,7 @@ def test_partial_log_marks_inferred_hosts():
     assert job["hosts"] == ["VM-160-69-tencentos", "node1"] and job["rank_host"] == [0, 1]
     assert job["rings"] == {0: [0, 1], 1: [0, 1]}
     assert any("node1" in s for s in job["inferred"])
+    assert job["name"] == "comm-0xa015ae7e0a50005d"
 
 
 def test_64_rank_excerpt_uses_a_host_size_that_divides_nranks():

@@ -91,6 +91,38 @@ class NcclTopology:
         return None
 
 
+    def gpu_nic_affinity(self) -> dict[str, str | None]:
+        """For each GPU (by PCI bus id) the NIC name closest to it in the PCI tree.
+
+        Distance counts PCI hops up to the nearest common ancestor (a shared PCIe switch
+        beats a shared CPU); ties go to the NIC listed first, as NCCL's rail assignment does.
+        This is the GPU -> NIC rail map a simulator needs for a real server.
+        """
+        if self.root is None:
+            return {}
+        by_bus = {n.attrs.get("busid"): n for n in self.root.iter("pci")}
+        nets = [(n.attrs.get("name"), next((a for a in n.ancestors() if a.tag == "pci"), None))
+                for n in self.root.iter("net")]
+        out: dict[str, str | None] = {}
+        for g in self.gpus:
+            gnode = by_bus.get(g["pci_busid"])
+            best, best_d = None, None
+            if gnode is not None:
+                up = gnode.ancestors()
+                depth = {id(a): i for i, a in enumerate(up)}
+                for name, nnode in nets:
+                    if nnode is None:
+                        continue
+                    for j, a in enumerate([nnode, *nnode.ancestors()]):
+                        if id(a) in depth:
+                            d = depth[id(a)] + j
+                            if best_d is None or d < best_d:
+                                best, best_d = name, d
+                            break
+            out[g["pci_busid"]] = best
+        return out
+
+
 def parse_nccl_topo(text: str | bytes, source: str | None = None) -> NcclTopology:
     """Read an NCCL topology dump (possibly truncated).
 

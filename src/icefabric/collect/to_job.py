@@ -7,6 +7,7 @@ device, the ring orders and the NIC count; this module supplies them and nothing
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -32,7 +33,8 @@ def job_from_report(report: CommunicatorReport, *, name: str | None = None) -> d
     -------
     dict
         ``{"name", "library", "hosts", "gpus_per_host", "nranks", "rank_host",
-        "rank_device", "rings", "nics_per_host", "inferred"}``. ``rank_host[r]`` indexes
+        "rank_device", "rings", "nics_per_host", "channels", "qps_per_connection",
+        "inferred"}``. ``name`` is a valid scenario job name (starts with a letter). ``rank_host[r]`` indexes
         ``hosts``; ``rings`` maps channel -> rank order (complete rings only);
         ``nics_per_host`` is None when the log listed no NICs; ``inferred`` lists, in words,
         every value that was completed rather than read (empty when all was read).
@@ -111,7 +113,15 @@ def job_from_report(report: CommunicatorReport, *, name: str | None = None) -> d
     nics = [len(h.nics) for h in report.nics if h.nics]
     library = report.library if report.library in ("nccl", "rccl", "hccl") else "nccl"
     if name is None:
-        name = report.comm_id or (Path(report.sources[0]).stem if report.sources else "job")
+        name = Path(report.sources[0]).stem if report.sources else "job"
+        if report.comm_id:
+            name = f"comm-{report.comm_id}"
+    # Scenario job names must start with a letter (scenario.schema.JobSpec).
+    name = re.sub(r"[^\w.-]", "_", name)
+    if not name[:1].isalpha():
+        name = f"job-{name}"
+    qps = report.env.get("NCCL_IB_QPS_PER_CONNECTION") or report.env.get(
+        "HCCL_RDMA_QPS_PER_CONNECTION")
     return {
         "name": name,
         "library": library,
@@ -122,6 +132,8 @@ def job_from_report(report: CommunicatorReport, *, name: str | None = None) -> d
         "rank_device": rank_device,
         "rings": rings,
         "nics_per_host": max(nics) if nics else None,
+        "channels": report.nchannels,
+        "qps_per_connection": int(qps) if qps and qps.isdigit() else 1,
         "inferred": inferred,
     }
 
@@ -131,8 +143,9 @@ def job_from_log(paths: list[str | Path], *, name: str | None = None) -> dict[st
 
     This is the entry point for ``icefab simulate --from-log``: it reads the files with
     :func:`icefabric.collect.nccl_log.parse_nccl_logs`, builds the reports and returns
-    :func:`job_from_report` of the one with the most ranks. The parse warnings are returned
-    under ``"warnings"`` (strings naming file and line).
+    :func:`job_from_report` of the one with the most ranks, plus ``"warnings"`` (strings
+    naming file and line), ``"collective"`` (``all_reduce`` ... when nccl-tests output is in
+    the files, else None) and ``"sizes_bytes"`` (the sizes of its result rows, or []).
 
     Raises
     ------
@@ -141,12 +154,22 @@ def job_from_log(paths: list[str | Path], *, name: str | None = None) -> dict[st
     """
     from icefabric.collect._text import read_text
     from icefabric.collect.nccl_log import build_reports, parse_nccl_logs
+    from icefabric.collect.nccl_tests import parse_nccl_tests
 
-    log = parse_nccl_logs([(str(p), read_text(p)) for p in paths])
+    texts = [read_text(p) for p in paths]
+    log = parse_nccl_logs([(str(p), t) for p, t in zip(paths, texts, strict=True)])
     reports = build_reports(log)
     if not reports:
         raise JobInferenceError(f"no NCCL/RCCL communicator found in {len(paths)} file(s)")
     best = max(reports, key=lambda r: (r.nranks or 0, len(r.ranks)))
     job = job_from_report(best, name=name)
     job["warnings"] = [f"{w.source or ''}: {w.message}" for w in log.warnings]
+    # nccl-tests output around the NCCL lines says which collective and sizes were run.
+    job["collective"], job["sizes_bytes"] = None, []
+    for text in texts:
+        run = next((r for r in parse_nccl_tests(text).runs if r.collective or r.rows), None)
+        if run is not None:
+            coll = (run.collective or "").removesuffix("_perf") or None
+            job["collective"] = job["collective"] or coll
+            job["sizes_bytes"] = job["sizes_bytes"] or [r["size"] for r in run.rows]
     return job

@@ -35,8 +35,8 @@ def job_from_report(report: CommunicatorReport, *, name: str | None = None) -> d
         ``{"name", "library", "hosts", "gpus_per_host", "nranks", "rank_host",
         "rank_device", "rings", "nics_per_host", "channels", "qps_per_connection",
         "inferred"}``. ``name`` is a valid scenario job name (starts with a letter).
-        ``rank_host[r]`` indexes ``hosts``; ``rings`` maps channel -> rank order (complete rings only);
-        ``nics_per_host`` is None when the log listed no NICs; ``inferred`` lists, in words,
+        ``rank_host[r]`` indexes ``hosts``; ``rings`` maps channel -> rank order (complete
+        rings only); ``nics_per_host`` is None when the log listed no NICs; ``inferred`` lists, in words,
         every value that was completed rather than read (empty when all was read).
 
     Raises

@@ -36,8 +36,8 @@ def job_from_report(report: CommunicatorReport, *, name: str | None = None) -> d
         "rank_device", "rings", "nics_per_host", "channels", "qps_per_connection",
         "inferred"}``. ``name`` is a valid scenario job name (starts with a letter).
         ``rank_host[r]`` indexes ``hosts``; ``rings`` maps channel -> rank order (complete
-        rings only); ``nics_per_host`` is None when the log listed no NICs; ``inferred`` lists, in words,
-        every value that was completed rather than read (empty when all was read).
+        rings only); ``nics_per_host`` is None when the log listed no NICs; ``inferred``
+        lists, in words, every value that was completed rather than read (empty when all was read).
 
     Raises
     ------

@@ -48,3 +48,10 @@ def test_group_list_layout_and_int_values():
 def test_invalid_json_warns_with_line():
     t = parse_ranktable('{\n "server_list": [\n')
     assert not t.ranks and t.warnings[0].line is not None
+
+
+def test_rank_table_facts():
+    from icefabric.collect.facts import text_facts
+
+    f = text_facts(json.dumps(V10))
+    assert f["server_count"] == 2 and f["hosts"]["10.0.0.11"] == [2, 3]

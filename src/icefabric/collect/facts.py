@@ -23,6 +23,7 @@ from icefabric.collect.nccl_log import (
 )
 from icefabric.collect.nccl_tests import NcclTestsOutput, parse_nccl_tests
 from icefabric.collect.nccl_topo import NcclTopology, parse_nccl_topo
+from icefabric.collect.ranktable import RankTable, parse_ranktable
 
 _NIC_KEYS = ("index", "name", "port", "link", "speed_mbps", "rail")
 _CONN_KEYS = ("channel", "from", "to", "from_dev", "to_dev", "direction", "via", "kind")
@@ -58,6 +59,10 @@ def text_facts(text: str) -> dict[str, Any]:
     """Facts of one text: an NCCL/RCCL log, nccl-tests output, HCCL log or topology XML."""
     if is_topology_xml(text):
         return topology_facts(parse_nccl_topo(text))
+    if text.lstrip().startswith("{"):
+        table = parse_ranktable(text)
+        if table.ranks:
+            return ranktable_facts(table)
     facts: dict[str, Any] = {}
     facts.update(hccl_facts(parse_hccl_log(text)))
     tests = parse_nccl_tests(text)
@@ -340,3 +345,19 @@ def topology_facts(topo: NcclTopology) -> dict[str, Any]:
         if sw is not None:
             f["gpu_nic_common_switch"] = sw
     return f
+
+
+def ranktable_facts(table: RankTable) -> dict[str, Any]:
+    """Corpus-vocabulary facts of an HCCL rank table."""
+    servers = table.servers()
+    return {
+        "version": table.version,
+        "status": table.status,
+        "server_count": len(servers),
+        "servers": servers,
+        "nranks": len(table.ranks),
+        "rankSize": len(table.ranks),
+        "ranks": [{"rank": r.rank, "server_id": r.server_id, "device_id": r.device_id,
+                   "device_ip": r.device_ip} for r in table.ranks],
+        "hosts": {s: [r.rank for r in table.ranks if r.server_id == s] for s in servers},
+    }

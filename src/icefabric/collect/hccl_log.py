@@ -21,6 +21,9 @@ _PLOG = re.compile(
     r"(?P<tags>(?:\[[^\]]*\])*)(?:errNo\[(?P<err>[^\]]+)\])?(?P<msg>.*?)\s*$"
 )
 _RANK = re.compile(r"\brank\s*[:=\[]\s*(?P<r>\d+)\]?,?\s*rank_?[Ss]ize\s*[:=\[]\s*(?P<n>\d+)")
+_RANK_REV = re.compile(
+    r"\brank_?[Ss]ize\s*[:=\[]\s*(?P<n>\d+)\]?,?\s*(?:user)?[Rr]ank(?:Id)?\s*[:=\[]\s*(?P<r>\d+)"
+)
 
 
 @dataclass
@@ -68,7 +71,7 @@ def parse_hccl_log(text: str | bytes, source: str | None = None) -> HcclLog:
             if m["err"]:
                 rec["errNo"] = m["err"]
             out.records.append(rec)
-        r = _RANK.search(raw)
+        r = _RANK.search(raw) or _RANK_REV.search(raw)
         if r and out.rank_size is None:
             out.rank, out.rank_size = int(r["r"]), int(r["n"])
     return out

@@ -153,3 +153,20 @@ def test_nccl_tests_device_lines_place_every_rank():
     log = parse_nccl_log(read_text(corpus_file("ncclt-oci-h100-roce-2.21.5.log")))
     (rep,) = build_reports(log)
     assert len(rep.ranks) == 16 and rep.ranks[9].host == "instance-20240722-0955"
+
+
+def test_per_rank_tree_and_ring_lines_of_nccl_27():
+    # Lines from https://github.com/NVIDIA/nccl/issues/676 (NCCL 2.7, NCCL_DEBUG_SUBSYS=GRAPH)
+    text = "\n".join([
+        "gpu01:351578:352168 [0] NCCL INFO Tree 0 : -1 -> 0 -> 1/-1/-1",
+        "gpu01:351578:352168 [0] NCCL INFO Tree 1 : 1 -> 0 -> -1/-1/-1",
+        "gpu01:351578:352168 [0] NCCL INFO Channel 00/02 :    0   1",
+        "gpu01:351578:352168 [0] NCCL INFO Ring 00 : 1 -> 0 -> 1",
+        "gpu02:35637:35723 [0] NCCL INFO Tree 0 : 0 -> 1 -> -1/-1/-1",
+        "gpu02:35637:35723 [0] NCCL INFO Ring 00 : 0 -> 1 -> 0",
+    ])
+    log = parse_nccl_log(text)
+    assert not log.warnings and len(log.tree_ranks) == 3
+    rep = build_reports(log)[0]
+    assert [(t.rank, t.channel, t.up) for t in rep.trees] == [(0, 0, -1), (0, 1, 1), (1, 0, 0)]
+    assert {r.rank: r.host for r in rep.ranks} == {0: "gpu01", 1: "gpu02"}

@@ -99,6 +99,11 @@ _RING_ORDER = re.compile(r"^Channel (?P<ch>\d+)(?:/(?P<nch>\d+))? :(?P<ranks>(?:
 _RING_RANK = re.compile(
     r"^Ring (?P<ch>\d+) : (?P<prev>-?\d+) -> (?P<me>\d+) -> (?P<next>-?\d+)\s*$"
 )
+# Per-rank tree line of NCCL 2.5-2.7 (graph/connect.cc, NCCL_GRAPH): up -> rank -> d0/d1/d2.
+_TREE_RANK = re.compile(
+    r"^Tree (?P<ch>\d+) : (?P<up>-?\d+) -> (?P<r>\d+) -> "
+    r"(?P<d0>-?\d+)/(?P<d1>-?\d+)/(?P<d2>-?\d+)\s*$"
+)
 _TREES = re.compile(r"^Trees(?P<body>(?: \[\d+\] \S+)*)\s*$")
 _TREE_ITEM = re.compile(
     r"\[(?P<ch>\d+)\] (?P<d0>-?\d+)/(?P<d1>-?\d+)/(?P<d2>-?\d+)->(?P<r>-?\d+)->(?P<up>-?\d+)"
@@ -138,7 +143,7 @@ _RCCL_SUFFIX = re.compile(
     r" comm (?P<comm>0x[0-9a-fA-F]+) nRanks (?P<n>\d+)(?: busId (?P<bus>[0-9a-fA-F]+))?\s*$"
 )
 # Messages whose keyword promises a structured line; if none of the patterns read it, warn.
-_STRUCTURED_KEYWORDS = ("Channel ", "Ring ", "Trees", "NET/IB : Using", "comm 0x")
+_STRUCTURED_KEYWORDS = ("Channel ", "Ring ", "Tree", "NET/IB : Using", "comm 0x")
 
 
 @dataclass
@@ -181,6 +186,7 @@ class NcclLog:
     ring_orders: list[dict[str, Any]] = field(default_factory=list)
     ring_ranks: list[dict[str, Any]] = field(default_factory=list)
     trees: list[dict[str, Any]] = field(default_factory=list)
+    tree_ranks: list[dict[str, Any]] = field(default_factory=list)
     connections: list[dict[str, Any]] = field(default_factory=list)
     channel_counts: list[dict[str, Any]] = field(default_factory=list)
     nvls_heads: list[dict[str, Any]] = field(default_factory=list)
@@ -198,7 +204,8 @@ class NcclLog:
         return bool(
             self.versions or self.net_ib or self.nic_lines or self.init_lines
             or self.comm_topology_lines or self.ring_orders or self.ring_ranks or self.trees
-            or self.connections or self.channel_counts or self.paths or self.systems
+            or self.tree_ranks or self.connections or self.channel_counts or self.paths
+            or self.systems
             or self.test_devices
         )
 
@@ -382,6 +389,14 @@ def _parse_message(log: NcclLog, msg: str, ref: LineRef) -> bool:  # noqa: C901 
                                    "rank": int(r["me"]), "next": int(r["next"]), "ref": ref})
             return True
         return False
+    if msg.startswith("Tree "):
+        t = _TREE_RANK.match(msg)
+        if not t:
+            return False
+        log.tree_ranks.append({"rank": int(t["r"]), "channel": int(t["ch"]),
+                               "down": [int(t["d0"]), int(t["d1"]), int(t["d2"])],
+                               "up": int(t["up"]), "tree": 0, "ref": ref})
+        return True
     if msg.startswith("Trees"):
         t = _TREES.match(msg)
         if not t:
@@ -705,7 +720,7 @@ def _report(log: NcclLog, group: dict[str, Any], mine) -> CommunicatorReport:
                   net_ib=log.net_ib, nic_lines=log.nic_lines, networks=log.networks,
                   env=log.env, test_devices=log.test_devices)
     for name in ("init_lines", "comm_topology_lines", "ring_orders", "ring_ranks", "trees",
-                 "connections"):
+                 "tree_ranks", "connections"):
         setattr(sub, name, [r for r in getattr(log, name)
                             if mine(r["ref"]) and _same_comm(r, group)])
     devs = rank_devices(sub)
@@ -743,7 +758,7 @@ def _report(log: NcclLog, group: dict[str, Any], mine) -> CommunicatorReport:
         rings=[Ring(channel=c, ranks=rs, complete=complete.get(c, True))
                for c, rs in rings.items()],
         trees=[TreeNode(**{k: t[k] for k in ("rank", "channel", "down", "up", "tree")})
-               for t in sub.trees],
+               for t in (sub.trees or sub.tree_ranks)],
         connections=[
             Connection(**{k: v for k, v in c.items() if k != "ref"}, host=c["ref"].host)
             for c in sub.connections

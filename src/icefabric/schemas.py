@@ -85,6 +85,8 @@ class Connection(_Model):
     net_dev: int | None = Field(None, description="index of the NIC in the NET/IB device list")
     proxy_rank: int | None = Field(None, description="PXN proxy rank, NET/<p>/<dev>(<proxy>)")
     gdrdma: bool | None = None
+    nic: str | None = Field(None, description="NIC name behind net_dev on the printing host")
+    link: str | None = Field(None, description="that NIC's link layer: IB, RoCE ...")
     host: str | None = Field(None, description="host whose process printed the line")
 
 

@@ -170,3 +170,14 @@ def test_per_rank_tree_and_ring_lines_of_nccl_27():
     rep = build_reports(log)[0]
     assert [(t.rank, t.channel, t.up) for t in rep.trees] == [(0, 0, -1), (0, 1, 1), (1, 0, 0)]
     assert {r.rank: r.host for r in rep.ranks} == {0: "gpu01", 1: "gpu02"}
+
+
+def test_net_connection_names_its_nic_and_link_layer():
+    text = "\n".join([
+        "n1:5:6 [0] NCCL INFO NET/IB : Using [0]mlx5_0:1/RoCE [1]mlx5_3:1/RoCE [RO]; OOB e:1<0>",
+        "n1:5:6 [0] NCCL INFO Channel 00/0 : 0[0] -> 8[0] [send] via NET/IB/1/GDRDMA",
+    ])
+    rep = build_reports(parse_nccl_log(text))[0]
+    (c,) = rep.connections
+    assert (c.nic, c.link, c.host) == ("mlx5_3", "RoCE", "n1")
+    assert rep.ranks[0].nic == "mlx5_3"

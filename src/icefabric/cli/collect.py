@@ -96,12 +96,13 @@ def _render_reports(reports) -> None:
         net = rep.net_connections()
         if net:
             t = Table(title="network connections")
-            for col in ("channel", "from", "to", "dir", "plugin", "nic", "proxy", "gdr", "host"):
+            for col in ("channel", "from", "to", "dir", "plugin", "nic#", "nic", "link",
+                        "proxy", "gdr", "host"):
                 t.add_column(col)
             for c in net:
                 t.add_row(*(str(x) if x is not None else "-" for x in (
                     c.channel, c.from_rank, c.to_rank, c.direction, c.net_plugin, c.net_dev,
-                    c.proxy_rank, c.gdrdma, c.host)))
+                    c.nic, c.link, c.proxy_rank, c.gdrdma, c.host)))
             console.print(t)
         for hn in rep.nics:
             t = Table(title=f"NICs on {hn.host or '?'} (OOB {hn.oob or '-'})")

@@ -729,13 +729,16 @@ def _report(log: NcclLog, group: dict[str, Any], mine) -> CommunicatorReport:
         nranks = max((len(r["ranks"]) for r in sub.ring_orders if r["complete"]), default=0) or None
     nics = host_nics(log)
     rank_nic: dict[int, str] = {}
+    conn_nic: list[tuple[str | None, str | None]] = []
     for conn in sub.connections:
         loc = local_endpoint(conn)
-        if conn["kind"] == "NET" and loc is not None and conn.get("net_dev") is not None:
+        nic = None
+        if conn["kind"] == "NET" and conn.get("net_dev") is not None:
             host_list = nics.get(conn["ref"].host or "", {}).get("nics", [])
-            names = {n["index"]: n["name"] for n in host_list}
-            if conn["net_dev"] in names:
-                rank_nic.setdefault(loc[0], names[conn["net_dev"]])
+            nic = next((n for n in host_list if n["index"] == conn["net_dev"]), None)
+            if nic is not None and loc is not None:
+                rank_nic.setdefault(loc[0], nic["name"])
+        conn_nic.append((nic["name"], nic["link"]) if nic else (None, None))
     ranks = [
         RankInfo(rank=r, host=d.get("host"), device=d.get("device"),
                  nvml_device=d.get("nvml_device"), bus_id=d.get("bus_id"), pid=d.get("pid"),
@@ -760,8 +763,9 @@ def _report(log: NcclLog, group: dict[str, Any], mine) -> CommunicatorReport:
         trees=[TreeNode(**{k: t[k] for k in ("rank", "channel", "down", "up", "tree")})
                for t in (sub.trees or sub.tree_ranks)],
         connections=[
-            Connection(**{k: v for k, v in c.items() if k != "ref"}, host=c["ref"].host)
-            for c in sub.connections
+            Connection(**{k: v for k, v in c.items() if k != "ref"}, host=c["ref"].host,
+                       nic=nic, link=link)
+            for c, (nic, link) in zip(sub.connections, conn_nic, strict=True)
         ],
         nics=[HostNics(host=h, nics=[Nic(**{k: v for k, v in n.items() if v is not None})
                                      for n in e["nics"]],

@@ -181,3 +181,18 @@ def test_net_connection_names_its_nic_and_link_layer():
     (c,) = rep.connections
     assert (c.nic, c.link, c.host) == ("mlx5_3", "RoCE", "n1")
     assert rep.ranks[0].nic == "mlx5_3"
+
+
+def test_warn_lines_with_source_location_are_read():
+    # debug.cc: "%s:%d:%d [%d] %s:%d NCCL WARN %s" (NVIDIA/nccl#1814 title line)
+    log = parse_nccl_log("h:1:2 [3] transport/net_ib.cc:1295 NCCL WARN NET/IB : Got completion "
+                         "from peer 10.0.0.1<55921> with status=12")
+    assert not log.warnings and log.nccl_warn_lines[0]["ref"].dev == 3
+
+
+def test_sharp_link_layer_and_rail():
+    log = parse_nccl_log(P + "NET/IB : Using [0]mlx5_0:1/IB/SHARP [1]mlx5_1:1:2/IB ;"
+                         " OOB ib0:1.2.3.4<0>")
+    nics = log.net_ib[0]["nics"]
+    assert [(n["name"], n["link"], n["rail"]) for n in nics] == [
+        ("mlx5_0", "IB/SHARP", None), ("mlx5_1", "IB", 2)]

@@ -38,3 +38,8 @@ def test_cut_row_becomes_warning_with_line():
     out = parse_nccl_tests("#  size count type\n       8   2   float  sum  -1  25.0  0.0\n")
     assert not out.usable()
     assert out.warnings[0].line == 2
+
+
+def test_not_available_half():
+    row = parse_row("  1024  256  float  none  -1  5.0  0.2  0.2  0  N/A  N/A  N/A  N/A")
+    assert row["out_of_place"]["busbw_GBps"] == 0.2 and row["in_place"]["time_us"] is None

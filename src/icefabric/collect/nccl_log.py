@@ -46,8 +46,10 @@ from icefabric.schemas import (
 # Open MPI's --tag-output prefix ``[1,0]<stdout>:`` and similar launcher tags are stripped first.
 _MPI_TAG = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")
 # Hostnames may be redacted (``<cluster_name>``) or empty (``:22901:22901 [0]``).
+# WARN lines carry the source location before the level: "host:pid:tid [dev] file.cc:123 NCCL
+# WARN ..." (src/debug.cc).
 _PREFIX = re.compile(
-    r"(?P<host>[^\s:]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] "
+    r"(?P<host>[^\s:]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:[\w./-]+:\d+ )?"
     r"(?:NCCL|RCCL) (?P<level>INFO|WARN|TRACE|ABORT) ?"
 )
 _WARN_PREFIX = re.compile(

@@ -113,7 +113,8 @@ def _half(toks: list[str], error_col: bool) -> dict[str, Any] | None:
     if len(toks) < 4:
         return None
     t, alg, bus = _num(toks[0]), _num(toks[1]), _num(toks[2])
-    if alg is None or bus is None:
+    # "N/A" is printed for halves an op does not run (e.g. in-place of some collectives).
+    if any(v is None and tok != "N/A" for v, tok in zip((t, alg, bus), toks[:3], strict=True)):
         return None
     out: dict[str, Any] = {"time_us": t, "algbw_GBps": alg, "busbw_GBps": bus}
     if error_col:

@@ -51,3 +51,14 @@ def test_empty_report_cannot_become_a_job():
         job_from_report(CommunicatorReport())
     with pytest.raises(JobInferenceError):
         job_from_log([corpus_file("ncclt-340-2.6.4-oldformat.log")])
+
+
+def test_scenario_fragment_from_nccl_tests_log():
+    from icefabric.collect.to_job import scenario_fragment
+
+    job = job_from_log([corpus_file("ncclt-oci-h100-roce-2.21.5.log")])
+    frag = scenario_fragment(job)
+    assert frag["pools"] == [{"name": "fromlog", "server": "hgx-h100", "count": 2}]
+    (spec,) = frag["jobs"]
+    assert spec["ranks_per_server"] == 8 and spec["collectives"] == [{"kind": "all_reduce"}]
+    assert frag["sizes"][0] == 1073741824 and spec["name"][0].isalpha()

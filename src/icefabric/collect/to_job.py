@@ -173,3 +173,51 @@ def job_from_log(paths: list[str | Path], *, name: str | None = None) -> dict[st
             job["collective"] = job["collective"] or coll
             job["sizes_bytes"] = job["sizes_bytes"] or [r["size"] for r in run.rows]
     return job
+
+
+# nccl-tests binary stem -> scenario collective kind (scenario.schema.CollectiveSpec).
+_COLLECTIVE_KIND = {"all_reduce": "all_reduce", "all_gather": "all_gather",
+                    "reduce_scatter": "reduce_scatter", "alltoall": "alltoall",
+                    "broadcast": "broadcast"}
+
+
+def scenario_fragment(job: dict[str, Any], *, server: str = "hgx-h100",
+                      pool: str = "fromlog", collective: str | None = None) -> dict[str, Any]:
+    """The ``pools``/``jobs``/``sizes`` part of a scenario that replays ``job``.
+
+    Parameters
+    ----------
+    job : dict
+        Output of :func:`job_from_report` or :func:`job_from_log`.
+    server : str
+        Catalog server profile for the job's hosts (logs do not say which hardware they ran
+        on beyond GPU names; choose the closest profile).
+    pool : str
+        Pool name to use.
+    collective : str, optional
+        Collective to replay; default: the one nccl-tests ran, else ``all_reduce``.
+
+    Returns
+    -------
+    dict
+        ``{"pools": [...], "jobs": [...]}`` plus ``"sizes"`` when the log had nccl-tests rows;
+        merge it into a scenario mapping (fabric, policies ...) before loading it.
+    """
+    kind = collective or _COLLECTIVE_KIND.get(job.get("collective") or "", "all_reduce")
+    spec: dict[str, Any] = {
+        "name": job["name"],
+        "pools": [pool],
+        "library": job["library"],
+        "ranks_per_server": job["gpus_per_host"],
+        "qps_per_connection": job.get("qps_per_connection", 1),
+        "collectives": [{"kind": kind}],
+    }
+    if job.get("channels"):
+        spec["channels"] = min(int(job["channels"]), 64)
+    out: dict[str, Any] = {
+        "pools": [{"name": pool, "server": server, "count": len(job["hosts"])}],
+        "jobs": [spec],
+    }
+    if job.get("sizes_bytes"):
+        out["sizes"] = list(job["sizes_bytes"])
+    return out

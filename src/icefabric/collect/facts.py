@@ -198,6 +198,13 @@ def nccl_log_facts(log: NcclLog, tests: NcclTestsOutput | None = None) -> dict[s
         f["comm_topology_lines"] = [_clean(r) for r in log.comm_topology_lines]
         first = log.comm_topology_lines[0]
         f["nNodes"], f["localRanks"] = first["nNodes"], first["localRanks"]
+        f["nnodes"] = first["nNodes"]
+    nranks = [r["nranks"] for r in log.init_lines] + [r["nRanks"] for r in log.comm_topology_lines]
+    if nranks:
+        f["nranks"] = max(nranks)
+    if nccl_versions or log.versions:
+        f["version"] = (nccl_versions or log.versions)[0]
+    f.update(log.misc)
     if log.channel_counts:
         cc = log.channel_counts[0]
         f["coll_channels"], f["p2p_channels"] = cc["coll"], cc["p2p"]

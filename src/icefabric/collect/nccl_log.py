@@ -127,6 +127,9 @@ _CHANNEL_COUNTS = re.compile(
     r"(?:(?P<nvls>\d+) nvls channels, )?(?P<p2p>\d+) p2p channels, "
     r"(?P<pp>\d+) p2p channels per peer"
 )
+_CUDA_DRIVER = re.compile(r"^cudaDriverVersion (?P<v>\d+)")
+_CHUNKSIZE = re.compile(r"^P2P Chunksize set to (?P<v>\d+)")
+_CONNECTED = re.compile(r"^Connected all (?P<what>rings|trees)")
 _NVLS_HEAD = re.compile(r"^NVLS Head +(?P<h>\d+): *(?P<ranks>(?:\d+ *)+)$")
 _SYSTEM = re.compile(r"^=== System : maxBw (?P<max>[\d.]+) totalBw (?P<total>[\d.]+) ===")
 _TOPO_NODE_LINE = re.compile(
@@ -198,6 +201,7 @@ class NcclLog:
     nccl_warn_lines: list[dict[str, Any]] = field(default_factory=list)
     test_devices: list[dict[str, Any]] = field(default_factory=list)
     hosts_seen: list[str] = field(default_factory=list)
+    misc: dict[str, Any] = field(default_factory=dict)
     nccl_lines: int = 0
     warnings: list[ParseWarning] = field(default_factory=list)
 
@@ -494,6 +498,18 @@ def _parse_message(log: NcclLog, msg: str, ref: LineRef) -> bool:  # noqa: C901 
         log.channel_counts.append({
             "coll": int(g["coll"]), "collnet": _int(g["collnet"]), "nvls": _int(g["nvls"]),
             "p2p": int(g["p2p"]), "p2p_per_peer": int(g["pp"]), "ref": ref})
+        return True
+    g = _CUDA_DRIVER.match(msg)
+    if g:
+        log.misc.setdefault("cudaDriverVersion", int(g["v"]))
+        return True
+    g = _CHUNKSIZE.match(msg)
+    if g:
+        log.misc.setdefault("p2p_chunksize", int(g["v"]))
+        return True
+    g = _CONNECTED.match(msg)
+    if g:
+        log.misc[f"connected_all_{g['what']}"] = True
         return True
     g = _NVLS_HEAD.match(msg)
     if g:

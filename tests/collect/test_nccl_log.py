@@ -196,3 +196,8 @@ def test_sharp_link_layer_and_rail():
     nics = log.net_ib[0]["nics"]
     assert [(n["name"], n["link"], n["rail"]) for n in nics] == [
         ("mlx5_0", "IB/SHARP", None), ("mlx5_1", "IB", 2)]
+
+
+def test_ansi_colour_codes_are_not_damage():
+    log = parse_nccl_log("\x1b[32mINFO\x1b[0m vllm\n" + P + "Using network IB")
+    assert not log.warnings and log.networks[0]["network"] == "IB"

@@ -302,8 +302,14 @@ def parse_nccl_logs(texts: list[tuple[str | None, str | bytes]]) -> NcclLog:
     return log
 
 
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
 def _parse_into(log: NcclLog, text: str, source: str | None) -> None:
     for lineno, raw in enumerate(lines_of(text), start=1):
+        if "\x1b" in raw:
+            # Colour codes from frameworks' loggers are presentation, not damage.
+            raw = _ANSI.sub("", raw)
         if looks_garbled(raw):
             log.warnings.append(warn("unreadable bytes in line; read what was legible",
                                      lineno, source))

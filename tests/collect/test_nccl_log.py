@@ -201,3 +201,8 @@ def test_sharp_link_layer_and_rail():
 def test_ansi_colour_codes_are_not_damage():
     log = parse_nccl_log("\x1b[32mINFO\x1b[0m vllm\n" + P + "Using network IB")
     assert not log.warnings and log.networks[0]["network"] == "IB"
+
+
+def test_destroy_lines_are_not_warnings():
+    log = parse_nccl_log(P + "comm 0x55d0 rank 3 nranks 8 cudaDev 3 busId 1b000 - Destroy COMPLETE")
+    assert not log.warnings and not log.init_lines

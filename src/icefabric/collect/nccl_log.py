@@ -91,6 +91,9 @@ _INIT = re.compile(
     r"^(?:(?P<fn>\w+) )?comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<n>\d+) "
     r"cudaDev (?P<cuda>\d+)(?P<rest>.*?) - Init (?P<phase>START|COMPLETE)\s*$"
 )
+# Other lifecycle lines of a communicator ("comm 0x.. rank 3 nRanks 8 - Destroy COMPLETE",
+# "... - Abort COMPLETE"; src/init.cc): legitimate, nothing to extract for the report.
+_COMM_LIFECYCLE = re.compile(r"^(?:\w+ )?comm 0x[0-9a-fA-F]+ .*- ?\w+ (?:START|COMPLETE)\s*$")
 _INIT_OLD = re.compile(r"^rank (?P<rank>\d+) nranks (?P<n>\d+)\s*$")
 _COMM_TOPO = re.compile(
     r"^comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nRanks (?P<n>\d+) nNodes (?P<nn>\d+) "
@@ -474,6 +477,8 @@ def _parse_message(log: NcclLog, msg: str, ref: LineRef) -> bool:  # noqa: C901 
             "host": ref.host, "comm": g["comm"], "rank": int(g["rank"]), "nRanks": int(g["n"]),
             "nNodes": int(g["nn"]), "localRanks": int(g["lr"]), "localRank": int(g["l"]),
             "ref": ref})
+        return True
+    if _COMM_LIFECYCLE.match(msg):
         return True
     g = _INIT_OLD.match(msg)
     if g:

@@ -206,3 +206,21 @@ def test_ansi_colour_codes_are_not_damage():
 def test_destroy_lines_are_not_warnings():
     log = parse_nccl_log(P + "comm 0x55d0 rank 3 nranks 8 cudaDev 3 busId 1b000 - Destroy COMPLETE")
     assert not log.warnings and not log.init_lines
+
+
+def test_nccl_24_lines_without_device_brackets():
+    # Lines from https://github.com/NVIDIA/nccl/issues/226 (NCCL 2.4, 64 ranks over sockets)
+    text = "\n".join([
+        "ip-172-31-0-119:45328:45333 [0] NCCL INFO Ring 00 : 35 -> 34 [send] via NET/Socket/0",
+        "ip-172-31-5-237:45266:45271 [0] NCCL INFO Trees [0] 22->23->-1/-1/-1",
+        "ip-172-31-7-247:45553:45558 [0] NCCL INFO comm 0x7efe60002250 rank 15 nranks 64 "
+        "cudaDev 0 nvmlDev 0 - Init COMPLETE",
+    ])
+    log = parse_nccl_log(text)
+    assert not log.warnings
+    (c,) = log.connections
+    assert (c["from"], c["to"], c["from_dev"], c["net_plugin"], c["net_dev"]) == (
+        35, 34, None, "Socket", 0)
+    assert log.trees[0]["rank"] == 23 and log.trees[0]["up"] == 22
+    rep = build_reports(log)[0]
+    assert rep.nranks == 64 and {r.rank: r.host for r in rep.ranks}[35] == "ip-172-31-0-119"

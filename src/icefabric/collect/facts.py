@@ -261,7 +261,7 @@ def nccl_log_facts(log: NcclLog, tests: NcclTestsOutput | None = None) -> dict[s
         if loc is not None and _is_dev_index(loc[1]):
             local_gpu.setdefault(str(loc[0]), int(loc[1]))
         for rank, dev in ((conn["from"], conn["from_dev"]), (conn["to"], conn["to_dev"])):
-            if not _is_dev_index(dev):
+            if dev is not None and not _is_dev_index(dev):
                 busids.setdefault(str(rank), dev)
     if local_gpu:
         f["rank_to_local_gpu"] = dict(sorted(local_gpu.items(), key=lambda kv: int(kv[0])))

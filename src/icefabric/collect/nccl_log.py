@@ -118,9 +118,12 @@ _TREE_ITEM = re.compile(
 _TREE_ITEM_24 = re.compile(
     r"\[(?P<ch>\d+)\] (?P<up>-?\d+)->(?P<r>-?\d+)->(?P<d0>-?\d+)/(?P<d1>-?\d+)/(?P<d2>-?\d+)$"
 )
+# NCCL 2.4 printed network connections without device brackets
+# ("Ring 00 : 35 -> 34 [send] via NET/Socket/0", NVIDIA/nccl#226).
 _CONN = re.compile(
-    r"^(?:Channel|Ring) (?P<ch>\d+)(?:/(?P<sub>\d+))? : (?P<a>\d+)\[(?P<adev>[0-9a-fA-Fx:.]+)\] -> "
-    r"(?P<b>\d+)\[(?P<bdev>[0-9a-fA-Fx:.]+)\](?: \[(?P<dir>send|receive)\])? via (?P<via>.+?)\s*$"
+    r"^(?:Channel|Ring) (?P<ch>\d+)(?:/(?P<sub>\d+))? : "
+    r"(?P<a>\d+)(?:\[(?P<adev>[0-9a-fA-Fx:.]+)\])? -> (?P<b>\d+)(?:\[(?P<bdev>[0-9a-fA-Fx:.]+)\])?"
+    r"(?: \[(?P<dir>send|receive)\])? via (?P<via>.+?)\s*$"
 )
 _VIA_NET = re.compile(
     r"^(?:NET|COLLNET)/(?P<plugin>.+?)/(?P<dev>\d+)(?:\((?P<proxy>\d+)\))?(?P<flags>(?:/\w+|\(\w+\))*)$"
@@ -255,9 +258,9 @@ def _int(s: str | None) -> int | None:
     return int(s) if s not in (None, "") else None
 
 
-def _is_dev_index(s: str) -> bool:
+def _is_dev_index(s: str | None) -> bool:
     """Bracket content is a device index (small decimal) rather than a PCI busId (hex)."""
-    return s.isdigit() and int(s) < 256
+    return s is not None and s.isdigit() and int(s) < 256
 
 
 def parse_nccl_log(text: str | bytes, source: str | None = None) -> NcclLog:
@@ -624,7 +627,7 @@ def rank_devices(log: NcclLog) -> dict[int, dict[str, Any]]:
         out[rec["rank"]].setdefault("host", rec["ref"].host)
     for conn in log.connections:
         for rank, dev in ((conn["from"], conn["from_dev"]), (conn["to"], conn["to_dev"])):
-            if not _is_dev_index(dev):
+            if dev is not None and not _is_dev_index(dev):
                 out[rank].setdefault("bus_id", dev)
         loc = local_endpoint(conn)
         if loc is not None:

@@ -224,3 +224,16 @@ def test_nccl_24_lines_without_device_brackets():
     assert log.trees[0]["rank"] == 23 and log.trees[0]["up"] == 22
     rep = build_reports(log)[0]
     assert rep.nranks == 64 and {r.rank: r.host for r in rep.ranks}[35] == "ip-172-31-0-119"
+
+
+def test_lines_stripped_of_their_prefix_are_still_read():
+    # Excerpt style of https://github.com/NVIDIA/nccl/issues/527 (prefix removed by the poster)
+    text = "\n".join([
+        "NCCL INFO Channel 00 : 5[901d0] -> 6[a01c0] via P2P/IPC/read",
+        "NCCL INFO Channel 01 : 9[101d0] -> 0[101c0] [receive] via NET/AWS Libfabric/0/GDRDMA",
+        "NCCL INFO comm 0x7f3678000f60 rank 4 nranks 16 cudaDev 4 busId 901c0 - Init COMPLETE",
+    ])
+    log = parse_nccl_log(text)
+    assert not log.warnings and len(log.connections) == 2 and log.init_lines[0]["rank"] == 4
+    rep = build_reports(log)[0]
+    assert rep.nranks == 16 and {r.rank: r.bus_id for r in rep.ranks}[6] == "a01c0"

@@ -52,6 +52,7 @@ _PREFIX = re.compile(
     r"(?P<host>[^\s:]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:[\w./-]+:\d+ )?"
     r"(?:NCCL|RCCL) (?P<level>INFO|WARN|TRACE|ABORT) ?"
 )
+_BARE_PREFIX = re.compile(r"(?:^|\s)(?:NCCL|RCCL) (?P<level>INFO|WARN|TRACE) ")
 _WARN_PREFIX = re.compile(
     r"^\[(?P<dev>\d+)\] (?P<where>\S+) \((?P<host>[^)]*)\) (?:NCCL|RCCL) WARN (?P<msg>.*)$"
 )
@@ -233,6 +234,12 @@ def _segments(line: str, known_hosts: list[str]) -> list[tuple[dict[str, str] | 
     line = _MPI_TAG.sub("", line)
     found = list(_PREFIX.finditer(line))
     if not found:
+        # Posters sometimes strip the host:pid:tid [dev] part ("NCCL INFO Channel 00 : ...",
+        # NVIDIA/nccl#527); the message is still worth reading, without a host.
+        bare = _BARE_PREFIX.search(line)
+        if bare:
+            return [({"host": None, "pid": None, "tid": None, "dev": None,
+                      "level": bare["level"]}, line[bare.end():].rstrip())]
         return [(None, line)]
     hosts = sorted(set(known_hosts) | {found[0]["host"]}, key=len, reverse=True)
     cuts: list[tuple[int, int, dict[str, str]]] = []
@@ -333,9 +340,9 @@ def _parse_segment(log: NcclLog, m: dict[str, str] | None, msg: str, lineno: int
     ref = LineRef(source, lineno)
     if m is not None:
         ref.host = m["host"]
-        ref.pid, ref.tid, ref.dev = int(m["pid"]), int(m["tid"]), int(m["dev"])
+        ref.pid, ref.tid, ref.dev = _int(m["pid"]), _int(m["tid"]), _int(m["dev"])
         log.nccl_lines += 1
-        if ref.host not in log.hosts_seen:
+        if ref.host is not None and ref.host not in log.hosts_seen:
             log.hosts_seen.append(ref.host)
         if m["level"] == "WARN":
             log.nccl_warn_lines.append({"message": msg, "ref": ref})
@@ -599,47 +606,45 @@ def local_endpoint(conn: dict[str, Any]) -> tuple[int, str] | None:
 
 
 def rank_devices(log: NcclLog) -> dict[int, dict[str, Any]]:
-    """Per rank: host, local device, nvml device, busId, pid, as far as the log shows."""
+    """Per rank: host, local device, nvml device, busId, pid, as far as the log shows.
+
+    The first value seen for a field wins; a line that does not show a value (a prefix-less
+    line has no host) never blocks a later line that does.
+    """
     out: dict[int, dict[str, Any]] = defaultdict(dict)
+
+    def put(rank: int, **values: Any) -> None:
+        d = out[rank]
+        for k, v in values.items():
+            if v is not None and d.get(k) is None:
+                d[k] = v
+
     for rec in log.init_lines:
-        d = out[rec["rank"]]
-        d.setdefault("host", rec["host"])
-        if rec.get("cudaDev") is not None:
-            d.setdefault("device", rec["cudaDev"])
-        if "nvmlDev" in rec:
-            d.setdefault("nvml_device", rec["nvmlDev"])
-        if "busId" in rec:
-            d.setdefault("bus_id", rec["busId"])
-        d.setdefault("pid", rec["ref"].pid)
+        put(rec["rank"], host=rec["host"], device=rec.get("cudaDev"),
+            nvml_device=rec.get("nvmlDev"), bus_id=rec.get("busId"), pid=rec["ref"].pid)
     for rec in log.comm_topology_lines:
-        out[rec["rank"]].setdefault("host", rec["host"])
+        put(rec["rank"], host=rec["host"])
     for rec in log.test_devices:
-        d = out[rec["rank"]]
-        d.setdefault("host", rec["host"])
-        d.setdefault("device", rec["device"])
-        d.setdefault("pid", rec["pid"])
+        put(rec["rank"], host=rec["host"], device=rec["device"], pid=rec["pid"])
     for rec in log.trees:
         if rec["tree"] == 0 and rec["ref"].host is not None:
-            d = out[rec["rank"]]
-            d.setdefault("host", rec["ref"].host)
-            d.setdefault("device", rec["ref"].dev)
+            put(rec["rank"], host=rec["ref"].host, device=rec["ref"].dev)
     for rec in log.ring_ranks:
-        out[rec["rank"]].setdefault("host", rec["ref"].host)
+        put(rec["rank"], host=rec["ref"].host)
     for conn in log.connections:
         for rank, dev in ((conn["from"], conn["from_dev"]), (conn["to"], conn["to_dev"])):
             if dev is not None and not _is_dev_index(dev):
-                out[rank].setdefault("bus_id", dev)
-        loc = local_endpoint(conn)
-        if loc is not None:
-            d = out[loc[0]]
-            d.setdefault("host", conn["ref"].host)
-            if _is_dev_index(loc[1]):
-                d.setdefault("device", int(loc[1]))
+                put(rank, bus_id=dev)
+        ends = [local_endpoint(conn)]
         if conn["kind"] in {"P2P", "SHM"}:
             # Both ends of an intra-node connection share the printing host.
-            out[conn["to"]].setdefault("host", conn["ref"].host)
-            if _is_dev_index(conn["to_dev"]):
-                out[conn["to"]].setdefault("device", int(conn["to_dev"]))
+            ends.append((conn["to"], conn["to_dev"]))
+        for end in ends:
+            if end is not None:
+                put(end[0], host=conn["ref"].host,
+                    device=int(end[1]) if _is_dev_index(end[1]) else None)
+        if conn["kind"] in {"P2P", "SHM"}:
+            put(conn["to"], host=conn["ref"].host)
     return dict(out)
 
 

@@ -110,6 +110,25 @@ class HostNics(_Model):
     relaxed_ordering: bool | None = None
 
 
+class QueuePair(_Model):
+    """One RDMA queue pair NCCL reported creating (``NCCL_DEBUG_SUBSYS=NET``).
+
+    The QP number is what the RoCEv2 source port derives from (domain-facts §4.1), so these
+    records are the bridge from a communicator to the flows ICE steers.
+    """
+
+    host: str | None = None
+    pid: int | None = None
+    qp_num: int
+    ib_dev: int | None = Field(None, description="index into the host's NET/IB device list")
+    port: int | None = None
+    dev_name: str | None = None
+    role: Literal["send", "recv", "flush"] | None = None
+    link: str | None = Field(None, description="RoCE when a GID is printed, IB when a LID is")
+    gid_index: int | None = None
+    mtu: int | None = None
+
+
 class CommunicatorReport(_Model):
     """Normalized view of one communicator, whatever library and artefact it came from."""
 
@@ -125,6 +144,10 @@ class CommunicatorReport(_Model):
     trees: list[TreeNode] = Field(default_factory=list)
     connections: list[Connection] = Field(default_factory=list)
     nics: list[HostNics] = Field(default_factory=list)
+    qps: list[QueuePair] = Field(
+        default_factory=list,
+        description="QPs the log shows; proxy threads print them, so with several "
+                    "communicators in one log every report lists all of them")
     network: str | None = Field(None, description="net plugin in use: IB, Socket, IBext_v8 ...")
     env: dict[str, str] = Field(default_factory=dict)
     sources: list[str] = Field(default_factory=list)

@@ -237,3 +237,22 @@ def test_lines_stripped_of_their_prefix_are_still_read():
     assert not log.warnings and len(log.connections) == 2 and log.init_lines[0]["rank"] == 4
     rep = build_reports(log)[0]
     assert rep.nranks == 16 and {r.rank: r.bus_id for r in rep.ranks}[6] == "a01c0"
+
+
+def test_qp_creation_lines_are_collected():
+    # printf formats of src/transport/net_ib/connect.cc (NCCL_DEBUG_SUBSYS=NET)
+    text = "\n".join([
+        P + "NET/IB : Using [0]mlx5_0:1/RoCE [RO]; OOB eth0:10.0.0.1<0>",
+        P + "NET/IB: ncclIbConnect: NCCL Dev 0 IbDev 0 Port 1 qp_num 4711 mtu 5 GID 3 "
+            "(80FE/A8C00A00FFFF0000) ctsFifoRkey=0x1 ctsFifoLkey=0x2",
+        P + "NET/IB: ncclIbReceiverQpsCreateToRts: QP created: port=1 dev=0 devName=mlx5_0 "
+            "ndevs=1 nmdevs=1 qp_num=815 pkey=0 pd=0x5 oooRq=0",
+        P + "NET/IB: ncclIbConnect: IbDev 0 Port 1 qp_num 4711 query_ece={supported=1, "
+            "vendor_id=0x15b3, options=0x30000002, comp_mask=0x0}",
+    ])
+    log = parse_nccl_log(text)
+    assert not log.warnings
+    rep = build_reports(log)[0]
+    assert [(q.qp_num, q.role, q.link, q.gid_index, q.ib_dev) for q in rep.qps] == [
+        (4711, "send", "RoCE", 3, 0), (815, "recv", None, None, 0)]
+    assert rep.qps[1].dev_name == "mlx5_0" and rep.qps[0].host == "host-a"

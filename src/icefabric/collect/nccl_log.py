@@ -38,6 +38,7 @@ from icefabric.schemas import (
     HostNics,
     Nic,
     ParseWarning,
+    QueuePair,
     RankInfo,
     Ring,
     TreeNode,
@@ -134,6 +135,12 @@ _CHANNEL_COUNTS = re.compile(
     r"(?:(?P<nvls>\d+) nvls channels, )?(?P<p2p>\d+) p2p channels, "
     r"(?P<pp>\d+) p2p channels per peer"
 )
+# QP creation lines of the IB transport (NCCL_DEBUG_SUBSYS=NET; src/transport/net_ib/connect.cc):
+#   "NET/IB: ncclIbConnect: NCCL Dev %d IbDev %d Port %d qp_num %d mtu %d GID %ld (%lX/%lX) ..."
+#   "NET/IB: ncclIbConnect: NCCL Dev %d IbDev %d Port %d qp_num %d mtu %d LID %d ..."
+#   "NET/IB: %s: QP created: port=%d dev=%d devName=%s ndevs=%d nmdevs=%d qp_num=%u ..."
+_QP_NUM = re.compile(r"\bqp_num[ =](?P<qpn>\d+)")
+_QP_FUNC = re.compile(r"^NET/IB ?: ?(?P<func>\w+):")
 _CUDA_DRIVER = re.compile(r"^cudaDriverVersion (?P<v>\d+)")
 _CHUNKSIZE = re.compile(r"^P2P Chunksize set to (?P<v>\d+)")
 _CONNECTED = re.compile(r"^Connected all (?P<what>rings|trees)")
@@ -199,6 +206,7 @@ class NcclLog:
     ring_ranks: list[dict[str, Any]] = field(default_factory=list)
     trees: list[dict[str, Any]] = field(default_factory=list)
     tree_ranks: list[dict[str, Any]] = field(default_factory=list)
+    qps: list[dict[str, Any]] = field(default_factory=list)
     connections: list[dict[str, Any]] = field(default_factory=list)
     channel_counts: list[dict[str, Any]] = field(default_factory=list)
     nvls_heads: list[dict[str, Any]] = field(default_factory=list)
@@ -447,6 +455,11 @@ def _parse_message(log: NcclLog, msg: str, ref: LineRef) -> bool:  # noqa: C901 
             log.warnings.append(warn("Trees line partly unreadable (cut?); read the rest",
                                      ref.line, ref.source))
         return True
+    if msg.startswith("NET/IB") and "qp_num" in msg and "query_ece" not in msg:
+        q = _QP_NUM.search(msg)
+        if q:
+            log.qps.append(_qp_record(msg, int(q["qpn"]), ref))
+            return True
     g = _NETIB.match(msg)
     if g:
         nics = [
@@ -556,6 +569,30 @@ def _parse_message(log: NcclLog, msg: str, ref: LineRef) -> bool:  # noqa: C901 
             log.topo_nodes.append(g["node"])
             return True
     return False
+
+
+def _qp_record(msg: str, qpn: int, ref: LineRef) -> dict[str, Any]:
+    def num(pattern: str) -> int | None:
+        m = re.search(pattern, msg)
+        return int(m[1]) if m else None
+
+    func = _QP_FUNC.match(msg)
+    fname = func["func"] if func else ""
+    if "Flush QP" in msg:
+        role = "flush"
+    elif "Receiver" in fname or "Accept" in fname or "Recv" in fname:
+        role = "recv"
+    elif "Connect" in fname or "Sender" in fname or "Send" in fname:
+        role = "send"
+    else:
+        role = None
+    name = re.search(r"\bdevName=(\S+)", msg)
+    link = "RoCE" if re.search(r"\bGID \d+", msg) else ("IB" if " LID " in msg else None)
+    return {"host": ref.host, "pid": ref.pid, "qp_num": qpn,
+            "ib_dev": num(r"\bIbDev (\d+)") if "IbDev" in msg else num(r"\bdev=(\d+)"),
+            "port": num(r"\bPort (\d+)") if "Port " in msg else num(r"\bport=(\d+)"),
+            "dev_name": name[1] if name else None, "role": role, "link": link,
+            "gid_index": num(r"\bGID (\d+)"), "mtu": num(r"\bmtu (\d+)"), "ref": ref}
 
 
 def _connection(c: re.Match[str], ref: LineRef) -> dict[str, Any]:
@@ -808,6 +845,7 @@ def _report(log: NcclLog, group: dict[str, Any], mine) -> CommunicatorReport:
                                      for n in e["nics"]],
                        oob=e["oob"], relaxed_ordering=e["relaxed_ordering"])
               for h, e in nics.items()],
+        qps=[QueuePair(**{k: v for k, v in q.items() if k != "ref"}) for q in log.qps],
         network=Counter(networks).most_common(1)[0][0] if networks else None,
         env=dict(log.env),
         sources=list(log.sources),

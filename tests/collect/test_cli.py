@@ -82,3 +82,27 @@ def test_ranktable(tmp_path):
     f.write_text("{}")
     res = runner.invoke(app, ["collect", "ranktable", str(f)])
     assert res.exit_code == 2
+
+
+def test_topo_command():
+    xml = corpus_file("xml-ncclt-256-h200-vm-topo.xml")
+    res = runner.invoke(app, ["collect", "topo", str(xml)])
+    assert res.exit_code == 0 and "mlx5_0" in res.stdout
+    assert "truncated" in res.stderr
+    res = runner.invoke(app, ["collect", "topo", "--json", str(xml)])
+    assert json.loads(res.stdout)["gpu_nic_affinity"] == {"0000:18:00.0": "mlx5_0"}
+
+
+def test_chakra_command(tmp_path):
+    from .test_chakra import sample
+
+    files = []
+    for r in range(2):
+        f = tmp_path / f"et.{r}.et"
+        f.write_bytes(sample(r))
+        files.append(str(f))
+    res = runner.invoke(app, ["collect", "chakra", *files])
+    assert res.exit_code == 0 and "ALL_REDUCE" in res.stdout
+    (tmp_path / "bad.et").write_bytes(b"\xff\xff")
+    res = runner.invoke(app, ["collect", "chakra", str(tmp_path / "bad.et")])
+    assert res.exit_code == 2 and "byte 0" in res.stderr

@@ -176,6 +176,81 @@ def ranktable_cmd(
     _console().print(t)
 
 
+@collect_app.command("topo")
+def topo_cmd(
+    file: Path = typer.Argument(..., help="NCCL topology dump (NCCL_TOPO_DUMP_FILE)."),
+    as_json: bool = typer.Option(False, "--json", help="Print GPUs, NICs and links as JSON."),
+) -> None:
+    """GPUs, NICs and their PCIe/NVLink layout from an NCCL topology dump."""
+    from icefabric.collect.nccl_topo import parse_nccl_topo
+
+    topo = parse_nccl_topo(_read(file), source=str(file))
+    _print_warnings(topo.warnings)
+    if not topo.usable():
+        _err(f"error: no <system> with CPUs, GPUs or NICs found in {file}")
+        raise typer.Exit(NOTHING_USABLE)
+    affinity = topo.gpu_nic_affinity()
+    if as_json:
+        typer.echo(json.dumps({"version": topo.version, "well_formed": topo.well_formed,
+                               "cpus": topo.cpus, "gpus": topo.gpus, "nics": topo.nics,
+                               "pci_links": topo.pci_links, "nvlinks": topo.nvlinks,
+                               "gpu_nic_affinity": affinity}, indent=2))
+        return
+    from rich.table import Table
+
+    console = _console()
+    t = Table(title=f"GPUs in {file.name}")
+    for col in ("dev", "busid", "sm", "numa", "nvlinks", "closest NIC"):
+        t.add_column(col)
+    for g in topo.gpus:
+        t.add_row(str(g.get("dev")), str(g["pci_busid"]), str(g.get("sm")), str(g["numaid"]),
+                  str(sum(lk["count"] or 0 for lk in g["nvlinks"])),
+                  str(affinity.get(g["pci_busid"])))
+    console.print(t)
+    t = Table(title=f"NICs in {file.name}")
+    for col in ("name", "dev", "speed Mb/s", "port", "busid", "numa", "gdr"):
+        t.add_column(col)
+    for n in topo.nics:
+        t.add_row(*(str(n.get(k)) for k in ("name", "dev", "speed", "port", "pci_busid",
+                                               "numaid", "gdr")))
+    console.print(t)
+
+
+@collect_app.command("chakra")
+def chakra_cmd(
+    files: list[Path] = typer.Argument(..., help="Chakra ET files, one per rank."),
+    as_json: bool = typer.Option(False, "--json", help="Print the workload as JSON."),
+) -> None:
+    """Communication operations (collectives, send/recv) of Chakra execution traces."""
+    from icefabric.collect.chakra import read_chakra_traces, workload_from_traces
+
+    try:
+        traces = read_chakra_traces(files)
+    except OSError as exc:
+        _err(f"error: cannot read trace: {exc}")
+        raise typer.Exit(NOTHING_USABLE) from None
+    for tr in traces:
+        _print_warnings(tr.warnings)
+    wl = workload_from_traces(traces)
+    comm = [o for o in wl["ops"] if o["kind"] != "COMP"]
+    if not comm:
+        _err(f"error: no communication nodes found in {len(files)} trace(s)")
+        raise typer.Exit(NOTHING_USABLE)
+    if as_json:
+        typer.echo(json.dumps(wl, indent=2))
+        return
+    from rich.table import Table
+
+    t = Table(title=f"communication in {len(traces)} trace(s)")
+    for col in ("rank", "id", "kind", "collective", "size (B)", "src", "dst", "pg", "deps"):
+        t.add_column(col)
+    for o in comm:
+        t.add_row(*(str(x) if x is not None else "-" for x in (
+            o["rank"], o["id"], o["kind"], o["collective"], o["size_bytes"], o["src"],
+            o["dst"], o["pg_name"], ",".join(map(str, o["deps"])))))
+    _console().print(t)
+
+
 def register(app: typer.Typer) -> None:
     """Add the ``collect`` sub-command group to the ``icefab`` app."""
     app.add_typer(collect_app, name="collect")

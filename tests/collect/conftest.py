@@ -25,7 +25,10 @@ def corpus() -> Path:
 
 
 def corpus_file(name: str) -> Path:
-    p = corpus_dir() / name
-    if not p.exists():
-        pytest.skip(f"corpus file {name} not available")
-    return p
+    """A file of the public corpus, looked up in ``$ICEFAB_CCL_CORPUS`` then the default
+    folder, so unit tests keep their inputs when the variable points at another corpus."""
+    for d in (corpus_dir(), DEFAULT_CORPUS.resolve()):
+        p = d / name
+        if p.exists():
+            return p
+    pytest.skip(f"corpus file {name} not available")

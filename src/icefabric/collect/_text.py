@@ -33,9 +33,14 @@ def lines_of(text: str) -> list[str]:
     return lines
 
 
+# Characters no CCL prints: C0 controls other than tab/newlines, and the replacement character
+# that decoding puts where bytes were not UTF-8.
+GARBLED = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ufffd]")
+
+
 def looks_garbled(line: str) -> bool:
     """True when the line holds bytes no CCL prints (NUL, replacement char, controls)."""
-    return any(ch == "\ufffd" or (ord(ch) < 32 and ch not in "\t\r\n") for ch in line)
+    return GARBLED.search(line) is not None
 
 
 def warn(message: str, line: int | None, source: str | None) -> ParseWarning:

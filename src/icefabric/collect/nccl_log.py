@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from icefabric.collect._text import lines_of, looks_garbled, read_text, to_text, warn
+from icefabric.collect._text import GARBLED, lines_of, looks_garbled, read_text, to_text, warn
 from icefabric.schemas import (
     CommunicatorReport,
     Connection,
@@ -249,6 +249,8 @@ def _segments(line: str, known_hosts: list[str]) -> list[tuple[dict[str, str] | 
             return [({"host": None, "pid": None, "tid": None, "dev": None,
                       "level": bare["level"]}, line[bare.end():].rstrip())]
         return [(None, line)]
+    if len(found) == 1:
+        return [(found[0].groupdict(), line[found[0].end():].rstrip())]
     hosts = sorted(set(known_hosts) | {found[0]["host"]}, key=len, reverse=True)
     cuts: list[tuple[int, int, dict[str, str]]] = []
     for i, m in enumerate(found):
@@ -334,7 +336,7 @@ def _parse_into(log: NcclLog, text: str, source: str | None) -> None:
         if looks_garbled(raw):
             log.warnings.append(warn("unreadable bytes in line; read what was legible",
                                      lineno, source))
-            raw = "".join(ch for ch in raw if ch != "\ufffd" and (ord(ch) >= 32 or ch == "\t"))
+            raw = GARBLED.sub("", raw)
         try:
             for m, msg in _segments(raw, log.hosts_seen):
                 _parse_segment(log, m, msg, lineno, source)

@@ -4,7 +4,8 @@ The folder comes from ``$ICEFAB_CCL_CORPUS`` (default ``<repo>/../shared/referen
 a new item is tested by dropping its files and ``<id>.json`` sidecar in. Comparison rules
 (see the corpus README): every key listed in ``expected`` must be present and equal; dicts are
 compared key by key (a listed dict need not list every key the collector found), lists element
-by element with equal length. An ``"a-b"`` string stands for the rank range a..b. Keys that are
+by element with equal length. An ``"a-b"`` string (or ``"a-b,c-d"``) stands for the ranks
+a..b when the collector returns a list. Keys that are
 prose commentary (``*note``/``*notes``) are not facts and are skipped.
 """
 
@@ -42,10 +43,14 @@ def _is_note(key: str) -> bool:
 
 
 def _range(s: str) -> list[int] | None:
-    parts = s.split("-")
-    if len(parts) == 2 and all(p.isdigit() for p in parts):
-        return list(range(int(parts[0]), int(parts[1]) + 1))
-    return None
+    """``"0-7"`` or ``"0-3,8-11"`` as the list of ranks it names; None if not such a string."""
+    out: list[int] = []
+    for part in s.split(","):
+        lo, _, hi = part.strip().partition("-")
+        if not lo.isdigit() or (hi and not hi.isdigit()):
+            return None
+        out += list(range(int(lo), int(hi or lo) + 1))
+    return out
 
 
 def compare(expected: Any, actual: Any, path: str, errors: list[str]) -> None:

@@ -256,3 +256,9 @@ def test_qp_creation_lines_are_collected():
     assert [(q.qp_num, q.role, q.link, q.gid_index, q.ib_dev) for q in rep.qps] == [
         (4711, "send", "RoCE", 3, 0), (815, "recv", None, None, 0)]
     assert rep.qps[1].dev_name == "mlx5_0" and rep.qps[0].host == "host-a"
+
+
+def test_inline_rccl_version_line():
+    log = parse_nccl_log(P + "RCCL version 2.18.3+hip6.1 HEAD:0f4ab1a")
+    rep = build_reports(log)[0]
+    assert rep.library == "rccl" and rep.version == "2.18.3+hip6.1" and not log.versions

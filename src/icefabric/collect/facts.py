@@ -178,11 +178,11 @@ def nccl_log_facts(log: NcclLog, tests: NcclTestsOutput | None = None) -> dict[s
         f["ofi_provider"] = log.ofi_providers[0]
     if log.env:
         f["env"] = dict(log.env)
-    nccl_versions = [v for v in log.versions if "HEAD" not in v]
-    if nccl_versions:
-        f["nccl_version_lines"] = nccl_versions
-    if "RCCL version" in log.banner:
-        f["rccl_version"] = log.banner["RCCL version"].split("-", 1)[0]
+    if log.versions:
+        f["nccl_version_lines"] = list(log.versions)
+    if log.rccl_versions:
+        # "2.21.5-HEAD:9a0e6a1" -> "2.21.5"; the git describe suffix is not the version.
+        f["rccl_version"] = log.rccl_versions[0].split("-", 1)[0]
     if "Librccl path" in log.banner:
         f["librccl_path"] = log.banner["Librccl path"]
     host = log.banner.get("Hostname") or (log.hosts_seen[0] if len(log.hosts_seen) == 1 else None)
@@ -202,8 +202,8 @@ def nccl_log_facts(log: NcclLog, tests: NcclTestsOutput | None = None) -> dict[s
     nranks = [r["nranks"] for r in log.init_lines] + [r["nRanks"] for r in log.comm_topology_lines]
     if nranks:
         f["nranks"] = max(nranks)
-    if nccl_versions or log.versions:
-        f["version"] = (nccl_versions or log.versions)[0]
+    if log.rccl_versions or log.versions:
+        f["version"] = (log.rccl_versions or log.versions)[0]
     f.update(log.misc)
     if log.channel_counts:
         cc = log.channel_counts[0]

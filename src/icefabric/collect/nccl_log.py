@@ -64,7 +64,7 @@ _TEST_DEVICE = re.compile(
     r"^#\s+Rank\s+(?P<rank>\d+)(?:\s+Group\s+\d+)?\s+Pid\s+(?P<pid>\d+)\s+on\s+(?P<host>\S+)"
     r"\s+device\s+(?P<dev>\d+)\s+\[(?P<bus>[^\]]+)\]"
 )
-_VERSION = re.compile(r"\b(?:NCCL|RCCL) version :? ?(?P<v>\d+\.\d+\.\d+\S*)")
+_VERSION = re.compile(r"\b(?P<lib>NCCL|RCCL) version :? ?(?P<v>\d+\.\d+\.\d+\S*)")
 _VERSION_HINT = re.compile(r"\bnccl==(?P<v>\d+\.\d+\.\d+\S*)")
 _BANNER = re.compile(
     r"^(?P<key>RCCL version|HIP version|ROCm version|Hostname|Librccl path)\s*: (?P<val>.*?)\s*$"
@@ -190,6 +190,7 @@ class NcclLog:
 
     sources: list[str] = field(default_factory=list)
     versions: list[str] = field(default_factory=list)
+    rccl_versions: list[str] = field(default_factory=list)
     version_hints: list[str] = field(default_factory=list)
     banner: dict[str, str] = field(default_factory=dict)
     net_ib: list[dict[str, Any]] = field(default_factory=list)
@@ -223,7 +224,7 @@ class NcclLog:
     def usable(self) -> bool:
         """True when at least one CCL fact was read (what the CLI requires)."""
         return bool(
-            self.versions or self.net_ib or self.nic_lines or self.init_lines
+            self.versions or self.rccl_versions or self.net_ib or self.nic_lines or self.init_lines
             or self.comm_topology_lines or self.ring_orders or self.ring_ranks or self.trees
             or self.tree_ranks or self.connections or self.channel_counts or self.paths
             or self.systems
@@ -365,11 +366,11 @@ def _parse_segment(log: NcclLog, m: dict[str, str] | None, msg: str, lineno: int
         if b:
             log.banner[b["key"]] = b["val"]
             if b["key"] == "RCCL version":
-                log.versions.append(b["val"])
+                log.rccl_versions.append(b["val"])
             return
     v = _VERSION.search(msg)
     if v:
-        log.versions.append(v["v"])
+        (log.rccl_versions if v["lib"] == "RCCL" else log.versions).append(v["v"])
         return
     v = _VERSION_HINT.search(msg)
     if v:
@@ -624,7 +625,7 @@ def _connection(c: re.Match[str], ref: LineRef) -> dict[str, Any]:
 
 def library_of(log: NcclLog) -> str:
     """``"rccl"`` when RCCL/ROCm markers are present, else ``"nccl"``."""
-    if "RCCL version" in log.banner or any("HEAD" in v for v in log.versions):
+    if log.rccl_versions:
         return "rccl"
     return "nccl"
 
@@ -793,6 +794,7 @@ def build_reports(log: NcclLog) -> list[CommunicatorReport]:
 
 def _report(log: NcclLog, group: dict[str, Any], mine) -> CommunicatorReport:
     sub = NcclLog(sources=log.sources, versions=log.versions, banner=log.banner,
+                  rccl_versions=log.rccl_versions,
                   net_ib=log.net_ib, nic_lines=log.nic_lines, networks=log.networks,
                   env=log.env, test_devices=log.test_devices)
     for name in ("init_lines", "comm_topology_lines", "ring_orders", "ring_ranks", "trees",
@@ -828,7 +830,7 @@ def _report(log: NcclLog, group: dict[str, Any], mine) -> CommunicatorReport:
     networks = [n["network"] for n in log.networks]
     return CommunicatorReport(
         library=library_of(log),
-        version=(log.versions or log.version_hints or [None])[0],
+        version=(log.rccl_versions or log.versions or log.version_hints or [None])[0],
         comm_id=group["comm_id"],
         nranks=nranks,
         nnodes=nnodes,

@@ -43,3 +43,10 @@ def test_cut_row_becomes_warning_with_line():
 def test_not_available_half():
     row = parse_row("  1024  256  float  none  -1  5.0  0.2  0.2  0  N/A  N/A  N/A  N/A")
     assert row["out_of_place"]["busbw_GBps"] == 0.2 and row["in_place"]["time_us"] is None
+
+
+def test_version_header_decodes_library_code():
+    out = parse_nccl_tests(read_text(corpus_file("ncclt-dgxspark-gb10-roce.log")))
+    run = out.first_with_rows()
+    assert run.version == "2.20.0" and run.nccl_library == "2.31.2"
+    assert run.collective == "all_reduce_perf" and len(run.devices) == 2

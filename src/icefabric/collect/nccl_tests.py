@@ -56,6 +56,7 @@ class NcclTestsRun:
     command: str | None = None
     collective: str | None = None
     version: str | None = None
+    nccl_library: str | None = None
     params: dict[str, Any] = field(default_factory=dict)
     devices: list[dict[str, Any]] = field(default_factory=list)
     header_columns: list[str] | None = None
@@ -71,7 +72,7 @@ class NcclTestsRun:
     def to_dict(self) -> dict[str, Any]:
         """Plain JSON-ready dict (keys as in the corpus' ``nccl_tests`` convention)."""
         out: dict[str, Any] = {"rows": self.rows}
-        for key in ("command", "collective", "version", "header_columns",
+        for key in ("command", "collective", "version", "nccl_library", "header_columns",
                     "avg_bus_bandwidth_GBps", "out_of_bounds"):
             if getattr(self, key) is not None:
                 out[key] = getattr(self, key)
@@ -244,6 +245,9 @@ def _header_line(s: str, run: NcclTestsRun, new_run) -> None:
         if run.rows or run.params:
             run = new_run()
         run.version = m["v"]
+        lib = re.search(r"nccl-library=(\d+)", m["rest"] or "")
+        if lib:
+            run.nccl_library = nccl_version_from_code(int(lib[1]))
         return
     m = _STARTING.match(s)
     if m:
@@ -271,6 +275,14 @@ def _header_line(s: str, run: NcclTestsRun, new_run) -> None:
     m = _OOB.match(s)
     if m:
         run.out_of_bounds = {"count": int(m["n"]), "status": m["s"]}
+
+
+def nccl_version_from_code(code: int) -> str:
+    """``NCCL_VERSION_CODE`` to a version string (src/nccl.h.in: 2.9+ encode
+    ``major*10000 + minor*100 + patch``, older ``major*1000 + minor*100 + patch``)."""
+    if code >= 10000:
+        return f"{code // 10000}.{code % 10000 // 100}.{code % 100}"
+    return f"{code // 1000}.{code % 1000 // 100}.{code % 100}"
 
 
 def read_nccl_tests(path: str | Path) -> NcclTestsOutput:

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 
+from hypothesis import given
+from hypothesis import strategies as st
+
 from icefabric.collect.ranktable import parse_ranktable, report_from_ranktable
 
 V10 = {
@@ -55,3 +58,18 @@ def test_rank_table_facts():
 
     f = text_facts(json.dumps(V10))
     assert f["server_count"] == 2 and f["hosts"]["10.0.0.11"] == [2, 3]
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 5) | st.sampled_from(
+        ["0", "1", "x", "10.0.0.1", "device", "server_list", "rank_id"]),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+        st.sampled_from(["server_list", "device", "devices", "device_id", "device_ip",
+                         "rank_id", "server_id", "group_list", "instance_list", "version",
+                         "super_pod_list", "host_ip"]), inner, max_size=5),
+    max_leaves=30)
+
+
+@given(_json)
+def test_any_json_shape_never_crashes(data):
+    t = parse_ranktable(json.dumps(data))
+    report_from_ranktable(t).model_dump_json()

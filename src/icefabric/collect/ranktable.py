@@ -58,6 +58,15 @@ def _as_int(v: Any) -> int | None:
         return None
 
 
+def _list(v: Any) -> list[Any]:
+    """A JSON array, or nothing: a wrong-typed field must not stop the reading."""
+    return v if isinstance(v, list) else []
+
+
+def _as_str(v: Any) -> str | None:
+    return None if v is None else str(v)
+
+
 def parse_ranktable(text: str | bytes, source: str | None = None) -> RankTable:
     """Read an HCCL rank table JSON.
 
@@ -86,9 +95,9 @@ def parse_ranktable(text: str | bytes, source: str | None = None) -> RankTable:
     table.version = str(data["version"]) if "version" in data else None
     table.status = data.get("status")
     pod_of: dict[str, str] = {}
-    for pod in data.get("super_pod_list") or []:
+    for pod in _list(data.get("super_pod_list")):
         if isinstance(pod, dict):
-            for srv in pod.get("server_list") or []:
+            for srv in _list(pod.get("server_list")):
                 if isinstance(srv, dict) and "server_id" in srv:
                     pod_of[str(srv["server_id"])] = str(pod.get("super_pod_id"))
     entries: list[tuple[int | None, dict[str, Any], dict[str, Any]]] = []
@@ -96,16 +105,16 @@ def parse_ranktable(text: str | bytes, source: str | None = None) -> RankTable:
         for srv in data["server_list"]:
             if not isinstance(srv, dict):
                 continue
-            for dev in srv.get("device") or srv.get("devices") or []:
+            for dev in _list(srv.get("device") or srv.get("devices")):
                 if isinstance(dev, dict):
                     entries.append((_as_int(dev.get("rank_id")), srv, dev))
-    for group in data.get("group_list") or []:
+    for group in _list(data.get("group_list")):
         if not isinstance(group, dict):
             continue
-        for inst in group.get("instance_list") or []:
+        for inst in _list(group.get("instance_list")):
             if not isinstance(inst, dict):
                 continue
-            devs = [d for d in inst.get("devices") or [] if isinstance(d, dict)]
+            devs = [d for d in _list(inst.get("devices")) if isinstance(d, dict)]
             for dev in devs:
                 rank = _as_int(dev.get("rank_id"))
                 if rank is None and len(devs) == 1:
@@ -126,7 +135,8 @@ def parse_ranktable(text: str | bytes, source: str | None = None) -> RankTable:
         server = str(srv.get("server_id", srv.get("pod_name", f"server{pos}")))
         table.ranks.append(RankEntry(
             rank=rank, server_id=server, device_id=device_id,
-            device_ip=dev.get("device_ip"), host_ip=srv.get("host_ip") or srv.get("host_nic_ip"),
+            device_ip=_as_str(dev.get("device_ip")),
+            host_ip=_as_str(srv.get("host_ip") or srv.get("host_nic_ip")),
             super_device_id=(str(dev["super_device_id"]) if "super_device_id" in dev else None),
             super_pod_id=pod_of.get(server),
         ))

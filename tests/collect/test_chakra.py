@@ -121,3 +121,9 @@ def test_truncated_trace_never_raises(cut):
 @given(st.integers(0, (1 << 64) - 1))
 def test_varint_round_trip(v):
     assert read_varint(varint(v), 0) == (v, len(varint(v)))
+
+
+@given(st.binary(max_size=300))
+def test_random_bytes_never_raise(data):
+    tr = parse_chakra_trace(data)
+    assert all(w.message.startswith("byte ") for w in tr.warnings)

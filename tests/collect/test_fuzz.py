@@ -16,6 +16,7 @@ from typer.testing import CliRunner
 from icefabric.cli.app import app
 from icefabric.collect.facts import artefact_facts
 from icefabric.collect.hccl_log import parse_hccl_log
+from icefabric.collect.hccl_sport import parse_multi_qp_src_port
 from icefabric.collect.nccl_log import build_reports, parse_nccl_log
 from icefabric.collect.nccl_tests import parse_nccl_tests
 from icefabric.collect.nccl_topo import parse_nccl_topo
@@ -100,6 +101,8 @@ def test_mutated_logs_never_crash(i, j, ops):
     _check_warnings(topo.warnings, data)
     parse_hccl_log(data)
     parse_ranktable(data)
+    _, sport_warnings = parse_multi_qp_src_port(data)
+    _check_warnings(sport_warnings, data)
     artefact_facts([("fuzz", data.decode("utf-8", errors="replace"))])
 
 

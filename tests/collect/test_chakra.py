@@ -82,6 +82,9 @@ def sample(rank: int) -> bytes:
         node(3, "send", 5, deps=[2],
              attrs=[attr("comm_size", 21, 4096), attr("comm_src", 7, rank),
                     attr("comm_dst", 17, (rank + 1) % 2), attr("comm_tag", 15, -3)]),
+        node(4, "recv", 6, deps=[2],
+             attrs=[attr("comm_size", 21, 4096), attr("comm_src", 7, (rank + 1) % 2),
+                    attr("comm_dst", 17, rank), attr("comm_tag", 15, -3)]),
     )
 
 
@@ -95,13 +98,15 @@ def test_decode_nodes_and_workload(tmp_path):
     assert [t.rank for t in traces] == [0, 1]
     t0 = traces[0]
     assert t0.version == "0.0.4" and t0.metadata["schema"] == "1.0.2-chakra.0.0.4"
-    assert [n.type for n in t0.nodes] == ["COMP_NODE", "COMM_COLL_NODE", "COMM_SEND_NODE"]
+    assert [n.type for n in t0.nodes] == ["COMP_NODE", "COMM_COLL_NODE", "COMM_SEND_NODE",
+                                          "COMM_RECV_NODE"]
     wl = workload_from_traces(traces)
     coll = [o for o in wl["ops"] if o["kind"] == "COLL"]
     assert len(coll) == 2 and coll[0]["collective"] == "ALL_REDUCE"
     assert coll[0]["size_bytes"] == 1 << 20 and coll[0]["deps"] == [1]
     send = next(o for o in wl["ops"] if o["kind"] == "SEND" and o["rank"] == 1)
     assert (send["size_bytes"], send["src"], send["dst"], send["tag"]) == (4096, 1, 0, -3)
+    assert send["peer"] == (0, 4) and coll[1]["instance"] == 0
 
 
 def test_list_attribute():

@@ -286,8 +286,12 @@ def workload_from_traces(traces: list[ChakraTrace]) -> dict[str, Any]:
     dict
         ``{"nranks", "ops": [{"rank", "id", "name", "kind" (COLL/SEND/RECV/COMP),
         "collective", "size_bytes", "src", "dst", "tag", "pg_name", "deps",
-        "duration_us"}]}``. ``deps`` joins control and data dependencies (ids within the
-        same rank); compute nodes are kept because communication waits on them.
+        "duration_us", "instance", "peer"}]}``. ``deps`` joins control and data
+        dependencies (ids within the same rank); compute nodes are kept because communication
+        waits on them. ``instance`` numbers a rank's collectives per process group in trace
+        order, so equal (pg_name, instance) across ranks is one collective call (every rank
+        issues a group's collectives in the same order). ``peer`` is ``(rank, id)`` of the
+        matching receive of a send and vice versa (same src, dst and tag, in order).
     """
     ops = []
     for tr in traces:
@@ -305,5 +309,21 @@ def workload_from_traces(traces: list[ChakraTrace]) -> dict[str, Any]:
                 "tag": n.attrs.get("comm_tag"), "pg_name": n.attrs.get("pg_name"),
                 "deps": sorted(set(n.ctrl_deps) | set(n.data_deps)),
                 "duration_us": n.duration_micros,
+                "instance": None, "peer": None,
             })
+    counters: dict[tuple[Any, Any], int] = {}
+    sends: dict[tuple[Any, Any, Any], list[dict[str, Any]]] = {}
+    recvs: dict[tuple[Any, Any, Any], list[dict[str, Any]]] = {}
+    for op in ops:
+        if op["kind"] == "COLL":
+            key = (op["rank"], op["pg_name"])
+            op["instance"] = counters.get(key, 0)
+            counters[key] = op["instance"] + 1
+        elif op["kind"] == "SEND":
+            sends.setdefault((op["rank"], op["dst"], op["tag"]), []).append(op)
+        elif op["kind"] == "RECV":
+            recvs.setdefault((op["src"], op["rank"], op["tag"]), []).append(op)
+    for key, sl in sends.items():
+        for snd, rcv in zip(sl, recvs.get(key, []), strict=False):
+            snd["peer"], rcv["peer"] = (rcv["rank"], rcv["id"]), (snd["rank"], snd["id"])
     return {"nranks": len(traces), "ops": ops}

@@ -1,0 +1,114 @@
+"""Communicators: which accelerators take part in a job, in rank order, and how the
+library sets up its connections."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import cached_property
+
+import numpy as np
+
+from icefabric.topology.model import ACCEL, Fabric
+
+
+@dataclass(frozen=True, eq=False)
+class Communicator:
+    """A job's communicator on a fabric.
+
+    Attributes
+    ----------
+    job : str — job name (reports group by it).
+    fabric : Fabric
+    ranks : np.ndarray — accelerator node id of every rank, in rank order (server by server,
+        local index inside a server, as launchers assign ranks).
+    library : str — ``nccl``, ``rccl`` or ``hccl`` (chooses the algorithm models).
+    qps_per_connection : int — QPs per network connection (NCCL_IB_QPS_PER_CONNECTION,
+        HCCL_RDMA_QPS_PER_CONNECTION; default 1 in both, domain-facts §4.3, §7.2).
+    channels : int | None — NCCL channels (rings); None = 2 per NIC of a server, the usual
+        multi-node choice on 8-NIC servers [UNCONFIRMED default; NCCL tunes it at runtime].
+    step_overhead_ns : int — per pipeline step software/NIC latency added to propagation.
+    """
+
+    job: str
+    fabric: Fabric
+    ranks: np.ndarray
+    library: str = "nccl"
+    qps_per_connection: int = 1
+    channels: int | None = None
+    step_overhead_ns: int = 1000
+
+    def __post_init__(self):
+        f = self.fabric
+        r = np.asarray(self.ranks, dtype=np.int64)
+        if len(r) < 2:
+            raise ValueError(f"job {self.job!r}: a communicator needs at least 2 ranks")
+        if np.any(f.node_kind[r] != ACCEL):
+            raise ValueError(f"job {self.job!r}: ranks must be accelerators")
+        if len(np.unique(r)) != len(r):
+            raise ValueError(f"job {self.job!r}: an accelerator appears twice")
+        if self.qps_per_connection < 1 or self.qps_per_connection > 128:
+            raise ValueError("qps_per_connection must be in [1, 128] (NCCL_IB_MAX_QPS)")
+
+    @property
+    def nranks(self) -> int:
+        return len(self.ranks)
+
+    @cached_property
+    def rank_server(self) -> np.ndarray:
+        return self.fabric.node_server[self.ranks].astype(np.int64)
+
+    @cached_property
+    def servers(self) -> list[int]:
+        """Servers in order of first appearance."""
+        seen: dict[int, None] = {}
+        for s in self.rank_server.tolist():
+            seen.setdefault(s, None)
+        return list(seen)
+
+    @cached_property
+    def server_ranks(self) -> list[np.ndarray]:
+        """Rank ids on each server (same order as :attr:`servers`)."""
+        return [np.flatnonzero(self.rank_server == s) for s in self.servers]
+
+    @property
+    def n_nodes(self) -> int:
+        return len(self.servers)
+
+    @cached_property
+    def nics_per_server(self) -> int:
+        return min(self.fabric.servers[s].profile.n_nics for s in self.servers)
+
+    @property
+    def n_channels(self) -> int:
+        if self.channels is not None:
+            return self.channels
+        return 2 * self.nics_per_server if self.n_nodes > 1 else 2 * 8
+
+    def nic(self, rank: int, rail: int | None = None) -> int:
+        """The NIC node a rank uses: its own NIC, or the server's NIC ``rail`` (PXN/rails)."""
+        f = self.fabric
+        a = int(self.ranks[rank])
+        if rail is None:
+            return int(f.accel_nic[a])
+        srv = f.servers[int(f.node_server[a])]
+        return int(srv.nics[rail % len(srv.nics)])
+
+    @cached_property
+    def _fabric_delay_ns(self) -> int:
+        d = self.fabric.link_delay_ns[self.fabric.link_kind == 2]
+        return int(np.median(d)) if len(d) else 0
+
+    def hop_delay_ns(self, src_nic: int, dst_nic: int) -> int:
+        """Propagation of one network hop along a shortest path (up to the common tier)."""
+        f = self.fabric
+        host = int(f.link_delay_ns[f.link_id(src_nic, int(f.nic_leaf[src_nic]))])
+        la, lb = int(f.nic_leaf[src_nic]), int(f.nic_leaf[dst_nic])
+        fab = self._fabric_delay_ns
+        if la == lb:
+            return 2 * host
+        tiers = 2 if f.node_pod[la] == f.node_pod[lb] or f.node_pod[la] < 0 else 4
+        return 2 * host + tiers * fab
+
+    def intra_delay_ns(self, rank: int) -> int:
+        srv = self.fabric.servers[int(self.rank_server[rank])]
+        return 2 * srv.profile.intra_delay_ns

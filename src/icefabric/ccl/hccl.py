@@ -1,0 +1,170 @@
+"""Huawei HCCL (Ascend) collective models -> workload.
+
+HCCL is hierarchical (domain-facts §7.1): ``level0`` inside a server (HCCS full mesh; only
+``NA``, i.e. the built-in mesh algorithm), ``level1`` between servers over the NPUs' own
+RoCE ports, where ``HCCL_ALGO`` picks ``ring`` or ``H-D_R`` (recursive halving-doubling).
+An AllReduce runs level0 reduce-scatter (each NPU owns 1/m of the buffer), then level1
+AllReduce of that shard among the NPUs with the same local index on every server (one ring
+or halving-doubling group per local index, i.e. per RoCE plane), then level0 all-gather.
+The Ascend 910B's 8 ports sit in one subnet (domain-facts §7.3), so NPU ``i`` talks to NPU
+``i`` of the other servers through port ``i``.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from icefabric.ccl.communicator import Communicator
+from icefabric.ccl.workload import CollectiveCall, WorkloadBuilder
+
+
+def _mesh(wb, comm, coll, bytes_per_pair, after, tag) -> list[int]:
+    """level0 full-mesh exchange inside every server: each NPU sends ``bytes_per_pair`` to
+    each other local NPU, all at once (HCCS point-to-point links)."""
+    flows = []
+    for local in comm.server_ranks:
+        for a in local.tolist():
+            for b in local.tolist():
+                if a != b:
+                    f = wb.flow(bytes_per_pair, coll=coll, deps=after,
+                                latency_ns=comm.intra_delay_ns(a) + comm.step_overhead_ns)
+                    wb.hop(f, int(comm.ranks[a]), int(comm.ranks[b]))
+                    flows.append(f)
+    return flows
+
+
+def _planes(comm: Communicator) -> list[list[int]]:
+    """Level-1 groups: ranks with the same local index across servers."""
+    m = min(len(x) for x in comm.server_ranks)
+    return [[int(local[i]) for local in comm.server_ranks] for i in range(m)]
+
+
+def _level1_ring(wb, comm, coll, group, shard_bytes, kind, after, i) -> list[int]:
+    M = len(group)
+    factor = 2 * (M - 1) / M if kind == "all_reduce" else (M - 1) / M
+    steps = 2 * (M - 1) if kind == "all_reduce" else M - 1
+    f = wb.flow(shard_bytes * factor, coll=coll, deps=after)
+    delays = []
+    for j in range(M):
+        a, b = group[j], group[(j + 1) % M]
+        sn, dn = comm.nic(a), comm.nic(b)
+        k = wb.connection((comm.job, "hccl-ring", i, a, b), sn, dn, comm.qps_per_connection,
+                          comm.job)
+        wb.hop(f, int(comm.ranks[a]), int(comm.ranks[b]), src_nic=sn, dst_nic=dn, conn=k)
+        delays.append(comm.hop_delay_ns(sn, dn))
+    wb.flow_latency[f] = steps * (int(np.mean(delays)) + comm.step_overhead_ns)
+    return [f]
+
+
+def _pair(wb, comm, coll, a, b, nbytes, after, tag):
+    sn, dn = comm.nic(a), comm.nic(b)
+    k = wb.connection((comm.job, "hccl-p2p", a, b), sn, dn, comm.qps_per_connection, comm.job)
+    f = wb.flow(nbytes, coll=coll, deps=after,
+                latency_ns=comm.hop_delay_ns(sn, dn) + comm.step_overhead_ns)
+    wb.hop(f, int(comm.ranks[a]), int(comm.ranks[b]), src_nic=sn, dst_nic=dn, conn=k)
+    return f
+
+
+def _level1_hd(wb, comm, coll, group, shard_bytes, kind, after) -> list[int]:
+    """Recursive halving-doubling among ``len(group)`` ranks. A non-power-of-two group first
+    folds its extra ranks onto partners and unfolds them at the end (the "extra traffic"
+    the HCCL docs mention)."""
+    M = len(group)
+    P = 1 << int(np.floor(np.log2(M)))
+    prev = list(after)
+    if M > P:  # fold: rank P+j sends its whole shard to rank j
+        prev = [_pair(wb, comm, coll, group[P + j], group[j], shard_bytes, prev, "fold")
+                for j in range(M - P)]
+    core = group[:P]
+    phases = []
+    if kind in ("all_reduce", "reduce_scatter"):
+        phases += [("rs", k) for k in range(int(np.log2(P)))]
+    if kind in ("all_reduce", "all_gather"):
+        phases += [("ag", k) for k in reversed(range(int(np.log2(P))))]
+    for ph, k in phases:
+        dist = P >> (k + 1)
+        nbytes = shard_bytes / (2 ** (k + 1))
+        step = []
+        for j in range(P):
+            step.append(_pair(wb, comm, coll, core[j], core[j ^ dist], nbytes, prev, ph))
+        prev = step
+    if M > P:  # unfold: send the result back
+        prev = [_pair(wb, comm, coll, group[j], group[P + j], shard_bytes, prev, "unfold")
+                for j in range(M - P)]
+    return prev
+
+
+def hierarchical(wb: WorkloadBuilder, comm: Communicator, kind: str, size_bytes: int, *,
+                 level1: str = "ring", after=(), name: str = "") -> list[int]:
+    """HCCL AllReduce / AllGather / ReduceScatter with ``level1`` in {ring, hd}."""
+    if kind not in ("all_reduce", "all_gather", "reduce_scatter"):
+        raise ValueError(f"HCCL hierarchical algorithm does not implement {kind!r}")
+    n = comm.nranks
+    coll = wb.collective(CollectiveCall(name or f"{comm.job}:{kind}:{size_bytes}", comm.job,
+                                        kind, size_bytes, n, f"hccl-{level1}", comm.library))
+    m = min(len(x) for x in comm.server_ranks)
+    prev = list(after)
+    # For AllGather the buffer of each rank is size/n; its server holds m of them.
+    shard = size_bytes / m if kind == "all_reduce" else size_bytes / n
+    if kind in ("all_reduce", "reduce_scatter") and m > 1:
+        # level0 reduce-scatter: each NPU sends its partial of every other NPU's shard.
+        per_pair = size_bytes / m if kind == "all_reduce" else size_bytes / n * comm.n_nodes
+        prev = _mesh(wb, comm, coll, per_pair, prev, "rs0")
+    if comm.n_nodes > 1:
+        l1 = []
+        for i, group in enumerate(_planes(comm)):
+            if level1 == "ring":
+                l1 += _level1_ring(wb, comm, coll, group, shard * (1 if kind == "all_reduce"
+                                   else comm.n_nodes), kind, prev, i)
+            elif level1 == "hd":
+                l1 += _level1_hd(wb, comm, coll, group, shard if kind == "all_reduce"
+                                 else shard * comm.n_nodes, kind, prev)
+            else:
+                raise ValueError(f"unknown HCCL level1 algorithm {level1!r}; use ring or hd")
+        prev = l1
+    if kind in ("all_reduce", "all_gather") and m > 1:
+        per_pair = size_bytes / m if kind == "all_reduce" else size_bytes / n * comm.n_nodes
+        prev = _mesh(wb, comm, coll, per_pair, prev, "ag0")
+    return prev
+
+
+def pairwise_alltoall(wb: WorkloadBuilder, comm: Communicator, size_bytes: int, *, after=(),
+                      name: str = "") -> list[int]:
+    """HCCL ``pairwise`` AlltoAll: n-1 steps, in step k rank r sends to ``(r+k) mod n``
+    (avoids many-to-one incast, domain-facts §7.1)."""
+    n = comm.nranks
+    coll = wb.collective(CollectiveCall(name or f"{comm.job}:alltoall:{size_bytes}", comm.job,
+                                        "alltoall", size_bytes, n, "hccl-pairwise",
+                                        comm.library))
+    chunk = size_bytes / n
+    prev = list(after)
+    for k in range(1, n):
+        step = []
+        for a in range(n):
+            b = (a + k) % n
+            if comm.rank_server[a] == comm.rank_server[b]:
+                f = wb.flow(chunk, coll=coll, deps=prev,
+                            latency_ns=comm.intra_delay_ns(a) + comm.step_overhead_ns)
+                wb.hop(f, int(comm.ranks[a]), int(comm.ranks[b]))
+            else:
+                f = _pair(wb, comm, coll, a, b, chunk, prev, "a2a")
+            step.append(f)
+        prev = step
+    return prev
+
+
+ALGORITHMS = {
+    ("all_reduce", "ring"): lambda wb, c, s, **kw: hierarchical(wb, c, "all_reduce", s, **kw),
+    ("all_reduce", "hd"): lambda wb, c, s, **kw: hierarchical(wb, c, "all_reduce", s,
+                                                              level1="hd", **kw),
+    ("all_gather", "ring"): lambda wb, c, s, **kw: hierarchical(wb, c, "all_gather", s, **kw),
+    ("all_gather", "hd"): lambda wb, c, s, **kw: hierarchical(wb, c, "all_gather", s,
+                                                              level1="hd", **kw),
+    ("reduce_scatter", "ring"): lambda wb, c, s, **kw: hierarchical(wb, c, "reduce_scatter",
+                                                                    s, **kw),
+    ("reduce_scatter", "hd"): lambda wb, c, s, **kw: hierarchical(wb, c, "reduce_scatter", s,
+                                                                  level1="hd", **kw),
+    ("alltoall", "pairwise"): pairwise_alltoall,
+}
+DEFAULT_ALGORITHM = {"all_reduce": "ring", "all_gather": "ring", "reduce_scatter": "ring",
+                     "alltoall": "pairwise"}

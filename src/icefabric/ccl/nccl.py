@@ -1,0 +1,251 @@
+"""NCCL (and RCCL, which keeps NCCL's algorithms) collective models -> workload.
+
+Sources (domain-facts §5): ring search ``src/graph/search.cc`` — an inter-node ring enters a
+node on NIC n and leaves on the same NIC (rail-aligned, ``NCCL_CROSS_NIC`` 0/2); channels
+(``MAXCHANNELS`` 64) are independent rings, each with its own network connections;
+double binary trees ``src/graph/trees.cc`` (tree 0: parent of r is ``(r ^ bit) | (bit << 1)``,
+or ``r ^ bit`` when out of range, ``bit`` = lowest set bit of r; tree 1 mirrored);
+PXN (``NCCL_PXN_DISABLE`` 0): data for a remote GPU on another rail first crosses NVLink to
+the local GPU on the destination's rail. nccl-tests byte counts (domain-facts §6).
+
+Each ring channel is one *coupled* flow: every hop of a pipelined ring moves the same
+bytes at the same rate, so the ring runs at its slowest hop (hardware behaviour).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from icefabric.ccl.communicator import Communicator
+from icefabric.ccl.workload import CollectiveCall, WorkloadBuilder
+
+RING_STEPS = {"all_reduce": lambda n: 2 * (n - 1), "all_gather": lambda n: n - 1,
+              "reduce_scatter": lambda n: n - 1, "broadcast": lambda n: n - 1,
+              "reduce": lambda n: n - 1}
+
+
+def ring_order(comm: Communicator, channel: int) -> tuple[list[int], int | None]:
+    """Rank order of ring ``channel`` and the rail (NIC index) it uses between servers.
+
+    Inside a server the ring enters at the GPU that owns NIC ``rail``, visits the other local
+    GPUs and leaves through NIC ``rail`` again (rail-aligned, NCCL_CROSS_NIC=0 behaviour).
+    Single-server rings rotate their start GPU per channel.
+    """
+    if comm.n_nodes == 1:
+        local = comm.server_ranks[0].tolist()
+        k = channel % len(local)
+        return local[k:] + local[:k], None
+    rail = channel % comm.nics_per_server
+    order: list[int] = []
+    f = comm.fabric
+    for s, local in zip(comm.servers, comm.server_ranks):
+        nic = f.servers[s].nics[rail % len(f.servers[s].nics)]
+        owners = [r for r in local.tolist() if f.accel_nic[comm.ranks[r]] == nic]
+        first = owners[0] if owners else int(local[0])
+        order += [first] + [r for r in local.tolist() if r != first]
+    return order, rail
+
+
+def add_ring_hops(wb: WorkloadBuilder, comm: Communicator, flow: int, order: list[int],
+                  rail: int | None, key: tuple) -> int:
+    """Add the hops of a cyclic ring; returns the mean one-way hop delay in ns."""
+    f = comm.fabric
+    delays = []
+    n = len(order)
+    for i in range(n):
+        a, b = order[i], order[(i + 1) % n]
+        sa, sb = comm.rank_server[a], comm.rank_server[b]
+        src, dst = int(comm.ranks[a]), int(comm.ranks[b])
+        if sa == sb:
+            wb.hop(flow, src, dst)
+            delays.append(comm.intra_delay_ns(a))
+        else:
+            sn, dn = comm.nic(a, rail), comm.nic(b, rail)
+            c = wb.connection(key + (a, b), sn, dn, comm.qps_per_connection, comm.job)
+            wb.hop(flow, src, dst, src_nic=sn, dst_nic=dn, conn=c)
+            delays.append(comm.hop_delay_ns(sn, dn))
+    del f
+    return int(np.mean(delays))
+
+
+def ring(wb: WorkloadBuilder, comm: Communicator, kind: str, size_bytes: int, *,
+         after=(), name: str = "") -> list[int]:
+    """Ring AllReduce / AllGather / ReduceScatter / Broadcast / Reduce with ``n_channels``
+    channels; ``size_bytes`` is nccl-tests' ``size``. Returns the flows to wait for."""
+    if kind not in RING_STEPS:
+        raise ValueError(f"ring algorithm does not implement {kind!r}")
+    n, C = comm.nranks, comm.n_channels
+    steps = RING_STEPS[kind](n)
+    per_rank = (n - 1) / n if kind != "broadcast" and kind != "reduce" else 1.0
+    factor = 2 * per_rank if kind == "all_reduce" else per_rank
+    coll = wb.collective(CollectiveCall(name or f"{comm.job}:{kind}:{size_bytes}", comm.job,
+                                        kind, size_bytes, n, "ring", comm.library))
+    flows = []
+    for c in range(C):
+        order, rail = ring_order(comm, c)
+        f = wb.flow(size_bytes / C * factor, coll=coll, deps=after)
+        mean_delay = add_ring_hops(wb, comm, f, order, rail, (comm.job, "ring", c))
+        wb.flow_latency[f] = steps * (mean_delay + comm.step_overhead_ns)
+        flows.append(f)
+    return flows
+
+
+def ring_dag(wb: WorkloadBuilder, comm: Communicator, kind: str, size_bytes: int, *,
+             after=(), name: str = "") -> list[int]:
+    """The same ring as :func:`ring`, expanded into its explicit chunk/step DAG.
+
+    Each channel splits its share into ``n`` chunks; chunk ``c`` travels ``steps`` hops
+    (ring position ``c+k`` to ``c+k+1`` at step ``k``); a step waits for the previous step of
+    its chunk (its data must have arrived) and for the previous send on the same ring edge
+    (a rank sends its steps in order: at step ``k`` every rank sends one chunk) — the NCCL
+    schedule as the validation references model it. Costs ``channels * n * steps`` flows,
+    so it is for small cases: tests check that it agrees with the coupled representation.
+    """
+    if kind not in RING_STEPS:
+        raise ValueError(f"ring algorithm does not implement {kind!r}")
+    n, C = comm.nranks, comm.n_channels
+    steps = RING_STEPS[kind](n)
+    coll = wb.collective(CollectiveCall(name or f"{comm.job}:{kind}:{size_bytes}", comm.job,
+                                        kind, size_bytes, n, "ring-dag", comm.library))
+    chunk = size_bytes / C / n
+    last: list[int] = []
+    for c in range(C):
+        order, rail = ring_order(comm, c)
+        edge_last: dict[int, int] = {}
+        prev_of_chunk: list[int | None] = [None] * n
+        for k in range(steps):  # step-major: at step k every rank sends one chunk
+            for ch in range(n):
+                prev = prev_of_chunk[ch]
+                pos = (ch + k) % n
+                a, b = order[pos], order[(pos + 1) % n]
+                deps = list(after) if prev is None else [prev]
+                if pos in edge_last:
+                    deps.append(edge_last[pos])
+                src, dst = int(comm.ranks[a]), int(comm.ranks[b])
+                if comm.rank_server[a] == comm.rank_server[b]:
+                    f = wb.flow(chunk, coll=coll, deps=deps,
+                                latency_ns=comm.intra_delay_ns(a) + comm.step_overhead_ns)
+                    wb.hop(f, src, dst)
+                else:
+                    sn, dn = comm.nic(a, rail), comm.nic(b, rail)
+                    k_ = wb.connection((comm.job, "ring", c, a, b), sn, dn,
+                                       comm.qps_per_connection, comm.job)
+                    f = wb.flow(chunk, coll=coll, deps=deps,
+                                latency_ns=comm.hop_delay_ns(sn, dn) + comm.step_overhead_ns)
+                    wb.hop(f, src, dst, src_nic=sn, dst_nic=dn, conn=k_)
+                edge_last[pos] = f
+                prev_of_chunk[ch] = f
+        last += prev_of_chunk
+    return last
+
+
+def btree_parents(n: int, mirror: bool = False) -> list[int]:
+    """Parent of each node in NCCL's binary tree (``-1`` for the root); the mirrored tree
+    maps ``r -> n-1-r`` when ``n`` is even and shifts by one when odd (trees.cc)."""
+    def parent0(r):
+        if r == 0:
+            return -1
+        bit = r & -r
+        p = (r ^ bit) | (bit << 1)
+        return p if p < n else r ^ bit
+
+    if not mirror:
+        return [parent0(r) for r in range(n)]
+    if n % 2 == 0:
+        conv = [n - 1 - r for r in range(n)]
+    else:
+        conv = [(r + 1) % n for r in range(n)]
+    inv = {v: k for k, v in enumerate(conv)}
+    out = []
+    for r in range(n):
+        p0 = parent0(inv[r])
+        out.append(-1 if p0 < 0 else conv[p0])
+    return out
+
+
+def tree_allreduce(wb: WorkloadBuilder, comm: Communicator, size_bytes: int, *, after=(),
+                   name: str = "") -> list[int]:
+    """Double-binary-tree AllReduce: inter-node binary trees over node leaders, a chain
+    inside each node; reduce up and broadcast down are pipelined, so each channel is one
+    coupled flow over all its edges in both directions, carrying ``size/C`` per edge."""
+    n, C = comm.nranks, comm.n_channels
+    coll = wb.collective(CollectiveCall(name or f"{comm.job}:all_reduce:{size_bytes}",
+                                        comm.job, "all_reduce", size_bytes, n, "tree",
+                                        comm.library))
+    N = comm.n_nodes
+    flows = []
+    for c in range(C):
+        parents = btree_parents(N, mirror=bool(c % 2))
+        order, rail = ring_order(comm, c)  # per-node chain = ring order inside each node
+        f = wb.flow(size_bytes / C, coll=coll, deps=after)
+        delays = []
+        per_node = [[r for r in order if comm.rank_server[r] == s] for s in comm.servers]
+        for chain in per_node:  # intra-node chain, both directions
+            for a, b in zip(chain, chain[1:]):
+                for x, y in ((a, b), (b, a)):
+                    wb.hop(f, int(comm.ranks[x]), int(comm.ranks[y]))
+                    delays.append(comm.intra_delay_ns(x))
+        for child, parent in enumerate(parents):
+            if parent < 0:
+                continue
+            a, b = per_node[child][0], per_node[parent][0]  # node leaders
+            for x, y in ((a, b), (b, a)):
+                sn, dn = comm.nic(x, rail), comm.nic(y, rail)
+                k = wb.connection((comm.job, "tree", c, x, y), sn, dn, comm.qps_per_connection,
+                                  comm.job)
+                wb.hop(f, int(comm.ranks[x]), int(comm.ranks[y]), src_nic=sn, dst_nic=dn,
+                       conn=k)
+                delays.append(comm.hop_delay_ns(sn, dn))
+        depth = max(1, int(np.ceil(np.log2(max(N, 2))))) + max(len(p) for p in per_node)
+        wb.flow_latency[f] = 2 * depth * (int(np.mean(delays)) + comm.step_overhead_ns)
+        flows.append(f)
+    return flows
+
+
+def alltoall(wb: WorkloadBuilder, comm: Communicator, size_bytes: int, *, after=(),
+             pxn: bool = True, name: str = "") -> list[int]:
+    """AllToAll as NCCL runs it: every rank sends ``size/n`` to every other rank at once.
+    Inter-node messages use the destination's rail; with PXN the source first crosses
+    NVLink to its local GPU on that rail (domain-facts §5.1)."""
+    n = comm.nranks
+    coll = wb.collective(CollectiveCall(name or f"{comm.job}:alltoall:{size_bytes}", comm.job,
+                                        "alltoall", size_bytes, n, "pxn" if pxn else "direct",
+                                        comm.library))
+    chunk = size_bytes / n
+    f_ = comm.fabric
+    flows = []
+    for a in range(n):
+        for b in range(n):
+            if a == b:
+                continue
+            src, dst = int(comm.ranks[a]), int(comm.ranks[b])
+            if comm.rank_server[a] == comm.rank_server[b]:
+                fl = wb.flow(chunk, coll=coll, deps=after,
+                             latency_ns=comm.intra_delay_ns(a) + comm.step_overhead_ns)
+                wb.hop(fl, src, dst)
+            else:
+                dn = int(f_.accel_nic[dst])
+                rail = int(f_.node_index[dn])
+                sn = comm.nic(a, rail) if pxn else int(f_.accel_nic[src])
+                k = wb.connection((comm.job, "p2p", a, b), sn, dn, comm.qps_per_connection,
+                                  comm.job)
+                fl = wb.flow(chunk, coll=coll, deps=after,
+                             latency_ns=comm.hop_delay_ns(sn, dn) + comm.step_overhead_ns)
+                wb.hop(fl, src, dst, src_nic=sn, dst_nic=dn, conn=k)
+            flows.append(fl)
+    return flows
+
+
+ALGORITHMS = {
+    ("all_reduce", "ring"): lambda wb, c, s, **kw: ring(wb, c, "all_reduce", s, **kw),
+    ("all_reduce", "tree"): tree_allreduce,
+    ("all_reduce", "ring-dag"): lambda wb, c, s, **kw: ring_dag(wb, c, "all_reduce", s, **kw),
+    ("all_gather", "ring-dag"): lambda wb, c, s, **kw: ring_dag(wb, c, "all_gather", s, **kw),
+    ("all_gather", "ring"): lambda wb, c, s, **kw: ring(wb, c, "all_gather", s, **kw),
+    ("reduce_scatter", "ring"): lambda wb, c, s, **kw: ring(wb, c, "reduce_scatter", s, **kw),
+    ("broadcast", "ring"): lambda wb, c, s, **kw: ring(wb, c, "broadcast", s, **kw),
+    ("alltoall", "pxn"): alltoall,
+    ("alltoall", "direct"): lambda wb, c, s, **kw: alltoall(wb, c, s, pxn=False, **kw),
+}
+DEFAULT_ALGORITHM = {"all_reduce": "ring", "all_gather": "ring", "reduce_scatter": "ring",
+                     "broadcast": "ring", "alltoall": "pxn"}

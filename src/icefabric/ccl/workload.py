@@ -1,0 +1,209 @@
+"""Workload: the traffic a set of collectives puts on a fabric, as tables.
+
+Three levels, each a table of numpy columns:
+
+* **flows** — rate variables (see :mod:`icefabric.engine.problem`): bytes, dependencies,
+  earliest start, completion latency. A pipelined ring channel is one *coupled* flow whose
+  hops all move at its rate.
+* **hops** — point-to-point segments of a flow (accelerator -> accelerator, optionally
+  through a NIC pair). ``hop_weight`` is the fraction of the flow's rate the hop carries
+  (1 for every hop of a ring). Intra-server hops have ``src_nic = dst_nic = -1``.
+* **qps** — RDMA queue pairs. Every network hop belongs to a *connection* (NCCL: one per
+  channel and peer; HCCL: one per rank pair) and a connection has ``k`` QPs that split its
+  data evenly (``NCCL_IB_QPS_PER_CONNECTION`` / ``HCCL_RDMA_QPS_PER_CONNECTION``). QPs carry
+  their 5-tuple: NIC IPs, UDP destination port 4791 and the UDP source port.
+
+Policies decide the fabric path of every QP; :func:`icefabric.policies.base.build_problem`
+turns workload + plan into the engine's :class:`~icefabric.engine.problem.SimProblem`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+
+@dataclass
+class CollectiveCall:
+    """One collective call of one job, as nccl-tests would time it."""
+
+    name: str
+    job: str
+    kind: str  # nccl-tests name: all_reduce, all_gather, reduce_scatter, alltoall, ...
+    size_bytes: int
+    nranks: int
+    algorithm: str
+    library: str
+    flows: list[int] = field(default_factory=list)
+
+
+class WorkloadBuilder:
+    """Accumulates flows, hops, connections and QPs; ``build()`` freezes them to arrays.
+
+    Connections are keyed by the caller (e.g. ``(job, "ring", channel, src_rank, dst_rank)``)
+    so that successive collectives of a job reuse the same QPs, as real communicators do.
+    """
+
+    def __init__(self, qpn_seed: int = 0):
+        self.flow_size: list[float] = []
+        self.flow_deps: list[list[int]] = []
+        self.flow_start: list[int] = []
+        self.flow_latency: list[int] = []
+        self.flow_coll: list[int] = []
+        self.hop_flow: list[int] = []
+        self.hop_src: list[int] = []
+        self.hop_dst: list[int] = []
+        self.hop_src_nic: list[int] = []
+        self.hop_dst_nic: list[int] = []
+        self.hop_weight: list[float] = []
+        self.hop_conn: list[int] = []
+        self.conn_key: dict[tuple, int] = {}
+        self.conn_src_nic: list[int] = []
+        self.conn_dst_nic: list[int] = []
+        self.conn_nqps: list[int] = []
+        self.conn_job: list[str] = []
+        self.collectives: list[CollectiveCall] = []
+
+    # ---------------------------------------------------------------------------------
+    def collective(self, call: CollectiveCall) -> int:
+        self.collectives.append(call)
+        return len(self.collectives) - 1
+
+    def flow(self, size_bytes: float, *, coll: int, deps=(), start_ns: int = 0,
+             latency_ns: int = 0) -> int:
+        f = len(self.flow_size)
+        self.flow_size.append(float(size_bytes))
+        self.flow_deps.append([int(d) for d in deps])
+        self.flow_start.append(int(start_ns))
+        self.flow_latency.append(int(latency_ns))
+        self.flow_coll.append(coll)
+        self.collectives[coll].flows.append(f)
+        return f
+
+    def connection(self, key: tuple, src_nic: int, dst_nic: int, nqps: int, job: str) -> int:
+        c = self.conn_key.get(key)
+        if c is None:
+            c = len(self.conn_src_nic)
+            self.conn_key[key] = c
+            self.conn_src_nic.append(int(src_nic))
+            self.conn_dst_nic.append(int(dst_nic))
+            self.conn_nqps.append(int(nqps))
+            self.conn_job.append(job)
+        return c
+
+    def hop(self, flow: int, src: int, dst: int, *, src_nic: int = -1, dst_nic: int = -1,
+            conn: int = -1, weight: float = 1.0) -> None:
+        self.hop_flow.append(flow)
+        self.hop_src.append(int(src))
+        self.hop_dst.append(int(dst))
+        self.hop_src_nic.append(int(src_nic))
+        self.hop_dst_nic.append(int(dst_nic))
+        self.hop_conn.append(int(conn))
+        self.hop_weight.append(float(weight))
+
+    def build(self, *, node_ip: np.ndarray, qpn_seed: int = 0, qpn_base: int = 0x100
+              ) -> Workload:
+        conn_nqps = np.array(self.conn_nqps, dtype=np.int64)
+        qp_conn = np.repeat(np.arange(len(conn_nqps)), conn_nqps)
+        src_nic = np.array(self.conn_src_nic, dtype=np.int64)[qp_conn]
+        dst_nic = np.array(self.conn_dst_nic, dtype=np.int64)[qp_conn]
+        lqpn, rqpn = _allocate_qpns(src_nic, dst_nic, qpn_seed, qpn_base)
+        i32 = np.int64
+        return Workload(
+            flow_size_bytes=np.array(self.flow_size, dtype=np.float64),
+            flow_deps=self.flow_deps,
+            flow_start_ns=np.array(self.flow_start, dtype=np.int64),
+            flow_latency_ns=np.array(self.flow_latency, dtype=np.int64),
+            flow_collective=np.array(self.flow_coll, dtype=i32),
+            hop_flow=np.array(self.hop_flow, dtype=i32),
+            hop_src=np.array(self.hop_src, dtype=i32),
+            hop_dst=np.array(self.hop_dst, dtype=i32),
+            hop_src_nic=np.array(self.hop_src_nic, dtype=i32),
+            hop_dst_nic=np.array(self.hop_dst_nic, dtype=i32),
+            hop_weight=np.array(self.hop_weight, dtype=np.float64),
+            hop_conn=np.array(self.hop_conn, dtype=i32),
+            conn_src_nic=np.array(self.conn_src_nic, dtype=i32),
+            conn_dst_nic=np.array(self.conn_dst_nic, dtype=i32),
+            conn_job=list(self.conn_job),
+            qp_conn=qp_conn,
+            qp_src_nic=src_nic,
+            qp_dst_nic=dst_nic,
+            qp_src_ip=node_ip[src_nic].astype(np.uint32) if len(src_nic) else
+            np.zeros(0, np.uint32),
+            qp_dst_ip=node_ip[dst_nic].astype(np.uint32) if len(dst_nic) else
+            np.zeros(0, np.uint32),
+            qp_lqpn=lqpn,
+            qp_rqpn=rqpn,
+            collectives=self.collectives,
+        )
+
+
+def _allocate_qpns(src_nic, dst_nic, seed, base):
+    """Deterministic QP numbers: each NIC hands out increasing QPNs from a seeded random
+    start (real NICs allocate QPNs sequentially from a per-device counter; the start depends
+    on everything the host did before — we draw it from ``seed``)."""
+    rng = np.random.default_rng(seed)
+    nics = np.union1d(src_nic, dst_nic)
+    start = {int(n): int(base + rng.integers(0, 1 << 16)) for n in nics}
+    counter = dict(start)
+    lq = np.empty(len(src_nic), dtype=np.int64)
+    rq = np.empty(len(src_nic), dtype=np.int64)
+    for i, (s, d) in enumerate(zip(src_nic.tolist(), dst_nic.tolist())):
+        lq[i] = counter[s]
+        counter[s] += 1
+        rq[i] = counter[d]
+        counter[d] += 1
+    return lq & 0xFFFFFF, rq & 0xFFFFFF
+
+
+@dataclass
+class Workload:
+    """Frozen tables of one workload (see module docstring)."""
+
+    flow_size_bytes: np.ndarray
+    flow_deps: list[list[int]]
+    flow_start_ns: np.ndarray
+    flow_latency_ns: np.ndarray
+    flow_collective: np.ndarray
+    hop_flow: np.ndarray
+    hop_src: np.ndarray
+    hop_dst: np.ndarray
+    hop_src_nic: np.ndarray
+    hop_dst_nic: np.ndarray
+    hop_weight: np.ndarray
+    hop_conn: np.ndarray
+    conn_src_nic: np.ndarray
+    conn_dst_nic: np.ndarray
+    conn_job: list[str]
+    qp_conn: np.ndarray
+    qp_src_nic: np.ndarray
+    qp_dst_nic: np.ndarray
+    qp_src_ip: np.ndarray
+    qp_dst_ip: np.ndarray
+    qp_lqpn: np.ndarray
+    qp_rqpn: np.ndarray
+    collectives: list[CollectiveCall]
+
+    @property
+    def n_flows(self) -> int:
+        return len(self.flow_size_bytes)
+
+    @property
+    def n_qps(self) -> int:
+        return len(self.qp_conn)
+
+    @property
+    def n_conns(self) -> int:
+        return len(self.conn_src_nic)
+
+    def conn_qps(self) -> tuple[np.ndarray, np.ndarray]:
+        """CSR (indptr, qp ids) of the QPs of every connection (QPs are contiguous)."""
+        counts = np.bincount(self.qp_conn, minlength=self.n_conns)
+        indptr = np.zeros(self.n_conns + 1, dtype=np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        return indptr, np.arange(self.n_qps, dtype=np.int64)
+
+    def summary(self) -> dict:
+        return {"collectives": len(self.collectives), "flows": self.n_flows,
+                "hops": len(self.hop_flow), "connections": self.n_conns, "qps": self.n_qps}

@@ -1,0 +1,54 @@
+"""Switch hash configurations of a fabric, and ECMP routing of QPs through them.
+
+The same function routes QPs for the ``ecmp`` baseline and verifies ICE's planned source
+ports: a plan is correct only if re-hashing every QP through every switch's model lands it
+on its planned path.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from icefabric.dataplane.ecmp import HashConfig, ecmp_hash, select_member
+from icefabric.topology.model import Fabric
+from icefabric.topology.routing import Routing
+
+
+def fabric_hash_configs(fabric: Fabric) -> dict[int, HashConfig]:
+    """One :class:`HashConfig` per switch node, from the fabric's per-switch algorithm,
+    seed and offset (set by the builder from the switch profile and seed policy)."""
+    out = {}
+    for s in fabric.switches.tolist():
+        out[s] = HashConfig(algorithm=fabric.node_hash_algorithm[s],
+                            seed=int(fabric.node_hash_seed[s]) & 0xFFFFFFFF,
+                            offset=int(fabric.node_hash_offset[s]),
+                            name=fabric.node_names[s])
+    return out
+
+
+def hash_chooser(fabric: Fabric, configs: dict[int, HashConfig], src_ip, dst_ip, sport,
+                 dport: int = 4791):
+    """A ``Routing.walk`` chooser that picks members with each switch's hash model."""
+    src_ip = np.asarray(src_ip, dtype=np.uint32)
+    dst_ip = np.asarray(dst_ip, dtype=np.uint32)
+    sport = np.asarray(sport, dtype=np.int64)
+
+    def choose(step, idx, switches, dst_leaves, n_members):
+        member = np.empty(len(idx), dtype=np.int64)
+        for s in np.unique(switches):
+            m = switches == s
+            cfg = configs[int(s)]
+            h = ecmp_hash(cfg, src_ip[idx[m]], dst_ip[idx[m]], sport[idx[m]], dport)
+            member[m] = select_member(cfg, h, n_members[m])
+        return member
+
+    return choose
+
+
+def ecmp_paths(fabric: Fabric, routing: Routing, configs: dict[int, HashConfig],
+               src_nic: np.ndarray, dst_nic: np.ndarray, sport: np.ndarray
+               ) -> list[np.ndarray]:
+    """The NIC-to-NIC path every QP takes under hash-based ECMP."""
+    ip = fabric.node_ip
+    choose = hash_chooser(fabric, configs, ip[src_nic], ip[dst_nic], sport)
+    return routing.walk(src_nic, dst_nic, choose)

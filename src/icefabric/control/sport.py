@@ -1,0 +1,928 @@
+"""UDP source-port solving: pin each RoCEv2 QP to a planned path through ECMP hashing.
+
+ICE realises a path plan through the one knob every RoCEv2 NIC has: the UDP source
+port of the QP (GRH flow label at INIT->RTR, ``mlx5dv_modify_qp_udp_sport`` on a live
+QP, or HCCL's ``MultiQpSrcPort.cfg``). Two modes:
+
+* **Model mode** (:func:`solve_sports`): the hash model of each switch is known
+  (:class:`~icefabric.dataplane.ecmp.HashConfig`); ports are found by inverting the
+  hash. CRC/XOR linearity turns hashing many ports of one flow into one XOR per port
+  (``hash = base ^ T[sport]``), and for power-of-two ``mod N`` groups only the low
+  ``log2 N`` bits matter, so the wanted members of a whole decision chain become one
+  integer key looked up in a sorted index of ports.
+* **Probing mode** (:func:`learn_port_paths`, :func:`solve_sports_by_probing`): the
+  model is unknown; a traceroute-like :class:`Prober` reports the members each probe
+  port takes. Ports are learned under a probe budget, lost probes are retried, and a
+  cached map is invalidated when a verification probe no longer matches (switch
+  reseed). This is how Alibaba HPN/C4 and Crux discover paths by varying the source
+  port on commodity switches.
+
+All functions are pure (no I/O); randomness comes from ``seed``.
+
+References
+----------
+.. [1] Linux ``include/rdma/ib_verbs.h`` (``rdma_flow_label_to_udp_sport``: usable
+   ports 0xC000..0xFFFF).
+.. [2] OCP SAI ``inc/saiswitch.h`` (hash algorithm, seed, offset = rotate right).
+.. [3] Meta FBOSS ``BcmRtag7Module.cpp`` (Broadcom RTAG7 CRC16-CCITT ECMP hash).
+.. [4] Huawei CANN HCCL ``HCCL_RDMA_QP_PORT_CONFIG_PATH``, ``MultiQpSrcPort.cfg``
+   (``srcIP,dstIP=port0,port1,...``, one port per QP).
+.. [5] rdma-core ``providers/mlx5/verbs.c``, ``mlx5dv_modify_qp_udp_sport``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from icefabric.dataplane.ecmp import (
+    HashConfig,
+    base_hash,
+    ecmp_hash,
+    ecmp_select,
+    linear_key,
+    select_member,
+    sport_xor_table,
+)
+from icefabric.dataplane.roce import ROCE_UDP_DPORT, NicPortLimits
+
+__all__ = [
+    "HashModelProber",
+    "PortPathCache",
+    "PortPathMap",
+    "Prober",
+    "learn_port_paths",
+    "path_members",
+    "solve_sports",
+    "solve_sports_by_probing",
+    "validate_port_paths",
+    "verify_sports",
+]
+
+_PORT_SPACE = 1 << 16
+_MAX_KEY_BITS = 62  # combined index key must fit an int64/uint64 comfortably
+_MAX_CHUNK = 4096
+
+
+# =========================================================================== model mode
+
+
+@dataclass(frozen=True)
+class _Decisions:
+    """Normalised decision arrays (Q QPs x D depths)."""
+
+    sip: np.ndarray  # (Q,) uint64
+    dip: np.ndarray  # (Q,) uint64
+    cfg: np.ndarray  # (Q, D) int64, -1 = no decision
+    n: np.ndarray  # (Q, D) int64
+    want: np.ndarray  # (Q, D) int64
+    dqpn: np.ndarray | None  # (Q,) uint64
+
+
+def _normalise(
+    configs: Sequence[HashConfig],
+    src_ip: object,
+    dst_ip: object,
+    cfg_index: object,
+    n_members: object,
+    want: object,
+    dqpn: object,
+) -> _Decisions:
+    sip = np.asarray(src_ip).astype(np.uint64).ravel()
+    dip = np.asarray(dst_ip).astype(np.uint64).ravel()
+    if sip.shape != dip.shape:
+        raise ValueError("src_ip and dst_ip must have the same length")
+    q = sip.shape[0]
+    cfg = np.asarray(cfg_index, dtype=np.int64)
+    if cfg.ndim == 1:
+        cfg = cfg[:, None]
+    if cfg.shape[0] != q:
+        raise ValueError(f"cfg_index has {cfg.shape[0]} rows for {q} QPs")
+    n = _per_decision(n_members, cfg.shape).copy()
+    w = _per_decision(want, cfg.shape).copy()
+    if cfg.size and int(cfg.max(initial=-1)) >= len(configs):
+        raise ValueError(f"cfg_index refers to config {int(cfg.max())}, only {len(configs)} given")
+    if np.any((cfg >= 0) & (n < 1)):
+        raise ValueError("n_members must be >= 1 where a decision exists")
+    dq = None if dqpn is None else np.broadcast_to(np.asarray(dqpn).astype(np.uint64), (q,))
+    return _Decisions(sip, dip, cfg, n, w, dq)
+
+
+def _per_decision(a: object, shape: tuple[int, ...]) -> np.ndarray:
+    """Broadcast a scalar, a per-QP vector (when D == 1) or a (Q, D) array to ``shape``."""
+    arr = np.asarray(a, dtype=np.int64)
+    if arr.ndim == 1 and shape[1] == 1 and arr.shape[0] == shape[0]:
+        arr = arr[:, None]
+    return np.broadcast_to(arr, shape)
+
+
+def _is_pow2(x: np.ndarray) -> np.ndarray:
+    return (x > 0) & ((x & (x - 1)) == 0)
+
+
+def _pair_ids(
+    sip: np.ndarray, dip: np.ndarray, exclude: tuple[object, object, object] | None
+) -> tuple[np.ndarray, np.ndarray]:
+    """Dense ids of (sip, dip) pairs, plus sorted ``pair_id * 65536 + port`` exclusion codes."""
+    pk = (sip << np.uint64(32)) | dip
+    if exclude is None:
+        uniq, pid = np.unique(pk, return_inverse=True)
+        return pid.astype(np.int64), np.zeros(0, dtype=np.int64)
+    esip = np.asarray(exclude[0]).astype(np.uint64).ravel()
+    edip = np.asarray(exclude[1]).astype(np.uint64).ravel()
+    eport = np.asarray(exclude[2]).astype(np.int64).ravel()
+    epk = (esip << np.uint64(32)) | edip
+    uniq, inv = np.unique(np.concatenate([pk, epk]), return_inverse=True)
+    pid = inv[: pk.shape[0]].astype(np.int64)
+    codes = inv[pk.shape[0]:].astype(np.int64) * _PORT_SPACE + eport
+    return pid, np.unique(codes)
+
+
+def _in_sorted(sorted_codes: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    if sorted_codes.size == 0:
+        return np.zeros(codes.shape, dtype=bool)
+    pos = np.searchsorted(sorted_codes, codes)
+    pos = np.minimum(pos, sorted_codes.size - 1)
+    return sorted_codes[pos] == codes
+
+
+def _base_matrix(configs: Sequence[HashConfig], d: _Decisions, dport: int, proto: int,
+                 usable: np.ndarray, xid_of_cfg: np.ndarray) -> np.ndarray:
+    """``base_hash`` of every (QP, depth) with a decision (0 elsewhere).
+
+    Switches that differ only by seed share a linear key; their rows are hashed in one
+    call with per-row seeds.
+    """
+    base = np.zeros(d.cfg.shape, dtype=np.uint32)
+    qs, ds = np.nonzero(usable)
+    cfgs = d.cfg[qs, ds]
+    seeds = np.array([c.seed for c in configs], dtype=np.uint64)
+    gid = xid_of_cfg[cfgs]
+    rep_cfg = {int(x): configs[i] for i, x in reversed(list(enumerate(xid_of_cfg[:-1])))}
+    for g in np.unique(gid):
+        r = np.flatnonzero(gid == g)
+        q = qs[r]
+        dq = None if d.dqpn is None else d.dqpn[q]
+        base[q, ds[r]] = base_hash(rep_cfg[int(g)], d.sip[q], d.dip[q], dport, proto, dq,
+                                   seed=seeds[cfgs[r]])
+    return base
+
+
+def _dense_rows(cols: Sequence[np.ndarray]) -> np.ndarray:
+    """Dense ids of equal rows of integer columns (faster than ``np.unique(axis=0)``)."""
+    ids = np.zeros(cols[0].shape[0], dtype=np.int64)
+    span = 1
+    for c in cols:
+        u, inv = np.unique(c, return_inverse=True)
+        if span * u.size >= 1 << 62:
+            ids = np.unique(ids, return_inverse=True)[1].ravel().astype(np.int64)
+            span = int(ids.max(initial=0)) + 1
+        ids = ids * u.size + inv.ravel()
+        span *= u.size
+    return np.unique(ids, return_inverse=True)[1].ravel()
+
+
+def solve_sports(
+    configs: Sequence[HashConfig],
+    src_ip: object,
+    dst_ip: object,
+    cfg_index: object,
+    n_members: object,
+    want: object,
+    *,
+    limits: NicPortLimits | None = None,
+    dport: int = ROCE_UDP_DPORT,
+    proto: int = 17,
+    dqpn: object = None,
+    exclude: tuple[object, object, object] | None = None,
+    seed: int = 0,
+) -> np.ndarray:
+    """Find a UDP source port per QP so that each ECMP decision on its path picks the wanted member.
+
+    Parameters
+    ----------
+    configs : sequence of HashConfig
+        Hash model of each switch (or ECMP group); referenced by ``cfg_index``.
+    src_ip, dst_ip : array of uint32, shape (Q,)
+        IPv4 addresses of each QP's NICs.
+    cfg_index : array of int, shape (Q, D)
+        Switch making the decision at depth ``d`` of QP ``q``'s path; ``-1`` = none.
+    n_members : int or array of int, shape (Q, D)
+        ECMP group size of each decision.
+    want : array of int, shape (Q, D)
+        Member index the plan needs at each decision (members in the caller's fixed
+        order, the same order :func:`~icefabric.dataplane.ecmp.select_member` uses).
+    limits : NicPortLimits, optional
+        Accepted source-port range (default 0xC000..0xFFFF, the flow-label range).
+    dport, proto : int
+        Constant header fields (RoCEv2: 4791, UDP).
+    dqpn : array of int, optional
+        BTH destination QP per QP, for configs that hash ``bth_dqpn``.
+    exclude : (src_ip, dst_ip, sport) arrays, optional
+        Ports already used between those NIC pairs; never returned for that pair.
+    seed : int
+        Candidate ports are tried in a seeded random order: same inputs and seed,
+        same ports.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (Q,)
+        A port per QP, distinct among QPs of the same ``(src_ip, dst_ip)`` pair and
+        from ``exclude``; ``-1`` if no port satisfies the whole chain (e.g. a hash
+        polarisation between two tiers makes the combination impossible, the wanted
+        member is out of range, a decision is at a spraying switch, or the pair ran
+        out of matching ports).
+
+    Notes
+    -----
+    Per (QP, depth): ``hash(sport) = base ^ T[sport]`` (CRC/XOR linearity, see
+    :mod:`icefabric.dataplane.ecmp`). Decisions with a power-of-two ``mod N`` (or
+    power-of-two resilient tables with power-of-two N) depend only on the low
+    ``log2 N`` bits, so the chain's wanted members fold into one integer key and the
+    matching ports are a contiguous slice of a port index sorted by that key (built
+    once per chain signature; T does not depend on seed or IPs). Remaining decisions
+    (non-power-of-two N) filter candidates from that slice in vectorised batches.
+    Cost is about ``O(P log P)`` per distinct chain signature (P = usable ports) plus
+    ``O(Q * D)`` hashing, independent of how many switches or IP pairs there are.
+
+    Examples
+    --------
+    >>> from icefabric.dataplane.ecmp import HashConfig
+    >>> cfgs = [HashConfig("crc16_ccitt", seed=1), HashConfig("crc16_ccitt", seed=2, offset=8)]
+    >>> sp = solve_sports(cfgs, [0x0A000001], [0x0A000102], [[0, 1]], [[4, 8]], [[3, 5]])
+    >>> bool(verify_sports(cfgs, [0x0A000001], [0x0A000102], sp, [[0, 1]], [[4, 8]], [[3, 5]])[0])
+    True
+    """
+    limits = limits or NicPortLimits()
+    d = _normalise(configs, src_ip, dst_ip, cfg_index, n_members, want, dqpn)
+    q_count = d.sip.shape[0]
+    out = np.full(q_count, -1, dtype=np.int64)
+    if q_count == 0:
+        return out
+    pid, excl = _pair_ids(d.sip, d.dip, exclude)
+    rng = np.random.default_rng(seed)
+    order0 = rng.permutation(limits.ports())
+
+    active = d.cfg >= 0
+    spray = np.array([c.is_spray for c in configs] + [False], dtype=bool)[d.cfg]
+    impossible = (active & (spray | (d.want < 0) | (d.want >= d.n))).any(axis=1)
+    usable = active & ~spray
+
+    # Classify each decision: trivial (N == 1), indexable by low bits, or filter.
+    sel_mod = np.array([c.selection == "mod" for c in configs] + [True])[d.cfg]
+    tsize = np.array([c.table_size for c in configs] + [1], dtype=np.int64)[d.cfg]
+    pow2n = _is_pow2(d.n)
+    indexable = usable & pow2n & (sel_mod | (_is_pow2(tsize) & (d.n <= tsize)))
+    bits = np.where(indexable, np.log2(np.maximum(d.n, 1)).astype(np.int64), 0)
+    # The folded key must fit 62 bits; later decisions beyond that become filters.
+    over = indexable & (np.cumsum(bits, axis=1) > _MAX_KEY_BITS)
+    indexable &= ~over
+    bits = np.where(over, 0, bits)
+    trivial = usable & (d.n == 1)
+    lin_ids: dict[HashConfig, int] = {}
+    xid_of_cfg = np.array(
+        [lin_ids.setdefault(linear_key(c), len(lin_ids)) if not c.is_spray else -1
+         for c in configs] + [-1], dtype=np.int64)
+    xid = xid_of_cfg[d.cfg]
+    base = _base_matrix(configs, d, dport, proto, usable & ~impossible[:, None], xid_of_cfg)
+    code = np.zeros(d.cfg.shape, dtype=np.int64)
+    code = np.where(usable & ~indexable, 2 + 2 * d.cfg, code)
+    code = np.where(indexable, 1 + 2 * (xid * 32 + bits), code)
+    code = np.where(trivial, 0, code)
+
+    tables = {i: sport_xor_table(c) for i, c in enumerate(configs) if not c.is_spray}
+    xtables: dict[int, np.ndarray] = {}
+    for i, c in enumerate(configs):
+        if not c.is_spray:
+            xtables.setdefault(int(xid_of_cfg[i]), tables[i])
+
+    todo = np.flatnonzero(~impossible)
+    index_cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+    while todo.size:
+        _solve_rows(todo, out, d, code, base, pid, excl, configs, tables, xtables,
+                    order0, index_cache)
+        # Distinct ports per NIC pair across chain classes: keep the first QP of each
+        # duplicate, re-solve the others with every assigned port excluded.
+        solved = np.flatnonzero(out >= 0)
+        codes = pid[solved] * _PORT_SPACE + out[solved]
+        _, first = np.unique(codes, return_index=True)
+        losers = np.setdiff1d(solved, solved[first], assume_unique=True)
+        if losers.size == 0:
+            break
+        keep = np.setdiff1d(solved, losers, assume_unique=True)
+        excl = np.union1d(excl, pid[keep] * _PORT_SPACE + out[keep])
+        out[losers] = -1
+        todo = losers
+    return out
+
+
+def _solve_rows(
+    rows: np.ndarray,
+    out: np.ndarray,
+    d: _Decisions,
+    code: np.ndarray,
+    base: np.ndarray,
+    pid: np.ndarray,
+    excl: np.ndarray,
+    configs: Sequence[HashConfig],
+    tables: dict[int, np.ndarray],
+    xtables: dict[int, np.ndarray],
+    order0: np.ndarray,
+    index_cache: dict[tuple, tuple[np.ndarray, np.ndarray]],
+) -> None:
+    """Solve the QPs ``rows`` in place into ``out``, grouped by chain signature."""
+    crow = code[rows]
+    inv = _dense_rows([crow[:, j] for j in range(crow.shape[1])])
+    by_sig = np.argsort(inv, kind="stable")
+    bounds = np.flatnonzero(np.r_[True, np.diff(inv[by_sig]) != 0, True])
+    for g0, g1 in zip(bounds[:-1], bounds[1:], strict=True):
+        gq = rows[by_sig[g0:g1]]
+        srow = crow[by_sig[g0]]
+        idx_cols: list[tuple[int, int, int]] = []  # (depth, xid, bits)
+        filt_cols: list[tuple[int, int]] = []  # (depth, cfg)
+        for depth, cv in enumerate(srow.tolist()):
+            if cv == 0:
+                continue
+            if cv % 2 == 1:
+                x, b = divmod((cv - 1) // 2, 32)
+                idx_cols.append((depth, x, b))
+            else:
+                filt_cols.append((depth, (cv - 2) // 2))
+        # Sorted port index for this chain of (xor table, bits).
+        sig_key = tuple((x, b) for _, x, b in idx_cols)
+        if sig_key not in index_cache:
+            key = np.zeros(order0.shape[0], dtype=np.uint64)
+            shift = 0
+            for x, b in sig_key:
+                key |= (xtables[x][order0] & np.uint32((1 << b) - 1)).astype(np.uint64) << \
+                    np.uint64(shift)
+                shift += b
+            perm = np.argsort(key, kind="stable")
+            index_cache[sig_key] = (order0[perm], key[perm])
+        sorted_ports, sorted_key = index_cache[sig_key]
+        tgt = np.zeros(gq.shape[0], dtype=np.uint64)
+        shift = 0
+        for depth, _, b in idx_cols:
+            m = np.uint32((1 << b) - 1)
+            part = (d.want[gq, depth].astype(np.uint32) ^ base[gq, depth]) & m
+            tgt |= part.astype(np.uint64) << np.uint64(shift)
+            shift += b
+        lo = np.searchsorted(sorted_key, tgt, side="left")
+        hi = np.searchsorted(sorted_key, tgt, side="right")
+
+        # QPs with identical candidate sets need distinct ports: rank them.
+        cols = [pid[gq].astype(np.uint64), tgt]
+        for depth, _ in filt_cols:
+            cols += [base[gq, depth].astype(np.uint64), d.n[gq, depth].astype(np.uint64),
+                     d.want[gq, depth].astype(np.uint64)]
+        cls = _dense_rows(cols)
+        srt = np.argsort(cls, kind="stable")
+        cs = cls[srt]
+        starts = np.flatnonzero(np.r_[True, cs[1:] != cs[:-1]])
+        run_start = np.repeat(starts, np.diff(np.r_[starts, cs.size]))
+        rank = np.empty(gq.shape[0], dtype=np.int64)
+        rank[srt] = np.arange(cs.size) - run_start
+
+        if not filt_cols and excl.size == 0:
+            # Every port in the slice is valid: the rank-th one, if the slice is long enough.
+            pick = lo + rank
+            out[gq] = np.where(pick < hi, sorted_ports[np.minimum(pick, sorted_ports.size - 1)],
+                               -1)
+            continue
+        out[gq] = _search_candidates(
+            gq, lo, hi, rank, sorted_ports, filt_cols, d, base, pid, excl, configs, tables
+        )
+
+
+def _search_candidates(
+    gq: np.ndarray,
+    lo: np.ndarray,
+    hi: np.ndarray,
+    rank: np.ndarray,
+    sorted_ports: np.ndarray,
+    filt_cols: list[tuple[int, int]],
+    d: _Decisions,
+    base: np.ndarray,
+    pid: np.ndarray,
+    excl: np.ndarray,
+    configs: Sequence[HashConfig],
+    tables: dict[int, np.ndarray],
+) -> np.ndarray:
+    """For each QP, the ``rank``-th candidate in ``sorted_ports[lo:hi]`` passing filters."""
+    res = np.full(gq.shape[0], -1, dtype=np.int64)
+    need = rank.copy()
+    pos = lo.astype(np.int64).copy()
+    act = np.flatnonzero(pos < hi)
+    chunk = 16
+    last = sorted_ports.shape[0] - 1
+    while act.size:
+        off = pos[act, None] + np.arange(chunk)
+        ok = off < hi[act, None]
+        cand = sorted_ports[np.minimum(off, last)]
+        qa = gq[act]
+        for depth, c in filt_cols:
+            h = base[qa, depth, None] ^ tables[c][cand]
+            ok &= select_member(configs[c], h, d.n[qa, depth, None]) == d.want[qa, depth, None]
+        if excl.size:
+            ok &= ~_in_sorted(excl, pid[qa, None] * _PORT_SPACE + cand)
+        csum = np.cumsum(ok, axis=1)
+        total = csum[:, -1]
+        found = total > need[act]
+        col = np.argmax(csum > need[act, None], axis=1)
+        res[act[found]] = cand[found, col[found]]
+        nf = ~found
+        need[act[nf]] -= total[nf]
+        pos[act] += chunk
+        act = act[nf & (pos[act] < hi[act])]
+        chunk = min(_MAX_CHUNK, chunk * 2)
+    return res
+
+
+def verify_sports(
+    configs: Sequence[HashConfig],
+    src_ip: object,
+    dst_ip: object,
+    sport: object,
+    cfg_index: object,
+    n_members: object,
+    want: object,
+    *,
+    dport: int = ROCE_UDP_DPORT,
+    proto: int = 17,
+    dqpn: object = None,
+) -> np.ndarray:
+    """Re-hash each QP's port through the switch models; True where every decision matches.
+
+    Uses the direct hash (:func:`~icefabric.dataplane.ecmp.ecmp_select`), not the XOR
+    table, so it independently checks :func:`solve_sports`. QPs with ``sport < 0``
+    are False.
+
+    Returns
+    -------
+    numpy.ndarray of bool, shape (Q,)
+    """
+    d = _normalise(configs, src_ip, dst_ip, cfg_index, n_members, want, dqpn)
+    sp = np.asarray(sport, dtype=np.int64).ravel()
+    members = path_members(configs, d.sip, d.dip, np.maximum(sp, 0), d.cfg, d.n,
+                           dport=dport, proto=proto, dqpn=d.dqpn)
+    active = d.cfg >= 0
+    ok = np.where(active, members == d.want, True).all(axis=1)
+    return ok & (sp >= 0)
+
+
+def path_members(
+    configs: Sequence[HashConfig],
+    src_ip: object,
+    dst_ip: object,
+    sport: object,
+    cfg_index: object,
+    n_members: object,
+    *,
+    dport: int = ROCE_UDP_DPORT,
+    proto: int = 17,
+    dqpn: object = None,
+) -> np.ndarray:
+    """Members each QP's hash selects at each given decision (``-1`` where ``cfg_index < 0``).
+
+    Spraying switches (``random``) raise: they have no per-flow choice.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (Q, D)
+    """
+    cfg = np.asarray(cfg_index, dtype=np.int64)
+    if cfg.ndim == 1:
+        cfg = cfg[:, None]
+    q, dd = cfg.shape
+    n = _per_decision(n_members, cfg.shape)
+    rep = lambda a: np.repeat(np.broadcast_to(np.asarray(a), (q,)), dd)  # noqa: E731
+    members = ecmp_select(configs, cfg.ravel(), n.ravel(), rep(src_ip), rep(dst_ip),
+                          rep(sport), dport, proto, None if dqpn is None else rep(dqpn))
+    return members.reshape(q, dd)
+
+
+# =========================================================================== probing mode
+
+Path = tuple[int, ...]
+
+
+@runtime_checkable
+class Prober(Protocol):
+    """Traceroute-like path probe with chosen UDP source ports.
+
+    ``probe(src_ip, dst_ip, sports)`` sends one probe per port (RoCEv2 dport 4791) and
+    returns, for each, the sequence of ECMP member indices it took (members ordered as
+    the controller orders them), or ``None`` if the probe was lost.
+    """
+
+    def probe(self, src_ip: int, dst_ip: int, sports: np.ndarray) -> list[Path | None]: ...
+
+
+NextDecision = Callable[[int, int, Path], "tuple[int, int] | None"]
+
+
+class HashModelProber:
+    """A :class:`Prober` backed by known hash models (tests, simulator, digital twin).
+
+    Parameters
+    ----------
+    configs : sequence of HashConfig
+        One hash model per switch.
+    next_decision : callable ``(src_ip, dst_ip, members_so_far) -> (switch, n_members) | None``
+        Routing of the fabric: which switch makes the next ECMP decision after the
+        members chosen so far, and its group size; ``None`` when the remaining path
+        has no choice.
+    loss_prob : float
+        Probability that a probe is lost (independent per probe).
+    seed : int
+        Seed of the loss process.
+    dport, proto : int
+        Constant header fields.
+
+    Attributes
+    ----------
+    n_probes : int
+        Probes sent so far.
+    """
+
+    def __init__(
+        self,
+        configs: Sequence[HashConfig],
+        next_decision: NextDecision,
+        *,
+        loss_prob: float = 0.0,
+        seed: int = 0,
+        dport: int = ROCE_UDP_DPORT,
+        proto: int = 17,
+    ) -> None:
+        if not 0.0 <= loss_prob < 1.0:
+            raise ValueError("loss_prob must be in [0, 1)")
+        self.configs = list(configs)
+        self.next_decision = next_decision
+        self.loss_prob = float(loss_prob)
+        self.dport = dport
+        self.proto = proto
+        self.n_probes = 0
+        self._rng = np.random.default_rng(seed)
+
+    def reseed(self, switch: int, new_seed: int) -> None:
+        """Change one switch's hash seed (what an operator or a reboot may do)."""
+        self.configs[switch] = self.configs[switch].with_seed(new_seed)
+
+    def paths(self, src_ip: int, dst_ip: int, sports: np.ndarray) -> list[Path]:
+        """Loss-free ground-truth paths (member sequences) of the given ports."""
+        sp = np.asarray(sports, dtype=np.int64).ravel()
+        result: list[Path] = [()] * sp.shape[0]
+        groups: dict[Path, np.ndarray] = {(): np.arange(sp.shape[0])}
+        for _ in range(64):
+            if not groups:
+                break
+            nxt: dict[Path, np.ndarray] = {}
+            for prefix, idx in groups.items():
+                dec = self.next_decision(int(src_ip), int(dst_ip), prefix)
+                if dec is None:
+                    for i in idx.tolist():
+                        result[i] = prefix
+                    continue
+                sw, n = dec
+                cfg = self.configs[sw]
+                m = select_member(cfg, ecmp_hash(cfg, src_ip, dst_ip, sp[idx], self.dport,
+                                                 self.proto), n)
+                for u in np.unique(m).tolist():
+                    nxt[prefix + (int(u),)] = idx[m == u]
+            groups = nxt
+        else:
+            raise RuntimeError("path deeper than 64 decisions; routing loop?")
+        return result
+
+    def probe(self, src_ip: int, dst_ip: int, sports: np.ndarray) -> list[Path | None]:
+        sp = np.asarray(sports, dtype=np.int64).ravel()
+        self.n_probes += sp.shape[0]
+        truth = self.paths(src_ip, dst_ip, sp)
+        lost = self._rng.random(sp.shape[0]) < self.loss_prob
+        return [None if lo else p for p, lo in zip(truth, lost.tolist(), strict=True)]
+
+
+@dataclass
+class PortPathMap:
+    """Learned ``port -> path`` map of one NIC pair (probing mode).
+
+    Attributes
+    ----------
+    src_ip, dst_ip : int
+    order : numpy.ndarray
+        Candidate ports in probing order (seeded permutation of the usable range).
+    next_pos : int
+        Ports ``order[:next_pos]`` have been scheduled for probing.
+    port_path : dict
+        Port -> member sequence learned.
+    by_path : dict
+        Member sequence -> ports, in learning order.
+    probes_used : int
+        Probes spent on this map (including retries).
+    """
+
+    src_ip: int
+    dst_ip: int
+    order: np.ndarray
+    next_pos: int = 0
+    port_path: dict[int, Path] = field(default_factory=dict)
+    by_path: dict[Path, list[int]] = field(default_factory=dict)
+    probes_used: int = 0
+
+    def ports_for(self, path: Sequence[int]) -> list[int]:
+        """Learned ports whose probe took ``path``."""
+        return self.by_path.get(tuple(path), [])
+
+    @property
+    def exhausted(self) -> bool:
+        return self.next_pos >= self.order.shape[0]
+
+
+@dataclass
+class PortPathCache:
+    """Learned maps per NIC pair, kept across planning rounds.
+
+    Attributes
+    ----------
+    maps : dict
+        ``(src_ip, dst_ip) -> PortPathMap``.
+    probes_used : int
+        Total probes spent through :func:`solve_sports_by_probing`.
+    invalidations : int
+        Maps discarded because a verification probe contradicted them.
+    """
+
+    maps: dict[tuple[int, int], PortPathMap] = field(default_factory=dict)
+    probes_used: int = 0
+    invalidations: int = 0
+
+
+def _new_map(src_ip: int, dst_ip: int, limits: NicPortLimits, seed: int) -> PortPathMap:
+    rng = np.random.default_rng([seed, int(src_ip), int(dst_ip)])
+    return PortPathMap(int(src_ip), int(dst_ip), rng.permutation(limits.ports()))
+
+
+def learn_port_paths(
+    prober: Prober,
+    src_ip: int,
+    dst_ip: int,
+    *,
+    pmap: PortPathMap | None = None,
+    n_ports: int | None = None,
+    need: dict[Path, int] | None = None,
+    skip_ports: set[int] | frozenset[int] = frozenset(),
+    budget: int = 4096,
+    batch: int = 256,
+    max_retries: int = 8,
+    limits: NicPortLimits | None = None,
+    seed: int = 0,
+) -> PortPathMap:
+    """Learn which path each source port takes between two NICs by probing.
+
+    Parameters
+    ----------
+    prober : Prober
+        Sends probes and reports member sequences (``None`` = lost).
+    src_ip, dst_ip : int
+        NIC pair.
+    pmap : PortPathMap, optional
+        Map to extend (default: a new one, ports in a seeded random order).
+    n_ports : int, optional
+        Stop after this many *new* ports are learned.
+    need : dict path -> count, optional
+        Stop as soon as every listed path has at least ``count`` learned ports not in
+        ``skip_ports``.
+    skip_ports : set of int
+        Ports not to count towards ``need`` (already used for this pair).
+    budget : int
+        Maximum probes sent by this call (including retries).
+    batch : int
+        Probes per prober call.
+    max_retries : int
+        A lost probe is re-sent at most this many times, then the port is skipped.
+    limits : NicPortLimits, optional
+        Usable port range for a new map.
+    seed : int
+        Order of the candidate ports.
+
+    Returns
+    -------
+    PortPathMap
+        The (extended) map. Without ``n_ports`` or ``need`` it learns until the
+        budget or the port range is exhausted.
+    """
+    limits = limits or NicPortLimits()
+    if pmap is None:
+        pmap = _new_map(src_ip, dst_ip, limits, seed)
+    missing: dict[Path, int] = {}
+    if need:
+        for p, k in need.items():
+            have = sum(1 for x in pmap.ports_for(p) if x not in skip_ports)
+            if have < k:
+                missing[tuple(p)] = k - have
+        if not missing:
+            return pmap
+    learned = 0
+    sent = 0
+    retry: list[tuple[int, int]] = []  # (port, tries so far)
+    while sent < budget:
+        room = min(batch, budget - sent)
+        take = retry[:room]
+        retry = retry[room:]
+        fresh = min(room - len(take), pmap.order.shape[0] - pmap.next_pos)
+        ports = [p for p, _ in take] + pmap.order[pmap.next_pos: pmap.next_pos + fresh].tolist()
+        tries = [t for _, t in take] + [0] * fresh
+        pmap.next_pos += fresh
+        if not ports:
+            break
+        res = prober.probe(src_ip, dst_ip, np.asarray(ports, dtype=np.int64))
+        sent += len(ports)
+        pmap.probes_used += len(ports)
+        for port, t, path in zip(ports, tries, res, strict=True):
+            if path is None:
+                if t + 1 <= max_retries:
+                    retry.append((port, t + 1))
+                continue
+            path = tuple(int(x) for x in path)
+            pmap.port_path[port] = path
+            pmap.by_path.setdefault(path, []).append(port)
+            learned += 1
+            if path in missing and port not in skip_ports:
+                missing[path] -= 1
+                if missing[path] == 0:
+                    del missing[path]
+        if need and not missing:
+            break
+        if n_ports is not None and learned >= n_ports:
+            break
+    return pmap
+
+
+def _verify_by_probe(
+    prober: Prober, src_ip: int, dst_ip: int, ports: list[int], expected: list[Path],
+    max_retries: int,
+) -> tuple[np.ndarray, int]:
+    """Probe the chosen ports again: +1 match, -1 mismatch, 0 unknown (all probes lost)."""
+    state = np.zeros(len(ports), dtype=np.int64)
+    pending = np.arange(len(ports))
+    used = 0
+    for _ in range(max_retries + 1):
+        if pending.size == 0:
+            break
+        res = prober.probe(src_ip, dst_ip, np.asarray(ports, dtype=np.int64)[pending])
+        used += pending.size
+        still = []
+        for i, path in zip(pending.tolist(), res, strict=True):
+            if path is None:
+                still.append(i)
+            else:
+                state[i] = 1 if tuple(path) == expected[i] else -1
+        pending = np.asarray(still, dtype=np.int64)
+    return state, used
+
+
+def validate_port_paths(
+    prober: Prober,
+    pmap: PortPathMap,
+    *,
+    n_probes: int = 16,
+    max_retries: int = 8,
+    seed: int = 0,
+) -> bool:
+    """Re-probe a sample of learned ports; False if any now takes another path.
+
+    A periodic check an agent can run on cached maps: after a switch reseed (or a
+    membership change) the sampled ports move, and the map must be relearned. Lost
+    probes are retried; a port whose probes are all lost counts as consistent.
+
+    Parameters
+    ----------
+    prober : Prober
+    pmap : PortPathMap
+        Learned map to check.
+    n_probes : int
+        Sample size (distinct learned ports).
+    max_retries : int
+        Retries per lost probe.
+    seed : int
+        Sample choice.
+    """
+    ports = np.fromiter(pmap.port_path, dtype=np.int64, count=len(pmap.port_path))
+    if ports.size == 0:
+        return True
+    rng = np.random.default_rng(seed)
+    sample = rng.choice(ports, min(n_probes, ports.size), replace=False).tolist()
+    state, used = _verify_by_probe(prober, pmap.src_ip, pmap.dst_ip, sample,
+                                   [pmap.port_path[p] for p in sample], max_retries)
+    pmap.probes_used += used
+    return bool(np.all(state >= 0))
+
+
+def solve_sports_by_probing(
+    prober: Prober,
+    src_ip: object,
+    dst_ip: object,
+    want_paths: Sequence[Sequence[int]],
+    *,
+    cache: PortPathCache | None = None,
+    exclude: tuple[object, object, object] | None = None,
+    limits: NicPortLimits | None = None,
+    budget_per_pair: int = 16384,
+    batch: int = 256,
+    max_retries: int = 8,
+    max_relearn: int = 3,
+    seed: int = 0,
+) -> np.ndarray:
+    """Pick source ports from learned port -> path maps when the hash model is unknown.
+
+    For each NIC pair: reuse the cached map or learn one with :func:`learn_port_paths`
+    until every wanted path has enough unused ports; hand out ports in learning order
+    (distinct per pair, never in ``exclude``); then probe the chosen ports once more.
+    If a verification probe takes another path than learned, the switches changed
+    (e.g. a reseed): the map is discarded and relearned, up to ``max_relearn`` times.
+
+    Parameters
+    ----------
+    prober : Prober
+    src_ip, dst_ip : array of int, shape (Q,)
+    want_paths : sequence of member sequences, length Q
+        Wanted members along each QP's path (the ``want`` row without the depths
+        that have no decision).
+    cache : PortPathCache, optional
+        Maps reused and updated across calls (pass the same object each round).
+    exclude : (src_ip, dst_ip, sport) arrays, optional
+        Ports already used per NIC pair.
+    limits : NicPortLimits, optional
+    budget_per_pair : int
+        Probe budget of each learning pass of a pair.
+    batch, max_retries : int
+        See :func:`learn_port_paths`.
+    max_relearn : int
+        Relearn attempts after failed verification.
+    seed : int
+        Probing order.
+
+    Returns
+    -------
+    numpy.ndarray of int64, shape (Q,)
+        Ports, ``-1`` where no port for the wanted path was found within budget.
+        A port whose verification probes were all lost is kept (inconclusive).
+    """
+    limits = limits or NicPortLimits()
+    cache = cache if cache is not None else PortPathCache()
+    sip = np.asarray(src_ip, dtype=np.int64).ravel()
+    dip = np.asarray(dst_ip, dtype=np.int64).ravel()
+    wants = [tuple(int(x) for x in w) for w in want_paths]
+    if not (sip.shape[0] == dip.shape[0] == len(wants)):
+        raise ValueError("src_ip, dst_ip and want_paths must have the same length")
+    out = np.full(sip.shape[0], -1, dtype=np.int64)
+    used_by_pair: dict[tuple[int, int], set[int]] = {}
+    if exclude is not None:
+        for a, b, p in zip(*(np.asarray(x, dtype=np.int64).ravel().tolist() for x in exclude),
+                           strict=True):
+            used_by_pair.setdefault((a, b), set()).add(p)
+    pairs: dict[tuple[int, int], list[int]] = {}
+    for i, key in enumerate(zip(sip.tolist(), dip.tolist(), strict=True)):
+        pairs.setdefault(key, []).append(i)
+
+    for key, qs in pairs.items():
+        used = used_by_pair.get(key, set())
+        need = Counter(wants[i] for i in qs)
+        pmap = cache.maps.get(key)
+        for _attempt in range(max_relearn + 1):
+            before = 0 if pmap is None else pmap.probes_used
+            pmap = learn_port_paths(
+                prober, key[0], key[1], pmap=pmap, need=dict(need), skip_ports=used,
+                budget=budget_per_pair, batch=batch, max_retries=max_retries, limits=limits,
+                seed=seed,
+            )
+            cache.probes_used += pmap.probes_used - before
+            chosen: list[int] = []
+            for i in qs:
+                avail = [p for p in pmap.ports_for(wants[i]) if p not in used and
+                         p not in chosen]
+                chosen.append(avail[0] if avail else -1)
+            got = [j for j, p in enumerate(chosen) if p >= 0]
+            state, spent = _verify_by_probe(
+                prober, key[0], key[1], [chosen[j] for j in got],
+                [wants[qs[j]] for j in got], max_retries,
+            )
+            cache.probes_used += spent
+            pmap.probes_used += spent
+            if np.any(state < 0):
+                cache.invalidations += 1
+                pmap = None
+                continue
+            for j, p in enumerate(chosen):
+                out[qs[j]] = p
+            break
+        if pmap is not None:
+            cache.maps[key] = pmap
+        else:
+            cache.maps.pop(key, None)
+    return out

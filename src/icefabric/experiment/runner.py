@@ -1,0 +1,223 @@
+"""Run a scenario: every policy on the same workload, every message size, one engine.
+
+Results are data first: :class:`ExperimentResult` holds the nccl-tests-style rows and the
+per-policy link statistics, saves to JSON, and is the only input of tables and plots.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from icefabric.engine.registry import run_engine
+from icefabric.engine.result import SimResult
+from icefabric.policies.base import (
+    PlanContext,
+    failure_reroutes,
+    get_policy,
+    to_problem,
+    with_proactive_rates,
+)
+from icefabric.scenario.build import build_fabric, build_workload
+from icefabric.scenario.loader import LoadedScenario
+from icefabric.topology.model import LINK_FABRIC, Fabric
+from icefabric.units import us
+
+SCHEMA_VERSION = 1
+
+ROW_FIELDS = ("policy", "job", "collective", "algorithm", "size_bytes", "nranks",
+              "time_us", "algbw_GBps", "busbw_GBps", "ideal_busbw_GBps", "frac_of_ideal",
+              "gain_vs_ecmp")
+
+
+@dataclass
+class LinkStats:
+    """Fabric (switch-to-switch) link statistics of one policy at the largest size."""
+
+    policy: str
+    link_names: list[str]
+    mean_util: list[float]
+    peak_util: list[float]
+    qps_on_link: list[float]
+
+    def summary(self) -> dict:
+        u = np.asarray(self.mean_util)
+        q = np.asarray(self.qps_on_link)
+        return {"policy": self.policy, "uplinks": len(u),
+                "util_min": float(u.min()) if len(u) else 0.0,
+                "util_mean": float(u.mean()) if len(u) else 0.0,
+                "util_max": float(u.max()) if len(u) else 0.0,
+                "idle_links": int(np.count_nonzero(u < 0.01)),
+                "max_qps_on_link": float(q.max()) if len(q) else 0.0,
+                "mean_qps_on_busy_link": float(q[q > 0].mean()) if np.any(q > 0) else 0.0}
+
+
+@dataclass
+class ExperimentResult:
+    scenario: str
+    description: str
+    seed: int
+    engine: str
+    policies: list[str]
+    sizes: list[int]
+    rows: list[dict]
+    link_stats: list[LinkStats]
+    fabric: dict
+    wall_s: float
+    notes: list[str] = field(default_factory=list)
+    runs: dict[str, SimResult] = field(default_factory=dict, repr=False)
+
+    def to_dict(self) -> dict:
+        d = {k: v for k, v in asdict(self).items() if k != "runs"}
+        d["schema_version"] = SCHEMA_VERSION
+        d["link_summary"] = [s.summary() for s in self.link_stats]
+        return d
+
+    def to_json(self, path: str | Path | None = None) -> str:
+        text = json.dumps(self.to_dict(), indent=1, default=_default)
+        if path is not None:
+            Path(path).write_text(text)
+        return text
+
+    @classmethod
+    def from_json(cls, text: str) -> ExperimentResult:
+        d = json.loads(text)
+        d.pop("schema_version", None)
+        d.pop("link_summary", None)
+        d["link_stats"] = [LinkStats(**s) for s in d["link_stats"]]
+        return cls(**d)
+
+
+def _default(x):
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, np.ndarray):
+        return x.tolist()
+    raise TypeError(type(x))
+
+
+def _failure_links(ls: LoadedScenario, fabric: Fabric) -> list[tuple[int, int, list[int]]]:
+    """(t_down_ns, t_up_ns or -1, link ids) per scenario failure."""
+    idx = {n: i for i, n in enumerate(fabric.node_names)}
+    out = []
+    for k, f in enumerate(ls.scenario.failures):
+        a, b = f.link
+        for n in (a, b):
+            if n not in idx:
+                raise ls.error(("failures", k, "link"), f"node {n!r} does not exist")
+        links = [l for l in range(fabric.n_links)
+                 if {int(fabric.link_src[l]), int(fabric.link_dst[l])} == {idx[a], idx[b]}]
+        if not links:
+            raise ls.error(("failures", k, "link"), f"no link between {a} and {b}")
+        up = us(f.until_us) if f.until_us is not None else -1
+        if up >= 0 and up <= us(f.at_us):
+            raise ls.error(("failures", k, "until_us"), "until_us must be after at_us")
+        out.append((us(f.at_us), up, links))
+    return out
+
+
+def run_policy(ls: LoadedScenario, fabric: Fabric, policy_name: str, size_bytes: int, *,
+               engine: str | None = None, engine_options: dict | None = None) -> SimResult:
+    """One engine run of one policy at one size (failures applied as the policy reacts)."""
+    scn = ls.scenario
+    pol = get_policy(policy_name, **scn.policy_options.get(policy_name, {}))
+    fab = pol.ideal_fabric(fabric)
+    default_qps = None  # per-job setting unless the policy overrides it
+    qps = pol.qps_per_connection(1)
+    wl = build_workload(ls, fab, size_bytes,
+                        qps_per_connection=qps if qps != 1 else default_qps)
+    ctx = PlanContext.create(fab, wl, seed=scn.seed)
+    plan = pol.plan(ctx)
+    prob, pmap = to_problem(fab, wl, plan, scenario=scn.name)
+    engine = engine or scn.engine
+    if pol.proactive_rates and engine == "fluid":
+        # Pacers only matter where queues exist; the flow engine already runs every flow at
+        # its max-min rate, which is what the pacers are set to.
+        prob = with_proactive_rates(prob, wl)
+    failures = []
+    if fab is fabric and scn.failures:
+        down: set[int] = set()
+        events = []
+        for t_down, t_up, links in _failure_links(ls, fabric):
+            events.append((t_down, False, links))
+            if t_up >= 0:
+                events.append((t_up, True, links))
+        prev = plan
+        for t, up, links in sorted(events, key=lambda e: e[0]):
+            down = (down - set(links)) if up else (down | set(links))
+            new = pol.replan(ctx.after_failure(sorted(down)), prev)
+            failures.append(failure_reroutes(pmap, prev, new, t_ns=t, down_links=links,
+                                             delay_ns=pol.reroute_delay_ns, up=up))
+            prev = new
+        from dataclasses import replace
+        prob = replace(prob, failures=tuple(failures))
+    res = run_engine(prob, engine, policy=policy_name, scenario=scn.name,
+                     seed=scn.seed, **(engine_options or {}))
+    res.meta["plan_link_qps"] = plan.link_load(fab.n_links).tolist()
+    res.meta["fabric_links"] = np.flatnonzero(fab.link_kind == LINK_FABRIC).tolist()
+    return res
+
+
+def run_scenario(ls: LoadedScenario, *, policies: list[str] | None = None,
+                 sizes: list[int] | None = None, engine: str | None = None,
+                 progress=None) -> ExperimentResult:
+    """Run every policy at every size; rows carry gains over ``ecmp`` and the fraction of
+    the ``ideal`` bound (computed when those policies are part of the run)."""
+    t0 = time.perf_counter()
+    scn = ls.scenario
+    policies = list(policies or scn.policies)
+    for p in policies:
+        get_policy(p)  # fail early on unknown names
+    sizes = list(sizes or scn.size_list())
+    fabric = build_fabric(ls)
+    total = len(policies) * len(sizes)
+    rows: list[dict] = []
+    largest: dict[str, SimResult] = {}
+    done = 0
+    for size in sizes:
+        for p in policies:
+            if progress:
+                progress(done, total, f"{p} @ {size}")
+            res = run_policy(ls, fabric, p, size, engine=engine)
+            for c in res.collectives:
+                rows.append({"policy": p, "job": c.job, "collective": c.kind,
+                             "algorithm": c.algorithm, "size_bytes": c.size_bytes,
+                             "nranks": c.nranks, "time_us": round(c.time_us, 3),
+                             "algbw_GBps": round(c.algbw_GBps, 3),
+                             "busbw_GBps": round(c.busbw_GBps, 3)})
+            if size == sizes[-1]:
+                largest[p] = res
+            done += 1
+    if progress:
+        progress(total, total, "done")
+    _add_relative(rows)
+    stats = []
+    for p, res in largest.items():
+        fl = np.asarray(res.meta["fabric_links"], dtype=np.int64)
+        util = res.link_mean_util()
+        qps = np.asarray(res.meta["plan_link_qps"])
+        stats.append(LinkStats(p, [res.link_names[i] for i in fl], util[fl].round(4).tolist(),
+                               res.link_peak_util[fl].round(4).tolist(),
+                               qps[fl].round(3).tolist()))
+    notes = []
+    if scn.failures and "ideal" in policies:
+        notes.append("ideal ignores link failures (non-blocking bound)")
+    return ExperimentResult(scn.name, scn.description, scn.seed, engine or scn.engine,
+                            policies, sizes, rows, stats, fabric.describe(),
+                            time.perf_counter() - t0, notes, largest)
+
+
+def _add_relative(rows: list[dict]) -> None:
+    key = lambda r: (r["job"], r["collective"], r["size_bytes"])  # noqa: E731
+    ecmp = {key(r): r for r in rows if r["policy"] == "ecmp"}
+    ideal = {key(r): r for r in rows if r["policy"] == "ideal"}
+    for r in rows:
+        i = ideal.get(key(r))
+        e = ecmp.get(key(r))
+        r["ideal_busbw_GBps"] = i["busbw_GBps"] if i else None
+        r["frac_of_ideal"] = round(r["busbw_GBps"] / i["busbw_GBps"], 4) if i else None
+        r["gain_vs_ecmp"] = round(r["busbw_GBps"] / e["busbw_GBps"] - 1, 4) if e else None

@@ -1,0 +1,136 @@
+"""Baseline policies: what RoCEv2 fabrics do without ICE, plus reference bounds.
+
+* ``ecmp`` — default RoCE: one QP per connection, UDP source port derived by the Linux RDMA
+  stack from the QP numbers (NCCL leaves the flow label at 0, domain-facts §4.1, §4.3), each
+  switch hashes the 5-tuple with its own model (§3). After a link failure the switches drop
+  the member and re-hash (non-resilient groups remap flows).
+* ``ecmp-multiqp`` — the common "more entropy" fix: ``k`` QPs per connection, data split
+  evenly over them (NCCL_IB_QPS_PER_CONNECTION / HCCL_RDMA_QPS_PER_CONNECTION).
+* ``spray`` — ideal per-packet spraying over every shortest path with reordering-tolerant
+  NICs (an upper reference that needs special hardware, e.g. adaptive routing).
+* ``ideal`` — the non-blocking bound: the same servers on one non-blocking switch.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from icefabric.control.hashing import ecmp_paths
+from icefabric.control.plan import PathPlan, single_path_plan
+from icefabric.dataplane.roce import default_sports
+from icefabric.engine.problem import csr_from_lists
+from icefabric.policies.base import PlanContext, Policy, register_policy
+from icefabric.topology.builders import ServerGroup, star
+from icefabric.topology.catalog import SwitchProfile
+from icefabric.topology.model import Fabric
+from icefabric.units import ms
+
+
+@register_policy("ecmp")
+class EcmpPolicy(Policy):
+    description = "default RoCEv2: 1 QP/connection, kernel-derived source ports, switch ECMP hash"
+
+    def __init__(self, reroute_delay_ns: int = ms(1), **_):
+        # ECMP group repair after a link-down: hardware detection plus next-hop group update;
+        # ~1 ms is a typical order of magnitude [UNCONFIRMED], configurable.
+        self.reroute_delay_ns = int(reroute_delay_ns)
+
+    def sports(self, ctx: PlanContext) -> np.ndarray:
+        w = ctx.workload
+        return default_sports(w.qp_lqpn, w.qp_rqpn).astype(np.int64)
+
+    def plan(self, ctx: PlanContext) -> PathPlan:
+        w = ctx.workload
+        sport = self.sports(ctx)
+        paths = ecmp_paths(ctx.fabric, ctx.routing, ctx.hash_configs, w.qp_src_nic,
+                           w.qp_dst_nic, sport)
+        return single_path_plan(paths, sport, policy=self.name)
+
+
+@register_policy("ecmp-multiqp")
+class EcmpMultiQpPolicy(EcmpPolicy):
+    description = "ECMP with k QPs per connection (data split evenly over them)"
+
+    def __init__(self, qps: int = 4, **kw):
+        super().__init__(**kw)
+        if not 1 <= qps <= 128:
+            raise ValueError("ecmp-multiqp: qps must be in [1, 128]")
+        self.qps = int(qps)
+
+    def qps_per_connection(self, default: int) -> int:
+        return self.qps
+
+
+@register_policy("spray")
+class SprayPolicy(Policy):
+    description = "ideal per-packet spraying over all shortest paths (needs reordering NICs)"
+    reroute_delay_ns = 0
+
+    def __init__(self, **_):
+        pass
+
+    def plan(self, ctx: PlanContext, n_routes: np.ndarray | None = None) -> PathPlan:
+        w, f, rt = ctx.workload, ctx.fabric, ctx.routing
+        src_leaf, dst_leaf = f.nic_leaf[w.qp_src_nic], f.nic_leaf[w.qp_dst_nic]
+        up = rt.nic_uplink(w.qp_src_nic) if w.n_qps else np.zeros(0, np.int64)
+        down = rt.nic_downlink(w.qp_dst_nic) if w.n_qps else np.zeros(0, np.int64)
+        cache: dict[tuple[int, int], list[np.ndarray]] = {}
+        routes, r_qp, r_w = [], [], []
+        for q in range(w.n_qps):
+            key = (int(src_leaf[q]), int(dst_leaf[q]))
+            paths = cache.get(key)
+            if paths is None:
+                paths = cache[key] = rt.all_paths(*key)
+            n = len(paths) if n_routes is None else int(n_routes[q])
+            for i in range(n):
+                routes.append(np.concatenate([[up[q]], paths[i % len(paths)], [down[q]]]))
+                r_qp.append(q)
+                r_w.append(1.0 / n)
+        indptr, links = csr_from_lists(routes)
+        return PathPlan(sport=np.full(w.n_qps, -1, dtype=np.int64),
+                        route_qp=np.asarray(r_qp, dtype=np.int64),
+                        route_weight=np.asarray(r_w), route_indptr=indptr, route_links=links,
+                        rate_bps=np.full(w.n_qps, np.inf), policy=self.name)
+
+    def replan(self, ctx: PlanContext, previous: PathPlan) -> PathPlan:
+        # Keep the number of routes per QP; the surviving paths share them round-robin.
+        return self.plan(ctx, n_routes=np.diff(previous.qp_route_ptr()))
+
+
+def nonblocking_twin(fabric: Fabric) -> Fabric:
+    """The same servers (same node ids, addresses and internals) on one non-blocking switch."""
+    groups: list[ServerGroup] = []
+    for s in fabric.servers:
+        prefix = s.name.rsplit("-", 1)[0]
+        if groups and groups[-1].pool == s.pool and groups[-1].profile == s.profile \
+                and groups[-1].prefix == prefix:
+            g = groups[-1]
+            groups[-1] = ServerGroup(g.profile, g.count + 1, g.pool, g.prefix)
+        else:
+            groups.append(ServerGroup(s.profile, 1, s.pool, prefix))
+    host_delay = int(np.median(fabric.link_delay_ns[fabric.link_kind == 1]))
+    big = SwitchProfile("non-blocking", "ideal", radix=1 << 30, port_bps=0, buffer_bytes=0)
+    twin = star(groups, switch=big, host_delay_ns=host_delay, name=f"{fabric.name}-ideal")
+    # The star numbers servers per group from 0; names and node ids must match the fabric.
+    if twin.node_names[:len(fabric.node_names) - len(fabric.switches)] != \
+            fabric.node_names[:len(fabric.node_names) - len(fabric.switches)]:
+        raise ValueError("cannot build the non-blocking twin: server naming differs")
+    return twin
+
+
+@register_policy("ideal")
+class IdealPolicy(Policy):
+    description = "non-blocking bound: the same servers on one non-blocking switch"
+    reroute_delay_ns = 0
+
+    def __init__(self, **_):
+        pass
+
+    def ideal_fabric(self, fabric: Fabric) -> Fabric:
+        return nonblocking_twin(fabric)
+
+    def plan(self, ctx: PlanContext) -> PathPlan:
+        w = ctx.workload
+        paths = ctx.routing.walk(w.qp_src_nic, w.qp_dst_nic,
+                                 lambda *a: np.zeros(len(a[1]), dtype=np.int64))
+        return single_path_plan(paths, np.full(w.n_qps, -1), policy=self.name)

@@ -1,0 +1,151 @@
+"""Scenario schema (pydantic): fabric, server pools, placement, jobs, sizes, policies,
+engine, failures, seed. Unknown fields are errors, so typos never pass silently."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from icefabric.units import parse_size
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class FabricSpec(_Strict):
+    """The network. ``kind`` picks the builder; unused fields of other kinds must be left out."""
+
+    kind: Literal["leaf-spine", "rail-optimized", "fat-tree"] = "leaf-spine"
+    servers_per_leaf: int = Field(2, ge=1)
+    spines: int | None = Field(None, ge=1, description="leaf-spine: number of spines")
+    links_per_spine: int = Field(1, ge=1)
+    oversub: float = Field(1.0, gt=0)
+    pods: int | None = Field(None, ge=1)
+    leaves_per_pod: int | None = Field(None, ge=1)
+    aggs_per_pod: int | None = Field(None, ge=1)
+    cores: int | None = Field(None, ge=1)
+    core_oversub: float = Field(1.0, gt=0)
+    separate_pools: bool = True
+    placement: Literal["packed", "scattered"] = "packed"
+    leaf_switch: str = "tomahawk5-128x400"
+    spine_switch: str = "tomahawk5-128x400"
+    core_switch: str = "tomahawk5-128x400"
+    hash_seeds: Literal["sonic", "random", "zero"] = "sonic"
+    host_delay_ns: int = Field(500, ge=0)
+    fabric_delay_ns: int = Field(500, ge=0)
+
+    @model_validator(mode="after")
+    def _kind_fields(self):
+        if self.kind in ("leaf-spine", "rail-optimized"):
+            if self.spines is None:
+                raise ValueError(f"fabric kind {self.kind} needs 'spines'")
+            extra = [k for k in ("pods", "leaves_per_pod", "aggs_per_pod", "cores")
+                     if getattr(self, k) is not None]
+            if extra:
+                raise ValueError(f"fields {extra} belong to kind fat-tree, not {self.kind}")
+        else:
+            missing = [k for k in ("pods", "leaves_per_pod", "aggs_per_pod", "cores")
+                       if getattr(self, k) is None]
+            if missing:
+                raise ValueError(f"fabric kind fat-tree needs {missing}")
+        return self
+
+
+class PoolSpec(_Strict):
+    """``count`` servers of catalog profile ``server``; servers are named ``<name>-<i>``."""
+
+    name: str = Field(pattern=r"^[A-Za-z][\w.]*$")
+    server: str
+    count: int = Field(ge=1)
+    nic_gbps: float | None = Field(None, gt=0, description="override the profile's NIC speed")
+
+
+class CollectiveSpec(_Strict):
+    kind: Literal["all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast"]
+    algorithm: str | None = None
+
+
+class JobSpec(_Strict):
+    """A job: its servers (names, or whole pools), ranks per server, library and
+    collectives. ``library: auto`` uses the servers' library, ``cross`` when pools of
+    different libraries are mixed."""
+
+    name: str = Field(pattern=r"^[A-Za-z][\w.-]*$")
+    servers: list[str] | None = None
+    pools: list[str] | None = None
+    ranks_per_server: int | None = Field(None, ge=1)
+    library: Literal["auto", "nccl", "rccl", "hccl", "cross"] = "auto"
+    qps_per_connection: int = Field(1, ge=1, le=128)
+    channels: int | None = Field(None, ge=1, le=64)
+    step_overhead_ns: int = Field(1000, ge=0)
+    collectives: list[CollectiveSpec] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _where(self):
+        if (self.servers is None) == (self.pools is None):
+            raise ValueError("give exactly one of 'servers' or 'pools'")
+        return self
+
+
+class FailureSpec(_Strict):
+    """Link ``[a, b]`` (node names, both directions) goes down at ``at_us``
+    (and up again at ``until_us`` if given)."""
+
+    at_us: float = Field(ge=0)
+    link: tuple[str, str]
+    until_us: float | None = None
+
+
+class SizesSpec(_Strict):
+    min: int | str = "1MiB"
+    max: int | str = "1GiB"
+    factor: int = Field(2, ge=2)
+
+    @field_validator("min", "max")
+    @classmethod
+    def _size(cls, v):
+        return parse_size(v)
+
+    def values(self) -> list[int]:
+        lo, hi = int(self.min), int(self.max)
+        if lo > hi:
+            raise ValueError("sizes.min must not exceed sizes.max")
+        out = [lo]
+        while out[-1] * self.factor <= hi:
+            out.append(out[-1] * self.factor)
+        return out
+
+
+class Scenario(_Strict):
+    name: str
+    description: str = ""
+    seed: int = 0
+    fabric: FabricSpec
+    pools: list[PoolSpec] = Field(min_length=1)
+    jobs: list[JobSpec] = Field(min_length=1)
+    sizes: SizesSpec | list[int | str] = Field(default_factory=SizesSpec)
+    policies: list[str] = Field(default_factory=lambda: ["ecmp", "ecmp-multiqp", "spray",
+                                                         "ideal"])
+    policy_options: dict[str, dict] = Field(default_factory=dict)
+    engine: Literal["flow", "fluid"] = "flow"
+    failures: list[FailureSpec] = Field(default_factory=list)
+
+    def size_list(self) -> list[int]:
+        if isinstance(self.sizes, SizesSpec):
+            return self.sizes.values()
+        return [parse_size(s) for s in self.sizes]
+
+    @model_validator(mode="after")
+    def _refs(self):
+        pools = [p.name for p in self.pools]
+        if len(set(pools)) != len(pools):
+            raise ValueError("pool names must be unique")
+        jobs = [j.name for j in self.jobs]
+        if len(set(jobs)) != len(jobs):
+            raise ValueError("job names must be unique")
+        if isinstance(self.sizes, list):
+            for s in self.sizes:
+                parse_size(s)
+        return self

@@ -1,0 +1,358 @@
+"""Fabric builders: 2-tier leaf-spine (any oversubscription, optionally rail-optimized),
+3-tier fat-tree with pods, and a single-switch star for tests.
+
+Each builder validates its arguments (like ns.py's ``fattree.build(k)`` rejects odd k) and
+names nodes and assigns addresses deterministically (like Mininet), so the same arguments
+always give the same fabric.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from icefabric.topology.catalog import ServerProfile, SwitchProfile, switch_profile
+from icefabric.topology.model import (
+    ACCEL,
+    CORE,
+    HUB,
+    LEAF,
+    LINK_FABRIC,
+    LINK_HOST,
+    LINK_INTRA,
+    NIC,
+    SPINE,
+    Fabric,
+    Server,
+)
+
+#: SONiC default ECMP seeds per device role (dockers/docker-orchagent/switch.json.j2):
+#: ToRRouter 0, LeafRouter 10 (with hash offset 10), SpineRouter 25 — domain-facts §3.4.
+SONIC_ROLE_SEEDS = {LEAF: (0, 0), SPINE: (10, 10), CORE: (25, 0)}
+
+
+class TopologyError(ValueError):
+    """A fabric that cannot be built as asked (ports, counts, placement)."""
+
+
+@dataclass(frozen=True)
+class ServerGroup:
+    """``count`` servers of one profile forming a resource pool."""
+
+    profile: ServerProfile
+    count: int
+    pool: str
+    prefix: str = ""
+
+
+class _Builder:
+    def __init__(self, name: str, seed: int, hash_seeds: str, host_delay_ns: int,
+                 fabric_delay_ns: int):
+        self.name = name
+        self.rng = np.random.default_rng(seed)
+        self.hash_seeds = hash_seeds
+        self.host_delay_ns = host_delay_ns
+        self.fabric_delay_ns = fabric_delay_ns
+        self.names: list[str] = []
+        self.kind: list[int] = []
+        self.server: list[int] = []
+        self.index: list[int] = []
+        self.pod: list[int] = []
+        self.ip: list[int] = []
+        self.buffer: list[int] = []
+        self.halgo: list[str] = []
+        self.hseed: list[int] = []
+        self.hoff: list[int] = []
+        self.links: list[tuple[int, int, float, int, int]] = []
+        self.servers: list[Server] = []
+
+    def node(self, name, kind, server=-1, index=0, pod=-1, ip=0, sw: SwitchProfile | None = None):
+        self.names.append(name)
+        self.kind.append(kind)
+        self.server.append(server)
+        self.index.append(index)
+        self.pod.append(pod)
+        self.ip.append(ip)
+        self.buffer.append(sw.buffer_bytes if sw else 0)
+        if sw is not None:
+            if self.hash_seeds == "sonic":
+                seed, off = SONIC_ROLE_SEEDS[kind]
+            elif self.hash_seeds == "random":
+                seed, off = int(self.rng.integers(0, 2**32)), 0
+            elif self.hash_seeds == "zero":
+                seed, off = 0, 0
+            else:
+                raise TopologyError(f"hash_seeds must be sonic, random or zero, not "
+                                    f"{self.hash_seeds!r}")
+            self.halgo.append(sw.hash_algorithm)
+            self.hseed.append(seed)
+            self.hoff.append(off)
+        else:
+            self.halgo.append("")
+            self.hseed.append(0)
+            self.hoff.append(0)
+        return len(self.names) - 1
+
+    def duplex(self, a, b, bps, delay_ns, kind):
+        self.links.append((a, b, bps, delay_ns, kind))
+        self.links.append((b, a, bps, delay_ns, kind))
+
+    def add_server(self, name: str, profile: ServerProfile, pool: str) -> Server:
+        s = len(self.servers)
+        hub = self.node(f"{name}/hub", HUB, server=s)
+        accels, nics = [], []
+        for i in range(profile.n_accel):
+            accels.append(self.node(f"{name}/acc{i}", ACCEL, server=s, index=i))
+        for j in range(profile.n_nics):
+            # One /24 per server: 10.<s//256>.<s%256>.<nic+1> (deterministic, unique).
+            ip = (10 << 24) | ((s // 256) << 16) | ((s % 256) << 8) | (j + 1)
+            nics.append(self.node(f"{name}/nic{j}", NIC, server=s, index=j, ip=ip))
+        for i, a in enumerate(accels):
+            self.duplex(a, hub, profile.intra_bps, profile.intra_delay_ns, LINK_INTRA)
+            self.duplex(a, nics[profile.nic_of_accel(i)], profile.pcie_bps,
+                        profile.intra_delay_ns, LINK_INTRA)
+        srv = Server(name, profile, pool, tuple(accels), tuple(nics), hub)
+        self.servers.append(srv)
+        return srv
+
+    def build(self, meta: dict) -> Fabric:
+        links = np.array(self.links, dtype=object) if self.links else np.zeros((0, 5))
+        return Fabric(
+            name=self.name,
+            node_names=tuple(self.names),
+            node_kind=np.array(self.kind, dtype=np.int8),
+            node_server=np.array(self.server, dtype=np.int32),
+            node_index=np.array(self.index, dtype=np.int32),
+            node_pod=np.array(self.pod, dtype=np.int32),
+            node_ip=np.array(self.ip, dtype=np.uint32),
+            node_buffer_bytes=np.array(self.buffer, dtype=np.int64),
+            node_hash_algorithm=tuple(self.halgo),
+            node_hash_seed=np.array(self.hseed, dtype=np.int64),
+            node_hash_offset=np.array(self.hoff, dtype=np.int8),
+            link_src=links[:, 0].astype(np.int32),
+            link_dst=links[:, 1].astype(np.int32),
+            link_capacity_bps=links[:, 2].astype(np.float64),
+            link_delay_ns=links[:, 3].astype(np.int64),
+            link_kind=links[:, 4].astype(np.int8),
+            servers=tuple(self.servers),
+            meta=meta,
+        )
+
+
+def _expand_groups(groups: list[ServerGroup]) -> list[tuple[str, ServerProfile, str]]:
+    out = []
+    for g in groups:
+        if g.count < 0:
+            raise TopologyError(f"server count of pool {g.pool!r} must be >= 0")
+        prefix = g.prefix or g.pool
+        out += [(f"{prefix}-{i}", g.profile, g.pool) for i in range(g.count)]
+    if not out:
+        raise TopologyError("a fabric needs at least one server")
+    return out
+
+
+def _place(groups, servers_per_leaf: int, separate_pools: bool,
+           placement: str = "packed") -> list[list[int]]:
+    """Server indices per leaf (or per rail group); pools start on a fresh leaf.
+
+    ``packed`` fills leaves in server order; ``scattered`` deals each pool's servers
+    round-robin over the leaves that pool needs (consecutive servers on different leaves, so
+    rings cross the spines at every hop).
+    """
+    if servers_per_leaf < 1:
+        raise TopologyError("servers_per_leaf must be >= 1")
+    if placement not in ("packed", "scattered"):
+        raise TopologyError(f"placement must be packed or scattered, not {placement!r}")
+    slots: list[list[int]] = []
+    s = 0
+    for g in groups:
+        fresh = separate_pools or not slots or len(slots[-1]) == servers_per_leaf
+        if placement == "scattered":
+            n = -(-g.count // servers_per_leaf)
+            new = [[] for _ in range(n)]
+            for i in range(g.count):
+                new[i % n].append(s + i)
+            slots += new
+        else:
+            for i in range(g.count):
+                if not slots or len(slots[-1]) == servers_per_leaf or (fresh and i == 0):
+                    slots.append([])
+                slots[-1].append(s + i)
+        s += g.count
+    return slots
+
+
+def leaf_spine(groups: list[ServerGroup], *, servers_per_leaf: int, n_spines: int,
+               oversub: float = 1.0, links_per_spine: int = 1, rail_optimized: bool = False,
+               separate_pools: bool = True, placement: str = "packed",
+               leaf: SwitchProfile | str = "tomahawk5-128x400",
+               spine: SwitchProfile | str = "tomahawk5-128x400", hash_seeds: str = "sonic",
+               host_delay_ns: int = 500, fabric_delay_ns: int = 500, seed: int = 0,
+               name: str = "leaf-spine") -> Fabric:
+    """Two-tier leaf-spine (folded Clos).
+
+    Parameters
+    ----------
+    groups : list of ServerGroup — server pools, placed in order.
+    servers_per_leaf : int — servers under one leaf (or, rail-optimized, under one rail group).
+    n_spines : int — spine switches; every leaf has ``links_per_spine`` uplinks to each.
+    oversub : float — leaf downlink / uplink capacity ratio (1.0 = non-blocking). Each leaf's
+        uplink capacity is its NIC capacity divided by ``oversub``, spread evenly over its
+        uplinks, so heterogeneous pools keep the same ratio.
+    rail_optimized : bool — NIC ``i`` of every server in a group connects to rail leaf ``i``
+        of that group (NVIDIA rail-optimized design, domain-facts §8.2).
+    separate_pools : bool — each pool starts on a fresh leaf (pools under their own leaves).
+    hash_seeds : {"sonic", "random", "zero"} — per-switch ECMP seed policy.
+
+    Raises
+    ------
+    TopologyError — when ports do not fit a switch radix or counts are invalid.
+    """
+    if n_spines < 1 or links_per_spine < 1:
+        raise TopologyError("n_spines and links_per_spine must be >= 1")
+    if oversub <= 0:
+        raise TopologyError("oversub must be positive")
+    leaf_p = switch_profile(leaf) if isinstance(leaf, str) else leaf
+    spine_p = switch_profile(spine) if isinstance(spine, str) else spine
+    b = _Builder(name, seed, hash_seeds, host_delay_ns, fabric_delay_ns)
+    entries = _expand_groups(groups)
+    servers = [b.add_server(n, p, pool) for n, p, pool in entries]
+    slots = _place(groups, servers_per_leaf, separate_pools, placement)
+    spines = [b.node(f"spine{i}", SPINE, index=i, sw=spine_p) for i in range(n_spines)]
+    n_up = n_spines * links_per_spine
+    leaves = []
+    for slot in slots:
+        rails = servers[slot[0]].profile.n_nics if rail_optimized else 1
+        if len({servers[s].profile.n_nics for s in slot}) > 1 and rail_optimized:
+            raise TopologyError("rail-optimized leaves need servers with equal NIC counts")
+        group_leaves = [b.node(f"leaf{len(leaves) + r}", LEAF, index=len(leaves) + r,
+                               sw=leaf_p) for r in range(rails)]
+        leaves += group_leaves
+        down_bps = np.zeros(rails)
+        down_ports = np.zeros(rails, dtype=int)
+        for s in slot:
+            srv = servers[s]
+            for j, nic in enumerate(srv.nics):
+                r = j if rail_optimized else 0
+                b.duplex(nic, group_leaves[r], srv.profile.nic_bps, host_delay_ns, LINK_HOST)
+                down_bps[r] += srv.profile.nic_bps
+                down_ports[r] += 1
+        for r, lf in enumerate(group_leaves):
+            if down_ports[r] + n_up > leaf_p.radix:
+                raise TopologyError(
+                    f"leaf {b.names[lf]} needs {down_ports[r]} server ports + {n_up} uplinks "
+                    f"> radix {leaf_p.radix} of {leaf_p.name}; lower servers_per_leaf or spines")
+            up_bps = down_bps[r] / oversub / n_up
+            for sp in spines:
+                for _ in range(links_per_spine):
+                    b.duplex(lf, sp, up_bps, fabric_delay_ns, LINK_FABRIC)
+    if len(leaves) * links_per_spine > spine_p.radix:
+        raise TopologyError(f"{len(leaves)} leaves x {links_per_spine} links exceed spine "
+                            f"radix {spine_p.radix} of {spine_p.name}")
+    return b.build({"builder": "leaf_spine", "leaves": len(leaves), "spines": n_spines,
+                    "oversub": oversub, "rail_optimized": rail_optimized})
+
+
+def rail_optimized(groups: list[ServerGroup], **kw) -> Fabric:
+    """Rail-optimized leaf-spine: NIC ``i`` of every server on rail leaf ``i``."""
+    kw.setdefault("name", "rail-optimized")
+    return leaf_spine(groups, rail_optimized=True, **kw)
+
+
+def fat_tree(groups: list[ServerGroup], *, pods: int, leaves_per_pod: int, aggs_per_pod: int,
+             n_cores: int, servers_per_leaf: int, oversub: float = 1.0,
+             core_oversub: float = 1.0, rail_optimized: bool = False,
+             placement: str = "packed",
+             leaf: SwitchProfile | str = "tomahawk5-128x400",
+             agg: SwitchProfile | str = "tomahawk5-128x400",
+             core: SwitchProfile | str = "tomahawk5-128x400", hash_seeds: str = "sonic",
+             host_delay_ns: int = 500, fabric_delay_ns: int = 500, seed: int = 0,
+             name: str = "fat-tree") -> Fabric:
+    """Three-tier fat-tree with pods (leaf -> aggregation -> core).
+
+    Every leaf connects to every aggregation switch of its pod; aggregation switch ``j`` of
+    every pod connects to the core plane ``j`` (cores ``j*c .. (j+1)*c-1`` with
+    ``c = n_cores / aggs_per_pod``), as in the k-ary fat-tree (Al-Fares et al., SIGCOMM 2008).
+    Servers fill leaves pod by pod; with ``rail_optimized`` a leaf slot is a rail group of
+    ``n_nics`` leaves. ``oversub`` applies at the leaf, ``core_oversub`` at the aggregation.
+    """
+    if min(pods, leaves_per_pod, aggs_per_pod, n_cores, servers_per_leaf) < 1:
+        raise TopologyError("pods, leaves_per_pod, aggs_per_pod, n_cores, servers_per_leaf "
+                            "must be >= 1")
+    if n_cores % aggs_per_pod:
+        raise TopologyError(f"n_cores ({n_cores}) must be a multiple of aggs_per_pod "
+                            f"({aggs_per_pod}) so every aggregation switch has a core plane")
+    leaf_p = switch_profile(leaf) if isinstance(leaf, str) else leaf
+    agg_p = switch_profile(agg) if isinstance(agg, str) else agg
+    core_p = switch_profile(core) if isinstance(core, str) else core
+    b = _Builder(name, seed, hash_seeds, host_delay_ns, fabric_delay_ns)
+    entries = _expand_groups(groups)
+    servers = [b.add_server(n, p, pool) for n, p, pool in entries]
+    slots = _place(groups, servers_per_leaf, separate_pools=False, placement=placement)
+    rails = servers[0].profile.n_nics if rail_optimized else 1
+    leaves_needed = len(slots) * rails
+    if leaves_needed > pods * leaves_per_pod:
+        raise TopologyError(f"{len(servers)} servers need {leaves_needed} leaves but the "
+                            f"fabric has {pods} pods x {leaves_per_pod} leaves")
+    cores = [b.node(f"core{i}", CORE, index=i, sw=core_p) for i in range(n_cores)]
+    per_plane = n_cores // aggs_per_pod
+    leaf_ids = []
+    agg_ids = []
+    for p in range(pods):
+        aggs = [b.node(f"agg{p}-{j}", SPINE, index=j, pod=p, sw=agg_p)
+                for j in range(aggs_per_pod)]
+        agg_ids.append(aggs)
+        for i in range(leaves_per_pod):
+            leaf_ids.append(b.node(f"leaf{p}-{i}", LEAF, index=i, pod=p, sw=leaf_p))
+    leaf_down = np.zeros(len(leaf_ids))
+    leaf_ports = np.zeros(len(leaf_ids), dtype=int)
+    for k, slot in enumerate(slots):
+        for s in slot:
+            srv = servers[s]
+            if rail_optimized and srv.profile.n_nics != rails:
+                raise TopologyError("rail-optimized fabrics need servers with equal NIC counts")
+            for j, nic in enumerate(srv.nics):
+                li = k * rails + (j if rail_optimized else 0)
+                b.duplex(nic, leaf_ids[li], srv.profile.nic_bps, host_delay_ns, LINK_HOST)
+                leaf_down[li] += srv.profile.nic_bps
+                leaf_ports[li] += 1
+    # Uplink capacity follows the largest leaf so that empty leaves still have links.
+    ref_down = max(leaf_down.max(), 1.0)
+    up_bps = ref_down / oversub / aggs_per_pod
+    for li, lf in enumerate(leaf_ids):
+        if leaf_ports[li] + aggs_per_pod > leaf_p.radix:
+            raise TopologyError(f"leaf {b.names[lf]} needs {leaf_ports[li]} + {aggs_per_pod} "
+                                f"ports > radix {leaf_p.radix}")
+        for a in agg_ids[li // leaves_per_pod]:
+            b.duplex(lf, a, up_bps, fabric_delay_ns, LINK_FABRIC)
+    core_bps = up_bps * leaves_per_pod / core_oversub / per_plane
+    if leaves_per_pod + per_plane > agg_p.radix:
+        raise TopologyError(f"aggregation switch needs {leaves_per_pod} + {per_plane} ports "
+                            f"> radix {agg_p.radix}")
+    for p in range(pods):
+        for j, a in enumerate(agg_ids[p]):
+            for c in cores[j * per_plane:(j + 1) * per_plane]:
+                b.duplex(a, c, core_bps, fabric_delay_ns, LINK_FABRIC)
+    if pods > core_p.radix:
+        raise TopologyError(f"{pods} pods exceed core radix {core_p.radix}")
+    return b.build({"builder": "fat_tree", "pods": pods, "leaves": len(leaf_ids),
+                    "aggs": pods * aggs_per_pod, "cores": n_cores, "oversub": oversub,
+                    "rail_optimized": rail_optimized})
+
+
+def star(groups: list[ServerGroup], *, switch: SwitchProfile | str = "tomahawk5-128x400",
+         host_delay_ns: int = 500, name: str = "star", seed: int = 0) -> Fabric:
+    """Every NIC on one switch: the non-blocking reference fabric."""
+    sw_p = switch_profile(switch) if isinstance(switch, str) else switch
+    b = _Builder(name, seed, "zero", host_delay_ns, host_delay_ns)
+    servers = [b.add_server(n, p, pool) for n, p, pool in _expand_groups(groups)]
+    sw = b.node("leaf0", LEAF, sw=sw_p)
+    ports = 0
+    for srv in servers:
+        for nic in srv.nics:
+            b.duplex(nic, sw, srv.profile.nic_bps, host_delay_ns, LINK_HOST)
+            ports += 1
+    if ports > sw_p.radix:
+        raise TopologyError(f"{ports} NICs exceed the radix {sw_p.radix} of {sw_p.name}")
+    return b.build({"builder": "star"})

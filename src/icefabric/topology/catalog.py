@@ -1,0 +1,131 @@
+"""Device catalog: server and switch profiles with the sources behind their numbers.
+
+Values marked [UNCONFIRMED] in ../shared/reference/domain-facts.md are defaults, not facts;
+every field can be overridden in a scenario file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from icefabric.units import gbps
+
+
+@dataclass(frozen=True)
+class ServerProfile:
+    """An accelerator server as the fabric sees it.
+
+    Attributes
+    ----------
+    n_accel : int — accelerators (GPUs/NPUs) per server.
+    n_nics : int — scale-out RDMA NICs/ports; accelerator ``i`` owns NIC ``i * n_nics // n_accel``.
+    nic_bps : float — line rate of each scale-out NIC in bits/s.
+    intra_bps : float — per-accelerator, per-direction bandwidth into the server's scale-up
+        fabric (NVLink/NVSwitch, HCCS, Infinity Fabric), modelled as a non-blocking hub.
+    pcie_bps : float — accelerator <-> NIC bandwidth per direction (PCIe or on-package).
+    library : str — the collective library the vendor's stack uses (nccl, hccl, rccl).
+    """
+
+    name: str
+    vendor: str
+    accelerator: str
+    n_accel: int
+    n_nics: int
+    nic_bps: float
+    intra_bps: float
+    pcie_bps: float
+    library: str
+    intra_delay_ns: int = 500
+    nic_vendor: str = ""
+    source: str = ""
+
+    def nic_of_accel(self, i: int) -> int:
+        return i * self.n_nics // self.n_accel
+
+
+@dataclass(frozen=True)
+class SwitchProfile:
+    """A fabric switch: radix, port speed, packet buffer and ECMP hash defaults."""
+
+    name: str
+    asic: str
+    radix: int
+    port_bps: float
+    buffer_bytes: int
+    hash_algorithm: str = "crc16_ccitt"
+    forwarding_delay_ns: int = 0
+    source: str = ""
+
+
+SERVERS: dict[str, ServerProfile] = {
+    p.name: p
+    for p in (
+        ServerProfile(
+            name="hgx-h100", vendor="NVIDIA", accelerator="H100 SXM", n_accel=8, n_nics=8,
+            nic_bps=gbps(400), intra_bps=gbps(3600), pcie_bps=gbps(512), library="nccl",
+            nic_vendor="ConnectX-7",
+            source="NVIDIA HGX H100 '2-8-9-400' reference architecture: 8 GPUs on NVLink4/"
+            "NVSwitch (900 GB/s bidirectional per GPU = 3.6 Tb/s per direction), 8 x 400G "
+            "ConnectX-7, one NIC per GPU on PCIe Gen5 x16 (~64 GB/s per direction); "
+            "domain-facts §8.1"),
+        ServerProfile(
+            name="atlas-800t-a2", vendor="Huawei", accelerator="Ascend 910B", n_accel=8,
+            n_nics=8, nic_bps=gbps(200), intra_bps=gbps(1568), pcie_bps=gbps(400),
+            library="hccl", nic_vendor="Ascend integrated RoCE",
+            source="Atlas 800T A2: 8 NPUs, 8 NPU-integrated RoCE ports in one subnet, HCCS "
+            "full mesh inside (domain-facts §7.3); port speed 200GE and HCCS 7 x 28 GB/s per "
+            "direction are [UNCONFIRMED] defaults; HCCS mesh modelled as a non-blocking hub"),
+        ServerProfile(
+            name="mi300x", vendor="AMD", accelerator="MI300X OAM", n_accel=8, n_nics=8,
+            nic_bps=gbps(400), intra_bps=gbps(3584), pcie_bps=gbps(512), library="rccl",
+            nic_vendor="Pensando Pollara 400 / ConnectX-7",
+            source="AMD MI300X platform: 8 GPUs on Infinity Fabric (7 x 64 GB/s per direction "
+            "full mesh, modelled as a hub), 8 RDMA NICs at 400G, 1:1 (domain-facts §8.1)"),
+        ServerProfile(
+            name="hgx-a100", vendor="NVIDIA", accelerator="A100 SXM", n_accel=8, n_nics=8,
+            nic_bps=gbps(200), intra_bps=gbps(2400), pcie_bps=gbps(256), library="nccl",
+            nic_vendor="ConnectX-6",
+            source="NVIDIA DGX A100: NVLink3 600 GB/s bidirectional per GPU, 8 x 200G "
+            "ConnectX-6 on PCIe Gen4 x16"),
+    )
+}
+
+SWITCHES: dict[str, SwitchProfile] = {
+    p.name: p
+    for p in (
+        SwitchProfile(
+            name="tomahawk4-64x400", asic="Broadcom Tomahawk 4 (BCM56990)", radix=64,
+            port_bps=gbps(400), buffer_bytes=113 * 2**20, hash_algorithm="crc16_ccitt",
+            source="25.6 Tb/s, 64x400G; ~113 MB shared buffer [UNCONFIRMED]; RTAG7 CRC16-CCITT "
+            "as configured by FBOSS (domain-facts §2.5, §3.2)"),
+        SwitchProfile(
+            name="tomahawk5-128x400", asic="Broadcom Tomahawk 5 (BCM78900)", radix=128,
+            port_bps=gbps(400), buffer_bytes=165 * 2**20, hash_algorithm="crc16_ccitt",
+            source="51.2 Tb/s, 128x400G; ~165 MB on-chip buffer [UNCONFIRMED]"),
+        SwitchProfile(
+            name="spectrum4-128x400", asic="NVIDIA Spectrum-4", radix=128, port_bps=gbps(400),
+            buffer_bytes=160 * 2**20, hash_algorithm="crc16_ccitt",
+            source="51.2 Tb/s, 128x400G; ~160 MB shared buffer [UNCONFIRMED]; Cumulus "
+            "crc16-ccitt with a random per-switch seed"),
+        SwitchProfile(
+            name="trident4-64x200", asic="Broadcom Trident 4", radix=64, port_bps=gbps(200),
+            buffer_bytes=132 * 2**20, hash_algorithm="crc16_bisync",
+            source="12.8 Tb/s; buffer [UNCONFIRMED]; Dell OS9-style crc16 (BISYNC) default"),
+    )
+}
+
+
+def server_profile(name: str, **overrides) -> ServerProfile:
+    try:
+        base = SERVERS[name]
+    except KeyError:
+        raise ValueError(f"unknown server profile {name!r}; known: {sorted(SERVERS)}") from None
+    return replace(base, **overrides) if overrides else base
+
+
+def switch_profile(name: str, **overrides) -> SwitchProfile:
+    try:
+        base = SWITCHES[name]
+    except KeyError:
+        raise ValueError(f"unknown switch profile {name!r}; known: {sorted(SWITCHES)}") from None
+    return replace(base, **overrides) if overrides else base

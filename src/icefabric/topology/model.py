@@ -1,0 +1,158 @@
+"""The Fabric: a frozen structure of numpy arrays (nodes, directed links), built by plain
+functions in :mod:`icefabric.topology.builders` (Mininet's ``Topo``/ns.py's ``build()`` idea).
+
+Nodes are accelerators, NICs, the server's scale-up hub (NVSwitch/HCCS/Infinity Fabric) and
+network switches; links are directed transmit queues (a duplex cable is two links), so the
+server-internal fabric and the network are treated uniformly by every engine.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from icefabric.topology.catalog import ServerProfile
+
+# Node kinds
+ACCEL, NIC, HUB, LEAF, SPINE, CORE = range(6)
+NODE_KIND_NAMES = ("accel", "nic", "hub", "leaf", "spine", "core")
+SWITCH_KINDS = (LEAF, SPINE, CORE)
+
+# Link kinds (same codes as icefabric.engine.problem)
+LINK_INTRA, LINK_HOST, LINK_FABRIC = 0, 1, 2
+
+
+@dataclass(frozen=True)
+class Server:
+    """One server: its profile, resource pool and node ids."""
+
+    name: str
+    profile: ServerProfile
+    pool: str
+    accels: tuple[int, ...]
+    nics: tuple[int, ...]
+    hub: int
+
+
+@dataclass(frozen=True, eq=False)
+class Fabric:
+    """Topology and device state as arrays. Never mutated; builders return new ones.
+
+    Per-node arrays are indexed by node id, per-link arrays by link id. ``node_hash_*``
+    describe each switch's ECMP hash configuration (algorithm name, seed, rotate-right
+    offset); they are empty strings / 0 for non-switch nodes.
+    """
+
+    name: str
+    node_names: tuple[str, ...]
+    node_kind: np.ndarray  # int8
+    node_server: np.ndarray  # int32, -1 for network switches
+    node_index: np.ndarray  # int32: local accel/NIC index, or switch index in its tier
+    node_pod: np.ndarray  # int32, -1 if not in a pod
+    node_ip: np.ndarray  # uint32 IPv4 address of NICs, 0 elsewhere
+    node_buffer_bytes: np.ndarray  # int64 switch packet buffer, 0 elsewhere
+    node_hash_algorithm: tuple[str, ...]
+    node_hash_seed: np.ndarray  # int64
+    node_hash_offset: np.ndarray  # int8
+    link_src: np.ndarray  # int32
+    link_dst: np.ndarray  # int32
+    link_capacity_bps: np.ndarray  # float64
+    link_delay_ns: np.ndarray  # int64
+    link_kind: np.ndarray  # int8
+    servers: tuple[Server, ...]
+    meta: dict = field(default_factory=dict)
+
+    # -- sizes -----------------------------------------------------------------------------
+    @property
+    def n_nodes(self) -> int:
+        return len(self.node_kind)
+
+    @property
+    def n_links(self) -> int:
+        return len(self.link_src)
+
+    @property
+    def n_accels(self) -> int:
+        return int(np.count_nonzero(self.node_kind == ACCEL))
+
+    # -- lookups ---------------------------------------------------------------------------
+    def nodes_of_kind(self, kind: int) -> np.ndarray:
+        return np.flatnonzero(self.node_kind == kind)
+
+    @cached_property
+    def switches(self) -> np.ndarray:
+        return np.flatnonzero(np.isin(self.node_kind, SWITCH_KINDS))
+
+    @cached_property
+    def is_switch(self) -> np.ndarray:
+        return np.isin(self.node_kind, SWITCH_KINDS)
+
+    @cached_property
+    def out_indptr(self) -> np.ndarray:
+        """CSR over source node of link ids (links sorted by (src, id))."""
+        counts = np.bincount(self.link_src, minlength=self.n_nodes)
+        indptr = np.zeros(self.n_nodes + 1, dtype=np.int64)
+        np.cumsum(counts, out=indptr[1:])
+        return indptr
+
+    @cached_property
+    def out_links(self) -> np.ndarray:
+        return np.argsort(self.link_src, kind="stable").astype(np.int64)
+
+    def links_from(self, node: int) -> np.ndarray:
+        return self.out_links[self.out_indptr[node]:self.out_indptr[node + 1]]
+
+    @cached_property
+    def _link_index(self) -> dict[tuple[int, int], int]:
+        return {(int(s), int(d)): i for i, (s, d) in enumerate(zip(self.link_src, self.link_dst))}
+
+    def link_id(self, src: int, dst: int) -> int:
+        """Id of the first link src -> dst; KeyError if none."""
+        return self._link_index[(src, dst)]
+
+    @cached_property
+    def nic_leaf(self) -> np.ndarray:
+        """For every node: the leaf a NIC is cabled to (-1 for non-NICs)."""
+        out = np.full(self.n_nodes, -1, dtype=np.int64)
+        host = self.link_kind == LINK_HOST
+        up = host & (self.node_kind[self.link_src] == NIC)
+        out[self.link_src[up]] = self.link_dst[up]
+        return out
+
+    @cached_property
+    def accel_nic(self) -> np.ndarray:
+        """For every accelerator node: its own NIC node id (-1 elsewhere)."""
+        out = np.full(self.n_nodes, -1, dtype=np.int64)
+        for srv in self.servers:
+            p = srv.profile
+            for i, a in enumerate(srv.accels):
+                out[a] = srv.nics[p.nic_of_accel(i)]
+        return out
+
+    @cached_property
+    def server_of_name(self) -> dict[str, int]:
+        return {s.name: i for i, s in enumerate(self.servers)}
+
+    def link_names(self) -> list[str]:
+        n = self.node_names
+        return [f"{n[s]}->{n[d]}" for s, d in zip(self.link_src, self.link_dst)]
+
+    def describe(self) -> dict:
+        kinds = {NODE_KIND_NAMES[k]: int(np.count_nonzero(self.node_kind == k))
+                 for k in range(len(NODE_KIND_NAMES))}
+        return {"name": self.name, "nodes": kinds, "links": self.n_links,
+                "servers": len(self.servers), **self.meta}
+
+    def to_networkx(self):
+        """A ``networkx.MultiDiGraph`` view for algorithms and plots (never the hot path)."""
+        import networkx as nx
+
+        g = nx.MultiDiGraph(name=self.name)
+        for i, name in enumerate(self.node_names):
+            g.add_node(i, name=name, kind=NODE_KIND_NAMES[self.node_kind[i]])
+        for l in range(self.n_links):
+            g.add_edge(int(self.link_src[l]), int(self.link_dst[l]), key=l, link=l,
+                       capacity_bps=float(self.link_capacity_bps[l]))
+        return g

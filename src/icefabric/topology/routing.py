@@ -1,0 +1,222 @@
+"""Routing tables of a Clos fabric: ECMP groups, path enumeration, server-internal paths.
+
+Switches forward along shortest (up-down) paths; at each switch the set of next-hop links
+toward the destination leaf is its ECMP group, ordered by link id (member ``i`` is the
+``i``-th smallest link id; hash models pick a member index). Groups are computed once per
+link state (htsim's ``get_bidir_paths``), vectorized over all (switch, destination leaf).
+"""
+
+from __future__ import annotations
+
+from functools import cached_property
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse.csgraph import shortest_path
+
+from icefabric.topology.model import ACCEL, HUB, LEAF, LINK_FABRIC, NIC, Fabric
+
+
+class RoutingError(ValueError):
+    """No usable path (disconnected fabric, failed links)."""
+
+
+class Routing:
+    """ECMP next-hop groups toward every leaf, for a fabric and a set of failed links.
+
+    Parameters
+    ----------
+    fabric : Fabric
+    down_links : iterable of int — failed link ids (both directions should be given).
+    """
+
+    def __init__(self, fabric: Fabric, down_links=()):
+        self.fabric = fabric
+        self.down = np.zeros(fabric.n_links, dtype=bool)
+        self.down[np.asarray(list(down_links), dtype=np.int64)] = True
+        f = fabric
+        self.switches = f.switches
+        self.sw_index = np.full(f.n_nodes, -1, dtype=np.int64)
+        self.sw_index[self.switches] = np.arange(len(self.switches))
+        self.leaves = f.nodes_of_kind(LEAF)
+        self.leaf_index = np.full(f.n_nodes, -1, dtype=np.int64)
+        self.leaf_index[self.leaves] = np.arange(len(self.leaves))
+        fab = (f.link_kind == LINK_FABRIC) & ~self.down
+        self.fab_links = np.flatnonzero(fab)
+        S = len(self.switches)
+        src = self.sw_index[f.link_src[fab]]
+        dst = self.sw_index[f.link_dst[fab]]
+        adj = sp.coo_matrix((np.ones(len(src)), (src, dst)), shape=(S, S)).tocsr()
+        # dist[i, s] = hops from switch s to leaf i (BFS on the reversed graph).
+        leaf_sw = self.sw_index[self.leaves]
+        self.dist = shortest_path(adj.T.tocsr(), unweighted=True, indices=leaf_sw)
+        self._build_groups(src, dst)
+
+    def _build_groups(self, src, dst):
+        S, NL = len(self.switches), len(self.leaves)
+        d = self.dist  # [NL, S]
+        links = self.fab_links
+        # A link s->t is a next hop toward leaf i iff dist[i, t] == dist[i, s] - 1.
+        ok = d[:, dst] == d[:, src] - 1  # [NL, n_fab_links]
+        li, k = np.nonzero(ok)
+        key = src[k] * NL + li  # group id = switch_index * NL + leaf_index
+        order = np.lexsort((links[k], key))
+        key, k = key[order], k[order]
+        counts = np.bincount(key, minlength=S * NL)
+        self.grp_indptr = np.zeros(S * NL + 1, dtype=np.int64)
+        np.cumsum(counts, out=self.grp_indptr[1:])
+        self.grp_links = links[k].astype(np.int64)
+
+    # -- groups ----------------------------------------------------------------------------
+    def group(self, switch: int, dst_leaf: int) -> np.ndarray:
+        """Next-hop link ids (ECMP members, ordered) at ``switch`` toward ``dst_leaf``."""
+        g = self.sw_index[switch] * len(self.leaves) + self.leaf_index[dst_leaf]
+        return self.grp_links[self.grp_indptr[g]:self.grp_indptr[g + 1]]
+
+    def group_sizes(self, switches: np.ndarray, dst_leaves: np.ndarray) -> np.ndarray:
+        g = self.sw_index[switches] * len(self.leaves) + self.leaf_index[dst_leaves]
+        return self.grp_indptr[g + 1] - self.grp_indptr[g]
+
+    def group_member(self, switches, dst_leaves, member) -> np.ndarray:
+        g = self.sw_index[switches] * len(self.leaves) + self.leaf_index[dst_leaves]
+        return self.grp_links[self.grp_indptr[g] + member]
+
+    # -- fabric paths (NIC to NIC) ---------------------------------------------------------
+    def nic_uplink(self, nic: np.ndarray) -> np.ndarray:
+        f = self.fabric
+        return np.array([f.link_id(int(n), int(f.nic_leaf[n])) for n in np.atleast_1d(nic)],
+                        dtype=np.int64)
+
+    def nic_downlink(self, nic: np.ndarray) -> np.ndarray:
+        f = self.fabric
+        return np.array([f.link_id(int(f.nic_leaf[n]), int(n)) for n in np.atleast_1d(nic)],
+                        dtype=np.int64)
+
+    def walk(self, src_nic: np.ndarray, dst_nic: np.ndarray, choose) -> list[np.ndarray]:
+        """Route many NIC pairs hop by hop.
+
+        ``choose(step, idx, switch, dst_leaf, n_members) -> member`` is called once per ECMP
+        decision depth with arrays for the pairs ``idx`` still travelling; it returns the
+        member index picked at each of those switches (a hash model, a plan, ...).
+        Returns one array of link ids per pair (NIC uplink ... NIC downlink).
+        """
+        f = self.fabric
+        src_nic = np.asarray(src_nic, dtype=np.int64)
+        dst_nic = np.asarray(dst_nic, dtype=np.int64)
+        n = len(src_nic)
+        up = self.nic_uplink(src_nic) if n else np.zeros(0, np.int64)
+        down = self.nic_downlink(dst_nic) if n else np.zeros(0, np.int64)
+        if np.any(self.down[up]) or np.any(self.down[down]):
+            bad = int(np.flatnonzero(self.down[up] | self.down[down])[0])
+            raise RoutingError(f"NIC link of pair {bad} is down: no path")
+        cur = f.nic_leaf[src_nic].copy()
+        dst_leaf = f.nic_leaf[dst_nic]
+        steps = []
+        active = np.flatnonzero(cur != dst_leaf)
+        step = 0
+        while len(active):
+            if step > 8:
+                raise RoutingError("routing loop: no convergence after 8 switch hops")
+            sizes = self.group_sizes(cur[active], dst_leaf[active])
+            if np.any(sizes == 0):
+                a = active[np.flatnonzero(sizes == 0)[0]]
+                raise RoutingError(f"no route from {f.node_names[cur[a]]} to "
+                                   f"{f.node_names[dst_leaf[a]]} (failed links?)")
+            member = np.asarray(choose(step, active, cur[active], dst_leaf[active], sizes))
+            if np.any((member < 0) | (member >= sizes)):
+                raise RoutingError("chooser returned a member outside the ECMP group")
+            link = self.group_member(cur[active], dst_leaf[active], member)
+            steps.append((active, link))
+            cur[active] = f.link_dst[link]
+            active = active[cur[active] != dst_leaf[active]]
+            step += 1
+        # Assemble per-pair link lists.
+        lengths = np.ones(n, dtype=np.int64) * 2
+        for idx, _ in steps:
+            lengths[idx] += 1
+        paths = [np.empty(int(m), dtype=np.int64) for m in lengths]
+        pos = np.ones(n, dtype=np.int64)
+        for i in range(n):
+            paths[i][0] = up[i]
+            paths[i][-1] = down[i]
+        for idx, link in steps:
+            for i, l in zip(idx.tolist(), link.tolist()):
+                paths[i][pos[i]] = l
+                pos[i] += 1
+        return paths
+
+    def all_paths(self, src_leaf: int, dst_leaf: int, limit: int = 4096) -> list[np.ndarray]:
+        """Every shortest switch path (as link ids) from ``src_leaf`` to ``dst_leaf``."""
+        if src_leaf == dst_leaf:
+            return [np.zeros(0, dtype=np.int64)]
+        out: list[np.ndarray] = []
+        f = self.fabric
+
+        def rec(node, acc):
+            if len(out) >= limit:
+                return
+            if node == dst_leaf:
+                out.append(np.array(acc, dtype=np.int64))
+                return
+            grp = self.group(node, dst_leaf)
+            if len(grp) == 0:
+                return
+            for l in grp:
+                rec(int(f.link_dst[l]), acc + [int(l)])
+
+        rec(src_leaf, [])
+        if not out:
+            raise RoutingError(f"no path from {f.node_names[src_leaf]} to "
+                               f"{f.node_names[dst_leaf]}")
+        return out
+
+    def n_paths(self, src_leaf: int, dst_leaf: int) -> int:
+        """Number of ECMP paths between two leaves (product over the decision tree)."""
+        return len(self.all_paths(src_leaf, dst_leaf))
+
+
+class ServerPaths:
+    """Paths inside a server: accelerator <-> accelerator via the hub (NVSwitch/HCCS), and
+    accelerator <-> NIC, directly for the accelerator's own NIC, else through the hub and
+    the NIC owner's PCIe link (NCCL PXN / PCIe-switch path)."""
+
+    def __init__(self, fabric: Fabric):
+        self.f = fabric
+
+    @cached_property
+    def _nic_owner(self) -> dict[int, int]:
+        owner = {}
+        for a in self.f.nodes_of_kind(ACCEL):
+            n = int(self.f.accel_nic[a])
+            owner.setdefault(n, int(a))
+        return owner
+
+    def path(self, a: int, b: int) -> list[int]:
+        f = self.f
+        if a == b:
+            return []
+        if f.node_server[a] != f.node_server[b] or f.node_server[a] < 0:
+            raise RoutingError(f"{f.node_names[a]} and {f.node_names[b]} are not in one server")
+        ka, kb = f.node_kind[a], f.node_kind[b]
+        hub = f.servers[f.node_server[a]].hub
+        if ka == ACCEL and kb == ACCEL:
+            return [f.link_id(a, hub), f.link_id(hub, b)]
+        if ka == ACCEL and kb == NIC:
+            if f.accel_nic[a] == b:
+                return [f.link_id(a, b)]
+            o = self._nic_owner[b]
+            return [f.link_id(a, hub), f.link_id(hub, o), f.link_id(o, b)]
+        if ka == NIC and kb == ACCEL:
+            if f.accel_nic[b] == a:
+                return [f.link_id(a, b)]
+            o = self._nic_owner[a]
+            return [f.link_id(a, o), f.link_id(o, hub), f.link_id(hub, b)]
+        raise RoutingError(f"no server path between node kinds {ka} and {kb} (hub={HUB})")
+
+
+def leaf_pairs_paths(routing: Routing, pairs) -> dict[tuple[int, int], list[np.ndarray]]:
+    """All paths for each distinct (src_leaf, dst_leaf) pair."""
+    return {p: routing.all_paths(*p) for p in set(map(tuple, pairs))}
+
+
+__all__ = ["Routing", "RoutingError", "ServerPaths", "leaf_pairs_paths"]

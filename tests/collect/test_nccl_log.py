@@ -262,3 +262,8 @@ def test_inline_rccl_version_line():
     log = parse_nccl_log(P + "RCCL version 2.18.3+hip6.1 HEAD:0f4ab1a")
     rep = build_reports(log)[0]
     assert rep.library == "rccl" and rep.version == "2.18.3+hip6.1" and not log.versions
+
+
+def test_nccl_23_ring_order_lines():
+    log = parse_nccl_log(P + "Ring 00 :    0   1   2   3\n" + P + "Ring 01 :    0   3   2   1")
+    assert rings_by_channel(log) == {0: [0, 1, 2, 3], 1: [0, 3, 2, 1]} and not log.warnings

@@ -101,7 +101,8 @@ _COMM_TOPO = re.compile(
     r"^comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nRanks (?P<n>\d+) nNodes (?P<nn>\d+) "
     r"localRanks (?P<lr>\d+) localRank (?P<l>\d+)"
 )
-_RING_ORDER = re.compile(r"^Channel (?P<ch>\d+)(?:/(?P<nch>\d+))? :(?P<ranks>(?: +\d+)+)"
+# NCCL <= 2.3 printed the ring order as "Ring %02d : r0 r1 ..." (init.cc), later "Channel".
+_RING_ORDER = re.compile(r"^(?:Channel|Ring) (?P<ch>\d+)(?:/(?P<nch>\d+))? :(?P<ranks>(?: +\d+)+)"
                          r"(?P<cut> ?\.\.\.)?\s*$")
 _RING_RANK = re.compile(
     r"^Ring (?P<ch>\d+) : (?P<prev>-?\d+) -> (?P<me>\d+) -> (?P<next>-?\d+)\s*$"

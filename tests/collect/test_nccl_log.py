@@ -267,3 +267,10 @@ def test_inline_rccl_version_line():
 def test_nccl_23_ring_order_lines():
     log = parse_nccl_log(P + "Ring 00 :    0   1   2   3\n" + P + "Ring 01 :    0   3   2   1")
     assert rings_by_channel(log) == {0: [0, 1, 2, 3], 1: [0, 3, 2, 1]} and not log.warnings
+
+
+def test_old_init_complete_without_cudadev():
+    log = parse_nccl_log(P + "comm 0x7f12 rank 3 nranks 8 - COMPLETE")
+    (rec,) = log.init_lines
+    assert (rec["rank"], rec["nranks"], rec["cudaDev"], rec["phase"]) == (3, 8, None, "COMPLETE")
+    assert build_reports(log)[0].nranks == 8

@@ -89,9 +89,10 @@ _NETWORK = re.compile(r"^Using (?:internal )?[Nn]etwork (?P<net>.+?)\s*$")
 _ASSIGNED = re.compile(r"^Assigned NET plugin (?P<net>.+?) to comm\s*$")
 _OFI = re.compile(r"^NET/OFI Selected Provider is (?P<p>\S+)")
 _ENV = re.compile(r"^(?P<k>[A-Z][A-Z0-9_]+) set by environment to (?P<v>.*?)\.?\s*$")
+# Older releases (2.3/2.4) print "comm %p rank %d nranks %d - COMPLETE" without cudaDev.
 _INIT = re.compile(
-    r"^(?:(?P<fn>\w+) )?comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<n>\d+) "
-    r"cudaDev (?P<cuda>\d+)(?P<rest>.*?) - Init (?P<phase>START|COMPLETE)\s*$"
+    r"^(?:(?P<fn>\w+) )?comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<n>\d+)"
+    r"(?: cudaDev (?P<cuda>\d+))?(?P<rest>.*?) - (?:Init )?(?P<phase>START|COMPLETE)\s*$"
 )
 # Other lifecycle lines of a communicator ("comm 0x.. rank 3 nRanks 8 - Destroy COMPLETE",
 # "... - Abort COMPLETE"; src/init.cc): legitimate, nothing to extract for the report.
@@ -484,7 +485,7 @@ def _parse_message(log: NcclLog, msg: str, ref: LineRef) -> bool:  # noqa: C901 
     if g:
         rest = g["rest"]
         rec: dict[str, Any] = {"host": ref.host, "comm": g["comm"], "rank": int(g["rank"]),
-                               "nranks": int(g["n"]), "cudaDev": int(g["cuda"])}
+                               "nranks": int(g["n"]), "cudaDev": _int(g["cuda"])}
         nv = re.search(r"\bnvmlDev (\d+)", rest)
         if nv:
             rec["nvmlDev"] = int(nv[1])

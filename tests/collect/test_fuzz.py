@@ -19,7 +19,7 @@ from icefabric.collect.hccl_log import parse_hccl_log
 from icefabric.collect.hccl_sport import parse_multi_qp_src_port
 from icefabric.collect.nccl_log import build_reports, parse_nccl_log
 from icefabric.collect.nccl_tests import parse_nccl_tests
-from icefabric.collect.nccl_topo import parse_nccl_topo
+from icefabric.collect.nccl_topo import parse_nccl_graphs, parse_nccl_topo
 from icefabric.collect.ranktable import parse_ranktable
 from icefabric.collect.to_job import JobInferenceError, job_from_report
 
@@ -99,6 +99,7 @@ def test_mutated_logs_never_crash(i, j, ops):
     _check_warnings(tests.warnings, data)
     topo = parse_nccl_topo(data)
     _check_warnings(topo.warnings, data)
+    _check_warnings(parse_nccl_graphs(data).warnings, data)
     parse_hccl_log(data)
     parse_ranktable(data)
     _, sport_warnings = parse_multi_qp_src_port(data)

@@ -44,3 +44,24 @@ def test_truncated_real_dump_reads_what_is_there():
 def test_not_xml_is_not_usable():
     topo = parse_nccl_topo("hello <world")
     assert not topo.usable()
+
+
+GRAPHS = """<graphs version="1">
+  <graph id="0" pattern="4" crossnic="0" nchannels="2" speedintra="40" speedinter="40"
+         latencyinter="0" typeintra="NVL" typeinter="PIX" samechannels="0">
+    <channel><net dev="0"/><gpu dev="0"/><gpu dev="1"/><net dev="0"/></channel>
+    <channel><net dev="1"/><gpu dev="1"/><gpu dev="0"/><net dev="1"/></channel>
+  </graph>
+  <graph id="1" pattern="1" crossnic="0" nchannels="1">
+    <channel><net dev="0"/><gpu dev="0"/>
+"""
+
+
+def test_graph_dump_gives_channel_rails():
+    from icefabric.collect.nccl_topo import parse_nccl_graphs
+
+    g = parse_nccl_graphs(GRAPHS)
+    assert not g.well_formed and g.warnings  # second graph cut off
+    assert [x["pattern"] for x in g.graphs] == ["4", "1"]
+    assert g.channel_nics("0") == [[0, 0], [1, 1]]
+    assert g.graphs[1]["channels"] == [[("net", "0"), ("gpu", "0")]]

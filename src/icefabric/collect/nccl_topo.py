@@ -123,29 +123,13 @@ class NcclTopology:
         return out
 
 
-def parse_nccl_topo(text: str | bytes, source: str | None = None) -> NcclTopology:
-    """Read an NCCL topology dump (possibly truncated).
-
-    Parameters
-    ----------
-    text : str or bytes
-        XML text as written by ``NCCL_TOPO_DUMP_FILE``.
-    source : str, optional
-        Name used in warnings.
-
-    Returns
-    -------
-    NcclTopology
-        GPUs, NICs (with ``speed`` in Mb/s as written), PCI links and NVLinks. Unclosed
-        elements are closed at the end of the text and reported as a warning.
-    """
-    text = to_text(text)
-    topo = NcclTopology()
+def _scan(text: str, source: str | None, warnings: list[ParseWarning]) -> tuple[XmlNode, bool]:
+    """Tolerant tag scanner: the element tree of every complete tag, and well-formedness."""
     try:
         ET.fromstring(text)
-        topo.well_formed = True
+        well_formed = True
     except Exception:  # noqa: BLE001 - any expat complaint just means "not well formed"
-        topo.well_formed = False
+        well_formed = False
     root = XmlNode("#document", {})
     stack = [root]
     line_starts = [m.start() for m in re.finditer(r"^", text, flags=re.M)]
@@ -169,7 +153,7 @@ def parse_nccl_topo(text: str | bytes, source: str | None = None) -> NcclTopolog
                     del stack[i:]
                     break
             else:
-                topo.warnings.append(warn(f"stray </{name}>", line_of(m.start()), source))
+                warnings.append(warn(f"stray </{name}>", line_of(m.start()), source))
             continue
         node = XmlNode(name, dict(_ATTR.findall(m["attrs"] or "")), parent=stack[-1],
                        line=line_of(m.start()))
@@ -177,9 +161,30 @@ def parse_nccl_topo(text: str | bytes, source: str | None = None) -> NcclTopolog
         if not m["selfclose"]:
             stack.append(node)
     if len(stack) > 1:
-        topo.warnings.append(warn(f"document ends inside <{stack[-1].tag}> (truncated); "
-                                  f"read {sum(1 for _ in root.iter()) - 1} elements",
-                                  line_of(len(text)), source))
+        warnings.append(warn(f"document ends inside <{stack[-1].tag}> (truncated); "
+                             f"read {sum(1 for _ in root.iter()) - 1} elements",
+                             line_of(len(text)), source))
+    return root, well_formed
+
+
+def parse_nccl_topo(text: str | bytes, source: str | None = None) -> NcclTopology:
+    """Read an NCCL topology dump (possibly truncated).
+
+    Parameters
+    ----------
+    text : str or bytes
+        XML text as written by ``NCCL_TOPO_DUMP_FILE``.
+    source : str, optional
+        Name used in warnings.
+
+    Returns
+    -------
+    NcclTopology
+        GPUs, NICs (with ``speed`` in Mb/s as written), PCI links and NVLinks. Unclosed
+        elements are closed at the end of the text and reported as a warning.
+    """
+    topo = NcclTopology()
+    root, topo.well_formed = _scan(to_text(text), source, topo.warnings)
     system = next(root.iter("system"), None)
     if system is None:
         if root.children:
@@ -231,3 +236,55 @@ def _numa(node: XmlNode) -> str | None:
 def read_nccl_topo(path: str | Path) -> NcclTopology:
     """Read a topology dump file (see :func:`parse_nccl_topo`)."""
     return parse_nccl_topo(read_text(path), source=str(path))
+
+
+@dataclass
+class NcclGraphs:
+    """Searched graphs (``NCCL_GRAPH_DUMP_FILE``): one entry per pattern (ring, tree, ...).
+
+    Each graph is ``{"id", "pattern", "crossnic", "nchannels", "speedintra", "speedinter",
+    "typeintra", "typeinter", ..., "channels": [[("net", 0), ("gpu", 0), ...], ...]}`` with
+    attribute values as written; ``channels`` lists each channel's path through the server,
+    entering and leaving on NICs, i.e. which NIC (rail) each channel uses.
+    """
+
+    version: str | None = None
+    graphs: list[dict[str, Any]] = field(default_factory=list)
+    well_formed: bool = False
+    warnings: list[ParseWarning] = field(default_factory=list)
+
+    def usable(self) -> bool:
+        return bool(self.graphs)
+
+    def channel_nics(self, graph_id: str = "0") -> list[list[int]]:
+        """NIC indices each channel of graph ``graph_id`` uses (entry NIC, exit NIC)."""
+        g = next((g for g in self.graphs if g.get("id") == graph_id), None)
+        if g is None:
+            return []
+        return [[int(d) for kind, d in ch if kind == "net" and str(d).lstrip("-").isdigit()]
+                for ch in g["channels"]]
+
+
+def parse_nccl_graphs(text: str | bytes, source: str | None = None) -> NcclGraphs:
+    """Read an NCCL graph dump (``NCCL_GRAPH_DUMP_FILE``), tolerating truncation.
+
+    Format source: NCCL ``src/graph/search.cc`` ``ncclTopoGetXmlFromGraphs``: ``<graphs
+    version>`` -> ``<graph id pattern crossnic nchannels speedintra speedinter latencyinter
+    typeintra typeinter samechannels>`` -> ``<channel>`` -> ``<net dev/>``, ``<gpu dev/>``.
+
+    Returns
+    -------
+    NcclGraphs
+        Graphs in file order with their channels' device sequences.
+    """
+    out = NcclGraphs()
+    root, out.well_formed = _scan(to_text(text), source, out.warnings)
+    top = next(root.iter("graphs"), None)
+    if top is None:
+        return out
+    out.version = top.attrs.get("version")
+    for g in top.iter("graph"):
+        channels = [[(d.tag, d.attrs.get("dev")) for d in ch.children if d.tag in ("net", "gpu")]
+                    for ch in g.children if ch.tag == "channel"]
+        out.graphs.append({**g.attrs, "channels": channels})
+    return out

@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "simulate",
     "scenarios",
     "collect",
+    "compare",
 )
 
 for _name in COMMAND_MODULES:

@@ -20,9 +20,9 @@ app = typer.Typer(
 COMMAND_MODULES: tuple[str, ...] = (
     "simulate",
     "scenarios",
+    "validate",
     "collect",
     "compare",
-    "validate",
 )
 
 for _name in COMMAND_MODULES:

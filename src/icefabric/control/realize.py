@@ -1,0 +1,187 @@
+"""Realise a path plan with UDP source ports, and verify it by re-hashing.
+
+For every planned QP: turn its fabric path into the chain of ECMP decisions it implies
+(switch, group size, wanted member at each hop), find a source port whose hash picks
+exactly those members (:func:`icefabric.control.sport.solve_sports` when the switches'
+hash models are known, :func:`~icefabric.control.sport.solve_sports_by_probing` when they
+have to be learned with probes), then route the port through the switch models again
+(:func:`icefabric.control.hashing.ecmp_paths`) and compare with the plan. The re-hashed
+path, not the planned one, is what the simulator runs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from icefabric.control.hashing import ecmp_paths
+from icefabric.control.sport import (
+    HashModelProber,
+    PortPathCache,
+    solve_sports,
+    solve_sports_by_probing,
+)
+from icefabric.dataplane.ecmp import HashConfig
+from icefabric.topology.model import Fabric
+from icefabric.topology.routing import Routing
+
+__all__ = ["Realization", "decision_chain", "realize_paths", "rehash", "same_paths"]
+
+
+@dataclass(frozen=True, eq=False)
+class Realization:
+    """Source ports of a plan and the re-hash check.
+
+    Attributes
+    ----------
+    sport : ndarray[int64] (Q,) — ``-1`` where no port realises the planned path.
+    paths : list of ndarray — re-hashed NIC-to-NIC path of every QP (for ``sport = -1``
+        the path of the fallback port ``fallback_sport``).
+    ok : ndarray[bool] (Q,) — re-hashed fabric path equals the planned one.
+    meta : dict — mode, probes used, ...
+    """
+
+    sport: np.ndarray
+    paths: list[np.ndarray]
+    ok: np.ndarray
+    meta: dict = field(default_factory=dict)
+
+
+def _group_position(routing: Routing):
+    """code(link, dst leaf index) -> position of the link in that ECMP group (sorted)."""
+    NL = len(routing.leaves)
+    sizes = np.diff(routing.grp_indptr)
+    g = np.repeat(np.arange(len(sizes)), sizes)
+    leaf_i = g % NL
+    pos = np.arange(len(routing.grp_links)) - np.repeat(routing.grp_indptr[:-1], sizes)
+    code = routing.grp_links * NL + leaf_i
+    order = np.argsort(code)
+    return code[order], pos[order], sizes[g][order]
+
+
+def decision_chain(fabric: Fabric, routing: Routing, dst_nic: np.ndarray,
+                   paths: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(switch node, group size, wanted member) at every hop of every fabric path.
+
+    Returns three int64 arrays of shape (Q, D) (D = longest path, at least 1); padding
+    has switch ``-1``. Raises ValueError when a path leaves the current ECMP groups.
+    """
+    Q = len(paths)
+    D = max([len(p) for p in paths] + [1])
+    sw = np.full((Q, D), -1, dtype=np.int64)
+    n = np.ones((Q, D), dtype=np.int64)
+    want = np.zeros((Q, D), dtype=np.int64)
+    if Q == 0:
+        return sw, n, want
+    lens = np.fromiter((len(p) for p in paths), np.int64, Q)
+    if lens.sum() == 0:
+        return sw, n, want
+    flat = np.concatenate([np.asarray(p, dtype=np.int64) for p in paths])
+    row = np.repeat(np.arange(Q), lens)
+    col = np.arange(len(flat)) - np.repeat(np.cumsum(lens) - lens, lens)
+    dl = routing.leaf_index[fabric.nic_leaf[np.asarray(dst_nic, dtype=np.int64)]][row]
+    codes, pos, size = _group_position(routing)
+    key = flat * len(routing.leaves) + dl
+    i = np.minimum(np.searchsorted(codes, key), len(codes) - 1)
+    if np.any(codes[i] != key):
+        bad = int(flat[np.flatnonzero(codes[i] != key)[0]])
+        raise ValueError(f"planned link {fabric.link_names()[bad]} is not an ECMP member "
+                         "toward the destination (failed or not on a shortest path)")
+    sw[row, col] = fabric.link_src[flat]
+    n[row, col] = size[i]
+    want[row, col] = pos[i]
+    return sw, n, want
+
+
+def rehash(fabric: Fabric, routing: Routing, configs: dict[int, HashConfig], src_nic,
+           dst_nic, sport) -> list[np.ndarray]:
+    """NIC-to-NIC paths the switches' hash models give these ports."""
+    return ecmp_paths(fabric, routing, configs, np.asarray(src_nic, dtype=np.int64),
+                      np.asarray(dst_nic, dtype=np.int64), np.asarray(sport, dtype=np.int64))
+
+
+def same_paths(a: list[np.ndarray], b: list[np.ndarray]) -> np.ndarray:
+    """Element-wise equality of two path lists."""
+    return np.fromiter((len(x) == len(y) and bool(np.all(x == y)) for x, y in zip(a, b)),
+                       bool, len(a))
+
+
+def _prober(fabric: Fabric, routing: Routing, configs: dict[int, HashConfig], loss_prob,
+            seed):
+    sw_list = fabric.switches.tolist()
+    cfg_list = [configs[s] for s in sw_list]
+    ip_nic = {int(fabric.node_ip[n]): n for n in np.flatnonzero(fabric.node_ip)}
+
+    def next_decision(src_ip, dst_ip, members):
+        cur = int(fabric.nic_leaf[ip_nic[src_ip]])
+        dst = int(fabric.nic_leaf[ip_nic[dst_ip]])
+        for m in members:
+            cur = int(fabric.link_dst[routing.group(cur, dst)[m]])
+        if cur == dst:
+            return None
+        return int(routing.sw_index[cur]), len(routing.group(cur, dst))
+
+    return HashModelProber(cfg_list, next_decision, loss_prob=loss_prob, seed=seed)
+
+
+def realize_paths(fabric: Fabric, routing: Routing, configs: dict[int, HashConfig],
+                  src_nic, dst_nic, paths: list[np.ndarray], *, mode: str = "model",
+                  exclude: tuple | None = None, fallback_sport=None,
+                  probe_cache: PortPathCache | None = None, loss_prob: float = 0.0,
+                  seed: int = 0) -> Realization:
+    """Solve a source port per QP for its planned fabric path, then re-hash and compare.
+
+    Parameters
+    ----------
+    fabric, routing : the fabric and its current link state.
+    configs : dict switch node -> HashConfig (:func:`~icefabric.control.hashing.fabric_hash_configs`).
+    src_nic, dst_nic : array (Q,) — NIC node ids.
+    paths : list of arrays — planned fabric paths (switch-to-switch links).
+    mode : {"model", "probe"} — invert the known hash models, or learn port -> path maps
+        with traceroute-like probes (:class:`~icefabric.control.sport.HashModelProber`).
+    exclude : (src_ip, dst_ip, sport) arrays, optional — ports already in use.
+    fallback_sport : array (Q,), optional — port used where no port is found (default:
+        any free port); such QPs come back with ``ok = False``.
+    probe_cache : PortPathCache, optional — learned maps reused across calls (probe mode).
+    loss_prob : float — probe loss probability (probe mode).
+    seed : int
+
+    Returns
+    -------
+    Realization
+    """
+    sn = np.asarray(src_nic, dtype=np.int64)
+    dn = np.asarray(dst_nic, dtype=np.int64)
+    Q = len(sn)
+    ip = fabric.node_ip
+    sw, n, want = decision_chain(fabric, routing, dn, paths)
+    meta: dict = {"mode": mode}
+    if mode == "model":
+        sw_list = fabric.switches.tolist()
+        cfg_list = [configs[s] for s in sw_list]
+        cfg_index = np.where(sw >= 0, routing.sw_index[np.maximum(sw, 0)], -1)
+        sport = solve_sports(cfg_list, ip[sn], ip[dn], cfg_index, n, want, exclude=exclude,
+                             seed=seed)
+    elif mode == "probe":
+        prober = _prober(fabric, routing, configs, loss_prob, seed)
+        cache = probe_cache if probe_cache is not None else PortPathCache()
+        wants = [tuple(want[q, :len(paths[q])].tolist()) for q in range(Q)]
+        sport = solve_sports_by_probing(prober, ip[sn].astype(np.int64),
+                                        ip[dn].astype(np.int64), wants, cache=cache,
+                                        exclude=exclude, seed=seed)
+        meta["probes"] = int(prober.n_probes)
+    else:
+        raise ValueError(f"mode must be 'model' or 'probe', not {mode!r}")
+    use = sport.copy()
+    bad = use < 0
+    if np.any(bad):
+        if fallback_sport is not None:
+            use[bad] = np.asarray(fallback_sport, dtype=np.int64)[bad]
+        else:
+            use[bad] = 0xC000 + (np.flatnonzero(bad) % 0x4000)
+    got = rehash(fabric, routing, configs, sn, dn, use)
+    ok = same_paths([g[1:-1] for g in got], paths) & (sport >= 0)
+    meta["solved"] = int((sport >= 0).sum())
+    meta["verified"] = int(ok.sum())
+    return Realization(sport, got, ok, meta)

@@ -208,7 +208,8 @@ def workload_demand(fabric: Fabric, workload: Workload) -> Demand:
     ukeys, e_phase = np.unique(keys, return_inverse=True)
     nlev = int(lev.max(initial=0)) + 1
     phase_job = (ukeys // nlev).astype(np.int64)
-    phase_names = tuple(f"{jobs[j]}:L{int(key % nlev)}" for j, key in zip(phase_job, ukeys))
+    phase_names = tuple(f"{jobs[j]}:L{int(key % nlev)}"
+                        for j, key in zip(phase_job, ukeys, strict=True))
     # Bytes per QP over the whole workload.
     size = np.zeros(W.n_qps)
     np.add.at(size, qp, W.flow_size_bytes[e_flow] * e_share)
@@ -280,4 +281,4 @@ def demand_from_pairs(fabric: Fabric, src_nic, dst_nic, *, rate_bps=None, phase=
                   size, bps[sn], bps[dn], np.arange(q, dtype=np.int64),
                   ent_phase.astype(np.int64), rate, pjob.astype(np.int64),
                   tuple(f"job{j}" for j in range(njobs)),
-                  tuple(f"job{j}:P{int(u)}" for j, u in zip(pjob, uph)))
+                  tuple(f"job{j}:P{int(u)}" for j, u in zip(pjob, uph, strict=True)))

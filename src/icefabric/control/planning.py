@@ -380,7 +380,7 @@ def _coloring_paths(fabric, routing, demand, three_tier: bool):
     if len(inter):
         slots = [slot0[inter], slot1[inter]] if three_tier else [slot0[inter]]
         got = _walk_slots(fabric, routing, demand, inter, slots)
-        for q, p in zip(inter.tolist(), got):
+        for q, p in zip(inter.tolist(), got, strict=True):
             paths[q] = p
     return paths, delta
 

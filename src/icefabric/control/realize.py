@@ -103,8 +103,8 @@ def rehash(fabric: Fabric, routing: Routing, configs: dict[int, HashConfig], src
 
 def same_paths(a: list[np.ndarray], b: list[np.ndarray]) -> np.ndarray:
     """Element-wise equality of two path lists."""
-    return np.fromiter((len(x) == len(y) and bool(np.all(x == y)) for x, y in zip(a, b)),
-                       bool, len(a))
+    eq = (len(x) == len(y) and bool(np.all(x == y)) for x, y in zip(a, b, strict=True))
+    return np.fromiter(eq, bool, len(a))
 
 
 def _prober(fabric: Fabric, routing: Routing, configs: dict[int, HashConfig], loss_prob,
@@ -135,7 +135,7 @@ def realize_paths(fabric: Fabric, routing: Routing, configs: dict[int, HashConfi
     Parameters
     ----------
     fabric, routing : the fabric and its current link state.
-    configs : dict switch node -> HashConfig (:func:`~icefabric.control.hashing.fabric_hash_configs`).
+    configs : dict switch node -> HashConfig (see ``fabric_hash_configs``).
     src_nic, dst_nic : array (Q,) — NIC node ids.
     paths : list of arrays — planned fabric paths (switch-to-switch links).
     mode : {"model", "probe"} — invert the known hash models, or learn port -> path maps

@@ -41,6 +41,7 @@ from icefabric.topology.model import LINK_FABRIC, Fabric
 from icefabric.topology.routing import Routing
 
 __all__ = ["PLANNERS", "PathAssignment", "Candidates", "assignment_from_paths",
+           "plan_incremental", "reoptimize", "split_needed",
            "link_utilization", "plan_paths", "qps_needed"]
 
 
@@ -540,10 +541,11 @@ def _auto(fabric, routing, demand, **kw) -> PathAssignment:
         return plan_greedy(fabric, routing, demand, **kw)
     method = "fat_tree" if builder == "fat_tree" else "edge_coloring"
     a = PLANNERS[method](fabric, routing, demand)
-    if a.collision_free or not kw.get("improve", True):
+    if (a.collision_free and demand.is_uniform()) or not kw.get("improve", True) \
+            or demand.n_qps > GREEDY_LIMIT:
         return a
-    # Not collision-free (weighted demand, uneven capacities): improve the colouring
-    # locally, and also try the weighted greedy; keep the best.
+    # Weighted demand or uneven capacities: improve the colouring locally, and also try
+    # the weighted greedy from scratch; keep the best.
     seed = kw.get("seed")
     cands = Candidates(routing, demand)
     b = plan_greedy(fabric, routing, demand, seed=seed, cands=cands, warm=a.paths)
@@ -552,6 +554,10 @@ def _auto(fabric, routing, demand, **kw) -> PathAssignment:
     best.meta["tried"] = {x.method + ("+warm" if x.meta.get("warm") else ""): x.max_util
                           for x in (a, b, c)}
     return best
+
+
+#: ``auto`` runs the (per-QP Python) greedy on top of a colouring only up to this many QPs.
+GREEDY_LIMIT = 20_000
 
 
 PLANNERS = {
@@ -628,3 +634,42 @@ def split_needed(fabric: Fabric, routing: Routing, demand: Demand) -> np.ndarray
     k = qps_needed(demand.peak_rate_bps(), cap)
     return k if len(k) else np.zeros(0, np.int64)
 
+
+
+def plan_incremental(fabric: Fabric, routing: Routing, existing: Demand,
+                     existing_paths: list[np.ndarray], new: Demand, *,
+                     seed: int | None = None) -> tuple[Demand, PathAssignment]:
+    """Plan a new job's QPs around the existing ones, which keep their paths.
+
+    Tries the weighted greedy and a colouring of the new QPs improved locally (both with
+    the existing QPs pinned) and keeps the better. Use :func:`reoptimize` to move
+    everything when the operator allows it.
+
+    Returns
+    -------
+    (Demand, PathAssignment)
+        The combined demand (existing QPs first) and its assignment.
+    """
+    d = existing.concat(new)
+    pinned = np.zeros(d.n_qps, bool)
+    pinned[:existing.n_qps] = True
+    initial = list(existing_paths) + [np.zeros(0, np.int64)] * new.n_qps
+    cands = Candidates(routing, d)
+    a = plan_greedy(fabric, routing, d, pinned=pinned, initial=initial, seed=seed,
+                    cands=cands)
+    best = a
+    if fabric.meta.get("builder") in ("leaf_spine", "fat_tree"):
+        warm_new, _ = _coloring_paths(fabric, routing, new,
+                                      fabric.meta.get("builder") == "fat_tree")
+        warm = list(existing_paths) + list(warm_new)
+        b = plan_greedy(fabric, routing, d, pinned=pinned, initial=initial, seed=seed,
+                        cands=cands, warm=warm)
+        best = b if b.max_util < a.max_util - 1e-12 else a
+    best.meta["incremental"] = True
+    return d, best
+
+
+def reoptimize(fabric: Fabric, routing: Routing, demand: Demand, *,
+               seed: int | None = None) -> PathAssignment:
+    """Re-plan every QP from scratch (the explicit re-optimisation; QPs may move)."""
+    return plan_paths(fabric, routing, demand, method="auto", seed=seed)

@@ -88,6 +88,9 @@ def decision_chain(fabric: Fabric, routing: Routing, dst_nic: np.ndarray,
         bad = int(flat[np.flatnonzero(codes[i] != key)[0]])
         raise ValueError(f"planned link {fabric.link_names()[bad]} is not an ECMP member "
                          "toward the destination (failed or not on a shortest path)")
+    cont = row[1:] == row[:-1]
+    if np.any(fabric.link_dst[flat[:-1]][cont] != fabric.link_src[flat[1:]][cont]):
+        raise ValueError("a planned path is not a connected link sequence")
     sw[row, col] = fabric.link_src[flat]
     n[row, col] = size[i]
     want[row, col] = pos[i]

@@ -180,3 +180,41 @@ class StaticDisjointPolicy(Policy):
         paths = rehash(f, rt, cfg, sn, dn, sport)
         del Q
         return single_path_plan(paths, sport, policy=self.name)
+
+
+def describe_plan(fabric, workload, plan: PathPlan) -> dict:
+    """A JSON-ready view of a plan: per job, per QP the path (node names), source port
+    (and backup port for ``ice``), demanded rate; per fabric link the predicted load.
+
+    The predicted load is the planner's objective (:mod:`icefabric.control.demand`): per
+    link, the sum over jobs of the job's busiest phase, in bits/s and as utilisation.
+    """
+    from icefabric.control.planning import link_utilization
+
+    d = workload_demand(fabric, workload)
+    paths = [p[1:-1] for p in (plan.path_of(q) for q in range(plan.n_qps))]
+    util = link_utilization(fabric, d, paths)
+    names = fabric.node_names
+    backup = plan.meta.get("backup_sport")
+    rate = d.peak_rate_bps()
+    jobs: dict[str, list[dict]] = {}
+    for q in range(plan.n_qps):
+        p = plan.path_of(q)
+        hops = [names[int(fabric.link_src[p[0]])]] + [names[int(fabric.link_dst[x])]
+                                                      for x in p]
+        jobs.setdefault(d.job_names[int(d.job[q])], []).append({
+            "qp": q, "src": names[int(d.src_nic[q])], "dst": names[int(d.dst_nic[q])],
+            "path": hops, "sport": int(plan.sport[q]),
+            "backup_sport": int(backup[q]) if backup is not None else None,
+            "rate_gbps": round(float(rate[q]) / 1e9, 3)})
+    fab = np.flatnonzero(util > 0)
+    links = [{"link": f"{names[int(fabric.link_src[l])]}->{names[int(fabric.link_dst[l])]}",
+              "id": int(l), "load_gbps": round(float(util[l] * fabric.link_capacity_bps[l])
+                                               / 1e9, 3),
+              "capacity_gbps": round(float(fabric.link_capacity_bps[l]) / 1e9, 3),
+              "util": round(float(util[l]), 4)} for l in fab.tolist()]
+    meta = {k: v for k, v in plan.meta.items()
+            if isinstance(v, (int, float, str, bool)) or v is None}
+    return {"policy": plan.policy, "n_qps": plan.n_qps,
+            "max_util": round(float(util.max(initial=0.0)), 4), "meta": meta,
+            "jobs": jobs, "links": links}

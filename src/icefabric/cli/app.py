@@ -17,7 +17,11 @@ app = typer.Typer(
 )
 
 # Each module defines ``register(app: typer.Typer) -> None``.
-COMMAND_MODULES: tuple[str, ...] = ("plan",)
+COMMAND_MODULES: tuple[str, ...] = (
+    "simulate",
+    "scenarios",
+    "plan",
+)
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"icefabric.cli.{_name}").register(app)

@@ -90,65 +90,121 @@ def qps_needed(rate_bps, path_capacity_bps) -> np.ndarray:
 
 # --------------------------------------------------------------------------- candidates
 class Candidates:
-    """All shortest fabric paths of every distinct (source leaf, destination leaf) pair.
+    """All shortest fabric paths of every distinct (source leaf, destination leaf) pair,
+    enumerated lazily (only pairs that are asked for).
 
-    ``pair[q]`` is the pair of QP ``q``; ``paths[k]`` an int64 array (n_paths, depth) of
-    link ids of pair ``k`` (depth 0 inside one leaf).
+    ``pair[q]`` is the pair of QP ``q``; ``pair_paths(k)`` an int64 array
+    (n_paths, depth) of link ids of pair ``k`` (depth 0 inside one leaf).
     """
 
     def __init__(self, routing: Routing, demand: Demand, limit: int = 4096):
-        key = demand.src_leaf * (routing.fabric.n_nodes + 1) + demand.dst_leaf
-        ukey, self.pair = np.unique(key, return_inverse=True)
+        self.routing = routing
+        self.limit = limit
+        self._n = routing.fabric.n_nodes + 1
+        key = demand.src_leaf * self._n + demand.dst_leaf
+        self.keys, self.pair = np.unique(key, return_inverse=True)
         self.pair = self.pair.astype(np.int64)
-        n = routing.fabric.n_nodes + 1
-        self.paths: list[np.ndarray] = []
-        for k in ukey.tolist():
-            a, b = divmod(int(k), n)
-            if a == b:
-                self.paths.append(np.zeros((1, 0), dtype=np.int64))
-            else:
-                self.paths.append(np.stack(routing.all_paths(a, b, limit=limit)))
-        self._index: list[dict[tuple, int] | None] = [None] * len(self.paths)
+        self._paths: dict[int, np.ndarray] = {}
+        self._index: dict[int, dict[tuple, int]] = {}
+
+    def pair_paths(self, k: int) -> np.ndarray:
+        p = self._paths.get(k)
+        if p is None:
+            a, b = divmod(int(self.keys[k]), self._n)
+            p = (np.zeros((1, 0), dtype=np.int64) if a == b else
+                 np.stack(self.routing.all_paths(a, b, limit=self.limit)))
+            self._paths[k] = p
+        return p
 
     def of(self, q: int) -> np.ndarray:
-        return self.paths[self.pair[q]]
+        return self.pair_paths(int(self.pair[q]))
 
     def index_of(self, q: int, path: np.ndarray) -> int:
         """Candidate index of ``path`` for QP ``q`` (-1 if it is not a candidate)."""
         k = int(self.pair[q])
-        idx = self._index[k]
+        idx = self._index.get(k)
         if idx is None:
-            idx = self._index[k] = {tuple(r): i for i, r in enumerate(self.paths[k].tolist())}
+            idx = self._index[k] = {tuple(r): i for i, r in
+                                    enumerate(self.pair_paths(k).tolist())}
         return idx.get(tuple(np.asarray(path).tolist()), -1)
 
 
 # --------------------------------------------------------------------------- load state
+def _paths_csr(paths: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    lens = np.fromiter((len(p) for p in paths), np.int64, len(paths))
+    ptr = np.zeros(len(paths) + 1, dtype=np.int64)
+    np.cumsum(lens, out=ptr[1:])
+    flat = (np.concatenate([np.asarray(p, dtype=np.int64) for p in paths]) if ptr[-1]
+            else np.zeros(0, np.int64))
+    return ptr, flat
+
+
+def _load_matrix(n_links: int, demand: Demand, qps: np.ndarray, paths: list[np.ndarray]
+                 ) -> np.ndarray:
+    """Link x phase rate sums of QPs ``qps`` on ``paths`` (one path per listed QP),
+    vectorised over all (entry, link) pairs."""
+    P = max(demand.n_phases, 1)
+    L = np.zeros(n_links * P)
+    if len(qps) == 0:
+        return L.reshape(n_links, P)
+    ptr, flat = _paths_csr(paths)
+    pos = np.full(demand.n_qps, -1, dtype=np.int64)
+    pos[qps] = np.arange(len(qps))
+    e = np.flatnonzero(pos[demand.ent_qp] >= 0)
+    k = pos[demand.ent_qp[e]]
+    n = ptr[k + 1] - ptr[k]
+    rep = np.repeat(np.arange(len(e)), n)
+    within = np.arange(len(rep)) - np.repeat(np.cumsum(n) - n, n)
+    links = flat[ptr[k][rep] + within]
+    L += np.bincount(links * P + demand.ent_phase[e][rep],
+                     weights=demand.ent_rate_bps[e][rep], minlength=n_links * P)
+    return L.reshape(n_links, P)
+
+
 class _Load:
     """Link x phase rate sums and the objective's per-link value, updated incrementally."""
 
     def __init__(self, fabric: Fabric, demand: Demand):
         self.cap = fabric.link_capacity_bps.astype(np.float64)
         self.fab = fabric.link_kind == LINK_FABRIC
+        self.n_links = fabric.n_links
+        self.demand = demand
         P = max(demand.n_phases, 1)
         self.L = np.zeros((fabric.n_links, P))
         nj = max(len(demand.job_names), 1)
         self.job_phases = [np.flatnonzero(demand.phase_job == j) for j in range(nj)]
         self.M = np.zeros((fabric.n_links, nj))
         self.S = np.zeros(fabric.n_links)
-        ptr = demand.ent_ptr()
-        self.q_phase = [demand.ent_phase[ptr[q]:ptr[q + 1]] for q in range(demand.n_qps)]
-        self.q_rate = [demand.ent_rate_bps[ptr[q]:ptr[q + 1]] for q in range(demand.n_qps)]
+        self.ptr = demand.ent_ptr()
         self.q_job = demand.job
         # position of each phase inside its job's phase list
         self.pos_in_job = np.zeros(P, dtype=np.int64)
         for ph in self.job_phases:
             self.pos_in_job[ph] = np.arange(len(ph))
 
+    def q_phase(self, q: int) -> np.ndarray:
+        return self.demand.ent_phase[self.ptr[q]:self.ptr[q + 1]]
+
+    def q_rate(self, q: int) -> np.ndarray:
+        return self.demand.ent_rate_bps[self.ptr[q]:self.ptr[q + 1]]
+
+    def _refresh(self, links=None) -> None:
+        sel = slice(None) if links is None else links
+        for j, jp in enumerate(self.job_phases):
+            if len(jp):
+                self.M[sel, j] = self.L[sel][:, jp].max(axis=1)
+        self.S[sel] = self.M[sel].sum(axis=1)
+
+    def add_many(self, qps: np.ndarray, paths: list[np.ndarray]) -> None:
+        """Add many QPs at once (vectorised)."""
+        self.L += _load_matrix(self.n_links, self.demand, np.asarray(qps, np.int64), paths)
+        self._refresh()
+
     def add(self, q: int, links: np.ndarray, sign: float = 1.0) -> None:
-        if len(links) == 0 or len(self.q_phase[q]) == 0:
+        ps = self.q_phase(q)
+        if len(links) == 0 or len(ps) == 0:
             return
-        ps = self.q_phase[q]
-        self.L[np.ix_(links, ps)] += sign * self.q_rate[q]
+        self.L[np.ix_(links, ps)] += sign * self.q_rate(q)
         j = int(self.q_job[q])
         self.M[links, j] = self.L[np.ix_(links, self.job_phases[j])].max(axis=1)
         self.S[links] = self.M[links].sum(axis=1)
@@ -165,8 +221,9 @@ class _Load:
         j = int(self.q_job[q])
         jp = self.job_phases[j]
         sub = self.L[np.ix_(flat, jp)]
-        if len(self.q_phase[q]):
-            sub[:, self.pos_in_job[self.q_phase[q]]] += self.q_rate[q]
+        ps = self.q_phase(q)
+        if len(ps):
+            sub[:, self.pos_in_job[ps]] += self.q_rate(q)
         newm = sub.max(axis=1) if sub.shape[1] else np.zeros(len(flat))
         u = (self.S[flat] - self.M[flat, j] + newm) / self.cap[flat]
         u = u.reshape(cand.shape)
@@ -174,10 +231,9 @@ class _Load:
 
 
 def link_utilization(fabric: Fabric, demand: Demand, paths: list[np.ndarray]) -> np.ndarray:
-    """The objective's per-link utilisation ``u_l`` of a given assignment."""
+    """The objective's per-link utilisation ``u_l`` of a given assignment (vectorised)."""
     st = _Load(fabric, demand)
-    for q, p in enumerate(paths):
-        st.add(q, np.asarray(p, dtype=np.int64))
+    st.add_many(np.arange(demand.n_qps), paths)
     return st.util()
 
 
@@ -211,12 +267,11 @@ def _improve(demand, cands, st, choice, movable, max_moves, forbid):
     """Move QPs off the most loaded link while that strictly lowers its utilisation."""
     rate = demand.peak_rate_bps()
     Q = demand.n_qps
-    dmax = max((c.shape[1] for c in cands.paths), default=0)
+    dmax = max((cands.of(q).shape[1] for q in np.flatnonzero(movable).tolist()), default=0)
     pm = np.full((Q, max(dmax, 1)), -1, dtype=np.int64)
-    for q in range(Q):
-        if choice[q] >= 0:
-            p = cands.of(q)[choice[q]]
-            pm[q, :len(p)] = p
+    for q in np.flatnonzero(movable).tolist():
+        p = cands.of(q)[choice[q]]
+        pm[q, :len(p)] = p
     moves = 0
     tabu: set[int] = set()
     while moves < max_moves:
@@ -275,20 +330,20 @@ def plan_greedy(fabric, routing, demand, *, pinned=None, initial=None, forbid=No
     pinned = np.zeros(Q, bool) if pinned is None else np.asarray(pinned, bool)
     forbid = forbid or {}
     fixed_paths: dict[int, np.ndarray] = {}
-    for q in np.flatnonzero(pinned).tolist():
+    pq = np.flatnonzero(pinned)
+    st.add_many(pq, [np.asarray(initial[q], dtype=np.int64) for q in pq.tolist()])
+    for q in pq.tolist():
         p = np.asarray(initial[q], dtype=np.int64)
-        k = cands.index_of(q, p)
+        k = cands.index_of(q, p) if improve else -1
         if k < 0:
-            fixed_paths[q] = p  # pinned on a path outside the candidates: load only
+            fixed_paths[q] = p  # pinned: carries load, never moves
         else:
             choice[q] = k
-        st.add(q, p)
     todo = np.flatnonzero(~pinned)
     if warm is not None:
         for q in todo.tolist():
-            k = cands.index_of(q, warm[q])
-            choice[q] = max(k, 0)
-            st.add(q, cands.of(q)[choice[q]])
+            choice[q] = max(cands.index_of(q, warm[q]), 0)
+        st.add_many(todo, [cands.of(q)[choice[q]] for q in todo.tolist()])
     else:
         _greedy(fabric, routing, demand, cands, st, choice, todo, forbid, rng)
     moves = 0
@@ -624,7 +679,7 @@ def uplink_capacity(fabric: Fabric, routing: Routing, demand: Demand) -> np.ndar
     cands = Candidates(routing, demand)
     best = np.array([np.inf if c.shape[1] == 0 else
                      float(fabric.link_capacity_bps[c].min(axis=1).max())
-                     for c in cands.paths])
+                     for c in (cands.pair_paths(k) for k in range(len(cands.keys)))])
     return best[cands.pair]
 
 

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from icefabric.control.demand import Demand
-from icefabric.control.planning import PathAssignment, plan_paths
+from icefabric.control.planning import PathAssignment, _paths_csr, plan_paths
 from icefabric.control.realize import realize_paths, rehash, same_paths
 from icefabric.dataplane.ecmp import HashConfig
 from icefabric.topology.model import Fabric
@@ -57,12 +57,46 @@ class FailoverResult:
 
 def affected_qps(paths: list[np.ndarray], down: np.ndarray) -> np.ndarray:
     """QPs whose fabric path uses a link marked in the boolean mask ``down``."""
-    return np.flatnonzero([bool(np.any(down[p])) if len(p) else False for p in paths])
+    ptr, flat = _paths_csr(paths)
+    hit = np.bincount(np.repeat(np.arange(len(paths)), np.diff(ptr)), weights=down[flat],
+                      minlength=len(paths))
+    return np.flatnonzero(hit > 0)
+
+
+def _changed_groups(old: Routing, new: Routing) -> np.ndarray:
+    """Boolean mask over group ids (switch index x leaf index) whose members changed."""
+    so, sn = np.diff(old.grp_indptr), np.diff(new.grp_indptr)
+    changed = so != sn
+    same = np.flatnonzero(~changed)
+    # Equal sizes: compare members (vectorised over the groups of equal size).
+    if len(same):
+        lo = np.repeat(old.grp_indptr[same], so[same])
+        ln = np.repeat(new.grp_indptr[same], so[same])
+        within = np.arange(len(lo)) - np.repeat(np.cumsum(so[same]) - so[same], so[same])
+        diff = old.grp_links[lo + within] != new.grp_links[ln + within]
+        g = np.repeat(same, so[same])
+        changed[np.unique(g[diff])] = True
+    return changed
+
+
+def _maybe_remapped(fabric, old, new, demand, paths) -> np.ndarray:
+    """QPs with a hash decision in a group that changed (only they can be re-hashed
+    elsewhere); all QPs when the old routing is unknown."""
+    if old is None:
+        return np.arange(demand.n_qps)
+    changed = _changed_groups(old, new)
+    ptr, flat = _paths_csr(paths)
+    row = np.repeat(np.arange(len(paths)), np.diff(ptr))
+    NL = len(new.leaves)
+    g = new.sw_index[fabric.link_src[flat]] * NL + new.leaf_index[demand.dst_leaf[row]]
+    return np.unique(row[changed[g]])
 
 
 def replan_after_failure(fabric: Fabric, routing: Routing, configs: dict[int, HashConfig],
                          demand: Demand, paths: list[np.ndarray], sport: np.ndarray, *,
-                         mode: str = "model", seed: int = 0) -> FailoverResult:
+                         full_paths: list[np.ndarray] | None = None,
+                         old_routing: Routing | None = None, mode: str = "model",
+                         seed: int = 0) -> FailoverResult:
     """Re-plan after failures already reflected in ``routing`` (``routing.down``).
 
     Parameters
@@ -72,6 +106,10 @@ def replan_after_failure(fabric: Fabric, routing: Routing, configs: dict[int, Ha
     demand : Demand — the QPs (same order as ``paths``/``sport``).
     paths : list of arrays — the fabric paths planned before the failure.
     sport : array (Q,) — their source ports.
+    full_paths : list of arrays, optional — the NIC-to-NIC paths before the failure (kept
+        for QPs that do not move; recomputed by re-hashing when not given).
+    old_routing : Routing, optional — link state before the failure. With it only QPs
+        through ECMP groups that changed are re-hashed (fast path); without it every QP is.
     mode : {"model", "probe"} — how new ports are found.
     seed : int
 
@@ -80,26 +118,36 @@ def replan_after_failure(fabric: Fabric, routing: Routing, configs: dict[int, Ha
     FailoverResult
     """
     sport = np.asarray(sport, dtype=np.int64).copy()
+    Q = demand.n_qps
     affected = affected_qps(paths, routing.down)
-    pinned = np.ones(demand.n_qps, bool)
+    pinned = np.ones(Q, bool)
     pinned[affected] = False
+    sub = np.union1d(affected, _maybe_remapped(fabric, old_routing, routing, demand, paths))
     a = plan_paths(fabric, routing, demand, method="greedy", pinned=pinned, initial=paths,
                    seed=seed)
     # Which kept QPs does the shrunken group re-hash elsewhere?
-    now = rehash(fabric, routing, configs, demand.src_nic, demand.dst_nic, sport)
-    moved = ~same_paths([p[1:-1] for p in now], a.paths)
+    now = rehash(fabric, routing, configs, demand.src_nic[sub], demand.dst_nic[sub],
+                 sport[sub])
+    moved_sub = ~same_paths([p[1:-1] for p in now], [a.paths[q] for q in sub.tolist()])
+    moved = np.zeros(Q, bool)
+    moved[sub[moved_sub]] = True
     moved[affected] = True
     remapped = np.setdiff1d(np.flatnonzero(moved), affected)
     todo = np.flatnonzero(moved)
     keep = np.flatnonzero(~moved)
     ip = fabric.node_ip
     excl = (ip[demand.src_nic[keep]], ip[demand.dst_nic[keep]], sport[keep])
-    out_paths = list(now)
-    ok = np.ones(demand.n_qps, bool)
+    if full_paths is None:
+        out_paths = rehash(fabric, routing, configs, demand.src_nic, demand.dst_nic, sport)
+    else:
+        out_paths = list(full_paths)
+    for i, q in enumerate(sub.tolist()):
+        out_paths[q] = now[i]
+    ok = np.ones(Q, bool)
     if len(todo):
         r = realize_paths(fabric, routing, configs, demand.src_nic[todo],
-                          demand.dst_nic[todo], [a.paths[q] for q in todo], mode=mode,
-                          exclude=excl, fallback_sport=sport[todo], seed=seed)
+                          demand.dst_nic[todo], [a.paths[q] for q in todo.tolist()],
+                          mode=mode, exclude=excl, fallback_sport=sport[todo], seed=seed)
         solved = r.sport >= 0
         sport[todo[solved]] = r.sport[solved]
         for i, q in enumerate(todo.tolist()):
@@ -107,5 +155,5 @@ def replan_after_failure(fabric: Fabric, routing: Routing, configs: dict[int, Ha
         ok[todo] = r.ok
     return FailoverResult(a, sport, out_paths, ok, affected, remapped,
                           {"affected": len(affected), "remapped": len(remapped),
-                           "ports_changed": len(todo), "verified": int(ok.sum()),
-                           "max_util": a.max_util})
+                           "rehashed": len(sub), "ports_changed": len(todo),
+                           "verified": int(ok.sum()), "max_util": a.max_util})

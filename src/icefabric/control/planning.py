@@ -333,12 +333,7 @@ def plan_greedy(fabric, routing, demand, *, pinned=None, initial=None, forbid=No
     pq = np.flatnonzero(pinned)
     st.add_many(pq, [np.asarray(initial[q], dtype=np.int64) for q in pq.tolist()])
     for q in pq.tolist():
-        p = np.asarray(initial[q], dtype=np.int64)
-        k = cands.index_of(q, p) if improve else -1
-        if k < 0:
-            fixed_paths[q] = p  # pinned: carries load, never moves
-        else:
-            choice[q] = k
+        fixed_paths[q] = np.asarray(initial[q], dtype=np.int64)  # carries load, never moves
     todo = np.flatnonzero(~pinned)
     if warm is not None:
         for q in todo.tolist():
@@ -351,7 +346,7 @@ def plan_greedy(fabric, routing, demand, *, pinned=None, initial=None, forbid=No
         movable = ~pinned & (choice >= 0)
         moves = _improve(demand, cands, st, choice, movable,
                          max_moves if max_moves is not None else 20 * Q + 100, forbid)
-    paths = [fixed_paths[q] if q in fixed_paths else cands.of(q)[choice[q]] for q in range(Q)]
+    paths = [fixed_paths[q] if pinned[q] else cands.of(q)[choice[q]] for q in range(Q)]
     return PathAssignment(paths, st.util(), "greedy", {"moves": moves,
                                                        "pinned": int(pinned.sum()),
                                                        "warm": warm is not None})
@@ -382,8 +377,10 @@ def _walk_slots(fabric, routing, demand, qs, slots):
         last[idx] = routing.group_member(switches, dst_leaves, member)
         return member
 
-    full = routing.walk(demand.src_nic[qs], demand.dst_nic[qs], choose)
-    return [p[1:-1] for p in full]
+    from icefabric.control.realize import csr_split, inner_csr, walk_csr
+
+    ptr, flat = walk_csr(fabric, routing, demand.src_nic[qs], demand.dst_nic[qs], choose)
+    return csr_split(*inner_csr(ptr, flat))
 
 
 def _color_classes(demand: Demand, qs: np.ndarray) -> list[np.ndarray]:

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from icefabric.control.hashing import ecmp_paths
+from icefabric.control.hashing import hash_chooser
 from icefabric.control.sport import (
     HashModelProber,
     PortPathCache,
@@ -23,10 +23,11 @@ from icefabric.control.sport import (
     solve_sports_by_probing,
 )
 from icefabric.dataplane.ecmp import HashConfig
-from icefabric.topology.model import Fabric
-from icefabric.topology.routing import Routing
+from icefabric.topology.model import LINK_HOST, NIC, Fabric
+from icefabric.topology.routing import Routing, RoutingError
 
-__all__ = ["Realization", "decision_chain", "realize_paths", "rehash", "same_paths"]
+__all__ = ["Realization", "csr_split", "decision_chain", "inner_csr", "realize_paths", "rehash",
+           "rehash_csr", "same_paths", "walk_csr"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -67,17 +68,15 @@ def decision_chain(fabric: Fabric, routing: Routing, dst_nic: np.ndarray,
     Returns three int64 arrays of shape (Q, D) (D = longest path, at least 1); padding
     has switch ``-1``. Raises ValueError when a path leaves the current ECMP groups.
     """
-    Q = len(paths)
-    D = max([len(p) for p in paths] + [1])
+    ptr, flat = _to_csr(paths)
+    Q = len(ptr) - 1
+    lens = np.diff(ptr)
+    D = max(int(lens.max(initial=0)), 1)
     sw = np.full((Q, D), -1, dtype=np.int64)
     n = np.ones((Q, D), dtype=np.int64)
     want = np.zeros((Q, D), dtype=np.int64)
-    if Q == 0:
+    if Q == 0 or lens.sum() == 0:
         return sw, n, want
-    lens = np.fromiter((len(p) for p in paths), np.int64, Q)
-    if lens.sum() == 0:
-        return sw, n, want
-    flat = np.concatenate([np.asarray(p, dtype=np.int64) for p in paths])
     row = np.repeat(np.arange(Q), lens)
     col = np.arange(len(flat)) - np.repeat(np.cumsum(lens) - lens, lens)
     dl = routing.leaf_index[fabric.nic_leaf[np.asarray(dst_nic, dtype=np.int64)]][row]
@@ -97,17 +96,120 @@ def decision_chain(fabric: Fabric, routing: Routing, dst_nic: np.ndarray,
     return sw, n, want
 
 
+def _nic_links(fabric: Fabric) -> tuple[np.ndarray, np.ndarray]:
+    """Per node: its NIC uplink (NIC -> leaf) and downlink (leaf -> NIC) link id, or -1."""
+    cached = fabric.meta.get("_ice_nic_links")
+    if cached is not None:
+        return cached
+    ids = np.arange(fabric.n_links)[::-1]  # reversed: the first link wins on assignment
+    host = (fabric.link_kind == LINK_HOST)[::-1]
+    src, dst = fabric.link_src[::-1], fabric.link_dst[::-1]
+    up = np.full(fabric.n_nodes, -1, dtype=np.int64)
+    down = np.full(fabric.n_nodes, -1, dtype=np.int64)
+    m = host & (fabric.node_kind[src] == NIC)
+    up[src[m]] = ids[m]
+    m = host & (fabric.node_kind[dst] == NIC)
+    down[dst[m]] = ids[m]
+    fabric.meta["_ice_nic_links"] = (up, down)
+    return up, down
+
+
+def walk_csr(fabric: Fabric, routing: Routing, src_nic, dst_nic, choose
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """:meth:`Routing.walk` with a CSR result ``(indptr, links)`` of NIC-to-NIC paths,
+    assembled without per-pair Python loops (same chooser protocol)."""
+    sn = np.asarray(src_nic, dtype=np.int64)
+    dn = np.asarray(dst_nic, dtype=np.int64)
+    n = len(sn)
+    nic_up, nic_down = _nic_links(fabric)
+    up, down = nic_up[sn], nic_down[dn]
+    if n and (np.any(routing.down[up]) or np.any(routing.down[down])):
+        raise RoutingError("a NIC link is down: no path")
+    cur = fabric.nic_leaf[sn].copy()
+    dl = fabric.nic_leaf[dn]
+    active = np.flatnonzero(cur != dl)
+    steps = []
+    step = 0
+    while len(active):
+        if step > 8:
+            raise RoutingError("routing loop: no convergence after 8 switch hops")
+        sizes = routing.group_sizes(cur[active], dl[active])
+        if np.any(sizes == 0):
+            raise RoutingError("no route (failed links?)")
+        member = np.asarray(choose(step, active, cur[active], dl[active], sizes))
+        if np.any((member < 0) | (member >= sizes)):
+            raise RoutingError("chooser returned a member outside the ECMP group")
+        link = routing.group_member(cur[active], dl[active], member)
+        steps.append((active, link))
+        cur[active] = fabric.link_dst[link]
+        active = active[cur[active] != dl[active]]
+        step += 1
+    nsteps = np.zeros(n, dtype=np.int64)
+    for idx, _ in steps:
+        nsteps[idx] += 1
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(nsteps + 2, out=ptr[1:])
+    flat = np.empty(int(ptr[-1]), dtype=np.int64)
+    flat[ptr[:-1]] = up
+    flat[ptr[1:] - 1] = down
+    for d, (idx, link) in enumerate(steps):  # pairs active at step d did steps 0..d-1
+        flat[ptr[idx] + 1 + d] = link
+    return ptr, flat
+
+
+def csr_split(ptr: np.ndarray, flat: np.ndarray) -> list[np.ndarray]:
+    """CSR -> list of arrays (views)."""
+    return np.split(flat, ptr[1:-1]) if len(ptr) > 1 else []
+
+
+def inner_csr(ptr: np.ndarray, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Drop the first and last link of every path (NIC-to-NIC -> switch-to-switch)."""
+    keep = np.ones(len(flat), bool)
+    keep[ptr[:-1]] = False
+    keep[ptr[1:] - 1] = False
+    return ptr - 2 * np.arange(len(ptr)), flat[keep]
+
+
+def rehash_csr(fabric: Fabric, routing: Routing, configs: dict[int, HashConfig], src_nic,
+               dst_nic, sport) -> tuple[np.ndarray, np.ndarray]:
+    """CSR of the NIC-to-NIC paths the switches' hash models give these ports."""
+    sn = np.asarray(src_nic, dtype=np.int64)
+    dn = np.asarray(dst_nic, dtype=np.int64)
+    ip = fabric.node_ip
+    choose = hash_chooser(fabric, configs, ip[sn], ip[dn], np.asarray(sport, np.int64))
+    return walk_csr(fabric, routing, sn, dn, choose)
+
+
 def rehash(fabric: Fabric, routing: Routing, configs: dict[int, HashConfig], src_nic,
            dst_nic, sport) -> list[np.ndarray]:
     """NIC-to-NIC paths the switches' hash models give these ports."""
-    return ecmp_paths(fabric, routing, configs, np.asarray(src_nic, dtype=np.int64),
-                      np.asarray(dst_nic, dtype=np.int64), np.asarray(sport, dtype=np.int64))
+    return csr_split(*rehash_csr(fabric, routing, configs, src_nic, dst_nic, sport))
 
 
-def same_paths(a: list[np.ndarray], b: list[np.ndarray]) -> np.ndarray:
-    """Element-wise equality of two path lists."""
-    eq = (len(x) == len(y) and bool(np.all(x == y)) for x, y in zip(a, b, strict=True))
-    return np.fromiter(eq, bool, len(a))
+def _to_csr(paths) -> tuple[np.ndarray, np.ndarray]:
+    if isinstance(paths, tuple):
+        return paths
+    lens = np.fromiter((len(p) for p in paths), np.int64, len(paths))
+    ptr = np.zeros(len(paths) + 1, dtype=np.int64)
+    np.cumsum(lens, out=ptr[1:])
+    flat = (np.concatenate([np.asarray(p, dtype=np.int64) for p in paths]) if ptr[-1]
+            else np.zeros(0, np.int64))
+    return ptr, flat
+
+
+def same_paths(a, b) -> np.ndarray:
+    """Element-wise equality of two path lists (or CSR ``(indptr, links)`` tuples)."""
+    pa, fa = _to_csr(a)
+    pb, fb = _to_csr(b)
+    la, lb = np.diff(pa), np.diff(pb)
+    eq = la == lb
+    rows = np.flatnonzero(eq)
+    n = la[rows]
+    rep = np.repeat(rows, n)
+    within = np.arange(len(rep)) - np.repeat(np.cumsum(n) - n, n)
+    bad = fa[pa[rep] + within] != fb[pb[rep] + within]
+    eq[np.unique(rep[bad])] = False
+    return eq
 
 
 def _prober(fabric: Fabric, routing: Routing, configs: dict[int, HashConfig], loss_prob,
@@ -169,7 +271,7 @@ def realize_paths(fabric: Fabric, routing: Routing, configs: dict[int, HashConfi
     elif mode == "probe":
         prober = _prober(fabric, routing, configs, loss_prob, seed)
         cache = probe_cache if probe_cache is not None else PortPathCache()
-        wants = [tuple(want[q, :len(paths[q])].tolist()) for q in range(Q)]
+        wants = [tuple(want[q, sw[q] >= 0].tolist()) for q in range(Q)]
         sport = solve_sports_by_probing(prober, ip[sn].astype(np.int64),
                                         ip[dn].astype(np.int64), wants, cache=cache,
                                         exclude=exclude, seed=seed)
@@ -183,8 +285,9 @@ def realize_paths(fabric: Fabric, routing: Routing, configs: dict[int, HashConfi
             use[bad] = np.asarray(fallback_sport, dtype=np.int64)[bad]
         else:
             use[bad] = 0xC000 + (np.flatnonzero(bad) % 0x4000)
-    got = rehash(fabric, routing, configs, sn, dn, use)
-    ok = same_paths([g[1:-1] for g in got], paths) & (sport >= 0)
+    gp, gf = rehash_csr(fabric, routing, configs, sn, dn, use)
+    ok = same_paths(inner_csr(gp, gf), paths) & (sport >= 0)
+    got = csr_split(gp, gf)
     meta["solved"] = int((sport >= 0).sum())
     meta["verified"] = int(ok.sum())
     return Realization(sport, got, ok, meta)

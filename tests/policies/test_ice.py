@@ -24,10 +24,10 @@ def test_ice_plan_rehash_follows_plan(hetero_ctx, mode):
     plan = get_policy("ice", sport_mode=mode, backup=False).plan(ctx)
     assert plan.meta["verified_frac"] == 1.0
     assert plan.meta["planned_max_util"] <= 1.0 + 1e-9
-    from icefabric.control.realize import rehash
+    from icefabric.control.hashing import ecmp_paths  # the independent data-plane routing
     w = ctx.workload
-    again = rehash(ctx.fabric, ctx.routing, ctx.hash_configs, w.qp_src_nic, w.qp_dst_nic,
-                   plan.sport)
+    again = ecmp_paths(ctx.fabric, ctx.routing, ctx.hash_configs, w.qp_src_nic,
+                       w.qp_dst_nic, plan.sport)
     for q in range(plan.n_qps):
         assert np.array_equal(again[q], plan.path_of(q))
         assert np.array_equal(plan.path_of(q)[1:-1], plan.meta["planned_paths"][q])

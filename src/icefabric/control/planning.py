@@ -390,11 +390,16 @@ def _color_classes(demand: Demand, qs: np.ndarray) -> list[np.ndarray]:
     if len(qs) == 0:
         return []
     ptr = demand.ent_ptr()
-    sig: dict[tuple, list[int]] = {}
-    for q in qs.tolist():
-        key = tuple(demand.ent_phase[ptr[q]:ptr[q + 1]].tolist())
-        sig.setdefault(key, []).append(q)
-    return [np.asarray(v, dtype=np.int64) for _, v in sorted(sig.items())]
+    cnt = np.diff(ptr)
+    E = max(int(cnt.max(initial=0)), 1)
+    mat = np.full((demand.n_qps, E), -1, dtype=np.int64)
+    within = np.arange(len(demand.ent_qp)) - ptr[demand.ent_qp]
+    mat[demand.ent_qp, within] = demand.ent_phase
+    _, cls = np.unique(mat[qs], axis=0, return_inverse=True)
+    cls = cls.ravel()
+    order = np.argsort(cls, kind="stable")
+    bounds = np.flatnonzero(np.diff(cls[order])) + 1
+    return np.split(qs[order], bounds)
 
 
 def _coloring_paths(fabric, routing, demand, three_tier: bool):

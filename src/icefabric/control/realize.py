@@ -11,18 +11,19 @@ path, not the planned one, is what the simulator runs.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from icefabric.control.hashing import hash_chooser
 from icefabric.control.sport import (
     HashModelProber,
     PortPathCache,
     solve_sports,
     solve_sports_by_probing,
 )
-from icefabric.dataplane.ecmp import HashConfig
+from icefabric.dataplane.ecmp import HashConfig, ecmp_hash, select_member
+from icefabric.dataplane.roce import ROCE_UDP_DPORT
 from icefabric.topology.model import LINK_HOST, NIC, Fabric
 from icefabric.topology.routing import Routing, RoutingError
 
@@ -49,16 +50,16 @@ class Realization:
     meta: dict = field(default_factory=dict)
 
 
-def _group_position(routing: Routing):
-    """code(link, dst leaf index) -> position of the link in that ECMP group (sorted)."""
-    NL = len(routing.leaves)
-    sizes = np.diff(routing.grp_indptr)
-    g = np.repeat(np.arange(len(sizes)), sizes)
-    leaf_i = g % NL
-    pos = np.arange(len(routing.grp_links)) - np.repeat(routing.grp_indptr[:-1], sizes)
-    code = routing.grp_links * NL + leaf_i
-    order = np.argsort(code)
-    return code[order], pos[order], sizes[g][order]
+def _group_keys(routing: Routing) -> np.ndarray:
+    """Sorted keys ``group_id * n_links + link`` of every ECMP member (members are sorted
+    by link id inside each group, groups by id, so no sort is needed). Cached."""
+    gk = getattr(routing, "_ice_group_keys", None)
+    if gk is None:
+        sizes = np.diff(routing.grp_indptr)
+        g = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
+        gk = g * routing.fabric.n_links + routing.grp_links
+        routing._ice_group_keys = gk
+    return gk
 
 
 def decision_chain(fabric: Fabric, routing: Routing, dst_nic: np.ndarray,
@@ -80,19 +81,20 @@ def decision_chain(fabric: Fabric, routing: Routing, dst_nic: np.ndarray,
     row = np.repeat(np.arange(Q), lens)
     col = np.arange(len(flat)) - np.repeat(np.cumsum(lens) - lens, lens)
     dl = routing.leaf_index[fabric.nic_leaf[np.asarray(dst_nic, dtype=np.int64)]][row]
-    codes, pos, size = _group_position(routing)
-    key = flat * len(routing.leaves) + dl
-    i = np.minimum(np.searchsorted(codes, key), len(codes) - 1)
-    if np.any(codes[i] != key):
-        bad = int(flat[np.flatnonzero(codes[i] != key)[0]])
+    g = routing.sw_index[fabric.link_src[flat]] * len(routing.leaves) + dl
+    gk = _group_keys(routing)
+    key = g * fabric.n_links + flat
+    i = np.minimum(np.searchsorted(gk, key), len(gk) - 1)
+    if np.any(gk[i] != key) or np.any(routing.sw_index[fabric.link_src[flat]] < 0):
+        bad = int(flat[np.flatnonzero(gk[i] != key)[0]])
         raise ValueError(f"planned link {fabric.link_names()[bad]} is not an ECMP member "
                          "toward the destination (failed or not on a shortest path)")
     cont = row[1:] == row[:-1]
     if np.any(fabric.link_dst[flat[:-1]][cont] != fabric.link_src[flat[1:]][cont]):
         raise ValueError("a planned path is not a connected link sequence")
     sw[row, col] = fabric.link_src[flat]
-    n[row, col] = size[i]
-    want[row, col] = pos[i]
+    n[row, col] = routing.grp_indptr[g + 1] - routing.grp_indptr[g]
+    want[row, col] = i - routing.grp_indptr[g]
     return sw, n, want
 
 
@@ -159,7 +161,7 @@ def walk_csr(fabric: Fabric, routing: Routing, src_nic, dst_nic, choose
 
 def csr_split(ptr: np.ndarray, flat: np.ndarray) -> list[np.ndarray]:
     """CSR -> list of arrays (views)."""
-    return np.split(flat, ptr[1:-1]) if len(ptr) > 1 else []
+    return [flat[a:b] for a, b in zip(ptr[:-1].tolist(), ptr[1:].tolist(), strict=True)]
 
 
 def inner_csr(ptr: np.ndarray, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -170,13 +172,41 @@ def inner_csr(ptr: np.ndarray, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray
     return ptr - 2 * np.arange(len(ptr)), flat[keep]
 
 
+def dedup_configs(fabric: Fabric, configs: dict[int, HashConfig]
+                  ) -> tuple[list[HashConfig], np.ndarray]:
+    """Distinct hash models (ignoring the switch name) and, per node, the index of its
+    model (-1 for non-switches). Fabrics have a handful of models (one per role under
+    SONiC seeds), so hashing per model instead of per switch saves most of the calls."""
+    uniq: dict[HashConfig, int] = {}
+    node_cfg = np.full(fabric.n_nodes, -1, dtype=np.int64)
+    for s, c in configs.items():
+        node_cfg[s] = uniq.setdefault(dataclasses.replace(c, name=""), len(uniq))
+    return list(uniq), node_cfg
+
+
+def _model_chooser(cfg_list, node_cfg, src_ip, dst_ip, sport):
+    """Like :func:`icefabric.control.hashing.hash_chooser`, grouped by hash model."""
+    def choose(step, idx, switches, dst_leaves, n_members):
+        member = np.empty(len(idx), dtype=np.int64)
+        ci = node_cfg[switches]
+        for c in np.unique(ci).tolist():
+            m = ci == c
+            cfg = cfg_list[c]
+            h = ecmp_hash(cfg, src_ip[idx[m]], dst_ip[idx[m]], sport[idx[m]], ROCE_UDP_DPORT)
+            member[m] = select_member(cfg, h, n_members[m])
+        return member
+    return choose
+
+
 def rehash_csr(fabric: Fabric, routing: Routing, configs: dict[int, HashConfig], src_nic,
                dst_nic, sport) -> tuple[np.ndarray, np.ndarray]:
-    """CSR of the NIC-to-NIC paths the switches' hash models give these ports."""
+    """CSR of the NIC-to-NIC paths the switches' hash models give these ports (the same
+    models and member selection as :func:`icefabric.control.hashing.ecmp_paths`)."""
     sn = np.asarray(src_nic, dtype=np.int64)
     dn = np.asarray(dst_nic, dtype=np.int64)
-    ip = fabric.node_ip
-    choose = hash_chooser(fabric, configs, ip[sn], ip[dn], np.asarray(sport, np.int64))
+    ip = fabric.node_ip.astype(np.uint32)
+    cfg_list, node_cfg = dedup_configs(fabric, configs)
+    choose = _model_chooser(cfg_list, node_cfg, ip[sn], ip[dn], np.asarray(sport, np.int64))
     return walk_csr(fabric, routing, sn, dn, choose)
 
 
@@ -263,9 +293,8 @@ def realize_paths(fabric: Fabric, routing: Routing, configs: dict[int, HashConfi
     sw, n, want = decision_chain(fabric, routing, dn, paths)
     meta: dict = {"mode": mode}
     if mode == "model":
-        sw_list = fabric.switches.tolist()
-        cfg_list = [configs[s] for s in sw_list]
-        cfg_index = np.where(sw >= 0, routing.sw_index[np.maximum(sw, 0)], -1)
+        cfg_list, node_cfg = dedup_configs(fabric, configs)
+        cfg_index = np.where(sw >= 0, node_cfg[np.maximum(sw, 0)], -1)
         sport = solve_sports(cfg_list, ip[sn], ip[dn], cfg_index, n, want, exclude=exclude,
                              seed=seed)
     elif mode == "probe":

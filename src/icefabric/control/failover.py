@@ -23,8 +23,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from icefabric.control.demand import Demand
-from icefabric.control.planning import PathAssignment, _paths_csr, plan_paths
-from icefabric.control.realize import realize_paths, rehash, same_paths
+from icefabric.control.planning import PathAssignment, _paths_csr, replan_subset
+from icefabric.control.realize import (
+    inner_csr,
+    realize_paths,
+    rehash,
+    rehash_csr,
+    same_paths,
+)
 from icefabric.dataplane.ecmp import HashConfig
 from icefabric.topology.model import Fabric
 from icefabric.topology.routing import Routing
@@ -79,24 +85,12 @@ def _changed_groups(old: Routing, new: Routing) -> np.ndarray:
     return changed
 
 
-def _maybe_remapped(fabric, old, new, demand, paths) -> np.ndarray:
-    """QPs with a hash decision in a group that changed (only they can be re-hashed
-    elsewhere); all QPs when the old routing is unknown."""
-    if old is None:
-        return np.arange(demand.n_qps)
-    changed = _changed_groups(old, new)
-    ptr, flat = _paths_csr(paths)
-    row = np.repeat(np.arange(len(paths)), np.diff(ptr))
-    NL = len(new.leaves)
-    g = new.sw_index[fabric.link_src[flat]] * NL + new.leaf_index[demand.dst_leaf[row]]
-    return np.unique(row[changed[g]])
-
-
 def replan_after_failure(fabric: Fabric, routing: Routing, configs: dict[int, HashConfig],
                          demand: Demand, paths: list[np.ndarray], sport: np.ndarray, *,
                          full_paths: list[np.ndarray] | None = None,
-                         old_routing: Routing | None = None, mode: str = "model",
-                         seed: int = 0) -> FailoverResult:
+                         old_routing: Routing | None = None,
+                         paths_csr: tuple[np.ndarray, np.ndarray] | None = None,
+                         mode: str = "model", seed: int = 0) -> FailoverResult:
     """Re-plan after failures already reflected in ``routing`` (``routing.down``).
 
     Parameters
@@ -110,6 +104,7 @@ def replan_after_failure(fabric: Fabric, routing: Routing, configs: dict[int, Ha
         for QPs that do not move; recomputed by re-hashing when not given).
     old_routing : Routing, optional — link state before the failure. With it only QPs
         through ECMP groups that changed are re-hashed (fast path); without it every QP is.
+    paths_csr : (indptr, links), optional — ``paths`` in CSR form, if the caller keeps it.
     mode : {"model", "probe"} — how new ports are found.
     seed : int
 
@@ -119,40 +114,49 @@ def replan_after_failure(fabric: Fabric, routing: Routing, configs: dict[int, Ha
     """
     sport = np.asarray(sport, dtype=np.int64).copy()
     Q = demand.n_qps
-    affected = affected_qps(paths, routing.down)
-    pinned = np.ones(Q, bool)
-    pinned[affected] = False
-    sub = np.union1d(affected, _maybe_remapped(fabric, old_routing, routing, demand, paths))
-    a = plan_paths(fabric, routing, demand, method="greedy", pinned=pinned, initial=paths,
-                   seed=seed)
+    ptr, flat = paths_csr if paths_csr is not None else _paths_csr(paths)
+    row = np.repeat(np.arange(Q), np.diff(ptr))
+    hit = np.zeros(Q, bool)
+    hit[row[routing.down[flat]]] = True
+    affected = np.flatnonzero(hit)
+    if old_routing is None:
+        maybe = np.arange(Q)
+    else:
+        changed = _changed_groups(old_routing, routing)
+        NL = len(routing.leaves)
+        g = routing.sw_index[fabric.link_src[flat]] * NL + \
+            routing.leaf_index[demand.dst_leaf[row]]
+        maybe = np.unique(row[changed[g]])
+    new_sub, util = replan_subset(fabric, routing, demand, affected, (ptr, flat), seed=seed)
+    new_paths = list(paths)
+    for q, p in zip(affected.tolist(), new_sub, strict=True):
+        new_paths[q] = p
     # Which kept QPs does the shrunken group re-hash elsewhere?
-    now = rehash(fabric, routing, configs, demand.src_nic[sub], demand.dst_nic[sub],
-                 sport[sub])
-    moved_sub = ~same_paths([p[1:-1] for p in now], [a.paths[q] for q in sub.tolist()])
-    moved = np.zeros(Q, bool)
-    moved[sub[moved_sub]] = True
-    moved[affected] = True
-    remapped = np.setdiff1d(np.flatnonzero(moved), affected)
-    todo = np.flatnonzero(moved)
-    keep = np.flatnonzero(~moved)
+    sub = np.setdiff1d(maybe, affected)
+    now = rehash_csr(fabric, routing, configs, demand.src_nic[sub], demand.dst_nic[sub],
+                     sport[sub])
+    stay = same_paths(inner_csr(*now), [paths[q] for q in sub.tolist()])
+    remapped = sub[~stay]
+    todo = np.union1d(affected, remapped)
+    keep = np.ones(Q, bool)
+    keep[todo] = False
     ip = fabric.node_ip
     excl = (ip[demand.src_nic[keep]], ip[demand.dst_nic[keep]], sport[keep])
     if full_paths is None:
         out_paths = rehash(fabric, routing, configs, demand.src_nic, demand.dst_nic, sport)
     else:
         out_paths = list(full_paths)
-    for i, q in enumerate(sub.tolist()):
-        out_paths[q] = now[i]
     ok = np.ones(Q, bool)
     if len(todo):
         r = realize_paths(fabric, routing, configs, demand.src_nic[todo],
-                          demand.dst_nic[todo], [a.paths[q] for q in todo.tolist()],
+                          demand.dst_nic[todo], [new_paths[q] for q in todo.tolist()],
                           mode=mode, exclude=excl, fallback_sport=sport[todo], seed=seed)
         solved = r.sport >= 0
         sport[todo[solved]] = r.sport[solved]
         for i, q in enumerate(todo.tolist()):
             out_paths[q] = r.paths[i]
         ok[todo] = r.ok
+    a = PathAssignment(new_paths, util, "failover", {"replanned": len(affected)})
     return FailoverResult(a, sport, out_paths, ok, affected, remapped,
                           {"affected": len(affected), "remapped": len(remapped),
                            "rehashed": len(sub), "ports_changed": len(todo),

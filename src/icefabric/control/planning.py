@@ -141,16 +141,22 @@ def _paths_csr(paths: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
 
 def _load_matrix(n_links: int, demand: Demand, qps: np.ndarray, paths: list[np.ndarray]
                  ) -> np.ndarray:
-    """Link x phase rate sums of QPs ``qps`` on ``paths`` (one path per listed QP),
-    vectorised over all (entry, link) pairs."""
-    P = max(demand.n_phases, 1)
-    L = np.zeros(n_links * P)
-    if len(qps) == 0:
-        return L.reshape(n_links, P)
+    """Link x phase rate sums of QPs ``qps`` on ``paths`` (one path per listed QP)."""
     ptr, flat = _paths_csr(paths)
     pos = np.full(demand.n_qps, -1, dtype=np.int64)
-    pos[qps] = np.arange(len(qps))
+    pos[np.asarray(qps, dtype=np.int64)] = np.arange(len(qps))
+    return _load_matrix_csr(n_links, demand, pos, ptr, flat)
+
+
+def _load_matrix_csr(n_links: int, demand: Demand, pos: np.ndarray, ptr: np.ndarray,
+                     flat: np.ndarray) -> np.ndarray:
+    """Link x phase rate sums, vectorised over all (entry, link) pairs. QP ``q`` counts
+    when ``pos[q] >= 0``; its path is row ``pos[q]`` of the CSR ``(ptr, flat)``."""
+    P = max(demand.n_phases, 1)
+    L = np.zeros(n_links * P)
     e = np.flatnonzero(pos[demand.ent_qp] >= 0)
+    if len(e) == 0:
+        return L.reshape(n_links, P)
     k = pos[demand.ent_qp[e]]
     n = ptr[k + 1] - ptr[k]
     rep = np.repeat(np.arange(len(e)), n)
@@ -235,6 +241,35 @@ def link_utilization(fabric: Fabric, demand: Demand, paths: list[np.ndarray]) ->
     st = _Load(fabric, demand)
     st.add_many(np.arange(demand.n_qps), paths)
     return st.util()
+
+
+def replan_subset(fabric: Fabric, routing: Routing, demand: Demand, qps: np.ndarray,
+                  paths_csr: tuple[np.ndarray, np.ndarray], *,
+                  forbid: dict[int, set[int]] | None = None, improve: bool = True,
+                  seed: int | None = None) -> tuple[list[np.ndarray], np.ndarray]:
+    """Plan only QPs ``qps`` (greedy + local improvement restricted to them) against the
+    load of every other QP on its current path; the fast path of failure re-planning.
+
+    ``paths_csr`` is ``(indptr, links)`` of the current fabric path of every QP. Returns
+    the new paths of ``qps`` (in order) and the resulting per-link utilisation.
+    """
+    rng = np.random.default_rng(seed)
+    qps = np.asarray(qps, dtype=np.int64)
+    Q = demand.n_qps
+    ptr, flat = paths_csr
+    others = np.ones(Q, bool)
+    others[qps] = False
+    st = _Load(fabric, demand)
+    st.L += _load_matrix_csr(fabric.n_links, demand, np.where(others, np.arange(Q), -1),
+                             ptr, flat)
+    st._refresh()
+    cands = Candidates(routing, demand)
+    choice = np.full(Q, -1, dtype=np.int64)
+    forbid = forbid or {}
+    _greedy(fabric, routing, demand, cands, st, choice, qps, forbid, rng)
+    if improve and len(qps):
+        _improve(demand, cands, st, choice, ~others, 20 * len(qps) + 100, forbid)
+    return [cands.of(q)[choice[q]] for q in qps.tolist()], st.util()
 
 
 def assignment_from_paths(fabric: Fabric, demand: Demand, paths: list[np.ndarray],
@@ -730,3 +765,7 @@ def reoptimize(fabric: Fabric, routing: Routing, demand: Demand, *,
                seed: int | None = None) -> PathAssignment:
     """Re-plan every QP from scratch (the explicit re-optimisation; QPs may move)."""
     return plan_paths(fabric, routing, demand, method="auto", seed=seed)
+
+
+#: Public name of the CSR helper (the controller keeps its plan state in this form).
+paths_to_csr = _paths_csr

@@ -23,7 +23,7 @@ from icefabric.ccl.communicator import Communicator
 from icefabric.ccl.workload import WorkloadBuilder
 from icefabric.control.demand import workload_demand
 from icefabric.control.failover import replan_after_failure
-from icefabric.control.planning import paths_to_csr, plan_paths
+from icefabric.control.planning import load_state, paths_to_csr, plan_paths
 from icefabric.control.realize import realize_paths
 from icefabric.policies.base import PlanContext
 from icefabric.topology.builders import ServerGroup, fat_tree
@@ -59,8 +59,9 @@ def main() -> None:
     a = plan_paths(fab, ctx.routing, d)
     t[f"paths ({a.method})"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    csr = paths_to_csr(a.paths)  # the controller's plan state
-    t["plan state (CSR)"] = time.perf_counter() - t0
+    csr = paths_to_csr(a.paths)  # the controller's plan state: paths and link loads
+    load = load_state(fab, d, csr)
+    t["plan state (CSR, loads)"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     r = realize_paths(fab, ctx.routing, ctx.hash_configs, d.src_nic, d.dst_nic, a.paths)
     t["ports + re-hash verify"] = time.perf_counter() - t0
@@ -78,7 +79,7 @@ def main() -> None:
     t0 = time.perf_counter()
     res = replan_after_failure(fab, rt2, ctx.hash_configs, d, a.paths, r.sport,
                                full_paths=r.paths, old_routing=ctx.routing,
-                               paths_csr=csr)
+                               paths_csr=csr, load=load)
     t_re = time.perf_counter() - t0
     print(f"  routing tables after failure (switches) {t_rt * 1e3:6.0f} ms")
     print(f"  ICE re-plan after failure               {t_re * 1e3:6.0f} ms   "

@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+import scipy.sparse as sp
 
 from icefabric.control.demand import Demand
 from icefabric.control.planning import PathAssignment, _paths_csr, replan_subset
@@ -32,7 +33,7 @@ from icefabric.control.realize import (
     same_paths,
 )
 from icefabric.dataplane.ecmp import HashConfig
-from icefabric.topology.model import Fabric
+from icefabric.topology.model import LINK_FABRIC, Fabric
 from icefabric.topology.routing import Routing
 
 __all__ = ["FailoverResult", "affected_qps", "replan_after_failure"]
@@ -73,7 +74,25 @@ def _changed_groups(old: Routing, new: Routing) -> np.ndarray:
     """Boolean mask over group ids (switch index x leaf index) whose members changed."""
     so, sn = np.diff(old.grp_indptr), np.diff(new.grp_indptr)
     changed = so != sn
-    same = np.flatnonzero(~changed)
+    D = old.dist != new.dist  # (leaves, switches): distance to a leaf changed
+    if not D.any():
+        # Distances unchanged: failures only remove members, so a group changed iff its
+        # size did.
+        return changed
+    # A group (s, leaf) can change only if the distance of s or of a neighbour of s to
+    # that leaf changed; compare members of those groups only.
+    f = old.fabric
+    fab = f.link_kind == LINK_FABRIC
+    S = len(old.switches)
+    adj = sp.csr_matrix((np.ones(int(fab.sum())), (old.sw_index[f.link_src[fab]],
+                                                   old.sw_index[f.link_dst[fab]])),
+                        shape=(S, S))
+    cand = D | (adj @ D.T.astype(np.float64)).T.astype(bool)  # (leaves, switches)
+    li, si = np.nonzero(cand)
+    NL = len(old.leaves)
+    gid = np.zeros(len(so), bool)
+    gid[si * NL + li] = True
+    same = np.flatnonzero(~changed & gid)
     # Equal sizes: compare members (vectorised over the groups of equal size).
     if len(same):
         lo = np.repeat(old.grp_indptr[same], so[same])
@@ -90,7 +109,8 @@ def replan_after_failure(fabric: Fabric, routing: Routing, configs: dict[int, Ha
                          full_paths: list[np.ndarray] | None = None,
                          old_routing: Routing | None = None,
                          paths_csr: tuple[np.ndarray, np.ndarray] | None = None,
-                         mode: str = "model", seed: int = 0) -> FailoverResult:
+                         load: np.ndarray | None = None, mode: str = "model",
+                         seed: int = 0) -> FailoverResult:
     """Re-plan after failures already reflected in ``routing`` (``routing.down``).
 
     Parameters
@@ -105,6 +125,7 @@ def replan_after_failure(fabric: Fabric, routing: Routing, configs: dict[int, Ha
     old_routing : Routing, optional — link state before the failure. With it only QPs
         through ECMP groups that changed are re-hashed (fast path); without it every QP is.
     paths_csr : (indptr, links), optional — ``paths`` in CSR form, if the caller keeps it.
+    load : array, optional — the plan's :func:`~icefabric.control.planning.load_state`.
     mode : {"model", "probe"} — how new ports are found.
     seed : int
 
@@ -127,7 +148,8 @@ def replan_after_failure(fabric: Fabric, routing: Routing, configs: dict[int, Ha
         g = routing.sw_index[fabric.link_src[flat]] * NL + \
             routing.leaf_index[demand.dst_leaf[row]]
         maybe = np.unique(row[changed[g]])
-    new_sub, util = replan_subset(fabric, routing, demand, affected, (ptr, flat), seed=seed)
+    new_sub, util = replan_subset(fabric, routing, demand, affected, (ptr, flat), load=load,
+                                 seed=seed)
     new_paths = list(paths)
     for q, p in zip(affected.tolist(), new_sub, strict=True):
         new_paths[q] = p
@@ -140,6 +162,9 @@ def replan_after_failure(fabric: Fabric, routing: Routing, configs: dict[int, Ha
     todo = np.union1d(affected, remapped)
     keep = np.ones(Q, bool)
     keep[todo] = False
+    # Only ports of the same NIC pairs can clash with the new ones.
+    pair = demand.src_nic * fabric.n_nodes + demand.dst_nic
+    keep &= np.isin(pair, pair[todo])
     ip = fabric.node_ip
     excl = (ip[demand.src_nic[keep]], ip[demand.dst_nic[keep]], sport[keep])
     if full_paths is None:

@@ -89,6 +89,32 @@ def qps_needed(rate_bps, path_capacity_bps) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------- candidates
+def _all_paths(routing: Routing, src_leaf: int, dst_leaf: int, limit: int) -> np.ndarray:
+    """Every shortest path from ``src_leaf`` to ``dst_leaf`` as an (n_paths, depth) array,
+    expanded level by level with numpy (same order as :meth:`Routing.all_paths`)."""
+    f = routing.fabric
+    cur = np.array([src_leaf], dtype=np.int64)
+    prefix = np.zeros((1, 0), dtype=np.int64)
+    for _ in range(9):
+        if np.all(cur == dst_leaf):
+            return prefix
+        dl = np.full(len(cur), dst_leaf, dtype=np.int64)
+        n = routing.group_sizes(cur, dl)
+        if np.any(n == 0):
+            keep = n > 0
+            cur, prefix, n, dl = cur[keep], prefix[keep], n[keep], dl[keep]
+            if len(cur) == 0:
+                break
+        rep = np.repeat(np.arange(len(cur)), n)
+        member = np.arange(len(rep)) - np.repeat(np.cumsum(n) - n, n)
+        link = routing.group_member(cur[rep], dl[rep], member)
+        prefix = np.column_stack([prefix[rep], link])[:limit]
+        cur = f.link_dst[link][:limit].astype(np.int64)
+    from icefabric.topology.routing import RoutingError
+
+    raise RoutingError(f"no path from {f.node_names[src_leaf]} to {f.node_names[dst_leaf]}")
+
+
 class Candidates:
     """All shortest fabric paths of every distinct (source leaf, destination leaf) pair,
     enumerated lazily (only pairs that are asked for).
@@ -112,7 +138,7 @@ class Candidates:
         if p is None:
             a, b = divmod(int(self.keys[k]), self._n)
             p = (np.zeros((1, 0), dtype=np.int64) if a == b else
-                 np.stack(self.routing.all_paths(a, b, limit=self.limit)))
+                 _all_paths(self.routing, a, b, self.limit))
             self._paths[k] = p
         return p
 
@@ -243,15 +269,25 @@ def link_utilization(fabric: Fabric, demand: Demand, paths: list[np.ndarray]) ->
     return st.util()
 
 
+def load_state(fabric: Fabric, demand: Demand, paths_csr: tuple[np.ndarray, np.ndarray]
+               ) -> np.ndarray:
+    """Link x phase rate sums of a whole plan (what a controller keeps next to its plan,
+    so that re-planning a few QPs does not recompute the load of all the others)."""
+    ptr, flat = paths_csr
+    return _load_matrix_csr(fabric.n_links, demand, np.arange(demand.n_qps), ptr, flat)
+
+
 def replan_subset(fabric: Fabric, routing: Routing, demand: Demand, qps: np.ndarray,
                   paths_csr: tuple[np.ndarray, np.ndarray], *,
                   forbid: dict[int, set[int]] | None = None, improve: bool = True,
+                  load: np.ndarray | None = None,
                   seed: int | None = None) -> tuple[list[np.ndarray], np.ndarray]:
     """Plan only QPs ``qps`` (greedy + local improvement restricted to them) against the
     load of every other QP on its current path; the fast path of failure re-planning.
 
     ``paths_csr`` is ``(indptr, links)`` of the current fabric path of every QP. Returns
     the new paths of ``qps`` (in order) and the resulting per-link utilisation.
+    ``load`` is the plan's :func:`load_state` (all QPs), if the caller keeps it.
     """
     rng = np.random.default_rng(seed)
     qps = np.asarray(qps, dtype=np.int64)
@@ -260,8 +296,13 @@ def replan_subset(fabric: Fabric, routing: Routing, demand: Demand, qps: np.ndar
     others = np.ones(Q, bool)
     others[qps] = False
     st = _Load(fabric, demand)
-    st.L += _load_matrix_csr(fabric.n_links, demand, np.where(others, np.arange(Q), -1),
-                             ptr, flat)
+    if load is None:
+        st.L += _load_matrix_csr(fabric.n_links, demand, np.where(others, np.arange(Q), -1),
+                                 ptr, flat)
+    else:
+        pos = np.full(Q, -1, dtype=np.int64)
+        pos[qps] = qps
+        st.L += load - _load_matrix_csr(fabric.n_links, demand, pos, ptr, flat)
     st._refresh()
     cands = Candidates(routing, demand)
     choice = np.full(Q, -1, dtype=np.int64)

@@ -12,6 +12,7 @@ path, not the planned one, is what the simulator runs.
 from __future__ import annotations
 
 import dataclasses
+import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -29,6 +30,11 @@ from icefabric.topology.routing import Routing, RoutingError
 
 __all__ = ["Realization", "csr_split", "decision_chain", "inner_csr", "realize_paths", "rehash",
            "rehash_csr", "same_paths", "walk_csr"]
+
+
+# Per-fabric caches (fabrics are immutable; entries die with the fabric).
+_NIC_LINKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_CFG_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,7 +106,7 @@ def decision_chain(fabric: Fabric, routing: Routing, dst_nic: np.ndarray,
 
 def _nic_links(fabric: Fabric) -> tuple[np.ndarray, np.ndarray]:
     """Per node: its NIC uplink (NIC -> leaf) and downlink (leaf -> NIC) link id, or -1."""
-    cached = fabric.meta.get("_ice_nic_links")
+    cached = _NIC_LINKS.get(fabric)
     if cached is not None:
         return cached
     ids = np.arange(fabric.n_links)[::-1]  # reversed: the first link wins on assignment
@@ -112,7 +118,7 @@ def _nic_links(fabric: Fabric) -> tuple[np.ndarray, np.ndarray]:
     up[src[m]] = ids[m]
     m = host & (fabric.node_kind[dst] == NIC)
     down[dst[m]] = ids[m]
-    fabric.meta["_ice_nic_links"] = (up, down)
+    _NIC_LINKS[fabric] = (up, down)
     return up, down
 
 
@@ -177,10 +183,14 @@ def dedup_configs(fabric: Fabric, configs: dict[int, HashConfig]
     """Distinct hash models (ignoring the switch name) and, per node, the index of its
     model (-1 for non-switches). Fabrics have a handful of models (one per role under
     SONiC seeds), so hashing per model instead of per switch saves most of the calls."""
+    cached = _CFG_CACHE.get(fabric)
+    if cached is not None and cached[0] is configs:
+        return cached[1]
     uniq: dict[HashConfig, int] = {}
     node_cfg = np.full(fabric.n_nodes, -1, dtype=np.int64)
     for s, c in configs.items():
         node_cfg[s] = uniq.setdefault(dataclasses.replace(c, name=""), len(uniq))
+    _CFG_CACHE[fabric] = (configs, (list(uniq), node_cfg))
     return list(uniq), node_cfg
 
 

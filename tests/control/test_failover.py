@@ -36,3 +36,24 @@ def test_failover_moves_only_affected_paths(small_fabric, routing_of):
     same = np.setdiff1d(np.arange(d.n_qps), np.r_[res.affected, res.remapped])
     assert np.array_equal(res.sport[same], r.sport[same])
     assert res.assignment.max_util <= 1.0 + 1e-9  # 200G QPs fit the 15 remaining uplinks
+
+
+def test_fast_path_matches_full_rehash(small_fabric, routing_of):
+    f = small_fabric
+    rt = routing_of(f)
+    cfg = fabric_hash_configs(f)
+    src, dst = nics_of(f, [0, 1]), nics_of(f, [2, 3])
+    d = demand_from_pairs(f, np.r_[src, dst], np.r_[dst, src], rate_bps=100e9)
+    a = plan_paths(f, rt, d)
+    r = realize_paths(f, rt, cfg, d.src_nic, d.dst_nic, a.paths)
+    up = int(a.paths[3][0])
+    down = [up, f.link_id(int(f.link_dst[up]), int(f.link_src[up]))]
+    rt2 = routing_of(f, tuple(sorted(down)))
+    slow = replan_after_failure(f, rt2, cfg, d, a.paths, r.sport)
+    fast = replan_after_failure(f, rt2, cfg, d, a.paths, r.sport, old_routing=rt,
+                                full_paths=r.paths)
+    assert np.array_equal(slow.affected, fast.affected)
+    assert np.array_equal(slow.remapped, fast.remapped)
+    assert fast.ok.all() and slow.ok.all()
+    # mod-N groups: losing one of 8 uplinks remaps other QPs of that leaf too
+    assert len(fast.remapped) > 0

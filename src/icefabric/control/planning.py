@@ -340,29 +340,35 @@ def _greedy(fabric, routing, demand, cands, st, choice, todo, forbid, rng):
 
 
 def _improve(demand, cands, st, choice, movable, max_moves, forbid):
-    """Move QPs off the most loaded link while that strictly lowers its utilisation."""
+    """Move QPs off the most loaded link (among links that carry a movable QP) while that
+    strictly lowers its utilisation; links at the same level are tried in turn."""
     rate = demand.peak_rate_bps()
-    Q = demand.n_qps
-    dmax = max((cands.of(q).shape[1] for q in np.flatnonzero(movable).tolist()), default=0)
-    pm = np.full((Q, max(dmax, 1)), -1, dtype=np.int64)
-    for q in np.flatnonzero(movable).tolist():
+    mq = np.flatnonzero(movable)
+    if len(mq) == 0:
+        return 0
+    dmax = max(max(cands.of(q).shape[1] for q in mq.tolist()), 1)
+    pm = np.full((len(mq), dmax), -1, dtype=np.int64)  # current path of each movable QP
+    for i, q in enumerate(mq.tolist()):
         p = cands.of(q)[choice[q]]
-        pm[q, :len(p)] = p
+        pm[i, :len(p)] = p
     moves = 0
     tabu: set[int] = set()
     while moves < max_moves:
-        u = st.util()
+        links = np.unique(pm[pm >= 0])
+        if len(links) == 0:
+            break
+        u = st.S[links] / st.cap[links]
         if tabu:
-            u = u.copy()
-            u[list(tabu)] = -1
-        l = int(np.argmax(u))
-        umax = float(u[l])
+            u[np.isin(links, list(tabu))] = -1
+        k = int(np.argmax(u))
+        l, umax = int(links[k]), float(u[k])
         if umax <= 0:
             break
-        qs = np.flatnonzero((pm == l).any(axis=1) & movable)
-        qs = qs[np.argsort(-rate[qs], kind="stable")]
+        rows = np.flatnonzero((pm == l).any(axis=1))
+        rows = rows[np.argsort(-rate[mq[rows]], kind="stable")]
         moved = False
-        for q in qs.tolist():
+        for i in rows.tolist():
+            q = int(mq[i])
             cand = cands.of(q)
             cur = int(choice[q])
             st.add(q, cand[cur], -1.0)
@@ -374,22 +380,21 @@ def _improve(demand, cands, st, choice, movable, max_moves, forbid):
             if best != cur and mx[best] < umax - 1e-9:
                 choice[q] = best
                 st.add(q, cand[best])
-                pm[q, :] = -1
-                pm[q, :cand.shape[1]] = cand[best]
+                pm[i, :] = -1
+                pm[i, :cand.shape[1]] = cand[best]
                 moves += 1
                 moved = True
                 break
             st.add(q, cand[cur])
-        if not moved:
-            # The bottleneck cannot be lowered by a single move; look at the next link only
-            # if it is at the same level (ties), else stop.
-            tabu.add(l)
-            u2 = st.util()
-            u2[list(tabu)] = -1
-            if float(u2.max(initial=0)) < umax - 1e-9 or len(tabu) > 64:
-                break
-        else:
+        if moved:
             tabu.clear()
+            continue
+        # This link cannot be lowered by a single move; try the next one if it is at the
+        # same level (ties), else stop.
+        tabu.add(l)
+        u[k] = -1
+        if float(u.max(initial=0)) < umax - 1e-9 or len(tabu) > 64:
+            break
     return moves
 
 

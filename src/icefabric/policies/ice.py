@@ -58,6 +58,9 @@ class IcePolicy(Policy):
         self.port_rounds = int(port_rounds)
         self.improve = bool(improve)
         self.reroute_delay_ns = int(agent_failover_ns)
+        # (workload, routing, demand) of the last plan: the controller's state, so that a
+        # re-plan only re-hashes QPs through ECMP groups the failure changed.
+        self._last: tuple | None = None
 
     def qps_per_connection(self, default: int) -> int:
         # One QP per connection unless a split is asked for (control.planning.split_needed
@@ -96,6 +99,7 @@ class IcePolicy(Policy):
                 "sport_mode": self.sport_mode, "verified": int(r.ok.sum()),
                 "n_qps": d.n_qps, "verified_frac": float(r.ok.mean()) if d.n_qps else 1.0,
                 "port_rounds": rounds, "planned_paths": paths, **r.meta}
+        self._last = (ctx.workload, rt, d)
         if self.backup:
             bs, bpaths = self._backups(ctx, d, paths, sport)
             meta["backup_sport"] = bs
@@ -126,10 +130,18 @@ class IcePolicy(Policy):
 
     def replan(self, ctx: PlanContext, previous: PathPlan) -> PathPlan:
         f, rt = ctx.fabric, ctx.routing
-        d = workload_demand(f, ctx.workload)
+        old = None
+        if self._last is not None and self._last[0] is ctx.workload:
+            _, old, d = self._last
+        else:
+            d = workload_demand(f, ctx.workload)
         paths = previous.meta.get("planned_paths") or _fabric_paths(previous)
+        ptr = previous.qp_route_ptr()
+        full = [previous.route(int(ptr[q])) for q in range(previous.n_qps)]
         res = replan_after_failure(f, rt, ctx.hash_configs, d, paths, previous.sport,
-                                   mode=self.sport_mode, seed=ctx.seed)
+                                   full_paths=full, old_routing=old, mode=self.sport_mode,
+                                   seed=ctx.seed)
+        self._last = (ctx.workload, rt, d)
         meta = dict(previous.meta)
         meta.update({"planned_paths": res.assignment.paths, "failover": res.meta,
                      "planned_max_util": res.assignment.max_util})

@@ -23,7 +23,7 @@ from icefabric.scenario.loader import load
 
 SUITE = ["hetero-default", "suite-ring-homog", "suite-tree-hetero-scattered",
          "suite-alltoall-hetero", "suite-two-jobs", "suite-four-jobs", "suite-link-failure",
-         "suite-fat-tree"]
+         "suite-fat-tree", "suite-split"]
 POLICIES = ["ecmp", "ecmp-multiqp", "static-disjoint", "spray", "ideal", "ice"]
 BASE = ["ecmp", "ecmp-multiqp", "static-disjoint"]
 

@@ -36,6 +36,26 @@ from icefabric.policies.base import PlanContext, Policy, register_policy
 from icefabric.units import us
 
 
+def fabric_split(fabric) -> int:
+    """QPs per connection so that one NIC's full rate fits single paths: the largest
+    ``ceil(nic_bps / best uplink of its leaf)`` over NICs (1 on non-blocking fabrics with
+    uplinks at least as fast as the NICs)."""
+    from icefabric.control.demand import nic_bps
+    from icefabric.control.planning import qps_needed
+    from icefabric.topology.model import LINK_FABRIC, NIC
+
+    bps = nic_bps(fabric)
+    fab = fabric.link_kind == LINK_FABRIC
+    up = np.zeros(fabric.n_nodes)
+    np.maximum.at(up, fabric.link_src[fab], fabric.link_capacity_bps[fab])
+    nics = fabric.nodes_of_kind(NIC)
+    leaf = fabric.nic_leaf[nics]
+    ok = leaf >= 0
+    if not np.any(ok):
+        return 1
+    return int(qps_needed(bps[nics[ok]], up[leaf[ok]]).max())
+
+
 def _fabric_paths(plan: PathPlan) -> list[np.ndarray]:
     ptr = plan.qp_route_ptr()
     return [plan.route(int(ptr[q]))[1:-1] for q in range(plan.n_qps)]
@@ -46,14 +66,18 @@ class IcePolicy(Policy):
     description = ("ICE: global path plan (min max link load), realised by solved UDP source "
                    "ports, verified by re-hashing; local fail-over to backup ports")
 
-    def __init__(self, method: str = "auto", sport_mode: str = "model", qps: int = 1,
+    def __init__(self, method: str = "auto", sport_mode: str = "model",
+                 qps: int | str = "auto",
                  backup: bool = True, port_rounds: int = 3, improve: bool = True,
                  agent_failover_ns: int = us(50), **_):
         if sport_mode not in ("model", "probe"):
             raise ValueError("ice: sport_mode must be 'model' or 'probe'")
         self.method = method
         self.sport_mode = sport_mode
-        self.qps = int(qps)
+        if qps != "auto" and not (isinstance(qps, int) and 1 <= qps <= 128):
+            raise ValueError("ice: qps must be an integer in [1, 128] or 'auto'")
+        self.qps = qps
+        self._fabric = None
         self.backup = bool(backup)
         self.port_rounds = int(port_rounds)
         self.improve = bool(improve)
@@ -62,10 +86,23 @@ class IcePolicy(Policy):
         # re-plan only re-hashes QPs through ECMP groups the failure changed.
         self._last: tuple | None = None
 
+    def ideal_fabric(self, fabric):
+        # Called by the runner before the workload is built: remember the fabric so that
+        # ``qps="auto"`` can size the split from it.
+        self._fabric = fabric
+        return fabric
+
     def qps_per_connection(self, default: int) -> int:
-        # One QP per connection unless a split is asked for (control.planning.split_needed
-        # tells how many a connection needs when one path cannot carry it).
-        return max(default, self.qps)
+        """One QP per connection unless a split is needed: ``qps="auto"`` splits every
+        connection into ``ceil(NIC rate / best uplink capacity)`` QPs when a single path
+        cannot carry a NIC's full rate (e.g. 400G NICs under 200G uplinks), so the planner
+        can put the parts on different paths
+        (:func:`icefabric.control.planning.split_needed` does the same per connection)."""
+        if self.qps != "auto":
+            return max(default, int(self.qps))
+        if self._fabric is None:
+            return default
+        return max(default, fabric_split(self._fabric))
 
     # ----------------------------------------------------------------------------------
     def plan(self, ctx: PlanContext) -> PathPlan:

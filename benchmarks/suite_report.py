@@ -31,11 +31,17 @@ BASE = ["ecmp", "ecmp-multiqp", "static-disjoint"]
 def plan_check(name: str) -> dict:
     ls = load(name)
     fab = build_fabric(ls)
-    wl = build_workload(ls, fab, ls.scenario.size_list()[-1])
+    opts = dict(ls.scenario.policy_options.get("ice", {}), backup=False)
+    pol = get_policy("ice", **opts)
+    pol.ideal_fabric(fab)  # as the runner does: lets qps="auto" size the split
+    k = pol.qps_per_connection(1)
+    wl = build_workload(ls, fab, ls.scenario.size_list()[-1],
+                        qps_per_connection=k if k != 1 else None)
     ctx = PlanContext.create(fab, wl, seed=ls.scenario.seed)
     out = {}
     for mode in ("model", "probe"):
-        p = get_policy("ice", sport_mode=mode, backup=False).plan(ctx)
+        opts["sport_mode"] = mode
+        p = get_policy("ice", **opts).plan(ctx)
         out[mode] = p.meta["verified_frac"]
     out["max_util"] = p.meta["planned_max_util"]
     out["method"] = p.meta["method"]

@@ -339,7 +339,58 @@ def _greedy(fabric, routing, demand, cands, st, choice, todo, forbid, rng):
         st.add(q, cand[best])
 
 
-def _improve(demand, cands, st, choice, movable, max_moves, forbid):
+def _set_row(pm, i, path):
+    pm[i, :] = -1
+    pm[i, :len(path)] = path
+
+
+def _try_swap(rows, mq, pm, l, umax, cands, st, choice, forbid, rate, width=6):
+    """Two-QP move: put a QP ``q`` of the bottleneck link ``l`` on a path whose only
+    obstacle is another QP ``q2``, and move ``q2`` elsewhere, if afterwards every touched
+    link is strictly below ``umax``. Resolves granularity deadlocks a single move cannot."""
+    eps = 1e-9
+    row_of = {int(q): i for i, q in enumerate(mq.tolist())}
+    for i in rows.tolist():
+        q = int(mq[i])
+        cand = cands.of(q)
+        cur = int(choice[q])
+        st.add(q, cand[cur], -1.0)
+        mx, sm = st.score(q, cand)
+        bad = forbid.get(q, set())
+        for k in np.lexsort((sm, mx))[:width].tolist():
+            if k == cur or k in bad:
+                continue
+            st.add(q, cand[k])
+            lk = cand[k]
+            block = lk[st.S[lk] / st.cap[lk] >= umax - eps]
+            for m in block[:2].tolist():
+                for j in np.flatnonzero((pm == m).any(axis=1)).tolist():
+                    q2 = int(mq[j])
+                    if q2 == q:
+                        continue
+                    cand2 = cands.of(q2)
+                    c2 = int(choice[q2])
+                    st.add(q2, cand2[c2], -1.0)
+                    mx2, sm2 = st.score(q2, cand2)
+                    bad2 = forbid.get(q2)
+                    if bad2:
+                        mx2[list(bad2)] = np.inf
+                    b2 = int(np.lexsort((sm2, mx2))[0])
+                    st.add(q2, cand2[b2])
+                    touched = np.unique(np.r_[lk, cand2[b2], cand[cur], cand2[c2], [l]])
+                    if b2 != c2 and np.all(st.S[touched] / st.cap[touched] < umax - eps):
+                        choice[q], choice[q2] = k, b2
+                        _set_row(pm, i, cand[k])
+                        _set_row(pm, row_of[q2], cand2[b2])
+                        return True
+                    st.add(q2, cand2[b2], -1.0)
+                    st.add(q2, cand2[c2])
+            st.add(q, cand[k], -1.0)
+        st.add(q, cand[cur])
+    return False
+
+
+def _improve(demand, cands, st, choice, movable, max_moves, forbid, swaps=32):
     """Move QPs off the most loaded link (among links that carry a movable QP) while that
     strictly lowers its utilisation; links at the same level are tried in turn."""
     rate = demand.peak_rate_bps()
@@ -386,11 +437,17 @@ def _improve(demand, cands, st, choice, movable, max_moves, forbid):
                 moved = True
                 break
             st.add(q, cand[cur])
+        if not moved and swaps > 0 and umax > 1.0 + 1e-9:
+            # Swaps only while the plan still has collisions, and a bounded number of tries.
+            swaps -= 1
+            moved = _try_swap(rows, mq, pm, l, umax, cands, st, choice, forbid, rate)
+            if moved:
+                moves += 1
         if moved:
             tabu.clear()
             continue
-        # This link cannot be lowered by a single move; try the next one if it is at the
-        # same level (ties), else stop.
+        # This link cannot be lowered by a single move or swap; try the next one if it is
+        # at the same level (ties), else stop.
         tabu.add(l)
         u[k] = -1
         if float(u.max(initial=0)) < umax - 1e-9 or len(tabu) > 64:
@@ -679,8 +736,7 @@ def _auto(fabric, routing, demand, **kw) -> PathAssignment:
         return plan_greedy(fabric, routing, demand, **kw)
     method = "fat_tree" if builder == "fat_tree" else "edge_coloring"
     a = PLANNERS[method](fabric, routing, demand)
-    if (a.collision_free and demand.is_uniform()) or not kw.get("improve", True) \
-            or demand.n_qps > GREEDY_LIMIT:
+    if a.collision_free or not kw.get("improve", True) or demand.n_qps > GREEDY_LIMIT:
         return a
     # Weighted demand or uneven capacities: improve the colouring locally, and also try
     # the weighted greedy from scratch; keep the best.

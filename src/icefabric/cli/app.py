@@ -20,6 +20,8 @@ app = typer.Typer(
 COMMAND_MODULES: tuple[str, ...] = (
     "simulate",
     "scenarios",
+    "collect",
+    "compare",
     "plan",
 )
 

@@ -122,3 +122,26 @@ def test_split_when_uplinks_slower_than_nics():
     by = {x["policy"]: x["busbw_GBps"] for x in r.rows}
     assert by["ice"] >= 0.97 * by["ideal"]
     assert by["ice"] >= max(by["ecmp"], by["ecmp-multiqp"], by["static-disjoint"])
+
+
+@pytest.mark.parametrize("name", ["hetero-default"] + SUITE)
+def test_ports_follow_plan_on_suite_both_modes(name):
+    """Done-when: solved ports, re-hashed through the switch models, follow the planned
+    paths for 100 % of QPs in the known-hash and the probing mode."""
+    from icefabric.control.hashing import ecmp_paths
+
+    ls = load(name)
+    fab = build_fabric(ls)
+    opts = dict(ls.scenario.policy_options.get("ice", {}), backup=False)
+    pol = get_policy("ice", **opts)
+    pol.ideal_fabric(fab)
+    k = pol.qps_per_connection(1)
+    wl = build_workload(ls, fab, 1 << 20, qps_per_connection=k if k != 1 else None)
+    ctx = PlanContext.create(fab, wl, seed=ls.scenario.seed)
+    for mode in ("model", "probe"):
+        plan = get_policy("ice", **dict(opts, sport_mode=mode)).plan(ctx)
+        assert plan.meta["verified_frac"] == 1.0, mode
+        again = ecmp_paths(fab, ctx.routing, ctx.hash_configs, wl.qp_src_nic, wl.qp_dst_nic,
+                           plan.sport)
+        for q in range(plan.n_qps):
+            assert np.array_equal(again[q][1:-1], plan.meta["planned_paths"][q])

@@ -280,7 +280,7 @@ def load_state(fabric: Fabric, demand: Demand, paths_csr: tuple[np.ndarray, np.n
 def replan_subset(fabric: Fabric, routing: Routing, demand: Demand, qps: np.ndarray,
                   paths_csr: tuple[np.ndarray, np.ndarray], *,
                   forbid: dict[int, set[int]] | None = None, improve: bool = True,
-                  load: np.ndarray | None = None,
+                  load: np.ndarray | None = None, swaps: int = 0,
                   seed: int | None = None) -> tuple[list[np.ndarray], np.ndarray]:
     """Plan only QPs ``qps`` (greedy + local improvement restricted to them) against the
     load of every other QP on its current path; the fast path of failure re-planning.
@@ -288,6 +288,8 @@ def replan_subset(fabric: Fabric, routing: Routing, demand: Demand, qps: np.ndar
     ``paths_csr`` is ``(indptr, links)`` of the current fabric path of every QP. Returns
     the new paths of ``qps`` (in order) and the resulting per-link utilisation.
     ``load`` is the plan's :func:`load_state` (all QPs), if the caller keeps it.
+    ``swaps`` bounds the two-QP swaps tried (0 by default: a failure that removed capacity
+    usually cannot be fully absorbed, and the fail-over path must stay fast).
     """
     rng = np.random.default_rng(seed)
     qps = np.asarray(qps, dtype=np.int64)
@@ -309,7 +311,8 @@ def replan_subset(fabric: Fabric, routing: Routing, demand: Demand, qps: np.ndar
     forbid = forbid or {}
     _greedy(fabric, routing, demand, cands, st, choice, qps, forbid, rng)
     if improve and len(qps):
-        _improve(demand, cands, st, choice, ~others, 20 * len(qps) + 100, forbid)
+        _improve(demand, cands, st, choice, ~others, 20 * len(qps) + 100, forbid,
+                 swaps=swaps)
     return [cands.of(q)[choice[q]] for q in qps.tolist()], st.util()
 
 

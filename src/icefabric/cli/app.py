@@ -23,6 +23,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "validate",
     "collect",
     "compare",
+    "plan",
 )
 
 for _name in COMMAND_MODULES:

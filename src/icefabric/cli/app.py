@@ -20,10 +20,10 @@ app = typer.Typer(
 COMMAND_MODULES: tuple[str, ...] = (
     "simulate",
     "scenarios",
+    "plan",
     "validate",
     "collect",
     "compare",
-    "plan",
 )
 
 for _name in COMMAND_MODULES:

@@ -133,6 +133,17 @@ def fluid_defaults(fabric: Fabric) -> dict:
             "wire_overhead": (4096 + 58) / 4096, "ack_bytes": 58.0}
 
 
+def _fluid_options(options: dict, pfc_default) -> dict:
+    """Scenario ``engine_options`` for the fluid engine; a ``pfc`` mapping overrides fields
+    of the default PFC model (e.g. ``{buffer_bytes: 16777216}`` for a shallow buffer)."""
+    from dataclasses import replace as _replace
+
+    out = dict(options)
+    if isinstance(out.get("pfc"), dict):
+        out["pfc"] = _replace(pfc_default, **out["pfc"])
+    return out
+
+
 def run_policy(ls: LoadedScenario, fabric: Fabric, policy_name: str, size_bytes: int, *,
                engine: str | None = None, engine_options: dict | None = None) -> SimResult:
     """One engine run of one policy at one size (failures applied as the policy reacts)."""
@@ -146,7 +157,7 @@ def run_policy(ls: LoadedScenario, fabric: Fabric, policy_name: str, size_bytes:
     ctx = PlanContext.create(fab, wl, seed=scn.seed)
     plan = pol.plan(ctx)
     prob, pmap = to_problem(fab, wl, plan, scenario=scn.name)
-    engine = engine or scn.engine
+    engine = pol.engine_override or engine or scn.engine
     if pol.proactive_rates and engine == "fluid":
         # Pacers only matter where queues exist; the flow engine already runs every flow at
         # its max-min rate, which is what the pacers are set to.
@@ -169,7 +180,8 @@ def run_policy(ls: LoadedScenario, fabric: Fabric, policy_name: str, size_bytes:
         from dataclasses import replace
         prob = replace(prob, failures=tuple(failures))
     opts = dict(fluid_defaults(fab)) if engine == "fluid" else {}
-    opts.update(scn.engine_options)
+    if engine == "fluid":
+        opts.update(_fluid_options(scn.engine_options, opts["pfc"]))
     opts.update(engine_options or {})
     res = run_engine(prob, engine, policy=policy_name, scenario=scn.name, seed=scn.seed, **opts)
     res.meta["plan_link_qps"] = plan.link_load(fab.n_links).tolist()

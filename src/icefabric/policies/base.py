@@ -52,6 +52,9 @@ class Policy(ABC):
     reroute_delay_ns: int = 0
     #: pace every flow at its global max-min rate before it starts (ICE active CC)
     proactive_rates: bool = False
+    #: engine this policy must run on regardless of the scenario (``ideal`` is a bound:
+    #: non-blocking and perfectly fair, so it always uses the max-min flow engine)
+    engine_override: str | None = None
 
     def qps_per_connection(self, default: int) -> int:
         """QPs per connection this policy wants the workload built with."""

@@ -120,8 +120,10 @@ def nonblocking_twin(fabric: Fabric) -> Fabric:
 
 @register_policy("ideal")
 class IdealPolicy(Policy):
-    description = "non-blocking bound: the same servers on one non-blocking switch"
+    description = ("non-blocking bound: the same servers on one non-blocking switch, max-min "
+                   "fair (flow engine, no queues)")
     reroute_delay_ns = 0
+    engine_override = "flow"
 
     def __init__(self, **_):
         pass

@@ -64,12 +64,16 @@ def _fabric_paths(plan: PathPlan) -> list[np.ndarray]:
 @register_policy("ice")
 class IcePolicy(Policy):
     description = ("ICE: global path plan (min max link load), realised by solved UDP source "
-                   "ports, verified by re-hashing; local fail-over to backup ports")
+                   "ports, verified by re-hashing; proactive per-QP rates; local fail-over "
+                   "to backup ports")
+    # Global active congestion control: NIC pacers at the global max-min share before
+    # traffic starts, DCQCN underneath as the safety net (control/rates.py).
+    proactive_rates = True
 
     def __init__(self, method: str = "auto", sport_mode: str = "model",
                  qps: int | str = "auto",
                  backup: bool = True, port_rounds: int = 3, improve: bool = True,
-                 agent_failover_ns: int = us(50), **_):
+                 agent_failover_ns: int = us(50), proactive_rates: bool = True, **_):
         if sport_mode not in ("model", "probe"):
             raise ValueError("ice: sport_mode must be 'model' or 'probe'")
         self.method = method
@@ -82,6 +86,7 @@ class IcePolicy(Policy):
         self.port_rounds = int(port_rounds)
         self.improve = bool(improve)
         self.reroute_delay_ns = int(agent_failover_ns)
+        self.proactive_rates = bool(proactive_rates)
         # (workload, routing, demand) of the last plan: the controller's state, so that a
         # re-plan only re-hashes QPs through ECMP groups the failure changed.
         self._last: tuple | None = None

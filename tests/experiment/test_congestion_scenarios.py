@@ -1,0 +1,31 @@
+"""Issue 4: the built-in congestion scenarios show PFC pauses and the victim's slowdown
+under ECMP + DCQCN, and near-zero pauses with near-ideal busbw under ICE (fluid engine)."""
+
+import pytest
+
+from icefabric.experiment.runner import run_scenario
+from icefabric.scenario.loader import load
+
+
+def pauses_us(res, policy):
+    return sum(res.runs[policy].link_pfc_pause_ns.values()) / 1e3
+
+
+@pytest.mark.slow
+def test_pfc_victim():
+    res = run_scenario(load("pfc-victim"), policies=["ecmp", "ice", "ideal"])
+    frac = {(r["policy"], r["job"]): r["frac_of_ideal"] for r in res.rows}
+    assert pauses_us(res, "ecmp") > 1000 and len(res.runs["ecmp"].link_pfc_pause_ns) > 4
+    assert frac[("ecmp", "victim")] < 0.5  # the innocent job is blocked behind pauses
+    assert pauses_us(res, "ice") < 1.0
+    assert frac[("ice", "victim")] > 0.9 and frac[("ice", "incast")] > 0.9
+
+
+@pytest.mark.slow
+def test_rate_mismatch():
+    res = run_scenario(load("hetero-ratemismatch"), policies=["ecmp", "ice", "ideal"],
+                       sizes=[256 << 20])
+    frac = {r["policy"]: r["frac_of_ideal"] for r in res.rows}
+    assert pauses_us(res, "ecmp") > 10
+    assert pauses_us(res, "ice") < 1.0
+    assert frac["ice"] > 0.9 > frac["ecmp"]

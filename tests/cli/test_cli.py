@@ -19,7 +19,8 @@ def test_simulate_json(tmp_path):
                             "--out", str(tmp_path)])
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output)
-    assert {row["policy"] for row in doc["rows"]} == {"ecmp", "ecmp-multiqp", "spray", "ideal"}
+    assert {row["policy"] for row in doc["rows"]} == {"ecmp", "ecmp-multiqp", "static-disjoint",
+                                                       "spray", "ice", "ideal"}
     assert (tmp_path / "result.json").exists()
     assert (tmp_path / "busbw.png").stat().st_size > 1000
     assert (tmp_path / "link_utilization.png").stat().st_size > 1000

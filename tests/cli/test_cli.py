@@ -93,3 +93,15 @@ def test_from_log_errors_are_clear(tmp_path):
     assert r.exit_code == 2 and "no such log file" in r.output
     r = runner.invoke(app, ["compare", "nccl-tests", str(junk)])
     assert r.exit_code == 2 and "no nccl-tests result rows" in r.output
+
+
+def test_plan_from_log():
+    import pytest
+
+    if not OCI.exists():
+        pytest.skip("reference corpus not present")
+    r = runner.invoke(app, ["plan", "homog-small", "--from-log", str(OCI), "--size", "64M",
+                            "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output[r.output.index("{"):])
+    assert doc["n_qps"] > 0 and doc["policy"] == "ice"

@@ -15,6 +15,10 @@ def register(app: typer.Typer) -> None:
         sport_mode: str = typer.Option("model", help="ice: model | probe"),
         json_out: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
         max_qps: int = typer.Option(64, help="QPs shown per job in the table (0 = all)"),
+        from_log: list[str] = typer.Option(None, "--from-log", help="plan the job found in "
+                                           "these NCCL/RCCL logs on SCENARIO's fabric"),
+        server: str = typer.Option("hgx-h100", "--server", help="with --from-log: server "
+                                   "profile of the log's hosts"),
     ) -> None:
         """Compute and print the path plan of SCENARIO."""
         import json
@@ -30,6 +34,15 @@ def register(app: typer.Typer) -> None:
 
         try:
             ls = load(scenario)
+            if from_log:
+                from pathlib import Path
+
+                from icefabric.experiment.fromlog import scenario_from_log
+
+                missing = [p for p in from_log if not Path(p).exists()]
+                if missing:
+                    raise ScenarioError(f"no such log file: {', '.join(missing)}")
+                ls, _ = scenario_from_log(ls, from_log, server=server)
             fabric = build_fabric(ls)
             sz = parse_size(size) if size else ls.scenario.size_list()[-1]
             opts = dict(ls.scenario.policy_options.get(policy, {}))

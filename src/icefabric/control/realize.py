@@ -25,15 +25,14 @@ from icefabric.control.sport import (
 )
 from icefabric.dataplane.ecmp import HashConfig, ecmp_hash, select_member
 from icefabric.dataplane.roce import ROCE_UDP_DPORT
-from icefabric.topology.model import LINK_HOST, NIC, Fabric
-from icefabric.topology.routing import Routing, RoutingError
+from icefabric.topology.model import Fabric
+from icefabric.topology.routing import Routing
 
 __all__ = ["Realization", "csr_split", "decision_chain", "inner_csr", "realize_paths", "rehash",
            "rehash_csr", "same_paths", "walk_csr"]
 
 
 # Per-fabric caches (fabrics are immutable; entries die with the fabric).
-_NIC_LINKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _CFG_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -104,65 +103,10 @@ def decision_chain(fabric: Fabric, routing: Routing, dst_nic: np.ndarray,
     return sw, n, want
 
 
-def _nic_links(fabric: Fabric) -> tuple[np.ndarray, np.ndarray]:
-    """Per node: its NIC uplink (NIC -> leaf) and downlink (leaf -> NIC) link id, or -1."""
-    cached = _NIC_LINKS.get(fabric)
-    if cached is not None:
-        return cached
-    ids = np.arange(fabric.n_links)[::-1]  # reversed: the first link wins on assignment
-    host = (fabric.link_kind == LINK_HOST)[::-1]
-    src, dst = fabric.link_src[::-1], fabric.link_dst[::-1]
-    up = np.full(fabric.n_nodes, -1, dtype=np.int64)
-    down = np.full(fabric.n_nodes, -1, dtype=np.int64)
-    m = host & (fabric.node_kind[src] == NIC)
-    up[src[m]] = ids[m]
-    m = host & (fabric.node_kind[dst] == NIC)
-    down[dst[m]] = ids[m]
-    _NIC_LINKS[fabric] = (up, down)
-    return up, down
-
-
 def walk_csr(fabric: Fabric, routing: Routing, src_nic, dst_nic, choose
              ) -> tuple[np.ndarray, np.ndarray]:
-    """:meth:`Routing.walk` with a CSR result ``(indptr, links)`` of NIC-to-NIC paths,
-    assembled without per-pair Python loops (same chooser protocol)."""
-    sn = np.asarray(src_nic, dtype=np.int64)
-    dn = np.asarray(dst_nic, dtype=np.int64)
-    n = len(sn)
-    nic_up, nic_down = _nic_links(fabric)
-    up, down = nic_up[sn], nic_down[dn]
-    if n and (np.any(routing.down[up]) or np.any(routing.down[down])):
-        raise RoutingError("a NIC link is down: no path")
-    cur = fabric.nic_leaf[sn].copy()
-    dl = fabric.nic_leaf[dn]
-    active = np.flatnonzero(cur != dl)
-    steps = []
-    step = 0
-    while len(active):
-        if step > 8:
-            raise RoutingError("routing loop: no convergence after 8 switch hops")
-        sizes = routing.group_sizes(cur[active], dl[active])
-        if np.any(sizes == 0):
-            raise RoutingError("no route (failed links?)")
-        member = np.asarray(choose(step, active, cur[active], dl[active], sizes))
-        if np.any((member < 0) | (member >= sizes)):
-            raise RoutingError("chooser returned a member outside the ECMP group")
-        link = routing.group_member(cur[active], dl[active], member)
-        steps.append((active, link))
-        cur[active] = fabric.link_dst[link]
-        active = active[cur[active] != dl[active]]
-        step += 1
-    nsteps = np.zeros(n, dtype=np.int64)
-    for idx, _ in steps:
-        nsteps[idx] += 1
-    ptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(nsteps + 2, out=ptr[1:])
-    flat = np.empty(int(ptr[-1]), dtype=np.int64)
-    flat[ptr[:-1]] = up
-    flat[ptr[1:] - 1] = down
-    for d, (idx, link) in enumerate(steps):  # pairs active at step d did steps 0..d-1
-        flat[ptr[idx] + 1 + d] = link
-    return ptr, flat
+    """:meth:`Routing.walk_csr` (kept for callers that pass the fabric)."""
+    return routing.walk_csr(src_nic, dst_nic, choose)
 
 
 def csr_split(ptr: np.ndarray, flat: np.ndarray) -> list[np.ndarray]:

@@ -14,7 +14,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import shortest_path
 
-from icefabric.topology.model import ACCEL, HUB, LEAF, LINK_FABRIC, NIC, Fabric
+from icefabric.topology.model import ACCEL, HUB, LEAF, LINK_FABRIC, LINK_HOST, NIC, Fabric
 
 
 class RoutingError(ValueError):
@@ -82,68 +82,78 @@ class Routing:
         return self.grp_links[self.grp_indptr[g] + member]
 
     # -- fabric paths (NIC to NIC) ---------------------------------------------------------
-    def nic_uplink(self, nic: np.ndarray) -> np.ndarray:
+    @cached_property
+    def _nic_links(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per node: the NIC's uplink and downlink ids (-1 for non-NICs)."""
         f = self.fabric
-        return np.array([f.link_id(int(n), int(f.nic_leaf[n])) for n in np.atleast_1d(nic)],
-                        dtype=np.int64)
+        up = np.full(f.n_nodes, -1, dtype=np.int64)
+        down = np.full(f.n_nodes, -1, dtype=np.int64)
+        host = np.flatnonzero(f.link_kind == LINK_HOST)
+        from_nic = f.node_kind[f.link_src[host]] == NIC
+        up[f.link_src[host[from_nic]]] = host[from_nic]
+        to_nic = f.node_kind[f.link_dst[host]] == NIC
+        down[f.link_dst[host[to_nic]]] = host[to_nic]
+        return up, down
+
+    def nic_uplink(self, nic: np.ndarray) -> np.ndarray:
+        return self._nic_links[0][np.atleast_1d(np.asarray(nic, dtype=np.int64))]
 
     def nic_downlink(self, nic: np.ndarray) -> np.ndarray:
-        f = self.fabric
-        return np.array([f.link_id(int(f.nic_leaf[n]), int(n)) for n in np.atleast_1d(nic)],
-                        dtype=np.int64)
+        return self._nic_links[1][np.atleast_1d(np.asarray(nic, dtype=np.int64))]
 
-    def walk(self, src_nic: np.ndarray, dst_nic: np.ndarray, choose) -> list[np.ndarray]:
-        """Route many NIC pairs hop by hop.
+    def walk_csr(self, src_nic: np.ndarray, dst_nic: np.ndarray, choose
+                 ) -> tuple[np.ndarray, np.ndarray]:
+        """Route many NIC pairs hop by hop; paths as CSR ``(indptr, link ids)``.
 
         ``choose(step, idx, switch, dst_leaf, n_members) -> member`` is called once per ECMP
         decision depth with arrays for the pairs ``idx`` still travelling; it returns the
-        member index picked at each of those switches (a hash model, a plan, ...).
-        Returns one array of link ids per pair (NIC uplink ... NIC downlink).
+        member index picked at each of those switches (a hash model, a plan, ...). Every
+        path runs NIC uplink, switch hops, NIC downlink. No per-pair Python loop.
         """
         f = self.fabric
-        src_nic = np.asarray(src_nic, dtype=np.int64)
-        dst_nic = np.asarray(dst_nic, dtype=np.int64)
-        n = len(src_nic)
-        up = self.nic_uplink(src_nic) if n else np.zeros(0, np.int64)
-        down = self.nic_downlink(dst_nic) if n else np.zeros(0, np.int64)
-        if np.any(self.down[up]) or np.any(self.down[down]):
+        sn = np.asarray(src_nic, dtype=np.int64)
+        dn = np.asarray(dst_nic, dtype=np.int64)
+        n = len(sn)
+        up, down = self.nic_uplink(sn) if n else sn, self.nic_downlink(dn) if n else dn
+        if n and (np.any(self.down[up]) or np.any(self.down[down])):
             bad = int(np.flatnonzero(self.down[up] | self.down[down])[0])
             raise RoutingError(f"NIC link of pair {bad} is down: no path")
-        cur = f.nic_leaf[src_nic].copy()
-        dst_leaf = f.nic_leaf[dst_nic]
+        cur = f.nic_leaf[sn].copy()
+        dst_leaf = f.nic_leaf[dn]
         steps = []
         active = np.flatnonzero(cur != dst_leaf)
-        step = 0
         while len(active):
-            if step > 8:
+            if len(steps) > 8:
                 raise RoutingError("routing loop: no convergence after 8 switch hops")
             sizes = self.group_sizes(cur[active], dst_leaf[active])
             if np.any(sizes == 0):
                 a = active[np.flatnonzero(sizes == 0)[0]]
                 raise RoutingError(f"no route from {f.node_names[cur[a]]} to "
                                    f"{f.node_names[dst_leaf[a]]} (failed links?)")
-            member = np.asarray(choose(step, active, cur[active], dst_leaf[active], sizes))
+            member = np.asarray(choose(len(steps), active, cur[active], dst_leaf[active],
+                                       sizes))
             if np.any((member < 0) | (member >= sizes)):
                 raise RoutingError("chooser returned a member outside the ECMP group")
             link = self.group_member(cur[active], dst_leaf[active], member)
             steps.append((active, link))
             cur[active] = f.link_dst[link]
             active = active[cur[active] != dst_leaf[active]]
-            step += 1
-        # Assemble per-pair link lists.
-        lengths = np.ones(n, dtype=np.int64) * 2
+        nsteps = np.zeros(n, dtype=np.int64)
         for idx, _ in steps:
-            lengths[idx] += 1
-        paths = [np.empty(int(m), dtype=np.int64) for m in lengths]
-        pos = np.ones(n, dtype=np.int64)
-        for i in range(n):
-            paths[i][0] = up[i]
-            paths[i][-1] = down[i]
-        for idx, link in steps:
-            for i, l in zip(idx.tolist(), link.tolist()):
-                paths[i][pos[i]] = l
-                pos[i] += 1
-        return paths
+            nsteps[idx] += 1
+        ptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(nsteps + 2, out=ptr[1:])
+        flat = np.empty(int(ptr[-1]), dtype=np.int64)
+        flat[ptr[:-1]] = up
+        flat[ptr[1:] - 1] = down
+        for d, (idx, link) in enumerate(steps):  # pairs active at step d made steps 0..d-1
+            flat[ptr[idx] + 1 + d] = link
+        return ptr, flat
+
+    def walk(self, src_nic: np.ndarray, dst_nic: np.ndarray, choose) -> list[np.ndarray]:
+        """:meth:`walk_csr` as one array of link ids per pair."""
+        ptr, flat = self.walk_csr(src_nic, dst_nic, choose)
+        return np.split(flat, ptr[1:-1]) if len(ptr) > 1 else []
 
     def all_paths(self, src_leaf: int, dst_leaf: int, limit: int = 4096) -> list[np.ndarray]:
         """Every shortest switch path (as link ids) from ``src_leaf`` to ``dst_leaf``."""

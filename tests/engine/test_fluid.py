@@ -156,3 +156,23 @@ def test_timeseries_and_unknown_option():
     assert max(res.timeseries["rate_gbps"]["a"]) <= 100.0
     with pytest.raises(TypeError):
         run(prob, no_such_option=1)
+
+
+def test_endside_fallback_releases_a_pacer_that_reality_contradicts():
+    """A flow paced above what its bottleneck can carry (a wrong plan) keeps getting CNPs;
+    the end-side rules hand it back to DCQCN, and the result reports the fallback."""
+    from icefabric.dataplane.endside import EndSideParams
+    from icefabric.engine.fluid import run as run_fluid
+    from icefabric.engine.problem import build_problem
+
+    # two flows into one 100G egress; both paced at 80G (the plan assumed they were alone)
+    prob = build_problem(link_capacity_bps=[100e9, 100e9, 100e9], link_delay_ns=[1000] * 3,
+                         flow_size_bytes=[20e6, 20e6], routes=[[0, 2], [1, 2]],
+                         route_flow=[0, 1], link_src=[0, 1, 2], link_dst=[2, 2, 3],
+                         node_is_switch=[False, False, True, False],
+                         link_kind=[1, 1, 1], flow_rate_cap_bps=[80e9, 80e9])
+    paced = run_fluid(prob, cc="dcqcn", dcqcn="hpcc_ns3_100g", pfc="off",
+                      endside=EndSideParams())
+    assert paced.meta["endside_fallbacks"] >= 1
+    fixed = run_fluid(prob, cc="dcqcn", dcqcn="hpcc_ns3_100g", pfc="off")
+    assert fixed.meta["endside_fallbacks"] == 0

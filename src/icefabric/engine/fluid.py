@@ -67,6 +67,7 @@ import numpy as np
 from icefabric.dataplane.cc import get_cc
 from icefabric.dataplane.dcqcn import DcqcnParams
 from icefabric.dataplane.ecn import RedParams, red_mark_probability
+from icefabric.dataplane.endside import EV_FALLBACK, EndSideState, endside_step
 from icefabric.dataplane.pfc import PfcParams
 from icefabric.engine.problem import LINK_INTRA, SimProblem
 from icefabric.engine.registry import register_engine
@@ -128,6 +129,10 @@ class FluidConfig:
     coalesce_ns: float = 20.0
     seed: int = 0
     record_links: tuple[str, ...] = ()
+    #: ICE end-side autonomous rules (``EndSideParams``) for paced flows: a QP whose CNPs
+    #: persist above its plan releases its pacer and DCQCN alone governs it
+    #: (``dataplane/endside.py``); None = pacers are fixed.
+    endside: object = None
     record_flows: tuple[str, ...] = ()
     sample_interval_ns: float = 10_000.0
     max_steps: int = 20_000_000
@@ -449,6 +454,14 @@ class FluidSim:
         self._fb = np.zeros((self._fb_rows, K))
         self._fb_last = -1
         last_cnp = np.full(K, -np.inf)
+        # end-side rules run on the routes (QPs) of paced flows, once per CNP window
+        es_on = self.cfg.endside is not None and self.cc == "dcqcn"
+        if es_on:
+            es_state = EndSideState.initial(K)
+            es_cnps = np.zeros(K)
+            es_next = float(self.cfg.endside.cnp_window_ns)
+            es_paced = np.isfinite(self.flow_cap[p.route_flow])
+        self.endside_fallbacks = 0
         ts: dict = {"t_us": [], "queue_bytes": {n: [] for n in cfg.record_links},
                     "rate_gbps": {n: [] for n in cfg.record_flows},
                     "send_gbps": {n: [] for n in cfg.record_flows}}
@@ -646,6 +659,17 @@ class FluidSim:
                     cnp &= ok
                     last_cnp[self.a_r[cnp]] = t_new
                 self.ccm.update(self.acs, cnp, t_new, self.dp, x * dt)
+                if es_on:
+                    es_cnps[self.a_r[cnp]] += 1
+                    if t_new >= es_next:
+                        es_state, ev = endside_step(es_state, np.where(es_paced, es_cnps, 0),
+                                                    np.zeros(K, bool), 0, self.cfg.endside)
+                        fell = ev == EV_FALLBACK
+                        if fell.any():
+                            self.flow_cap[p.route_flow[fell]] = np.inf
+                            self.endside_fallbacks += int(fell.sum())
+                        es_cnps[:] = 0
+                        es_next = t_new + float(self.cfg.endside.cnp_window_ns)
             # --- PFC ---
             if self.pfc_on and (self.pfc_reg.any() or not hasattr(self, "_pfc_xoff")
                                 or float(qlink.max(initial=0.0)) > 0.0):
@@ -910,6 +934,7 @@ class FluidSim:
             link_pfc_pause_count=pcnt, link_ecn_marked_frac=ecn, qp_cnp_count=cnps,
             timeseries=ts if ts["t_us"] else {},
             meta={"cc": self.cc, "pfc": self.pfc.mode, "steps": steps,
+                  "endside_fallbacks": self.endside_fallbacks,
                   "wire_overhead": cfg.wire_overhead,
                   "unfinished_flows": int(np.sum(fin_ns < 0))})
 

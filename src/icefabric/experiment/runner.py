@@ -180,6 +180,10 @@ def run_policy(ls: LoadedScenario, fabric: Fabric, policy_name: str, size_bytes:
         from dataclasses import replace
         prob = replace(prob, failures=tuple(failures))
     opts = dict(fluid_defaults(fab)) if engine == "fluid" else {}
+    if engine == "fluid" and pol.proactive_rates:
+        from icefabric.dataplane.endside import EndSideParams
+
+        opts["endside"] = EndSideParams()
     if engine == "fluid":
         opts.update(_fluid_options(scn.engine_options, opts["pfc"]))
     opts.update(engine_options or {})

@@ -40,6 +40,8 @@ def simulate(
     collective and size with ``policy, job, collective, algorithm, size_bytes, nranks,
     time_us, algbw_GBps, busbw_GBps, ideal_busbw_GBps, frac_of_ideal, gain_vs_ecmp``, plus
     ``link_stats``/``link_summary`` (per-policy utilization of switch-to-switch links).
+    With the fluid engine, ``--out`` also plots queue and rate time series per policy
+    (``timeseries_<policy>.png``) and the JSON carries PFC pause, ECN and CNP statistics.
     """
     from icefabric.experiment.runner import run_scenario
     from icefabric.scenario.loader import DEFAULT_SCENARIO, ScenarioError, load
@@ -63,7 +65,8 @@ def simulate(
         if engine not in (None, "flow", "fluid"):
             fail(f"--engine must be flow or fluid, not {engine!r}")
         with progress_bar(not json_out, f"simulating {ls.scenario.name}") as update:
-            res = run_scenario(ls, policies=pol, sizes=sz, engine=engine, progress=update)
+            res = run_scenario(ls, policies=pol, sizes=sz, engine=engine, progress=update,
+                               trace=out is not None)
     except ScenarioError as e:
         fail(str(e))
     except ValueError as e:

@@ -145,7 +145,8 @@ def _fluid_options(options: dict, pfc_default) -> dict:
 
 
 def run_policy(ls: LoadedScenario, fabric: Fabric, policy_name: str, size_bytes: int, *,
-               engine: str | None = None, engine_options: dict | None = None) -> SimResult:
+               engine: str | None = None, engine_options: dict | None = None,
+               trace: bool = False) -> SimResult:
     """One engine run of one policy at one size (failures applied as the policy reacts)."""
     scn = ls.scenario
     pol = get_policy(policy_name, **scn.policy_options.get(policy_name, {}))
@@ -187,17 +188,37 @@ def run_policy(ls: LoadedScenario, fabric: Fabric, policy_name: str, size_bytes:
     if engine == "fluid":
         opts.update(_fluid_options(scn.engine_options, opts["pfc"]))
     opts.update(engine_options or {})
+    if trace and engine == "fluid":
+        # per collective its largest flow that crosses the network (has a QP), then others
+        net = np.zeros(prob.n_flows, bool)
+        net[prob.route_flow[prob.route_qp >= 0]] = True
+        order = [f for f in np.argsort(-prob.flow_size_bytes, kind="stable") if net[f]]
+        pick: dict[int, int] = {}
+        for f in order:
+            pick.setdefault(int(wl.flow_collective[f]), int(f))
+        chosen = list(pick.values()) + [int(f) for f in order if f not in pick.values()]
+        opts.update(trace_options(fab, [prob.flow_names[f] for f in chosen[:6]]))
     res = run_engine(prob, engine, policy=policy_name, scenario=scn.name, seed=scn.seed, **opts)
     res.meta["plan_link_qps"] = plan.link_load(fab.n_links).tolist()
     res.meta["fabric_links"] = np.flatnonzero(fab.link_kind == LINK_FABRIC).tolist()
     return res
 
 
+def trace_options(fabric: Fabric, flow_names=()) -> dict:
+    """Fluid-engine recording for plots: the queue of every switch egress port and the
+    DCQCN/sending rate of up to 12 flows, sampled every 10 µs."""
+    sw_egress = fabric.is_switch[fabric.link_src]
+    links = tuple(n for n, e in zip(fabric.link_names(), sw_egress) if e)
+    flows = tuple(flow_names[:12])
+    return {"record_links": links, "record_flows": flows}
+
+
 def run_scenario(ls: LoadedScenario, *, policies: list[str] | None = None,
                  sizes: list[int] | None = None, engine: str | None = None,
-                 progress=None) -> ExperimentResult:
+                 progress=None, trace: bool = False) -> ExperimentResult:
     """Run every policy at every size; rows carry gains over ``ecmp`` and the fraction of
-    the ``ideal`` bound (computed when those policies are part of the run)."""
+    the ``ideal`` bound (computed when those policies are part of the run). With ``trace``
+    (fluid engine), the largest size records queue and rate time series for plots."""
     t0 = time.perf_counter()
     scn = ls.scenario
     policies = list(policies or scn.policies)
@@ -213,7 +234,8 @@ def run_scenario(ls: LoadedScenario, *, policies: list[str] | None = None,
         for p in policies:
             if progress:
                 progress(done, total, f"{p} @ {size}")
-            res = run_policy(ls, fabric, p, size, engine=engine)
+            tr = trace and size == sizes[-1] and (engine or scn.engine) == "fluid"
+            res = run_policy(ls, fabric, p, size, engine=engine, trace=tr)
             for c in res.collectives:
                 rows.append({"policy": p, "job": c.job, "collective": c.kind,
                              "algorithm": c.algorithm, "size_bytes": c.size_bytes,

@@ -75,13 +75,47 @@ def plot_link_utilization(res, ax=None):
     return fig
 
 
+def plot_timeseries(run, n_links: int = 6, axes=None):
+    """Queue occupancy of the ``n_links`` switch ports with the deepest queues, and the DCQCN
+    rate limit / sending rate of the recorded flows, over time (fluid engine runs)."""
+    ts = run.timeseries
+    if axes is None:
+        fig, axes = plt.subplots(2, 1, figsize=(9, 6), sharex=True)
+    fig = axes[0].figure
+    t = np.asarray(ts.get("t_us", []))
+    queues = ts.get("queue_bytes", {})
+    top = sorted(queues, key=lambda k: -max(queues[k], default=0))[:n_links]
+    for k in top:
+        axes[0].plot(t, np.asarray(queues[k]) / 1e3, label=k)
+    axes[0].set_ylabel("queue (KB)")
+    axes[0].set_title(f"{run.policy}: deepest switch egress queues")
+    if top:
+        axes[0].legend(fontsize=7, loc="upper right")
+    for k, v in list(ts.get("send_gbps", {}).items())[:6]:
+        line, = axes[1].plot(t, v, label=f"{k} sent")
+        lim = ts.get("rate_gbps", {}).get(k)
+        if lim is not None:
+            axes[1].plot(t, lim, linestyle=":", color=line.get_color())
+    axes[1].set_ylabel("Gb/s (solid: sent, dotted: DCQCN limit)")
+    axes[1].set_xlabel("time (µs)")
+    axes[1].legend(fontsize=6, loc="upper right")
+    for ax in axes:
+        ax.grid(True, alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
 def save_figures(res, out_dir) -> list[str]:
     from pathlib import Path
 
     out = Path(out_dir)
     paths = []
-    for name, fig in (("busbw.png", plot_all_busbw(res)),
-                      ("link_utilization.png", plot_link_utilization(res))):
+    figs = [("busbw.png", plot_all_busbw(res)),
+            ("link_utilization.png", plot_link_utilization(res))]
+    for policy, run in getattr(res, "runs", {}).items():
+        if run.timeseries and run.timeseries.get("t_us"):
+            figs.append((f"timeseries_{policy}.png", plot_timeseries(run)))
+    for name, fig in figs:
         p = out / name
         fig.savefig(p, dpi=110)
         plt.close(fig)
@@ -89,4 +123,5 @@ def save_figures(res, out_dir) -> list[str]:
     return paths
 
 
-__all__ = ["plot_busbw", "plot_all_busbw", "plot_link_utilization", "save_figures"]
+__all__ = ["plot_busbw", "plot_all_busbw", "plot_link_utilization", "plot_timeseries",
+           "save_figures"]

@@ -136,8 +136,15 @@ class Fabric:
         return {s.name: i for i, s in enumerate(self.servers)}
 
     def link_names(self) -> list[str]:
+        """``"a->b"`` per link; parallel links get ``"a->b/1"``, ``"a->b/2"``... (unique)."""
         n = self.node_names
-        return [f"{n[s]}->{n[d]}" for s, d in zip(self.link_src, self.link_dst)]
+        seen: dict[tuple[int, int], int] = {}
+        out = []
+        for s, d in zip(self.link_src.tolist(), self.link_dst.tolist()):
+            k = seen.get((s, d), 0)
+            seen[(s, d)] = k + 1
+            out.append(f"{n[s]}->{n[d]}" + (f"/{k}" if k else ""))
+        return out
 
     def describe(self) -> dict:
         kinds = {NODE_KIND_NAMES[k]: int(np.count_nonzero(self.node_kind == k))

@@ -105,3 +105,11 @@ def test_plan_from_log():
     assert r.exit_code == 0, r.output
     doc = json.loads(r.output[r.output.index("{"):])
     assert doc["n_qps"] > 0 and doc["policy"] == "ice"
+
+
+def test_fluid_run_plots_time_series(tmp_path):
+    r = runner.invoke(app, ["simulate", "pfc-victim", "-p", "ecmp,ice", "--json",
+                            "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    for name in ("timeseries_ecmp.png", "timeseries_ice.png", "busbw.png"):
+        assert (tmp_path / name).stat().st_size > 1000

@@ -19,6 +19,9 @@ def test_pfc_victim():
     assert frac[("ecmp", "victim")] < 0.5  # the innocent job is blocked behind pauses
     assert pauses_us(res, "ice") < 1.0
     assert frac[("ice", "victim")] > 0.9 and frac[("ice", "incast")] > 0.9
+    summary = {c["policy"]: c for c in res.congestion}
+    assert summary["ice"]["pfc_pause_us"] == 0 and summary["ecmp"]["paused_links"] > 4
+    assert "ideal" not in summary  # the bound runs on the flow engine
 
 
 @pytest.mark.slow

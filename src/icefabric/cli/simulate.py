@@ -80,7 +80,12 @@ def simulate(
     if json_out:
         typer.echo(res.to_json())
         return
-    from icefabric.reports.tables import collective_tables, link_table, summary_table
+    from icefabric.reports.tables import (
+        collective_tables,
+        congestion_table,
+        link_table,
+        summary_table,
+    )
 
     fab = res.fabric
     console.print(f"[bold]{res.scenario}[/] — {res.description}", highlight=False)
@@ -91,6 +96,9 @@ def simulate(
         console.print(t)
     console.print(summary_table(res))
     console.print(link_table(res))
+    ct = congestion_table(res)
+    if ct is not None:
+        console.print(ct)
     for n in res.notes:
         console.print(f"note: {n}")
     console.print(f"wall time {res.wall_s:.1f} s" + (f"; artefacts in {out}" if out else ""))

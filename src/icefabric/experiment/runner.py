@@ -69,6 +69,7 @@ class ExperimentResult:
     fabric: dict
     wall_s: float
     notes: list[str] = field(default_factory=list)
+    congestion: list[dict] = field(default_factory=list)
     runs: dict[str, SimResult] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict:
@@ -256,12 +257,27 @@ def run_scenario(ls: LoadedScenario, *, policies: list[str] | None = None,
         stats.append(LinkStats(p, [res.link_names[i] for i in fl], util[fl].round(4).tolist(),
                                res.link_peak_util[fl].round(4).tolist(),
                                qps[fl].round(3).tolist()))
+    congestion = [congestion_summary(p, r) for p, r in largest.items()
+                  if r.engine == "fluid"]
     notes = []
     if scn.failures and "ideal" in policies:
         notes.append("ideal ignores link failures (non-blocking bound)")
     return ExperimentResult(scn.name, scn.description, scn.seed, engine or scn.engine,
                             policies, sizes, rows, stats, fabric.describe(),
-                            time.perf_counter() - t0, notes, largest)
+                            time.perf_counter() - t0, notes, congestion, largest)
+
+
+def congestion_summary(policy: str, res: SimResult) -> dict:
+    """Queue, PFC, ECN and CNP figures of one fluid run (largest size)."""
+    pause = res.link_pfc_pause_ns
+    return {"policy": policy,
+            "pfc_pause_us": round(sum(pause.values()) / 1e3, 3),
+            "paused_links": len(pause),
+            "pfc_pause_count": int(sum(res.link_pfc_pause_count.values())),
+            "max_queue_KB": round(max(res.link_max_queue_bytes.values(), default=0) / 1e3, 1),
+            "ecn_marked_links": sum(1 for v in res.link_ecn_marked_frac.values() if v > 0),
+            "cnps": int(sum(res.qp_cnp_count.values())),
+            "endside_fallbacks": int(res.meta.get("endside_fallbacks", 0))}
 
 
 def _add_relative(rows: list[dict]) -> None:

@@ -102,3 +102,20 @@ def link_table(res) -> Table:
                   f"{m['util_max']:.0%}", str(m["idle_links"]), f"{m['max_qps_on_link']:g}",
                   f"{m['mean_qps_on_busy_link']:.1f}")
     return t
+
+
+def congestion_table(res) -> Table | None:
+    """Fluid engine: PFC pauses, queues, ECN marks and CNPs per policy at the largest size."""
+    if not res.congestion:
+        return None
+    t = Table(title=f"Congestion at {format_size(res.sizes[-1])} (fluid engine: DCQCN + PFC)",
+              title_justify="left")
+    cols = (("policy", "policy"), ("PFC pause us", "pfc_pause_us"),
+            ("paused links", "paused_links"), ("max queue KB", "max_queue_KB"),
+            ("ECN-marking ports", "ecn_marked_links"), ("CNPs", "cnps"),
+            ("fallbacks to DCQCN", "endside_fallbacks"))
+    for head, _ in cols:
+        t.add_column(head, justify="left" if head == "policy" else "right")
+    for c in res.congestion:
+        t.add_row(*[str(c[k]) for _, k in cols])
+    return t

@@ -277,6 +277,7 @@ class LinkView(_Message):
 
 class Health(_Message):
     status: Literal["ok"]
+    policy: str
     fabric_version: int
     plan_version: int
     database: str

@@ -418,6 +418,11 @@ class ControllerCore:
         if bw.workload.n_qps == 0:
             self.built = bw
             return
+        last = self.plan_summary or {}
+        if prev is not None and prev_key == bw.key and \
+                last.get("fabric_version") == fv and \
+                sorted((x["a"], x["b"]) for x in last.get("down_links", [])) == down:
+            return  # nothing changed since the current plan
         policy = get_policy(self.settings.policy)
         ctx = PlanContext.create(fabric, bw.workload, seed=seed)
         if prev is not None and prev_key == bw.key and prev.n_qps == bw.workload.n_qps:

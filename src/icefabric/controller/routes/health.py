@@ -14,7 +14,8 @@ router = APIRouter(tags=["health"])
 @router.get("/healthz", response_model=Health)
 def healthz(core: CoreDep) -> Health:
     """The controller is up; current fabric and plan versions."""
-    return Health(status="ok", fabric_version=core.fabric_version,
+    return Health(status="ok", policy=core.settings.policy,
+                  fabric_version=core.fabric_version,
                   plan_version=core.plan_version, database=core.repo.backend)
 
 

@@ -216,9 +216,9 @@ class HostPlan(_Message):
 
 
 class PlanAck(_Message):
-    version: int = Field(ge=0)
-    applied: int = Field(ge=0, description="QPs applied")
-    failed: int = Field(0, ge=0)
+    version: int = Field(ge=0, le=2**62)
+    applied: int = Field(ge=0, le=10**9, description="QPs applied")
+    failed: int = Field(0, ge=0, le=10**9)
     message: str = Field("", max_length=1024)
 
 

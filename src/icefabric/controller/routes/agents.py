@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fastapi import APIRouter, HTTPException
+from fastapi import APIRouter, HTTPException, Path
 
 from icefabric.controller.auth import require_host
 from icefabric.controller.core import NotFound
@@ -36,7 +36,7 @@ def enrol(body: AgentEnrol, core: CoreDep, p: PrincipalDep) -> AgentEnrolled:
 
 
 @router.get("/{host}", response_model=AgentView)
-def get_agent(host: str, core: CoreDep, p: PrincipalDep) -> AgentView:
+def get_agent(core: CoreDep, p: PrincipalDep, host: str = Path(max_length=128)) -> AgentView:
     """One host's agent record (own host, or admin)."""
     require_host(p, host)
     return agent_view(core, host)

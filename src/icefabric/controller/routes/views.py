@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
-from fastapi import APIRouter, Query
+from fastapi import APIRouter, Path, Query
 
 from icefabric.controller.core import Conflict, NotFound
 from icefabric.controller.deps import ERRORS, AdminDep, CoreDep
@@ -28,7 +28,7 @@ def list_jobs(core: CoreDep, _: AdminDep) -> list[JobView]:
 
 
 @router.get("/jobs/{job}", response_model=JobView)
-def get_job(job: str, core: CoreDep, _: AdminDep) -> JobView:
+def get_job(core: CoreDep, _: AdminDep, job: str = Path(max_length=128)) -> JobView:
     """One job."""
     js = core.jobs.get(job)
     if js is None or not js.reports:
@@ -52,7 +52,8 @@ def current_plan(core: CoreDep, _: AdminDep) -> PlanSummary:
 
 
 @router.get("/plans/{version}", response_model=PlanSummary)
-def get_plan_summary(version: int, core: CoreDep, _: AdminDep) -> PlanSummary:
+def get_plan_summary(core: CoreDep, _: AdminDep,
+                     version: int = Path(ge=0, le=2**62)) -> PlanSummary:
     """One plan version's summary."""
     s = core.repo.plan_summary(version)
     if s is None:

@@ -34,18 +34,14 @@ def ip_str(ip: int) -> str:
 
 
 def links_between(fabric: Fabric, a: str, b: str) -> list[int]:
-    """Link ids of both directions of the cable ``a``–``b`` (empty if none)."""
+    """Link ids of both directions of every cable between ``a`` and ``b`` (parallel links
+    included; empty if none)."""
     idx = _name_index(fabric)
     ia, ib = idx.get(a), idx.get(b)
-    if ia is None or ib is None:
+    if ia is None or ib is None or ia == ib:
         return []
-    out = []
-    for s, d in ((ia, ib), (ib, ia)):
-        try:
-            out.append(fabric.link_id(s, d))
-        except KeyError:
-            pass
-    return out
+    s, d = fabric.link_src, fabric.link_dst
+    return np.flatnonzero(((s == ia) & (d == ib)) | ((s == ib) & (d == ia))).tolist()
 
 
 _NAME_CACHE: dict[int, dict[str, int]] = {}

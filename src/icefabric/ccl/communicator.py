@@ -93,13 +93,17 @@ class Communicator:
         srv = f.servers[int(f.node_server[a])]
         return int(srv.nics[rail % len(srv.nics)])
 
+    @cached_property
+    def _fabric_delay_ns(self) -> int:
+        d = self.fabric.link_delay_ns[self.fabric.link_kind == 2]
+        return int(np.median(d)) if len(d) else 0
+
     def hop_delay_ns(self, src_nic: int, dst_nic: int) -> int:
         """Propagation of one network hop along a shortest path (up to the common tier)."""
         f = self.fabric
         host = int(f.link_delay_ns[f.link_id(src_nic, int(f.nic_leaf[src_nic]))])
         la, lb = int(f.nic_leaf[src_nic]), int(f.nic_leaf[dst_nic])
-        fab = int(np.median(f.link_delay_ns[f.link_kind == 2])) if np.any(f.link_kind == 2) \
-            else 0
+        fab = self._fabric_delay_ns
         if la == lb:
             return 2 * host
         tiers = 2 if f.node_pod[la] == f.node_pod[lb] or f.node_pod[la] < 0 else 4

@@ -11,8 +11,6 @@ exchange runs at the slower side's rate — the heterogeneity ICE has to plan fo
 
 from __future__ import annotations
 
-import numpy as np
-
 from icefabric.ccl.communicator import Communicator
 from icefabric.ccl.workload import CollectiveCall, WorkloadBuilder
 
@@ -24,7 +22,7 @@ def split_pools(comm: Communicator) -> list[Communicator]:
     for r, s in enumerate(comm.rank_server.tolist()):
         pools.setdefault(f.servers[s].pool, []).append(r)
     out = []
-    for pool, idx in pools.items():
+    for idx in pools.values():
         lib = f.servers[int(comm.rank_server[idx[0]])].profile.library
         out.append(Communicator(job=comm.job, fabric=f, ranks=comm.ranks[idx], library=lib,
                                 qps_per_connection=comm.qps_per_connection,

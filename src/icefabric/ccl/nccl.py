@@ -90,6 +90,55 @@ def ring(wb: WorkloadBuilder, comm: Communicator, kind: str, size_bytes: int, *,
     return flows
 
 
+def ring_dag(wb: WorkloadBuilder, comm: Communicator, kind: str, size_bytes: int, *,
+             after=(), name: str = "") -> list[int]:
+    """The same ring as :func:`ring`, expanded into its explicit chunk/step DAG.
+
+    Each channel splits its share into ``n`` chunks; chunk ``c`` travels ``steps`` hops
+    (ring position ``c+k`` to ``c+k+1`` at step ``k``); a step waits for the previous step of
+    its chunk (its data must have arrived) and for the previous send on the same ring edge
+    (a rank sends its steps in order: at step ``k`` every rank sends one chunk) — the NCCL
+    schedule as the validation references model it. Costs ``channels * n * steps`` flows,
+    so it is for small cases: tests check that it agrees with the coupled representation.
+    """
+    if kind not in RING_STEPS:
+        raise ValueError(f"ring algorithm does not implement {kind!r}")
+    n, C = comm.nranks, comm.n_channels
+    steps = RING_STEPS[kind](n)
+    coll = wb.collective(CollectiveCall(name or f"{comm.job}:{kind}:{size_bytes}", comm.job,
+                                        kind, size_bytes, n, "ring-dag", comm.library))
+    chunk = size_bytes / C / n
+    last: list[int] = []
+    for c in range(C):
+        order, rail = ring_order(comm, c)
+        edge_last: dict[int, int] = {}
+        prev_of_chunk: list[int | None] = [None] * n
+        for k in range(steps):  # step-major: at step k every rank sends one chunk
+            for ch in range(n):
+                prev = prev_of_chunk[ch]
+                pos = (ch + k) % n
+                a, b = order[pos], order[(pos + 1) % n]
+                deps = list(after) if prev is None else [prev]
+                if pos in edge_last:
+                    deps.append(edge_last[pos])
+                src, dst = int(comm.ranks[a]), int(comm.ranks[b])
+                if comm.rank_server[a] == comm.rank_server[b]:
+                    f = wb.flow(chunk, coll=coll, deps=deps,
+                                latency_ns=comm.intra_delay_ns(a) + comm.step_overhead_ns)
+                    wb.hop(f, src, dst)
+                else:
+                    sn, dn = comm.nic(a, rail), comm.nic(b, rail)
+                    k_ = wb.connection((comm.job, "ring", c, a, b), sn, dn,
+                                       comm.qps_per_connection, comm.job)
+                    f = wb.flow(chunk, coll=coll, deps=deps,
+                                latency_ns=comm.hop_delay_ns(sn, dn) + comm.step_overhead_ns)
+                    wb.hop(f, src, dst, src_nic=sn, dst_nic=dn, conn=k_)
+                edge_last[pos] = f
+                prev_of_chunk[ch] = f
+        last += prev_of_chunk
+    return last
+
+
 def btree_parents(n: int, mirror: bool = False) -> list[int]:
     """Parent of each node in NCCL's binary tree (``-1`` for the root); the mirrored tree
     maps ``r -> n-1-r`` when ``n`` is even and shifts by one when odd (trees.cc)."""
@@ -190,6 +239,8 @@ def alltoall(wb: WorkloadBuilder, comm: Communicator, size_bytes: int, *, after=
 ALGORITHMS = {
     ("all_reduce", "ring"): lambda wb, c, s, **kw: ring(wb, c, "all_reduce", s, **kw),
     ("all_reduce", "tree"): tree_allreduce,
+    ("all_reduce", "ring-dag"): lambda wb, c, s, **kw: ring_dag(wb, c, "all_reduce", s, **kw),
+    ("all_gather", "ring-dag"): lambda wb, c, s, **kw: ring_dag(wb, c, "all_gather", s, **kw),
     ("all_gather", "ring"): lambda wb, c, s, **kw: ring(wb, c, "all_gather", s, **kw),
     ("reduce_scatter", "ring"): lambda wb, c, s, **kw: ring(wb, c, "reduce_scatter", s, **kw),
     ("broadcast", "ring"): lambda wb, c, s, **kw: ring(wb, c, "broadcast", s, **kw),

@@ -17,7 +17,13 @@ app = typer.Typer(
 )
 
 # Each module defines ``register(app: typer.Typer) -> None``.
-COMMAND_MODULES: tuple[str, ...] = ("controller", "agent", "twin")
+COMMAND_MODULES: tuple[str, ...] = (
+    "simulate",
+    "scenarios",
+    "controller",
+    "agent",
+    "twin",
+)
 
 for _name in COMMAND_MODULES:
     importlib.import_module(f"icefabric.cli.{_name}").register(app)

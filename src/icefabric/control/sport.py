@@ -59,6 +59,7 @@ __all__ = [
     "path_members",
     "solve_sports",
     "solve_sports_by_probing",
+    "validate_port_paths",
     "verify_sports",
 ]
 
@@ -150,14 +151,39 @@ def _in_sorted(sorted_codes: np.ndarray, codes: np.ndarray) -> np.ndarray:
 
 
 def _base_matrix(configs: Sequence[HashConfig], d: _Decisions, dport: int, proto: int,
-                 usable: np.ndarray) -> np.ndarray:
-    """``base_hash`` of every (QP, depth) with a decision (0 elsewhere)."""
+                 usable: np.ndarray, xid_of_cfg: np.ndarray) -> np.ndarray:
+    """``base_hash`` of every (QP, depth) with a decision (0 elsewhere).
+
+    Switches that differ only by seed share a linear key; their rows are hashed in one
+    call with per-row seeds.
+    """
     base = np.zeros(d.cfg.shape, dtype=np.uint32)
-    for c in np.unique(d.cfg[usable]):
-        qs, ds = np.nonzero((d.cfg == c) & usable)
-        dq = None if d.dqpn is None else d.dqpn[qs]
-        base[qs, ds] = base_hash(configs[int(c)], d.sip[qs], d.dip[qs], dport, proto, dq)
+    qs, ds = np.nonzero(usable)
+    cfgs = d.cfg[qs, ds]
+    seeds = np.array([c.seed for c in configs], dtype=np.uint64)
+    gid = xid_of_cfg[cfgs]
+    rep_cfg = {int(x): configs[i] for i, x in reversed(list(enumerate(xid_of_cfg[:-1])))}
+    for g in np.unique(gid):
+        r = np.flatnonzero(gid == g)
+        q = qs[r]
+        dq = None if d.dqpn is None else d.dqpn[q]
+        base[q, ds[r]] = base_hash(rep_cfg[int(g)], d.sip[q], d.dip[q], dport, proto, dq,
+                                   seed=seeds[cfgs[r]])
     return base
+
+
+def _dense_rows(cols: Sequence[np.ndarray]) -> np.ndarray:
+    """Dense ids of equal rows of integer columns (faster than ``np.unique(axis=0)``)."""
+    ids = np.zeros(cols[0].shape[0], dtype=np.int64)
+    span = 1
+    for c in cols:
+        u, inv = np.unique(c, return_inverse=True)
+        if span * u.size >= 1 << 62:
+            ids = np.unique(ids, return_inverse=True)[1].ravel().astype(np.int64)
+            span = int(ids.max(initial=0)) + 1
+        ids = ids * u.size + inv.ravel()
+        span *= u.size
+    return np.unique(ids, return_inverse=True)[1].ravel()
 
 
 def solve_sports(
@@ -245,7 +271,6 @@ def solve_sports(
     spray = np.array([c.is_spray for c in configs] + [False], dtype=bool)[d.cfg]
     impossible = (active & (spray | (d.want < 0) | (d.want >= d.n))).any(axis=1)
     usable = active & ~spray
-    base = _base_matrix(configs, d, dport, proto, usable & ~impossible[:, None])
 
     # Classify each decision: trivial (N == 1), indexable by low bits, or filter.
     sel_mod = np.array([c.selection == "mod" for c in configs] + [True])[d.cfg]
@@ -263,6 +288,7 @@ def solve_sports(
         [lin_ids.setdefault(linear_key(c), len(lin_ids)) if not c.is_spray else -1
          for c in configs] + [-1], dtype=np.int64)
     xid = xid_of_cfg[d.cfg]
+    base = _base_matrix(configs, d, dport, proto, usable & ~impossible[:, None], xid_of_cfg)
     code = np.zeros(d.cfg.shape, dtype=np.int64)
     code = np.where(usable & ~indexable, 2 + 2 * d.cfg, code)
     code = np.where(indexable, 1 + 2 * (xid * 32 + bits), code)
@@ -309,11 +335,13 @@ def _solve_rows(
     index_cache: dict[tuple, tuple[np.ndarray, np.ndarray]],
 ) -> None:
     """Solve the QPs ``rows`` in place into ``out``, grouped by chain signature."""
-    sig, inv = np.unique(code[rows], axis=0, return_inverse=True)
-    inv = inv.ravel()
-    for g in range(sig.shape[0]):
-        gq = rows[inv == g]
-        srow = sig[g]
+    crow = code[rows]
+    inv = _dense_rows([crow[:, j] for j in range(crow.shape[1])])
+    by_sig = np.argsort(inv, kind="stable")
+    bounds = np.flatnonzero(np.r_[True, np.diff(inv[by_sig]) != 0, True])
+    for g0, g1 in zip(bounds[:-1], bounds[1:], strict=True):
+        gq = rows[by_sig[g0:g1]]
+        srow = crow[by_sig[g0]]
         idx_cols: list[tuple[int, int, int]] = []  # (depth, xid, bits)
         filt_cols: list[tuple[int, int]] = []  # (depth, cfg)
         for depth, cv in enumerate(srow.tolist()):
@@ -351,7 +379,7 @@ def _solve_rows(
         for depth, _ in filt_cols:
             cols += [base[gq, depth].astype(np.uint64), d.n[gq, depth].astype(np.uint64),
                      d.want[gq, depth].astype(np.uint64)]
-        cls = np.unique(np.stack(cols, axis=1), axis=0, return_inverse=True)[1].ravel()
+        cls = _dense_rows(cols)
         srt = np.argsort(cls, kind="stable")
         cs = cls[srt]
         starts = np.flatnonzero(np.r_[True, cs[1:] != cs[:-1]])
@@ -756,6 +784,43 @@ def _verify_by_probe(
                 state[i] = 1 if tuple(path) == expected[i] else -1
         pending = np.asarray(still, dtype=np.int64)
     return state, used
+
+
+def validate_port_paths(
+    prober: Prober,
+    pmap: PortPathMap,
+    *,
+    n_probes: int = 16,
+    max_retries: int = 8,
+    seed: int = 0,
+) -> bool:
+    """Re-probe a sample of learned ports; False if any now takes another path.
+
+    A periodic check an agent can run on cached maps: after a switch reseed (or a
+    membership change) the sampled ports move, and the map must be relearned. Lost
+    probes are retried; a port whose probes are all lost counts as consistent.
+
+    Parameters
+    ----------
+    prober : Prober
+    pmap : PortPathMap
+        Learned map to check.
+    n_probes : int
+        Sample size (distinct learned ports).
+    max_retries : int
+        Retries per lost probe.
+    seed : int
+        Sample choice.
+    """
+    ports = np.fromiter(pmap.port_path, dtype=np.int64, count=len(pmap.port_path))
+    if ports.size == 0:
+        return True
+    rng = np.random.default_rng(seed)
+    sample = rng.choice(ports, min(n_probes, ports.size), replace=False).tolist()
+    state, used = _verify_by_probe(prober, pmap.src_ip, pmap.dst_ip, sample,
+                                   [pmap.port_path[p] for p in sample], max_retries)
+    pmap.probes_used += used
+    return bool(np.all(state >= 0))
 
 
 def solve_sports_by_probing(

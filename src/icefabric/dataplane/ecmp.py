@@ -118,6 +118,12 @@ class HashConfig:
         XOR.
     seed_bytes : int
         Width of the seed prefix in bytes (0 disables the seed).
+    symmetric : bool
+        Symmetric hashing (SAI ``ECMP_DEFAULT_SYMMETRIC_HASH``; on by default in
+        Cumulus): both directions of a flow hash alike. Modelled by hashing
+        ``sip ^ dip`` in the ``sip`` slot and ``sport ^ dport`` in the ``sport`` slot
+        (zeros in the ``dip``/``dport`` slots) [UNCONFIRMED: ASICs may sort instead];
+        XOR keeps the hash linear in the source port.
     name : str
         Free-form label (profile name, switch name).
 
@@ -134,6 +140,7 @@ class HashConfig:
     table_size: int = 64
     crc_init: int | None = None
     seed_bytes: int = 4
+    symmetric: bool = False
     name: str = ""
 
     def __post_init__(self) -> None:
@@ -192,10 +199,12 @@ PROFILES: dict[str, HashConfig] = {
     "sonic_spine": HashConfig("crc16_bisync", seed=25, name="sonic_spine"),
     # NVIDIA Spectrum / Cumulus: crc16-ccitt, switchd picks a random seed when none is
     # configured (draw one with make_profile(..., seed=None, rng=...)).
-    "spectrum_cumulus": HashConfig("crc16_ccitt", name="spectrum_cumulus"),
+    # Symmetric hashing is on by default in Cumulus.
+    "spectrum_cumulus": HashConfig("crc16_ccitt", symmetric=True, name="spectrum_cumulus"),
     # Cumulus resilient hashing, default 64 buckets per group.
     "spectrum_cumulus_resilient": HashConfig(
-        "crc16_ccitt", selection="resilient", table_size=64, name="spectrum_cumulus_resilient"
+        "crc16_ccitt", selection="resilient", table_size=64, symmetric=True,
+        name="spectrum_cumulus_resilient",
     ),
     # Per-packet spraying (SAI RANDOM); an upper reference, not steerable.
     "spray": HashConfig("random", name="spray"),
@@ -284,23 +293,31 @@ def build_key(
     dport: object = 4791,
     proto: object = 17,
     dqpn: object = None,
+    seed: object = None,
 ) -> np.ndarray:
     """Hash key bytes of many packets as an ``(n, k)`` uint8 array.
 
     Layout: ``seed`` (``cfg.seed_bytes`` bytes, big-endian) followed by ``cfg.fields``
     in order, each big-endian with the width of :data:`FIELD_WIDTHS_BYTES`; an absent
-    ``dqpn`` is hashed as zero. All inputs broadcast to one length ``n``.
+    ``dqpn`` is hashed as zero. All inputs broadcast to one length ``n``. ``seed``
+    (scalar or per-packet array) overrides ``cfg.seed``, which lets packets of many
+    switches that differ only by seed be hashed in one call.
     """
+    seed_v = cfg.seed if seed is None else seed
     values = {"sip": src_ip, "dip": dst_ip, "proto": proto, "sport": sport, "dport": dport,
-              "bth_dqpn": 0 if dqpn is None else dqpn}
+              "bth_dqpn": 0 if dqpn is None else dqpn, "seed": seed_v}
     shape = np.broadcast_shapes(*(np.shape(v) for v in values.values()))
     if len(shape) > 1:
         raise ValueError(f"hash inputs must be scalars or 1-D arrays, got shape {shape}")
     n = shape[0] if shape else 1
+    if cfg.symmetric:
+        values["sip"] = _as_u64(src_ip, n) ^ _as_u64(dst_ip, n)
+        values["sport"] = _as_u64(sport, n) ^ _as_u64(dport, n)
+        values["dip"] = values["dport"] = 0
     cols: list[np.ndarray] = []
-    seed = np.uint64(cfg.seed)
+    sv = _as_u64(seed_v, n)
     for i in range(cfg.seed_bytes - 1, -1, -1):
-        cols.append(np.full(n, (seed >> np.uint64(8 * i)) & np.uint64(0xFF), dtype=np.uint8))
+        cols.append(((sv >> np.uint64(8 * i)) & np.uint64(0xFF)).astype(np.uint8))
     for f in cfg.fields:
         v = _as_u64(values[f], n)
         for i in range(FIELD_WIDTHS_BYTES[f] - 1, -1, -1):
@@ -357,6 +374,7 @@ def ecmp_hash(
     dport: object = 4791,
     proto: object = 17,
     dqpn: object = None,
+    seed: object = None,
 ) -> np.ndarray:
     """16-bit ECMP hash of many packets (vectorised).
 
@@ -372,6 +390,8 @@ def ecmp_hash(
         IP protocol (17 = UDP).
     dqpn : int, array or None
         BTH destination QP (24 bits), used only if ``"bth_dqpn"`` is in ``cfg.fields``.
+    seed : int, array or None
+        Overrides ``cfg.seed`` (per packet if an array).
 
     Returns
     -------
@@ -383,7 +403,7 @@ def ecmp_hash(
     Builds the ``(n, k)`` key byte matrix and runs a 256-entry table-driven CRC
     column by column, so the Python loop is over the k key bytes only.
     """
-    key = build_key(cfg, src_ip, dst_ip, sport, dport, proto, dqpn)
+    key = build_key(cfg, src_ip, dst_ip, sport, dport, proto, dqpn, seed)
     return _hash_key_columns(cfg, key)
 
 
@@ -394,12 +414,13 @@ def base_hash(
     dport: object = 4791,
     proto: object = 17,
     dqpn: object = None,
+    seed: object = None,
 ) -> np.ndarray:
     """Hash of the flow with source port 0.
 
     ``ecmp_hash(cfg, sip, dip, s) == base_hash(cfg, sip, dip) ^ sport_xor_table(cfg)[s]``.
     """
-    return ecmp_hash(cfg, src_ip, dst_ip, 0, dport, proto, dqpn)
+    return ecmp_hash(cfg, src_ip, dst_ip, 0, dport, proto, dqpn, seed)
 
 
 @functools.lru_cache(maxsize=64)
@@ -505,6 +526,8 @@ def ecmp_hash_scalar(
 
     values = {"sip": src_ip, "dip": dst_ip, "proto": proto, "sport": sport, "dport": dport,
               "bth_dqpn": dqpn or 0}
+    if cfg.symmetric:
+        values.update(sip=src_ip ^ dst_ip, dip=0, sport=sport ^ dport, dport=0)
     key = int(cfg.seed).to_bytes(4, "big")[4 - cfg.seed_bytes:] if cfg.seed_bytes else b""
     for f in cfg.fields:
         key += int(values[f]).to_bytes(FIELD_WIDTHS_BYTES[f], "big")

@@ -179,11 +179,13 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
             progress(done_count, F)
         if not heap and not active.any():
             break
-        if not heap and not (active & ~flow_blocked & (rate > 0)).any() and not dirty:
-            raise EngineError(f"t={t} ns: {int(active.sum())} active flows cannot progress "
-                              f"(all routes blocked by failed links and never rerouted)")
 
     if done_count < F and until_ns is None:
+        stuck = active & flow_blocked
+        if stuck.any():
+            raise EngineError(f"t={t} ns: {int(stuck.sum())} active flows cannot progress "
+                              f"(e.g. flow {int(np.flatnonzero(stuck)[0])}): their routes "
+                              f"cross failed links and were never rerouted")
         waiting = np.flatnonzero(start < 0)
         raise EngineError(f"deadlock at t={t} ns: {F - done_count} flows never finished "
                           f"(e.g. flow {int(waiting[0]) if len(waiting) else -1}: "
@@ -209,7 +211,8 @@ def _advance(remaining, rate, run, A, link_bytes, dt_ns):
         return
     r = rate[run]
     finite = np.isfinite(r)
-    moved = np.where(finite, r * dt_ns / 8e9, remaining[run])
+    # never more than what is left: finish times are rounded up to whole ns
+    moved = np.minimum(np.where(finite, r * dt_ns / 8e9, remaining[run]), remaining[run])
     remaining[run] = np.maximum(remaining[run] - moved, 0.0)
     flow_bytes = np.zeros(A.shape[1])
     flow_bytes[run] = moved

@@ -99,7 +99,7 @@ class SimResult:
         return text
 
     @classmethod
-    def from_dict(cls, d: dict) -> "SimResult":
+    def from_dict(cls, d: dict) -> SimResult:
         d = dict(d)
         d.pop("schema_version", None)
         colls = []
@@ -113,7 +113,7 @@ class SimResult:
         return cls(collectives=colls, **d)
 
     @classmethod
-    def from_json(cls, text_or_path: str | Path) -> "SimResult":
+    def from_json(cls, text_or_path: str | Path) -> SimResult:
         p = Path(text_or_path) if not str(text_or_path).lstrip().startswith("{") else None
         text = p.read_text() if p is not None else str(text_or_path)
         return cls.from_dict(json.loads(text))

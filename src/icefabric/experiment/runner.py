@@ -20,6 +20,7 @@ from icefabric.policies.base import (
     failure_reroutes,
     get_policy,
     to_problem,
+    with_proactive_rates,
 )
 from icefabric.scenario.build import build_fabric, build_workload
 from icefabric.scenario.loader import LoadedScenario
@@ -132,6 +133,11 @@ def run_policy(ls: LoadedScenario, fabric: Fabric, policy_name: str, size_bytes:
     ctx = PlanContext.create(fab, wl, seed=scn.seed)
     plan = pol.plan(ctx)
     prob, pmap = to_problem(fab, wl, plan, scenario=scn.name)
+    engine = engine or scn.engine
+    if pol.proactive_rates and engine == "fluid":
+        # Pacers only matter where queues exist; the flow engine already runs every flow at
+        # its max-min rate, which is what the pacers are set to.
+        prob = with_proactive_rates(prob, wl)
     failures = []
     if fab is fabric and scn.failures:
         down: set[int] = set()
@@ -149,7 +155,7 @@ def run_policy(ls: LoadedScenario, fabric: Fabric, policy_name: str, size_bytes:
             prev = new
         from dataclasses import replace
         prob = replace(prob, failures=tuple(failures))
-    res = run_engine(prob, engine or scn.engine, policy=policy_name, scenario=scn.name,
+    res = run_engine(prob, engine, policy=policy_name, scenario=scn.name,
                      seed=scn.seed, **(engine_options or {}))
     res.meta["plan_link_qps"] = plan.link_load(fab.n_links).tolist()
     res.meta["fabric_links"] = np.flatnonzero(fab.link_kind == LINK_FABRIC).tolist()

@@ -50,6 +50,8 @@ class Policy(ABC):
     description: str = ""
     #: time from a link failure until this policy's traffic uses working paths again
     reroute_delay_ns: int = 0
+    #: pace every flow at its global max-min rate before it starts (ICE active CC)
+    proactive_rates: bool = False
 
     def qps_per_connection(self, default: int) -> int:
         """QPs per connection this policy wants the workload built with."""
@@ -200,6 +202,20 @@ def to_problem(fabric: Fabric, workload: Workload, plan: PathPlan, *, scenario: 
         meta={"scenario": scenario, "policy": plan.policy, **(meta or {})},
     )
     return prob, ProblemMap(np.asarray(r_plan, dtype=np.int64), prefix, suffix)
+
+
+def with_proactive_rates(problem: SimProblem, workload: Workload, *,
+                         headroom: float = 0.02) -> SimProblem:
+    """Cap every flow at its ICE rate: weighted max-min over its planned routes among the
+    flows of its phase (:mod:`icefabric.control.rates`), i.e. the NIC pacer values the
+    controller pushes before traffic starts."""
+    from dataclasses import replace
+
+    from icefabric.control.rates import allocate_rates, dag_phases
+
+    rates = allocate_rates(problem.incidence(), problem.link_capacity_bps,
+                           dag_phases(workload.flow_deps), headroom=headroom)
+    return replace(problem, flow_rate_cap_bps=np.minimum(problem.flow_rate_cap_bps, rates))
 
 
 def failure_reroutes(pmap: ProblemMap, before: PathPlan, after: PathPlan, *, t_ns: int,

@@ -9,7 +9,6 @@ link state (htsim's ``get_bidir_paths``), vectorized over all (switch, destinati
 from __future__ import annotations
 
 from functools import cached_property
-from itertools import product
 
 import numpy as np
 import scipy.sparse as sp
@@ -112,7 +111,6 @@ class Routing:
             raise RoutingError(f"NIC link of pair {bad} is down: no path")
         cur = f.nic_leaf[src_nic].copy()
         dst_leaf = f.nic_leaf[dst_nic]
-        hops: list[np.ndarray] = [up]
         steps = []
         active = np.flatnonzero(cur != dst_leaf)
         step = 0
@@ -221,4 +219,4 @@ def leaf_pairs_paths(routing: Routing, pairs) -> dict[tuple[int, int], list[np.n
     return {p: routing.all_paths(*p) for p in set(map(tuple, pairs))}
 
 
-__all__ = ["Routing", "RoutingError", "ServerPaths", "leaf_pairs_paths", "product"]
+__all__ = ["Routing", "RoutingError", "ServerPaths", "leaf_pairs_paths"]

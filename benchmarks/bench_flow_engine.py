@@ -1,0 +1,74 @@
+"""Flow engine at scale: ring AllReduce over 16,384 GPUs on a 3-tier fat-tree.
+
+Run on demand (not part of the tests):
+
+    python benchmarks/bench_flow_engine.py [--gpus 16384] [--policy ecmp]
+
+Prints the wall time of every stage and the peak resident memory; BENCHMARKS.md records the
+figures. Target (issue 2): under 60 s and under 4 GiB on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+
+from icefabric.ccl.collectives import add_collective
+from icefabric.ccl.communicator import Communicator
+from icefabric.ccl.workload import WorkloadBuilder
+from icefabric.engine.registry import run_engine
+from icefabric.policies.base import PlanContext, get_policy, to_problem
+from icefabric.topology.builders import ServerGroup, fat_tree
+from icefabric.topology.catalog import server_profile
+from icefabric.topology.model import ACCEL
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gpus", type=int, default=16384)
+    ap.add_argument("--policy", default="ecmp")
+    ap.add_argument("--size", type=int, default=1 << 30)
+    args = ap.parse_args()
+    servers = args.gpus // 8
+    pods = 16
+    leaves_per_pod = max(1, servers // pods // 8)
+    t = {}
+    t0 = time.perf_counter()
+    fab = fat_tree([ServerGroup(server_profile("hgx-h100"), servers, "h100")], pods=pods,
+                   leaves_per_pod=leaves_per_pod, aggs_per_pod=16, n_cores=256,
+                   servers_per_leaf=8)
+    t["build fabric"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    wb = WorkloadBuilder()
+    comm = Communicator("ring", fab, fab.nodes_of_kind(ACCEL), channels=16)
+    add_collective(wb, comm, "all_reduce", args.size)
+    wl = wb.build(node_ip=fab.node_ip)
+    t["workload"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ctx = PlanContext.create(fab, wl)
+    t["routing tables"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    plan = get_policy(args.policy).plan(ctx)
+    t[f"plan ({args.policy})"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    prob, _ = to_problem(fab, wl, plan)
+    t["engine problem"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    res = run_engine(prob, "flow")
+    t["flow engine run"] = time.perf_counter() - t0
+    total = sum(t.values())
+    rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    print(f"{args.gpus} GPUs, {len(fab.servers)} servers, {fab.n_nodes} nodes, "
+          f"{fab.n_links} links; workload {wl.summary()}; {prob.n_routes} routes, "
+          f"{len(prob.route_links)} route-links")
+    for k, v in t.items():
+        print(f"  {k:<18} {v:7.2f} s")
+    c = res.collectives[0]
+    print(f"  total              {total:7.2f} s   peak RSS {rss_gib:.2f} GiB")
+    print(f"  result: all_reduce {args.size} B in {c.time_us:.1f} us, busbw {c.busbw_GBps:.1f} "
+          f"GB/s ({res.events} events)")
+
+
+if __name__ == "__main__":
+    main()

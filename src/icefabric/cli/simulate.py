@@ -1,0 +1,77 @@
+"""``icefab simulate``: the main job."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from icefabric.cli.common import console, fail, progress_bar
+
+
+def register(app: typer.Typer) -> None:
+    app.command("simulate")(simulate)
+
+
+def simulate(
+    scenario: str = typer.Argument(
+        None, help="Scenario YAML file or built-in name (default: the built-in "
+        "heterogeneous scenario; see `icefab scenarios`)."),
+    policies: str = typer.Option(None, "--policies", "-p",
+                                 help="Comma-separated policies (default: the scenario's)."),
+    engine: str = typer.Option(None, "--engine", "-e", help="flow or fluid (default: the "
+                               "scenario's)."),
+    sizes: str = typer.Option(None, "--sizes", help="Comma-separated message sizes, e.g. "
+                              "1M,64M,1G (default: the scenario's)."),
+    json_out: bool = typer.Option(False, "--json", help="Print one JSON document instead of "
+                                  "tables."),
+    out: Path = typer.Option(None, "--out", "-o", help="Directory for result.json and PNG "
+                             "plots."),
+    detail: bool = typer.Option(False, "--detail", help="Also show time and algbw columns."),
+):
+    """Run every policy on the scenario's workload and print nccl-tests-style results.
+
+    The JSON document (``--json`` and ``OUT/result.json``) has ``rows``: one per policy, job,
+    collective and size with ``policy, job, collective, algorithm, size_bytes, nranks,
+    time_us, algbw_GBps, busbw_GBps, ideal_busbw_GBps, frac_of_ideal, gain_vs_ecmp``, plus
+    ``link_stats``/``link_summary`` (per-policy utilization of switch-to-switch links).
+    """
+    from icefabric.experiment.runner import run_scenario
+    from icefabric.scenario.loader import DEFAULT_SCENARIO, ScenarioError, load
+    from icefabric.units import parse_size
+
+    try:
+        ls = load(scenario or DEFAULT_SCENARIO)
+        pol = [p.strip() for p in policies.split(",") if p.strip()] if policies else None
+        sz = [parse_size(s) for s in sizes.split(",")] if sizes else None
+        if engine not in (None, "flow", "fluid"):
+            fail(f"--engine must be flow or fluid, not {engine!r}")
+        with progress_bar(not json_out, f"simulating {ls.scenario.name}") as update:
+            res = run_scenario(ls, policies=pol, sizes=sz, engine=engine, progress=update)
+    except ScenarioError as e:
+        fail(str(e))
+    except ValueError as e:
+        fail(str(e))
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+        res.to_json(out / "result.json")
+        from icefabric.reports.figures import save_figures
+
+        save_figures(res, out)
+    if json_out:
+        typer.echo(res.to_json())
+        return
+    from icefabric.reports.tables import collective_tables, link_table, summary_table
+
+    fab = res.fabric
+    console.print(f"[bold]{res.scenario}[/] — {res.description}", highlight=False)
+    console.print(f"fabric {fab.get('builder')}: {fab.get('servers')} servers, "
+                  f"{fab['nodes'].get('accel')} accelerators, {fab.get('leaves')} leaves; "
+                  f"engine {res.engine}; seed {res.seed}", highlight=False)
+    for t in collective_tables(res, detail=detail):
+        console.print(t)
+    console.print(summary_table(res))
+    console.print(link_table(res))
+    for n in res.notes:
+        console.print(f"note: {n}")
+    console.print(f"wall time {res.wall_s:.1f} s" + (f"; artefacts in {out}" if out else ""))

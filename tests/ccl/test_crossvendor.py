@@ -1,0 +1,28 @@
+import numpy as np
+
+from icefabric.ccl.collectives import add_collective
+from icefabric.ccl.communicator import Communicator
+from icefabric.ccl.workload import WorkloadBuilder
+from icefabric.topology.builders import ServerGroup, leaf_spine
+from icefabric.topology.catalog import server_profile
+from icefabric.topology.model import ACCEL
+
+
+def test_cross_vendor_allreduce_exchanges_shards_between_pools():
+    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 1, "h"),
+                    ServerGroup(server_profile("atlas-800t-a2"), 2, "a")],
+                   servers_per_leaf=1, n_spines=2)
+    c = Communicator("j", f, f.nodes_of_kind(ACCEL), library="cross")
+    wb = WorkloadBuilder()
+    size = 48 << 20
+    add_collective(wb, c, "all_reduce", size)
+    w = wb.build(node_ip=f.node_ip)
+    assert len(w.collectives) == 1 and w.collectives[0].algorithm == "cross-hier"
+    assert sorted(w.collectives[0].flows) == list(range(w.n_flows))
+    pools = np.array([f.servers[s].pool for s in f.node_server[w.hop_src]])
+    pools_dst = np.array([f.servers[s].pool for s in f.node_server[w.hop_dst]])
+    cross = pools != pools_dst
+    # each direction moves the whole buffer once in total (shards of 8 vs 16 ranks overlap)
+    for p in ("h", "a"):
+        m = cross & (pools == p)
+        assert w.flow_size_bytes[w.hop_flow[m]].sum() == size

@@ -1,0 +1,51 @@
+import json
+
+from typer.testing import CliRunner
+
+from icefabric.cli.app import app
+
+runner = CliRunner()
+
+
+def test_help_lists_commands():
+    r = runner.invoke(app, ["--help"])
+    assert r.exit_code == 0
+    for cmd in ("simulate", "scenarios", "scenario"):
+        assert cmd in r.output
+
+
+def test_simulate_json(tmp_path):
+    r = runner.invoke(app, ["simulate", "homog-small", "--sizes", "1M,64M", "--json",
+                            "--out", str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert {row["policy"] for row in doc["rows"]} == {"ecmp", "ecmp-multiqp", "spray", "ideal"}
+    assert (tmp_path / "result.json").exists()
+    assert (tmp_path / "busbw.png").stat().st_size > 1000
+    assert (tmp_path / "link_utilization.png").stat().st_size > 1000
+
+
+def test_simulate_table():
+    r = runner.invoke(app, ["simulate", "homog-small", "--sizes", "16M", "-p", "ecmp,ideal"])
+    assert r.exit_code == 0, r.output
+    assert "busbw" in r.output and "Summary" in r.output
+
+
+def test_scenarios_list_and_show():
+    r = runner.invoke(app, ["scenarios"])
+    assert r.exit_code == 0 and "hetero-default" in r.output
+    r = runner.invoke(app, ["scenario", "show", "homog-small"])
+    assert r.exit_code == 0 and r.output.startswith("#")
+
+
+def test_bad_input_is_one_clear_error_not_a_traceback(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nfabric: {kind: leaf-spine, spines: 2, wings: 3}\n"
+                   "pools: [{name: h, server: hgx-h100, count: 1}]\n"
+                   "jobs: [{name: j, pools: [h], collectives: [{kind: all_reduce}]}]\n")
+    r = runner.invoke(app, ["simulate", str(bad)])
+    assert r.exit_code == 2
+    assert "bad.yaml:2" in r.output and "fabric.wings" in r.output
+    assert "Traceback" not in r.output
+    r = runner.invoke(app, ["simulate", "homog-small", "-p", "nope"])
+    assert r.exit_code == 2 and "unknown policy" in r.output

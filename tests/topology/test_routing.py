@@ -1,0 +1,67 @@
+import numpy as np
+import pytest
+
+from icefabric.topology.builders import ServerGroup, fat_tree, leaf_spine
+from icefabric.topology.catalog import server_profile
+from icefabric.topology.model import LEAF
+from icefabric.topology.routing import Routing, RoutingError, ServerPaths
+
+H100 = server_profile("hgx-h100")
+
+
+def test_leaf_spine_paths_equal_spines_times_links():
+    f = leaf_spine([ServerGroup(H100, 2, "h")], servers_per_leaf=1, n_spines=4,
+                   links_per_spine=2)
+    r = Routing(f)
+    a, b = f.nodes_of_kind(LEAF)
+    # 8 uplinks at the leaf, then 2 parallel downlinks at every spine
+    assert r.n_paths(a, b) == 16
+    assert len(r.group(a, b)) == 8
+    assert np.all(np.diff(r.group(a, b)) > 0)  # members ordered by link id
+
+
+def test_fat_tree_paths_cross_pod():
+    f = fat_tree([ServerGroup(H100, 8, "h")], pods=2, leaves_per_pod=2, aggs_per_pod=2,
+                 n_cores=4, servers_per_leaf=2)
+    r = Routing(f)
+    leaves = f.nodes_of_kind(LEAF)
+    # same pod: via 2 aggs; other pod: 2 aggs x 2 cores each
+    assert r.n_paths(leaves[0], leaves[1]) == 2
+    assert r.n_paths(leaves[0], leaves[2]) == 4
+    for p in r.all_paths(leaves[0], leaves[3]):
+        assert f.link_src[p[0]] == leaves[0] and f.link_dst[p[-1]] == leaves[3]
+        assert np.all(f.link_dst[p[:-1]] == f.link_src[p[1:]])
+
+
+def test_walk_follows_chooser_and_failures_shrink_groups():
+    f = leaf_spine([ServerGroup(H100, 2, "h")], servers_per_leaf=1, n_spines=2)
+    nics = f.nodes_of_kind(1)
+    src, dst = nics[:1], nics[8:9]
+    r = Routing(f)
+    p0 = r.walk(src, dst, lambda s, i, sw, dl, n: np.zeros(len(i), int))[0]
+    p1 = r.walk(src, dst, lambda s, i, sw, dl, n: np.minimum(1, n - 1))[0]
+    assert len(p0) == 4 and p0[1] != p1[1]
+    down = [p0[1], f.link_id(int(f.link_dst[p0[1]]), int(f.link_src[p0[1]]))]
+    r2 = Routing(f, down)
+    leaf = int(f.nic_leaf[src[0]])
+    assert len(r2.group(leaf, int(f.nic_leaf[dst[0]]))) == 1
+    p = r2.walk(src, dst, lambda s, i, sw, dl, n: np.zeros(len(i), int))[0]
+    assert p[1] == p1[1]
+
+
+def test_walk_reports_unroutable_pairs():
+    f = leaf_spine([ServerGroup(H100, 2, "h")], servers_per_leaf=1, n_spines=1)
+    nics = f.nodes_of_kind(1)
+    leaf = int(f.nic_leaf[nics[0]])
+    up = [l for l in range(f.n_links) if f.link_src[l] == leaf and f.link_kind[l] == 2]
+    with pytest.raises(RoutingError, match="no route"):
+        Routing(f, up).walk(nics[:1], nics[8:9], lambda *a: np.zeros(len(a[1]), int))
+
+
+def test_server_paths_direct_and_pxn():
+    f = leaf_spine([ServerGroup(H100, 1, "h")], servers_per_leaf=1, n_spines=1)
+    s = f.servers[0]
+    sp = ServerPaths(f)
+    assert len(sp.path(s.accels[0], s.nics[0])) == 1  # own NIC over PCIe
+    assert len(sp.path(s.accels[0], s.nics[3])) == 3  # NVLink to the NIC owner, then PCIe
+    assert len(sp.path(s.accels[0], s.accels[5])) == 2  # through the NVSwitch hub

@@ -37,7 +37,7 @@ def test_missing_and_wrong_tokens_are_401(client):
 
 def test_agent_token_cannot_touch_other_hosts_or_fabric(two_hosts, scenario):
     c, toks, reports = two_hosts
-    a, b = toks["h100-0"], toks["h100-3"]
+    a = toks["h100-0"]
     rep_b = reports["h100-3"][0]
     assert c.get("/v1/hosts/h100-3/plan", headers=auth(a)).status_code == 403
     assert c.get("/v1/agents/h100-3", headers=auth(a)).status_code == 403

@@ -20,6 +20,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from icefabric.control.plan import PathPlan
 from icefabric.controller.metrics import Metrics
 from icefabric.controller.planner import (
     BuiltWorkload,
@@ -34,7 +35,6 @@ from icefabric.controller.planner import (
 )
 from icefabric.controller.settings import Settings
 from icefabric.controller.store.repo import Repository
-from icefabric.control.plan import PathPlan
 from icefabric.schemas_service import (
     AgentEnrol,
     CommReport,

@@ -78,6 +78,29 @@ class BodyLimit:
         return await self.app(scope, replay, send)
 
 
+class CountRequests:
+    """ASGI middleware: count responses by route template and status (for /metrics)."""
+
+    def __init__(self, app, metrics):
+        self.app, self.metrics = app, metrics
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        status = 500
+
+        async def send_(msg):
+            nonlocal status
+            if msg["type"] == "http.response.start":
+                status = msg["status"]
+            await send(msg)
+
+        try:
+            await self.app(scope, receive, send_)
+        finally:
+            self.metrics.count_request(getattr(scope.get("route"), "path", "other"), status)
+
+
 def create_app(settings: Settings | None = None, core: ControllerCore | None = None) -> FastAPI:
     """Build the controller app.
 
@@ -146,14 +169,7 @@ def create_app(settings: Settings | None = None, core: ControllerCore | None = N
                   type(exc).__name__, exc_info=exc)
         return _error(500, "internal", "internal error; see the controller log")
 
-    @app.middleware("http")
-    async def count(request: Request, call_next):
-        response = await call_next(request)
-        route = request.scope.get("route")
-        app.state.core.metrics.count_request(getattr(route, "path", "other"),
-                                             response.status_code)
-        return response
-
+    app.add_middleware(CountRequests, metrics=app.state.core.metrics)
     app.add_middleware(BodyLimit, default=settings.max_body_bytes,
                        overrides={"/v1/fabric": settings.max_fabric_bytes})
     return app

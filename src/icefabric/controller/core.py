@@ -28,7 +28,8 @@ from icefabric.controller.planner import (
     PlanInputError,
     build_workload,
     check_report,
-    host_plans,
+    compose_host_plan,
+    host_qps_json,
     links_between,
     path_plan_from_dict,
     path_plan_to_dict,
@@ -143,6 +144,7 @@ class ControllerCore:
         self.plan_version = 0
         self.plan_summary: dict | None = None
         self.host_docs: dict[str, bytes] = {}
+        self.host_qps: dict[str, bytes] = {}
         self.path_plan: PathPlan | None = None
         self.workload_key = ""
         self.built: BuiltWorkload | None = None
@@ -189,7 +191,8 @@ class ControllerCore:
             row, docs = latest
             self.plan_version = row.version
             self.plan_summary = json.loads(row.summary)
-            self.host_docs = docs
+            self.host_qps = {h: d for h, d in docs.items() if d != b"[]"}
+            self.host_docs = self._compose(self.plan_summary, self.host_qps)
             pp = json.loads(row.path_plan)
             self.workload_key = pp.pop("workload_key", "")
             self.path_plan = path_plan_from_dict(pp) if pp.get("sport") is not None else None
@@ -437,26 +440,39 @@ class ControllerCore:
         now = time.time()
         with self._lock:
             version = self.plan_version + 1
-            docs = host_plans(fabric, bw, plan, version=version, fabric_version=fv,
-                              created_at=now, down=down)
+            qps = host_qps_json(fabric, bw, plan)
+            # Only hosts whose QP plans changed are written (a re-plan moves few hosts).
+            changed = {h: d for h, d in qps.items() if self.host_qps.get(h) != d}
+            changed.update({h: b"[]" for h in self.host_qps if h not in qps})
             summary = PlanSummary(version=version, policy=plan.policy or policy.name,
                                   created_at=now, reason=f"{kind}: {reason}",
                                   planning_ms=round(planning_ms, 3), jobs=bw.jobs,
-                                  qps=bw.workload.n_qps, hosts=len(docs),
+                                  qps=bw.workload.n_qps, hosts=len(qps),
                                   down_links=[LinkRef(a=a, b=b) for a, b in down],
                                   fabric_version=fv).model_dump(mode="json")
             pp = path_plan_to_dict(plan)
             pp["workload_key"] = bw.key
             self.repo.save_plan(version, policy=summary["policy"], reason=summary["reason"],
                                 created_at=now, planning_ms=planning_ms, fabric_version=fv,
-                                summary=summary, path_plan=pp, host_docs=docs)
+                                summary=summary, path_plan=pp, host_docs=changed)
+            docs = self._compose(summary, qps)
             self.plan_version, self.plan_summary, self.host_docs = version, summary, docs
+            self.host_qps = qps
             self.path_plan, self.workload_key, self.built = plan, bw.key, bw
             self.last_error = ""
         self.metrics.observe_plan(planning_ms / 1e3, kind, version)
         self.watch.publish(version)
-        log.info("plan v%d (%s, %s): %d QPs on %d hosts in %.1f ms", version, kind, reason,
-                 bw.workload.n_qps, len(docs), planning_ms)
+        log.info("plan v%d (%s, %s): %d QPs on %d hosts (%d changed) in %.1f ms", version,
+                 kind, reason, bw.workload.n_qps, len(docs), len(changed), planning_ms)
+
+    @staticmethod
+    def _compose(summary: dict, qps: dict[str, bytes]) -> dict[str, bytes]:
+        down = [(x["a"], x["b"]) for x in summary.get("down_links", [])]
+        return {h: compose_host_plan(h, q, version=summary["version"],
+                                     fabric_version=summary["fabric_version"],
+                                     policy=summary["policy"], created_at=summary["created_at"],
+                                     down=down)
+                for h, q in qps.items()}
 
     # -- events ---------------------------------------------------------------------------------
     def add_events(self, host: str, events: list[Event]) -> bool:

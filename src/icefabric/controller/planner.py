@@ -21,7 +21,7 @@ from icefabric.ccl.collectives import add_collective
 from icefabric.ccl.communicator import Communicator
 from icefabric.ccl.workload import Workload, WorkloadBuilder
 from icefabric.control.plan import PathPlan
-from icefabric.schemas_service import CommReport, HostPlan, LinkRef, QpPlan
+from icefabric.schemas_service import CommReport, HostPlan, LinkRef
 from icefabric.topology.model import Fabric
 
 
@@ -57,6 +57,18 @@ def _name_index(fabric: Fabric) -> dict[str, int]:
     return idx
 
 
+_IP_CACHE: dict[int, tuple[Fabric, set[str]]] = {}
+
+
+def _all_ips(fabric: Fabric) -> set[str]:
+    hit = _IP_CACHE.get(id(fabric))
+    if hit is None or hit[0] is not fabric:
+        hit = (fabric, {ip_str(ip) for ip in fabric.node_ip[fabric.node_ip > 0]})
+        _IP_CACHE.clear()
+        _IP_CACHE[id(fabric)] = hit
+    return hit[1]
+
+
 def host_nic_ips(fabric: Fabric, host: str) -> set[str]:
     s = fabric.server_of_name.get(host)
     if s is None:
@@ -79,7 +91,7 @@ def check_report(fabric: Fabric, host: str, rep: CommReport) -> None:
         if r.device >= len(fabric.servers[s].accels):
             raise PlanInputError(f"rank {r.rank}: host {r.host!r} has no device {r.device}")
     mine = host_nic_ips(fabric, host)
-    all_ips = {ip_str(ip) for ip in fabric.node_ip[fabric.node_ip > 0]}
+    all_ips = _all_ips(fabric)
     seen = set()
     for i, q in enumerate(rep.qps):
         if q.src_ip not in mine:
@@ -189,35 +201,45 @@ def build_workload(fabric: Fabric, jobs: dict[str, JobState]) -> BuiltWorkload:
     return BuiltWorkload(wl, done, qp_job, ordinal, h.hexdigest(), unmatched, errors)
 
 
-def host_plans(fabric: Fabric, bw: BuiltWorkload, plan: PathPlan, *, version: int,
-               fabric_version: int, created_at: float, down: list[tuple[str, str]]
-               ) -> dict[str, bytes]:
-    """Per-host plan documents (JSON bytes): the QPs whose sending NIC is on the host."""
+def host_qps_json(fabric: Fabric, bw: BuiltWorkload, plan: PathPlan) -> dict[str, bytes]:
+    """Per host, the JSON array of :class:`QpPlan` of the QPs whose sending NIC is on it.
+
+    Built with plain dicts (not model instances): this runs for every QP on every re-plan.
+    """
     wl = bw.workload
     ptr = plan.qp_route_ptr()
-    per_host: dict[str, list[QpPlan]] = {}
-    srv = fabric.node_server[wl.qp_src_nic]
+    per_host: dict[str, list[dict]] = {}
+    srv = fabric.node_server[wl.qp_src_nic].tolist()
+    names = [s.name for s in fabric.servers]
     sip = [ip_str(x) for x in wl.qp_src_ip.tolist()]
     dip = [ip_str(x) for x in wl.qp_dst_ip.tolist()]
     backup = plan.meta.get("backup_sport")
+    rates = plan.rate_bps.tolist()
+    sport = plan.sport.tolist()
+    lq, rq = wl.qp_lqpn.tolist(), wl.qp_rqpn.tolist()
+    weights = plan.route_weight.tolist()
     for q in range(wl.n_qps):
-        host = fabric.servers[int(srv[q])].name
-        rate = float(plan.rate_bps[q])
-        routes = [plan.route(r).tolist() for r in range(ptr[q], ptr[q + 1])]
-        weights = [float(plan.route_weight[r]) for r in range(ptr[q], ptr[q + 1])]
+        rate = rates[q]
         b = None
         if backup is not None and int(backup[q]) >= 0:
             b = int(backup[q])
-        per_host.setdefault(host, []).append(QpPlan(
-            src_ip=sip[q], dst_ip=dip[q], lqpn=int(wl.qp_lqpn[q]), rqpn=int(wl.qp_rqpn[q]),
-            job=bw.qp_job[q], ordinal=int(bw.qp_ordinal[q]), sport=int(plan.sport[q]),
-            rate_bps=rate if np.isfinite(rate) else None, routes=routes, weights=weights,
-            backup_sport=b))
-    links = [LinkRef(a=a, b=b) for a, b in down]
-    return {h: HostPlan(host=h, version=version, fabric_version=fabric_version,
-                        policy=plan.policy, created_at=created_at, down_links=links,
-                        qps=qps).model_dump_json().encode()
-            for h, qps in per_host.items()}
+        per_host.setdefault(names[srv[q]], []).append({
+            "src_ip": sip[q], "dst_ip": dip[q], "lqpn": lq[q], "rqpn": rq[q],
+            "job": bw.qp_job[q], "ordinal": int(bw.qp_ordinal[q]), "sport": sport[q],
+            "rate_bps": rate if np.isfinite(rate) else None,
+            "routes": [plan.route(r).tolist() for r in range(ptr[q], ptr[q + 1])],
+            "weights": weights[ptr[q]:ptr[q + 1]], "backup_sport": b})
+    return {h: json.dumps(v, separators=(",", ":")).encode() for h, v in per_host.items()}
+
+
+def compose_host_plan(host: str, qps_json: bytes, *, version: int, fabric_version: int,
+                      policy: str, created_at: float, down: list[tuple[str, str]]) -> bytes:
+    """A :class:`HostPlan` document from its header fields and the host's QP array."""
+    head = HostPlan(host=host, version=version, fabric_version=fabric_version, policy=policy,
+                    created_at=created_at, down_links=[LinkRef(a=a, b=b) for a, b in down],
+                    qps=[]).model_dump_json().encode()
+    assert head.endswith(b'"qps":[]}')
+    return head[:-3] + qps_json + b"}"
 
 
 def path_plan_to_dict(plan: PathPlan) -> dict:

@@ -151,8 +151,11 @@ class Repository:
                             .limit(1)).scalar()
             if row is None:
                 return None
-            docs = {r.host: r.document.encode() for r in s.execute(
-                select(t.HostPlanRow).where(t.HostPlanRow.version == row.version)).scalars()}
+            # Each host's newest QP plan (rows are written only when a host's plan changes).
+            docs = {}
+            for r in s.execute(select(t.HostPlanRow).where(t.HostPlanRow.version <= row.version)
+                               .order_by(t.HostPlanRow.version)).scalars():
+                docs[r.host] = r.document.encode()
             return row, docs
 
     def plan_summaries(self, limit: int = 100) -> list[dict]:

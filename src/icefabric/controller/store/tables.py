@@ -82,6 +82,8 @@ class PlanRow(Base):
 
 
 class HostPlanRow(Base):
+    """A host's QP plans (JSON array) as of ``version``; written only when they change."""
+
     __tablename__ = "ice_host_plans"
 
     version: Mapped[int] = mapped_column(Integer, primary_key=True)

@@ -1,0 +1,213 @@
+"""Controller load benchmark: 1,000 simulated agents against one controller on loopback.
+
+The controller runs as its own process (``python -m icefabric controller serve``, SQLite,
+policy ``ecmp``) on a free 127.0.0.1 port; this script simulates the agents with asyncio +
+httpx in a second process. Every agent enrols, reports its host's communicator (500
+two-host NCCL jobs, so the controller also plans in the background while serving), then
+polls its plan every ``--poll-interval`` seconds. Agents start spread over ``--ramp`` s.
+A last phase parks every agent on a long-poll and measures how fast a re-plan (link down)
+reaches all of them.
+
+Run: ``PYTHONPATH=src python benchmarks/bench_controller.py [--agents 1000]``.
+Prints a JSON summary (p50/p95/p99/max per request kind) and a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+
+import httpx
+import numpy as np
+
+from icefabric.scenario.build import build_fabric
+from icefabric.scenario.loader import loads
+from icefabric.schemas_service import (
+    AgentEnrol,
+    CollectiveEntry,
+    CommReport,
+    FabricUpload,
+    QpEntry,
+    RankEntry,
+)
+from icefabric.topology.serialize import fabric_to_dict
+from icefabric.twin.serve import SubprocessController
+
+ADMIN = "bench-admin-token"
+
+
+def scenario_text(n: int) -> str:
+    return f"""
+name: bench-{n}
+seed: 1
+fabric: {{kind: leaf-spine, servers_per_leaf: 8, spines: 16, oversub: 1.0}}
+pools:
+  - {{name: h, server: hgx-h100, count: {n}}}
+jobs:
+  - {{name: dummy, servers: [h-0, h-1], collectives: [{{kind: all_reduce}}]}}
+"""
+
+
+def ip(x: int) -> str:
+    return f"{x >> 24 & 255}.{x >> 16 & 255}.{x >> 8 & 255}.{x & 255}"
+
+
+def reports_for(fabric, rng) -> dict[str, CommReport]:
+    """One two-host job per host pair: 1 rank per host, 2 channels -> 2 QPs each way."""
+    out = {}
+    names = [s.name for s in fabric.servers]
+    for k in range(0, len(names) - 1, 2):
+        a, b = fabric.servers[k], fabric.servers[k + 1]
+        ranks = [RankEntry(rank=0, host=a.name, device=0), RankEntry(rank=1, host=b.name,
+                                                                      device=0)]
+        for me, peer in ((a, b), (b, a)):
+            s, d = ip(int(fabric.node_ip[me.nics[0]])), ip(int(fabric.node_ip[peer.nics[0]]))
+            qps = [QpEntry(src_ip=s, dst_ip=d, lqpn=int(rng.integers(0x100, 0xFFFFFF)),
+                           rqpn=int(rng.integers(0x100, 0xFFFFFF)), ordinal=o)
+                   for o in range(2)]
+            out[me.name] = CommReport(job=f"job{k // 2}", job_order=k // 2, library="nccl",
+                                      collectives=[CollectiveEntry(kind="all_reduce")],
+                                      size_bytes=1 << 30, channels=2, ranks=ranks, qps=qps)
+    return out
+
+
+async def agent(c, i, host, rep, lat, args, barrier_tokens):
+    if True:
+        await asyncio.sleep(random.Random(i).uniform(0, args.ramp))
+
+        async def timed(kind, method, path, **kw):
+            t = time.perf_counter()
+            r = await c.request(method, path, **kw)
+            lat.setdefault(kind, []).append(time.perf_counter() - t)
+            if r.status_code >= 400:
+                lat.setdefault("errors", []).append(f"{kind} {r.status_code} {r.text[:100]}")
+            return r
+
+        r = await timed("enrol", "POST", "/v1/agents", content=AgentEnrol(host=host)
+                        .model_dump_json(), headers={"Authorization": f"Bearer {ADMIN}",
+                                                     "Content-Type": "application/json"})
+        tok = r.json()["token"]
+        h = {"Authorization": f"Bearer {tok}", "Content-Type": "application/json"}
+        barrier_tokens[host] = tok
+        await timed("report", "PUT", f"/v1/hosts/{host}/communicators/{rep.job}",
+                    content=rep.model_dump_json(), headers=h)
+        version = -1
+        for _ in range(args.polls):
+            await asyncio.sleep(args.poll_interval * random.Random(i).uniform(0.8, 1.2))
+            r = await timed("poll", "GET", f"/v1/hosts/{host}/plan",
+                            params={"after_version": version, "wait_s": 0}, headers=h)
+            if r.status_code == 200:
+                version = r.json()["version"]
+                await timed("ack", "POST", f"/v1/hosts/{host}/plan/ack",
+                            content=json.dumps({"version": version, "applied": 2}), headers=h)
+        return version
+
+
+async def fanout(url, tokens, version):
+    """Every agent long-polls; one link-down event; time until all have the new plan."""
+    limits = httpx.Limits(max_connections=len(tokens) + 10)
+    async with httpx.AsyncClient(base_url=url, timeout=60.0, trust_env=False,
+                                 limits=limits) as c:
+        async def wait(host, tok):
+            r = await c.get(f"/v1/hosts/{host}/plan", params={"after_version": version,
+                                                              "wait_s": 30},
+                            headers={"Authorization": f"Bearer {tok}"})
+            return r.status_code, time.perf_counter()
+
+        tasks = [asyncio.create_task(wait(h, t)) for h, t in tokens.items()]
+        await asyncio.sleep(2.0)  # everybody parked
+        t0 = time.perf_counter()
+        r = await c.post("/v1/events", json={"events": [{"kind": "link_down", "link": {
+            "a": "leaf0", "b": "spine0"}}]}, headers={"Authorization": f"Bearer {ADMIN}"})
+        assert r.status_code == 202, r.text
+        done = await asyncio.gather(*tasks)
+    ok = [t for s, t in done if s == 200]
+    return {"agents_parked": len(tasks), "got_new_plan": len(ok),
+            "all_notified_s": round(max(ok) - t0, 3) if ok else None}
+
+
+def pct(xs):
+    a = np.asarray(xs) * 1e3
+    return {"n": len(a), "p50_ms": round(float(np.percentile(a, 50)), 2),
+            "p95_ms": round(float(np.percentile(a, 95)), 2),
+            "p99_ms": round(float(np.percentile(a, 99)), 2),
+            "max_ms": round(float(a.max()), 2)}
+
+
+async def main_async(args, url, reps):
+    lat: dict[str, list] = {}
+    tokens: dict[str, str] = {}
+    # One connection pool shared by the simulated agents (one connection each at most):
+    # per-agent clients would measure this script's TLS-context set-up, not the controller.
+    limits = httpx.Limits(max_connections=len(reps), max_keepalive_connections=len(reps))
+    async with httpx.AsyncClient(base_url=url, timeout=30.0, trust_env=False,
+                                 limits=limits) as c:
+        t0 = time.perf_counter()
+        versions = await asyncio.gather(*[agent(c, i, h, reps[h], lat, args, tokens)
+                                          for i, h in enumerate(sorted(reps))])
+        wall = time.perf_counter() - t0
+    errors = lat.pop("errors", [])
+    allreq = [x for v in lat.values() for x in v]
+    out = {"agents": len(reps), "wall_s": round(wall, 2), "requests": len(allreq),
+           "req_per_s": round(len(allreq) / wall, 1), "errors": len(errors),
+           "error_samples": errors[:5], "all": pct(allreq),
+           **{k: pct(v) for k, v in sorted(lat.items())},
+           "agents_with_plan": sum(1 for v in versions if v > 0)}
+    if args.fanout:
+        out["fanout"] = await fanout(url, tokens, max(versions))
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--agents", type=int, default=1000)
+    p.add_argument("--ramp", type=float, default=5.0, help="agents start within this many s")
+    p.add_argument("--polls", type=int, default=5)
+    p.add_argument("--poll-interval", type=float, default=1.0)
+    p.add_argument("--no-fanout", dest="fanout", action="store_false")
+    args = p.parse_args(argv)
+    n = args.agents + args.agents % 2
+    fabric = build_fabric(loads(scenario_text(n)))
+    reps = reports_for(fabric, np.random.default_rng(0))
+    tmp = tempfile.mkdtemp(prefix="ice-bench-")
+    env = {"ICE_DATABASE_URL": f"sqlite:///{tmp}/ice.db", "ICE_ADMIN_TOKEN": ADMIN,
+           "ICE_POLICY": "ecmp", "ICE_PLAN_DEBOUNCE_S": "0.5",
+           "ICE_ADMIN_TOKEN_FILE": f"{tmp}/t", "PYTHONPATH": os.pathsep.join(sys.path)}
+    ctl = SubprocessController(env)
+    url = ctl.start()
+    try:
+        t = time.perf_counter()
+        r = httpx.put(f"{url}/v1/fabric", content=FabricUpload(
+            topology=fabric_to_dict(fabric)).model_dump_json(), timeout=120, trust_env=False,
+            headers={"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"})
+        assert r.status_code == 200, r.text
+        upload_s = time.perf_counter() - t
+        out = asyncio.run(main_async(args, url, reps))
+        out["fabric"] = {"servers": len(fabric.servers), "nodes": fabric.n_nodes,
+                         "links": fabric.n_links, "upload_s": round(upload_s, 2)}
+        m = httpx.get(f"{url}/metrics", trust_env=False).text
+        out["metrics"] = {ln.split()[0]: float(ln.split()[1]) for ln in m.splitlines()
+                          if ln.startswith(("ice_plans_total", "ice_replans_total",
+                                            "ice_planning_seconds_sum",
+                                            "ice_planning_seconds_count",
+                                            "ice_agents_connected", "ice_plan_version"))}
+    finally:
+        ctl.stop()
+    print(json.dumps(out, indent=1))
+    print("\n| request | n | p50 ms | p95 ms | p99 ms | max ms |\n|---|---|---|---|---|---|")
+    for k in ("enrol", "report", "poll", "ack", "all"):
+        if k in out:
+            s = out[k]
+            print(f"| {k} | {s['n']} | {s['p50_ms']} | {s['p95_ms']} | {s['p99_ms']} | "
+                  f"{s['max_ms']} |")
+    return out
+
+
+if __name__ == "__main__":
+    main()

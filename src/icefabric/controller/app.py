@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
@@ -88,6 +89,7 @@ class CountRequests:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         status = 500
+        t0 = time.perf_counter()
 
         async def send_(msg):
             nonlocal status
@@ -98,7 +100,10 @@ class CountRequests:
         try:
             await self.app(scope, receive, send_)
         finally:
-            self.metrics.count_request(getattr(scope.get("route"), "path", "other"), status)
+            waited = b"wait_s=" in scope.get("query_string", b"") and \
+                b"wait_s=0&" not in scope["query_string"] + b"&"
+            self.metrics.count_request(getattr(scope.get("route"), "path", "other"), status,
+                                       time.perf_counter() - t0, waited)
 
 
 def create_app(settings: Settings | None = None, core: ControllerCore | None = None) -> FastAPI:

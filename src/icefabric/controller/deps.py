@@ -1,4 +1,9 @@
-"""FastAPI dependencies and their ``Annotated`` aliases (one place, used by every router)."""
+"""FastAPI dependencies and their ``Annotated`` aliases (one place, used by every router).
+
+Dependencies and the short handlers are ``async``: they run on the event loop without a
+thread-pool hop (the per-request work is microseconds to a millisecond of SQLite), which
+keeps tail latency low with a thousand agents.
+"""
 
 from __future__ import annotations
 
@@ -10,21 +15,21 @@ from icefabric.controller import auth
 from icefabric.controller.core import ControllerCore, Principal
 
 
-def get_core(request: Request) -> ControllerCore:
+async def get_core(request: Request) -> ControllerCore:
     return request.app.state.core
 
 
 CoreDep = Annotated[ControllerCore, Depends(get_core)]
 
 
-def get_principal(request: Request, core: CoreDep) -> Principal:
+async def get_principal(request: Request, core: CoreDep) -> Principal:
     return auth.authenticate(request, core)
 
 
 PrincipalDep = Annotated[Principal, Depends(get_principal)]
 
 
-def get_admin(p: PrincipalDep) -> Principal:
+async def get_admin(p: PrincipalDep) -> Principal:
     return auth.require_admin(p)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 
 PLAN_BUCKETS_S = (0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 10.0, 60.0)
+HTTP_BUCKETS_S = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
 
 
 class Metrics:
@@ -23,6 +24,10 @@ class Metrics:
         self.cnp_reports = 0
         self.requests: dict[tuple[str, int], int] = {}
         self._buckets = [0] * len(PLAN_BUCKETS_S)
+        # Handling time of non-long-poll requests (long-polls wait by design).
+        self._http = [0] * len(HTTP_BUCKETS_S)
+        self._http_sum = 0.0
+        self._http_count = 0
         self._sum = 0.0
         self._count = 0
 
@@ -39,10 +44,17 @@ class Metrics:
                 if seconds <= b:
                     self._buckets[i] += 1
 
-    def count_request(self, route: str, status: int) -> None:
+    def count_request(self, route: str, status: int, seconds: float = 0.0,
+                      waited: bool = False) -> None:
         with self._lock:
             k = (route, status)
             self.requests[k] = self.requests.get(k, 0) + 1
+            if not waited:
+                self._http_sum += seconds
+                self._http_count += 1
+                for i, b in enumerate(HTTP_BUCKETS_S):
+                    if seconds <= b:
+                        self._http[i] += 1
 
     def render(self, *, agents_connected: int, agents_enrolled: int) -> str:
         with self._lock:
@@ -55,6 +67,13 @@ class Metrics:
             out += [f'ice_planning_seconds_bucket{{le="+Inf"}} {self._count}',
                     f"ice_planning_seconds_sum {self._sum:.6f}",
                     f"ice_planning_seconds_count {self._count}"]
+            out += ["# HELP ice_http_request_seconds Request handling time (long-polls that "
+                    "waited excluded).", "# TYPE ice_http_request_seconds histogram"]
+            for b, c in zip(HTTP_BUCKETS_S, self._http):
+                out.append(f'ice_http_request_seconds_bucket{{le="{b}"}} {c}')
+            out += [f'ice_http_request_seconds_bucket{{le="+Inf"}} {self._http_count}',
+                    f"ice_http_request_seconds_sum {self._http_sum:.6f}",
+                    f"ice_http_request_seconds_count {self._http_count}"]
             simple = [
                 ("ice_agents_connected", "gauge", "Agents seen within the agent timeout.",
                  agents_connected),

@@ -26,7 +26,7 @@ def agent_view(core, host: str) -> AgentView:
 
 
 @router.post("", response_model=AgentEnrolled, status_code=201)
-def enrol(body: AgentEnrol, core: CoreDep, p: PrincipalDep) -> AgentEnrolled:
+async def enrol(body: AgentEnrol, core: CoreDep, p: PrincipalDep) -> AgentEnrolled:
     """Enrol a host's agent with the enrolment (or admin) token; returns the host's agent
     token. Enrolling again rotates the token."""
     if p.kind not in ("enrol", "admin"):
@@ -36,7 +36,8 @@ def enrol(body: AgentEnrol, core: CoreDep, p: PrincipalDep) -> AgentEnrolled:
 
 
 @router.get("/{host}", response_model=AgentView)
-def get_agent(core: CoreDep, p: PrincipalDep, host: str = Path(max_length=128)) -> AgentView:
+async def get_agent(core: CoreDep, p: PrincipalDep,
+                    host: str = Path(max_length=128)) -> AgentView:
     """One host's agent record (own host, or admin)."""
     require_host(p, host)
     return agent_view(core, host)

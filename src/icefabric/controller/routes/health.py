@@ -12,7 +12,7 @@ router = APIRouter(tags=["health"])
 
 
 @router.get("/healthz", response_model=Health)
-def healthz(core: CoreDep) -> Health:
+async def healthz(core: CoreDep) -> Health:
     """The controller is up; current fabric and plan versions."""
     return Health(status="ok", policy=core.settings.policy,
                   fabric_version=core.fabric_version,
@@ -20,7 +20,7 @@ def healthz(core: CoreDep) -> Health:
 
 
 @router.get("/metrics", response_class=PlainTextResponse)
-def metrics(core: CoreDep) -> PlainTextResponse:
+async def metrics(core: CoreDep) -> PlainTextResponse:
     """Prometheus text format: planning time, agents connected, plan versions, replans."""
     text = core.metrics.render(agents_connected=core.connected_agents(),
                                agents_enrolled=len(core.hosts))

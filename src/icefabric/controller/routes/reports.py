@@ -13,7 +13,7 @@ router = APIRouter(prefix="/v1/hosts", tags=["reports"], responses=ERRORS)
 
 
 @router.put("/{host}/communicators/{job}", response_model=ReportAccepted)
-def put_report(body: CommReport, core: CoreDep, p: PrincipalDep,
+async def put_report(body: CommReport, core: CoreDep, p: PrincipalDep,
                host: str = Path(max_length=128), job: str = Path(max_length=128)
                ) -> ReportAccepted:
     """Report (or update) what this host knows about one job's communicator."""

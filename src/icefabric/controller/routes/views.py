@@ -22,13 +22,14 @@ def _job(core, js) -> JobView:
 
 
 @router.get("/jobs", response_model=list[JobView])
-def list_jobs(core: CoreDep, _: AdminDep) -> list[JobView]:
+async def list_jobs(core: CoreDep, _: AdminDep) -> list[JobView]:
     """Every job reported by agents."""
     return [_job(core, js) for _, js in sorted(core.jobs.items()) if js.reports]
 
 
 @router.get("/jobs/{job}", response_model=JobView)
-def get_job(core: CoreDep, _: AdminDep, job: str = Path(max_length=128)) -> JobView:
+async def get_job(core: CoreDep, _: AdminDep,
+                  job: str = Path(max_length=128)) -> JobView:
     """One job."""
     js = core.jobs.get(job)
     if js is None or not js.reports:
@@ -37,14 +38,14 @@ def get_job(core: CoreDep, _: AdminDep, job: str = Path(max_length=128)) -> JobV
 
 
 @router.get("/plans", response_model=list[PlanSummary])
-def list_plans(core: CoreDep, _: AdminDep, limit: int = Query(100, ge=1, le=1000)
+async def list_plans(core: CoreDep, _: AdminDep, limit: int = Query(100, ge=1, le=1000)
                ) -> list[PlanSummary]:
     """Plan versions, newest first."""
     return [PlanSummary(**s) for s in core.repo.plan_summaries(limit)]
 
 
 @router.get("/plans/current", response_model=PlanSummary)
-def current_plan(core: CoreDep, _: AdminDep) -> PlanSummary:
+async def current_plan(core: CoreDep, _: AdminDep) -> PlanSummary:
     """The current plan's summary."""
     if core.plan_summary is None:
         raise NotFound("no plan yet")
@@ -52,7 +53,7 @@ def current_plan(core: CoreDep, _: AdminDep) -> PlanSummary:
 
 
 @router.get("/plans/{version}", response_model=PlanSummary)
-def get_plan_summary(core: CoreDep, _: AdminDep,
+async def get_plan_summary(core: CoreDep, _: AdminDep,
                      version: int = Path(ge=0, le=2**62)) -> PlanSummary:
     """One plan version's summary."""
     s = core.repo.plan_summary(version)
@@ -87,13 +88,13 @@ def list_links(core: CoreDep, _: AdminDep,
 
 
 @router.get("/agents", response_model=list[AgentView])
-def list_agents(core: CoreDep, _: AdminDep) -> list[AgentView]:
+async def list_agents(core: CoreDep, _: AdminDep) -> list[AgentView]:
     """Every enrolled agent."""
     return [agent_view(core, h) for h in sorted(core.hosts)]
 
 
 @router.get("/events", response_model=list[dict])
-def list_events(core: CoreDep, _: AdminDep, limit: int = Query(100, ge=1, le=10000)
+async def list_events(core: CoreDep, _: AdminDep, limit: int = Query(100, ge=1, le=10000)
                 ) -> list[dict]:
     """Recent events, newest first."""
     return core.repo.recent_events(limit)

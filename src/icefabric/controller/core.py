@@ -438,24 +438,26 @@ class ControllerCore:
             kind = "plan"
         planning_ms = (time.perf_counter() - t0) * 1e3
         now = time.time()
+        # Only this thread changes plan state, so everything is prepared and stored without
+        # holding the state lock (request handlers keep running); the swap is atomic.
+        version = self.plan_version + 1
+        qps = host_qps_json(fabric, bw, plan)
+        # Only hosts whose QP plans changed are written (a re-plan moves few hosts).
+        changed = {h: d for h, d in qps.items() if self.host_qps.get(h) != d}
+        changed.update({h: b"[]" for h in self.host_qps if h not in qps})
+        summary = PlanSummary(version=version, policy=plan.policy or policy.name,
+                              created_at=now, reason=f"{kind}: {reason}",
+                              planning_ms=round(planning_ms, 3), jobs=bw.jobs,
+                              qps=bw.workload.n_qps, hosts=len(qps),
+                              down_links=[LinkRef(a=a, b=b) for a, b in down],
+                              fabric_version=fv).model_dump(mode="json")
+        pp = path_plan_to_dict(plan)
+        pp["workload_key"] = bw.key
+        self.repo.save_plan(version, policy=summary["policy"], reason=summary["reason"],
+                            created_at=now, planning_ms=planning_ms, fabric_version=fv,
+                            summary=summary, path_plan=pp, host_docs=changed)
+        docs = self._compose(summary, qps)
         with self._lock:
-            version = self.plan_version + 1
-            qps = host_qps_json(fabric, bw, plan)
-            # Only hosts whose QP plans changed are written (a re-plan moves few hosts).
-            changed = {h: d for h, d in qps.items() if self.host_qps.get(h) != d}
-            changed.update({h: b"[]" for h in self.host_qps if h not in qps})
-            summary = PlanSummary(version=version, policy=plan.policy or policy.name,
-                                  created_at=now, reason=f"{kind}: {reason}",
-                                  planning_ms=round(planning_ms, 3), jobs=bw.jobs,
-                                  qps=bw.workload.n_qps, hosts=len(qps),
-                                  down_links=[LinkRef(a=a, b=b) for a, b in down],
-                                  fabric_version=fv).model_dump(mode="json")
-            pp = path_plan_to_dict(plan)
-            pp["workload_key"] = bw.key
-            self.repo.save_plan(version, policy=summary["policy"], reason=summary["reason"],
-                                created_at=now, planning_ms=planning_ms, fabric_version=fv,
-                                summary=summary, path_plan=pp, host_docs=changed)
-            docs = self._compose(summary, qps)
             self.plan_version, self.plan_summary, self.host_docs = version, summary, docs
             self.host_qps = qps
             self.path_plan, self.workload_key, self.built = plan, bw.key, bw

@@ -56,7 +56,9 @@ def test_agents_get_plans_and_keep_them_when_controller_is_gone(controller, tmp_
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not (
                 controller.core.plan_version and
-                all(a.version == controller.core.plan_version for a in agents.values())):
+                all(a.version == controller.core.plan_version for a in agents.values()) and
+                all(controller.core.hosts.get(h, {}).get("applied_version") ==
+                    controller.core.plan_version for h in agents)):
             time.sleep(0.05)
         v = controller.core.plan_version
         assert v >= 1 and all(a.version == v for a in agents.values())

@@ -24,12 +24,14 @@ from icefabric.control.plan import PathPlan
 from icefabric.controller.metrics import Metrics
 from icefabric.controller.planner import (
     BuiltWorkload,
+    FabricNotCached,
     JobState,
     PlanInputError,
     build_workload,
     check_report,
     compose_host_plan,
-    host_qps_json,
+    compute_plan,
+    compute_plan_in_worker,
     links_between,
     path_plan_from_dict,
     path_plan_to_dict,
@@ -154,6 +156,9 @@ class ControllerCore:
         self._thread: threading.Thread | None = None
         self._idle = threading.Event()
         self._idle.set()
+        self._pool = None
+        self._worker_fv = -1
+        self.fabric_doc: dict | None = None
         self._load()
 
     # -- startup ------------------------------------------------------------------------------
@@ -177,6 +182,7 @@ class ControllerCore:
         if fab is not None:
             self.fabric_version, self.fabric_name, doc, self.plan_seed = fab
             self.fabric = fabric_from_dict(doc)
+            self.fabric_doc = doc
         self.down = r.down_links()
         for h in r.hosts():
             self.token_host[h.token_sha256] = h.host
@@ -205,6 +211,14 @@ class ControllerCore:
     def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         if loop is not None:
             self.watch.bind(loop)
+        if self.settings.planner_processes and self._pool is None:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            # Planning is CPU-bound Python: in its own process it does not take the GIL
+            # from request handling.
+            self._pool = ProcessPoolExecutor(
+                max_workers=1, mp_context=multiprocessing.get_context("spawn"))
         if self._thread is None:
             self._thread = threading.Thread(target=self._planner_loop, name="ice-planner",
                                             daemon=True)
@@ -219,6 +233,9 @@ class ControllerCore:
             self._queue.put(_STOP)
             self._thread.join(timeout=30)
             self._thread = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
         self.repo.close()
 
     # -- auth -----------------------------------------------------------------------------------
@@ -257,6 +274,7 @@ class ControllerCore:
         with self._lock:
             v = self.repo.save_fabric(fabric.name, doc, up.plan_seed, sorted(down))
             self.fabric, self.fabric_version, self.fabric_name = fabric, v, fabric.name
+            self.fabric_doc = doc
             self.plan_seed = up.plan_seed
             self.down = down
             self.workload_key = ""
@@ -405,8 +423,6 @@ class ControllerCore:
                 self._idle.set()
 
     def _plan(self, reason: str, links_only: bool) -> None:
-        from icefabric.policies.base import PlanContext, get_policy
-
         with self._lock:
             fabric = self.fabric
             if fabric is None:
@@ -416,43 +432,37 @@ class ControllerCore:
             down_ids = self.down_link_ids()
             seed, fv = self.plan_seed, self.fabric_version
             prev, prev_key = self.path_plan, self.workload_key
-        t0 = time.perf_counter()
-        bw = build_workload(fabric, jobs)
-        if bw.workload.n_qps == 0:
-            self.built = bw
-            return
         last = self.plan_summary or {}
-        if prev is not None and prev_key == bw.key and \
-                last.get("fabric_version") == fv and \
-                sorted((x["a"], x["b"]) for x in last.get("down_links", [])) == down:
-            return  # nothing changed since the current plan
-        policy = get_policy(self.settings.policy)
-        ctx = PlanContext.create(fabric, bw.workload, seed=seed)
-        if prev is not None and prev_key == bw.key and prev.n_qps == bw.workload.n_qps:
-            plan = policy.replan(ctx.after_failure(down_ids), prev)
-            kind = "replan"
+        same_links = last.get("fabric_version") == fv and \
+            sorted((x["a"], x["b"]) for x in last.get("down_links", [])) == down
+        unchanged_key = prev_key if prev is not None and same_links else None
+        kw = dict(policy_name=self.settings.policy, seed=seed, down_ids=down_ids,
+                  prev_key=prev_key)
+        if self._pool is None:
+            out = compute_plan(fabric, jobs, prev=prev, unchanged=lambda k: k == unchanged_key,
+                               **kw)
         else:
-            if down_ids:
-                ctx = ctx.after_failure(down_ids)
-            plan = policy.plan(ctx)
-            kind = "plan"
-        planning_ms = (time.perf_counter() - t0) * 1e3
+            out = self._plan_in_worker(fv, jobs, prev, unchanged_key, kw)
+        if out is None:
+            return
+        plan, kind, planning_ms = out["plan"], out["kind"], out["planning_ms"]
+        qps = out["qps"]
         now = time.time()
         # Only this thread changes plan state, so everything is prepared and stored without
         # holding the state lock (request handlers keep running); the swap is atomic.
         version = self.plan_version + 1
-        qps = host_qps_json(fabric, bw, plan)
         # Only hosts whose QP plans changed are written (a re-plan moves few hosts).
         changed = {h: d for h, d in qps.items() if self.host_qps.get(h) != d}
         changed.update({h: b"[]" for h in self.host_qps if h not in qps})
-        summary = PlanSummary(version=version, policy=plan.policy or policy.name,
+        summary = PlanSummary(version=version, policy=out["policy"],
                               created_at=now, reason=f"{kind}: {reason}",
-                              planning_ms=round(planning_ms, 3), jobs=bw.jobs,
-                              qps=bw.workload.n_qps, hosts=len(qps),
+                              planning_ms=round(planning_ms, 3), jobs=out["jobs"],
+                              qps=out["n_qps"], hosts=len(qps),
                               down_links=[LinkRef(a=a, b=b) for a, b in down],
                               fabric_version=fv).model_dump(mode="json")
-        pp = path_plan_to_dict(plan)
-        pp["workload_key"] = bw.key
+        pp = plan if isinstance(plan, dict) else path_plan_to_dict(plan)
+        plan = path_plan_from_dict(pp) if isinstance(plan, dict) else plan
+        pp = {**pp, "workload_key": out["key"]}
         self.repo.save_plan(version, policy=summary["policy"], reason=summary["reason"],
                             created_at=now, planning_ms=planning_ms, fabric_version=fv,
                             summary=summary, path_plan=pp, host_docs=changed)
@@ -460,12 +470,27 @@ class ControllerCore:
         with self._lock:
             self.plan_version, self.plan_summary, self.host_docs = version, summary, docs
             self.host_qps = qps
-            self.path_plan, self.workload_key, self.built = plan, bw.key, bw
+            self.path_plan, self.workload_key = plan, out["key"]
             self.last_error = ""
         self.metrics.observe_plan(planning_ms / 1e3, kind, version)
         self.watch.publish(version)
         log.info("plan v%d (%s, %s): %d QPs on %d hosts (%d changed) in %.1f ms", version,
-                 kind, reason, bw.workload.n_qps, len(docs), len(changed), planning_ms)
+                 kind, reason, out["n_qps"], len(docs), len(changed), planning_ms)
+
+    def _plan_in_worker(self, fv, jobs, prev, unchanged_key, kw) -> dict | None:
+        docs = {j: {h: r.model_dump(mode="json") for h, r in js.reports.items()}
+                for j, js in jobs.items()}
+        prev_d = path_plan_to_dict(prev) if prev is not None else None
+        for attempt in range(2):
+            doc = self.fabric_doc if (attempt or self._worker_fv != fv) else None
+            try:
+                out = self._pool.submit(compute_plan_in_worker, fv, doc, docs, prev_d,
+                                        unchanged_key, **kw).result()
+            except FabricNotCached:
+                continue
+            self._worker_fv = fv
+            return out
+        raise RuntimeError("planner process lost the fabric twice")
 
     @staticmethod
     def _compose(summary: dict, qps: dict[str, bytes]) -> dict[str, bytes]:

@@ -242,6 +242,63 @@ def compose_host_plan(host: str, qps_json: bytes, *, version: int, fabric_versio
     return head[:-3] + qps_json + b"}"
 
 
+def compute_plan(fabric: Fabric, jobs: dict[str, JobState], *, policy_name: str, seed: int,
+                 down_ids: list[int], prev: PathPlan | None, prev_key: str,
+                 unchanged) -> dict | None:
+    """Build the workload and plan it (``replan`` if the workload is the one ``prev`` was
+    made for). Returns None when there is nothing to plan or nothing changed
+    (``unchanged(key)`` says whether the current plan already covers workload ``key``)."""
+    import time
+
+    from icefabric.policies.base import PlanContext, get_policy
+
+    t0 = time.perf_counter()
+    bw = build_workload(fabric, jobs)
+    if bw.workload.n_qps == 0 or unchanged(bw.key):
+        return None
+    policy = get_policy(policy_name)
+    ctx = PlanContext.create(fabric, bw.workload, seed=seed)
+    if prev is not None and prev_key == bw.key and prev.n_qps == bw.workload.n_qps:
+        plan = policy.replan(ctx.after_failure(down_ids), prev)
+        kind = "replan"
+    else:
+        if down_ids:
+            ctx = ctx.after_failure(down_ids)
+        plan = policy.plan(ctx)
+        kind = "plan"
+    planning_ms = (time.perf_counter() - t0) * 1e3
+    return {"kind": kind, "plan": plan, "key": bw.key, "jobs": bw.jobs,
+            "n_qps": bw.workload.n_qps, "qps": host_qps_json(fabric, bw, plan),
+            "planning_ms": planning_ms, "policy": plan.policy or policy.name}
+
+
+_WORKER_FABRIC: dict[int, Fabric] = {}
+
+
+class FabricNotCached(LookupError):
+    pass
+
+
+def compute_plan_in_worker(fabric_version: int, fabric_doc: dict | None, jobs: dict,
+                           prev: dict | None, unchanged_key: str | None, **kw) -> dict | None:
+    """:func:`compute_plan` in a planner process: plain data in and out (picklable)."""
+    from icefabric.topology.serialize import fabric_from_dict
+
+    fabric = _WORKER_FABRIC.get(fabric_version)
+    if fabric is None:
+        if fabric_doc is None:
+            raise FabricNotCached(fabric_version)
+        _WORKER_FABRIC.clear()
+        fabric = _WORKER_FABRIC[fabric_version] = fabric_from_dict(fabric_doc)
+    states = {j: JobState(j, {h: CommReport.model_validate(d) for h, d in reps.items()})
+              for j, reps in jobs.items()}
+    out = compute_plan(fabric, states, prev=path_plan_from_dict(prev) if prev else None,
+                       unchanged=lambda k: k == unchanged_key, **kw)
+    if out is not None:
+        out["plan"] = path_plan_to_dict(out["plan"])
+    return out
+
+
 def path_plan_to_dict(plan: PathPlan) -> dict:
     def arr(x):
         return [None if not np.isfinite(v) else v for v in x.tolist()] \

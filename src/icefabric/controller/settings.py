@@ -27,5 +27,7 @@ class Settings(BaseSettings):
     max_fabric_bytes: int = Field(256 << 20, ge=1024)
     long_poll_max_s: float = Field(30.0, ge=0)
     agent_timeout_s: float = Field(60.0, gt=0, description="seen within -> 'connected'")
+    planner_processes: int = Field(0, ge=0, le=1, description="1: plan in a separate "
+                                   "process (no GIL contention with request handling)")
     plan_debounce_s: float = Field(0.02, ge=0)
     log_level: str = "info"

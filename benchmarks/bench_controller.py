@@ -209,6 +209,18 @@ async def main_async(args, url, reps):
     return out
 
 
+def server_percentiles(metrics: dict) -> dict:
+    """Upper bucket bounds of the controller's own request-time histogram at p50/p95/p99."""
+    b = sorted((float(k.split('le="')[1].rstrip('"}')), v) for k, v in metrics.items()
+               if k.startswith("ice_http_request_seconds_bucket") and "+Inf" not in k)
+    total = metrics.get("ice_http_request_seconds_count", 0)
+    out = {}
+    for q in (50, 95, 99):
+        le = next((ub for ub, c in b if c >= total * q / 100), float("inf"))
+        out[f"p{q}_ms_at_most"] = le * 1e3
+    return out
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--agents", type=int, default=1000)
@@ -224,6 +236,7 @@ def main(argv=None):
     tmp = tempfile.mkdtemp(prefix="ice-bench-")
     env = {"ICE_DATABASE_URL": f"sqlite:///{tmp}/ice.db", "ICE_ADMIN_TOKEN": ADMIN,
            "ICE_POLICY": "ecmp", "ICE_PLAN_DEBOUNCE_S": str(args.debounce),
+           "ICE_PLANNER_PROCESSES": "1",
            "ICE_ADMIN_TOKEN_FILE": f"{tmp}/t", "PYTHONPATH": os.pathsep.join(sys.path)}
     ctl = SubprocessController(env)
     url = ctl.start()
@@ -244,6 +257,7 @@ def main(argv=None):
                                             "ice_planning_seconds_sum",
                                             "ice_planning_seconds_count",
                                             "ice_agents_connected", "ice_plan_version"))}
+        out["server_side"] = server_percentiles(out["metrics"])
     finally:
         ctl.stop()
     print(json.dumps(out, indent=1))

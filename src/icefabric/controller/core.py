@@ -159,6 +159,8 @@ class ControllerCore:
         self._pool = None
         self._worker_fv = -1
         self.fabric_doc: dict | None = None
+        self.report_docs: dict[str, dict[str, dict]] = {}
+        self._plan_dict: dict | None = None
         self._load()
 
     # -- startup ------------------------------------------------------------------------------
@@ -192,6 +194,7 @@ class ControllerCore:
         for job, host, doc in r.reports():
             self.jobs.setdefault(job, JobState(job)).reports[host] = \
                 CommReport.model_validate(doc)
+            self.report_docs.setdefault(job, {})[host] = doc
         latest = r.latest_plan()
         if latest is not None:
             row, docs = latest
@@ -363,9 +366,11 @@ class ControllerCore:
             old = js.reports.get(host) if js else None
             if old is not None and old == rep:
                 return js
-            self.repo.save_report(rep.job, host, rep.model_dump(mode="json"))
+            doc = rep.model_dump(mode="json")
+            self.repo.save_report(rep.job, host, doc)
             js = self.jobs.setdefault(rep.job, JobState(rep.job))
             js.reports[host] = rep
+            self.report_docs.setdefault(rep.job, {})[host] = doc
             complete = js.complete
         self.metrics.reports += 1
         if complete:
@@ -428,6 +433,7 @@ class ControllerCore:
             if fabric is None:
                 return
             jobs = {k: JobState(k, dict(v.reports)) for k, v in self.jobs.items()}
+            docs = {k: dict(v) for k, v in self.report_docs.items()}
             down = sorted(self.down)
             down_ids = self.down_link_ids()
             seed, fv = self.plan_seed, self.fabric_version
@@ -442,7 +448,7 @@ class ControllerCore:
             out = compute_plan(fabric, jobs, prev=prev, unchanged=lambda k: k == unchanged_key,
                                **kw)
         else:
-            out = self._plan_in_worker(fv, jobs, prev, unchanged_key, kw)
+            out = self._plan_in_worker(fv, docs, prev, unchanged_key, kw)
         if out is None:
             return
         plan, kind, planning_ms = out["plan"], out["kind"], out["planning_ms"]
@@ -461,6 +467,7 @@ class ControllerCore:
                               down_links=[LinkRef(a=a, b=b) for a, b in down],
                               fabric_version=fv).model_dump(mode="json")
         pp = plan if isinstance(plan, dict) else path_plan_to_dict(plan)
+        plan_dict = pp if isinstance(plan, dict) else None
         plan = path_plan_from_dict(pp) if isinstance(plan, dict) else plan
         pp = {**pp, "workload_key": out["key"]}
         self.repo.save_plan(version, policy=summary["policy"], reason=summary["reason"],
@@ -471,16 +478,17 @@ class ControllerCore:
             self.plan_version, self.plan_summary, self.host_docs = version, summary, docs
             self.host_qps = qps
             self.path_plan, self.workload_key = plan, out["key"]
+            self._plan_dict = plan_dict
             self.last_error = ""
         self.metrics.observe_plan(planning_ms / 1e3, kind, version)
         self.watch.publish(version)
         log.info("plan v%d (%s, %s): %d QPs on %d hosts (%d changed) in %.1f ms", version,
                  kind, reason, out["n_qps"], len(docs), len(changed), planning_ms)
 
-    def _plan_in_worker(self, fv, jobs, prev, unchanged_key, kw) -> dict | None:
-        docs = {j: {h: r.model_dump(mode="json") for h, r in js.reports.items()}
-                for j, js in jobs.items()}
-        prev_d = path_plan_to_dict(prev) if prev is not None else None
+    def _plan_in_worker(self, fv, docs, prev, unchanged_key, kw) -> dict | None:
+        prev_d = None
+        if prev is not None:
+            prev_d = self._plan_dict if self._plan_dict is not None else path_plan_to_dict(prev)
         for attempt in range(2):
             doc = self.fabric_doc if (attempt or self._worker_fv != fv) else None
             try:

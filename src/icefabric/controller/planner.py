@@ -21,7 +21,7 @@ from icefabric.ccl.collectives import add_collective
 from icefabric.ccl.communicator import Communicator
 from icefabric.ccl.workload import Workload, WorkloadBuilder
 from icefabric.control.plan import PathPlan
-from icefabric.schemas_service import CommReport, HostPlan, LinkRef
+from icefabric.schemas_service import SERVICE_SCHEMA_VERSION, CommReport
 from icefabric.topology.model import Fabric
 
 
@@ -234,12 +234,14 @@ def host_qps_json(fabric: Fabric, bw: BuiltWorkload, plan: PathPlan) -> dict[str
 
 def compose_host_plan(host: str, qps_json: bytes, *, version: int, fabric_version: int,
                       policy: str, created_at: float, down: list[tuple[str, str]]) -> bytes:
-    """A :class:`HostPlan` document from its header fields and the host's QP array."""
-    head = HostPlan(host=host, version=version, fabric_version=fabric_version, policy=policy,
-                    created_at=created_at, down_links=[LinkRef(a=a, b=b) for a, b in down],
-                    qps=[]).model_dump_json().encode()
-    assert head.endswith(b'"qps":[]}')
-    return head[:-3] + qps_json + b"}"
+    """A :class:`HostPlan` document from its header fields and the host's QP array
+    (plain JSON; runs for every host on every new plan version)."""
+    head = json.dumps({"schema_version": SERVICE_SCHEMA_VERSION, "host": host,
+                       "version": version, "fabric_version": fabric_version, "policy": policy,
+                       "created_at": created_at,
+                       "down_links": [{"a": a, "b": b} for a, b in down]},
+                      separators=(",", ":")).encode()
+    return head[:-1] + b',"qps":' + qps_json + b"}"
 
 
 def compute_plan(fabric: Fabric, jobs: dict[str, JobState], *, policy_name: str, seed: int,

@@ -193,17 +193,30 @@ async def main_async(args, url, reps):
     lat: dict[str, list] = {}
     tokens: dict[str, str] = {}
     port = int(url.rsplit(":", 1)[1])
+    lag: list[float] = []
+    stop = asyncio.Event()
+
+    async def ticker():  # this client's own event-loop lag inflates what it measures
+        while not stop.is_set():
+            t = time.perf_counter()
+            await asyncio.sleep(0.01)
+            lag.append(time.perf_counter() - t - 0.01)
+
+    tick = asyncio.create_task(ticker())
     t0 = time.perf_counter()
     versions = await asyncio.gather(*[agent(port, i, h, reps[h], lat, args, tokens)
                                       for i, h in enumerate(sorted(reps))])
     wall = time.perf_counter() - t0
+    stop.set()
+    await tick
     errors = lat.pop("errors", [])
     allreq = [x for v in lat.values() for x in v]
     out = {"agents": len(reps), "wall_s": round(wall, 2), "requests": len(allreq),
            "req_per_s": round(len(allreq) / wall, 1), "errors": len(errors),
            "error_samples": errors[:5], "all": pct(allreq),
            **{k: pct(v) for k, v in sorted(lat.items())},
-           "agents_with_plan": sum(1 for v in versions if v > 0)}
+           "agents_with_plan": sum(1 for v in versions if v > 0),
+           "client_loop_lag": pct(lag)}
     if args.fanout:
         out["fanout"] = await fanout(port, tokens, max(versions))
     return out

@@ -49,3 +49,46 @@ def test_bad_input_is_one_clear_error_not_a_traceback(tmp_path):
     assert "Traceback" not in r.output
     r = runner.invoke(app, ["simulate", "homog-small", "-p", "nope"])
     assert r.exit_code == 2 and "unknown policy" in r.output
+
+
+CORPUS = __import__("pathlib").Path(__file__).resolve().parents[2] / ".." / "shared" / \
+    "reference" / "ccl-logs"
+OCI = CORPUS / "ncclt-oci-h100-roce-2.21.5.log"
+
+
+def test_simulate_from_log_replays_the_logged_job():
+    import pytest
+
+    if not OCI.exists():
+        pytest.skip("reference corpus not present")
+    r = runner.invoke(app, ["simulate", "homog-small", "--from-log", str(OCI), "--sizes", "64M",
+                            "-p", "ecmp,ideal", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output[r.output.index("{"):])
+    assert {row["nranks"] for row in doc["rows"]} == {16}
+    assert {row["collective"] for row in doc["rows"]} == {"all_reduce"}
+
+
+def test_compare_nccl_tests_sets_measured_beside_simulated():
+    import pytest
+
+    if not OCI.exists():
+        pytest.skip("reference corpus not present")
+    r = runner.invoke(app, ["compare", "nccl-tests", str(OCI), "homog-small", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    assert doc["collective"] == "all_reduce" and doc["nranks"] == 16
+    first = doc["rows"][0]
+    assert first["size_bytes"] == 1 << 30 and first["measured_busbw_GBps"] > 400
+    assert 0.5 < first["ecmp_vs_measured"] < 1.2
+
+
+def test_from_log_errors_are_clear(tmp_path):
+    junk = tmp_path / "junk.log"
+    junk.write_text("nothing to see here\n")
+    r = runner.invoke(app, ["simulate", "--from-log", str(junk)])
+    assert r.exit_code == 2 and "error" in r.output and "Traceback" not in r.output
+    r = runner.invoke(app, ["simulate", "--from-log", str(tmp_path / "missing.log")])
+    assert r.exit_code == 2 and "no such log file" in r.output
+    r = runner.invoke(app, ["compare", "nccl-tests", str(junk)])
+    assert r.exit_code == 2 and "no nccl-tests result rows" in r.output

@@ -20,6 +20,10 @@ app = typer.Typer(
 COMMAND_MODULES: tuple[str, ...] = (
     "simulate",
     "scenarios",
+    "plan",
+    "validate",
+    "collect",
+    "compare",
     "controller",
     "agent",
     "twin",

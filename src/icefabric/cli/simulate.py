@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from icefabric.cli.common import console, fail, progress_bar
+from icefabric.cli.common import console, err_console, fail, progress_bar
 
 
 def register(app: typer.Typer) -> None:
@@ -28,6 +28,11 @@ def simulate(
     out: Path = typer.Option(None, "--out", "-o", help="Directory for result.json and PNG "
                              "plots."),
     detail: bool = typer.Option(False, "--detail", help="Also show time and algbw columns."),
+    from_log: list[Path] = typer.Option(None, "--from-log", help="Replay the job found in "
+                                        "these NCCL/RCCL logs (repeatable) on the scenario's "
+                                        "fabric."),
+    server: str = typer.Option("hgx-h100", "--server", help="With --from-log: the server "
+                               "profile of the log's hosts."),
 ):
     """Run every policy on the scenario's workload and print nccl-tests-style results.
 
@@ -42,6 +47,17 @@ def simulate(
 
     try:
         ls = load(scenario or DEFAULT_SCENARIO)
+        if from_log:
+            from icefabric.experiment.fromlog import scenario_from_log
+
+            missing = [str(p) for p in from_log if not p.exists()]
+            if missing:
+                fail(f"no such log file: {', '.join(missing)}")
+            ls, job = scenario_from_log(ls, from_log, server=server)
+            for w in job.get("warnings", [])[:5]:
+                err_console.print(f"warning: {w}", highlight=False)
+            for note in job.get("inferred", []):
+                err_console.print(f"inferred: {note}", highlight=False)
         pol = [p.strip() for p in policies.split(",") if p.strip()] if policies else None
         sz = [parse_size(s) for s in sizes.split(",")] if sizes else None
         if engine not in (None, "flow", "fluid"):

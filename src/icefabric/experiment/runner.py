@@ -120,6 +120,19 @@ def _failure_links(ls: LoadedScenario, fabric: Fabric) -> list[tuple[int, int, l
     return out
 
 
+def fluid_defaults(fabric: Fabric) -> dict:
+    """Fluid-engine settings for scenario runs: what a RoCEv2 fabric runs by default —
+    DCQCN with the NVIDIA ConnectX firmware defaults, RED/ECN scaled to the port speed, PFC
+    with a shared-buffer dynamic threshold on the switches' buffer, 4 KiB MTU payload with
+    RoCEv2 headers (Eth 14 + IP 20 + UDP 8 + BTH 12 + ICRC 4 = 58 B) and one ACK per packet."""
+    from icefabric.dataplane.pfc import PfcParams
+
+    buf = fabric.node_buffer_bytes[fabric.is_switch]
+    buffer = float(np.median(buf)) if len(buf) and np.median(buf) > 0 else 16 * 2**20
+    return {"cc": "dcqcn", "dcqcn": "nvidia_firmware", "pfc": PfcParams(buffer_bytes=buffer),
+            "wire_overhead": (4096 + 58) / 4096, "ack_bytes": 58.0}
+
+
 def run_policy(ls: LoadedScenario, fabric: Fabric, policy_name: str, size_bytes: int, *,
                engine: str | None = None, engine_options: dict | None = None) -> SimResult:
     """One engine run of one policy at one size (failures applied as the policy reacts)."""
@@ -155,8 +168,10 @@ def run_policy(ls: LoadedScenario, fabric: Fabric, policy_name: str, size_bytes:
             prev = new
         from dataclasses import replace
         prob = replace(prob, failures=tuple(failures))
-    res = run_engine(prob, engine, policy=policy_name, scenario=scn.name,
-                     seed=scn.seed, **(engine_options or {}))
+    opts = dict(fluid_defaults(fab)) if engine == "fluid" else {}
+    opts.update(scn.engine_options)
+    opts.update(engine_options or {})
+    res = run_engine(prob, engine, policy=policy_name, scenario=scn.name, seed=scn.seed, **opts)
     res.meta["plan_link_qps"] = plan.link_load(fab.n_links).tolist()
     res.meta["fabric_links"] = np.flatnonzero(fab.link_kind == LINK_FABRIC).tolist()
     return res

@@ -130,6 +130,10 @@ class Scenario(_Strict):
                                                          "ideal"])
     policy_options: dict[str, dict] = Field(default_factory=dict)
     engine: Literal["flow", "fluid"] = "flow"
+    engine_options: dict = Field(
+        default_factory=dict,
+        description="options passed to the engine (fluid: cc, dcqcn profile, pfc, ...); "
+        "see docs/fluid-engine.md")
     failures: list[FailureSpec] = Field(default_factory=list)
 
     def size_list(self) -> list[int]:

@@ -1,0 +1,76 @@
+"""``icefab plan SCENARIO``: print a policy's path plan (per job, per QP: path, source port,
+backup port) and the predicted per-link load."""
+
+from __future__ import annotations
+
+import typer
+
+
+def register(app: typer.Typer) -> None:
+    @app.command("plan")
+    def plan_cmd(
+        scenario: str = typer.Argument("hetero-default", help="built-in name or YAML file"),
+        policy: str = typer.Option("ice", help="policy whose plan to print"),
+        size: str = typer.Option("", help="message size (default: the largest)"),
+        sport_mode: str = typer.Option("model", help="ice: model | probe"),
+        json_out: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
+        max_qps: int = typer.Option(64, help="QPs shown per job in the table (0 = all)"),
+    ) -> None:
+        """Compute and print the path plan of SCENARIO."""
+        import json
+
+        from rich.console import Console
+        from rich.table import Table
+
+        from icefabric.policies.base import PlanContext, get_policy
+        from icefabric.policies.ice import describe_plan
+        from icefabric.scenario.build import build_fabric, build_workload
+        from icefabric.scenario.loader import ScenarioError, load
+        from icefabric.units import parse_size
+
+        try:
+            ls = load(scenario)
+            fabric = build_fabric(ls)
+            sz = parse_size(size) if size else ls.scenario.size_list()[-1]
+            opts = dict(ls.scenario.policy_options.get(policy, {}))
+            if policy == "ice":
+                opts["sport_mode"] = sport_mode
+            pol = get_policy(policy, **opts)
+            wl = build_workload(ls, fabric, sz,
+                                qps_per_connection=pol.qps_per_connection(1)
+                                if pol.qps_per_connection(1) != 1 else None)
+            ctx = PlanContext.create(fabric, wl, seed=ls.scenario.seed)
+            view = describe_plan(fabric, wl, pol.plan(ctx))
+        except (ScenarioError, ValueError) as e:
+            typer.echo(f"error: {e}", err=True)
+            raise typer.Exit(2) from None
+        view["scenario"] = ls.scenario.name
+        view["size_bytes"] = sz
+        if json_out:
+            typer.echo(json.dumps(view, indent=1))
+            return
+        con = Console()
+        m = view["meta"]
+        con.print(f"[bold]{view['scenario']}[/] policy={view['policy']} QPs={view['n_qps']} "
+                  f"max link util={view['max_util']} "
+                  + (f"method={m.get('method')} verified={m.get('verified_frac')}"
+                     if "method" in m else ""))
+        for job, rows in view["jobs"].items():
+            t = Table(title=f"job {job}")
+            for c in ("qp", "src", "dst", "path", "sport", "backup", "Gb/s"):
+                t.add_column(c)
+            shown = rows if max_qps <= 0 else rows[:max_qps]
+            for r in shown:
+                t.add_row(str(r["qp"]), r["src"], r["dst"], " > ".join(r["path"][1:-1]),
+                          str(r["sport"]), "" if r["backup_sport"] is None
+                          else str(r["backup_sport"]), f"{r['rate_gbps']:g}")
+            if len(shown) < len(rows):
+                t.caption = f"{len(rows) - len(shown)} more QPs (use --max-qps 0 or --json)"
+            con.print(t)
+        t = Table(title="predicted fabric link load (sum over jobs of each job's busiest phase)")
+        for c in ("link", "load Gb/s", "capacity Gb/s", "util"):
+            t.add_column(c)
+        for r in sorted(view["links"], key=lambda r: -r["util"]):
+            t.add_row(r["link"], f"{r['load_gbps']:g}", f"{r['capacity_gbps']:g}",
+                      f"{r['util']:.3f}")
+        con.print(t)

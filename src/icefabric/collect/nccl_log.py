@@ -1,0 +1,872 @@
+"""NCCL / RCCL debug-log reader (``NCCL_DEBUG=INFO``, any ``NCCL_DEBUG_SUBSYS`` mix).
+
+Format sources
+--------------
+* Line prefix ``"%s:%d:%d [%d] NCCL INFO "`` (host:pid:tid [cudaDev]) -- NCCL ``src/debug.cc``.
+* ``NET/IB : Using [i]name:port/LINK ... [RO]; OOB if:ip<0>`` -- ``src/transport/net_ib*.cc``;
+  the one-NIC-per-line form ``NET/IB: [i] name:port/IB`` of NCCL <= 2.3 (NVIDIA/nccl#179).
+* Ring order ``Channel cc/NN :  r0 r1 ...`` -- ``src/graph/rings.cc`` (``Channel cc :`` <= 2.6);
+  per-rank ``Ring cc : prev -> me -> next`` -- ``src/graph/connect.cc``.
+* ``Trees [c] d0/d1/d2->r->up`` -- ``src/init.cc``; NCCL 2.5 printed two trees per channel
+  joined by ``|`` (``d/d/d->r->up|up->r->d/d/d``).
+* Connections ``Channel cc/s : a[x] -> b[y] [send|receive] via NET/<plugin>/<dev>[(<proxy>)]
+  [/GDRDMA][/Shared]`` (2.12+), ``Channel cc : ...`` (2.7-2.11), ``Ring cc : ...`` (<= 2.6) --
+  ``src/transport/net.cc``, ``p2p.cc``, ``shm.cc``. The brackets hold a PCI busId (2.7-2.18)
+  or a device index (<= 2.5 and >= 2.19).
+* ``comm %p rank %d nranks %d cudaDev %d [nvmlDev %d] [busId %lx] [commId 0x%llx] - Init
+  START|COMPLETE`` and ``comm %p rank %d nRanks %d nNodes %d localRanks %d localRank %d``
+  -- ``src/init.cc``.
+* RCCL's multi-line banner (``RCCL version : ...``) -- ROCm/rccl-tests#163.
+
+The corpus under ``shared/reference/ccl-logs`` (real logs from public issues) is the test bed.
+Unreadable lines never raise: they become :class:`~icefabric.schemas.ParseWarning` entries that
+name the line number.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from icefabric.collect._text import GARBLED, lines_of, looks_garbled, read_text, to_text, warn
+from icefabric.schemas import (
+    CommunicatorReport,
+    Connection,
+    HostNics,
+    Nic,
+    ParseWarning,
+    QueuePair,
+    RankInfo,
+    Ring,
+    TreeNode,
+)
+
+# Open MPI's --tag-output prefix ``[1,0]<stdout>:`` and similar launcher tags are stripped first.
+_MPI_TAG = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")
+# Hostnames may be redacted (``<cluster_name>``) or empty (``:22901:22901 [0]``).
+# WARN lines carry the source location before the level: "host:pid:tid [dev] file.cc:123 NCCL
+# WARN ..." (src/debug.cc).
+_PREFIX = re.compile(
+    r"(?P<host>[^\s:]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:[\w./-]+:\d+ )?"
+    r"(?:NCCL|RCCL) (?P<level>INFO|WARN|TRACE|ABORT) ?"
+)
+_BARE_PREFIX = re.compile(r"(?:^|\s)(?:NCCL|RCCL) (?P<level>INFO|WARN|TRACE) ")
+_WARN_PREFIX = re.compile(
+    r"^\[(?P<dev>\d+)\] (?P<where>\S+) \((?P<host>[^)]*)\) (?:NCCL|RCCL) WARN (?P<msg>.*)$"
+)
+
+# nccl-tests prints where each rank runs (src/common.cu) -- the only complete rank -> host map
+# when NCCL's own INFO lines were printed by a few ranks only.
+_TEST_DEVICE = re.compile(
+    r"^#\s+Rank\s+(?P<rank>\d+)(?:\s+Group\s+\d+)?\s+Pid\s+(?P<pid>\d+)\s+on\s+(?P<host>\S+)"
+    r"\s+device\s+(?P<dev>\d+)\s+\[(?P<bus>[^\]]+)\]"
+)
+_VERSION = re.compile(r"\b(?P<lib>NCCL|RCCL) version :? ?(?P<v>\d+\.\d+\.\d+\S*)")
+_VERSION_HINT = re.compile(r"\bnccl==(?P<v>\d+\.\d+\.\d+\S*)")
+_BANNER = re.compile(
+    r"^(?P<key>RCCL version|HIP version|ROCm version|Hostname|Librccl path)\s*: (?P<val>.*?)\s*$"
+)
+_NETIB = re.compile(
+    r"^NET/IB ?: Using(?P<devs>.*?) ?(?P<ro>\[RO\])? ?; OOB (?P<oob>\S+)"
+)
+_NETIB_DEV = re.compile(
+    r"\[(?P<idx>\d+)\](?P<name>[^\s:\[\]]+):(?P<port>\d+)(?::(?P<rail>\d*))?(?::(?P<plane>\d+))?"
+    r"/(?P<ll>[A-Za-z]+(?:/[A-Za-z]+)?)"
+)
+# NCCL <= 2.3 printed one NIC per line; newer NCCL prints a per-NIC detail line of this shape.
+_NETIB_ONE = re.compile(
+    r"^NET/IB ?: ?\[(?P<idx>\d+)\] ?(?P<name>[^\s:]+):(?:(?P<base>[^\s:]+):)?(?P<port>\d+)"
+    r"/(?P<ll>[A-Za-z]+(?:/[A-Za-z]+)?)(?:.*?\bspeed=(?P<speed>\d+))?"
+)
+_NET_SOCKET = re.compile(r"^NET/Socket ?: Using (?:\[\d+\])?(?P<if>\S+)")
+_SIDEBAND = re.compile(r"^NET/IB ?: Using interface (?P<if>\S+) for sideband")
+_NET_IFACE = re.compile(r"^NET ?: Using interface (?P<if>\S+)")
+_BOOTSTRAP = re.compile(r"^Bootstrap ?: Using (?:\[\d+\])?(?P<if>\S+)")
+_NETWORK = re.compile(r"^Using (?:internal )?[Nn]etwork (?P<net>.+?)\s*$")
+_ASSIGNED = re.compile(r"^Assigned NET plugin (?P<net>.+?) to comm\s*$")
+_OFI = re.compile(r"^NET/OFI Selected Provider is (?P<p>\S+)")
+_ENV = re.compile(r"^(?P<k>[A-Z][A-Z0-9_]+) set by environment to (?P<v>.*?)\.?\s*$")
+# Older releases (2.3/2.4) print "comm %p rank %d nranks %d - COMPLETE" without cudaDev.
+_INIT = re.compile(
+    r"^(?:(?P<fn>\w+) )?comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<n>\d+)"
+    r"(?: cudaDev (?P<cuda>\d+))?(?P<rest>.*?) - (?:Init )?(?P<phase>START|COMPLETE)\s*$"
+)
+# Other lifecycle lines of a communicator ("comm 0x.. rank 3 nRanks 8 - Destroy COMPLETE",
+# "... - Abort COMPLETE"; src/init.cc): legitimate, nothing to extract for the report.
+_COMM_LIFECYCLE = re.compile(r"^(?:\w+ )?comm 0x[0-9a-fA-F]+ .*- ?\w+ (?:START|COMPLETE)\s*$")
+_INIT_OLD = re.compile(r"^rank (?P<rank>\d+) nranks (?P<n>\d+)\s*$")
+_COMM_TOPO = re.compile(
+    r"^comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nRanks (?P<n>\d+) nNodes (?P<nn>\d+) "
+    r"localRanks (?P<lr>\d+) localRank (?P<l>\d+)"
+)
+# NCCL <= 2.3 printed the ring order as "Ring %02d : r0 r1 ..." (init.cc), later "Channel".
+_RING_ORDER = re.compile(r"^(?:Channel|Ring) (?P<ch>\d+)(?:/(?P<nch>\d+))? :(?P<ranks>(?: +\d+)+)"
+                         r"(?P<cut> ?\.\.\.)?\s*$")
+_RING_RANK = re.compile(
+    r"^Ring (?P<ch>\d+) : (?P<prev>-?\d+) -> (?P<me>\d+) -> (?P<next>-?\d+)\s*$"
+)
+# Per-rank tree line of NCCL 2.5-2.7 (graph/connect.cc, NCCL_GRAPH): up -> rank -> d0/d1/d2.
+_TREE_RANK = re.compile(
+    r"^Tree (?P<ch>\d+) : (?P<up>-?\d+) -> (?P<r>\d+) -> "
+    r"(?P<d0>-?\d+)/(?P<d1>-?\d+)/(?P<d2>-?\d+)\s*$"
+)
+_TREES = re.compile(r"^Trees(?P<body>(?: \[\d+\] \S+)*)\s*$")
+_TREE_ITEM = re.compile(
+    r"\[(?P<ch>\d+)\] (?P<d0>-?\d+)/(?P<d1>-?\d+)/(?P<d2>-?\d+)->(?P<r>-?\d+)->(?P<up>-?\d+)"
+    r"(?:\|(?P<up2>-?\d+)->(?P<r2>-?\d+)->(?P<e0>-?\d+)/(?P<e1>-?\d+)/(?P<e2>-?\d+))?$"
+)
+# NCCL 2.4 printed one tree per channel the other way round: up->rank->d0/d1/d2.
+_TREE_ITEM_24 = re.compile(
+    r"\[(?P<ch>\d+)\] (?P<up>-?\d+)->(?P<r>-?\d+)->(?P<d0>-?\d+)/(?P<d1>-?\d+)/(?P<d2>-?\d+)$"
+)
+# NCCL 2.4 printed network connections without device brackets
+# ("Ring 00 : 35 -> 34 [send] via NET/Socket/0", NVIDIA/nccl#226).
+_CONN = re.compile(
+    r"^(?:Channel|Ring) (?P<ch>\d+)(?:/(?P<sub>\d+))? : "
+    r"(?P<a>\d+)(?:\[(?P<adev>[0-9a-fA-Fx:.]+)\])? -> (?P<b>\d+)(?:\[(?P<bdev>[0-9a-fA-Fx:.]+)\])?"
+    r"(?: \[(?P<dir>send|receive)\])? via (?P<via>.+?)\s*$"
+)
+_VIA_NET = re.compile(
+    r"^(?:NET|COLLNET)/(?P<plugin>.+?)/(?P<dev>\d+)(?:\((?P<proxy>\d+)\))?(?P<flags>(?:/\w+|\(\w+\))*)$"
+)
+_CHANNEL_COUNTS = re.compile(
+    r"^(?P<coll>\d+) coll channels, (?:(?P<collnet>\d+) collnet channels, )?"
+    r"(?:(?P<nvls>\d+) nvls channels, )?(?P<p2p>\d+) p2p channels, "
+    r"(?P<pp>\d+) p2p channels per peer"
+)
+# QP creation lines of the IB transport (NCCL_DEBUG_SUBSYS=NET; src/transport/net_ib/connect.cc):
+#   "NET/IB: ncclIbConnect: NCCL Dev %d IbDev %d Port %d qp_num %d mtu %d GID %ld (%lX/%lX) ..."
+#   "NET/IB: ncclIbConnect: NCCL Dev %d IbDev %d Port %d qp_num %d mtu %d LID %d ..."
+#   "NET/IB: %s: QP created: port=%d dev=%d devName=%s ndevs=%d nmdevs=%d qp_num=%u ..."
+_QP_NUM = re.compile(r"\bqp_num[ =](?P<qpn>\d+)")
+_QP_FUNC = re.compile(r"^NET/IB ?: ?(?P<func>\w+):")
+_CUDA_DRIVER = re.compile(r"^cudaDriverVersion (?P<v>\d+)")
+_CHUNKSIZE = re.compile(r"^P2P Chunksize set to (?P<v>\d+)")
+_CONNECTED = re.compile(r"^Connected all (?P<what>rings|trees)")
+_NVLS_HEAD = re.compile(r"^NVLS Head +(?P<h>\d+): *(?P<ranks>(?:\d+ *)+)$")
+_SYSTEM = re.compile(r"^=== System : maxBw (?P<max>[\d.]+) totalBw (?P<total>[\d.]+) ===")
+_TOPO_NODE_LINE = re.compile(
+    r"^(?:\+ \w+\[[\d.]+\] - )?(?P<node>[A-Z]+/[0-9a-fA-F\-]+)(?: \(|\s*$)"
+)
+_TOPO_NODE_INDENT = re.compile(r"^\s+\+ \w+\[[\d.]+\] - (?P<node>[A-Z]+/[0-9a-fA-F\-]+)")
+_PATHS = re.compile(
+    r"^(?P<src>[A-Z]+/[0-9a-fA-F\-]+) :(?P<body>(?:[A-Z]+/\S+ \(\d+/[\d.]+/\w+\) ?)+)$"
+)
+_PATH_ITEM = re.compile(
+    r"(?P<node>[A-Z]+/[0-9a-fA-F\-]+) \((?P<hops>\d+)/(?P<bw>[\d.]+)/(?P<t>\w+)\)"
+)
+# RCCL appends the communicator to many INFO lines ("Trees%s comm %p nRanks %02d busId %lx",
+# "Ring %d : ... comm %p nRanks %02d busId %lx", connection lines) -- ROCm/rccl src/init.cc.
+_RCCL_SUFFIX = re.compile(
+    r" comm (?P<comm>0x[0-9a-fA-F]+) nRanks (?P<n>\d+)(?: busId (?P<bus>[0-9a-fA-F]+))?\s*$"
+)
+# Messages whose keyword promises a structured line; if none of the patterns read it, warn.
+_STRUCTURED_KEYWORDS = ("Channel ", "Ring ", "Tree", "NET/IB : Using", "comm 0x")
+
+
+@dataclass
+class LineRef:
+    """Where a record came from: source file, 1-based line, and the printing process."""
+
+    source: str | None
+    line: int
+    host: str | None = None
+    pid: int | None = None
+    tid: int | None = None
+    dev: int | None = None
+    comm: str | None = None
+    nranks: int | None = None
+
+
+@dataclass
+class NcclLog:
+    """Everything :func:`parse_nccl_log` read, record by record, in order of appearance.
+
+    Records are plain dicts using the log's own field names (``rank``, ``nranks``, ``busId``
+    ...) plus a ``ref`` (:class:`LineRef`). :func:`build_reports` turns them into normalized
+    :class:`~icefabric.schemas.CommunicatorReport` objects.
+    """
+
+    sources: list[str] = field(default_factory=list)
+    versions: list[str] = field(default_factory=list)
+    rccl_versions: list[str] = field(default_factory=list)
+    version_hints: list[str] = field(default_factory=list)
+    banner: dict[str, str] = field(default_factory=dict)
+    net_ib: list[dict[str, Any]] = field(default_factory=list)
+    nic_lines: list[dict[str, Any]] = field(default_factory=list)
+    socket_ifs: list[dict[str, Any]] = field(default_factory=list)
+    bootstrap_ifs: list[dict[str, Any]] = field(default_factory=list)
+    sideband_ifs: list[dict[str, Any]] = field(default_factory=list)
+    networks: list[dict[str, Any]] = field(default_factory=list)
+    ofi_providers: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
+    init_lines: list[dict[str, Any]] = field(default_factory=list)
+    comm_topology_lines: list[dict[str, Any]] = field(default_factory=list)
+    ring_orders: list[dict[str, Any]] = field(default_factory=list)
+    ring_ranks: list[dict[str, Any]] = field(default_factory=list)
+    trees: list[dict[str, Any]] = field(default_factory=list)
+    tree_ranks: list[dict[str, Any]] = field(default_factory=list)
+    qps: list[dict[str, Any]] = field(default_factory=list)
+    connections: list[dict[str, Any]] = field(default_factory=list)
+    channel_counts: list[dict[str, Any]] = field(default_factory=list)
+    nvls_heads: list[dict[str, Any]] = field(default_factory=list)
+    systems: list[dict[str, Any]] = field(default_factory=list)
+    topo_nodes: list[str] = field(default_factory=list)
+    paths: list[dict[str, Any]] = field(default_factory=list)
+    nccl_warn_lines: list[dict[str, Any]] = field(default_factory=list)
+    test_devices: list[dict[str, Any]] = field(default_factory=list)
+    hosts_seen: list[str] = field(default_factory=list)
+    misc: dict[str, Any] = field(default_factory=dict)
+    nccl_lines: int = 0
+    warnings: list[ParseWarning] = field(default_factory=list)
+
+    def usable(self) -> bool:
+        """True when at least one CCL fact was read (what the CLI requires)."""
+        return bool(
+            self.versions or self.rccl_versions or self.net_ib or self.nic_lines or self.init_lines
+            or self.comm_topology_lines or self.ring_orders or self.ring_ranks or self.trees
+            or self.tree_ranks or self.connections or self.channel_counts or self.paths
+            or self.systems
+            or self.test_devices
+        )
+
+
+def _segments(line: str, known_hosts: list[str]) -> list[tuple[dict[str, str] | None, str]]:
+    """Split a line into (prefix fields, message) pieces.
+
+    Two processes writing at once can glue their lines together; every NCCL prefix found
+    starts a new piece, so the second line's facts are still read. A glued prefix swallows the
+    tail of the previous message into its host name (``...via P2P/IPChost-a:12:34 [1]``), so
+    when a host already seen ends that name, the split is moved to where that host starts.
+    """
+    line = _MPI_TAG.sub("", line)
+    found = list(_PREFIX.finditer(line))
+    if not found:
+        # Posters sometimes strip the host:pid:tid [dev] part ("NCCL INFO Channel 00 : ...",
+        # NVIDIA/nccl#527); the message is still worth reading, without a host.
+        bare = _BARE_PREFIX.search(line)
+        if bare:
+            return [({"host": None, "pid": None, "tid": None, "dev": None,
+                      "level": bare["level"]}, line[bare.end():].rstrip())]
+        return [(None, line)]
+    if len(found) == 1:
+        return [(found[0].groupdict(), line[found[0].end():].rstrip())]
+    hosts = sorted(set(known_hosts) | {found[0]["host"]}, key=len, reverse=True)
+    cuts: list[tuple[int, int, dict[str, str]]] = []
+    for i, m in enumerate(found):
+        fields = m.groupdict()
+        start = m.start()
+        if i > 0:
+            host = m["host"]
+            for h in hosts:
+                if h and host != h and host.endswith(h):
+                    start = m.start() + len(host) - len(h)
+                    fields["host"] = h
+                    break
+        cuts.append((start, m.end(), fields))
+    out: list[tuple[dict[str, str] | None, str]] = []
+    for i, (_start, msg_start, fields) in enumerate(cuts):
+        end = cuts[i + 1][0] if i + 1 < len(cuts) else len(line)
+        out.append((fields, line[msg_start:end].rstrip()))
+    return out
+
+
+def _int(s: str | None) -> int | None:
+    return int(s) if s not in (None, "") else None
+
+
+def _is_dev_index(s: str | None) -> bool:
+    """Bracket content is a device index (small decimal) rather than a PCI busId (hex)."""
+    return s is not None and s.isdigit() and int(s) < 256
+
+
+def parse_nccl_log(text: str | bytes, source: str | None = None) -> NcclLog:
+    """Read an NCCL or RCCL ``NCCL_DEBUG=INFO`` log.
+
+    Parameters
+    ----------
+    text : str or bytes
+        Log text; several processes' output may be interleaved, other programs' lines may be
+        mixed in, and the text may be cut at either end. Undecodable bytes are replaced.
+    source : str, optional
+        Name recorded in warnings and line references (usually the file name).
+
+    Returns
+    -------
+    NcclLog
+        All records read, in order, plus warnings that name line numbers. Never raises on
+        malformed content.
+
+    Notes
+    -----
+    Formats: NCCL ``src/debug.cc``, ``src/init.cc``, ``src/graph/rings.cc``,
+    ``src/transport/net.cc`` and ``net_ib.cc`` (2.3 to 2.30); RCCL banner from
+    https://github.com/ROCm/rccl-tests/issues/163. See the module docstring.
+    """
+    log = NcclLog()
+    if source:
+        log.sources.append(source)
+    _parse_into(log, to_text(text), source)
+    return log
+
+
+def read_nccl_log(path: str | Path) -> NcclLog:
+    """Read an NCCL/RCCL log file (see :func:`parse_nccl_log`)."""
+    return parse_nccl_log(read_text(path), source=str(path))
+
+
+def parse_nccl_logs(texts: list[tuple[str | None, str | bytes]]) -> NcclLog:
+    """Read several logs (e.g. one per host) into one :class:`NcclLog`, in the given order."""
+    log = NcclLog()
+    for source, text in texts:
+        if source:
+            log.sources.append(source)
+        _parse_into(log, to_text(text), source)
+    return log
+
+
+_ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+
+
+def _parse_into(log: NcclLog, text: str, source: str | None) -> None:
+    for lineno, raw in enumerate(lines_of(text), start=1):
+        if "\x1b" in raw:
+            # Colour codes from frameworks' loggers are presentation, not damage.
+            raw = _ANSI.sub("", raw)
+        if looks_garbled(raw):
+            log.warnings.append(warn("unreadable bytes in line; read what was legible",
+                                     lineno, source))
+            raw = GARBLED.sub("", raw)
+        try:
+            for m, msg in _segments(raw, log.hosts_seen):
+                _parse_segment(log, m, msg, lineno, source)
+        except Exception as exc:  # noqa: BLE001 - a collector must never crash on bad input
+            log.warnings.append(warn(f"could not read line ({type(exc).__name__}: {exc})",
+                                     lineno, source))
+
+
+def _parse_segment(log: NcclLog, m: dict[str, str] | None, msg: str, lineno: int,
+                   source: str | None) -> None:
+    ref = LineRef(source, lineno)
+    if m is not None:
+        ref.host = m["host"]
+        ref.pid, ref.tid, ref.dev = _int(m["pid"]), _int(m["tid"]), _int(m["dev"])
+        log.nccl_lines += 1
+        if ref.host is not None and ref.host not in log.hosts_seen:
+            log.hosts_seen.append(ref.host)
+        if m["level"] == "WARN":
+            log.nccl_warn_lines.append({"message": msg, "ref": ref})
+            return
+    stripped = msg.strip()
+
+    # Lines that need no NCCL prefix (version banners are printed with plain printf).
+    if m is None:
+        b = _BANNER.match(stripped)
+        if b:
+            log.banner[b["key"]] = b["val"]
+            if b["key"] == "RCCL version":
+                log.rccl_versions.append(b["val"])
+            return
+    v = _VERSION.search(msg)
+    if v:
+        (log.rccl_versions if v["lib"] == "RCCL" else log.versions).append(v["v"])
+        return
+    v = _VERSION_HINT.search(msg)
+    if v:
+        log.version_hints.append(v["v"])
+        return
+    if m is None:
+        td = _TEST_DEVICE.match(stripped)
+        if td:
+            log.test_devices.append({"rank": int(td["rank"]), "pid": int(td["pid"]),
+                                     "host": td["host"], "device": int(td["dev"]), "ref": ref})
+            return
+        w = _WARN_PREFIX.match(stripped)
+        if w:
+            log.nccl_warn_lines.append({"message": w["msg"], "ref": ref})
+            return
+        # Unprefixed lines from other programs are expected in real logs; only a line that
+        # looks like a mangled NCCL line is worth a warning.
+        if "NCCL INFO" in msg or "NCCL WARN" in msg:
+            log.warnings.append(warn("NCCL line without a readable host:pid:tid [dev] prefix",
+                                     lineno, source))
+        return
+
+    sfx = _RCCL_SUFFIX.search(stripped)
+    if sfx and not stripped.startswith("comm "):
+        ref.comm, ref.nranks = sfx["comm"], int(sfx["n"])
+        stripped = stripped[: sfx.start()]
+    if _parse_message(log, stripped, ref):
+        return
+    if stripped.startswith(_STRUCTURED_KEYWORDS):
+        log.warnings.append(warn(f"unrecognized or truncated line: {stripped[:80]!r}",
+                                 lineno, source))
+
+
+def _parse_message(log: NcclLog, msg: str, ref: LineRef) -> bool:  # noqa: C901 - a dispatcher
+    """Try every message pattern; True when one read the line."""
+    if msg.startswith("Channel ") or msg.startswith("Ring "):
+        c = _CONN.match(msg)
+        if c:
+            log.connections.append(_connection(c, ref))
+            return True
+        r = _RING_ORDER.match(msg)
+        if r:
+            log.ring_orders.append({
+                "channel": int(r["ch"]), "nchannels": _int(r["nch"]),
+                "ranks": [int(x) for x in r["ranks"].split()], "complete": not r["cut"],
+                "ref": ref,
+            })
+            return True
+        r = _RING_RANK.match(msg)
+        if r:
+            log.ring_ranks.append({"channel": int(r["ch"]), "prev": int(r["prev"]),
+                                   "rank": int(r["me"]), "next": int(r["next"]), "ref": ref})
+            return True
+        return False
+    if msg.startswith("Tree "):
+        t = _TREE_RANK.match(msg)
+        if not t:
+            return False
+        log.tree_ranks.append({"rank": int(t["r"]), "channel": int(t["ch"]),
+                               "down": [int(t["d0"]), int(t["d1"]), int(t["d2"])],
+                               "up": int(t["up"]), "tree": 0, "ref": ref})
+        return True
+    if msg.startswith("Trees"):
+        t = _TREES.match(msg)
+        if not t:
+            return False
+        items = t["body"].split()
+        ok = True
+        for ch_tok, val in zip(items[::2], items[1::2], strict=False):
+            it = _TREE_ITEM.match(f"{ch_tok} {val}") or _TREE_ITEM_24.match(f"{ch_tok} {val}")
+            if not it:
+                ok = False
+                continue
+            ch, rank = int(it["ch"]), int(it["r"])
+            log.trees.append({"rank": rank, "channel": ch,
+                              "down": [int(it["d0"]), int(it["d1"]), int(it["d2"])],
+                              "up": int(it["up"]), "tree": 0, "ref": ref})
+            if it.re is _TREE_ITEM and it["up2"] is not None:
+                log.trees.append({"rank": int(it["r2"]), "channel": ch,
+                                  "down": [int(it["e0"]), int(it["e1"]), int(it["e2"])],
+                                  "up": int(it["up2"]), "tree": 1, "ref": ref})
+        if len(items) % 2:
+            ok = False
+        if not ok:
+            log.warnings.append(warn("Trees line partly unreadable (cut?); read the rest",
+                                     ref.line, ref.source))
+        return True
+    if msg.startswith("NET/IB") and "qp_num" in msg and "query_ece" not in msg:
+        q = _QP_NUM.search(msg)
+        if q:
+            log.qps.append(_qp_record(msg, int(q["qpn"]), ref))
+            return True
+    g = _NETIB.match(msg)
+    if g:
+        nics = [
+            {"index": int(d["idx"]), "name": d["name"], "port": int(d["port"]), "link": d["ll"],
+             "rail": _int(d["rail"])}
+            for d in _NETIB_DEV.finditer(g["devs"])
+        ]
+        log.net_ib.append({"host": ref.host, "nics": nics, "oob": g["oob"],
+                           "relaxed_ordering": bool(g["ro"]), "ref": ref})
+        return True
+    g = _NETIB_ONE.match(msg)
+    if g:
+        log.nic_lines.append({"host": ref.host, "index": int(g["idx"]), "name": g["name"],
+                              "port": int(g["port"]), "link": g["ll"],
+                              "speed_mbps": _int(g["speed"]), "ref": ref})
+        return True
+    g = _INIT.match(msg)
+    if g:
+        rest = g["rest"]
+        rec: dict[str, Any] = {"host": ref.host, "comm": g["comm"], "rank": int(g["rank"]),
+                               "nranks": int(g["n"]), "cudaDev": _int(g["cuda"])}
+        nv = re.search(r"\bnvmlDev (\d+)", rest)
+        if nv:
+            rec["nvmlDev"] = int(nv[1])
+        bus = re.search(r"\bbusId ([0-9a-fA-F]+)", rest)
+        if bus:
+            rec["busId"] = bus[1]
+        cid = re.search(r"\bcommId (0x[0-9a-fA-F]+)", rest)
+        if cid:
+            rec["commId"] = cid[1]
+        rec["phase"] = g["phase"]
+        rec["ref"] = ref
+        log.init_lines.append(rec)
+        return True
+    g = _COMM_TOPO.match(msg)
+    if g:
+        log.comm_topology_lines.append({
+            "host": ref.host, "comm": g["comm"], "rank": int(g["rank"]), "nRanks": int(g["n"]),
+            "nNodes": int(g["nn"]), "localRanks": int(g["lr"]), "localRank": int(g["l"]),
+            "ref": ref})
+        return True
+    if _COMM_LIFECYCLE.match(msg):
+        return True
+    g = _INIT_OLD.match(msg)
+    if g:
+        log.init_lines.append({"host": ref.host, "rank": int(g["rank"]), "nranks": int(g["n"]),
+                               "cudaDev": ref.dev, "phase": None, "ref": ref})
+        return True
+    for pattern, sink in ((_SIDEBAND, log.sideband_ifs), (_NET_SOCKET, log.socket_ifs),
+                          (_NET_IFACE, log.socket_ifs),
+                          (_BOOTSTRAP, log.bootstrap_ifs)):
+        g = pattern.match(msg)
+        if g:
+            sink.append({"host": ref.host, "if": g["if"], "ref": ref})
+            return True
+    g = _NETWORK.match(msg) or _ASSIGNED.match(msg)
+    if g:
+        log.networks.append({"host": ref.host, "network": g["net"], "ref": ref})
+        return True
+    g = _OFI.match(msg)
+    if g:
+        log.ofi_providers.append(g["p"])
+        return True
+    g = _ENV.match(msg)
+    if g:
+        log.env[g["k"]] = g["v"]
+        return True
+    g = _CHANNEL_COUNTS.match(msg)
+    if g:
+        log.channel_counts.append({
+            "coll": int(g["coll"]), "collnet": _int(g["collnet"]), "nvls": _int(g["nvls"]),
+            "p2p": int(g["p2p"]), "p2p_per_peer": int(g["pp"]), "ref": ref})
+        return True
+    g = _CUDA_DRIVER.match(msg)
+    if g:
+        log.misc.setdefault("cudaDriverVersion", int(g["v"]))
+        return True
+    g = _CHUNKSIZE.match(msg)
+    if g:
+        log.misc.setdefault("p2p_chunksize", int(g["v"]))
+        return True
+    g = _CONNECTED.match(msg)
+    if g:
+        log.misc[f"connected_all_{g['what']}"] = True
+        return True
+    g = _NVLS_HEAD.match(msg)
+    if g:
+        log.nvls_heads.append({"head": int(g["h"]), "ranks": [int(x) for x in g["ranks"].split()],
+                               "ref": ref})
+        return True
+    g = _SYSTEM.match(msg)
+    if g:
+        log.systems.append({"maxBw": float(g["max"]), "totalBw": float(g["total"]), "ref": ref})
+        return True
+    g = _PATHS.match(msg)
+    if g:
+        peers = {
+            p["node"]: [int(p["hops"]), float(p["bw"]), p["t"]]
+            for p in _PATH_ITEM.finditer(g["body"])
+        }
+        log.paths.append({"node": g["src"], "peers": peers, "ref": ref})
+        return True
+    if log.systems:
+        # Topology print that follows "=== System" (NCCL_DEBUG_SUBSYS=GRAPH).
+        g = _TOPO_NODE_INDENT.match(msg) or _TOPO_NODE_LINE.match(msg)
+        if g and g["node"].split("/")[0] in {"CPU", "PCI", "NIC", "NET", "GPU", "NVS"}:
+            log.topo_nodes.append(g["node"])
+            return True
+    return False
+
+
+def _qp_record(msg: str, qpn: int, ref: LineRef) -> dict[str, Any]:
+    def num(pattern: str) -> int | None:
+        m = re.search(pattern, msg)
+        return int(m[1]) if m else None
+
+    func = _QP_FUNC.match(msg)
+    fname = func["func"] if func else ""
+    if "Flush QP" in msg:
+        role = "flush"
+    elif "Receiver" in fname or "Accept" in fname or "Recv" in fname:
+        role = "recv"
+    elif "Connect" in fname or "Sender" in fname or "Send" in fname:
+        role = "send"
+    else:
+        role = None
+    name = re.search(r"\bdevName=(\S+)", msg)
+    link = "RoCE" if re.search(r"\bGID \d+", msg) else ("IB" if " LID " in msg else None)
+    return {"host": ref.host, "pid": ref.pid, "qp_num": qpn,
+            "ib_dev": num(r"\bIbDev (\d+)") if "IbDev" in msg else num(r"\bdev=(\d+)"),
+            "port": num(r"\bPort (\d+)") if "Port " in msg else num(r"\bport=(\d+)"),
+            "dev_name": name[1] if name else None, "role": role, "link": link,
+            "gid_index": num(r"\bGID (\d+)"), "mtu": num(r"\bmtu (\d+)"), "ref": ref}
+
+
+def _connection(c: re.Match[str], ref: LineRef) -> dict[str, Any]:
+    via = c["via"]
+    kind = via.split("/", 1)[0].upper()
+    if kind not in {"P2P", "SHM", "NET", "COLLNET", "NVLS"}:
+        kind = "OTHER"
+    rec: dict[str, Any] = {
+        "channel": int(c["ch"]), "conn_index": _int(c["sub"]),
+        "from": int(c["a"]), "to": int(c["b"]), "from_dev": c["adev"], "to_dev": c["bdev"],
+        "direction": c["dir"], "via": via, "kind": kind, "ref": ref,
+    }
+    if kind in {"NET", "COLLNET"}:
+        n = _VIA_NET.match(via)
+        if n:
+            rec["net_plugin"] = n["plugin"]
+            rec["net_dev"] = int(n["dev"])
+            rec["proxy_rank"] = _int(n["proxy"])
+            rec["gdrdma"] = "GDRDMA" in n["flags"]
+    return rec
+
+
+# ------------------------------------------------------------------------------------------------
+# Derived views
+# ------------------------------------------------------------------------------------------------
+
+
+def library_of(log: NcclLog) -> str:
+    """``"rccl"`` when RCCL/ROCm markers are present, else ``"nccl"``."""
+    if log.rccl_versions:
+        return "rccl"
+    return "nccl"
+
+
+def local_endpoint(conn: dict[str, Any]) -> tuple[int, str] | None:
+    """(rank, bracket) of the side of a connection that lives on the printing host.
+
+    Intra-node transports have both ends local (the sender is returned); a NET ``send`` line
+    is printed by the sender, a ``receive`` line by the receiver.
+    """
+    if conn["kind"] == "NET" or conn["kind"] == "COLLNET":
+        if conn["direction"] == "send":
+            return conn["from"], conn["from_dev"]
+        if conn["direction"] == "receive":
+            return conn["to"], conn["to_dev"]
+        return None
+    return conn["from"], conn["from_dev"]
+
+
+def rank_devices(log: NcclLog) -> dict[int, dict[str, Any]]:
+    """Per rank: host, local device, nvml device, busId, pid, as far as the log shows.
+
+    The first value seen for a field wins; a line that does not show a value (a prefix-less
+    line has no host) never blocks a later line that does.
+    """
+    out: dict[int, dict[str, Any]] = defaultdict(dict)
+
+    def put(rank: int, **values: Any) -> None:
+        d = out[rank]
+        for k, v in values.items():
+            if v is not None and d.get(k) is None:
+                d[k] = v
+
+    for rec in log.init_lines:
+        put(rec["rank"], host=rec["host"], device=rec.get("cudaDev"),
+            nvml_device=rec.get("nvmlDev"), bus_id=rec.get("busId"), pid=rec["ref"].pid)
+    for rec in log.comm_topology_lines:
+        put(rec["rank"], host=rec["host"])
+    for rec in log.test_devices:
+        put(rec["rank"], host=rec["host"], device=rec["device"], pid=rec["pid"])
+    for rec in log.trees:
+        if rec["tree"] == 0 and rec["ref"].host is not None:
+            put(rec["rank"], host=rec["ref"].host, device=rec["ref"].dev)
+    for rec in log.ring_ranks:
+        put(rec["rank"], host=rec["ref"].host)
+    for conn in log.connections:
+        for rank, dev in ((conn["from"], conn["from_dev"]), (conn["to"], conn["to_dev"])):
+            if dev is not None and not _is_dev_index(dev):
+                put(rank, bus_id=dev)
+        ends = [local_endpoint(conn)]
+        if conn["kind"] in {"P2P", "SHM"}:
+            # Both ends of an intra-node connection share the printing host.
+            ends.append((conn["to"], conn["to_dev"]))
+        for end in ends:
+            if end is not None:
+                put(end[0], host=conn["ref"].host,
+                    device=int(end[1]) if _is_dev_index(end[1]) else None)
+        if conn["kind"] in {"P2P", "SHM"}:
+            put(conn["to"], host=conn["ref"].host)
+    return dict(out)
+
+
+def host_nics(log: NcclLog) -> dict[str, dict[str, Any]]:
+    """Per host: NIC list, OOB interface and relaxed-ordering flag (first complete listing)."""
+    out: dict[str, dict[str, Any]] = {}
+    for rec in log.net_ib:
+        host = rec["host"] or ""
+        if host not in out or (not out[host]["nics"] and rec["nics"]):
+            out[host] = {"nics": [dict(n) for n in rec["nics"]], "oob": rec["oob"],
+                         "relaxed_ordering": rec["relaxed_ordering"]}
+    for rec in log.nic_lines:
+        host = rec["host"] or ""
+        entry = out.setdefault(host, {"nics": [], "oob": None, "relaxed_ordering": None})
+        known = {n["index"]: n for n in entry["nics"]}
+        if rec["index"] in known:
+            if rec.get("speed_mbps"):
+                known[rec["index"]]["speed_mbps"] = rec["speed_mbps"]
+            continue
+        entry["nics"].append({k: rec[k] for k in ("index", "name", "port", "link", "speed_mbps")})
+    for rec in log.sideband_ifs:
+        entry = out.get(rec["host"] or "")
+        if entry is not None and entry["oob"] is None:
+            entry["oob"] = rec["if"]
+    return out
+
+
+def rings_by_channel(log: NcclLog) -> dict[int, list[int]]:
+    """Ring order per channel from ``Channel cc/NN :`` lines (first complete print wins).
+
+    When only per-rank ``Ring cc : prev -> me -> next`` lines exist (NCCL_DEBUG_SUBSYS=GRAPH
+    on every rank), the ring is reconstructed by following ``next`` from the lowest rank.
+    """
+    rings: dict[int, list[int]] = {}
+    for rec in log.ring_orders:
+        ch = rec["channel"]
+        if ch not in rings or (rec["complete"] and len(rec["ranks"]) > len(rings[ch])):
+            rings[ch] = rec["ranks"]
+    nxt: dict[int, dict[int, int]] = defaultdict(dict)
+    for rec in log.ring_ranks:
+        nxt[rec["channel"]][rec["rank"]] = rec["next"]
+    for ch, succ in nxt.items():
+        if ch in rings or not succ:
+            continue
+        start = min(succ)
+        order, cur = [start], succ[start]
+        while cur in succ and cur != start and len(order) <= len(succ):
+            order.append(cur)
+            cur = succ[cur]
+        if cur == start and len(order) == len(succ):
+            rings[ch] = order
+    return dict(sorted(rings.items()))
+
+
+def _comm_groups(log: NcclLog) -> list[dict[str, Any]]:
+    """Communicators seen, keyed by commId (else by nranks), with the (host, pid, tid) threads
+    that printed their init lines; other lines are attributed through those threads."""
+    groups: dict[str, dict[str, Any]] = {}
+    for rec in log.init_lines + log.comm_topology_lines:
+        n = rec.get("nranks", rec.get("nRanks"))
+        key = rec.get("commId") or f"n{n}"
+        g = groups.setdefault(key, {"comm_id": rec.get("commId"), "nranks": n, "threads": set(),
+                                    "comms": set()})
+        if rec.get("comm"):
+            g["comms"].add((rec["host"], rec["comm"]))
+        ref = rec["ref"]
+        g["threads"].add((ref.host, ref.pid, ref.tid))
+    # A comm pointer seen in both an init line with commId and one without joins the former.
+    for key in [k for k in groups if k.startswith("n")]:
+        g = groups[key]
+        for other_key, other in groups.items():
+            if other_key != key and not other_key.startswith("n") and g["comms"] & other["comms"]:
+                other["threads"] |= g["threads"]
+                del groups[key]
+                break
+    return list(groups.values())
+
+
+def build_reports(log: NcclLog) -> list[CommunicatorReport]:
+    """Normalized communicator reports from a parsed log.
+
+    Parameters
+    ----------
+    log : NcclLog
+        Output of :func:`parse_nccl_log`.
+
+    Returns
+    -------
+    list of CommunicatorReport
+        One per communicator found (by ``commId``; logs without init lines give one report).
+        Lines that cannot be tied to a communicator by their printing thread go to the
+        largest one. Empty when the log held no NCCL facts.
+    """
+    if not log.usable():
+        return []
+    groups = _comm_groups(log) or [{"comm_id": None, "nranks": None, "threads": set()}]
+    groups.sort(key=lambda g: -(g["nranks"] or 0))
+    if len(groups) == 1:
+        return [_report(log, groups[0], lambda ref: True)]
+    thread_owner = {t: i for i, g in enumerate(groups) for t in g["threads"]}
+
+    def picker(i: int):
+        return lambda ref: thread_owner.get((ref.host, ref.pid, ref.tid), 0) == i
+
+    return [_report(log, g, picker(i)) for i, g in enumerate(groups)]
+
+
+def _report(log: NcclLog, group: dict[str, Any], mine) -> CommunicatorReport:
+    sub = NcclLog(sources=log.sources, versions=log.versions, banner=log.banner,
+                  rccl_versions=log.rccl_versions,
+                  net_ib=log.net_ib, nic_lines=log.nic_lines, networks=log.networks,
+                  env=log.env, test_devices=log.test_devices)
+    for name in ("init_lines", "comm_topology_lines", "ring_orders", "ring_ranks", "trees",
+                 "tree_ranks", "connections"):
+        setattr(sub, name, [r for r in getattr(log, name)
+                            if mine(r["ref"]) and _same_comm(r, group)])
+    devs = rank_devices(sub)
+    nranks = group["nranks"]
+    if nranks is None and sub.ring_orders:
+        nranks = max((len(r["ranks"]) for r in sub.ring_orders if r["complete"]), default=0) or None
+    nics = host_nics(log)
+    rank_nic: dict[int, str] = {}
+    conn_nic: list[tuple[str | None, str | None]] = []
+    for conn in sub.connections:
+        loc = local_endpoint(conn)
+        nic = None
+        if conn["kind"] == "NET" and conn.get("net_dev") is not None:
+            host_list = nics.get(conn["ref"].host or "", {}).get("nics", [])
+            nic = next((n for n in host_list if n["index"] == conn["net_dev"]), None)
+            if nic is not None and loc is not None:
+                rank_nic.setdefault(loc[0], nic["name"])
+        conn_nic.append((nic["name"], nic["link"]) if nic else (None, None))
+    ranks = [
+        RankInfo(rank=r, host=d.get("host"), device=d.get("device"),
+                 nvml_device=d.get("nvml_device"), bus_id=d.get("bus_id"), pid=d.get("pid"),
+                 nic=rank_nic.get(r))
+        for r, d in sorted(devs.items())
+    ]
+    rings = rings_by_channel(sub)
+    complete = {r["channel"]: r["complete"] for r in sub.ring_orders}
+    nch = [r["nchannels"] for r in sub.ring_orders if r["nchannels"]]
+    nnodes = next((r["nNodes"] for r in sub.comm_topology_lines), None)
+    networks = [n["network"] for n in log.networks]
+    return CommunicatorReport(
+        library=library_of(log),
+        version=(log.rccl_versions or log.versions or log.version_hints or [None])[0],
+        comm_id=group["comm_id"],
+        nranks=nranks,
+        nnodes=nnodes,
+        ranks=ranks,
+        nchannels=max(nch) if nch else (len(rings) or None),
+        rings=[Ring(channel=c, ranks=rs, complete=complete.get(c, True))
+               for c, rs in rings.items()],
+        trees=[TreeNode(**{k: t[k] for k in ("rank", "channel", "down", "up", "tree")})
+               for t in (sub.trees or sub.tree_ranks)],
+        connections=[
+            Connection(**{k: v for k, v in c.items() if k != "ref"}, host=c["ref"].host,
+                       nic=nic, link=link)
+            for c, (nic, link) in zip(sub.connections, conn_nic, strict=True)
+        ],
+        nics=[HostNics(host=h, nics=[Nic(**{k: v for k, v in n.items() if v is not None})
+                                     for n in e["nics"]],
+                       oob=e["oob"], relaxed_ordering=e["relaxed_ordering"])
+              for h, e in nics.items()],
+        qps=[QueuePair(**{k: v for k, v in q.items() if k != "ref"}) for q in log.qps],
+        network=Counter(networks).most_common(1)[0][0] if networks else None,
+        env=dict(log.env),
+        sources=list(log.sources),
+        warnings=list(log.warnings),
+    )
+
+
+def _same_comm(rec: dict[str, Any], group: dict[str, Any]) -> bool:
+    n = rec.get("nranks", rec.get("nRanks"))
+    if n is not None and group["nranks"] is not None and n != group["nranks"]:
+        return False
+    cid = rec.get("commId")
+    return not (cid and group["comm_id"] and cid != group["comm_id"])
+
+
+def parse_reports(text: str | bytes, source: str | None = None) -> list[CommunicatorReport]:
+    """Shortcut: :func:`parse_nccl_log` then :func:`build_reports`."""
+    return build_reports(parse_nccl_log(text, source))

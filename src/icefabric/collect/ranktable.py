@@ -1,0 +1,180 @@
+"""HCCL rank table (Ascend ``RANK_TABLE_FILE``) -> ranks, servers, devices and device IPs.
+
+Format source: Ascend "Configuring the rank table file" (CANN / MindSpore docs,
+https://www.hiascend.com/document/detail/en/canncommercial/80RC1/developmentguide/hccl/hcclug/hcclug_000014.html
+and https://www.mindspore.cn/docs/en/master/model_train/parallel/rank_table.html):
+
+* version 1.0 / 1.2: ``{"version", "server_count", "server_list": [{"server_id", "host_ip"?,
+  "device": [{"device_id", "device_ip", "rank_id", "super_device_id"?}]}], "status",
+  "super_pod_list"? }``;
+* the older "group" layout: ``{"group_count", "group_list": [{"group_name", "device_count",
+  "instance_list": [{"server_id", "rank_id", "devices": [{"device_id", "device_ip"}]}]}]}``.
+
+Numbers are written as strings in both; the reader accepts strings or integers. Ranks without
+``rank_id`` take their position in the file (HCCL's own rule for the group layout).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from icefabric.collect._text import read_text, to_text, warn
+from icefabric.schemas import CommunicatorReport, HostNics, Nic, ParseWarning, RankInfo
+
+
+@dataclass
+class RankEntry:
+    """One rank of the table: its server, NPU and the NPU NIC's IP."""
+
+    rank: int
+    server_id: str
+    device_id: int
+    device_ip: str | None = None
+    host_ip: str | None = None
+    super_device_id: str | None = None
+    super_pod_id: str | None = None
+
+
+@dataclass
+class RankTable:
+    """Parsed rank table (``ranks`` sorted by rank)."""
+
+    version: str | None = None
+    status: str | None = None
+    ranks: list[RankEntry] = field(default_factory=list)
+    warnings: list[ParseWarning] = field(default_factory=list)
+
+    def servers(self) -> list[str]:
+        return list(dict.fromkeys(r.server_id for r in self.ranks))
+
+
+def _as_int(v: Any) -> int | None:
+    try:
+        return int(str(v).strip())
+    except (TypeError, ValueError):
+        return None
+
+
+def _list(v: Any) -> list[Any]:
+    """A JSON array, or nothing: a wrong-typed field must not stop the reading."""
+    return v if isinstance(v, list) else []
+
+
+def _as_str(v: Any) -> str | None:
+    return None if v is None else str(v)
+
+
+def parse_ranktable(text: str | bytes, source: str | None = None) -> RankTable:
+    """Read an HCCL rank table JSON.
+
+    Parameters
+    ----------
+    text : str or bytes
+        The JSON text.
+    source : str, optional
+        Name used in warnings.
+
+    Returns
+    -------
+    RankTable
+        Never raises on bad content: invalid JSON or entries without a device id become
+        warnings (with the JSON error's line number when there is one).
+    """
+    table = RankTable()
+    try:
+        data = json.loads(to_text(text))
+    except json.JSONDecodeError as exc:
+        table.warnings.append(warn(f"not valid JSON: {exc.msg}", exc.lineno, source))
+        return table
+    if not isinstance(data, dict):
+        table.warnings.append(warn("rank table is not a JSON object", None, source))
+        return table
+    table.version = str(data["version"]) if "version" in data else None
+    table.status = data.get("status")
+    pod_of: dict[str, str] = {}
+    for pod in _list(data.get("super_pod_list")):
+        if isinstance(pod, dict):
+            for srv in _list(pod.get("server_list")):
+                if isinstance(srv, dict) and "server_id" in srv:
+                    pod_of[str(srv["server_id"])] = str(pod.get("super_pod_id"))
+    entries: list[tuple[int | None, dict[str, Any], dict[str, Any]]] = []
+    if isinstance(data.get("server_list"), list):
+        for srv in data["server_list"]:
+            if not isinstance(srv, dict):
+                continue
+            for dev in _list(srv.get("device") or srv.get("devices")):
+                if isinstance(dev, dict):
+                    entries.append((_as_int(dev.get("rank_id")), srv, dev))
+    for group in _list(data.get("group_list")):
+        if not isinstance(group, dict):
+            continue
+        for inst in _list(group.get("instance_list")):
+            if not isinstance(inst, dict):
+                continue
+            devs = [d for d in _list(inst.get("devices")) if isinstance(d, dict)]
+            for dev in devs:
+                rank = _as_int(dev.get("rank_id"))
+                if rank is None and len(devs) == 1:
+                    rank = _as_int(inst.get("rank_id"))
+                entries.append((rank, inst, dev))
+    used: set[int] = {r for r, _, _ in entries if r is not None}
+    next_free = 0
+    for pos, (rank, srv, dev) in enumerate(entries):
+        device_id = _as_int(dev.get("device_id"))
+        if device_id is None:
+            table.warnings.append(warn(f"entry {pos} has no device_id; skipped", None, source))
+            continue
+        if rank is None:
+            while next_free in used:
+                next_free += 1
+            rank = next_free
+            used.add(rank)
+        server = str(srv.get("server_id", srv.get("pod_name", f"server{pos}")))
+        table.ranks.append(RankEntry(
+            rank=rank, server_id=server, device_id=device_id,
+            device_ip=_as_str(dev.get("device_ip")),
+            host_ip=_as_str(srv.get("host_ip") or srv.get("host_nic_ip")),
+            super_device_id=(str(dev["super_device_id"]) if "super_device_id" in dev else None),
+            super_pod_id=pod_of.get(server),
+        ))
+    table.ranks.sort(key=lambda r: r.rank)
+    dup = len(table.ranks) - len({r.rank for r in table.ranks})
+    if dup:
+        table.warnings.append(warn(f"{dup} duplicate rank_id value(s)", None, source))
+    if not entries:
+        table.warnings.append(warn("no server_list/group_list devices found", None, source))
+    return table
+
+
+def read_ranktable(path: str | Path) -> RankTable:
+    """Read a rank table file (see :func:`parse_ranktable`)."""
+    return parse_ranktable(read_text(path), source=str(path))
+
+
+def report_from_ranktable(table: RankTable) -> CommunicatorReport:
+    """The rank table as a normalized communicator report (library ``hccl``).
+
+    Each NPU has its own RoCE port, so every device becomes one NIC of its server, named by
+    its IP (HCCL identifies NICs by ``device_ip``).
+    """
+    servers = table.servers()
+    nics = [
+        HostNics(host=s, nics=[Nic(index=r.device_id, name=r.device_ip or f"npu{r.device_id}",
+                                   link="RoCE")
+                               for r in table.ranks if r.server_id == s])
+        for s in servers
+    ]
+    return CommunicatorReport(
+        library="hccl",
+        version=table.version,
+        nranks=len(table.ranks) or None,
+        nnodes=len(servers) or None,
+        ranks=[RankInfo(rank=r.rank, host=r.server_id, device=r.device_id, nic=r.device_ip)
+               for r in table.ranks],
+        nics=nics,
+        network="RoCE",
+        warnings=list(table.warnings),
+    )

@@ -1,0 +1,876 @@
+"""Global path planning: pin every QP to a fabric path so that no link carries more than
+its capacity within a communication phase (ICE's controller algorithm).
+
+Objective: minimise the maximum link utilisation
+
+``u_l = (sum over jobs j of max over phases p of j of sum_{q on l, q in p} rate_qp) / cap_l``
+
+over fabric (switch-to-switch) links (see :mod:`icefabric.control.demand`). A plan with
+``max u <= 1`` is collision-free: every QP can run at its demanded rate at once.
+
+Methods (registry :data:`PLANNERS`, chosen with ``method=``):
+
+* ``edge_coloring`` — 2-tier leaf-spine with uniform demand: bipartite multigraph edge
+  colouring of the leaf-to-leaf QPs (Kőnig: ``Δ`` colours), colours folded onto uplinks;
+  every uplink/downlink carries at most ``ceil(Δ/U)`` QPs, which is optimal.
+* ``fat_tree`` — 3-tier fat-tree with uniform demand: the same colouring picks the
+  aggregation plane, a second colouring per plane (source pod x destination pod) picks
+  the core, so leaf, aggregation and core links are all balanced to the lower bound.
+* ``greedy`` — any fabric, weighted demand (mixed NIC speeds, several jobs and phases):
+  longest-rate-first greedy on the objective, then local improvement that moves QPs off
+  the current bottleneck link while that strictly lowers it.
+* ``milp`` — exact mixed-integer programme (scipy/HiGHS) for small instances; the
+  optimality reference of the tests.
+* ``auto`` — ``edge_coloring``/``fat_tree`` when the demand is uniform and nothing is
+  pinned, else ``greedy``.
+
+Incremental planning (a new job without moving existing QPs) and failure re-planning
+pin QPs with ``pinned``/``initial`` and plan only the others; ``method="greedy"`` with no
+pins is the explicit re-optimisation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from icefabric.control.coloring import bipartite_edge_coloring
+from icefabric.control.demand import Demand
+from icefabric.topology.model import LINK_FABRIC, Fabric
+from icefabric.topology.routing import Routing
+
+__all__ = ["PLANNERS", "PathAssignment", "Candidates", "assignment_from_paths",
+           "plan_incremental", "reoptimize", "split_needed",
+           "link_utilization", "plan_paths", "qps_needed"]
+
+
+# --------------------------------------------------------------------------- results
+@dataclass(frozen=True, eq=False)
+class PathAssignment:
+    """Fabric path (switch-to-switch link ids, empty inside one leaf) of every QP.
+
+    Attributes
+    ----------
+    paths : list of ndarray[int64] — one per QP of the demand.
+    link_util : ndarray[float64] (n_links,) — planned utilisation of every link (the
+        objective's ``u_l``; 0 on host and server-internal links).
+    method : str — planner that produced it.
+    meta : dict — planner statistics (moves, MILP status, ...).
+    """
+
+    paths: list[np.ndarray]
+    link_util: np.ndarray
+    method: str
+    meta: dict = field(default_factory=dict)
+
+    @property
+    def max_util(self) -> float:
+        return float(self.link_util.max(initial=0.0))
+
+    @property
+    def collision_free(self) -> bool:
+        return self.max_util <= 1.0 + 1e-9
+
+
+def qps_needed(rate_bps, path_capacity_bps) -> np.ndarray:
+    """QPs a connection needs so that each fits one path: ``ceil(rate / capacity)``.
+
+    A 400G sender whose uplinks are 200G needs two QPs on two different paths.
+
+    Examples
+    --------
+    >>> qps_needed([400e9, 200e9, 100e9], 200e9).tolist()
+    [2, 1, 1]
+    """
+    r = np.asarray(rate_bps, dtype=np.float64)
+    c = np.asarray(path_capacity_bps, dtype=np.float64)
+    return np.maximum(1, np.ceil(r / c - 1e-9)).astype(np.int64)
+
+
+# --------------------------------------------------------------------------- candidates
+def _all_paths(routing: Routing, src_leaf: int, dst_leaf: int, limit: int) -> np.ndarray:
+    """Every shortest path from ``src_leaf`` to ``dst_leaf`` as an (n_paths, depth) array,
+    expanded level by level with numpy (same order as :meth:`Routing.all_paths`)."""
+    f = routing.fabric
+    cur = np.array([src_leaf], dtype=np.int64)
+    prefix = np.zeros((1, 0), dtype=np.int64)
+    for _ in range(9):
+        if np.all(cur == dst_leaf):
+            return prefix
+        dl = np.full(len(cur), dst_leaf, dtype=np.int64)
+        n = routing.group_sizes(cur, dl)
+        if np.any(n == 0):
+            keep = n > 0
+            cur, prefix, n, dl = cur[keep], prefix[keep], n[keep], dl[keep]
+            if len(cur) == 0:
+                break
+        rep = np.repeat(np.arange(len(cur)), n)
+        member = np.arange(len(rep)) - np.repeat(np.cumsum(n) - n, n)
+        link = routing.group_member(cur[rep], dl[rep], member)
+        prefix = np.column_stack([prefix[rep], link])[:limit]
+        cur = f.link_dst[link][:limit].astype(np.int64)
+    from icefabric.topology.routing import RoutingError
+
+    raise RoutingError(f"no path from {f.node_names[src_leaf]} to {f.node_names[dst_leaf]}")
+
+
+class Candidates:
+    """All shortest fabric paths of every distinct (source leaf, destination leaf) pair,
+    enumerated lazily (only pairs that are asked for).
+
+    ``pair[q]`` is the pair of QP ``q``; ``pair_paths(k)`` an int64 array
+    (n_paths, depth) of link ids of pair ``k`` (depth 0 inside one leaf).
+    """
+
+    def __init__(self, routing: Routing, demand: Demand, limit: int = 4096):
+        self.routing = routing
+        self.limit = limit
+        self._n = routing.fabric.n_nodes + 1
+        key = demand.src_leaf * self._n + demand.dst_leaf
+        self.keys, self.pair = np.unique(key, return_inverse=True)
+        self.pair = self.pair.astype(np.int64)
+        self._paths: dict[int, np.ndarray] = {}
+        self._index: dict[int, dict[tuple, int]] = {}
+
+    def pair_paths(self, k: int) -> np.ndarray:
+        p = self._paths.get(k)
+        if p is None:
+            a, b = divmod(int(self.keys[k]), self._n)
+            p = (np.zeros((1, 0), dtype=np.int64) if a == b else
+                 _all_paths(self.routing, a, b, self.limit))
+            self._paths[k] = p
+        return p
+
+    def of(self, q: int) -> np.ndarray:
+        return self.pair_paths(int(self.pair[q]))
+
+    def index_of(self, q: int, path: np.ndarray) -> int:
+        """Candidate index of ``path`` for QP ``q`` (-1 if it is not a candidate)."""
+        k = int(self.pair[q])
+        idx = self._index.get(k)
+        if idx is None:
+            idx = self._index[k] = {tuple(r): i for i, r in
+                                    enumerate(self.pair_paths(k).tolist())}
+        return idx.get(tuple(np.asarray(path).tolist()), -1)
+
+
+# --------------------------------------------------------------------------- load state
+def _paths_csr(paths: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    lens = np.fromiter((len(p) for p in paths), np.int64, len(paths))
+    ptr = np.zeros(len(paths) + 1, dtype=np.int64)
+    np.cumsum(lens, out=ptr[1:])
+    flat = (np.concatenate([np.asarray(p, dtype=np.int64) for p in paths]) if ptr[-1]
+            else np.zeros(0, np.int64))
+    return ptr, flat
+
+
+def _load_matrix(n_links: int, demand: Demand, qps: np.ndarray, paths: list[np.ndarray]
+                 ) -> np.ndarray:
+    """Link x phase rate sums of QPs ``qps`` on ``paths`` (one path per listed QP)."""
+    ptr, flat = _paths_csr(paths)
+    pos = np.full(demand.n_qps, -1, dtype=np.int64)
+    pos[np.asarray(qps, dtype=np.int64)] = np.arange(len(qps))
+    return _load_matrix_csr(n_links, demand, pos, ptr, flat)
+
+
+def _load_matrix_csr(n_links: int, demand: Demand, pos: np.ndarray, ptr: np.ndarray,
+                     flat: np.ndarray) -> np.ndarray:
+    """Link x phase rate sums, vectorised over all (entry, link) pairs. QP ``q`` counts
+    when ``pos[q] >= 0``; its path is row ``pos[q]`` of the CSR ``(ptr, flat)``."""
+    P = max(demand.n_phases, 1)
+    L = np.zeros(n_links * P)
+    e = np.flatnonzero(pos[demand.ent_qp] >= 0)
+    if len(e) == 0:
+        return L.reshape(n_links, P)
+    k = pos[demand.ent_qp[e]]
+    n = ptr[k + 1] - ptr[k]
+    rep = np.repeat(np.arange(len(e)), n)
+    within = np.arange(len(rep)) - np.repeat(np.cumsum(n) - n, n)
+    links = flat[ptr[k][rep] + within]
+    L += np.bincount(links * P + demand.ent_phase[e][rep],
+                     weights=demand.ent_rate_bps[e][rep], minlength=n_links * P)
+    return L.reshape(n_links, P)
+
+
+class _Load:
+    """Link x phase rate sums and the objective's per-link value, updated incrementally."""
+
+    def __init__(self, fabric: Fabric, demand: Demand):
+        self.cap = fabric.link_capacity_bps.astype(np.float64)
+        self.fab = fabric.link_kind == LINK_FABRIC
+        self.n_links = fabric.n_links
+        self.demand = demand
+        P = max(demand.n_phases, 1)
+        self.L = np.zeros((fabric.n_links, P))
+        nj = max(len(demand.job_names), 1)
+        self.job_phases = [np.flatnonzero(demand.phase_job == j) for j in range(nj)]
+        self.M = np.zeros((fabric.n_links, nj))
+        self.S = np.zeros(fabric.n_links)
+        self.ptr = demand.ent_ptr()
+        self.q_job = demand.job
+        # position of each phase inside its job's phase list
+        self.pos_in_job = np.zeros(P, dtype=np.int64)
+        for ph in self.job_phases:
+            self.pos_in_job[ph] = np.arange(len(ph))
+
+    def q_phase(self, q: int) -> np.ndarray:
+        return self.demand.ent_phase[self.ptr[q]:self.ptr[q + 1]]
+
+    def q_rate(self, q: int) -> np.ndarray:
+        return self.demand.ent_rate_bps[self.ptr[q]:self.ptr[q + 1]]
+
+    def _refresh(self, links=None) -> None:
+        sel = slice(None) if links is None else links
+        for j, jp in enumerate(self.job_phases):
+            if len(jp):
+                self.M[sel, j] = self.L[sel][:, jp].max(axis=1)
+        self.S[sel] = self.M[sel].sum(axis=1)
+
+    def add_many(self, qps: np.ndarray, paths: list[np.ndarray]) -> None:
+        """Add many QPs at once (vectorised)."""
+        self.L += _load_matrix(self.n_links, self.demand, np.asarray(qps, np.int64), paths)
+        self._refresh()
+
+    def add(self, q: int, links: np.ndarray, sign: float = 1.0) -> None:
+        ps = self.q_phase(q)
+        if len(links) == 0 or len(ps) == 0:
+            return
+        self.L[np.ix_(links, ps)] += sign * self.q_rate(q)
+        j = int(self.q_job[q])
+        self.M[links, j] = self.L[np.ix_(links, self.job_phases[j])].max(axis=1)
+        self.S[links] = self.M[links].sum(axis=1)
+
+    def util(self) -> np.ndarray:
+        return np.where(self.fab, self.S / self.cap, 0.0)
+
+    def score(self, q: int, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(max, sum) of the utilisation of each candidate's links if ``q`` took it."""
+        if cand.shape[1] == 0:
+            z = np.zeros(cand.shape[0])
+            return z, z
+        flat = cand.ravel()
+        j = int(self.q_job[q])
+        jp = self.job_phases[j]
+        sub = self.L[np.ix_(flat, jp)]
+        ps = self.q_phase(q)
+        if len(ps):
+            sub[:, self.pos_in_job[ps]] += self.q_rate(q)
+        newm = sub.max(axis=1) if sub.shape[1] else np.zeros(len(flat))
+        u = (self.S[flat] - self.M[flat, j] + newm) / self.cap[flat]
+        u = u.reshape(cand.shape)
+        return u.max(axis=1), u.sum(axis=1)
+
+
+def link_utilization(fabric: Fabric, demand: Demand, paths: list[np.ndarray]) -> np.ndarray:
+    """The objective's per-link utilisation ``u_l`` of a given assignment (vectorised)."""
+    st = _Load(fabric, demand)
+    st.add_many(np.arange(demand.n_qps), paths)
+    return st.util()
+
+
+def load_state(fabric: Fabric, demand: Demand, paths_csr: tuple[np.ndarray, np.ndarray]
+               ) -> np.ndarray:
+    """Link x phase rate sums of a whole plan (what a controller keeps next to its plan,
+    so that re-planning a few QPs does not recompute the load of all the others)."""
+    ptr, flat = paths_csr
+    return _load_matrix_csr(fabric.n_links, demand, np.arange(demand.n_qps), ptr, flat)
+
+
+def replan_subset(fabric: Fabric, routing: Routing, demand: Demand, qps: np.ndarray,
+                  paths_csr: tuple[np.ndarray, np.ndarray], *,
+                  forbid: dict[int, set[int]] | None = None, improve: bool = True,
+                  load: np.ndarray | None = None, swaps: int = 0,
+                  seed: int | None = None) -> tuple[list[np.ndarray], np.ndarray]:
+    """Plan only QPs ``qps`` (greedy + local improvement restricted to them) against the
+    load of every other QP on its current path; the fast path of failure re-planning.
+
+    ``paths_csr`` is ``(indptr, links)`` of the current fabric path of every QP. Returns
+    the new paths of ``qps`` (in order) and the resulting per-link utilisation.
+    ``load`` is the plan's :func:`load_state` (all QPs), if the caller keeps it.
+    ``swaps`` bounds the two-QP swaps tried (0 by default: a failure that removed capacity
+    usually cannot be fully absorbed, and the fail-over path must stay fast).
+    """
+    rng = np.random.default_rng(seed)
+    qps = np.asarray(qps, dtype=np.int64)
+    Q = demand.n_qps
+    ptr, flat = paths_csr
+    others = np.ones(Q, bool)
+    others[qps] = False
+    st = _Load(fabric, demand)
+    if load is None:
+        st.L += _load_matrix_csr(fabric.n_links, demand, np.where(others, np.arange(Q), -1),
+                                 ptr, flat)
+    else:
+        pos = np.full(Q, -1, dtype=np.int64)
+        pos[qps] = qps
+        st.L += load - _load_matrix_csr(fabric.n_links, demand, pos, ptr, flat)
+    st._refresh()
+    cands = Candidates(routing, demand)
+    choice = np.full(Q, -1, dtype=np.int64)
+    forbid = forbid or {}
+    _greedy(fabric, routing, demand, cands, st, choice, qps, forbid, rng)
+    if improve and len(qps):
+        _improve(demand, cands, st, choice, ~others, 20 * len(qps) + 100, forbid,
+                 swaps=swaps)
+    return [cands.of(q)[choice[q]] for q in qps.tolist()], st.util()
+
+
+def assignment_from_paths(fabric: Fabric, demand: Demand, paths: list[np.ndarray],
+                          method: str = "given", meta: dict | None = None) -> PathAssignment:
+    """Wrap explicit paths (e.g. what ECMP hashing produced) for comparison."""
+    paths = [np.asarray(p, dtype=np.int64) for p in paths]
+    return PathAssignment(paths, link_utilization(fabric, demand, paths), method,
+                          dict(meta or {}))
+
+
+# --------------------------------------------------------------------------- greedy
+def _greedy(fabric, routing, demand, cands, st, choice, todo, forbid, rng):
+    rate = demand.peak_rate_bps()
+    ncand = np.array([cands.of(q).shape[0] for q in todo], dtype=np.int64)
+    # Longest-processing-time order: big rates first, then the most constrained QPs.
+    order = np.lexsort((rng.random(len(todo)), ncand, -rate[todo]))
+    for q in np.asarray(todo)[order].tolist():
+        cand = cands.of(q)
+        mx, sm = st.score(q, cand)
+        bad = forbid.get(q)
+        if bad:
+            mx = mx.copy()
+            mx[list(bad)] = np.inf
+        best = int(np.lexsort((sm, mx))[0])
+        choice[q] = best
+        st.add(q, cand[best])
+
+
+def _set_row(pm, i, path):
+    pm[i, :] = -1
+    pm[i, :len(path)] = path
+
+
+def _try_swap(rows, mq, pm, l, umax, cands, st, choice, forbid, rate, width=6):
+    """Two-QP move: put a QP ``q`` of the bottleneck link ``l`` on a path whose only
+    obstacle is another QP ``q2``, and move ``q2`` elsewhere, if afterwards every touched
+    link is strictly below ``umax``. Resolves granularity deadlocks a single move cannot."""
+    eps = 1e-9
+    row_of = {int(q): i for i, q in enumerate(mq.tolist())}
+    for i in rows.tolist():
+        q = int(mq[i])
+        cand = cands.of(q)
+        cur = int(choice[q])
+        st.add(q, cand[cur], -1.0)
+        mx, sm = st.score(q, cand)
+        bad = forbid.get(q, set())
+        for k in np.lexsort((sm, mx))[:width].tolist():
+            if k == cur or k in bad:
+                continue
+            st.add(q, cand[k])
+            lk = cand[k]
+            block = lk[st.S[lk] / st.cap[lk] >= umax - eps]
+            for m in block[:2].tolist():
+                for j in np.flatnonzero((pm == m).any(axis=1)).tolist():
+                    q2 = int(mq[j])
+                    if q2 == q:
+                        continue
+                    cand2 = cands.of(q2)
+                    c2 = int(choice[q2])
+                    st.add(q2, cand2[c2], -1.0)
+                    mx2, sm2 = st.score(q2, cand2)
+                    bad2 = forbid.get(q2)
+                    if bad2:
+                        mx2[list(bad2)] = np.inf
+                    b2 = int(np.lexsort((sm2, mx2))[0])
+                    st.add(q2, cand2[b2])
+                    touched = np.unique(np.r_[lk, cand2[b2], cand[cur], cand2[c2], [l]])
+                    if b2 != c2 and np.all(st.S[touched] / st.cap[touched] < umax - eps):
+                        choice[q], choice[q2] = k, b2
+                        _set_row(pm, i, cand[k])
+                        _set_row(pm, row_of[q2], cand2[b2])
+                        return True
+                    st.add(q2, cand2[b2], -1.0)
+                    st.add(q2, cand2[c2])
+            st.add(q, cand[k], -1.0)
+        st.add(q, cand[cur])
+    return False
+
+
+def _improve(demand, cands, st, choice, movable, max_moves, forbid, swaps=32):
+    """Move QPs off the most loaded link (among links that carry a movable QP) while that
+    strictly lowers its utilisation; links at the same level are tried in turn."""
+    rate = demand.peak_rate_bps()
+    mq = np.flatnonzero(movable)
+    if len(mq) == 0:
+        return 0
+    dmax = max(max(cands.of(q).shape[1] for q in mq.tolist()), 1)
+    pm = np.full((len(mq), dmax), -1, dtype=np.int64)  # current path of each movable QP
+    for i, q in enumerate(mq.tolist()):
+        p = cands.of(q)[choice[q]]
+        pm[i, :len(p)] = p
+    moves = 0
+    tabu: set[int] = set()
+    while moves < max_moves:
+        links = np.unique(pm[pm >= 0])
+        if len(links) == 0:
+            break
+        u = st.S[links] / st.cap[links]
+        if tabu:
+            u[np.isin(links, list(tabu))] = -1
+        k = int(np.argmax(u))
+        l, umax = int(links[k]), float(u[k])
+        if umax <= 0:
+            break
+        rows = np.flatnonzero((pm == l).any(axis=1))
+        rows = rows[np.argsort(-rate[mq[rows]], kind="stable")]
+        moved = False
+        for i in rows.tolist():
+            q = int(mq[i])
+            cand = cands.of(q)
+            cur = int(choice[q])
+            st.add(q, cand[cur], -1.0)
+            mx, sm = st.score(q, cand)
+            bad = forbid.get(q)
+            if bad:
+                mx[list(bad)] = np.inf
+            best = int(np.lexsort((sm, mx))[0])
+            if best != cur and mx[best] < umax - 1e-9:
+                choice[q] = best
+                st.add(q, cand[best])
+                pm[i, :] = -1
+                pm[i, :cand.shape[1]] = cand[best]
+                moves += 1
+                moved = True
+                break
+            st.add(q, cand[cur])
+        if not moved and swaps > 0 and umax > 1.0 + 1e-9:
+            # Swaps only while the plan still has collisions, and a bounded number of tries.
+            swaps -= 1
+            moved = _try_swap(rows, mq, pm, l, umax, cands, st, choice, forbid, rate)
+            if moved:
+                moves += 1
+        if moved:
+            tabu.clear()
+            continue
+        # This link cannot be lowered by a single move or swap; try the next one if it is
+        # at the same level (ties), else stop.
+        tabu.add(l)
+        u[k] = -1
+        if float(u.max(initial=0)) < umax - 1e-9 or len(tabu) > 64:
+            break
+    return moves
+
+
+def plan_greedy(fabric, routing, demand, *, pinned=None, initial=None, forbid=None,
+                improve=True, max_moves=None, seed=None, cands=None, warm=None
+                ) -> PathAssignment:
+    """Greedy + local improvement (see module docstring). ``warm``: start the local
+    improvement from these paths (e.g. a colouring) instead of building greedily."""
+    rng = np.random.default_rng(seed)
+    cands = cands or Candidates(routing, demand)
+    st = _Load(fabric, demand)
+    Q = demand.n_qps
+    choice = np.full(Q, -1, dtype=np.int64)
+    pinned = np.zeros(Q, bool) if pinned is None else np.asarray(pinned, bool)
+    forbid = forbid or {}
+    fixed_paths: dict[int, np.ndarray] = {}
+    pq = np.flatnonzero(pinned)
+    st.add_many(pq, [np.asarray(initial[q], dtype=np.int64) for q in pq.tolist()])
+    for q in pq.tolist():
+        fixed_paths[q] = np.asarray(initial[q], dtype=np.int64)  # carries load, never moves
+    todo = np.flatnonzero(~pinned)
+    if warm is not None:
+        for q in todo.tolist():
+            choice[q] = max(cands.index_of(q, warm[q]), 0)
+        st.add_many(todo, [cands.of(q)[choice[q]] for q in todo.tolist()])
+    else:
+        _greedy(fabric, routing, demand, cands, st, choice, todo, forbid, rng)
+    moves = 0
+    if improve and len(todo):
+        movable = ~pinned & (choice >= 0)
+        moves = _improve(demand, cands, st, choice, movable,
+                         max_moves if max_moves is not None else 20 * Q + 100, forbid)
+    paths = [fixed_paths[q] if pinned[q] else cands.of(q)[choice[q]] for q in range(Q)]
+    return PathAssignment(paths, st.util(), "greedy", {"moves": moves,
+                                                       "pinned": int(pinned.sum()),
+                                                       "warm": warm is not None})
+
+
+# --------------------------------------------------------------------------- colouring
+def _parallel_index(fabric: Fabric) -> np.ndarray:
+    """Rank of each link among the parallel links with the same (src, dst) nodes."""
+    key = fabric.link_src.astype(np.int64) * fabric.n_nodes + fabric.link_dst
+    order = np.lexsort((np.arange(fabric.n_links), key))
+    ks = key[order]
+    start = np.r_[0, np.flatnonzero(np.diff(ks)) + 1]
+    rank = np.arange(len(ks)) - np.repeat(start, np.diff(np.r_[start, len(ks)]))
+    out = np.empty(fabric.n_links, dtype=np.int64)
+    out[order] = rank
+    return out
+
+
+def _walk_slots(fabric, routing, demand, qs, slots):
+    """Route QPs ``qs`` hop by hop: at step ``d`` take member ``slots[d][i] mod n`` when
+    given (>= 0), else the member with the same parallel index as the previous link."""
+    par = _parallel_index(fabric)
+    last = np.zeros(len(qs), dtype=np.int64)
+
+    def choose(step, idx, switches, dst_leaves, n):
+        s = slots[step][idx] if step < len(slots) else np.full(len(idx), -1)
+        member = np.where(s >= 0, s % n, par[last[idx]] % n)
+        last[idx] = routing.group_member(switches, dst_leaves, member)
+        return member
+
+    from icefabric.control.realize import csr_split, inner_csr, walk_csr
+
+    ptr, flat = walk_csr(fabric, routing, demand.src_nic[qs], demand.dst_nic[qs], choose)
+    return csr_split(*inner_csr(ptr, flat))
+
+
+def _color_classes(demand: Demand, qs: np.ndarray) -> list[np.ndarray]:
+    """Groups of QPs coloured separately: QPs with the same set of phases (a ring
+    channel's QPs, an AllToAll's QPs, ...). Each class is balanced on its own, so every
+    phase — the sum of its classes — is balanced too."""
+    if len(qs) == 0:
+        return []
+    ptr = demand.ent_ptr()
+    cnt = np.diff(ptr)
+    E = max(int(cnt.max(initial=0)), 1)
+    mat = np.full((demand.n_qps, E), -1, dtype=np.int64)
+    within = np.arange(len(demand.ent_qp)) - ptr[demand.ent_qp]
+    mat[demand.ent_qp, within] = demand.ent_phase
+    _, cls = np.unique(mat[qs], axis=0, return_inverse=True)
+    cls = cls.ravel()
+    order = np.argsort(cls, kind="stable")
+    bounds = np.flatnonzero(np.diff(cls[order])) + 1
+    return np.split(qs[order], bounds)
+
+
+def _coloring_paths(fabric, routing, demand, three_tier: bool):
+    """Colour every class; class ``k``'s colours are shifted by the colours used before it
+    so that small classes do not all start on uplink 0."""
+    Q = demand.n_qps
+    inter = np.flatnonzero(demand.inter_leaf())
+    slot0 = np.full(Q, -1, dtype=np.int64)
+    slot1 = np.full(Q, -1, dtype=np.int64)
+    pod = fabric.node_pod
+    off0 = 0
+    off1: dict[int, int] = {}
+    delta = 0
+    for cls in _color_classes(demand, inter):
+        _, lu = np.unique(demand.src_leaf[cls], return_inverse=True)
+        _, lv = np.unique(demand.dst_leaf[cls], return_inverse=True)
+        c = bipartite_edge_coloring(lu, lv)
+        d = int(c.max(initial=-1)) + 1
+        delta = max(delta, d)
+        slot0[cls] = c + off0
+        off0 += d
+        if not three_tier:
+            continue
+        n0 = routing.group_sizes(demand.src_leaf[cls], demand.dst_leaf[cls])
+        up = routing.group_member(demand.src_leaf[cls], demand.dst_leaf[cls], slot0[cls] % n0)
+        plane = fabric.node_index[fabric.link_dst[up]]
+        xp = pod[demand.src_leaf[cls]] != pod[demand.dst_leaf[cls]]
+        for j in np.unique(plane[xp]).tolist():
+            sel = cls[xp & (plane == j)]
+            _, pu = np.unique(pod[demand.src_leaf[sel]], return_inverse=True)
+            _, pv = np.unique(pod[demand.dst_leaf[sel]], return_inverse=True)
+            c1 = bipartite_edge_coloring(pu, pv)
+            slot1[sel] = c1 + off1.get(j, 0)
+            off1[j] = off1.get(j, 0) + int(c1.max(initial=-1)) + 1
+    paths = [np.zeros(0, np.int64)] * Q
+    if len(inter):
+        slots = [slot0[inter], slot1[inter]] if three_tier else [slot0[inter]]
+        got = _walk_slots(fabric, routing, demand, inter, slots)
+        for q, p in zip(inter.tolist(), got, strict=True):
+            paths[q] = p
+    return paths, delta
+
+
+def plan_edge_coloring(fabric, routing, demand, *, seed=None, **_) -> PathAssignment:
+    """2-tier leaf-spine: colour leaf-to-leaf QPs, colour ``c`` -> uplink ``c mod U``.
+
+    Notes
+    -----
+    Optimal for uniform demand: each uplink and downlink gets at most ``ceil(Δ/U)`` QPs of
+    a class, and ``Δ/U`` QPs per link is a lower bound for the busiest leaf. QPs are
+    coloured per class (same phases), each class balanced on its own.
+    """
+    paths, delta = _coloring_paths(fabric, routing, demand, False)
+    return PathAssignment(paths, link_utilization(fabric, demand, paths), "edge_coloring",
+                          {"colors": delta})
+
+
+def plan_fat_tree(fabric, routing, demand, *, seed=None, **_) -> PathAssignment:
+    """3-tier fat-tree: leaf-level colouring picks the aggregation plane; per plane, a
+    (source pod, destination pod) colouring picks the core."""
+    paths, delta = _coloring_paths(fabric, routing, demand, True)
+    return PathAssignment(paths, link_utilization(fabric, demand, paths), "fat_tree",
+                          {"colors": delta})
+
+
+# --------------------------------------------------------------------------- MILP
+def plan_milp(fabric, routing, demand, *, pinned=None, initial=None, time_limit=30.0,
+              seed=None, cands=None, **_) -> PathAssignment:
+    """Exact minimum of the maximum link utilisation (small instances).
+
+    Variables: ``x[q,k]`` binary (QP ``q`` on candidate ``k``), ``y[l,j]`` (job ``j``'s
+    peak phase load on link ``l``, normalised by capacity), ``z`` (max utilisation).
+    ``sum_k x[q,k] = 1``; ``sum_q w[q,p] x[q,k]·[l in k] / cap_l <= y[l,job(p)]``;
+    ``sum_j y[l,j] <= z``; minimise ``z``. Solved with HiGHS through
+    :func:`scipy.optimize.milp`.
+
+    References
+    ----------
+    .. [1] Q. Huangfu, J. A. J. Hall, "Parallelizing the dual revised simplex method",
+       Mathematical Programming Computation 10, 2018 (HiGHS).
+    """
+    import scipy.sparse as sp
+    from scipy.optimize import Bounds, LinearConstraint, milp
+
+    cands = cands or Candidates(routing, demand)
+    Q = demand.n_qps
+    pinned = np.zeros(Q, bool) if pinned is None else np.asarray(pinned, bool)
+    cap = fabric.link_capacity_bps
+    st = _Load(fabric, demand)
+    for q in np.flatnonzero(pinned).tolist():
+        st.add(q, np.asarray(initial[q], dtype=np.int64))
+    base = st.L / cap[:, None]  # pinned load, normalised
+    free = np.flatnonzero(~pinned)
+    ptr = demand.ent_ptr()
+    # x variables
+    xq, xk = [], []
+    for q in free.tolist():
+        n = cands.of(q).shape[0]
+        xq += [q] * n
+        xk += list(range(n))
+    nx = len(xq)
+    links = sorted({int(l) for q in free.tolist() for l in cands.of(q).ravel().tolist()} |
+                   set(np.flatnonzero(base.sum(axis=1) > 0).tolist()))
+    links = [l for l in links if fabric.link_kind[l] == LINK_FABRIC]
+    lidx = {l: i for i, l in enumerate(links)}
+    J = max(len(demand.job_names), 1)
+    ny = len(links) * J
+    nvar = nx + ny + 1
+    rows, cols, vals, lo, hi = [], [], [], [], []
+    r = 0
+    # one-path constraints
+    for q in free.tolist():
+        idx = [i for i in range(nx) if xq[i] == q] if nx < 5000 else None
+        if idx is None:
+            idx = list(np.flatnonzero(np.asarray(xq) == q))
+        rows += [r] * len(idx)
+        cols += idx
+        vals += [1.0] * len(idx)
+        lo.append(1.0)
+        hi.append(1.0)
+        r += 1
+    # (link, phase) load rows
+    lp: dict[tuple[int, int], list[tuple[int, float]]] = {}
+    for i in range(nx):
+        q, k = xq[i], xk[i]
+        for l in cands.of(q)[k].tolist():
+            if l not in lidx:
+                continue
+            for e in range(ptr[q], ptr[q + 1]):
+                p = int(demand.ent_phase[e])
+                lp.setdefault((l, p), []).append((i, demand.ent_rate_bps[e] / cap[l]))
+    for l in links:
+        for p in np.flatnonzero(base[l] > 0).tolist():
+            lp.setdefault((l, p), [])
+    for (l, p), terms in lp.items():
+        j = int(demand.phase_job[p])
+        for i, w in terms:
+            rows.append(r)
+            cols.append(i)
+            vals.append(w)
+        rows.append(r)
+        cols.append(nx + lidx[l] * J + j)
+        vals.append(-1.0)
+        lo.append(-np.inf)
+        hi.append(-base[l, p])
+        r += 1
+    for l in links:
+        for j in range(J):
+            rows.append(r)
+            cols.append(nx + lidx[l] * J + j)
+            vals.append(1.0)
+        rows.append(r)
+        cols.append(nvar - 1)
+        vals.append(-1.0)
+        lo.append(-np.inf)
+        hi.append(0.0)
+        r += 1
+    A = sp.csr_matrix((vals, (rows, cols)), shape=(r, nvar))
+    c = np.zeros(nvar)
+    c[-1] = 1.0
+    integ = np.zeros(nvar)
+    integ[:nx] = 1
+    ub = np.full(nvar, np.inf)
+    ub[:nx] = 1
+    res = milp(c, constraints=LinearConstraint(A, lo, hi), integrality=integ,
+               bounds=Bounds(np.zeros(nvar), ub), options={"time_limit": time_limit})
+    if res.x is None:
+        raise RuntimeError(f"MILP failed: {res.message}")
+    x = res.x[:nx]
+    choice = np.full(Q, -1, dtype=np.int64)
+    best = {}
+    for i in range(nx):
+        q = xq[i]
+        if q not in best or x[i] > best[q][0]:
+            best[q] = (x[i], xk[i])
+    for q, (_, k) in best.items():
+        choice[q] = k
+    paths = [np.asarray(initial[q], dtype=np.int64) if pinned[q] else cands.of(q)[choice[q]]
+             for q in range(Q)]
+    util = link_utilization(fabric, demand, paths)
+    return PathAssignment(paths, util, "milp", {"status": int(res.status),
+                                                "objective": float(res.fun),
+                                                "optimal": res.status == 0})
+
+
+# --------------------------------------------------------------------------- entry point
+def _is_fat_tree(fabric: Fabric) -> bool:
+    return fabric.meta.get("builder") == "fat_tree"
+
+
+def _auto(fabric, routing, demand, **kw) -> PathAssignment:
+    pinned = kw.get("pinned")
+    simple = (pinned is None or not np.any(pinned)) and not kw.get("forbid")
+    builder = fabric.meta.get("builder")
+    if not simple or builder not in ("leaf_spine", "fat_tree"):
+        return plan_greedy(fabric, routing, demand, **kw)
+    method = "fat_tree" if builder == "fat_tree" else "edge_coloring"
+    a = PLANNERS[method](fabric, routing, demand)
+    if a.collision_free or not kw.get("improve", True) or demand.n_qps > GREEDY_LIMIT:
+        return a
+    # Weighted demand or uneven capacities: improve the colouring locally, and also try
+    # the weighted greedy from scratch; keep the best.
+    seed = kw.get("seed")
+    cands = Candidates(routing, demand)
+    b = plan_greedy(fabric, routing, demand, seed=seed, cands=cands, warm=a.paths)
+    c = plan_greedy(fabric, routing, demand, seed=seed, cands=cands)
+    best = min((a, b, c), key=lambda x: x.max_util)
+    best.meta["tried"] = {x.method + ("+warm" if x.meta.get("warm") else ""): x.max_util
+                          for x in (a, b, c)}
+    return best
+
+
+#: ``auto`` runs the (per-QP Python) greedy on top of a colouring only up to this many QPs.
+GREEDY_LIMIT = 20_000
+
+
+PLANNERS = {
+    "edge_coloring": plan_edge_coloring,
+    "fat_tree": plan_fat_tree,
+    "greedy": plan_greedy,
+    "milp": plan_milp,
+    "auto": _auto,
+}
+
+
+def plan_paths(fabric: Fabric, routing: Routing, demand: Demand, *, method: str = "auto",
+               pinned: np.ndarray | None = None, initial: list[np.ndarray] | None = None,
+               forbid: dict[int, set[int]] | None = None, improve: bool = True,
+               seed: int | None = None) -> PathAssignment:
+    """Assign every QP of ``demand`` a fabric path minimising the maximum link utilisation.
+
+    Parameters
+    ----------
+    fabric : Fabric
+    routing : Routing — current link state (failed links excluded).
+    demand : Demand
+    method : {"auto", "edge_coloring", "fat_tree", "greedy", "milp"}
+    pinned : bool array (Q,), optional — QPs that keep ``initial[q]`` (incremental
+        planning of a new job, failure re-planning). Only ``greedy``/``milp``/``auto``.
+    initial : list of arrays, optional — current paths of pinned QPs.
+    forbid : dict QP -> set of candidate indices, optional — paths not to use (e.g. no
+        source port realises them).
+    improve : bool — run local improvement after greedy.
+    seed : int, optional — tie-breaking order.
+
+    Returns
+    -------
+    PathAssignment
+
+    Examples
+    --------
+    >>> from icefabric.topology.builders import ServerGroup, leaf_spine
+    >>> from icefabric.topology.catalog import server_profile
+    >>> from icefabric.topology.routing import Routing
+    >>> from icefabric.control.demand import demand_from_pairs
+    >>> fab = leaf_spine([ServerGroup(server_profile("hgx-h100"), 4, "h")],
+    ...                  servers_per_leaf=2, n_spines=4, links_per_spine=4)
+    >>> src = list(fab.servers[0].nics) + list(fab.servers[1].nics)
+    >>> dst = list(fab.servers[2].nics) + list(fab.servers[3].nics)
+    >>> a = plan_paths(fab, Routing(fab), demand_from_pairs(fab, src, dst))
+    >>> a.method, a.max_util
+    ('edge_coloring', 1.0)
+    """
+    if method not in PLANNERS:
+        raise ValueError(f"unknown planning method {method!r}; known: {sorted(PLANNERS)}")
+    if pinned is not None and np.any(pinned) and method in ("edge_coloring", "fat_tree"):
+        raise ValueError(f"method {method!r} cannot keep pinned QPs; use greedy or milp")
+    kw = dict(seed=seed)
+    if method in ("greedy", "milp", "auto"):
+        kw.update(pinned=pinned, initial=initial)
+    if method in ("greedy", "auto"):
+        kw.update(forbid=forbid, improve=improve)
+    return PLANNERS[method](fabric, routing, demand, **kw)
+
+
+def uplink_capacity(fabric: Fabric, routing: Routing, demand: Demand) -> np.ndarray:
+    """Bottleneck capacity of the best single path of each QP (inf inside one leaf)."""
+    cands = Candidates(routing, demand)
+    best = np.array([np.inf if c.shape[1] == 0 else
+                     float(fabric.link_capacity_bps[c].min(axis=1).max())
+                     for c in (cands.pair_paths(k) for k in range(len(cands.keys)))])
+    return best[cands.pair]
+
+
+def split_needed(fabric: Fabric, routing: Routing, demand: Demand) -> np.ndarray:
+    """QPs each connection of ``demand`` needs so no single path is overloaded."""
+    cap = uplink_capacity(fabric, routing, demand)
+    k = qps_needed(demand.peak_rate_bps(), cap)
+    return k if len(k) else np.zeros(0, np.int64)
+
+
+
+def plan_incremental(fabric: Fabric, routing: Routing, existing: Demand,
+                     existing_paths: list[np.ndarray], new: Demand, *,
+                     seed: int | None = None) -> tuple[Demand, PathAssignment]:
+    """Plan a new job's QPs around the existing ones, which keep their paths.
+
+    Tries the weighted greedy and a colouring of the new QPs improved locally (both with
+    the existing QPs pinned) and keeps the better. Use :func:`reoptimize` to move
+    everything when the operator allows it.
+
+    Returns
+    -------
+    (Demand, PathAssignment)
+        The combined demand (existing QPs first) and its assignment.
+    """
+    d = existing.concat(new)
+    pinned = np.zeros(d.n_qps, bool)
+    pinned[:existing.n_qps] = True
+    initial = list(existing_paths) + [np.zeros(0, np.int64)] * new.n_qps
+    cands = Candidates(routing, d)
+    a = plan_greedy(fabric, routing, d, pinned=pinned, initial=initial, seed=seed,
+                    cands=cands)
+    best = a
+    if fabric.meta.get("builder") in ("leaf_spine", "fat_tree"):
+        warm_new, _ = _coloring_paths(fabric, routing, new,
+                                      fabric.meta.get("builder") == "fat_tree")
+        warm = list(existing_paths) + list(warm_new)
+        b = plan_greedy(fabric, routing, d, pinned=pinned, initial=initial, seed=seed,
+                        cands=cands, warm=warm)
+        best = b if b.max_util < a.max_util - 1e-12 else a
+    best.meta["incremental"] = True
+    return d, best
+
+
+def reoptimize(fabric: Fabric, routing: Routing, demand: Demand, *,
+               seed: int | None = None) -> PathAssignment:
+    """Re-plan every QP from scratch (the explicit re-optimisation; QPs may move)."""
+    return plan_paths(fabric, routing, demand, method="auto", seed=seed)
+
+
+#: Public name of the CSR helper (the controller keeps its plan state in this form).
+paths_to_csr = _paths_csr

@@ -1,0 +1,332 @@
+"""Realise a path plan with UDP source ports, and verify it by re-hashing.
+
+For every planned QP: turn its fabric path into the chain of ECMP decisions it implies
+(switch, group size, wanted member at each hop), find a source port whose hash picks
+exactly those members (:func:`icefabric.control.sport.solve_sports` when the switches'
+hash models are known, :func:`~icefabric.control.sport.solve_sports_by_probing` when they
+have to be learned with probes), then route the port through the switch models again
+(:func:`icefabric.control.hashing.ecmp_paths`) and compare with the plan. The re-hashed
+path, not the planned one, is what the simulator runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from icefabric.control.sport import (
+    HashModelProber,
+    PortPathCache,
+    solve_sports,
+    solve_sports_by_probing,
+)
+from icefabric.dataplane.ecmp import HashConfig, ecmp_hash, select_member
+from icefabric.dataplane.roce import ROCE_UDP_DPORT
+from icefabric.topology.model import LINK_HOST, NIC, Fabric
+from icefabric.topology.routing import Routing, RoutingError
+
+__all__ = ["Realization", "csr_split", "decision_chain", "inner_csr", "realize_paths", "rehash",
+           "rehash_csr", "same_paths", "walk_csr"]
+
+
+# Per-fabric caches (fabrics are immutable; entries die with the fabric).
+_NIC_LINKS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+_CFG_CACHE: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+@dataclass(frozen=True, eq=False)
+class Realization:
+    """Source ports of a plan and the re-hash check.
+
+    Attributes
+    ----------
+    sport : ndarray[int64] (Q,) — ``-1`` where no port realises the planned path.
+    paths : list of ndarray — re-hashed NIC-to-NIC path of every QP (for ``sport = -1``
+        the path of the fallback port ``fallback_sport``).
+    ok : ndarray[bool] (Q,) — re-hashed fabric path equals the planned one.
+    meta : dict — mode, probes used, ...
+    """
+
+    sport: np.ndarray
+    paths: list[np.ndarray]
+    ok: np.ndarray
+    meta: dict = field(default_factory=dict)
+
+
+def _group_keys(routing: Routing) -> np.ndarray:
+    """Sorted keys ``group_id * n_links + link`` of every ECMP member (members are sorted
+    by link id inside each group, groups by id, so no sort is needed). Cached."""
+    gk = getattr(routing, "_ice_group_keys", None)
+    if gk is None:
+        sizes = np.diff(routing.grp_indptr)
+        g = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
+        gk = g * routing.fabric.n_links + routing.grp_links
+        routing._ice_group_keys = gk
+    return gk
+
+
+def decision_chain(fabric: Fabric, routing: Routing, dst_nic: np.ndarray,
+                   paths: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(switch node, group size, wanted member) at every hop of every fabric path.
+
+    Returns three int64 arrays of shape (Q, D) (D = longest path, at least 1); padding
+    has switch ``-1``. Raises ValueError when a path leaves the current ECMP groups.
+    """
+    ptr, flat = _to_csr(paths)
+    Q = len(ptr) - 1
+    lens = np.diff(ptr)
+    D = max(int(lens.max(initial=0)), 1)
+    sw = np.full((Q, D), -1, dtype=np.int64)
+    n = np.ones((Q, D), dtype=np.int64)
+    want = np.zeros((Q, D), dtype=np.int64)
+    if Q == 0 or lens.sum() == 0:
+        return sw, n, want
+    row = np.repeat(np.arange(Q), lens)
+    col = np.arange(len(flat)) - np.repeat(np.cumsum(lens) - lens, lens)
+    dl = routing.leaf_index[fabric.nic_leaf[np.asarray(dst_nic, dtype=np.int64)]][row]
+    g = routing.sw_index[fabric.link_src[flat]] * len(routing.leaves) + dl
+    gk = _group_keys(routing)
+    key = g * fabric.n_links + flat
+    i = np.minimum(np.searchsorted(gk, key), len(gk) - 1)
+    if np.any(gk[i] != key) or np.any(routing.sw_index[fabric.link_src[flat]] < 0):
+        bad = int(flat[np.flatnonzero(gk[i] != key)[0]])
+        raise ValueError(f"planned link {fabric.link_names()[bad]} is not an ECMP member "
+                         "toward the destination (failed or not on a shortest path)")
+    cont = row[1:] == row[:-1]
+    if np.any(fabric.link_dst[flat[:-1]][cont] != fabric.link_src[flat[1:]][cont]):
+        raise ValueError("a planned path is not a connected link sequence")
+    sw[row, col] = fabric.link_src[flat]
+    n[row, col] = routing.grp_indptr[g + 1] - routing.grp_indptr[g]
+    want[row, col] = i - routing.grp_indptr[g]
+    return sw, n, want
+
+
+def _nic_links(fabric: Fabric) -> tuple[np.ndarray, np.ndarray]:
+    """Per node: its NIC uplink (NIC -> leaf) and downlink (leaf -> NIC) link id, or -1."""
+    cached = _NIC_LINKS.get(fabric)
+    if cached is not None:
+        return cached
+    ids = np.arange(fabric.n_links)[::-1]  # reversed: the first link wins on assignment
+    host = (fabric.link_kind == LINK_HOST)[::-1]
+    src, dst = fabric.link_src[::-1], fabric.link_dst[::-1]
+    up = np.full(fabric.n_nodes, -1, dtype=np.int64)
+    down = np.full(fabric.n_nodes, -1, dtype=np.int64)
+    m = host & (fabric.node_kind[src] == NIC)
+    up[src[m]] = ids[m]
+    m = host & (fabric.node_kind[dst] == NIC)
+    down[dst[m]] = ids[m]
+    _NIC_LINKS[fabric] = (up, down)
+    return up, down
+
+
+def walk_csr(fabric: Fabric, routing: Routing, src_nic, dst_nic, choose
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """:meth:`Routing.walk` with a CSR result ``(indptr, links)`` of NIC-to-NIC paths,
+    assembled without per-pair Python loops (same chooser protocol)."""
+    sn = np.asarray(src_nic, dtype=np.int64)
+    dn = np.asarray(dst_nic, dtype=np.int64)
+    n = len(sn)
+    nic_up, nic_down = _nic_links(fabric)
+    up, down = nic_up[sn], nic_down[dn]
+    if n and (np.any(routing.down[up]) or np.any(routing.down[down])):
+        raise RoutingError("a NIC link is down: no path")
+    cur = fabric.nic_leaf[sn].copy()
+    dl = fabric.nic_leaf[dn]
+    active = np.flatnonzero(cur != dl)
+    steps = []
+    step = 0
+    while len(active):
+        if step > 8:
+            raise RoutingError("routing loop: no convergence after 8 switch hops")
+        sizes = routing.group_sizes(cur[active], dl[active])
+        if np.any(sizes == 0):
+            raise RoutingError("no route (failed links?)")
+        member = np.asarray(choose(step, active, cur[active], dl[active], sizes))
+        if np.any((member < 0) | (member >= sizes)):
+            raise RoutingError("chooser returned a member outside the ECMP group")
+        link = routing.group_member(cur[active], dl[active], member)
+        steps.append((active, link))
+        cur[active] = fabric.link_dst[link]
+        active = active[cur[active] != dl[active]]
+        step += 1
+    nsteps = np.zeros(n, dtype=np.int64)
+    for idx, _ in steps:
+        nsteps[idx] += 1
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(nsteps + 2, out=ptr[1:])
+    flat = np.empty(int(ptr[-1]), dtype=np.int64)
+    flat[ptr[:-1]] = up
+    flat[ptr[1:] - 1] = down
+    for d, (idx, link) in enumerate(steps):  # pairs active at step d did steps 0..d-1
+        flat[ptr[idx] + 1 + d] = link
+    return ptr, flat
+
+
+def csr_split(ptr: np.ndarray, flat: np.ndarray) -> list[np.ndarray]:
+    """CSR -> list of arrays (views)."""
+    return [flat[a:b] for a, b in zip(ptr[:-1].tolist(), ptr[1:].tolist(), strict=True)]
+
+
+def inner_csr(ptr: np.ndarray, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Drop the first and last link of every path (NIC-to-NIC -> switch-to-switch)."""
+    keep = np.ones(len(flat), bool)
+    keep[ptr[:-1]] = False
+    keep[ptr[1:] - 1] = False
+    return ptr - 2 * np.arange(len(ptr)), flat[keep]
+
+
+def dedup_configs(fabric: Fabric, configs: dict[int, HashConfig]
+                  ) -> tuple[list[HashConfig], np.ndarray]:
+    """Distinct hash models (ignoring the switch name) and, per node, the index of its
+    model (-1 for non-switches). Fabrics have a handful of models (one per role under
+    SONiC seeds), so hashing per model instead of per switch saves most of the calls."""
+    cached = _CFG_CACHE.get(fabric)
+    if cached is not None and cached[0] is configs:
+        return cached[1]
+    uniq: dict[HashConfig, int] = {}
+    node_cfg = np.full(fabric.n_nodes, -1, dtype=np.int64)
+    for s, c in configs.items():
+        node_cfg[s] = uniq.setdefault(dataclasses.replace(c, name=""), len(uniq))
+    _CFG_CACHE[fabric] = (configs, (list(uniq), node_cfg))
+    return list(uniq), node_cfg
+
+
+def _model_chooser(cfg_list, node_cfg, src_ip, dst_ip, sport):
+    """Like :func:`icefabric.control.hashing.hash_chooser`, grouped by hash model."""
+    def choose(step, idx, switches, dst_leaves, n_members):
+        member = np.empty(len(idx), dtype=np.int64)
+        ci = node_cfg[switches]
+        for c in np.unique(ci).tolist():
+            m = ci == c
+            cfg = cfg_list[c]
+            h = ecmp_hash(cfg, src_ip[idx[m]], dst_ip[idx[m]], sport[idx[m]], ROCE_UDP_DPORT)
+            member[m] = select_member(cfg, h, n_members[m])
+        return member
+    return choose
+
+
+def rehash_csr(fabric: Fabric, routing: Routing, configs: dict[int, HashConfig], src_nic,
+               dst_nic, sport) -> tuple[np.ndarray, np.ndarray]:
+    """CSR of the NIC-to-NIC paths the switches' hash models give these ports (the same
+    models and member selection as :func:`icefabric.control.hashing.ecmp_paths`)."""
+    sn = np.asarray(src_nic, dtype=np.int64)
+    dn = np.asarray(dst_nic, dtype=np.int64)
+    ip = fabric.node_ip.astype(np.uint32)
+    cfg_list, node_cfg = dedup_configs(fabric, configs)
+    choose = _model_chooser(cfg_list, node_cfg, ip[sn], ip[dn], np.asarray(sport, np.int64))
+    return walk_csr(fabric, routing, sn, dn, choose)
+
+
+def rehash(fabric: Fabric, routing: Routing, configs: dict[int, HashConfig], src_nic,
+           dst_nic, sport) -> list[np.ndarray]:
+    """NIC-to-NIC paths the switches' hash models give these ports."""
+    return csr_split(*rehash_csr(fabric, routing, configs, src_nic, dst_nic, sport))
+
+
+def _to_csr(paths) -> tuple[np.ndarray, np.ndarray]:
+    if isinstance(paths, tuple):
+        return paths
+    lens = np.fromiter((len(p) for p in paths), np.int64, len(paths))
+    ptr = np.zeros(len(paths) + 1, dtype=np.int64)
+    np.cumsum(lens, out=ptr[1:])
+    flat = (np.concatenate([np.asarray(p, dtype=np.int64) for p in paths]) if ptr[-1]
+            else np.zeros(0, np.int64))
+    return ptr, flat
+
+
+def same_paths(a, b) -> np.ndarray:
+    """Element-wise equality of two path lists (or CSR ``(indptr, links)`` tuples)."""
+    pa, fa = _to_csr(a)
+    pb, fb = _to_csr(b)
+    la, lb = np.diff(pa), np.diff(pb)
+    eq = la == lb
+    rows = np.flatnonzero(eq)
+    n = la[rows]
+    rep = np.repeat(rows, n)
+    within = np.arange(len(rep)) - np.repeat(np.cumsum(n) - n, n)
+    bad = fa[pa[rep] + within] != fb[pb[rep] + within]
+    eq[np.unique(rep[bad])] = False
+    return eq
+
+
+def _prober(fabric: Fabric, routing: Routing, configs: dict[int, HashConfig], loss_prob,
+            seed):
+    sw_list = fabric.switches.tolist()
+    cfg_list = [configs[s] for s in sw_list]
+    ip_nic = {int(fabric.node_ip[n]): n for n in np.flatnonzero(fabric.node_ip)}
+
+    def next_decision(src_ip, dst_ip, members):
+        cur = int(fabric.nic_leaf[ip_nic[src_ip]])
+        dst = int(fabric.nic_leaf[ip_nic[dst_ip]])
+        for m in members:
+            cur = int(fabric.link_dst[routing.group(cur, dst)[m]])
+        if cur == dst:
+            return None
+        return int(routing.sw_index[cur]), len(routing.group(cur, dst))
+
+    return HashModelProber(cfg_list, next_decision, loss_prob=loss_prob, seed=seed)
+
+
+def realize_paths(fabric: Fabric, routing: Routing, configs: dict[int, HashConfig],
+                  src_nic, dst_nic, paths: list[np.ndarray], *, mode: str = "model",
+                  exclude: tuple | None = None, fallback_sport=None,
+                  probe_cache: PortPathCache | None = None, loss_prob: float = 0.0,
+                  seed: int = 0) -> Realization:
+    """Solve a source port per QP for its planned fabric path, then re-hash and compare.
+
+    Parameters
+    ----------
+    fabric, routing : the fabric and its current link state.
+    configs : dict switch node -> HashConfig (see ``fabric_hash_configs``).
+    src_nic, dst_nic : array (Q,) — NIC node ids.
+    paths : list of arrays — planned fabric paths (switch-to-switch links).
+    mode : {"model", "probe"} — invert the known hash models, or learn port -> path maps
+        with traceroute-like probes (:class:`~icefabric.control.sport.HashModelProber`).
+    exclude : (src_ip, dst_ip, sport) arrays, optional — ports already in use.
+    fallback_sport : array (Q,), optional — port used where no port is found (default:
+        any free port); such QPs come back with ``ok = False``.
+    probe_cache : PortPathCache, optional — learned maps reused across calls (probe mode).
+    loss_prob : float — probe loss probability (probe mode).
+    seed : int
+
+    Returns
+    -------
+    Realization
+    """
+    sn = np.asarray(src_nic, dtype=np.int64)
+    dn = np.asarray(dst_nic, dtype=np.int64)
+    Q = len(sn)
+    ip = fabric.node_ip
+    sw, n, want = decision_chain(fabric, routing, dn, paths)
+    meta: dict = {"mode": mode}
+    if mode == "model":
+        cfg_list, node_cfg = dedup_configs(fabric, configs)
+        cfg_index = np.where(sw >= 0, node_cfg[np.maximum(sw, 0)], -1)
+        sport = solve_sports(cfg_list, ip[sn], ip[dn], cfg_index, n, want, exclude=exclude,
+                             seed=seed)
+    elif mode == "probe":
+        prober = _prober(fabric, routing, configs, loss_prob, seed)
+        cache = probe_cache if probe_cache is not None else PortPathCache()
+        wants = [tuple(want[q, sw[q] >= 0].tolist()) for q in range(Q)]
+        sport = solve_sports_by_probing(prober, ip[sn].astype(np.int64),
+                                        ip[dn].astype(np.int64), wants, cache=cache,
+                                        exclude=exclude, seed=seed)
+        meta["probes"] = int(prober.n_probes)
+    else:
+        raise ValueError(f"mode must be 'model' or 'probe', not {mode!r}")
+    use = sport.copy()
+    bad = use < 0
+    if np.any(bad):
+        if fallback_sport is not None:
+            use[bad] = np.asarray(fallback_sport, dtype=np.int64)[bad]
+        else:
+            use[bad] = 0xC000 + (np.flatnonzero(bad) % 0x4000)
+    gp, gf = rehash_csr(fabric, routing, configs, sn, dn, use)
+    ok = same_paths(inner_csr(gp, gf), paths) & (sport >= 0)
+    got = csr_split(gp, gf)
+    meta["solved"] = int((sport >= 0).sum())
+    meta["verified"] = int(ok.sum())
+    return Realization(sport, got, ok, meta)

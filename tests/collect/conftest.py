@@ -1,0 +1,34 @@
+"""Shared fixtures for the collector tests: the reference corpus of real CCL logs."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_CORPUS = ROOT / ".." / "shared" / "reference" / "ccl-logs"
+
+
+def corpus_dir() -> Path:
+    """The corpus folder: ``$ICEFAB_CCL_CORPUS`` when set, else ``<repo>/../shared/...``."""
+    return Path(os.environ.get("ICEFAB_CCL_CORPUS", DEFAULT_CORPUS)).resolve()
+
+
+@pytest.fixture
+def corpus() -> Path:
+    d = corpus_dir()
+    if not d.is_dir():
+        pytest.skip(f"CCL corpus not found at {d}")
+    return d
+
+
+def corpus_file(name: str) -> Path:
+    """A file of the public corpus, looked up in ``$ICEFAB_CCL_CORPUS`` then the default
+    folder, so unit tests keep their inputs when the variable points at another corpus."""
+    for d in (corpus_dir(), DEFAULT_CORPUS.resolve()):
+        p = d / name
+        if p.exists():
+            return p
+    pytest.skip(f"corpus file {name} not available")

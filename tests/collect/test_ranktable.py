@@ -1,0 +1,75 @@
+"""HCCL rank table reader: the documented v1.0 server_list and the older group_list layouts."""
+
+from __future__ import annotations
+
+import json
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from icefabric.collect.ranktable import parse_ranktable, report_from_ranktable
+
+V10 = {
+    "version": "1.0", "status": "completed", "server_count": "2",
+    "server_list": [
+        {"server_id": "10.0.0.10", "device": [
+            {"device_id": "0", "device_ip": "192.168.100.101", "rank_id": "0"},
+            {"device_id": "1", "device_ip": "192.168.101.101", "rank_id": "1"}]},
+        {"server_id": "10.0.0.11", "device": [
+            {"device_id": "0", "device_ip": "192.168.100.102", "rank_id": "2"},
+            {"device_id": "1", "device_ip": "192.168.101.102", "rank_id": "3"}]},
+    ],
+}
+
+GROUP = {
+    "status": "completed", "group_count": "1",
+    "group_list": [{"group_name": "hccl_world_group", "device_count": "2", "instance_count": "2",
+                    "instance_list": [
+                        {"rank_id": "0", "server_id": "10.1.0.1",
+                         "devices": [{"device_id": "4", "device_ip": "192.1.1.4"}]},
+                        {"rank_id": "1", "server_id": "10.1.0.1",
+                         "devices": [{"device_id": 5, "device_ip": "192.1.1.5"}]}]}],
+}
+
+
+def test_server_list_layout():
+    t = parse_ranktable(json.dumps(V10))
+    assert not t.warnings and t.version == "1.0"
+    assert [(r.rank, r.server_id, r.device_id, r.device_ip) for r in t.ranks][2] == (
+        2, "10.0.0.11", 0, "192.168.100.102")
+    rep = report_from_ranktable(t)
+    assert rep.library == "hccl" and rep.nranks == 4 and rep.nnodes == 2
+    assert rep.hosts() == ["10.0.0.10", "10.0.0.11"]
+    assert [n.name for n in rep.nics[0].nics] == ["192.168.100.101", "192.168.101.101"]
+
+
+def test_group_list_layout_and_int_values():
+    t = parse_ranktable(json.dumps(GROUP))
+    assert [(r.rank, r.device_id) for r in t.ranks] == [(0, 4), (1, 5)]
+
+
+def test_invalid_json_warns_with_line():
+    t = parse_ranktable('{\n "server_list": [\n')
+    assert not t.ranks and t.warnings[0].line is not None
+
+
+def test_rank_table_facts():
+    from icefabric.collect.facts import text_facts
+
+    f = text_facts(json.dumps(V10))
+    assert f["server_count"] == 2 and f["hosts"]["10.0.0.11"] == [2, 3]
+
+_json = st.recursive(
+    st.none() | st.booleans() | st.integers(-5, 5) | st.sampled_from(
+        ["0", "1", "x", "10.0.0.1", "device", "server_list", "rank_id"]),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(
+        st.sampled_from(["server_list", "device", "devices", "device_id", "device_ip",
+                         "rank_id", "server_id", "group_list", "instance_list", "version",
+                         "super_pod_list", "host_ip"]), inner, max_size=5),
+    max_leaves=30)
+
+
+@given(_json)
+def test_any_json_shape_never_crashes(data):
+    t = parse_ranktable(json.dumps(data))
+    report_from_ranktable(t).model_dump_json()

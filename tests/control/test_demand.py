@@ -1,0 +1,46 @@
+import numpy as np
+
+from icefabric.control.demand import demand_from_pairs, flow_levels, workload_demand
+from icefabric.scenario.build import build_fabric, build_workload
+from icefabric.scenario.loader import load
+
+
+def test_hetero_default_demand_rates_and_phases():
+    ls = load("hetero-default")
+    fab = build_fabric(ls)
+    wl = build_workload(ls, fab, 1 << 26)
+    d = workload_demand(fab, wl)
+    assert d.n_qps == wl.n_qps
+    # Every QP is in at least one phase; phases belong to the two jobs.
+    assert set(np.unique(d.ent_qp).tolist()) == set(range(d.n_qps))
+    assert set(d.job_names) == {"mixed", "gpt"}
+    # No QP asks for more than its slower NIC.
+    assert np.all(d.peak_rate_bps() <= np.minimum(d.src_nic_bps, d.dst_nic_bps) + 1)
+    # 2 ring channels per 400G NIC -> 200G each; the gpt AllToAll: 8 QPs per NIC -> 50G.
+    gpt_rates = set(np.round(d.ent_rate_bps[d.job[d.ent_qp] == d.job_names.index("gpt")]
+                             / 1e9).tolist())
+    assert gpt_rates == {200.0, 50.0}
+    # Bytes are conserved: QP bytes sum to the network share of the flows.
+    assert d.size_bytes.sum() > 0
+
+
+def test_levels_follow_dependencies():
+    ls = load("hetero-default")
+    fab = build_fabric(ls)
+    wl = build_workload(ls, fab, 1 << 20)
+    lev = flow_levels(wl)
+    for f, deps in enumerate(wl.flow_deps):
+        for x in deps:
+            assert lev[f] > lev[x]
+
+
+def test_from_pairs_and_subset_concat(small_fabric):
+    f = small_fabric
+    a = [s.nics[0] for s in f.servers]
+    d = demand_from_pairs(f, a[:2], a[2:], job=[0, 1])
+    assert d.n_qps == 2 and d.n_phases == 2
+    s = d.subset([1])
+    assert s.n_qps == 1 and s.ent_qp.tolist() == [0]
+    c = d.concat(d)
+    assert c.n_qps == 4 and c.n_phases == 2
+    assert d.is_uniform()

@@ -1,0 +1,59 @@
+import numpy as np
+
+from icefabric.control.demand import demand_from_pairs
+from icefabric.control.failover import affected_qps, replan_after_failure
+from icefabric.control.hashing import fabric_hash_configs
+from icefabric.control.planning import plan_paths
+from icefabric.control.realize import realize_paths
+
+from .conftest import nics_of
+
+
+def test_failover_moves_only_affected_paths(small_fabric, routing_of):
+    f = small_fabric
+    rt = routing_of(f)
+    cfg = fabric_hash_configs(f)
+    src, dst = nics_of(f, [0, 1]), nics_of(f, [2, 3])
+    d = demand_from_pairs(f, np.r_[src, dst], np.r_[dst, src], rate_bps=200e9)
+    a = plan_paths(f, rt, d)
+    r = realize_paths(f, rt, cfg, d.src_nic, d.dst_nic, a.paths)
+    assert r.ok.all()
+    # Fail one leaf0 uplink (both directions of that cable).
+    up = int(a.paths[0][0])
+    back = f.link_id(int(f.link_dst[up]), int(f.link_src[up]))
+    down = [up, back] if f.link_dst[back] == f.link_src[up] else [up]
+    rt2 = routing_of(f, tuple(sorted(down)))
+    res = replan_after_failure(f, rt2, cfg, d, a.paths, r.sport)
+    hit = affected_qps(a.paths, rt2.down)
+    assert set(res.affected.tolist()) == set(hit.tolist()) and len(hit) >= 1
+    # Paths of unaffected QPs are unchanged; the new plan avoids the failed link.
+    for q in range(d.n_qps):
+        if q not in set(hit.tolist()):
+            assert np.array_equal(res.assignment.paths[q], a.paths[q])
+        assert not np.any(rt2.down[res.paths[q]])
+    assert res.ok.all()  # every re-hashed path follows the new plan
+    # Ports of QPs that neither lost their path nor were remapped are kept.
+    same = np.setdiff1d(np.arange(d.n_qps), np.r_[res.affected, res.remapped])
+    assert np.array_equal(res.sport[same], r.sport[same])
+    assert res.assignment.max_util <= 1.0 + 1e-9  # 200G QPs fit the 15 remaining uplinks
+
+
+def test_fast_path_matches_full_rehash(small_fabric, routing_of):
+    f = small_fabric
+    rt = routing_of(f)
+    cfg = fabric_hash_configs(f)
+    src, dst = nics_of(f, [0, 1]), nics_of(f, [2, 3])
+    d = demand_from_pairs(f, np.r_[src, dst], np.r_[dst, src], rate_bps=100e9)
+    a = plan_paths(f, rt, d)
+    r = realize_paths(f, rt, cfg, d.src_nic, d.dst_nic, a.paths)
+    up = int(a.paths[3][0])
+    down = [up, f.link_id(int(f.link_dst[up]), int(f.link_src[up]))]
+    rt2 = routing_of(f, tuple(sorted(down)))
+    slow = replan_after_failure(f, rt2, cfg, d, a.paths, r.sport)
+    fast = replan_after_failure(f, rt2, cfg, d, a.paths, r.sport, old_routing=rt,
+                                full_paths=r.paths)
+    assert np.array_equal(slow.affected, fast.affected)
+    assert np.array_equal(slow.remapped, fast.remapped)
+    assert fast.ok.all() and slow.ok.all()
+    # mod-N groups: losing one of 8 uplinks remaps other QPs of that leaf too
+    assert len(fast.remapped) > 0

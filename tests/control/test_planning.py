@@ -1,0 +1,170 @@
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from icefabric.control.demand import demand_from_pairs
+from icefabric.control.planning import (
+    PLANNERS,
+    Candidates,
+    link_utilization,
+    plan_incremental,
+    plan_paths,
+    qps_needed,
+    reoptimize,
+    split_needed,
+)
+from icefabric.topology.builders import ServerGroup, leaf_spine
+from icefabric.topology.catalog import server_profile
+
+from .conftest import nics_of
+
+#: Documented bound (docs/ice-planning.md): greedy + local improvement stays within this
+#: factor of the MILP optimum of the maximum link utilisation on small instances; ``auto``
+#: is collision-free or within the same factor: ``max_util <= max(1, MILP_BOUND * opt)``.
+MILP_BOUND = 1.5
+
+
+def test_registry():
+    assert {"edge_coloring", "fat_tree", "greedy", "milp"} <= set(PLANNERS)
+    with pytest.raises(ValueError):
+        plan_paths(None, None, None, method="nope")
+
+
+def _check_paths(fabric, routing, d, a):
+    cands = Candidates(routing, d)
+    for q, p in enumerate(a.paths):
+        assert cands.index_of(q, p) >= 0  # every path is a real shortest path
+
+
+def test_edge_coloring_optimal_uniform(small_fabric, routing_of):
+    f = small_fabric
+    rt = routing_of(f)
+    src, dst = nics_of(f, [0, 1]), nics_of(f, [2, 3])  # 16 QPs leaf0 -> leaf1, 16 paths
+    d = demand_from_pairs(f, np.r_[src, dst], np.r_[dst, src])
+    a = plan_paths(f, rt, d, method="edge_coloring")
+    _check_paths(f, rt, d, a)
+    assert a.max_util == pytest.approx(1.0)  # every uplink and downlink exactly one QP
+    fab = f.link_kind == 2
+    assert np.allclose(a.link_util[fab], 1.0)
+
+
+def test_edge_coloring_uses_ceil_delta_over_u(small_fabric, routing_of):
+    f = small_fabric
+    rt = routing_of(f)
+    src, dst = nics_of(f, [0, 1]), nics_of(f, [2, 3])
+    # 3 QPs per NIC pair -> 48 QPs on 16 uplinks -> 3 per uplink, rates 1/3 of the NIC.
+    s3, d3 = np.repeat(src, 3), np.repeat(dst, 3)
+    d = demand_from_pairs(f, s3, d3, rate_bps=400e9 / 3)
+    a = plan_paths(f, rt, d, method="edge_coloring")
+    assert a.max_util == pytest.approx(1.0)
+    assert a.meta["colors"] == 48
+
+
+def test_fat_tree_coloring_balanced(ft_fabric, routing_of):
+    f = ft_fabric
+    rt = routing_of(f)
+    # Servers 0,1 on pod-0 leaf 0; 4,5 on pod-1 leaf 0: cross-pod traffic, both directions.
+    src, dst = nics_of(f, [0, 1]), nics_of(f, [4, 5])
+    d = demand_from_pairs(f, np.r_[src, dst], np.r_[dst, src])
+    a = plan_paths(f, rt, d, method="fat_tree")
+    _check_paths(f, rt, d, a)
+    assert a.collision_free
+    g = plan_paths(f, rt, d, method="auto")
+    assert g.method == "fat_tree" and g.max_util == pytest.approx(a.max_util)
+
+
+def _random_instance(seed):
+    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 2, "h"),
+                    ServerGroup(server_profile("atlas-800t-a2"), 2, "a")],
+                   servers_per_leaf=1, n_spines=3, links_per_spine=1)
+    rng = np.random.default_rng(seed)
+    nics = nics_of(f, range(4))
+    q = int(rng.integers(4, 16))
+    src, dst = rng.choice(nics, q), rng.choice(nics, q)
+    keep = f.nic_leaf[src] != f.nic_leaf[dst]
+    src, dst = src[keep], dst[keep]
+    n = len(src)
+    d = demand_from_pairs(f, src, dst, rate_bps=rng.choice([50e9, 100e9, 200e9, 400e9], n),
+                          job=rng.integers(0, 2, n), phase=rng.integers(0, 2, n))
+    return f, d
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10_000))
+def test_no_plan_worse_than_milp_bound(seed):
+    from icefabric.topology.routing import Routing
+
+    f, d = _random_instance(seed)
+    if d.n_qps == 0:
+        return
+    rt = Routing(f)
+    m = plan_paths(f, rt, d, method="milp")
+    assert m.meta["optimal"]
+    for method in ("greedy", "auto"):
+        a = plan_paths(f, rt, d, method=method)
+        bound = MILP_BOUND * m.max_util if method == "greedy" else \
+            max(1.0, MILP_BOUND * m.max_util)
+        assert a.max_util <= bound + 1e-9
+        # the reported utilisation is the objective of the paths
+        assert np.allclose(a.link_util, link_utilization(f, d, a.paths))
+    # MILP is a lower bound for every plan
+    g = plan_paths(f, rt, d, method="greedy")
+    assert m.max_util <= g.max_util + 1e-9
+
+
+def test_weighted_hetero_greedy_respects_capacities(hetero_fabric, routing_of):
+    f = hetero_fabric
+    rt = routing_of(f)
+    # 400G pool leaf 0 -> 200G pool leaf 2: 8 QPs at 200G over 3 spines with 200G downlinks
+    src, dst = nics_of(f, [0]), nics_of(f, [2])
+    d = demand_from_pairs(f, src, dst, rate_bps=200e9)
+    a = plan_paths(f, rt, d, method="greedy")
+    m = plan_paths(f, rt, d, method="milp")
+    assert a.max_util == pytest.approx(m.max_util)
+
+
+def test_incremental_keeps_existing_and_reoptimize(small_fabric, routing_of):
+    f = small_fabric
+    rt = routing_of(f)
+    src, dst = nics_of(f, [0]), nics_of(f, [2])
+    d1 = demand_from_pairs(f, src, dst)
+    a1 = plan_paths(f, rt, d1, method="greedy")
+    d2 = demand_from_pairs(f, nics_of(f, [1]), nics_of(f, [3]), job=np.ones(8, int))
+    d, a = plan_incremental(f, rt, d1, a1.paths, d2)
+    assert d.n_qps == 16
+    for q in range(8):
+        assert np.array_equal(a.paths[q], a1.paths[q])
+    assert a.collision_free
+    r = reoptimize(f, rt, d)
+    assert r.max_util <= a.max_util + 1e-9
+
+
+def test_pinned_incompatible_with_coloring(small_fabric, routing_of):
+    f = small_fabric
+    d = demand_from_pairs(f, nics_of(f, [0]), nics_of(f, [2]))
+    with pytest.raises(ValueError):
+        plan_paths(f, routing_of(f), d, method="edge_coloring", pinned=np.ones(8, bool),
+                   initial=[np.zeros(0, np.int64)] * 8)
+
+
+def test_split_needed_when_uplinks_slower_than_nic():
+    # 2 servers x 8 x 400G under a leaf, 16 spines x 2 links -> 32 uplinks of 200G.
+    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 4, "h")], servers_per_leaf=2,
+                   n_spines=16, links_per_spine=2)
+    from icefabric.topology.routing import Routing
+
+    rt = Routing(f)
+    assert f.link_capacity_bps[f.link_kind == 2].max() == pytest.approx(200e9)
+    d = demand_from_pairs(f, nics_of(f, [0]), nics_of(f, [2]))  # one 400G QP per NIC
+    assert split_needed(f, rt, d).tolist() == [2] * 8
+    assert qps_needed(400e9, 200e9) == 2
+    # With the connection split into 2 QPs of 200G the plan is collision-free.
+    s, t = np.repeat(nics_of(f, [0]), 2), np.repeat(nics_of(f, [2]), 2)
+    a = plan_paths(f, rt, demand_from_pairs(f, s, t, rate_bps=200e9))
+    assert a.collision_free
+    one = plan_paths(f, rt, d)
+    assert one.max_util == pytest.approx(2.0)
+    assert math.isclose(a.max_util, 1.0)

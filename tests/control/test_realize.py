@@ -1,0 +1,48 @@
+import numpy as np
+import pytest
+
+from icefabric.control.demand import demand_from_pairs
+from icefabric.control.hashing import fabric_hash_configs
+from icefabric.control.planning import plan_paths
+from icefabric.control.realize import decision_chain, realize_paths
+
+from .conftest import nics_of
+
+
+@pytest.mark.parametrize("mode", ["model", "probe"])
+def test_ports_follow_plan_100pct(small_fabric, routing_of, mode):
+    f = small_fabric
+    rt = routing_of(f)
+    cfg = fabric_hash_configs(f)
+    src, dst = nics_of(f, [0, 1]), nics_of(f, [2, 3])
+    d = demand_from_pairs(f, np.r_[src, dst], np.r_[dst, src])
+    a = plan_paths(f, rt, d)
+    r = realize_paths(f, rt, cfg, d.src_nic, d.dst_nic, a.paths, mode=mode, seed=3)
+    assert r.ok.all()
+    assert np.all((r.sport >= 0xC000) & (r.sport <= 0xFFFF))
+    for q, p in enumerate(r.paths):
+        assert np.array_equal(p[1:-1], a.paths[q])
+    if mode == "probe":
+        assert r.meta["probes"] > 0
+
+
+def test_probe_mode_with_loss(small_fabric, routing_of):
+    f = small_fabric
+    rt = routing_of(f)
+    cfg = fabric_hash_configs(f)
+    d = demand_from_pairs(f, nics_of(f, [0]), nics_of(f, [3]))
+    a = plan_paths(f, rt, d)
+    r = realize_paths(f, rt, cfg, d.src_nic, d.dst_nic, a.paths, mode="probe",
+                      loss_prob=0.2, seed=1)
+    assert r.ok.all()
+
+
+def test_decision_chain_rejects_foreign_links(small_fabric, routing_of):
+    f = small_fabric
+    rt = routing_of(f)
+    d = demand_from_pairs(f, nics_of(f, [0])[:1], nics_of(f, [2])[:1])
+    a = plan_paths(f, rt, d)
+    sw, n, want = decision_chain(f, rt, d.dst_nic, a.paths)
+    assert sw.shape == (1, 2) and n[0].tolist() == [8, 2]
+    with pytest.raises(ValueError):
+        decision_chain(f, rt, d.dst_nic, [a.paths[0][::-1]])

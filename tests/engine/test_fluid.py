@@ -1,0 +1,158 @@
+"""Fluid engine: hand-computed cases, PFC back-pressure and victims, conservation, determinism."""
+
+import numpy as np
+import pytest
+
+from icefabric.engine.problem import LinkFailure, build_problem, csr_from_lists
+from icefabric.engine.registry import get_engine
+
+run = get_engine("fluid")
+
+
+def star(rates_gbps, flows, delay_ns=1000, **kw):
+    """Hosts h0..h{n-1} on one switch (node n). ``flows``: (src, dst, size_bytes)."""
+    n = len(rates_gbps)
+    sw = n
+    cap, src, dst = [], [], []
+    for h, r in enumerate(rates_gbps):
+        for a, b in ((h, sw), (sw, h)):
+            cap.append(r * 1e9)
+            src.append(a)
+            dst.append(b)
+    up = {h: 2 * h for h in range(n)}
+    down = {h: 2 * h + 1 for h in range(n)}
+    routes = [[up[s], down[d]] for s, d, _ in flows]
+    return build_problem(link_capacity_bps=cap, link_delay_ns=[delay_ns] * len(cap),
+                         flow_size_bytes=[f[2] for f in flows], routes=routes,
+                         route_flow=list(range(len(flows))), route_qp=list(range(len(flows))),
+                         link_src=src, link_dst=dst, node_is_switch=[False] * n + [True],
+                         link_names=[f"{a}->{b}" for a, b in zip(src, dst, strict=True)], **kw)
+
+
+def test_single_flow_single_link_is_size_over_capacity_plus_latency():
+    prob = build_problem(link_capacity_bps=[100e9], link_delay_ns=[1000],
+                         flow_size_bytes=[1_000_000], routes=[[0]], route_flow=[0],
+                         flow_latency_ns=[2345])
+    res = run(prob)
+    assert res.flow_finish_ns[0] == 80_000 + 2345
+    assert res.link_bytes[0] == pytest.approx(1_000_000)
+
+
+def test_wire_overhead_and_two_hop_pass_through():
+    prob = star([100, 100], [(0, 1, 4_096_000)])
+    res = run(prob, wire_overhead=4132 / 4096)
+    assert res.flow_finish_ns[0] == round(4_132_000 * 8 / 100)  # ns
+    assert res.link_max_queue_bytes == {}
+    assert res.link_pfc_pause_ns == {}
+
+
+def test_two_senders_into_25g_port_finish_at_receiver_rate_under_pfc():
+    prob = star([100, 100, 25], [(0, 2, 4_000_000), (1, 2, 4_000_000)])
+    res = run(prob, cc="none", pfc="dynamic")
+    ideal = 8_000_000 * 8 / 25e9 * 1e9
+    assert res.flow_finish_ns.max() == pytest.approx(ideal, rel=0.01)
+    # both senders were paused (PFC back-pressure), never more than ~ the run time
+    assert set(res.link_pfc_pause_ns) == {"0->3", "1->3"}
+    assert max(res.link_pfc_pause_ns.values()) < ideal
+    # the static (htsim-like) threshold gives the same drain time
+    res2 = run(prob, cc="none", pfc="static")
+    assert res2.flow_finish_ns.max() == pytest.approx(ideal, rel=0.01)
+    assert res2.link_max_queue_bytes["3->2"] == pytest.approx(2 * 1_048_576, rel=0.05)
+
+
+def two_switch_victim():
+    """h0,h1 on s0; h2 (25G) and h3 on s1; s0->s1 100G. Incast h0,h1 -> h2; victim h1 -> h3
+    shares h1's NIC and the s0->s1 transmitter with the incast."""
+    # nodes: h0 0, h1 1, h2 2, h3 3, s0 4, s1 5
+    links = [(0, 4, 100), (4, 0, 100), (1, 4, 100), (4, 1, 100), (2, 5, 25), (5, 2, 25),
+             (3, 5, 100), (5, 3, 100), (4, 5, 100), (5, 4, 100)]
+    lid = {(a, b): i for i, (a, b, _) in enumerate(links)}
+
+    def path(*nodes):
+        return [lid[(a, b)] for a, b in zip(nodes[:-1], nodes[1:], strict=True)]
+
+    routes = [path(0, 4, 5, 2), path(1, 4, 5, 2), path(1, 4, 5, 3)]
+    return build_problem(link_capacity_bps=[c * 1e9 for _, _, c in links],
+                         link_delay_ns=[1000] * len(links),
+                         flow_size_bytes=[3_000_000, 3_000_000, 3_000_000], routes=routes,
+                         route_flow=[0, 1, 2], route_qp=[0, 1, 2],
+                         link_src=[a for a, _, _ in links], link_dst=[b for _, b, _ in links],
+                         node_is_switch=[False] * 4 + [True, True],
+                         link_names=[f"{a}->{b}" for a, b, _ in links],
+                         flow_names=["inc0", "inc1", "victim"])
+
+
+def test_pfc_victim_is_blocked_by_its_paused_transmitter():
+    prob = two_switch_victim()
+    free = run(prob, pfc="off")  # infinite buffers: the victim only shares link capacity
+    held = run(prob, pfc="static")
+    assert held.flow_finish_ns[2] > 1.5 * free.flow_finish_ns[2]
+    # pauses spread hop by hop: s1 pauses s0->s1, s0 pauses both host NICs
+    assert {"4->5", "0->4", "1->4"} <= set(held.link_pfc_pause_ns)
+    assert free.link_pfc_pause_ns == {}
+
+
+def test_bytes_conserved_and_deterministic():
+    prob = two_switch_victim()
+    a = run(prob, cc="dcqcn", pfc="dynamic", seed=3)
+    b = run(prob, cc="dcqcn", pfc="dynamic", seed=3)
+    assert np.array_equal(a.flow_finish_ns, b.flow_finish_ns)
+    assert a.link_max_queue_bytes == b.link_max_queue_bytes
+    assert a.qp_cnp_count == b.qp_cnp_count
+    inc = prob.incidence().toarray()
+    expected = inc @ prob.flow_size_bytes
+    assert a.link_bytes == pytest.approx(expected, rel=1e-6, abs=1.0)
+
+
+def test_dependencies_start_after_latency_of_last_prerequisite():
+    prob = star([100, 100, 100], [(0, 1, 1_000_000), (1, 2, 500_000), (2, 0, 1_000_000)],
+                deps=[[], [], [0, 1]], flow_latency_ns=[5000, 7000, 0])
+    res = run(prob)
+    assert res.flow_finish_ns[0] == 80_000 + 5000
+    assert res.flow_start_ns[2] == max(res.flow_finish_ns[0], res.flow_finish_ns[1])
+    assert res.flow_finish_ns[2] == res.flow_start_ns[2] + 80_000
+
+
+def test_coupled_flow_runs_at_its_slowest_route_and_pacer_caps():
+    # one flow, two routes of weight 1 on links of 100G and 50G: rate = 50G
+    prob = build_problem(link_capacity_bps=[100e9, 50e9], link_delay_ns=[0, 0],
+                         flow_size_bytes=[1_000_000], routes=[[0], [1]], route_flow=[0, 0])
+    res = run(prob)
+    assert res.flow_finish_ns[0] == 160_000
+    capped = build_problem(link_capacity_bps=[100e9], link_delay_ns=[0],
+                           flow_size_bytes=[1_000_000], routes=[[0]], route_flow=[0],
+                           flow_rate_cap_bps=[10e9])
+    assert run(capped).flow_finish_ns[0] == 800_000
+
+
+def test_dcqcn_incast_cuts_rates_and_counts_cnps():
+    prob = star([100] * 5, [(i, 0, 2_000_000) for i in range(1, 5)])
+    pfc_only = run(prob, cc="none")
+    dc = run(prob, cc="dcqcn", dcqcn="hpcc_ns3_100g")
+    assert dc.qp_cnp_count and sum(dc.qp_cnp_count.values()) > 0
+    assert dc.link_ecn_marked_frac
+    assert max(dc.link_max_queue_bytes.values()) < max(pfc_only.link_max_queue_bytes.values())
+    assert dc.makespan_ns >= pfc_only.makespan_ns * 0.98
+
+
+def test_link_failure_reroute_completes():
+    # two parallel paths 0->1: direct link 0 (400G) and link 1 then 2 (100G)
+    ip, li = csr_from_lists([[1, 2]])
+    fail = LinkFailure(t_ns=50_000, links=np.array([0]), reroute_route=np.array([0]),
+                       reroute_indptr=ip, reroute_links=li)
+    prob = build_problem(link_capacity_bps=[400e9, 100e9, 100e9], link_delay_ns=[0, 0, 0],
+                         flow_size_bytes=[5_000_000], routes=[[0]], route_flow=[0],
+                         failures=[fail])
+    res = run(prob, pfc="off")
+    # 2.5 MB at 400G in 50 us, the rest at 100G
+    assert res.flow_finish_ns[0] == pytest.approx(50_000 + 2_500_000 * 8 / 100, rel=1e-3)
+
+
+def test_timeseries_and_unknown_option():
+    prob = star([100, 100, 25], [(0, 2, 500_000), (1, 2, 500_000)], flow_names=["a", "b"])
+    res = run(prob, cc="dcqcn", record_links=["4->2" if False else "3->2"], record_flows=["a"],
+              sample_interval_ns=20_000)
+    assert len(res.timeseries["t_us"]) == len(res.timeseries["queue_bytes"]["3->2"]) > 3
+    assert max(res.timeseries["rate_gbps"]["a"]) <= 100.0
+    with pytest.raises(TypeError):
+        run(prob, no_such_option=1)

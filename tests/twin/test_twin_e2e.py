@@ -14,7 +14,7 @@ from icefabric.twin.serve import SubprocessController, ThreadedController
 
 HERE = Path(__file__).parent
 ADMIN = "twin-test-admin"
-POLICY = "ecmp"  # becomes "ice" once the ice policy is on main (only the name changes)
+POLICY = "ice"
 
 
 @pytest.mark.slow

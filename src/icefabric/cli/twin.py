@@ -15,7 +15,7 @@ def twin(
                                               "on a free 127.0.0.1 port"),
     admin_token_file: Path = typer.Option(None, help="file with the admin token (else "
                                                      "$ICE_ADMIN_TOKEN)"),
-    policy: str = typer.Option("ecmp", help="policy of the controller started when "
+    policy: str = typer.Option("ice", help="policy of the controller started when "
                                             "--controller is omitted"),
     size: str = typer.Option(None, help="message size (default: the scenario's largest)"),
     fail: list[str] = typer.Option(None, help="link failure 'NODE_A,NODE_B@T_US' "

@@ -28,6 +28,9 @@ def test_64_agents_failure_replan_and_agreement(tmp_path):
                           trust_env=False).json()
     assert res.agents >= 64 and res.qps > 800
     assert len(res.failures) == 1 and res.failures[0]["reported_by"] >= 1
+    # The agents that saw the failure moved their QPs to the plan's backup ports at once
+    # (end-side rule), before the controller's re-plan arrived.
+    assert res.failures[0]["backup_ports_used"] >= 1
     # The failure reached the controller as events and came back as a new plan version.
     assert res.plan_versions[-1] > res.plan_versions[0]
     assert plans[0]["reason"].startswith("replan") and plans[0]["down_links"] == [

@@ -298,6 +298,7 @@ def run_twin(scenario: str | LoadedScenario, controller_url: str, admin_token: s
                 seen_by = [h for h, act in actuators.items()
                            if any(l in idset for q in act.applied.values()
                                   for r in q.routes for l in r)] or [next(iter(agents))]
+                switched = 0
                 for h in seen_by:
                     ag = agents[h]
                     if up:
@@ -306,7 +307,7 @@ def run_twin(scenario: str | LoadedScenario, controller_url: str, admin_token: s
                         with ag._lock:
                             ag.events.append(Event(kind="link_up", link={"a": a, "b": b}))
                     else:
-                        ag.observe_links_down([(a, b)], idset)
+                        switched += ag.observe_links_down([(a, b)], idset)
                     ag.flush_events()
                 versions.append(wait_plan(down))
                 down_ids = sorted(l for x, y in down for l in range(fabric.n_links)
@@ -317,7 +318,8 @@ def run_twin(scenario: str | LoadedScenario, controller_url: str, admin_token: s
                 reroutes.append(failure_reroutes(pmap, prev, new, t_ns=t_ns, down_links=ids,
                                                  delay_ns=pol.reroute_delay_ns, up=up))
                 fails.append({"t_ns": t_ns, "link": [a, b], "up": up,
-                              "reported_by": len(seen_by), "plan_version": versions[-1]})
+                              "reported_by": len(seen_by), "backup_ports_used": switched,
+                              "plan_version": versions[-1]})
                 prev = new
         finally:
             stop.set()

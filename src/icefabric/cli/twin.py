@@ -28,7 +28,6 @@ def twin(
     import tempfile
 
     from rich.console import Console
-    from rich.table import Table
 
     from icefabric.scenario.loader import ScenarioError
     from icefabric.scenario.schema import FailureSpec
@@ -77,21 +76,23 @@ def twin(
     if as_json:
         typer.echo(json.dumps(d, indent=1))
     else:
+        from icefabric.reports.tables import collective_tables
+
         con = Console()
-        t = Table(title=f"{res.scenario} — twin ({res.agents} agents, {res.qps} QPs) vs "
-                        f"in-process, policy {res.policy}, engine {res.engine}")
-        for c in ("job", "collective", "algorithm", "size", "nranks", "time (us)",
-                  "algbw (GB/s)", "busbw (GB/s)", "in-process busbw", "match"):
-            t.add_column(c)
-        for r in res.rows:
-            t.add_row(r["job"], r["collective"], r["algorithm"], str(r["size_bytes"]),
-                      str(r["nranks"]), f"{r['time_us']:.1f}", f"{r['algbw_GBps']:.2f}",
-                      f"{r['busbw_GBps']:.2f}", f"{r.get('inprocess_busbw_GBps', 0):.2f}",
-                      "yes" if r.get("match") else "NO")
-        con.print(t)
-        con.print(f"plan versions {res.plan_versions}; failures {len(res.failures)}; "
-                  f"QPs on failed links {res.qps_on_down_links}; path mismatches "
-                  f"{res.path_mismatches}; agree: {res.agree}; {res.wall_s:.1f} s")
+        con.print(f"[bold]{res.scenario}[/] — digital twin: {res.agents} agents, {res.qps} QPs "
+                  f"over HTTP; policy {res.policy}; engine {res.engine}", highlight=False)
+        for t in collective_tables(res.to_experiment(), detail=True):
+            con.print(t)
+        for f in res.failures:
+            con.print(f"link {'up' if f['up'] else 'down'} {f['link'][0]}-{f['link'][1]} at "
+                      f"{f['t_ns'] / 1e3:.0f} us: reported by {f['reported_by']} agents, "
+                      f"{f['backup_ports_used']} QPs to backup ports, plan "
+                      f"v{f['plan_version']}", highlight=False)
+        con.print(f"plan versions {res.plan_versions}; QPs on failed links "
+                  f"{res.qps_on_down_links}; applied ports off their planned path "
+                  f"{res.path_mismatches}; twin = in-process: "
+                  f"{'yes' if res.agree else 'NO'} (max rel. diff {res.max_rel_diff:.1e}); "
+                  f"{res.wall_s:.1f} s", highlight=False)
     if not res.agree or res.qps_on_down_links:
         raise typer.Exit(1)
 

@@ -77,6 +77,27 @@ class TwinResult:
     failures: list[dict]
     wall_s: float
     notes: list[str] = field(default_factory=list)
+    reference_rows: list[dict] = field(default_factory=list)
+    description: str = ""
+    fabric: dict = field(default_factory=dict)
+    seed: int = 0
+
+    def to_experiment(self):
+        """An :class:`~icefabric.experiment.runner.ExperimentResult` with the twin's rows
+        (policy ``<name> (twin)``) next to the in-process ones, for the simulate tables."""
+        from icefabric.experiment.runner import ExperimentResult
+
+        tw = f"{self.policy} (twin)"
+        rows = [{**r, "policy": tw} for r in self.rows] + \
+            [{**r, "policy": self.policy} for r in self.reference_rows]
+        for r in rows:
+            r.pop("inprocess_busbw_GBps", None)
+            r.pop("match", None)
+            r.update(ideal_busbw_GBps=None, frac_of_ideal=None, gain_vs_ecmp=None)
+        pols = [tw] + ([self.policy] if self.reference_rows else [])
+        return ExperimentResult(self.scenario, self.description, self.seed, self.engine,
+                                pols, [self.size_bytes], rows, [], self.fabric, self.wall_s,
+                                list(self.notes))
 
     def to_dict(self) -> dict:
         return {"schema_version": 1, **asdict(self)}
@@ -341,12 +362,15 @@ def run_twin(scenario: str | LoadedScenario, controller_url: str, admin_token: s
         if compare:
             rr = run_policy(ls, fabric, policy, size)
             ref = {(c.job, c.name): c for c in rr.collectives}
+        def as_row(c) -> dict:
+            return {"job": c.job, "collective": c.kind, "algorithm": c.algorithm,
+                    "size_bytes": c.size_bytes, "nranks": c.nranks,
+                    "time_us": round(c.time_us, 3), "algbw_GBps": round(c.algbw_GBps, 3),
+                    "busbw_GBps": round(c.busbw_GBps, 3)}
+
         rows, worst = [], 0.0
         for c in res.collectives:
-            row = {"job": c.job, "collective": c.kind, "algorithm": c.algorithm,
-                   "size_bytes": c.size_bytes, "nranks": c.nranks,
-                   "time_us": round(c.time_us, 3), "algbw_GBps": round(c.algbw_GBps, 3),
-                   "busbw_GBps": round(c.busbw_GBps, 3)}
+            row = as_row(c)
             o = ref.get((c.job, c.name))
             if o is not None:
                 rel = abs(c.time_ns - o.time_ns) / max(o.time_ns, 1)
@@ -358,6 +382,8 @@ def run_twin(scenario: str | LoadedScenario, controller_url: str, admin_token: s
         return TwinResult(scn.name, policy, scn.engine, size, len(agents), wl.n_qps, versions,
                           rows, agree, worst, mism, on_down, fails,
                           time.perf_counter() - t0,
-                          [f"agent errors (retried): {sum(a.errors for a in agents.values())}"])
+                          [f"agent errors (retried): {sum(a.errors for a in agents.values())}"],
+                          [as_row(c) for c in ref.values()], scn.description,
+                          fabric.describe(), scn.seed)
     finally:
         admin.close()

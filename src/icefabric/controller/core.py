@@ -124,6 +124,16 @@ class VersionWatch:
         return self.version
 
 
+def _planner_process_init() -> None:
+    """Planner process: lower CPU priority, so serving agents wins when cores are scarce."""
+    import os
+
+    try:
+        os.nice(10)
+    except OSError:  # pragma: no cover - not permitted: plan at normal priority
+        pass
+
+
 class ControllerCore:
     """State, persistence and planning of one controller process."""
 
@@ -221,7 +231,8 @@ class ControllerCore:
             # Planning is CPU-bound Python: in its own process it does not take the GIL
             # from request handling.
             self._pool = ProcessPoolExecutor(
-                max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+                max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                initializer=_planner_process_init)
         if self._thread is None:
             self._thread = threading.Thread(target=self._planner_loop, name="ice-planner",
                                             daemon=True)

@@ -8,6 +8,7 @@ from icefabric.agent import autonomy
 from icefabric.agent.actuators import get_actuator
 from icefabric.agent.actuators.dryrun import flow_label_for
 from icefabric.agent.actuators.hccl_cfg import FILE_NAME, parse_cfg, render_cfg
+from icefabric.dataplane.endside import EndSideParams
 from icefabric.dataplane.roce import flow_label_to_udp_sport
 from icefabric.schemas_service import HostPlan, QpPlan
 
@@ -75,13 +76,21 @@ def test_twin_actuator_records_applied_settings_and_backup_switch():
     assert autonomy.on_links_down(plan([q]), {9}) == []
 
 
-def test_congestion_rule_unpaces_only_paced_qps_above_threshold():
+def test_persistent_cnps_release_the_pacer_until_the_next_plan():
     p = plan([qp("10.0.0.1", "10.0.1.1", 1, 0, 50000, rate=50e9),
               qp("10.0.0.1", "10.0.1.1", 3, 1, 50001)])
     k1, k2 = ("10.0.0.1", "10.0.1.1", 1, 2), ("10.0.0.1", "10.0.1.1", 3, 4)
-    acts = autonomy.on_cnp_rates(p, {k1: 1000.0, k2: 5000.0}, autonomy.Rules(500.0))
-    assert [a.key for a in acts] == [k1]
-    assert autonomy.on_cnp_rates(p, {k1: 100.0}) == []
+    rules = autonomy.LocalRules(EndSideParams(cnp_threshold=2, persist_windows=3))
+    rules.on_plan(p)
+    hot = {k1: 5, k2: 5}
+    assert rules.step(cnps_in_window=hot) == ([], [])
+    assert rules.step(cnps_in_window={k1: 1, k2: 5}) == ([], [])  # k1's streak resets
+    assert rules.step(cnps_in_window=hot) == ([], [])
+    assert rules.step(cnps_in_window=hot) == ([], [])
+    _, unpace = rules.step(cnps_in_window=hot)  # k1: third hot window in a row
+    assert [a.key for a in unpace] == [k1]  # k2 has no pacer to release
+    rules.on_plan(plan(p.qps, version=2))  # a new plan restarts planned mode
+    assert rules.step(cnps_in_window=hot) == ([], [])
 
 
 def test_unknown_actuator():

@@ -1,20 +1,31 @@
-"""End-side autonomous rules: what an agent does on its own, immediately, between plans.
+"""End-side autonomous rules on a host: the agent runs the same step function as the
+simulator's end-side model (:mod:`icefabric.dataplane.endside`), over its plan's QPs.
 
-1. **Link failure on a planned path** -> move the QP to its precomputed backup source port
-   (if the plan gave one) and report the failure; the controller re-plans globally.
-2. **Unexpected congestion** (CNP rate above a threshold on a paced QP) -> drop the pacer and
-   let DCQCN take over for that QP until the next plan.
-3. **Controller unreachable** -> keep the last plan (nothing is undone).
+1. **Path failure seen locally** (a link of a QP's planned route is down) -> the QP moves to
+   its precomputed backup source port at once; the failure is reported and the controller
+   re-plans globally.
+2. **Persistent congestion** (CNPs above the threshold in ``persist_windows`` consecutive
+   windows on a QP) -> the pacer is released and DCQCN governs that QP until the next plan.
+3. **Controller unreachable** -> nothing changes; the last plan stays in force.
+4. **New plan version** -> every QP returns to planned mode on its primary port.
 
-Rules are pure functions over the applied plan and observations, so they are unit-tested
-without a NIC; the runner executes the actions they return through the actuator.
+The runner executes the actions returned here through its actuator.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from icefabric.agent.actuators.base import QpKey, qp_key
+from icefabric.dataplane.endside import (
+    EV_BACKUP_PORT,
+    EV_FALLBACK,
+    EndSideParams,
+    EndSideState,
+    endside_step,
+)
 from icefabric.schemas_service import HostPlan
 
 
@@ -31,39 +42,63 @@ class DropPacing:
     reason: str
 
 
-@dataclass(frozen=True)
-class Rules:
-    """Thresholds of the local rules.
+class LocalRules:
+    """End-side state of one host's QPs under its current plan.
 
-    cnp_rate_threshold : float — CNPs per second on a paced QP above which pacing is
-        considered wrong and DCQCN takes over (a few hundred CNP/s means the queue keeps
-        building; [UNCONFIRMED] default, configurable).
+    Parameters
+    ----------
+    params : EndSideParams — CNP window, threshold and persistence.
     """
 
-    cnp_rate_threshold: float = 500.0
+    def __init__(self, params: EndSideParams = EndSideParams()):
+        self.params = params
+        self.plan: HostPlan | None = None
+        self.keys: list[QpKey] = []
+        self.index: dict[QpKey, int] = {}
+        self.state = EndSideState.initial(0)
+
+    def on_plan(self, plan: HostPlan) -> None:
+        """A new plan: QPs restart in planned mode on their primary ports."""
+        self.plan = plan
+        self.keys = [qp_key(q) for q in plan.qps]
+        self.index = {k: i for i, k in enumerate(self.keys)}
+        self.state = EndSideState.initial(len(self.keys), plan.version)
+
+    def step(self, *, cnps_in_window: dict[QpKey, int] | None = None,
+             down_link_ids: set[int] | frozenset = frozenset()
+             ) -> tuple[list[SwitchPort], list[DropPacing]]:
+        """One CNP window with the local observations; returns the actions to take."""
+        if self.plan is None or not self.keys:
+            return [], []
+        n = len(self.keys)
+        cnps = np.zeros(n, dtype=np.int64)
+        for k, c in (cnps_in_window or {}).items():
+            i = self.index.get(k)
+            if i is not None:
+                cnps[i] = c
+        down = np.zeros(n, dtype=bool)
+        if down_link_ids:
+            for i, q in enumerate(self.plan.qps):
+                down[i] = any(l in down_link_ids for r in q.routes for l in r)
+        self.state, events = endside_step(self.state, cnps, down, self.plan.version,
+                                          self.params)
+        ports, unpace = [], []
+        for i in np.flatnonzero(events == EV_BACKUP_PORT).tolist():
+            q = self.plan.qps[i]
+            if q.backup_sport is not None and q.backup_sport != q.sport:
+                ports.append(SwitchPort(self.keys[i], q.backup_sport,
+                                        "planned path lost a link"))
+        for i in np.flatnonzero(events == EV_FALLBACK).tolist():
+            if self.plan.qps[i].rate_bps is not None:
+                unpace.append(DropPacing(self.keys[i], f"CNPs in {self.params.persist_windows}"
+                                         f" consecutive windows: DCQCN takes over"))
+        return ports, unpace
 
 
 def on_links_down(plan: HostPlan | None, down_link_ids: set[int]) -> list[SwitchPort]:
-    """Backup-port switches for QPs whose planned route uses a failed link."""
-    if plan is None or not down_link_ids:
-        return []
-    out = []
-    for q in plan.qps:
-        hit = any(l in down_link_ids for r in q.routes for l in r)
-        if hit and q.backup_sport is not None and q.backup_sport != q.sport:
-            out.append(SwitchPort(qp_key(q), q.backup_sport, "planned path lost a link"))
-    return out
-
-
-def on_cnp_rates(plan: HostPlan | None, cnp_per_s: dict[QpKey, float],
-                 rules: Rules = Rules()) -> list[DropPacing]:
-    """Unpace QPs that see persistent congestion despite their planned rate."""
+    """Backup-port switches for QPs whose planned route uses a failed link (stateless)."""
     if plan is None:
         return []
-    out = []
-    for q in plan.qps:
-        k = qp_key(q)
-        if q.rate_bps is not None and cnp_per_s.get(k, 0.0) > rules.cnp_rate_threshold:
-            out.append(DropPacing(k, f"{cnp_per_s[k]:.0f} CNP/s > "
-                                     f"{rules.cnp_rate_threshold:.0f}"))
-    return out
+    rules = LocalRules()
+    rules.on_plan(plan)
+    return rules.step(down_link_ids=down_link_ids)[0]

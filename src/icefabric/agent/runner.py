@@ -73,7 +73,7 @@ class Agent:
     def __init__(self, host: str, client: ControllerClient, actuator: Actuator, *,
                  enrol_token: str, collector: Callable[[], list[CommReport]] = list,
                  nics: list[NicInfo] | None = None, poll_wait_s: float = 10.0,
-                 backoff: Backoff | None = None, rules: autonomy.Rules = autonomy.Rules(),
+                 backoff: Backoff | None = None, rules: autonomy.LocalRules | None = None,
                  state_file: str | Path | None = None):
         self.host = host
         self.client = client
@@ -83,7 +83,7 @@ class Agent:
         self.nics = nics or []
         self.poll_wait_s = poll_wait_s
         self.backoff = backoff or Backoff()
-        self.rules = rules
+        self.rules = rules or autonomy.LocalRules()
         self.state_file = Path(state_file) if state_file else None
         self.plan: HostPlan | None = None
         self.reported: set[str] = set()
@@ -103,6 +103,7 @@ class Agent:
             if d.get("plan"):
                 self.plan = HostPlan.model_validate(d["plan"])
                 self.actuator.apply(self.plan)
+                self.rules.on_plan(self.plan)
         except (ValueError, OSError) as e:
             log.warning("%s: ignoring unreadable state file: %s", self.host, e)
 
@@ -160,6 +161,7 @@ class Agent:
     def apply(self, plan: HostPlan) -> None:
         res = self.actuator.apply(plan)
         self.plan = plan
+        self.rules.on_plan(plan)
         self._save_state()
         for m in res.messages:
             log.warning("%s: %s", self.host, m)
@@ -171,24 +173,28 @@ class Agent:
     def observe_links_down(self, link_names: list[tuple[str, str]], link_ids: set[int]) -> int:
         """A local observation of failed links: switch affected QPs to backup ports now and
         queue the events for the controller. Returns the number of QPs switched."""
-        acts = autonomy.on_links_down(self.plan, link_ids)
-        for a in acts:
+        ports, _ = self.rules.step(down_link_ids=set(link_ids))
+        for a in ports:
             self.actuator.set_sport(a.key, a.sport)
         with self._lock:
             for a, b in link_names:
                 self.events.append(Event(kind="link_down", link={"a": a, "b": b},
-                                         t_ns=time.time_ns()))
-        return len(acts)
+                                         t_ns=time.time_ns(),
+                                         counters={"qps_to_backup_port": len(ports)}))
+        return len(ports)
 
-    def observe_cnp_rates(self, cnp_per_s: dict) -> int:
-        acts = autonomy.on_cnp_rates(self.plan, cnp_per_s, self.rules)
-        for a in acts:
+    def observe_cnps(self, cnps_in_window: dict) -> int:
+        """CNPs per QP in the last window: persistent congestion releases the pacer (DCQCN
+        governs). Returns the number of QPs that fell back."""
+        _, unpace = self.rules.step(cnps_in_window=cnps_in_window)
+        for a in unpace:
             self.actuator.set_rate(a.key, None)
-        if cnp_per_s:
+        if unpace:
             with self._lock:
                 self.events.append(Event(kind="cnp_rate", counters={
-                    "max_cnp_per_s": max(cnp_per_s.values()), "qps_unpaced": len(acts)}))
-        return len(acts)
+                    "max_cnps_in_window": float(max(cnps_in_window.values())),
+                    "qps_fell_back_to_dcqcn": float(len(unpace))}))
+        return len(unpace)
 
     # -- loop -----------------------------------------------------------------------------------
     def step(self) -> None:

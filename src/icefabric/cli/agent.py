@@ -19,14 +19,17 @@ def run(
     actuator: str = typer.Option("dry-run", help="dry-run | hccl-cfg | twin"),
     hccl_dir: Path = typer.Option(Path("."), help="hccl-cfg: directory of "
                                                   "MultiQpSrcPort.cfg"),
-    reports: Path = typer.Option(None, help="JSON list of communicator reports (collector "
-                                            "output) for this host"),
+    reports: Path = typer.Option(None, help="JSON list of CommReport, or one collector "
+                                            "report (icefab collect ... --json)"),
+    job: str = typer.Option(None, help="with a collector report: the job's name"),
+    size: str = typer.Option(None, help="with a collector report: message size, e.g. 1G"),
+    collective: list[str] = typer.Option(None, help="with a collector report: collective "
+                                                    "kind(s), e.g. all_reduce"),
     state_file: Path = typer.Option(None, help="keeps the token and last plan"),
     poll_wait_s: float = typer.Option(20.0, min=0.0),
     once: bool = typer.Option(False, help="one iteration, then exit"),
 ) -> None:
     """Run the agent until interrupted (Ctrl-C)."""
-    import json
     import signal
     import threading
 
@@ -43,9 +46,13 @@ def run(
         raise typer.BadParameter("give --enrol-token-file or set ICE_ENROL_TOKEN")
     reps: list[CommReport] = []
     if reports is not None:
+        from icefabric.agent.collector import load_reports
+        from icefabric.units import parse_size
+
         try:
-            reps = [CommReport.model_validate(x) for x in json.loads(reports.read_text())]
-        except (OSError, ValueError) as e:
+            reps = load_reports(reports, job=job, size_bytes=parse_size(size) if size else None,
+                                collectives=collective)
+        except ValueError as e:
             raise typer.BadParameter(f"--reports: {e}") from None
     opts = {"directory": hccl_dir} if actuator == "hccl-cfg" else {}
     try:

@@ -23,11 +23,9 @@ from pathlib import Path
 from icefabric.control.plan import PathPlan
 from icefabric.controller.metrics import Metrics
 from icefabric.controller.planner import (
-    BuiltWorkload,
     FabricNotCached,
     JobState,
     PlanInputError,
-    build_workload,
     check_report,
     compose_host_plan,
     compute_plan,
@@ -159,7 +157,6 @@ class ControllerCore:
         self.host_qps: dict[str, bytes] = {}
         self.path_plan: PathPlan | None = None
         self.workload_key = ""
-        self.built: BuiltWorkload | None = None
         self.last_error = ""
         self.watch = VersionWatch()
         self._queue: queue.Queue[PlanRequest] = queue.Queue(maxsize=1024)
@@ -217,9 +214,6 @@ class ControllerCore:
             self.path_plan = path_plan_from_dict(pp) if pp.get("sport") is not None else None
         self.watch.version = self.plan_version
         self.metrics.plan_version = self.plan_version
-        if self.fabric is not None and self.jobs:
-            with self._lock:
-                self.built = build_workload(self.fabric, self.jobs)
 
     def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         if loop is not None:
@@ -237,9 +231,9 @@ class ControllerCore:
             self._thread = threading.Thread(target=self._planner_loop, name="ice-planner",
                                             daemon=True)
             self._thread.start()
-        # Reports/fabric may have changed while no plan was stored for them.
-        if self.fabric is not None and self.built is not None \
-                and self.built.key != self.workload_key:
+        # Reports, fabric or links may have changed after the last stored plan (a crash
+        # between the two writes); the planner skips the work if the plan is current.
+        if self.fabric is not None and self.jobs:
             self.request_plan("startup")
 
     def stop(self) -> None:

@@ -83,3 +83,18 @@ def test_controller_killed_mid_run_agents_keep_plans_and_restart_serves_same(tmp
     assert res.plan_versions[1] == res.plan_versions[0]
     assert res.plan_versions[-1] > res.plan_versions[0]
     assert res.agree and res.qps_on_down_links == 0 and res.path_mismatches == 0
+
+
+@pytest.mark.slow
+def test_two_failures_and_a_recovery_agree(tmp_path):
+    s = Settings(database_url=f"sqlite:///{tmp_path}/ice.db", admin_token=ADMIN, policy=POLICY,
+                 admin_token_file=str(tmp_path / "t"))
+    with ThreadedController(s) as url:
+        res = run_twin("hetero-default", url, ADMIN, size_bytes=64 << 20, poll_wait_s=1.0,
+                       failures=[FailureSpec(at_us=50, link=("leaf0", "spine0"), until_us=400),
+                                 FailureSpec(at_us=100, link=("leaf2", "spine3"))],
+                       timeout_s=60)
+    assert [(f["link"], f["up"]) for f in res.failures] == [
+        (["leaf0", "spine0"], False), (["leaf2", "spine3"], False), (["leaf0", "spine0"], True)]
+    assert res.plan_versions == sorted(set(res.plan_versions)) and len(res.plan_versions) == 4
+    assert res.agree and res.qps_on_down_links == 0 and res.path_mismatches == 0

@@ -24,6 +24,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "validate",
     "collect",
     "compare",
+    "controller",
+    "agent",
+    "twin",
 )
 
 for _name in COMMAND_MODULES:

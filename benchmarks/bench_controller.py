@@ -1,0 +1,287 @@
+"""Controller load benchmark: 1,000 simulated agents against one controller on loopback.
+
+The controller runs as its own process (``python -m icefabric controller serve``, SQLite,
+policy ``ecmp``) on a free 127.0.0.1 port; this script simulates the agents with asyncio +
+httpx in a second process. Every agent enrols, reports its host's communicator (500
+two-host NCCL jobs, so the controller also plans in the background while serving), then
+polls its plan every ``--poll-interval`` seconds. Agents start spread over ``--ramp`` s.
+A last phase parks every agent on a long-poll and measures how fast a re-plan (link down)
+reaches all of them.
+
+Run: ``PYTHONPATH=src python benchmarks/bench_controller.py [--agents 1000]``.
+Prints a JSON summary (p50/p95/p99/max per request kind) and a markdown table.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import sys
+import tempfile
+import time
+
+import httpx
+import numpy as np
+
+from icefabric.scenario.build import build_fabric
+from icefabric.scenario.loader import loads
+from icefabric.schemas_service import (
+    AgentEnrol,
+    CollectiveEntry,
+    CommReport,
+    FabricUpload,
+    QpEntry,
+    RankEntry,
+)
+from icefabric.topology.serialize import fabric_to_dict
+from icefabric.twin.serve import SubprocessController
+
+ADMIN = "bench-admin-token"
+
+
+def scenario_text(n: int) -> str:
+    return f"""
+name: bench-{n}
+seed: 1
+fabric: {{kind: leaf-spine, servers_per_leaf: 8, spines: 16, oversub: 1.0}}
+pools:
+  - {{name: h, server: hgx-h100, count: {n}}}
+jobs:
+  - {{name: dummy, servers: [h-0, h-1], collectives: [{{kind: all_reduce}}]}}
+"""
+
+
+def ip(x: int) -> str:
+    return f"{x >> 24 & 255}.{x >> 16 & 255}.{x >> 8 & 255}.{x & 255}"
+
+
+def reports_for(fabric, rng) -> dict[str, CommReport]:
+    """One two-host job per host pair: 1 rank per host, 2 channels -> 2 QPs each way."""
+    out = {}
+    names = [s.name for s in fabric.servers]
+    for k in range(0, len(names) - 1, 2):
+        a, b = fabric.servers[k], fabric.servers[k + 1]
+        ranks = [RankEntry(rank=0, host=a.name, device=0), RankEntry(rank=1, host=b.name,
+                                                                      device=0)]
+        for me, peer in ((a, b), (b, a)):
+            s, d = ip(int(fabric.node_ip[me.nics[0]])), ip(int(fabric.node_ip[peer.nics[0]]))
+            qps = [QpEntry(src_ip=s, dst_ip=d, lqpn=int(rng.integers(0x100, 0xFFFFFF)),
+                           rqpn=int(rng.integers(0x100, 0xFFFFFF)), ordinal=o)
+                   for o in range(2)]
+            out[me.name] = CommReport(job=f"job{k // 2}", job_order=k // 2, library="nccl",
+                                      collectives=[CollectiveEntry(kind="all_reduce")],
+                                      size_bytes=1 << 30, channels=2, ranks=ranks, qps=qps)
+    return out
+
+
+class RawConn:
+    """One keep-alive HTTP/1.1 connection per simulated agent, on asyncio streams.
+
+    httpx's pool scans its connections on every request, so with 1,000 connections the
+    *client* becomes the bottleneck; a raw connection measures the controller instead.
+    """
+
+    def __init__(self, port: int):
+        self.port = port
+        self.r = self.w = None
+
+    async def request(self, method, path, body=b"", headers=None, retry=True):
+        try:
+            if self.w is None:
+                self.r, self.w = await asyncio.open_connection("127.0.0.1", self.port)
+            head = (f"{method} {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                    f"Content-Length: {len(body)}\r\n"
+                    + "".join(f"{k}: {v}\r\n" for k, v in (headers or {}).items()) + "\r\n")
+            self.w.write(head.encode() + body)
+            await self.w.drain()
+            status = int((await self.r.readline()).split()[1])
+            n, close = 0, False
+            while True:
+                line = await self.r.readline()
+                if line in (b"\r\n", b""):
+                    break
+                k, _, v = line.decode().partition(":")
+                if k.lower() == "content-length":
+                    n = int(v)
+                elif k.lower() == "connection" and v.strip().lower() == "close":
+                    close = True
+            data = await self.r.readexactly(n) if n else b""
+            if close:
+                await self.close()
+            return status, data
+        except (ConnectionError, asyncio.IncompleteReadError, IndexError, ValueError):
+            await self.close()
+            if not retry:
+                raise
+            return await self.request(method, path, body, headers, retry=False)
+
+    async def close(self):
+        if self.w is not None:
+            self.w.close()
+            self.r = self.w = None
+
+
+async def agent(port, i, host, rep, lat, args, tokens):
+    c = RawConn(port)
+    await asyncio.sleep(random.Random(i).uniform(0, args.ramp))
+
+    async def timed(kind, method, path, body=b"", tok=ADMIN):
+        t = time.perf_counter()
+        status, data = await c.request(method, path, body, {
+            "Authorization": f"Bearer {tok}", "Content-Type": "application/json"})
+        lat.setdefault(kind, []).append(time.perf_counter() - t)
+        if status >= 400:
+            lat.setdefault("errors", []).append(f"{kind} {status} {data[:100]!r}")
+        return status, data
+
+    _, data = await timed("enrol", "POST", "/v1/agents",
+                          AgentEnrol(host=host).model_dump_json().encode())
+    tok = json.loads(data)["token"]
+    tokens[host] = tok
+    await timed("report", "PUT", f"/v1/hosts/{host}/communicators/{rep.job}",
+                rep.model_dump_json().encode(), tok)
+    version = -1
+    for _ in range(args.polls):
+        await asyncio.sleep(args.poll_interval * random.Random(i).uniform(0.5, 1.5))
+        status, data = await timed("poll", "GET", f"/v1/hosts/{host}/plan?after_version="
+                                   f"{version}&wait_s=0", tok=tok)
+        if status == 200:
+            version = json.loads(data)["version"]
+            await timed("ack", "POST", f"/v1/hosts/{host}/plan/ack", json.dumps(
+                {"version": version, "applied": 2}).encode(), tok)
+    await c.close()
+    return version
+
+
+async def fanout(port, tokens, version):
+    """Every agent long-polls; one link-down event; time until all have the new plan."""
+    async def wait(host, tok):
+        c = RawConn(port)
+        status, _ = await c.request("GET", f"/v1/hosts/{host}/plan?after_version={version}"
+                                    f"&wait_s=30", headers={"Authorization": f"Bearer {tok}"})
+        t = time.perf_counter()
+        await c.close()
+        return status, t
+
+    tasks = [asyncio.create_task(wait(h, t)) for h, t in tokens.items()]
+    await asyncio.sleep(3.0)  # everybody parked
+    c = RawConn(port)
+    t0 = time.perf_counter()
+    status, data = await c.request("POST", "/v1/events", json.dumps({"events": [
+        {"kind": "link_down", "link": {"a": "leaf0", "b": "spine0"}}]}).encode(),
+        {"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"})
+    assert status == 202, data
+    await c.close()
+    done = await asyncio.gather(*tasks)
+    ok = [t for s, t in done if s == 200]
+    return {"agents_parked": len(tasks), "got_new_plan": len(ok),
+            "all_notified_s": round(max(ok) - t0, 3) if ok else None}
+
+
+def pct(xs):
+    a = np.asarray(xs) * 1e3
+    return {"n": len(a), "p50_ms": round(float(np.percentile(a, 50)), 2),
+            "p95_ms": round(float(np.percentile(a, 95)), 2),
+            "p99_ms": round(float(np.percentile(a, 99)), 2),
+            "max_ms": round(float(a.max()), 2)}
+
+
+async def main_async(args, url, reps):
+    lat: dict[str, list] = {}
+    tokens: dict[str, str] = {}
+    port = int(url.rsplit(":", 1)[1])
+    lag: list[float] = []
+    stop = asyncio.Event()
+
+    async def ticker():  # this client's own event-loop lag inflates what it measures
+        while not stop.is_set():
+            t = time.perf_counter()
+            await asyncio.sleep(0.01)
+            lag.append(time.perf_counter() - t - 0.01)
+
+    tick = asyncio.create_task(ticker())
+    t0 = time.perf_counter()
+    versions = await asyncio.gather(*[agent(port, i, h, reps[h], lat, args, tokens)
+                                      for i, h in enumerate(sorted(reps))])
+    wall = time.perf_counter() - t0
+    stop.set()
+    await tick
+    errors = lat.pop("errors", [])
+    allreq = [x for v in lat.values() for x in v]
+    out = {"agents": len(reps), "wall_s": round(wall, 2), "requests": len(allreq),
+           "req_per_s": round(len(allreq) / wall, 1), "errors": len(errors),
+           "error_samples": errors[:5], "all": pct(allreq),
+           **{k: pct(v) for k, v in sorted(lat.items())},
+           "agents_with_plan": sum(1 for v in versions if v > 0),
+           "client_loop_lag": pct(lag)}
+    if args.fanout:
+        out["fanout"] = await fanout(port, tokens, max(versions))
+    return out
+
+
+def server_percentiles(metrics: dict) -> dict:
+    """Upper bucket bounds of the controller's own request-time histogram at p50/p95/p99."""
+    b = sorted((float(k.split('le="')[1].rstrip('"}')), v) for k, v in metrics.items()
+               if k.startswith("ice_http_request_seconds_bucket") and "+Inf" not in k)
+    total = metrics.get("ice_http_request_seconds_count", 0)
+    out = {}
+    for q in (50, 95, 99):
+        le = next((ub for ub, c in b if c >= total * q / 100), float("inf"))
+        out[f"p{q}_ms_at_most"] = le * 1e3
+    return out
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--agents", type=int, default=1000)
+    p.add_argument("--ramp", type=float, default=20.0, help="agents start within this many s")
+    p.add_argument("--polls", type=int, default=3)
+    p.add_argument("--poll-interval", type=float, default=10.0)
+    p.add_argument("--debounce", type=float, default=2.0, help="ICE_PLAN_DEBOUNCE_S")
+    p.add_argument("--no-fanout", dest="fanout", action="store_false")
+    args = p.parse_args(argv)
+    n = args.agents + args.agents % 2
+    fabric = build_fabric(loads(scenario_text(n)))
+    reps = reports_for(fabric, np.random.default_rng(0))
+    tmp = tempfile.mkdtemp(prefix="ice-bench-")
+    env = {"ICE_DATABASE_URL": f"sqlite:///{tmp}/ice.db", "ICE_ADMIN_TOKEN": ADMIN,
+           "ICE_POLICY": "ecmp", "ICE_PLAN_DEBOUNCE_S": str(args.debounce),
+           "ICE_PLANNER_PROCESSES": "1",
+           "ICE_ADMIN_TOKEN_FILE": f"{tmp}/t", "PYTHONPATH": os.pathsep.join(sys.path)}
+    ctl = SubprocessController(env)
+    url = ctl.start()
+    try:
+        t = time.perf_counter()
+        r = httpx.put(f"{url}/v1/fabric", content=FabricUpload(
+            topology=fabric_to_dict(fabric)).model_dump_json(), timeout=120, trust_env=False,
+            headers={"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"})
+        assert r.status_code == 200, r.text
+        upload_s = time.perf_counter() - t
+        out = asyncio.run(main_async(args, url, reps))
+        out["fabric"] = {"servers": len(fabric.servers), "nodes": fabric.n_nodes,
+                         "links": fabric.n_links, "upload_s": round(upload_s, 2)}
+        m = httpx.get(f"{url}/metrics", trust_env=False).text
+        out["metrics"] = {ln.split()[0]: float(ln.split()[1]) for ln in m.splitlines()
+                          if ln.startswith(("ice_plans_total", "ice_http_request_seconds",
+                                            "ice_replans_total",
+                                            "ice_planning_seconds_sum",
+                                            "ice_planning_seconds_count",
+                                            "ice_agents_connected", "ice_plan_version"))}
+        out["server_side"] = server_percentiles(out["metrics"])
+    finally:
+        ctl.stop()
+    print(json.dumps(out, indent=1))
+    print("\n| request | n | p50 ms | p95 ms | p99 ms | max ms |\n|---|---|---|---|---|---|")
+    for k in ("enrol", "report", "poll", "ack", "all"):
+        if k in out:
+            s = out[k]
+            print(f"| {k} | {s['n']} | {s['p50_ms']} | {s['p95_ms']} | {s['p99_ms']} | "
+                  f"{s['max_ms']} |")
+    return out
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,77 @@
+"""The actuator interface: apply per-QP source ports and pacing rates on one host."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+from icefabric.schemas_service import HostPlan, QpPlan
+
+QpKey = tuple[str, str, int, int]  # (src_ip, dst_ip, lqpn, rqpn)
+
+
+def qp_key(q: QpPlan) -> QpKey:
+    return (q.src_ip, q.dst_ip, q.lqpn, q.rqpn)
+
+
+@dataclass
+class ApplyResult:
+    applied: int = 0
+    failed: int = 0
+    messages: list[str] = field(default_factory=list)
+
+
+class Actuator(ABC):
+    """Applies plans; remembers what it applied (``state``) so it can skip unchanged QPs.
+
+    ``state`` maps a QP key to ``(sport, rate_bps)`` currently in force.
+    """
+
+    name = ""
+
+    def __init__(self):
+        self.state: dict[QpKey, tuple[int, float | None]] = {}
+
+    def apply(self, plan: HostPlan) -> ApplyResult:
+        """Bring every QP of ``plan`` to its planned source port and rate."""
+        res = ApplyResult()
+        changed = []
+        for q in plan.qps:
+            k = qp_key(q)
+            want = (q.sport, q.rate_bps)
+            if self.state.get(k) != want:
+                changed.append(q)
+        try:
+            res = self._apply(plan, changed)
+        except OSError as e:
+            return ApplyResult(0, len(changed), [f"{type(e).__name__}: {e}"])
+        for q in changed:
+            self.state[qp_key(q)] = (q.sport, q.rate_bps)
+        res.applied = len(plan.qps) - res.failed
+        return res
+
+    def set_sport(self, key: QpKey, sport: int) -> bool:
+        """Change one QP's source port now (autonomous backup switch)."""
+        old = self.state.get(key)
+        if old is None:
+            return False
+        ok = self._set_one(key, sport, old[1])
+        if ok:
+            self.state[key] = (sport, old[1])
+        return ok
+
+    def set_rate(self, key: QpKey, rate_bps: float | None) -> bool:
+        old = self.state.get(key)
+        if old is None:
+            return False
+        ok = self._set_one(key, old[0], rate_bps)
+        if ok:
+            self.state[key] = (old[0], rate_bps)
+        return ok
+
+    @abstractmethod
+    def _apply(self, plan: HostPlan, changed: list[QpPlan]) -> ApplyResult:
+        """Apply the changed QPs (the full plan is given for file-based actuators)."""
+
+    def _set_one(self, key: QpKey, sport: int, rate_bps: float | None) -> bool:
+        return True

@@ -1,0 +1,65 @@
+"""Dry run: print the verbs / mlx5dv calls a real NIC actuator would make, change nothing.
+
+A live RC QP in RTS gets its source port from ``mlx5dv_modify_qp_udp_sport`` (RTS->RTS,
+rdma-core mlx5dv; domain-facts §4.2) and its pacing rate from ``ibv_modify_qp_rate_limit``
+(rate in kbit/s). QPs not yet connected would instead get the GRH flow label at INIT->RTR
+that maps to the wanted port (``fl = sport & 0x3FFF``, or ``0x4001`` for 0xC000).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import TextIO
+
+from icefabric.agent.actuators.base import Actuator, ApplyResult, QpKey
+from icefabric.schemas_service import HostPlan, QpPlan
+
+
+def flow_label_for(sport: int) -> int:
+    """The GRH flow label whose RoCEv2 source port is ``sport`` (domain-facts §4.2)."""
+    if not 0xC000 <= sport <= 0xFFFF:
+        raise ValueError(f"source port {sport} outside the RoCEv2 range 0xC000-0xFFFF")
+    return (1 << 14) | 1 if sport == 0xC000 else sport & 0x3FFF
+
+
+class DryRunActuator(Actuator):
+    name = "dry-run"
+
+    def __init__(self, stream: TextIO | None = None):
+        super().__init__()
+        self.stream = stream or sys.stdout
+        self.calls: list[str] = []
+
+    def _emit(self, line: str) -> None:
+        self.calls.append(line)
+        print(line, file=self.stream)
+
+    def _calls_for(self, q: QpPlan | None, key: QpKey, sport: int, rate_bps) -> None:
+        src, dst, lqpn, _ = key
+        if sport >= 0:
+            self._emit(f"mlx5dv_modify_qp_udp_sport(qp=0x{lqpn:06x} /* {src}->{dst} */, "
+                       f"udp_sport={sport})  # or flow_label=0x{flow_label_for(sport):05x} "
+                       f"at INIT->RTR")
+        kbps = 0 if rate_bps is None else max(1, int(rate_bps // 1000))
+        self._emit(f"ibv_modify_qp_rate_limit(qp=0x{lqpn:06x}, "
+                   f"{{.rate_limit={kbps}, .max_burst_sz=0, .typical_pkt_sz=0}})"
+                   + ("  # unlimited: DCQCN only" if kbps == 0 else ""))
+
+    def _apply(self, plan: HostPlan, changed: list[QpPlan]) -> ApplyResult:
+        self._emit(f"# plan v{plan.version} ({plan.policy}) for {plan.host}: "
+                   f"{len(changed)} of {len(plan.qps)} QPs change")
+        bad = 0
+        for q in changed:
+            try:
+                self._calls_for(q, (q.src_ip, q.dst_ip, q.lqpn, q.rqpn), q.sport, q.rate_bps)
+            except ValueError as e:
+                self._emit(f"# skipped: {e}")
+                bad += 1
+        return ApplyResult(0, bad)
+
+    def _set_one(self, key: QpKey, sport: int, rate_bps) -> bool:
+        try:
+            self._calls_for(None, key, sport, rate_bps)
+        except ValueError:
+            return False
+        return True

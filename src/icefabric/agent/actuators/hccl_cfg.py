@@ -1,0 +1,91 @@
+"""Writer of HCCL's per-QP source-port file ``MultiQpSrcPort.cfg``.
+
+HCCL reads ``$HCCL_RDMA_QP_PORT_CONFIG_PATH/MultiQpSrcPort.cfg`` with one line per NIC pair
+``srcIP,dstIP=srcPort0,srcPort1,...``: the number of ports is the number of QPs between the
+pair and port ``i`` is QP ``i``'s UDP source port (≤ 32 per pair, ≤ 131,072 lines; see
+domain-facts §7.2). HCCL has no per-QP pacing knob, so rates are not applied here (DCQCN
+stays in charge). The file is replaced atomically (write + rename).
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+from icefabric.agent.actuators.base import Actuator, ApplyResult
+from icefabric.schemas_service import HostPlan, QpPlan
+
+FILE_NAME = "MultiQpSrcPort.cfg"
+MAX_PORTS_PER_PAIR = 32
+MAX_LINES = 131_072
+
+
+def render_cfg(qps: list[QpPlan]) -> tuple[str, list[str]]:
+    """The file text for ``qps`` (pairs in first-seen order, ports by QP ordinal), and
+    warnings for what could not be written."""
+    pairs: dict[tuple[str, str], list[QpPlan]] = {}
+    warnings = []
+    for q in qps:
+        if q.sport < 0:
+            warnings.append(f"{q.src_ip}->{q.dst_ip} qpn {q.lqpn}: no source port planned")
+            continue
+        pairs.setdefault((q.src_ip, q.dst_ip), []).append(q)
+    lines = []
+    for (s, d), lst in pairs.items():
+        lst.sort(key=lambda q: q.ordinal)
+        if len(lst) > MAX_PORTS_PER_PAIR:
+            warnings.append(f"{s},{d}: {len(lst)} QPs, HCCL takes at most "
+                            f"{MAX_PORTS_PER_PAIR}; extra QPs keep their default ports")
+            lst = lst[:MAX_PORTS_PER_PAIR]
+        lines.append(f"{s},{d}=" + ",".join(str(q.sport) for q in lst))
+    if len(lines) > MAX_LINES:
+        warnings.append(f"{len(lines)} NIC pairs; HCCL reads at most {MAX_LINES}")
+        lines = lines[:MAX_LINES]
+    return "".join(x + "\n" for x in lines), warnings
+
+
+def parse_cfg(text: str) -> dict[tuple[str, str], list[int]]:
+    """Read a ``MultiQpSrcPort.cfg`` back (for tests and operators)."""
+    out = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        pair, _, ports = line.partition("=")
+        s, _, d = pair.partition(",")
+        out[(s.strip(), d.strip())] = [int(p) for p in ports.split(",") if p.strip()]
+    return out
+
+
+class HcclCfgActuator(Actuator):
+    """Writes the whole host plan into ``directory/MultiQpSrcPort.cfg`` on every change."""
+
+    name = "hccl-cfg"
+
+    def __init__(self, directory: str | Path = "."):
+        super().__init__()
+        self.directory = Path(directory)
+        self.path = self.directory / FILE_NAME
+        self._all: dict[tuple, QpPlan] = {}
+
+    def _apply(self, plan: HostPlan, changed: list[QpPlan]) -> ApplyResult:
+        text, warnings = render_cfg(plan.qps)
+        self._write(text)
+        failed = sum(1 for q in plan.qps if q.sport < 0)
+        return ApplyResult(0, failed, warnings)
+
+    def _write(self, text: str) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".MultiQpSrcPort.", dir=self.directory)
+        try:
+            with os.fdopen(fd, "w") as f:
+                f.write(text)
+            os.replace(tmp, self.path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def _set_one(self, key, sport, rate_bps) -> bool:
+        # HCCL reads the file when it (re)connects QPs; the next full apply rewrites it.
+        return False

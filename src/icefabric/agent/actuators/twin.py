@@ -1,0 +1,36 @@
+"""The digital twin's NICs: applying a plan records each QP's source port, rate and the
+plan's routes, which the twin's data plane then uses (it re-hashes the port through every
+switch's ECMP model, as real switches would)."""
+
+from __future__ import annotations
+
+import threading
+
+from icefabric.agent.actuators.base import Actuator, ApplyResult, QpKey, qp_key
+from icefabric.schemas_service import HostPlan, QpPlan
+
+
+class TwinNicActuator(Actuator):
+    """Records applied QP settings; ``applied`` holds the full :class:`QpPlan` per QP."""
+
+    name = "twin"
+
+    def __init__(self):
+        super().__init__()
+        self.lock = threading.Lock()
+        self.applied: dict[QpKey, QpPlan] = {}
+        self.version = 0
+
+    def _apply(self, plan: HostPlan, changed: list[QpPlan]) -> ApplyResult:
+        with self.lock:
+            for q in plan.qps:
+                self.applied[qp_key(q)] = q
+            self.version = plan.version
+        return ApplyResult()
+
+    def _set_one(self, key: QpKey, sport: int, rate_bps: float | None) -> bool:
+        with self.lock:
+            q = self.applied.get(key)
+            if q is not None:
+                self.applied[key] = q.model_copy(update={"sport": sport, "rate_bps": rate_bps})
+        return True

@@ -1,0 +1,108 @@
+"""HTTP client of the controller API (httpx), with typed errors for the agent's loop."""
+
+from __future__ import annotations
+
+import httpx
+
+from icefabric.schemas_service import (
+    AgentEnrol,
+    AgentEnrolled,
+    CommReport,
+    EventBatch,
+    EventsAccepted,
+    HostPlan,
+    PlanAck,
+    ReportAccepted,
+)
+
+
+class ControllerUnavailable(ConnectionError):
+    """Network error, timeout or 5xx: retry later with backoff."""
+
+
+class AuthError(PermissionError):
+    """401: the token is unknown (e.g. the controller lost its database): re-enrol."""
+
+
+class Rejected(ValueError):
+    """Another 4xx: the request itself is wrong or not possible now (``status``)."""
+
+    def __init__(self, status: int, message: str):
+        super().__init__(f"{status}: {message}")
+        self.status = status
+
+
+class ControllerClient:
+    """Thin typed wrapper over the ``/v1`` API.
+
+    Parameters
+    ----------
+    base_url : str — e.g. ``http://127.0.0.1:8000``.
+    token : str, optional — the host's agent token (set after enrolment).
+    timeout_s : float — per-request timeout (long-polls add their wait).
+    """
+
+    def __init__(self, base_url: str, token: str | None = None, timeout_s: float = 10.0,
+                 transport: httpx.BaseTransport | None = None):
+        self.base_url = base_url.rstrip("/")
+        self.token = token
+        self.timeout_s = timeout_s
+        self._http = httpx.Client(base_url=self.base_url, timeout=timeout_s,
+                                  transport=transport, trust_env=False)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def _request(self, method: str, path: str, *, token: str | None = None,
+                 timeout_s: float | None = None, **kw) -> httpx.Response:
+        tok = token or self.token
+        headers = {"Authorization": f"Bearer {tok}"} if tok else {}
+        if "content" in kw:
+            headers["Content-Type"] = "application/json"
+        try:
+            r = self._http.request(method, path, headers=headers,
+                                   timeout=timeout_s or self.timeout_s, **kw)
+        except httpx.HTTPError as e:
+            raise ControllerUnavailable(f"{method} {path}: {type(e).__name__}") from None
+        if r.status_code >= 500:
+            raise ControllerUnavailable(f"{method} {path}: HTTP {r.status_code}")
+        if r.status_code == 401:
+            raise AuthError(_message(r))
+        if r.status_code >= 400:
+            raise Rejected(r.status_code, _message(r))
+        return r
+
+    def enrol(self, enrol_token: str, req: AgentEnrol) -> AgentEnrolled:
+        r = self._request("POST", "/v1/agents", token=enrol_token,
+                          content=req.model_dump_json())
+        out = AgentEnrolled.model_validate_json(r.content)
+        self.token = out.token
+        return out
+
+    def put_report(self, host: str, rep: CommReport) -> ReportAccepted:
+        r = self._request("PUT", f"/v1/hosts/{host}/communicators/{rep.job}",
+                          content=rep.model_dump_json())
+        return ReportAccepted.model_validate_json(r.content)
+
+    def get_plan(self, host: str, after_version: int = -1, wait_s: float = 0.0
+                 ) -> HostPlan | None:
+        r = self._request("GET", f"/v1/hosts/{host}/plan",
+                          params={"after_version": after_version, "wait_s": wait_s},
+                          timeout_s=self.timeout_s + wait_s)
+        if r.status_code == 204:
+            return None
+        return HostPlan.model_validate_json(r.content)
+
+    def ack(self, host: str, ack: PlanAck) -> None:
+        self._request("POST", f"/v1/hosts/{host}/plan/ack", content=ack.model_dump_json())
+
+    def post_events(self, batch: EventBatch) -> EventsAccepted:
+        r = self._request("POST", "/v1/events", content=batch.model_dump_json())
+        return EventsAccepted.model_validate_json(r.content)
+
+
+def _message(r: httpx.Response) -> str:
+    try:
+        return str(r.json().get("message", r.text))[:500]
+    except ValueError:
+        return r.text[:500]

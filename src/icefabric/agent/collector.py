@@ -1,0 +1,57 @@
+"""Where an agent's communicator reports come from.
+
+* a JSON file of :class:`~icefabric.schemas_service.CommReport` (what the twin and tests
+  produce, or an operator wrote);
+* the collectors' normalized :class:`~icefabric.schemas.CommunicatorReport` (``icefab
+  collect nccl-log ... --json``) plus what a log does not say (job name, collectives, size):
+  ranks (host, device), library and channels come from the log; QP numbers come from the
+  log's QP records on this host. A log does not show each QP's peer address, so such QPs are
+  matched by the controller only once an RDMA-level source (QP creation events) adds it;
+  until then the controller plans with modelled QP numbers for them.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from icefabric.schemas import CommunicatorReport
+from icefabric.schemas_service import CollectiveEntry, CommReport, RankEntry
+
+
+class CollectorError(ValueError):
+    pass
+
+
+def from_collector_report(rep: CommunicatorReport, *, job: str, size_bytes: int,
+                          collectives: list[str], job_order: int = 0) -> CommReport:
+    """A service :class:`CommReport` from a collector's :class:`CommunicatorReport`."""
+    if rep.library not in ("nccl", "rccl", "hccl"):
+        raise CollectorError(f"library {rep.library!r} not recognised in the report")
+    ranks = []
+    for r in sorted(rep.ranks, key=lambda r: r.rank):
+        if r.host is None or r.device is None:
+            raise CollectorError(f"rank {r.rank}: host or device not shown in the artefact")
+        ranks.append(RankEntry(rank=r.rank, host=r.host, device=r.device, nic=r.nic))
+    if len(ranks) < 2:
+        raise CollectorError("the report shows fewer than 2 ranks")
+    return CommReport(job=job, job_order=job_order, comm_id=rep.comm_id, library=rep.library,
+                      collectives=[CollectiveEntry(kind=k) for k in collectives],
+                      size_bytes=size_bytes, channels=rep.nchannels, ranks=ranks,
+                      collector=rep.model_dump(mode="json", by_alias=True))
+
+
+def load_reports(path: str | Path, *, job: str | None = None, size_bytes: int | None = None,
+                 collectives: list[str] | None = None) -> list[CommReport]:
+    """Read ``path``: a list of CommReport, or one collector CommunicatorReport (then
+    ``job``, ``size_bytes`` and ``collectives`` are required)."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise CollectorError(f"{path}: {e}") from None
+    if isinstance(data, list):
+        return [CommReport.model_validate(x) for x in data]
+    if not (job and size_bytes and collectives):
+        raise CollectorError("a collector report needs --job, --size and --collective")
+    return [from_collector_report(CommunicatorReport.model_validate(data), job=job,
+                                  size_bytes=size_bytes, collectives=collectives)]

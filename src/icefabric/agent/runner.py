@@ -1,0 +1,227 @@
+"""The agent loop: enrol, report, long-poll the plan, apply it, run local rules, report
+events; survive controller restarts and network errors with capped exponential backoff,
+keeping the last plan meanwhile."""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from icefabric.agent import autonomy
+from icefabric.agent.actuators.base import Actuator
+from icefabric.agent.client import AuthError, ControllerClient, ControllerUnavailable, Rejected
+from icefabric.schemas_service import (
+    AgentEnrol,
+    CommReport,
+    Event,
+    EventBatch,
+    HostPlan,
+    NicInfo,
+    PlanAck,
+)
+
+log = logging.getLogger(__name__)
+
+AGENT_VERSION = "0.1.0"
+
+
+@dataclass
+class Backoff:
+    """Capped exponential backoff with full jitter (AWS architecture blog, 2015)."""
+
+    initial_s: float = 0.05
+    max_s: float = 5.0
+    factor: float = 2.0
+    seed: int | None = None
+    _n: int = 0
+    _rng: random.Random = field(default_factory=random.Random)
+
+    def __post_init__(self):
+        self._rng = random.Random(self.seed)
+
+    def next(self) -> float:
+        cap = min(self.max_s, self.initial_s * self.factor ** self._n)
+        self._n += 1
+        return self._rng.uniform(cap / 2, cap)
+
+    def reset(self) -> None:
+        self._n = 0
+
+
+class Agent:
+    """One host's agent.
+
+    Parameters
+    ----------
+    host : str — the host name (as in the fabric).
+    client : ControllerClient
+    actuator : Actuator
+    enrol_token : str — token to enrol with (rotated agent token is kept in memory and in
+        ``state_file``).
+    collector : callable returning the host's :class:`CommReport` list.
+    nics : list of NicInfo
+    poll_wait_s : float — long-poll wait per request.
+    state_file : path, optional — keeps token and last plan across agent restarts.
+    """
+
+    def __init__(self, host: str, client: ControllerClient, actuator: Actuator, *,
+                 enrol_token: str, collector: Callable[[], list[CommReport]] = list,
+                 nics: list[NicInfo] | None = None, poll_wait_s: float = 10.0,
+                 backoff: Backoff | None = None, rules: autonomy.LocalRules | None = None,
+                 state_file: str | Path | None = None):
+        self.host = host
+        self.client = client
+        self.actuator = actuator
+        self.enrol_token = enrol_token
+        self.collector = collector
+        self.nics = nics or []
+        self.poll_wait_s = poll_wait_s
+        self.backoff = backoff or Backoff()
+        self.rules = rules or autonomy.LocalRules()
+        self.state_file = Path(state_file) if state_file else None
+        self.plan: HostPlan | None = None
+        self.reported: set[str] = set()
+        self.events: list[Event] = []
+        self.errors = 0
+        self.last_error = ""
+        self._lock = threading.Lock()
+        self._load_state()
+
+    # -- persistence of the agent's own state ---------------------------------------------------
+    def _load_state(self) -> None:
+        if self.state_file is None or not self.state_file.exists():
+            return
+        try:
+            d = json.loads(self.state_file.read_text())
+            self.client.token = d.get("token") or None
+            if d.get("plan"):
+                self.plan = HostPlan.model_validate(d["plan"])
+                self.actuator.apply(self.plan)
+                self.rules.on_plan(self.plan)
+        except (ValueError, OSError) as e:
+            log.warning("%s: ignoring unreadable state file: %s", self.host, e)
+
+    def _save_state(self) -> None:
+        if self.state_file is None:
+            return
+        d = {"token": self.client.token,
+             "plan": self.plan.model_dump(mode="json") if self.plan else None}
+        tmp = self.state_file.with_suffix(".tmp")
+        tmp.touch(mode=0o600)
+        tmp.write_text(json.dumps(d))
+        tmp.replace(self.state_file)
+
+    # -- steps ----------------------------------------------------------------------------------
+    @property
+    def version(self) -> int:
+        return self.plan.version if self.plan else 0
+
+    def enrol(self) -> None:
+        req = AgentEnrol(host=self.host, nics=self.nics, agent_version=AGENT_VERSION,
+                         actuator=self.actuator.name)
+        self.client.enrol(self.enrol_token, req)
+        self.reported.clear()
+        self._save_state()
+
+    def report(self) -> None:
+        for rep in self.collector():
+            key = rep.job + "\0" + rep.model_dump_json()
+            if key in self.reported:
+                continue
+            self.client.put_report(self.host, rep)
+            self.reported.add(key)
+
+    def flush_events(self) -> None:
+        with self._lock:
+            batch, self.events = self.events[:1000], self.events[1000:]
+        if not batch:
+            return
+        try:
+            self.client.post_events(EventBatch(events=batch))
+        except (ControllerUnavailable, AuthError):
+            with self._lock:
+                self.events[:0] = batch
+            raise
+
+    def poll(self, wait_s: float | None = None) -> bool:
+        """Fetch a newer plan (long-poll) and apply it; True if one was applied."""
+        plan = self.client.get_plan(self.host, after_version=self.version,
+                                    wait_s=self.poll_wait_s if wait_s is None else wait_s)
+        if plan is None or plan.version <= self.version:
+            return False
+        self.apply(plan)
+        return True
+
+    def apply(self, plan: HostPlan) -> None:
+        res = self.actuator.apply(plan)
+        self.plan = plan
+        self.rules.on_plan(plan)
+        self._save_state()
+        for m in res.messages:
+            log.warning("%s: %s", self.host, m)
+        self.client.ack(self.host, PlanAck(version=plan.version, applied=res.applied,
+                                           failed=res.failed,
+                                           message="; ".join(res.messages)[:1000]))
+
+    # -- local observations -> autonomous actions -------------------------------------------------
+    def observe_links_down(self, link_names: list[tuple[str, str]], link_ids: set[int]) -> int:
+        """A local observation of failed links: switch affected QPs to backup ports now and
+        queue the events for the controller. Returns the number of QPs switched."""
+        ports, _ = self.rules.step(down_link_ids=set(link_ids))
+        for a in ports:
+            self.actuator.set_sport(a.key, a.sport)
+        with self._lock:
+            for a, b in link_names:
+                self.events.append(Event(kind="link_down", link={"a": a, "b": b},
+                                         t_ns=time.time_ns(),
+                                         counters={"qps_to_backup_port": len(ports)}))
+        return len(ports)
+
+    def observe_cnps(self, cnps_in_window: dict) -> int:
+        """CNPs per QP in the last window: persistent congestion releases the pacer (DCQCN
+        governs). Returns the number of QPs that fell back."""
+        _, unpace = self.rules.step(cnps_in_window=cnps_in_window)
+        for a in unpace:
+            self.actuator.set_rate(a.key, None)
+        if unpace:
+            with self._lock:
+                self.events.append(Event(kind="cnp_rate", counters={
+                    "max_cnps_in_window": float(max(cnps_in_window.values())),
+                    "qps_fell_back_to_dcqcn": float(len(unpace))}))
+        return len(unpace)
+
+    # -- loop -----------------------------------------------------------------------------------
+    def step(self) -> None:
+        """One iteration: (re-)enrol if needed, report, flush events, long-poll."""
+        if not self.client.token:
+            self.enrol()
+        self.report()
+        self.flush_events()
+        self.poll()
+
+    def run(self, stop: threading.Event) -> None:
+        """Loop until ``stop`` is set; errors back off and the last plan stays applied."""
+        while not stop.is_set():
+            try:
+                self.step()
+                self.backoff.reset()
+            except AuthError:
+                self.client.token = None  # the controller forgot us: enrol again
+                self.errors += 1
+                stop.wait(self.backoff.next())
+            except ControllerUnavailable as e:
+                self.errors += 1
+                self.last_error = str(e)
+                stop.wait(self.backoff.next())
+            except Rejected as e:
+                self.errors += 1
+                self.last_error = str(e)
+                if e.status not in (409, 404):
+                    log.warning("%s: controller rejected a request: %s", self.host, e)
+                stop.wait(self.backoff.next())

@@ -1,0 +1,77 @@
+"""``icefab agent run``: the host agent (enrol, report, apply plans, local rules)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+
+agent_app = typer.Typer(help="The ICE host agent.", no_args_is_help=True)
+
+
+@agent_app.command("run")
+def run(
+    controller: str = typer.Option(..., help="controller URL, e.g. http://127.0.0.1:8000"),
+    host: str = typer.Option(..., help="this host's name in the fabric"),
+    enrol_token_file: Path = typer.Option(None, help="file with the enrolment token "
+                                                     "(else $ICE_ENROL_TOKEN)"),
+    actuator: str = typer.Option("dry-run", help="dry-run | hccl-cfg | twin"),
+    hccl_dir: Path = typer.Option(Path("."), help="hccl-cfg: directory of "
+                                                  "MultiQpSrcPort.cfg"),
+    reports: Path = typer.Option(None, help="JSON list of CommReport, or one collector "
+                                            "report (icefab collect ... --json)"),
+    job: str = typer.Option(None, help="with a collector report: the job's name"),
+    size: str = typer.Option(None, help="with a collector report: message size, e.g. 1G"),
+    collective: list[str] = typer.Option(None, help="with a collector report: collective "
+                                                    "kind(s), e.g. all_reduce"),
+    state_file: Path = typer.Option(None, help="keeps the token and last plan"),
+    poll_wait_s: float = typer.Option(20.0, min=0.0),
+    once: bool = typer.Option(False, help="one iteration, then exit"),
+) -> None:
+    """Run the agent until interrupted (Ctrl-C)."""
+    import signal
+    import threading
+
+    from icefabric.agent.actuators import get_actuator
+    from icefabric.agent.client import ControllerClient
+    from icefabric.agent.runner import Agent
+    from icefabric.schemas_service import CommReport
+
+    if enrol_token_file is not None:
+        token = enrol_token_file.read_text().strip()
+    else:
+        token = os.environ.get("ICE_ENROL_TOKEN", "")
+    if not token:
+        raise typer.BadParameter("give --enrol-token-file or set ICE_ENROL_TOKEN")
+    reps: list[CommReport] = []
+    if reports is not None:
+        from icefabric.agent.collector import load_reports
+        from icefabric.units import parse_size
+
+        try:
+            reps = load_reports(reports, job=job, size_bytes=parse_size(size) if size else None,
+                                collectives=collective)
+        except ValueError as e:
+            raise typer.BadParameter(f"--reports: {e}") from None
+    opts = {"directory": hccl_dir} if actuator == "hccl-cfg" else {}
+    try:
+        act = get_actuator(actuator, **opts)
+    except ValueError as e:
+        raise typer.BadParameter(str(e)) from None
+    agent = Agent(host, ControllerClient(controller), act, enrol_token=token,
+                  collector=lambda: reps, poll_wait_s=poll_wait_s, state_file=state_file)
+    if once:
+        agent.step()
+        typer.echo(f"plan version {agent.version}")
+        return
+    stop = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    try:
+        agent.run(stop)
+    except KeyboardInterrupt:
+        stop.set()
+
+
+def register(app: typer.Typer) -> None:
+    app.add_typer(agent_app, name="agent")

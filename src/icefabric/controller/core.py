@@ -1,0 +1,533 @@
+"""The controller's state and its planner thread.
+
+Routes call the methods of :class:`ControllerCore`; every change is written to the
+database before it is acknowledged. Changes that need a new plan put a typed
+:class:`PlanRequest` on a bounded queue; one planner thread coalesces requests, plans with
+the configured policy, stores the new version, and wakes long-polling agents.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import hmac
+import json
+import logging
+import queue
+import secrets
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from icefabric.control.plan import PathPlan
+from icefabric.controller.metrics import Metrics
+from icefabric.controller.planner import (
+    FabricNotCached,
+    JobState,
+    PlanInputError,
+    check_report,
+    compose_host_plan,
+    compute_plan,
+    compute_plan_in_worker,
+    links_between,
+    path_plan_from_dict,
+    path_plan_to_dict,
+)
+from icefabric.controller.settings import Settings
+from icefabric.controller.store.repo import Repository
+from icefabric.schemas_service import (
+    AgentEnrol,
+    CommReport,
+    Event,
+    FabricUpload,
+    HostPlan,
+    LinkRef,
+    PlanSummary,
+)
+from icefabric.topology.model import Fabric
+from icefabric.topology.serialize import fabric_from_dict
+
+log = logging.getLogger(__name__)
+
+
+class NotFound(LookupError):
+    pass
+
+
+class Conflict(RuntimeError):
+    pass
+
+
+class Invalid(ValueError):
+    pass
+
+
+def sha256(token: str) -> str:
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling: the admin (operator) or the agent of one host."""
+
+    kind: str  # "admin" | "agent" | "enrol"
+    host: str | None = None
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """A typed request for the planner thread."""
+
+    reason: str
+    links_only: bool = False
+
+
+_STOP = PlanRequest("stop")
+
+
+class VersionWatch:
+    """Lets async long-poll handlers wait for a plan version newer than theirs."""
+
+    def __init__(self, version: int = 0):
+        self.version = version
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._event: asyncio.Event | None = None
+
+    def bind(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._event = asyncio.Event()
+
+    def publish(self, version: int) -> None:
+        self.version = version
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._fire)
+
+    def _fire(self) -> None:
+        ev, self._event = self._event, asyncio.Event()
+        if ev is not None:
+            ev.set()
+
+    async def wait_newer(self, after: int, timeout_s: float) -> int:
+        deadline = time.monotonic() + timeout_s
+        while self.version <= after and self._event is not None:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                break
+            try:
+                await asyncio.wait_for(self._event.wait(), left)
+            except TimeoutError:
+                break
+        return self.version
+
+
+def _planner_process_init() -> None:
+    """Planner process: lower CPU priority, so serving agents wins when cores are scarce."""
+    import os
+
+    try:
+        os.nice(10)
+    except OSError:  # pragma: no cover - not permitted: plan at normal priority
+        pass
+
+
+class ControllerCore:
+    """State, persistence and planning of one controller process."""
+
+    def __init__(self, settings: Settings, repo: Repository | None = None):
+        self.settings = settings
+        self.repo = repo or Repository(settings.database_url)
+        self.metrics = Metrics()
+        self._lock = threading.RLock()
+        self._admin_sha = sha256(self._admin_token())
+        enrol = settings.enrol_token.get_secret_value() if settings.enrol_token else None
+        self._enrol_sha = sha256(enrol) if enrol else self._admin_sha
+        self.fabric: Fabric | None = None
+        self.fabric_version = 0
+        self.fabric_name = ""
+        self.plan_seed = 0
+        self.down: set[tuple[str, str]] = set()
+        self.jobs: dict[str, JobState] = {}
+        self.token_host: dict[str, str] = {}
+        self.hosts: dict[str, dict] = {}
+        self.plan_version = 0
+        self.plan_summary: dict | None = None
+        self.host_docs: dict[str, bytes] = {}
+        self.host_qps: dict[str, bytes] = {}
+        self.path_plan: PathPlan | None = None
+        self.workload_key = ""
+        self.last_error = ""
+        self.watch = VersionWatch()
+        self._queue: queue.Queue[PlanRequest] = queue.Queue(maxsize=1024)
+        self._thread: threading.Thread | None = None
+        self._idle = threading.Event()
+        self._idle.set()
+        self._pool = None
+        self._worker_fv = -1
+        self.fabric_doc: dict | None = None
+        self.report_docs: dict[str, dict[str, dict]] = {}
+        self._plan_dict: dict | None = None
+        self._load()
+
+    # -- startup ------------------------------------------------------------------------------
+    def _admin_token(self) -> str:
+        s = self.settings
+        if s.admin_token is not None:
+            return s.admin_token.get_secret_value()
+        p = Path(s.admin_token_file)
+        if p.exists():
+            return p.read_text().strip()
+        tok = "ice_admin_" + secrets.token_urlsafe(32)
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.touch(mode=0o600)
+        p.write_text(tok + "\n")
+        log.warning("no ICE_ADMIN_TOKEN set: generated one in %s", p)
+        return tok
+
+    def _load(self) -> None:
+        r = self.repo
+        fab = r.load_fabric()
+        if fab is not None:
+            self.fabric_version, self.fabric_name, doc, self.plan_seed = fab
+            self.fabric = fabric_from_dict(doc)
+            self.fabric_doc = doc
+        self.down = r.down_links()
+        for h in r.hosts():
+            self.token_host[h.token_sha256] = h.host
+            self.hosts[h.host] = {"nics": json.loads(h.nics), "agent_version": h.agent_version,
+                                  "actuator": h.actuator, "enrolled_at": h.enrolled_at,
+                                  "last_seen": 0.0, "applied_version": h.applied_version}
+        for job, host, doc in r.reports():
+            self.jobs.setdefault(job, JobState(job)).reports[host] = \
+                CommReport.model_validate(doc)
+            self.report_docs.setdefault(job, {})[host] = doc
+        latest = r.latest_plan()
+        if latest is not None:
+            row, docs = latest
+            self.plan_version = row.version
+            self.plan_summary = json.loads(row.summary)
+            self.host_qps = {h: d for h, d in docs.items() if d != b"[]"}
+            self.host_docs = self._compose(self.plan_summary, self.host_qps)
+            pp = json.loads(row.path_plan)
+            self.workload_key = pp.pop("workload_key", "")
+            self.path_plan = path_plan_from_dict(pp) if pp.get("sport") is not None else None
+        self.watch.version = self.plan_version
+        self.metrics.plan_version = self.plan_version
+
+    def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
+        if loop is not None:
+            self.watch.bind(loop)
+        if self.settings.planner_processes and self._pool is None:
+            import multiprocessing
+            from concurrent.futures import ProcessPoolExecutor
+
+            # Planning is CPU-bound Python: in its own process it does not take the GIL
+            # from request handling.
+            self._pool = ProcessPoolExecutor(
+                max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                initializer=_planner_process_init)
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._planner_loop, name="ice-planner",
+                                            daemon=True)
+            self._thread.start()
+        # Reports, fabric or links may have changed after the last stored plan (a crash
+        # between the two writes); the planner skips the work if the plan is current.
+        if self.fabric is not None and self.jobs:
+            self.request_plan("startup")
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._queue.put(_STOP)
+            self._thread.join(timeout=30)
+            self._thread = None
+        if self._pool is not None:
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+        self.repo.close()
+
+    # -- auth -----------------------------------------------------------------------------------
+    def authenticate(self, token: str) -> Principal | None:
+        """Constant-time check of a bearer token (digests compared with hmac)."""
+        d = sha256(token)
+        if hmac.compare_digest(d, self._admin_sha):
+            return Principal("admin")
+        # Agent tokens are looked up by digest: equal digests are the only way to match,
+        # and the secret itself is never compared byte by byte.
+        host = self.token_host.get(d)
+        if host is not None:
+            self.seen(host)
+            return Principal("agent", host)
+        if hmac.compare_digest(d, self._enrol_sha):
+            return Principal("enrol")
+        return None
+
+    def seen(self, host: str) -> None:
+        h = self.hosts.get(host)
+        if h is not None:
+            h["last_seen"] = time.time()
+
+    # -- fabric ---------------------------------------------------------------------------------
+    def set_fabric(self, up: FabricUpload) -> int:
+        try:
+            fabric = fabric_from_dict(up.topology)
+        except ValueError as e:
+            raise Invalid(f"topology: {e}") from None
+        down = set()
+        for i, l in enumerate(up.down_links):
+            if not links_between(fabric, l.a, l.b):
+                raise Invalid(f"down_links[{i}]: no link between {l.a} and {l.b}")
+            down.add(tuple(sorted((l.a, l.b))))
+        doc = up.topology
+        with self._lock:
+            v = self.repo.save_fabric(fabric.name, doc, up.plan_seed, sorted(down))
+            self.fabric, self.fabric_version, self.fabric_name = fabric, v, fabric.name
+            self.fabric_doc = doc
+            self.plan_seed = up.plan_seed
+            self.down = down
+            self.workload_key = ""
+        self.request_plan(f"fabric v{v}")
+        return v
+
+    def set_links(self, changes: list[tuple[str, str, bool]], reason: str) -> bool:
+        """Apply link up/down changes; True if the set of down links changed."""
+        if self.fabric is None:
+            raise Conflict("no fabric loaded")
+        norm = []
+        for i, (a, b, up) in enumerate(changes):
+            if not links_between(self.fabric, a, b):
+                raise Invalid(f"links[{i}]: no link between {a} and {b}")
+            norm.append((tuple(sorted((a, b))), up))
+        with self._lock:
+            new = set(self.down)
+            for key, up in norm:
+                (new.discard if up else new.add)(key)
+            if new == self.down:
+                return False
+            self.repo.set_links(down=sorted(new - self.down), up=sorted(self.down - new))
+            self.down = new
+        self.metrics.link_events += len(norm)
+        self.request_plan(reason, links_only=True)
+        return True
+
+    def down_link_ids(self) -> list[int]:
+        ids: list[int] = []
+        for a, b in sorted(self.down):
+            ids += links_between(self.fabric, a, b)
+        return sorted(ids)
+
+    # -- agents ---------------------------------------------------------------------------------
+    def enrol(self, req: AgentEnrol) -> str:
+        if self.fabric is not None and req.host not in self.fabric.server_of_name:
+            raise NotFound(f"host {req.host!r} is not in the fabric")
+        token = "ice_agent_" + secrets.token_urlsafe(32)
+        d = sha256(token)
+        nics = [n.model_dump() for n in req.nics]
+        with self._lock:
+            self.repo.upsert_host(req.host, d, nics, req.agent_version, req.actuator)
+            for k in [k for k, v in self.token_host.items() if v == req.host]:
+                del self.token_host[k]
+            self.token_host[d] = req.host
+            old = self.hosts.get(req.host, {})
+            self.hosts[req.host] = {"nics": nics, "agent_version": req.agent_version,
+                                    "actuator": req.actuator, "enrolled_at": time.time(),
+                                    "last_seen": time.time(),
+                                    "applied_version": old.get("applied_version", 0)}
+        self.metrics.enrolments += 1
+        return token
+
+    def ack(self, host: str, version: int) -> None:
+        if version > self.plan_version:
+            raise Invalid(f"version {version} has not been issued (current "
+                          f"{self.plan_version})")
+        h = self.hosts.get(host)
+        if h is None:
+            raise NotFound(f"host {host!r} is not enrolled")
+        h["applied_version"] = version
+        h["last_seen"] = time.time()
+        self.repo.set_applied(host, version, h["last_seen"])
+
+    def connected_agents(self) -> int:
+        cut = time.time() - self.settings.agent_timeout_s
+        return sum(1 for h in self.hosts.values() if h["last_seen"] >= cut)
+
+    # -- reports --------------------------------------------------------------------------------
+    def put_report(self, host: str, rep: CommReport) -> JobState:
+        if self.fabric is None:
+            raise Conflict("no fabric loaded yet; retry after the fabric is set")
+        try:
+            check_report(self.fabric, host, rep)
+        except PlanInputError as e:
+            raise Invalid(str(e)) from None
+        with self._lock:
+            js = self.jobs.get(rep.job)
+            if js is not None and js.reports:
+                other = js.any
+                if sorted((r.rank, r.host, r.device) for r in other.ranks) != \
+                        sorted((r.rank, r.host, r.device) for r in rep.ranks):
+                    if set(js.reports) != {host}:
+                        raise Conflict(f"job {rep.job!r}: ranks differ from other hosts' "
+                                       f"reports")
+            old = js.reports.get(host) if js else None
+            if old is not None and old == rep:
+                return js
+            doc = rep.model_dump(mode="json")
+            self.repo.save_report(rep.job, host, doc)
+            js = self.jobs.setdefault(rep.job, JobState(rep.job))
+            js.reports[host] = rep
+            self.report_docs.setdefault(rep.job, {})[host] = doc
+            complete = js.complete
+        self.metrics.reports += 1
+        if complete:
+            self.request_plan(f"job {rep.job}")
+        return js
+
+    # -- plans ----------------------------------------------------------------------------------
+    def request_plan(self, reason: str, links_only: bool = False) -> None:
+        self._idle.clear()
+        try:
+            self._queue.put_nowait(PlanRequest(reason, links_only))
+        except queue.Full:
+            pass  # a plan is pending anyway; it will see the newest state
+
+    def wait_idle(self, timeout_s: float = 30.0) -> bool:
+        """Block until no plan request is pending (tests and the twin use it)."""
+        return self._idle.wait(timeout_s)
+
+    def host_plan(self, host: str) -> bytes | None:
+        doc = self.host_docs.get(host)
+        if doc is None and self.plan_version > 0:
+            s = self.plan_summary or {}
+            doc = HostPlan(host=host, version=self.plan_version,
+                           fabric_version=s.get("fabric_version", self.fabric_version),
+                           policy=s.get("policy", ""), created_at=s.get("created_at", 0.0),
+                           down_links=[LinkRef(**x) for x in s.get("down_links", [])],
+                           qps=[]).model_dump_json().encode()
+        return doc
+
+    def _planner_loop(self) -> None:
+        while True:
+            req = self._queue.get()
+            if req is _STOP:
+                return
+            reasons, links_only = [req.reason], req.links_only
+            if self.settings.plan_debounce_s:
+                time.sleep(self.settings.plan_debounce_s)
+            while True:
+                try:
+                    more = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if more is _STOP:
+                    self._queue.put(_STOP)
+                    break
+                reasons.append(more.reason)
+                links_only = links_only and more.links_only
+            try:
+                self._plan(", ".join(reasons)[:200], links_only)
+            except Exception as e:  # keep the last plan; report the error on /healthz
+                self.last_error = f"{type(e).__name__}: {e}"
+                self.metrics.plan_errors += 1
+                log.exception("planning failed")
+            if self._queue.empty():
+                self._idle.set()
+
+    def _plan(self, reason: str, links_only: bool) -> None:
+        with self._lock:
+            fabric = self.fabric
+            if fabric is None:
+                return
+            jobs = {k: JobState(k, dict(v.reports)) for k, v in self.jobs.items()}
+            docs = {k: dict(v) for k, v in self.report_docs.items()}
+            down = sorted(self.down)
+            down_ids = self.down_link_ids()
+            seed, fv = self.plan_seed, self.fabric_version
+            prev, prev_key = self.path_plan, self.workload_key
+        last = self.plan_summary or {}
+        same_links = last.get("fabric_version") == fv and \
+            sorted((x["a"], x["b"]) for x in last.get("down_links", [])) == down
+        unchanged_key = prev_key if prev is not None and same_links else None
+        kw = dict(policy_name=self.settings.policy, seed=seed, down_ids=down_ids,
+                  prev_key=prev_key)
+        if self._pool is None:
+            out = compute_plan(fabric, jobs, prev=prev, unchanged=lambda k: k == unchanged_key,
+                               **kw)
+        else:
+            out = self._plan_in_worker(fv, docs, prev, unchanged_key, kw)
+        if out is None:
+            return
+        plan, kind, planning_ms = out["plan"], out["kind"], out["planning_ms"]
+        qps = out["qps"]
+        now = time.time()
+        # Only this thread changes plan state, so everything is prepared and stored without
+        # holding the state lock (request handlers keep running); the swap is atomic.
+        version = self.plan_version + 1
+        # Only hosts whose QP plans changed are written (a re-plan moves few hosts).
+        changed = {h: d for h, d in qps.items() if self.host_qps.get(h) != d}
+        changed.update({h: b"[]" for h in self.host_qps if h not in qps})
+        summary = PlanSummary(version=version, policy=out["policy"],
+                              created_at=now, reason=f"{kind}: {reason}",
+                              planning_ms=round(planning_ms, 3), jobs=out["jobs"],
+                              qps=out["n_qps"], hosts=len(qps),
+                              down_links=[LinkRef(a=a, b=b) for a, b in down],
+                              fabric_version=fv).model_dump(mode="json")
+        pp = plan if isinstance(plan, dict) else path_plan_to_dict(plan)
+        plan_dict = pp if isinstance(plan, dict) else None
+        plan = path_plan_from_dict(pp) if isinstance(plan, dict) else plan
+        pp = {**pp, "workload_key": out["key"]}
+        self.repo.save_plan(version, policy=summary["policy"], reason=summary["reason"],
+                            created_at=now, planning_ms=planning_ms, fabric_version=fv,
+                            summary=summary, path_plan=pp, host_docs=changed)
+        docs = self._compose(summary, qps)
+        with self._lock:
+            self.plan_version, self.plan_summary, self.host_docs = version, summary, docs
+            self.host_qps = qps
+            self.path_plan, self.workload_key = plan, out["key"]
+            self._plan_dict = plan_dict
+            self.last_error = ""
+        self.metrics.observe_plan(planning_ms / 1e3, kind, version)
+        self.watch.publish(version)
+        log.info("plan v%d (%s, %s): %d QPs on %d hosts (%d changed) in %.1f ms", version,
+                 kind, reason, out["n_qps"], len(docs), len(changed), planning_ms)
+
+    def _plan_in_worker(self, fv, docs, prev, unchanged_key, kw) -> dict | None:
+        prev_d = None
+        if prev is not None:
+            prev_d = self._plan_dict if self._plan_dict is not None else path_plan_to_dict(prev)
+        for attempt in range(2):
+            doc = self.fabric_doc if (attempt or self._worker_fv != fv) else None
+            try:
+                out = self._pool.submit(compute_plan_in_worker, fv, doc, docs, prev_d,
+                                        unchanged_key, **kw).result()
+            except FabricNotCached:
+                continue
+            self._worker_fv = fv
+            return out
+        raise RuntimeError("planner process lost the fabric twice")
+
+    @staticmethod
+    def _compose(summary: dict, qps: dict[str, bytes]) -> dict[str, bytes]:
+        down = [(x["a"], x["b"]) for x in summary.get("down_links", [])]
+        return {h: compose_host_plan(h, q, version=summary["version"],
+                                     fabric_version=summary["fabric_version"],
+                                     policy=summary["policy"], created_at=summary["created_at"],
+                                     down=down)
+                for h, q in qps.items()}
+
+    # -- events ---------------------------------------------------------------------------------
+    def add_events(self, host: str, events: list[Event]) -> bool:
+        changes = []
+        for e in events:
+            if e.kind in ("link_down", "link_up"):
+                if e.link is None:
+                    raise Invalid(f"{e.kind} event needs 'link'")
+                changes.append((e.link.a, e.link.b, e.kind == "link_up"))
+            elif e.kind == "cnp_rate":
+                self.metrics.cnp_reports += 1
+        if changes and self.fabric is None:
+            raise Conflict("no fabric loaded")
+        self.repo.add_events(host, [e.model_dump(mode="json") for e in events])
+        self.metrics.events += len(events)
+        if changes:
+            return self.set_links(changes, f"events from {host}")
+        return False

@@ -1,0 +1,43 @@
+"""Agent enrolment and per-host agent records."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, HTTPException, Path
+
+from icefabric.controller.auth import require_host
+from icefabric.controller.core import NotFound
+from icefabric.controller.deps import ERRORS, CoreDep, PrincipalDep
+from icefabric.schemas_service import AgentEnrol, AgentEnrolled, AgentView, NicInfo
+
+router = APIRouter(prefix="/v1/agents", tags=["agents"], responses=ERRORS)
+
+
+def agent_view(core, host: str) -> AgentView:
+    h = core.hosts.get(host)
+    if h is None:
+        raise NotFound(f"host {host!r} is not enrolled")
+    import time
+
+    return AgentView(host=host, nics=[NicInfo(**n) for n in h["nics"]],
+                     agent_version=h["agent_version"], actuator=h["actuator"],
+                     enrolled_at=h["enrolled_at"], last_seen=h["last_seen"],
+                     applied_version=h["applied_version"],
+                     connected=h["last_seen"] >= time.time() - core.settings.agent_timeout_s)
+
+
+@router.post("", response_model=AgentEnrolled, status_code=201)
+async def enrol(body: AgentEnrol, core: CoreDep, p: PrincipalDep) -> AgentEnrolled:
+    """Enrol a host's agent with the enrolment (or admin) token; returns the host's agent
+    token. Enrolling again rotates the token."""
+    if p.kind not in ("enrol", "admin"):
+        raise HTTPException(403, "enrolment needs the enrolment token")
+    token = core.enrol(body)
+    return AgentEnrolled(host=body.host, token=token, fabric_version=core.fabric_version)
+
+
+@router.get("/{host}", response_model=AgentView)
+async def get_agent(core: CoreDep, p: PrincipalDep,
+                    host: str = Path(max_length=128)) -> AgentView:
+    """One host's agent record (own host, or admin)."""
+    require_host(p, host)
+    return agent_view(core, host)

@@ -1,0 +1,27 @@
+"""Liveness and Prometheus metrics (no token needed)."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter
+from fastapi.responses import PlainTextResponse
+
+from icefabric.controller.deps import CoreDep
+from icefabric.schemas_service import Health
+
+router = APIRouter(tags=["health"])
+
+
+@router.get("/healthz", response_model=Health)
+async def healthz(core: CoreDep) -> Health:
+    """The controller is up; current fabric and plan versions."""
+    return Health(status="ok", policy=core.settings.policy,
+                  fabric_version=core.fabric_version,
+                  plan_version=core.plan_version, database=core.repo.backend)
+
+
+@router.get("/metrics", response_class=PlainTextResponse)
+async def metrics(core: CoreDep) -> PlainTextResponse:
+    """Prometheus text format: planning time, agents connected, plan versions, replans."""
+    text = core.metrics.render(agents_connected=core.connected_agents(),
+                               agents_enrolled=len(core.hosts))
+    return PlainTextResponse(text, media_type="text/plain; version=0.0.4")

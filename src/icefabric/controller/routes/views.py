@@ -1,0 +1,100 @@
+"""Read-only views for operators (admin token): jobs, plans, links, agents, events."""
+
+from __future__ import annotations
+
+import numpy as np
+from fastapi import APIRouter, Path, Query
+
+from icefabric.controller.core import Conflict, NotFound
+from icefabric.controller.deps import ERRORS, AdminDep, CoreDep
+from icefabric.controller.routes.agents import agent_view
+from icefabric.schemas_service import AgentView, JobView, LinkView, PlanSummary
+
+router = APIRouter(prefix="/v1", tags=["views"], responses=ERRORS)
+
+
+def _job(core, js) -> JobView:
+    rep = js.any
+    return JobView(job=js.job, job_order=rep.job_order, library=rep.library,
+                   hosts_expected=js.hosts_expected, hosts_reported=sorted(js.reports),
+                   complete=js.complete, qps=sum(len(r.qps) for r in js.reports.values()),
+                   size_bytes=rep.size_bytes)
+
+
+@router.get("/jobs", response_model=list[JobView])
+async def list_jobs(core: CoreDep, _: AdminDep) -> list[JobView]:
+    """Every job reported by agents."""
+    return [_job(core, js) for _, js in sorted(core.jobs.items()) if js.reports]
+
+
+@router.get("/jobs/{job}", response_model=JobView)
+async def get_job(core: CoreDep, _: AdminDep,
+                  job: str = Path(max_length=128)) -> JobView:
+    """One job."""
+    js = core.jobs.get(job)
+    if js is None or not js.reports:
+        raise NotFound(f"no job {job!r}")
+    return _job(core, js)
+
+
+@router.get("/plans", response_model=list[PlanSummary])
+async def list_plans(core: CoreDep, _: AdminDep, limit: int = Query(100, ge=1, le=1000)
+               ) -> list[PlanSummary]:
+    """Plan versions, newest first."""
+    return [PlanSummary(**s) for s in core.repo.plan_summaries(limit)]
+
+
+@router.get("/plans/current", response_model=PlanSummary)
+async def current_plan(core: CoreDep, _: AdminDep) -> PlanSummary:
+    """The current plan's summary."""
+    if core.plan_summary is None:
+        raise NotFound("no plan yet")
+    return PlanSummary(**core.plan_summary)
+
+
+@router.get("/plans/{version}", response_model=PlanSummary)
+async def get_plan_summary(core: CoreDep, _: AdminDep,
+                     version: int = Path(ge=0, le=2**62)) -> PlanSummary:
+    """One plan version's summary."""
+    s = core.repo.plan_summary(version)
+    if s is None:
+        raise NotFound(f"no plan version {version}")
+    return PlanSummary(**s)
+
+
+@router.get("/links", response_model=list[LinkView])
+def list_links(core: CoreDep, _: AdminDep,
+               kind: str = Query("fabric", pattern="^(fabric|host|intra|all)$")
+               ) -> list[LinkView]:
+    """Links with their state and the number of planned QPs on each."""
+    f = core.fabric
+    if f is None:
+        raise Conflict("no fabric loaded")
+    kinds = {"intra": 0, "host": 1, "fabric": 2}
+    names = ("intra", "host", "fabric")
+    down = np.zeros(f.n_links, dtype=bool)
+    ids = core.down_link_ids()
+    down[ids] = True
+    load = np.zeros(f.n_links)
+    if core.path_plan is not None and len(core.path_plan.route_links) and \
+            core.path_plan.route_links.max() < f.n_links:
+        load = core.path_plan.link_load(f.n_links)
+    sel = np.arange(f.n_links) if kind == "all" else np.flatnonzero(f.link_kind == kinds[kind])
+    n = f.node_names
+    return [LinkView(id=int(l), name=f"{n[f.link_src[l]]}->{n[f.link_dst[l]]}",
+                     kind=names[int(f.link_kind[l])], capacity_bps=float(f.link_capacity_bps[l]),
+                     up=not bool(down[l]), planned_qps=int(round(load[l])))
+            for l in sel.tolist()]
+
+
+@router.get("/agents", response_model=list[AgentView])
+async def list_agents(core: CoreDep, _: AdminDep) -> list[AgentView]:
+    """Every enrolled agent."""
+    return [agent_view(core, h) for h in sorted(core.hosts)]
+
+
+@router.get("/events", response_model=list[dict])
+async def list_events(core: CoreDep, _: AdminDep, limit: int = Query(100, ge=1, le=10000)
+                ) -> list[dict]:
+    """Recent events, newest first."""
+    return core.repo.recent_events(limit)

@@ -1,0 +1,1 @@
+"""Persistence: SQLAlchemy 2 tables, versioned migrations, and the repository."""

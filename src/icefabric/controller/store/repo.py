@@ -1,0 +1,184 @@
+"""The repository: every database read and write of the controller, in short transactions.
+
+Writes are serialized by one lock per process (SQLite allows a single writer; WAL lets
+readers continue), so many agents writing at once queue instead of failing with
+``database is locked``. PostgreSQL works the same through its URL.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterable
+
+from sqlalchemy import create_engine, delete, event, select
+from sqlalchemy.engine import make_url
+from sqlalchemy.orm import Session, sessionmaker
+
+from icefabric.controller.store import tables as t
+from icefabric.controller.store.migrations import migrate, sqlite_pragmas
+
+
+class Repository:
+    """Database access for the controller.
+
+    Parameters
+    ----------
+    url : str — SQLAlchemy database URL (``sqlite:///path`` or ``postgresql+psycopg://…``).
+    """
+
+    def __init__(self, url: str):
+        u = make_url(url)
+        self.backend = u.get_backend_name()
+        kw: dict = {"future": True}
+        if self.backend == "sqlite":
+            kw["connect_args"] = {"check_same_thread": False, "timeout": 30}
+        else:
+            kw.update(pool_size=10, max_overflow=20, pool_pre_ping=True)
+        self.engine = create_engine(u, **kw)
+        if self.backend == "sqlite":
+            event.listen(self.engine, "connect", sqlite_pragmas)
+        self.applied_migrations = migrate(self.engine)
+        self._session = sessionmaker(self.engine, expire_on_commit=False)
+        self._write = threading.Lock()
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def session(self) -> Session:
+        return self._session()
+
+    # -- fabric -----------------------------------------------------------------------------
+    def save_fabric(self, name: str, document: dict, plan_seed: int,
+                    down: Iterable[tuple[str, str]]) -> int:
+        text = json.dumps(document, separators=(",", ":"))
+        with self._write, self.session() as s, s.begin():
+            v = s.execute(select(t.FabricRow.version).order_by(t.FabricRow.version.desc())
+                          .limit(1)).scalar() or 0
+            s.add(t.FabricRow(version=v + 1, name=name, document=text, plan_seed=plan_seed,
+                              created_at=time.time()))
+            s.execute(delete(t.LinkStateRow))
+            now = time.time()
+            for a, b in down:
+                s.add(t.LinkStateRow(a=a, b=b, since=now))
+            return v + 1
+
+    def load_fabric(self) -> tuple[int, str, dict, int] | None:
+        with self.session() as s:
+            row = s.execute(select(t.FabricRow).order_by(t.FabricRow.version.desc())
+                            .limit(1)).scalar()
+            if row is None:
+                return None
+            return row.version, row.name, json.loads(row.document), row.plan_seed
+
+    def set_links(self, down: Iterable[tuple[str, str]], up: Iterable[tuple[str, str]]) -> None:
+        now = time.time()
+        with self._write, self.session() as s, s.begin():
+            for a, b in up:
+                s.execute(delete(t.LinkStateRow).where(t.LinkStateRow.a == a,
+                                                       t.LinkStateRow.b == b))
+            for a, b in down:
+                if s.get(t.LinkStateRow, (a, b)) is None:
+                    s.add(t.LinkStateRow(a=a, b=b, since=now))
+
+    def down_links(self) -> set[tuple[str, str]]:
+        with self.session() as s:
+            return {(r.a, r.b) for r in s.execute(select(t.LinkStateRow)).scalars()}
+
+    # -- hosts ------------------------------------------------------------------------------
+    def upsert_host(self, host: str, token_sha256: str, nics: list[dict], agent_version: str,
+                    actuator: str) -> None:
+        now = time.time()
+        with self._write, self.session() as s, s.begin():
+            row = s.get(t.HostRow, host)
+            if row is None:
+                s.add(t.HostRow(host=host, token_sha256=token_sha256, nics=json.dumps(nics),
+                                agent_version=agent_version, actuator=actuator,
+                                enrolled_at=now, last_seen=now, applied_version=0))
+            else:
+                row.token_sha256 = token_sha256
+                row.nics = json.dumps(nics)
+                row.agent_version = agent_version
+                row.actuator = actuator
+                row.enrolled_at = now
+                row.last_seen = now
+
+    def hosts(self) -> list[t.HostRow]:
+        with self.session() as s:
+            return list(s.execute(select(t.HostRow).order_by(t.HostRow.host)).scalars())
+
+    def set_applied(self, host: str, version: int, seen: float) -> None:
+        with self._write, self.session() as s, s.begin():
+            row = s.get(t.HostRow, host)
+            if row is not None:
+                row.applied_version = version
+                row.last_seen = seen
+
+    # -- reports ----------------------------------------------------------------------------
+    def save_report(self, job: str, host: str, document: dict) -> None:
+        text = json.dumps(document, separators=(",", ":"))
+        with self._write, self.session() as s, s.begin():
+            row = s.get(t.ReportRow, (job, host))
+            if row is None:
+                s.add(t.ReportRow(job=job, host=host, document=text, updated_at=time.time()))
+            else:
+                row.document = text
+                row.updated_at = time.time()
+
+    def reports(self) -> list[tuple[str, str, dict]]:
+        with self.session() as s:
+            return [(r.job, r.host, json.loads(r.document))
+                    for r in s.execute(select(t.ReportRow)).scalars()]
+
+    # -- plans ------------------------------------------------------------------------------
+    def save_plan(self, version: int, *, policy: str, reason: str, created_at: float,
+                  planning_ms: float, fabric_version: int, summary: dict, path_plan: dict,
+                  host_docs: dict[str, bytes]) -> None:
+        with self._write, self.session() as s, s.begin():
+            s.add(t.PlanRow(version=version, policy=policy, reason=reason[:200],
+                            created_at=created_at, planning_ms=planning_ms,
+                            fabric_version=fabric_version,
+                            summary=json.dumps(summary, separators=(",", ":")),
+                            path_plan=json.dumps(path_plan, separators=(",", ":"))))
+            s.flush()
+            s.add_all([t.HostPlanRow(version=version, host=h, document=d.decode())
+                       for h, d in host_docs.items()])
+
+    def latest_plan(self) -> tuple[t.PlanRow, dict[str, bytes]] | None:
+        with self.session() as s:
+            row = s.execute(select(t.PlanRow).order_by(t.PlanRow.version.desc())
+                            .limit(1)).scalar()
+            if row is None:
+                return None
+            # Each host's newest QP plan (rows are written only when a host's plan changes).
+            docs = {}
+            for r in s.execute(select(t.HostPlanRow).where(t.HostPlanRow.version <= row.version)
+                               .order_by(t.HostPlanRow.version)).scalars():
+                docs[r.host] = r.document.encode()
+            return row, docs
+
+    def plan_summaries(self, limit: int = 100) -> list[dict]:
+        with self.session() as s:
+            rows = s.execute(select(t.PlanRow.summary).order_by(t.PlanRow.version.desc())
+                             .limit(limit)).scalars()
+            return [json.loads(x) for x in rows]
+
+    def plan_summary(self, version: int) -> dict | None:
+        with self.session() as s:
+            row = s.get(t.PlanRow, version)
+            return json.loads(row.summary) if row else None
+
+    # -- events -----------------------------------------------------------------------------
+    def add_events(self, host: str, events: list[dict]) -> None:
+        now = time.time()
+        with self._write, self.session() as s, s.begin():
+            s.add_all([t.EventRow(t=now, host=host, kind=e["kind"],
+                                  document=json.dumps(e, separators=(",", ":")))
+                       for e in events])
+
+    def recent_events(self, limit: int = 100) -> list[dict]:
+        with self.session() as s:
+            rows = s.execute(select(t.EventRow).order_by(t.EventRow.id.desc()).limit(limit))
+            return [{"id": r.id, "t": r.t, "host": r.host, **json.loads(r.document)}
+                    for r in rows.scalars()]

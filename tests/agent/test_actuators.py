@@ -1,0 +1,98 @@
+"""Actuators: HCCL MultiQpSrcPort.cfg writer, dry run, twin NICs; local rules."""
+
+import io
+
+import pytest
+
+from icefabric.agent import autonomy
+from icefabric.agent.actuators import get_actuator
+from icefabric.agent.actuators.dryrun import flow_label_for
+from icefabric.agent.actuators.hccl_cfg import FILE_NAME, parse_cfg, render_cfg
+from icefabric.dataplane.endside import EndSideParams
+from icefabric.dataplane.roce import flow_label_to_udp_sport
+from icefabric.schemas_service import HostPlan, QpPlan
+
+
+def qp(src, dst, lqpn, ordinal, sport, rate=None, routes=((1, 2, 3),), backup=None):
+    return QpPlan(src_ip=src, dst_ip=dst, lqpn=lqpn, rqpn=lqpn + 1, job="j", ordinal=ordinal,
+                  sport=sport, rate_bps=rate, routes=[list(r) for r in routes],
+                  weights=[1.0] * len(routes), backup_sport=backup)
+
+
+def plan(qps, version=1):
+    return HostPlan(host="h", version=version, fabric_version=1, policy="ice", created_at=0.0,
+                    down_links=[], qps=qps)
+
+
+def test_hccl_cfg_lines_per_nic_pair_in_qp_order(tmp_path):
+    qps = [qp("10.0.0.1", "10.0.1.1", 300, 1, 50001), qp("10.0.0.1", "10.0.1.1", 200, 0, 50000),
+           qp("10.0.0.2", "10.0.1.2", 400, 0, 60000)]
+    text, warnings = render_cfg(qps)
+    assert text == "10.0.0.1,10.0.1.1=50000,50001\n10.0.0.2,10.0.1.2=60000\n"
+    assert warnings == []
+    act = get_actuator("hccl-cfg", directory=tmp_path)
+    res = act.apply(plan(qps))
+    assert res.applied == 3 and res.failed == 0
+    assert parse_cfg((tmp_path / FILE_NAME).read_text()) == {
+        ("10.0.0.1", "10.0.1.1"): [50000, 50001], ("10.0.0.2", "10.0.1.2"): [60000]}
+    assert [p.name for p in tmp_path.iterdir()] == [FILE_NAME]  # no temp files left
+
+
+def test_hccl_cfg_caps_ports_per_pair():
+    qps = [qp("10.0.0.1", "10.0.1.1", 100 + i, i, 50000 + i) for i in range(40)]
+    text, warnings = render_cfg(qps)
+    assert len(parse_cfg(text)[("10.0.0.1", "10.0.1.1")]) == 32
+    assert "at most 32" in warnings[0]
+
+
+def test_dry_run_prints_verbs_calls_for_changes_only():
+    out = io.StringIO()
+    act = get_actuator("dry-run", stream=out)
+    p1 = plan([qp("10.0.0.1", "10.0.1.1", 0x123, 0, 0xC123, rate=100e9),
+               qp("10.0.0.1", "10.0.1.1", 0x124, 1, 0xD000)])
+    act.apply(p1)
+    text = out.getvalue()
+    assert "mlx5dv_modify_qp_udp_sport(qp=0x000123" in text and "udp_sport=49443" in text
+    assert ".rate_limit=100000000" in text and "unlimited: DCQCN only" in text
+    n = len(act.calls)
+    act.apply(plan(p1.qps, version=2))  # nothing changed -> header only
+    assert len(act.calls) == n + 1
+
+
+@pytest.mark.parametrize("sport", [0xC000, 0xC001, 0xD2F0, 0xFFFF])
+def test_flow_label_inverse_matches_kernel_derivation(sport):
+    assert int(flow_label_to_udp_sport(flow_label_for(sport))) == sport
+
+
+def test_twin_actuator_records_applied_settings_and_backup_switch():
+    act = get_actuator("twin")
+    q = qp("10.0.0.1", "10.0.1.1", 7, 0, 50000, backup=50001)
+    act.apply(plan([q]))
+    key = ("10.0.0.1", "10.0.1.1", 7, 8)
+    assert act.applied[key].sport == 50000 and act.version == 1
+    acts = autonomy.on_links_down(plan([q]), {2})
+    assert acts == [autonomy.SwitchPort(key, 50001, "planned path lost a link")]
+    assert act.set_sport(key, 50001) and act.applied[key].sport == 50001
+    assert autonomy.on_links_down(plan([q]), {9}) == []
+
+
+def test_persistent_cnps_release_the_pacer_until_the_next_plan():
+    p = plan([qp("10.0.0.1", "10.0.1.1", 1, 0, 50000, rate=50e9),
+              qp("10.0.0.1", "10.0.1.1", 3, 1, 50001)])
+    k1, k2 = ("10.0.0.1", "10.0.1.1", 1, 2), ("10.0.0.1", "10.0.1.1", 3, 4)
+    rules = autonomy.LocalRules(EndSideParams(cnp_threshold=2, persist_windows=3))
+    rules.on_plan(p)
+    hot = {k1: 5, k2: 5}
+    assert rules.step(cnps_in_window=hot) == ([], [])
+    assert rules.step(cnps_in_window={k1: 1, k2: 5}) == ([], [])  # k1's streak resets
+    assert rules.step(cnps_in_window=hot) == ([], [])
+    assert rules.step(cnps_in_window=hot) == ([], [])
+    _, unpace = rules.step(cnps_in_window=hot)  # k1: third hot window in a row
+    assert [a.key for a in unpace] == [k1]  # k2 has no pacer to release
+    rules.on_plan(plan(p.qps, version=2))  # a new plan restarts planned mode
+    assert rules.step(cnps_in_window=hot) == ([], [])
+
+
+def test_unknown_actuator():
+    with pytest.raises(ValueError, match="available"):
+        get_actuator("verbs-magic")

@@ -1,0 +1,112 @@
+"""The agent against a real controller on loopback: enrol, report, long-poll, apply; and its
+behaviour when the controller is unreachable or forgets it."""
+
+import threading
+import time
+
+import pytest
+
+from icefabric.agent.actuators import get_actuator
+from icefabric.agent.client import ControllerClient, ControllerUnavailable
+from icefabric.agent.runner import Agent, Backoff
+from icefabric.controller.settings import Settings
+from icefabric.scenario.build import build_fabric, build_workload
+from icefabric.scenario.loader import load
+from icefabric.schemas_service import FabricUpload
+from icefabric.topology.serialize import fabric_to_dict
+from icefabric.twin.run import host_reports
+from icefabric.twin.serve import ThreadedController, free_port
+
+ADMIN = "agent-test-admin"
+
+
+@pytest.fixture
+def controller(tmp_path):
+    s = Settings(database_url=f"sqlite:///{tmp_path}/a.db", admin_token=ADMIN, policy="ecmp",
+                 admin_token_file=str(tmp_path / "t"), plan_debounce_s=0.0)
+    srv = ThreadedController(s)
+    srv.start()
+    yield srv
+    srv.stop()
+
+
+def test_backoff_is_capped_and_resets():
+    b = Backoff(0.1, 1.0, seed=1)
+    waits = [b.next() for _ in range(10)]
+    assert all(0.05 <= w <= 1.0 for w in waits) and max(waits) > 0.5
+    b.reset()
+    assert b.next() <= 0.1
+
+
+def test_agents_get_plans_and_keep_them_when_controller_is_gone(controller, tmp_path):
+    ls = load("hetero-default")
+    fabric = build_fabric(ls)
+    wl = build_workload(ls, fabric, 1 << 20)
+    reports = host_reports(ls, fabric, wl, None, 1 << 20)
+    controller.core.set_fabric(FabricUpload(topology=fabric_to_dict(fabric)))
+    agents = {h: Agent(h, ControllerClient(controller.url), get_actuator("twin"),
+                       enrol_token=ADMIN, collector=lambda h=h: reports[h], poll_wait_s=0.5,
+                       state_file=tmp_path / f"{h}.json")
+              for h in reports}
+    stop = threading.Event()
+    threads = [threading.Thread(target=a.run, args=(stop,)) for a in agents.values()]
+    for t in threads:
+        t.start()
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (
+                controller.core.plan_version and
+                all(a.version == controller.core.plan_version for a in agents.values()) and
+                all(controller.core.hosts.get(h, {}).get("applied_version") ==
+                    controller.core.plan_version for h in agents)):
+            time.sleep(0.05)
+        v = controller.core.plan_version
+        assert v >= 1 and all(a.version == v for a in agents.values())
+        a0 = agents["h100-0"]
+        applied = dict(a0.actuator.applied)
+        assert len(applied) == sum(len(r.qps) for r in reports["h100-0"])
+        assert controller.core.hosts["h100-0"]["applied_version"] == v
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+    # Controller gone: the agent backs off, counts errors and keeps its plan.
+    controller.stop()
+    stop2 = threading.Event()
+    t = threading.Thread(target=a0.run, args=(stop2,))
+    errors = a0.errors
+    t.start()
+    time.sleep(0.5)
+    stop2.set()
+    t.join(10)
+    assert a0.errors > errors and a0.version == v and a0.actuator.applied == applied
+    # A restarted agent process reloads its token and plan from its state file.
+    again = Agent("h100-0", ControllerClient(controller.url), get_actuator("twin"),
+                  enrol_token=ADMIN, state_file=tmp_path / "h100-0.json")
+    assert again.version == v and again.client.token == a0.client.token
+    assert again.actuator.applied == applied
+
+
+def test_client_maps_network_errors():
+    c = ControllerClient(f"http://127.0.0.1:{free_port()}", timeout_s=0.5)
+    with pytest.raises(ControllerUnavailable):
+        c.get_plan("h")
+    c.close()
+
+
+def test_agent_re_enrols_when_the_controller_forgot_its_token(controller):
+    ls = load("hetero-default")
+    fabric = build_fabric(ls)
+    controller.core.set_fabric(FabricUpload(topology=fabric_to_dict(fabric)))
+    a = Agent("h100-0", ControllerClient(controller.url, token="stale-token"),
+              get_actuator("twin"), enrol_token=ADMIN, poll_wait_s=0.1,
+              backoff=Backoff(0.01, 0.05))
+    stop = threading.Event()
+    t = threading.Thread(target=a.run, args=(stop,))
+    t.start()
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and "h100-0" not in controller.core.hosts:
+        time.sleep(0.02)
+    stop.set()
+    t.join(10)
+    assert "h100-0" in controller.core.hosts and a.client.token != "stale-token"

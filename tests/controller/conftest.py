@@ -1,0 +1,66 @@
+import pytest
+from fastapi.testclient import TestClient
+
+from icefabric.controller.app import create_app
+from icefabric.controller.settings import Settings
+from icefabric.scenario.build import build_fabric, build_workload
+from icefabric.scenario.loader import load
+from icefabric.schemas_service import FabricUpload
+from icefabric.topology.serialize import fabric_to_dict
+from icefabric.twin.run import host_reports
+
+ADMIN = "admin-secret-token-123"
+
+
+def auth(token):
+    return {"Authorization": f"Bearer {token}"}
+
+
+@pytest.fixture
+def settings(tmp_path):
+    return Settings(database_url=f"sqlite:///{tmp_path}/ice.db", admin_token=ADMIN,
+                    policy="ecmp", admin_token_file=str(tmp_path / "admin.token"),
+                    plan_debounce_s=0.0, max_body_bytes=64 << 10)
+
+
+@pytest.fixture
+def scenario():
+    ls = load("hetero-default")
+    fabric = build_fabric(ls)
+    size = 1 << 20
+    wl = build_workload(ls, fabric, size)
+    return ls, fabric, wl, host_reports(ls, fabric, wl, None, size)
+
+
+@pytest.fixture
+def client(settings):
+    with TestClient(create_app(settings)) as c:
+        yield c
+
+
+@pytest.fixture
+def loaded(client, scenario):
+    """A client whose controller has the hetero-default fabric loaded."""
+    ls, fabric, *_ = scenario
+    body = FabricUpload(topology=fabric_to_dict(fabric), plan_seed=ls.scenario.seed)
+    r = client.put("/v1/fabric", json=body.model_dump(mode="json"), headers=auth(ADMIN))
+    assert r.status_code == 200, r.text
+    return client
+
+
+def enrol(client, host):
+    r = client.post("/v1/agents", json={"host": host, "nics": []}, headers=auth(ADMIN))
+    assert r.status_code == 201, r.text
+    return r.json()["token"]
+
+
+def wait_version(client, version, timeout_s=20.0):
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        client.app.state.core.wait_idle(timeout_s)
+        if client.app.state.core.plan_version >= version:
+            return
+        time.sleep(0.01)
+    raise TimeoutError(version)

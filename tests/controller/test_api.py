@@ -1,0 +1,132 @@
+"""The /v1 API end to end in-process: fabric, enrolment, reports, plans, events, views."""
+
+from icefabric.schemas_service import HostPlan
+
+from .conftest import ADMIN, auth, enrol, wait_version
+
+
+def report_all(client, reports):
+    tokens = {}
+    for host, reps in reports.items():
+        tokens[host] = enrol(client, host)
+        for rep in reps:
+            r = client.put(f"/v1/hosts/{host}/communicators/{rep.job}",
+                           json=rep.model_dump(mode="json"), headers=auth(tokens[host]))
+            assert r.status_code == 200, r.text
+    return tokens
+
+
+def test_health_and_metrics(client):
+    h = client.get("/healthz").json()
+    assert h["status"] == "ok" and h["policy"] == "ecmp" and h["database"] == "sqlite"
+    m = client.get("/metrics")
+    assert m.status_code == 200 and m.headers["content-type"].startswith("text/plain")
+    for name in ("ice_planning_seconds_count", "ice_agents_connected", "ice_plan_version",
+                 "ice_replans_total"):
+        assert name in m.text
+
+
+def test_fabric_load_and_replace(loaded, scenario):
+    _, fabric, *_ = scenario
+    info = loaded.get("/v1/fabric", headers=auth(ADMIN)).json()
+    assert info["version"] == 1 and info["links"] == fabric.n_links
+    assert info["servers"] == len(fabric.servers)
+    doc = loaded.get("/v1/fabric/topology", headers=auth(ADMIN)).json()
+    assert doc["node_names"] == list(fabric.node_names)
+    r = loaded.put("/v1/fabric", json={"topology": doc, "down_links": [
+        {"a": "leaf0", "b": "spine0"}]}, headers=auth(ADMIN))
+    assert r.status_code == 200 and r.json()["version"] == 2
+    assert r.json()["down_links"] == [{"a": "leaf0", "b": "spine0"}]
+    bad = loaded.put("/v1/fabric", json={"topology": {"node_names": []}}, headers=auth(ADMIN))
+    assert bad.status_code == 422 and "topology" in bad.json()["message"]
+    bad = loaded.put("/v1/fabric", json={"topology": doc, "down_links": [
+        {"a": "leaf0", "b": "leaf1"}]}, headers=auth(ADMIN))
+    assert bad.status_code == 422 and "no link" in bad.json()["message"]
+
+
+def test_reports_plan_longpoll_ack_and_events(loaded, scenario):
+    ls, fabric, wl, reports = scenario
+    tokens = report_all(loaded, reports)
+    wait_version(loaded, 1)
+    core = loaded.app.state.core
+    assert sorted(core.plan_summary["jobs"]) == ["gpt", "mixed"]
+    host = "h100-0"
+    r = loaded.get(f"/v1/hosts/{host}/plan", headers=auth(tokens[host]))
+    assert r.status_code == 200
+    plan = HostPlan.model_validate_json(r.content)
+    v = plan.version
+    mine = [q for rep in reports[host] for q in rep.qps]
+    assert len(plan.qps) == len(mine)
+    assert {(q.src_ip, q.dst_ip, q.lqpn, q.rqpn) for q in plan.qps} == \
+        {(q.src_ip, q.dst_ip, q.lqpn, q.rqpn) for q in mine}
+    assert all(0xC000 <= q.sport <= 0xFFFF for q in plan.qps)
+    # Long-poll with nothing newer answers 204 after the wait.
+    r = loaded.get(f"/v1/hosts/{host}/plan", params={"after_version": v, "wait_s": 0.2},
+                   headers=auth(tokens[host]))
+    assert r.status_code == 204
+    assert loaded.post(f"/v1/hosts/{host}/plan/ack", json={"version": v, "applied": 3},
+                       headers=auth(tokens[host])).status_code == 204
+    assert loaded.post(f"/v1/hosts/{host}/plan/ack", json={"version": v + 5, "applied": 3},
+                       headers=auth(tokens[host])).status_code == 422
+    # A link-down event from an agent re-plans; the new plan avoids the link.
+    r = loaded.post("/v1/events", json={"events": [
+        {"kind": "link_down", "link": {"a": "leaf0", "b": "spine0"}},
+        {"kind": "cnp_rate", "counters": {"cnp_per_s": 12.0}}]}, headers=auth(tokens[host]))
+    assert r.status_code == 202 and r.json()["replan"] is True
+    wait_version(loaded, v + 1)
+    r = loaded.get(f"/v1/hosts/{host}/plan", params={"after_version": v, "wait_s": 5},
+                   headers=auth(tokens[host]))
+    new = HostPlan.model_validate_json(r.content)
+    assert new.version == v + 1 and new.down_links[0].a == "leaf0"
+    bad = {fabric.link_id(fabric.node_names.index("leaf0"), fabric.node_names.index("spine0")),
+           fabric.link_id(fabric.node_names.index("spine0"), fabric.node_names.index("leaf0"))}
+    assert not any(l in bad for q in new.qps for r in q.routes for l in r)
+    # Views.
+    jobs = loaded.get("/v1/jobs", headers=auth(ADMIN)).json()
+    assert {j["job"] for j in jobs} == {"gpt", "mixed"} and all(j["complete"] for j in jobs)
+    assert loaded.get("/v1/jobs/gpt", headers=auth(ADMIN)).json()["library"] == "nccl"
+    assert loaded.get("/v1/jobs/nope", headers=auth(ADMIN)).status_code == 404
+    plans = loaded.get("/v1/plans", headers=auth(ADMIN)).json()
+    assert plans[0]["version"] == v + 1 and plans[0]["reason"].startswith("replan")
+    assert loaded.get(f"/v1/plans/{v}", headers=auth(ADMIN)).json()["version"] == v
+    links = loaded.get("/v1/links", headers=auth(ADMIN)).json()
+    down = [l for l in links if not l["up"]]
+    assert {l["name"] for l in down} == {"leaf0->spine0", "spine0->leaf0"}
+    assert all(l["planned_qps"] == 0 for l in down)
+    agents = loaded.get("/v1/agents", headers=auth(ADMIN)).json()
+    assert len(agents) == len(reports) and any(a["applied_version"] == v for a in agents)
+    assert len(loaded.get("/v1/events", headers=auth(ADMIN)).json()) == 2
+    m = loaded.get("/metrics").text
+    assert "ice_replans_total 1" in m and f"ice_plan_version {v + 1}" in m
+    # Link back up (operator) re-plans again.
+    r = loaded.post("/v1/fabric/links", json={"links": [{"a": "spine0", "b": "leaf0",
+                                                        "up": True}]}, headers=auth(ADMIN))
+    assert r.status_code == 200 and r.json()["down_links"] == []
+    wait_version(loaded, v + 2)
+
+
+def test_report_validation(loaded, scenario):
+    _, _, _, reports = scenario
+    tok = enrol(loaded, "h100-0")
+    rep = reports["h100-0"][0]
+    # Report for a job under the wrong path name.
+    r = loaded.put("/v1/hosts/h100-0/communicators/other", json=rep.model_dump(mode="json"),
+                   headers=auth(tok))
+    assert r.status_code == 422 and "does not match" in r.json()["message"]
+    # A QP whose source is not this host's NIC.
+    bad = rep.model_copy(update={"qps": [rep.qps[0].model_copy(update={"src_ip": "10.9.9.9"})]})
+    r = loaded.put(f"/v1/hosts/h100-0/communicators/{rep.job}", json=bad.model_dump(mode="json"),
+                   headers=auth(tok))
+    assert r.status_code == 422 and "not a NIC of host" in r.json()["message"]
+    # Unknown host in the fabric cannot enrol.
+    r = loaded.post("/v1/agents", json={"host": "nope-1"}, headers=auth(ADMIN))
+    assert r.status_code == 404
+
+
+def test_report_before_fabric_is_409(client, scenario):
+    _, _, _, reports = scenario
+    tok = enrol(client, "h100-0")
+    rep = reports["h100-0"][0]
+    r = client.put(f"/v1/hosts/h100-0/communicators/{rep.job}", json=rep.model_dump(mode="json"),
+                   headers=auth(tok))
+    assert r.status_code == 409 and "fabric" in r.json()["message"]

@@ -129,6 +129,10 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
             fin = run[remaining[run] <= np.maximum(rate[run], 1.0) * 1e-9 / 8 + 1e-9]
             fin = np.union1d(fin, run[np.isinf(rate[run])])
             if len(fin):
+                # the sub-ns residue of a finishing flow still crosses its links
+                residue = np.zeros(F)
+                residue[fin] = remaining[fin]
+                link_bytes += A @ residue
                 remaining[fin] = 0.0
                 active[fin] = False
                 data_done[fin] = t

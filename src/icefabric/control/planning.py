@@ -37,6 +37,7 @@ import numpy as np
 
 from icefabric.control.coloring import bipartite_edge_coloring
 from icefabric.control.demand import Demand
+from icefabric.csr import csr_from_lists
 from icefabric.topology.model import LINK_FABRIC, Fabric
 from icefabric.topology.routing import Routing
 
@@ -157,12 +158,7 @@ class Candidates:
 
 # --------------------------------------------------------------------------- load state
 def _paths_csr(paths: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    lens = np.fromiter((len(p) for p in paths), np.int64, len(paths))
-    ptr = np.zeros(len(paths) + 1, dtype=np.int64)
-    np.cumsum(lens, out=ptr[1:])
-    flat = (np.concatenate([np.asarray(p, dtype=np.int64) for p in paths]) if ptr[-1]
-            else np.zeros(0, np.int64))
-    return ptr, flat
+    return csr_from_lists(paths)
 
 
 def _load_matrix(n_links: int, demand: Demand, qps: np.ndarray, paths: list[np.ndarray]

@@ -23,6 +23,7 @@ from icefabric.control.sport import (
     solve_sports,
     solve_sports_by_probing,
 )
+from icefabric.csr import csr_from_lists
 from icefabric.dataplane.ecmp import HashConfig, ecmp_hash, select_member
 from icefabric.dataplane.roce import ROCE_UDP_DPORT
 from icefabric.topology.model import Fabric
@@ -171,14 +172,7 @@ def rehash(fabric: Fabric, routing: Routing, configs: dict[int, HashConfig], src
 
 
 def _to_csr(paths) -> tuple[np.ndarray, np.ndarray]:
-    if isinstance(paths, tuple):
-        return paths
-    lens = np.fromiter((len(p) for p in paths), np.int64, len(paths))
-    ptr = np.zeros(len(paths) + 1, dtype=np.int64)
-    np.cumsum(lens, out=ptr[1:])
-    flat = (np.concatenate([np.asarray(p, dtype=np.int64) for p in paths]) if ptr[-1]
-            else np.zeros(0, np.int64))
-    return ptr, flat
+    return paths if isinstance(paths, tuple) else csr_from_lists(paths)
 
 
 def same_paths(a, b) -> np.ndarray:

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 import numpy as np
 import scipy.sparse as sp
 
+from icefabric.csr import csr_from_lists
+
 
 @dataclass(frozen=True)
 class CollectiveSpec:
@@ -168,18 +170,6 @@ class SimProblem:
         if np.any((counts == 0) & (self.flow_size_bytes > 0)):
             bad = int(np.flatnonzero((counts == 0) & (self.flow_size_bytes > 0))[0])
             raise ValueError(f"flow {bad} carries bytes but has no route")
-
-
-def csr_from_lists(lists: list[list[int]] | list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-    """(indptr, indices) from a list of integer lists."""
-    lengths = np.fromiter((len(x) for x in lists), dtype=np.int64, count=len(lists))
-    indptr = np.zeros(len(lists) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=indptr[1:])
-    if indptr[-1]:
-        indices = np.concatenate([np.asarray(x, dtype=np.int64) for x in lists])
-    else:
-        indices = np.zeros(0, dtype=np.int64)
-    return indptr, indices
 
 
 def build_problem(*, link_capacity_bps, link_delay_ns, flow_size_bytes, routes,

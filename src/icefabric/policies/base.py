@@ -15,8 +15,9 @@ import numpy as np
 from icefabric.ccl.workload import Workload
 from icefabric.control.hashing import fabric_hash_configs
 from icefabric.control.plan import PathPlan
+from icefabric.csr import csr_from_lists
 from icefabric.dataplane.ecmp import HashConfig
-from icefabric.engine.problem import CollectiveSpec, LinkFailure, SimProblem, csr_from_lists
+from icefabric.engine.problem import CollectiveSpec, LinkFailure, SimProblem
 from icefabric.topology.model import Fabric
 from icefabric.topology.routing import Routing, ServerPaths
 

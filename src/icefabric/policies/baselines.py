@@ -17,8 +17,8 @@ import numpy as np
 
 from icefabric.control.hashing import ecmp_paths
 from icefabric.control.plan import PathPlan, single_path_plan
+from icefabric.csr import csr_from_lists
 from icefabric.dataplane.roce import default_sports
-from icefabric.engine.problem import csr_from_lists
 from icefabric.policies.base import PlanContext, Policy, register_policy
 from icefabric.topology.builders import ServerGroup, star
 from icefabric.topology.catalog import SwitchProfile

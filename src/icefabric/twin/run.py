@@ -30,7 +30,7 @@ from icefabric.agent.runner import Agent, Backoff
 from icefabric.ccl.workload import Workload
 from icefabric.control.hashing import ecmp_paths, fabric_hash_configs
 from icefabric.control.plan import PathPlan
-from icefabric.engine.problem import csr_from_lists
+from icefabric.csr import csr_from_lists
 from icefabric.engine.registry import run_engine
 from icefabric.experiment.runner import run_policy
 from icefabric.policies.base import failure_reroutes, get_policy, to_problem

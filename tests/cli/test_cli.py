@@ -113,3 +113,12 @@ def test_fluid_run_plots_time_series(tmp_path):
     assert r.exit_code == 0, r.output
     for name in ("timeseries_ecmp.png", "timeseries_ice.png", "busbw.png"):
         assert (tmp_path / name).stat().st_size > 1000
+
+
+def test_python_dash_m_entry_point():
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "icefabric", "--help"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode == 0 and "simulate" in r.stdout

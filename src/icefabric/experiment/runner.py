@@ -145,60 +145,76 @@ def _fluid_options(options: dict, pfc_default) -> dict:
     return out
 
 
+def _policy_failures(ls: LoadedScenario, fabric: Fabric, pol, ctx: PlanContext, plan,
+                     pmap) -> tuple:
+    """The scenario's link failures/recoveries as the policy reacts to them: each event
+    re-plans from the previous plan and moves the routes that changed."""
+    events = []
+    for t_down, t_up, links in _failure_links(ls, fabric):
+        events.append((t_down, False, links))
+        if t_up >= 0:
+            events.append((t_up, True, links))
+    down: set[int] = set()
+    prev, out = plan, []
+    for t, up, links in sorted(events, key=lambda e: e[0]):
+        down = (down - set(links)) if up else (down | set(links))
+        new = pol.replan(ctx.after_failure(sorted(down)), prev)
+        out.append(failure_reroutes(pmap, prev, new, t_ns=t, down_links=links,
+                                    delay_ns=pol.reroute_delay_ns, up=up))
+        prev = new
+    return tuple(out)
+
+
+def _fluid_run_options(ls: LoadedScenario, fabric: Fabric, pol) -> dict:
+    """Fluid defaults, the end-side rules for paced policies, then the scenario's options."""
+    opts = fluid_defaults(fabric)
+    if pol.proactive_rates:
+        from icefabric.dataplane.endside import EndSideParams
+
+        opts["endside"] = EndSideParams()
+    opts.update(_fluid_options(ls.scenario.engine_options, opts["pfc"]))
+    return opts
+
+
+def _traced_flows(prob, wl, n: int = 6) -> list[str]:
+    """Flows worth plotting: per collective its largest flow that crosses the network."""
+    net = np.zeros(prob.n_flows, bool)
+    net[prob.route_flow[prob.route_qp >= 0]] = True
+    order = [int(f) for f in np.argsort(-prob.flow_size_bytes, kind="stable") if net[f]]
+    pick: dict[int, int] = {}
+    for f in order:
+        pick.setdefault(int(wl.flow_collective[f]), f)
+    chosen = list(pick.values()) + [f for f in order if f not in pick.values()]
+    return [prob.flow_names[f] for f in chosen[:n]]
+
+
 def run_policy(ls: LoadedScenario, fabric: Fabric, policy_name: str, size_bytes: int, *,
                engine: str | None = None, engine_options: dict | None = None,
                trace: bool = False) -> SimResult:
     """One engine run of one policy at one size (failures applied as the policy reacts)."""
+    from dataclasses import replace
+
     scn = ls.scenario
     pol = get_policy(policy_name, **scn.policy_options.get(policy_name, {}))
     fab = pol.ideal_fabric(fabric)
-    default_qps = None  # per-job setting unless the policy overrides it
-    qps = pol.qps_per_connection(1)
-    wl = build_workload(ls, fab, size_bytes,
-                        qps_per_connection=qps if qps != 1 else default_qps)
+    qps = pol.qps_per_connection(1)  # 1 = keep each job's own setting
+    wl = build_workload(ls, fab, size_bytes, qps_per_connection=qps if qps != 1 else None)
     ctx = PlanContext.create(fab, wl, seed=scn.seed)
     plan = pol.plan(ctx)
     prob, pmap = to_problem(fab, wl, plan, scenario=scn.name)
     engine = pol.engine_override or engine or scn.engine
-    if pol.proactive_rates and engine == "fluid":
-        # Pacers only matter where queues exist; the flow engine already runs every flow at
-        # its max-min rate, which is what the pacers are set to.
-        prob = with_proactive_rates(prob, wl)
-    failures = []
-    if fab is fabric and scn.failures:
-        down: set[int] = set()
-        events = []
-        for t_down, t_up, links in _failure_links(ls, fabric):
-            events.append((t_down, False, links))
-            if t_up >= 0:
-                events.append((t_up, True, links))
-        prev = plan
-        for t, up, links in sorted(events, key=lambda e: e[0]):
-            down = (down - set(links)) if up else (down | set(links))
-            new = pol.replan(ctx.after_failure(sorted(down)), prev)
-            failures.append(failure_reroutes(pmap, prev, new, t_ns=t, down_links=links,
-                                             delay_ns=pol.reroute_delay_ns, up=up))
-            prev = new
-        from dataclasses import replace
-        prob = replace(prob, failures=tuple(failures))
-    opts = dict(fluid_defaults(fab)) if engine == "fluid" else {}
-    if engine == "fluid" and pol.proactive_rates:
-        from icefabric.dataplane.endside import EndSideParams
-
-        opts["endside"] = EndSideParams()
+    opts: dict = {}
     if engine == "fluid":
-        opts.update(_fluid_options(scn.engine_options, opts["pfc"]))
+        if pol.proactive_rates:
+            # Pacers only matter where queues exist; the flow engine already runs every flow
+            # at its max-min rate, which is what the pacers are set to.
+            prob = with_proactive_rates(prob, wl)
+        opts = _fluid_run_options(ls, fab, pol)
+        if trace:
+            opts.update(trace_options(fab, _traced_flows(prob, wl)))
+    if fab is fabric and scn.failures:  # the ideal bound has no failures
+        prob = replace(prob, failures=_policy_failures(ls, fabric, pol, ctx, plan, pmap))
     opts.update(engine_options or {})
-    if trace and engine == "fluid":
-        # per collective its largest flow that crosses the network (has a QP), then others
-        net = np.zeros(prob.n_flows, bool)
-        net[prob.route_flow[prob.route_qp >= 0]] = True
-        order = [f for f in np.argsort(-prob.flow_size_bytes, kind="stable") if net[f]]
-        pick: dict[int, int] = {}
-        for f in order:
-            pick.setdefault(int(wl.flow_collective[f]), int(f))
-        chosen = list(pick.values()) + [int(f) for f in order if f not in pick.values()]
-        opts.update(trace_options(fab, [prob.flow_names[f] for f in chosen[:6]]))
     res = run_engine(prob, engine, policy=policy_name, scenario=scn.name, seed=scn.seed, **opts)
     res.meta["plan_link_qps"] = plan.link_load(fab.n_links).tolist()
     res.meta["fabric_links"] = np.flatnonzero(fab.link_kind == LINK_FABRIC).tolist()

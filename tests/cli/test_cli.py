@@ -122,3 +122,17 @@ def test_python_dash_m_entry_point():
     r = subprocess.run([sys.executable, "-m", "icefabric", "--help"], capture_output=True,
                        text=True, timeout=60)
     assert r.returncode == 0 and "simulate" in r.stdout
+
+
+def test_unrecoverable_failure_is_reported_not_a_traceback(tmp_path):
+    # the only spine link of leaf0 fails: no policy can route around it
+    text = runner.invoke(app, ["scenario", "show", "homog-small"]).output
+    text = text.replace("spines: 4", "spines: 1").replace("links_per_spine: 4",
+                                                          "links_per_spine: 1")
+    text = text.replace("sizes: {min: 1MiB, max: 256MiB, factor: 4}", "sizes: [16MiB]")
+    text += "failures:\n  - {at_us: 10, link: [leaf0, spine0]}\n"
+    f = tmp_path / "cut.yaml"
+    f.write_text(text)
+    r = runner.invoke(app, ["simulate", str(f), "-p", "ecmp"])
+    assert r.exit_code == 2, r.output
+    assert "error" in r.output and "Traceback" not in r.output

@@ -43,6 +43,7 @@ def simulate(
     With the fluid engine, ``--out`` also plots queue and rate time series per policy
     (``timeseries_<policy>.png``) and the JSON carries PFC pause, ECN and CNP statistics.
     """
+    from icefabric.engine.flow import EngineError
     from icefabric.experiment.runner import run_scenario
     from icefabric.scenario.loader import DEFAULT_SCENARIO, ScenarioError, load
     from icefabric.units import parse_size
@@ -67,10 +68,10 @@ def simulate(
         with progress_bar(not json_out, f"simulating {ls.scenario.name}") as update:
             res = run_scenario(ls, policies=pol, sizes=sz, engine=engine, progress=update,
                                trace=out is not None)
-    except ScenarioError as e:
+    except (ScenarioError, ValueError) as e:
         fail(str(e))
-    except ValueError as e:
-        fail(str(e))
+    except EngineError as e:
+        fail(f"simulation stopped: {e}")
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         res.to_json(out / "result.json")

@@ -46,25 +46,26 @@ def ring_order(comm: Communicator, channel: int) -> tuple[list[int], int | None]
     return order, rail
 
 
+def _ring_hop(wb: WorkloadBuilder, comm: Communicator, flow: int, a: int, b: int,
+              rail: int | None, key: tuple) -> int:
+    """Add the hop rank ``a`` -> rank ``b`` of a ring to ``flow`` (through the NICs of
+    ``rail`` when the ranks are on different servers); returns its one-way delay in ns."""
+    src, dst = int(comm.ranks[a]), int(comm.ranks[b])
+    if comm.rank_server[a] == comm.rank_server[b]:
+        wb.hop(flow, src, dst)
+        return comm.intra_delay_ns(a)
+    sn, dn = comm.nic(a, rail), comm.nic(b, rail)
+    c = wb.connection(key + (a, b), sn, dn, comm.qps_per_connection, comm.job)
+    wb.hop(flow, src, dst, src_nic=sn, dst_nic=dn, conn=c)
+    return comm.hop_delay_ns(sn, dn)
+
+
 def add_ring_hops(wb: WorkloadBuilder, comm: Communicator, flow: int, order: list[int],
                   rail: int | None, key: tuple) -> int:
     """Add the hops of a cyclic ring; returns the mean one-way hop delay in ns."""
-    f = comm.fabric
-    delays = []
     n = len(order)
-    for i in range(n):
-        a, b = order[i], order[(i + 1) % n]
-        sa, sb = comm.rank_server[a], comm.rank_server[b]
-        src, dst = int(comm.ranks[a]), int(comm.ranks[b])
-        if sa == sb:
-            wb.hop(flow, src, dst)
-            delays.append(comm.intra_delay_ns(a))
-        else:
-            sn, dn = comm.nic(a, rail), comm.nic(b, rail)
-            c = wb.connection(key + (a, b), sn, dn, comm.qps_per_connection, comm.job)
-            wb.hop(flow, src, dst, src_nic=sn, dst_nic=dn, conn=c)
-            delays.append(comm.hop_delay_ns(sn, dn))
-    del f
+    delays = [_ring_hop(wb, comm, flow, order[i], order[(i + 1) % n], rail, key)
+              for i in range(n)]
     return int(np.mean(delays))
 
 
@@ -121,18 +122,9 @@ def ring_dag(wb: WorkloadBuilder, comm: Communicator, kind: str, size_bytes: int
                 deps = list(after) if prev is None else [prev]
                 if pos in edge_last:
                     deps.append(edge_last[pos])
-                src, dst = int(comm.ranks[a]), int(comm.ranks[b])
-                if comm.rank_server[a] == comm.rank_server[b]:
-                    f = wb.flow(chunk, coll=coll, deps=deps,
-                                latency_ns=comm.intra_delay_ns(a) + comm.step_overhead_ns)
-                    wb.hop(f, src, dst)
-                else:
-                    sn, dn = comm.nic(a, rail), comm.nic(b, rail)
-                    k_ = wb.connection((comm.job, "ring", c, a, b), sn, dn,
-                                       comm.qps_per_connection, comm.job)
-                    f = wb.flow(chunk, coll=coll, deps=deps,
-                                latency_ns=comm.hop_delay_ns(sn, dn) + comm.step_overhead_ns)
-                    wb.hop(f, src, dst, src_nic=sn, dst_nic=dn, conn=k_)
+                f = wb.flow(chunk, coll=coll, deps=deps)
+                delay = _ring_hop(wb, comm, f, a, b, rail, (comm.job, "ring", c))
+                wb.flow_latency[f] = delay + comm.step_overhead_ns
                 edge_last[pos] = f
                 prev_of_chunk[ch] = f
         last += prev_of_chunk

@@ -359,16 +359,20 @@ class FluidSim:
         self._pos[ul] = np.arange(len(ul))
         return ul, self._pos[ids]
 
+    def _store_active(self) -> None:
+        """Write the running flows' working arrays back to the full per-route state."""
+        self.q[self.a_e] = self.aq
+        self.arr[self.a_e] = self.aarr
+        self.drain[self.a_e] = self.adrain
+        self.dep[self.a_e] = self.adep
+        if self.cc == "dcqcn":
+            self.cc_state.put(self.a_r, self.acs)
+
     def _rebuild(self) -> None:
         """Gather the arrays of the running flows (called when that set changes)."""
         R = self.routes
         if hasattr(self, "a_r") and len(self.a_r):
-            self.q[self.a_e] = self.aq
-            self.arr[self.a_e] = self.aarr
-            self.drain[self.a_e] = self.adrain
-            self.dep[self.a_e] = self.adep
-            if self.cc == "dcqcn":
-                self.cc_state.put(self.a_r, self.acs)
+            self._store_active()
         fl = np.flatnonzero(self.running)
         self.a_f = fl
         if len(fl) == 0:
@@ -846,12 +850,7 @@ class FluidSim:
             self.up[np.asarray(fl.links, np.int64)] = 1.0 if fl.up else 0.0
             return
         if len(getattr(self, "a_r", [])):
-            self.q[self.a_e] = self.aq
-            self.arr[self.a_e] = self.aarr
-            self.drain[self.a_e] = self.adrain
-            self.dep[self.a_e] = self.adep
-            if self.cc == "dcqcn":
-                self.cc_state.put(self.a_r, self.acs)
+            self._store_active()
             self.a_r = np.zeros(0, np.int64)
         R = self.routes
         lists = [R.links[R.indptr[k]:R.indptr[k + 1]] for k in range(self.K)]

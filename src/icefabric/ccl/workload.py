@@ -45,7 +45,7 @@ class WorkloadBuilder:
     so that successive collectives of a job reuse the same QPs, as real communicators do.
     """
 
-    def __init__(self, qpn_seed: int = 0):
+    def __init__(self):
         self.flow_size: list[float] = []
         self.flow_deps: list[list[int]] = []
         self.flow_start: list[int] = []
@@ -109,22 +109,22 @@ class WorkloadBuilder:
         src_nic = np.array(self.conn_src_nic, dtype=np.int64)[qp_conn]
         dst_nic = np.array(self.conn_dst_nic, dtype=np.int64)[qp_conn]
         lqpn, rqpn = _allocate_qpns(src_nic, dst_nic, qpn_seed, qpn_base)
-        i32 = np.int64
+        i64 = np.int64
         return Workload(
             flow_size_bytes=np.array(self.flow_size, dtype=np.float64),
             flow_deps=self.flow_deps,
             flow_start_ns=np.array(self.flow_start, dtype=np.int64),
             flow_latency_ns=np.array(self.flow_latency, dtype=np.int64),
-            flow_collective=np.array(self.flow_coll, dtype=i32),
-            hop_flow=np.array(self.hop_flow, dtype=i32),
-            hop_src=np.array(self.hop_src, dtype=i32),
-            hop_dst=np.array(self.hop_dst, dtype=i32),
-            hop_src_nic=np.array(self.hop_src_nic, dtype=i32),
-            hop_dst_nic=np.array(self.hop_dst_nic, dtype=i32),
+            flow_collective=np.array(self.flow_coll, dtype=i64),
+            hop_flow=np.array(self.hop_flow, dtype=i64),
+            hop_src=np.array(self.hop_src, dtype=i64),
+            hop_dst=np.array(self.hop_dst, dtype=i64),
+            hop_src_nic=np.array(self.hop_src_nic, dtype=i64),
+            hop_dst_nic=np.array(self.hop_dst_nic, dtype=i64),
             hop_weight=np.array(self.hop_weight, dtype=np.float64),
-            hop_conn=np.array(self.hop_conn, dtype=i32),
-            conn_src_nic=np.array(self.conn_src_nic, dtype=i32),
-            conn_dst_nic=np.array(self.conn_dst_nic, dtype=i32),
+            hop_conn=np.array(self.hop_conn, dtype=i64),
+            conn_src_nic=np.array(self.conn_src_nic, dtype=i64),
+            conn_dst_nic=np.array(self.conn_dst_nic, dtype=i64),
             conn_job=list(self.conn_job),
             qp_conn=qp_conn,
             qp_src_nic=src_nic,

@@ -321,6 +321,17 @@ def assignment_from_paths(fabric: Fabric, demand: Demand, paths: list[np.ndarray
 
 
 # --------------------------------------------------------------------------- greedy
+def _best_candidate(st, q, cand, forbid) -> tuple[int, np.ndarray]:
+    """Index of the candidate path of QP ``q`` with the lowest (max, sum) utilisation given
+    the current loads (forbidden candidates excluded), and the per-candidate max."""
+    mx, sm = st.score(q, cand)
+    bad = forbid.get(q)
+    if bad:
+        mx = mx.copy()
+        mx[list(bad)] = np.inf
+    return int(np.lexsort((sm, mx))[0]), mx
+
+
 def _greedy(fabric, routing, demand, cands, st, choice, todo, forbid, rng):
     rate = demand.peak_rate_bps()
     ncand = np.array([cands.of(q).shape[0] for q in todo], dtype=np.int64)
@@ -328,12 +339,7 @@ def _greedy(fabric, routing, demand, cands, st, choice, todo, forbid, rng):
     order = np.lexsort((rng.random(len(todo)), ncand, -rate[todo]))
     for q in np.asarray(todo)[order].tolist():
         cand = cands.of(q)
-        mx, sm = st.score(q, cand)
-        bad = forbid.get(q)
-        if bad:
-            mx = mx.copy()
-            mx[list(bad)] = np.inf
-        best = int(np.lexsort((sm, mx))[0])
+        best, _ = _best_candidate(st, q, cand, forbid)
         choice[q] = best
         st.add(q, cand[best])
 
@@ -370,11 +376,7 @@ def _try_swap(rows, mq, pm, l, umax, cands, st, choice, forbid, rate, width=6):
                     cand2 = cands.of(q2)
                     c2 = int(choice[q2])
                     st.add(q2, cand2[c2], -1.0)
-                    mx2, sm2 = st.score(q2, cand2)
-                    bad2 = forbid.get(q2)
-                    if bad2:
-                        mx2[list(bad2)] = np.inf
-                    b2 = int(np.lexsort((sm2, mx2))[0])
+                    b2, _ = _best_candidate(st, q2, cand2, forbid)
                     st.add(q2, cand2[b2])
                     touched = np.unique(np.r_[lk, cand2[b2], cand[cur], cand2[c2], [l]])
                     if b2 != c2 and np.all(st.S[touched] / st.cap[touched] < umax - eps):
@@ -422,16 +424,11 @@ def _improve(demand, cands, st, choice, movable, max_moves, forbid, swaps=32):
             cand = cands.of(q)
             cur = int(choice[q])
             st.add(q, cand[cur], -1.0)
-            mx, sm = st.score(q, cand)
-            bad = forbid.get(q)
-            if bad:
-                mx[list(bad)] = np.inf
-            best = int(np.lexsort((sm, mx))[0])
+            best, mx = _best_candidate(st, q, cand, forbid)
             if best != cur and mx[best] < umax - 1e-9:
                 choice[q] = best
                 st.add(q, cand[best])
-                pm[i, :] = -1
-                pm[i, :cand.shape[1]] = cand[best]
+                _set_row(pm, i, cand[best])
                 moves += 1
                 moved = True
                 break

@@ -29,10 +29,6 @@ from icefabric.units import us
 
 SCHEMA_VERSION = 1
 
-ROW_FIELDS = ("policy", "job", "collective", "algorithm", "size_bytes", "nranks",
-              "time_us", "algbw_GBps", "busbw_GBps", "ideal_busbw_GBps", "frac_of_ideal",
-              "gain_vs_ecmp")
-
 
 @dataclass
 class LinkStats:

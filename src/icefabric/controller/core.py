@@ -35,6 +35,7 @@ from icefabric.controller.planner import (
     path_plan_to_dict,
 )
 from icefabric.controller.settings import Settings
+from icefabric.controller.store.errors import StoreError
 from icefabric.controller.store.repo import Repository
 from icefabric.schemas_service import (
     AgentEnrol,
@@ -137,7 +138,8 @@ class ControllerCore:
 
     def __init__(self, settings: Settings, repo: Repository | None = None):
         self.settings = settings
-        self.repo = repo or Repository(settings.database_url)
+        self.repo = repo or Repository(settings.database_url,
+                                       lock_timeout_s=settings.db_lock_timeout_s)
         self.metrics = Metrics()
         self._lock = threading.RLock()
         self._admin_sha = sha256(self._admin_token())
@@ -175,6 +177,8 @@ class ControllerCore:
         s = self.settings
         if s.admin_token is not None:
             return s.admin_token.get_secret_value()
+        if s.admin_token_file is None:  # insecure-local: a token nobody knows
+            return "ice_admin_" + secrets.token_urlsafe(32)
         p = Path(s.admin_token_file)
         if p.exists():
             return p.read_text().strip()
@@ -182,7 +186,7 @@ class ControllerCore:
         p.parent.mkdir(parents=True, exist_ok=True)
         p.touch(mode=0o600)
         p.write_text(tok + "\n")
-        log.warning("no ICE_ADMIN_TOKEN set: generated one in %s", p)
+        log.warning("generated an admin token in %s", p)
         return tok
 
     def _load(self) -> None:
@@ -343,9 +347,9 @@ class ControllerCore:
         h = self.hosts.get(host)
         if h is None:
             raise NotFound(f"host {host!r} is not enrolled")
-        h["applied_version"] = version
-        h["last_seen"] = time.time()
-        self.repo.set_applied(host, version, h["last_seen"])
+        now = time.time()
+        self.repo.set_applied(host, version, now)
+        h["applied_version"], h["last_seen"] = version, now
 
     def connected_agents(self) -> int:
         cut = time.time() - self.settings.agent_timeout_s
@@ -382,9 +386,26 @@ class ControllerCore:
             self.request_plan(f"job {rep.job}")
         return js
 
+    def end_report(self, host: str, job: str) -> None:
+        """The job's communicator is gone on ``host`` (job ended or host left it): forget
+        the report; a job planned so far is dropped from the next plan."""
+        with self._lock:
+            js = self.jobs.get(job)
+            if js is None or host not in js.reports:
+                raise NotFound(f"host {host!r} has no report for job {job!r}")
+            was_complete = js.complete
+            self.repo.delete_report(job, host)
+            del js.reports[host]
+            self.report_docs[job].pop(host, None)
+            if not js.reports:
+                del self.jobs[job], self.report_docs[job]
+        if was_complete:
+            self.request_plan(f"job {job} ended on {host}")
+
     # -- plans ----------------------------------------------------------------------------------
     def request_plan(self, reason: str, links_only: bool = False) -> None:
         self._idle.clear()
+        self.metrics.plan_requests += 1
         try:
             self._queue.put_nowait(PlanRequest(reason, links_only))
         except queue.Full:
@@ -425,12 +446,24 @@ class ControllerCore:
                 links_only = links_only and more.links_only
             try:
                 self._plan(", ".join(reasons)[:200], links_only)
+            except StoreError as e:  # keep the last plan; plan again once the database is back
+                self.last_error = str(e)
+                self.metrics.plan_errors += 1
+                log.error("plan not stored, retrying in %g s: %s", self.settings.plan_retry_s, e)
+                self._retry_later(reasons[0], links_only)
             except Exception as e:  # keep the last plan; report the error on /healthz
                 self.last_error = f"{type(e).__name__}: {e}"
                 self.metrics.plan_errors += 1
                 log.exception("planning failed")
             if self._queue.empty():
                 self._idle.set()
+
+    def _retry_later(self, reason: str, links_only: bool) -> None:
+        reason = reason if reason.startswith("retry: ") else f"retry: {reason}"
+        t = threading.Timer(self.settings.plan_retry_s, lambda: self._thread is not None and
+                            self.request_plan(reason, links_only))
+        t.daemon = True
+        t.start()
 
     def _plan(self, reason: str, links_only: bool) -> None:
         with self._lock:

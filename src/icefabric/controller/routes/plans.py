@@ -31,7 +31,7 @@ async def get_plan(core: CoreDep, p: PrincipalDep, host: str = Path(max_length=1
 
 
 @router.post("/{host}/plan/ack", status_code=204)
-async def ack_plan(body: PlanAck, core: CoreDep, p: PrincipalDep,
+def ack_plan(body: PlanAck, core: CoreDep, p: PrincipalDep,
              host: str = Path(max_length=128)) -> Response:
     """The agent applied plan ``version`` on its host."""
     require_host(p, host, write=True)

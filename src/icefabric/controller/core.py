@@ -503,7 +503,8 @@ class ControllerCore:
                               planning_ms=round(planning_ms, 3), jobs=out["jobs"],
                               qps=out["n_qps"], hosts=len(qps),
                               down_links=[LinkRef(a=a, b=b) for a, b in down],
-                              fabric_version=fv).model_dump(mode="json")
+                              fabric_version=fv, no_path=out["no_path"]
+                              ).model_dump(mode="json")
         pp = plan if isinstance(plan, dict) else path_plan_to_dict(plan)
         plan_dict = pp if isinstance(plan, dict) else None
         plan = path_plan_from_dict(pp) if isinstance(plan, dict) else plan
@@ -522,6 +523,9 @@ class ControllerCore:
         self.watch.publish(version)
         log.info("plan v%d (%s, %s): %d QPs on %d hosts (%d changed) in %.1f ms", version,
                  kind, reason, out["n_qps"], len(docs), len(changed), planning_ms)
+        for x in out["no_path"]:
+            log.warning("plan v%d leaves job %s out: %d QPs have no path (%s)", version,
+                        x["job"], x["qps"], x["reason"])
 
     def _plan_in_worker(self, fv, docs, prev, unchanged_key, kw) -> dict | None:
         prev_d = None

@@ -20,9 +20,10 @@ import numpy as np
 from icefabric.ccl.collectives import add_collective
 from icefabric.ccl.communicator import Communicator
 from icefabric.ccl.workload import Workload, WorkloadBuilder
-from icefabric.control.plan import PathPlan
+from icefabric.control.plan import PathPlan, single_path_plan
 from icefabric.schemas_service import SERVICE_SCHEMA_VERSION, CommReport
 from icefabric.topology.model import Fabric
+from icefabric.topology.routing import Routing
 
 
 class PlanInputError(ValueError):
@@ -256,11 +257,18 @@ def compute_plan(fabric: Fabric, jobs: dict[str, JobState], *, policy_name: str,
 
     t0 = time.perf_counter()
     bw = build_workload(fabric, jobs)
-    if bw.workload.n_qps == 0 or unchanged(bw.key):
+    no_path = no_path_jobs(fabric, bw, down_ids) if down_ids else []
+    if no_path:  # plan the other jobs; these cannot run until a path comes back
+        bw = build_workload(fabric, {k: v for k, v in jobs.items()
+                                     if k not in {x["job"] for x in no_path}})
+    if unchanged(bw.key) or (bw.workload.n_qps == 0 and prev is None):
         return None
     policy = get_policy(policy_name)
     ctx = PlanContext.create(fabric, bw.workload, seed=seed)
-    if prev is not None and prev_key == bw.key and prev.n_qps == bw.workload.n_qps:
+    if bw.workload.n_qps == 0:  # every job ended or has no path: an empty plan
+        plan = single_path_plan([], np.zeros(0, dtype=np.int64), policy.name)
+        kind = "plan"
+    elif prev is not None and prev_key == bw.key and prev.n_qps == bw.workload.n_qps:
         plan = policy.replan(ctx.after_failure(down_ids), prev)
         kind = "replan"
     else:
@@ -271,7 +279,34 @@ def compute_plan(fabric: Fabric, jobs: dict[str, JobState], *, policy_name: str,
     planning_ms = (time.perf_counter() - t0) * 1e3
     return {"kind": kind, "plan": plan, "key": bw.key, "jobs": bw.jobs,
             "n_qps": bw.workload.n_qps, "qps": host_qps_json(fabric, bw, plan),
-            "planning_ms": planning_ms, "policy": plan.policy or policy.name}
+            "planning_ms": planning_ms, "policy": plan.policy or policy.name,
+            "no_path": no_path}
+
+
+def no_path_jobs(fabric: Fabric, bw: BuiltWorkload, down_ids: list[int],
+                 examples: int = 5) -> list[dict]:
+    """The jobs with QPs that no working path joins under ``down_ids`` (a NIC link down,
+    or a leaf cut off from the other's): ``{job, qps, examples, reason}`` per job."""
+    wl = bw.workload
+    routing = Routing(fabric, down_ids)
+    bad = np.flatnonzero(~routing.reachable(wl.qp_src_nic, wl.qp_dst_nic))
+    out: dict[str, dict] = {}
+    names = fabric.node_names
+    for q in bad.tolist():
+        s, d = int(wl.qp_src_nic[q]), int(wl.qp_dst_nic[q])
+        e = out.setdefault(bw.qp_job[q], {"job": bw.qp_job[q], "qps": 0, "examples": [],
+                                          "reason": ""})
+        e["qps"] += 1
+        if len(e["examples"]) < examples:
+            e["examples"].append(f"{ip_str(wl.qp_src_ip[q])}->{ip_str(wl.qp_dst_ip[q])}")
+        if not e["reason"]:
+            src_down = routing.down[routing.nic_uplink(s)[0]]
+            if src_down or routing.down[routing.nic_downlink(d)[0]]:
+                e["reason"] = f"NIC link of {names[s] if src_down else names[d]} is down"
+            else:
+                e["reason"] = (f"no working path from {names[fabric.nic_leaf[s]]} to "
+                               f"{names[fabric.nic_leaf[d]]}")
+    return sorted(out.values(), key=lambda e: e["job"])
 
 
 _WORKER_FABRIC: dict[int, Fabric] = {}

@@ -32,9 +32,6 @@ HERE = Path(__file__).parent
 ADMIN = "fault-suite-admin-token"
 FLEET = HERE / "fleet-128.yaml"
 
-pytestmark = pytest.mark.faults
-
-
 class RecordingActuator(TwinNicActuator):
     """Twin NICs that remember every plan version applied (and its content)."""
 

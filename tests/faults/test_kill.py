@@ -1,6 +1,7 @@
 """kill -9 of the controller while 128 agents long-poll it: while it plans, and inside the
-transaction that stores a plan (SQLite and PostgreSQL). Agents keep their plans, retry with backoff, and end on
-the latest plan; no plan version is lost or served twice with different content."""
+transaction that stores a plan (SQLite and PostgreSQL). Agents keep their plans, retry with
+backoff, and end on the latest plan; no plan version is lost or served twice with
+different content."""
 
 import time
 
@@ -8,7 +9,7 @@ import pytest
 
 from .conftest import FLEET, Fleet, admin, check_plans, faulty, wait_file
 
-pytestmark = pytest.mark.faults
+pytestmark = [pytest.mark.faults, pytest.mark.timeout(180)]
 
 LINK = {"a": "leaf0", "b": "spine0"}
 
@@ -28,9 +29,9 @@ def _kill_at(point, env, tmp_path):
         ctl.kill()  # every agent is parked on a long-poll
         time.sleep(3.0)
         # Controller gone: every agent keeps the plan it had and retries with capped
-        # exponential backoff (50 ms doubling to 1 s): a few retries each, not a storm.
+        # exponential backoff (at most 11 tries each in 3 s, see test_start), no storm.
         assert set(fleet.versions().values()) == {v1}
-        assert 128 <= fleet.errors() - errors <= 128 * 8, fleet.errors() - errors
+        assert 128 <= fleet.errors() - errors <= 128 * 11, fleet.errors() - errors
         (tmp_path / "arm").unlink()
         ctl.start()  # same database, same port
         v = fleet.wait_converged(at_least=v1 + 1)

@@ -2,6 +2,7 @@
 and from the previous schema version, round trips, and errors that say what is wrong."""
 
 import sqlite3
+import time
 
 import pytest
 from sqlalchemy import create_engine
@@ -116,3 +117,61 @@ def test_locked_sqlite_file_is_a_clear_error_at_start_and_later(tmp_path):
 def test_missing_directory_is_a_clear_error(tmp_path):
     with pytest.raises(StoreUnusable, match="directory .*nowhere does not exist"):
         Repository(f"sqlite:///{tmp_path}/nowhere/ice.db")
+
+
+def test_acks_are_group_committed(database_url):
+    import threading
+
+    repo = Repository(database_url)
+    try:
+        for i in range(40):
+            repo.upsert_host(f"h{i}", f"{i:064x}", [], "1", "twin")
+        threads = [threading.Thread(target=repo.set_applied, args=(f"h{i}", 5, 9.0))
+                   for i in range(40)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+        assert {(h.applied_version, h.last_seen) for h in repo.hosts()} == {(5, 9.0)}
+        assert repo._acks.batches < 40  # concurrent acknowledgements shared transactions
+        repo.set_applied("unknown-host", 5, 9.0)  # not enrolled: nothing to update
+    finally:
+        repo.close()
+
+
+def test_group_commit_hands_each_batch_its_error():
+    import threading
+
+    from icefabric.controller.store.batch import GroupCommit
+
+    release, written, errors = threading.Event(), [], []
+
+    def write(batch):
+        if not written:
+            release.wait(5)  # the first batch is slow: the others pile up behind it
+        written.append(list(batch))
+        if "bad" in batch:
+            raise OSError("disk full")
+
+    gc = GroupCommit(write)
+
+    def call(x):
+        try:
+            gc.submit(x)
+        except OSError as e:
+            errors.append((x, str(e)))
+
+    first = threading.Thread(target=call, args=("a",))
+    first.start()
+    while not gc._busy:
+        time.sleep(0.001)
+    rest = [threading.Thread(target=call, args=(x,)) for x in ("b", "bad", "c")]
+    for th in rest:
+        th.start()
+    while len(gc._pending) < 3:
+        time.sleep(0.001)
+    release.set()
+    for th in [first, *rest]:
+        th.join(5)
+    assert written == [["a"], ["b", "bad", "c"]] and gc.batches == 2
+    assert sorted(errors) == [("b", "disk full"), ("bad", "disk full"), ("c", "disk full")]

@@ -16,11 +16,12 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from sqlalchemy import create_engine, delete, event, exc, select
+from sqlalchemy import create_engine, delete, event, exc, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from icefabric.controller.store import tables as t
+from icefabric.controller.store.batch import GroupCommit
 from icefabric.controller.store.errors import StoreError, StoreUnusable, describe, translate
 from icefabric.controller.store.migrations import migrate, sqlite_pragmas
 
@@ -86,6 +87,7 @@ class Repository:
             raise
         self._session = sessionmaker(self.engine, expire_on_commit=False)
         self._write = threading.Lock()
+        self._acks = GroupCommit(self._set_applied_many)
 
     def close(self) -> None:
         self.engine.dispose()
@@ -175,11 +177,16 @@ class Repository:
             return list(s.execute(select(t.HostRow).order_by(t.HostRow.host)).scalars())
 
     def set_applied(self, host: str, version: int, seen: float) -> None:
+        """Record the plan version a host applied; concurrent calls share a transaction."""
+        self._acks.submit((host, version, seen))
+
+    def _set_applied_many(self, acks: list[tuple[str, int, float]]) -> None:
+        rows = {h: {"host": h, "applied_version": v, "last_seen": seen} for h, v, seen in acks}
         with self._writing() as s:
-            row = s.get(t.HostRow, host)
-            if row is not None:
-                row.applied_version = version
-                row.last_seen = seen
+            known = set(s.execute(select(t.HostRow.host).where(
+                t.HostRow.host.in_(list(rows)))).scalars())
+            if known:
+                s.execute(update(t.HostRow), [rows[h] for h in known])
 
     # -- reports ----------------------------------------------------------------------------
     def save_report(self, job: str, host: str, document: dict) -> None:

@@ -16,10 +16,11 @@ import argparse
 import json
 import tempfile
 
+from tests.twin.test_flaps import SCHEDULE
+
 from icefabric.controller.settings import Settings
 from icefabric.twin.flaps import run_flaps
 from icefabric.twin.serve import ThreadedController
-from tests.twin.test_flaps import SCHEDULE
 
 ADMIN = "bench-flaps-admin"
 

@@ -223,8 +223,8 @@ class PlanAck(_Message):
 
 
 class NoPath(_Model):
-    """A job left out of a plan: some of its QPs have no working path (its other QPs
-    keep what they have; the job is planned again once a path comes back)."""
+    """A job left out of a plan because some of its QPs have no working path: none of
+    its QPs is in the plan (they keep their hosts' defaults) until a path comes back."""
 
     job: str
     qps: int = Field(description="QPs of the job without a working path")

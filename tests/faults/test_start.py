@@ -11,7 +11,7 @@ import pytest
 
 from icefabric.twin.serve import SubprocessController, free_port
 
-from .conftest import FLEET, Fleet, check_plans
+from .conftest import Fleet, check_plans
 
 pytestmark = [pytest.mark.faults, pytest.mark.timeout(180)]
 
@@ -70,7 +70,7 @@ def test_read_only_database_directory(controller_env, tmp_path):
 
 def test_agents_started_before_their_controller_catch_up(controller_env, tmp_path):
     port = free_port()
-    fleet = Fleet(FLEET, f"http://127.0.0.1:{port}").start()
+    fleet = Fleet("hetero-default", f"http://127.0.0.1:{port}").start()
     ctl = SubprocessController(controller_env, port=port,
                                log_path=str(tmp_path / "controller.log"))
     try:

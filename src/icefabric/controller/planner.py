@@ -286,7 +286,7 @@ def compute_plan(fabric: Fabric, jobs: dict[str, JobState], *, policy_name: str,
 def no_path_jobs(fabric: Fabric, bw: BuiltWorkload, down_ids: list[int],
                  examples: int = 5) -> list[dict]:
     """The jobs with QPs that no working path joins under ``down_ids`` (a NIC link down,
-    or a leaf cut off from the other's): ``{job, qps, examples, reason}`` per job."""
+    or one leaf cut off from the other): ``{job, qps, examples, reason}`` per job."""
     wl = bw.workload
     routing = Routing(fabric, down_ids)
     bad = np.flatnonzero(~routing.reachable(wl.qp_src_nic, wl.qp_dst_nic))

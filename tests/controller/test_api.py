@@ -134,12 +134,17 @@ def test_report_before_fabric_is_409(client, scenario):
     assert r.status_code == 409 and "fabric" in r.json()["message"]
 
 
+def _all_planned(client, reports):
+    """Every host reports; returns the tokens, the core and the settled plan version."""
+    tokens = report_all(client, reports)
+    core = client.app.state.core
+    core.wait_idle()
+    return tokens, core, core.plan_version
+
+
 def test_a_cut_off_leaf_is_reported_as_no_path_and_the_rest_replanned(loaded, scenario):
     _, fabric, _, reports = scenario
-    tokens = report_all(loaded, reports)
-    core = loaded.app.state.core
-    core.wait_idle()
-    v = core.plan_version
+    tokens, core, v = _all_planned(loaded, reports)
     cut = [{"a": "leaf3", "b": f"spine{i}", "up": False} for i in range(8)]
     r = loaded.post("/v1/fabric/links", json={"links": cut}, headers=auth(ADMIN))
     assert r.status_code == 200
@@ -171,10 +176,7 @@ def test_a_cut_off_leaf_is_reported_as_no_path_and_the_rest_replanned(loaded, sc
 
 def test_jobs_that_end_leave_the_plan(loaded, scenario):
     _, _, _, reports = scenario
-    tokens = report_all(loaded, reports)
-    core = loaded.app.state.core
-    core.wait_idle()
-    v = core.plan_version
+    tokens, core, v = _all_planned(loaded, reports)
     for h, reps in reports.items():
         for rep in reps:
             if rep.job == "gpt":

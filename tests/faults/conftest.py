@@ -9,7 +9,6 @@ import functools
 import hashlib
 import json
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -19,7 +18,7 @@ from sqlalchemy import create_engine, select
 
 from icefabric.agent.actuators.twin import TwinNicActuator
 from icefabric.agent.client import ControllerClient
-from icefabric.agent.runner import Agent, Backoff
+from icefabric.agent.runner import Agent, Backoff, running
 from icefabric.controller.store import tables as t
 from icefabric.scenario.build import build_fabric, build_workload
 from icefabric.scenario.loader import load
@@ -66,8 +65,7 @@ class Fleet:
                 s.name, ControllerClient(url, timeout_s=5.0), RecordingActuator(),
                 enrol_token=ADMIN, collector=(lambda h=s.name: self.reports.get(h, [])),
                 poll_wait_s=poll_wait_s, backoff=Backoff(0.05, backoff_max_s, seed=i))
-        self.stop_event = threading.Event()
-        self.threads: list[threading.Thread] = []
+        self._running = running(self.agents.values())
 
     def upload_fabric(self) -> None:
         r = admin(self.url).put("/v1/fabric", content=FabricUpload(
@@ -76,18 +74,11 @@ class Fleet:
         assert r.status_code == 200, r.text
 
     def start(self) -> Fleet:
-        self.threads = [threading.Thread(target=a.run, args=(self.stop_event,), daemon=True,
-                                         name=f"agent-{h}") for h, a in self.agents.items()]
-        for th in self.threads:
-            th.start()
+        self._running.__enter__()
         return self
 
     def stop(self) -> None:
-        self.stop_event.set()
-        for th in self.threads:
-            th.join(timeout=15)
-        for a in self.agents.values():
-            a.client.close()
+        self._running.__exit__(None, None, None)
 
     def versions(self) -> dict[str, int]:
         return {h: a.version for h, a in self.agents.items()}

@@ -9,7 +9,8 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -248,3 +249,23 @@ class Agent:
                 if e.status not in (409, 404):
                     log.warning("%s: controller rejected a request: %s", self.host, e)
                 stop.wait(self.backoff.next())
+
+
+@contextmanager
+def running(agents: Iterable[Agent], join_timeout_s: float = 15.0) -> Iterator[None]:
+    """Run each agent's loop in a thread for the duration of the ``with`` block; then stop
+    them, wait for them, and close their clients (the twin and the tests run fleets so)."""
+    agents = list(agents)
+    stop = threading.Event()
+    threads = [threading.Thread(target=a.run, args=(stop,), daemon=True, name=f"agent-{a.host}")
+               for a in agents]
+    for t in threads:
+        t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=join_timeout_s)
+        for a in agents:
+            a.client.close()

@@ -19,7 +19,6 @@ every agent applied the final plan.
 from __future__ import annotations
 
 import ipaddress
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -28,7 +27,7 @@ import numpy as np
 
 from icefabric.agent.actuators.twin import TwinNicActuator
 from icefabric.agent.client import ControllerClient
-from icefabric.agent.runner import Agent, Backoff
+from icefabric.agent.runner import Agent, Backoff, running
 from icefabric.control.hashing import ecmp_paths, fabric_hash_configs
 from icefabric.controller.planner import links_between
 from icefabric.scenario.build import build_fabric, build_workload
@@ -113,9 +112,6 @@ def run_flaps(scenario: str | LoadedScenario, controller_url: str, admin_token: 
                            size_bytes)
     admin = httpx.Client(base_url=controller_url, trust_env=False, timeout=30.0,
                          headers={"Authorization": f"Bearer {admin_token}"})
-    agents: dict[str, Agent] = {}
-    stop = threading.Event()
-    threads: list[threading.Thread] = []
     try:
         policy = admin.get("/healthz").json()["policy"]
         r = admin.put("/v1/fabric", content=FabricUpload(
@@ -123,44 +119,41 @@ def run_flaps(scenario: str | LoadedScenario, controller_url: str, admin_token: 
             headers={"Content-Type": "application/json"})
         if r.status_code != 200:
             raise TwinError(f"fabric upload failed: {r.status_code} {r.text[:300]}")
-        for i, s in enumerate(fabric.servers):
-            agents[s.name] = Agent(s.name, ControllerClient(controller_url), _Recording(),
-                                   enrol_token=admin_token, poll_wait_s=poll_wait_s,
-                                   collector=lambda h=s.name: reports.get(h, []),
-                                   backoff=Backoff(0.02, 0.5, seed=i))
-        threads = [threading.Thread(target=a.run, args=(stop,), daemon=True)
-                   for a in agents.values()]
-        for t in threads:
-            t.start()
-        n_jobs = len(ls.scenario.jobs)
-        v0 = _converged(admin, agents, timeout_s, n_jobs, set())
-        plans0, req0 = _plans_done(admin)
-        t0 = time.monotonic()
-        for ch in sorted(schedule, key=lambda c: c.t_s):
-            time.sleep(max(0.0, t0 + ch.t_s - time.monotonic()))
-            kind = "link_up" if ch.up else "link_down"
-            r = admin.post("/v1/events", json={"events": [
-                {"kind": kind, "link": {"a": a, "b": b}} for a, b in ch.links]})
-            if r.status_code != 202:
-                raise TwinError(f"event refused: {r.status_code} {r.text[:300]}")
-        t_last = time.monotonic()
-        final = _converged(admin, agents, timeout_s, n_jobs, final_down(schedule))
-        converge_s = time.monotonic() - t_last
-        plans1, req1 = _plans_done(admin)
-        res = FlapResult(ls.scenario.name, policy, len(agents), len(schedule),
-                         schedule[-1].t_s - schedule[0].t_s if schedule else 0.0,
-                         int(req1 - req0), int(plans1 - plans0), debounce_s,
-                         round(converge_s, 3), final, 0, 0, 0, 0)
-        _check_applied(fabric, reports, agents, admin, res, since=v0)
-        res.errors = [a.last_error for a in agents.values() if a.last_error]
-        return res
+        agents = {s.name: Agent(s.name, ControllerClient(controller_url), _Recording(),
+                                enrol_token=admin_token, poll_wait_s=poll_wait_s,
+                                collector=lambda h=s.name: reports.get(h, []),
+                                backoff=Backoff(0.02, 0.5, seed=i))
+                  for i, s in enumerate(fabric.servers)}
+        with running(agents.values(), join_timeout_s=poll_wait_s + 15):
+            n_jobs = len(ls.scenario.jobs)
+            v0 = _converged(admin, agents, timeout_s, n_jobs, set())
+            plans0, req0 = _plans_done(admin)
+            _replay(admin, schedule)
+            t_last = time.monotonic()
+            final = _converged(admin, agents, timeout_s, n_jobs, final_down(schedule))
+            converge_s = time.monotonic() - t_last
+            plans1, req1 = _plans_done(admin)
+            res = FlapResult(ls.scenario.name, policy, len(agents), len(schedule),
+                             schedule[-1].t_s - schedule[0].t_s if schedule else 0.0,
+                             int(req1 - req0), int(plans1 - plans0), debounce_s,
+                             round(converge_s, 3), final, 0, 0, 0, 0)
+            _check_applied(fabric, reports, agents, admin, res, since=v0)
+            res.errors = [a.last_error for a in agents.values() if a.last_error]
+            return res
     finally:
-        stop.set()
-        for t in threads:
-            t.join(timeout=poll_wait_s + 15)
-        for a in agents.values():
-            a.client.close()
         admin.close()
+
+
+def _replay(admin: httpx.Client, schedule: list[LinkChange]) -> None:
+    """Send each change as link events at its time (as soon as possible when behind)."""
+    t0 = time.monotonic()
+    for ch in sorted(schedule, key=lambda c: c.t_s):
+        time.sleep(max(0.0, t0 + ch.t_s - time.monotonic()))
+        kind = "link_up" if ch.up else "link_down"
+        r = admin.post("/v1/events", json={"events": [
+            {"kind": kind, "link": {"a": a, "b": b}} for a, b in ch.links]})
+        if r.status_code != 202:
+            raise TwinError(f"event refused: {r.status_code} {r.text[:300]}")
 
 
 def final_down(schedule: list[LinkChange]) -> set[tuple[str, str]]:

@@ -250,6 +250,8 @@ def main(argv=None):
     env = {"ICE_DATABASE_URL": f"sqlite:///{tmp}/ice.db", "ICE_ADMIN_TOKEN": ADMIN,
            "ICE_POLICY": "ecmp", "ICE_PLAN_DEBOUNCE_S": str(args.debounce),
            "ICE_PLANNER_PROCESSES": "1",
+           # every simulated agent enrols from 127.0.0.1: lift the per-address limit
+           "ICE_ENROL_RATE_PER_S": "1000", "ICE_ENROL_BURST": "2000",
            "ICE_ADMIN_TOKEN_FILE": f"{tmp}/t", "PYTHONPATH": os.pathsep.join(sys.path)}
     ctl = SubprocessController(env)
     url = ctl.start()

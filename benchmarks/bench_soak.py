@@ -283,6 +283,9 @@ async def soak(args, url, pid, reps):
                          "p99_ms": pct([d for _, d in log.arrivals], 99)},
         "latest_plan": cur, "agents_on_latest": sum(a.version == cur for a in agents),
         "rss_mb_start": round(samples[0]["rss_mb"], 1),
+        "rss_mb_after_ramp": round(next((x["rss_mb"] for x in samples
+                                         if x["t"] >= args.ramp + args.window),
+                                        samples[-1]["rss_mb"]), 1),
         "rss_mb_end": round(samples[-1]["rss_mb"], 1),
         "plans": samples[-1]["plans"] - samples[0]["plans"],
         "windows": windows(log, samples, args.window, end), "samples": samples}
@@ -323,10 +326,10 @@ def main(argv=None):
     p.add_argument("--duration", type=float, default=600.0, help="seconds, ramp included")
     p.add_argument("--ramp", type=float, default=30.0)
     p.add_argument("--wait", type=float, default=20.0, help="long-poll wait_s")
-    p.add_argument("--leave-every", type=float, default=1.0)
+    p.add_argument("--leave-every", type=float, default=2.0)
     p.add_argument("--away", type=float, default=10.0)
-    p.add_argument("--job-every", type=float, default=2.0)
-    p.add_argument("--link-every", type=float, default=20.0)
+    p.add_argument("--job-every", type=float, default=5.0)
+    p.add_argument("--link-every", type=float, default=30.0)
     p.add_argument("--window", type=float, default=30.0)
     p.add_argument("--sample-every", type=float, default=5.0)
     p.add_argument("--debounce", type=float, default=2.0)

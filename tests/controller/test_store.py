@@ -2,7 +2,6 @@
 and from the previous schema version, round trips, and errors that say what is wrong."""
 
 import sqlite3
-import time
 
 import pytest
 from sqlalchemy import create_engine
@@ -140,15 +139,17 @@ def test_acks_are_group_committed(database_url):
 
 
 def test_group_commit_hands_each_batch_its_error():
+    import asyncio
     import threading
 
     from icefabric.controller.store.batch import GroupCommit
 
-    release, written, errors = threading.Event(), [], []
+    started, release, written, errors = threading.Event(), threading.Event(), [], []
 
     def write(batch):
+        started.set()
         if not written:
-            release.wait(5)  # the first batch is slow: the others pile up behind it
+            release.wait(5)  # the first batch is slow: the others queue behind it
         written.append(list(batch))
         if "bad" in batch:
             raise OSError("disk full")
@@ -163,15 +164,28 @@ def test_group_commit_hands_each_batch_its_error():
 
     first = threading.Thread(target=call, args=("a",))
     first.start()
-    while not gc._busy:
-        time.sleep(0.001)
-    rest = [threading.Thread(target=call, args=(x,)) for x in ("b", "bad", "c")]
+    started.wait(5)
+    rest = [threading.Thread(target=call, args=(x,)) for x in ("b", "bad")]
     for th in rest:
         th.start()
-    while len(gc._pending) < 3:
-        time.sleep(0.001)
-    release.set()
+
+    async def from_the_loop():
+        try:
+            await gc.submit_async("c")
+        except OSError as e:
+            errors.append(("c", str(e)))
+
+    async def main():
+        task = asyncio.create_task(from_the_loop())
+        while gc._q.qsize() < 3:
+            await asyncio.sleep(0.001)
+        release.set()
+        await task
+
+    asyncio.run(main())
     for th in [first, *rest]:
         th.join(5)
-    assert written == [["a"], ["b", "bad", "c"]] and gc.batches == 2
+    gc.close()
+    assert written[0] == ["a"] and sorted(written[1]) == ["b", "bad", "c"]
+    assert gc.batches == 2
     assert sorted(errors) == [("b", "disk full"), ("bad", "disk full"), ("c", "disk full")]

@@ -97,19 +97,19 @@ def create_app(settings: Settings | None = None, core: ControllerCore | None = N
         app.include_router(r)
 
     @app.exception_handler(StarletteHTTPException)
-    async def httperror_response(request: Request, exc: StarletteHTTPException):
+    async def http_error(request: Request, exc: StarletteHTTPException):
         detail = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
         return error_response(exc.status_code, _CODES.get(exc.status_code, "error"), detail,
-                      headers=getattr(exc, "headers", None))
+                              headers=getattr(exc, "headers", None))
 
     @app.exception_handler(RequestValidationError)
-    async def validationerror_response(request: Request, exc: RequestValidationError):
+    async def validation_error(request: Request, exc: RequestValidationError):
         details = [{"loc": [str(x) for x in e.get("loc", ())], "msg": str(e.get("msg", "")),
                     "type": str(e.get("type", ""))} for e in exc.errors()[:20]]
         first = details[0] if details else {"loc": [], "msg": "invalid request"}
         where = ".".join(first["loc"])
-        return error_response(422, "invalid", f"{where}: {first['msg']}" if where else first["msg"],
-                      details)
+        return error_response(422, "invalid",
+                              f"{where}: {first['msg']}" if where else first["msg"], details)
 
     @app.exception_handler(Invalid)
     async def invalid(request: Request, exc: Invalid):
@@ -128,8 +128,9 @@ def create_app(settings: Settings | None = None, core: ControllerCore | None = N
         # The database is down, locked or broken: a clear 503 agents retry with backoff
         # (they keep their last plan meanwhile); plans already issued are still served.
         log.warning("%s %s: %s", request.method, request.url.path, exc)
-        return error_response(503, "database_unavailable", f"database unavailable: {exc}; "
-                      f"retry later", headers={"Retry-After": "1"})
+        return error_response(503, "database_unavailable",
+                              f"database unavailable: {exc}; retry later",
+                              headers={"Retry-After": "1"})
 
     @app.exception_handler(Exception)
     async def internal(request: Request, exc: Exception):

@@ -340,7 +340,9 @@ class ControllerCore:
         self.metrics.enrolments += 1
         return token
 
-    def ack(self, host: str, version: int) -> None:
+    async def ack(self, host: str, version: int) -> None:
+        """Record that ``host`` applied plan ``version`` (stored before it returns; acks
+        arriving together share a transaction, and no thread waits for it)."""
         if version > self.plan_version:
             raise Invalid(f"version {version} has not been issued (current "
                           f"{self.plan_version})")
@@ -348,7 +350,7 @@ class ControllerCore:
         if h is None:
             raise NotFound(f"host {host!r} is not enrolled")
         now = time.time()
-        self.repo.set_applied(host, version, now)
+        await self.repo.set_applied_async(host, version, now)
         h["applied_version"], h["last_seen"] = version, now
 
     def connected_agents(self) -> int:

@@ -1,65 +1,98 @@
-"""Group commit: many threads' small writes in one transaction, each caller returning only
-once its write is committed.
+"""Group commit: many small writes in one transaction, each caller resuming only once its
+write is committed.
 
 When a plan is published, every agent acknowledges it at once; one transaction per
 acknowledgement would queue them behind each other (a SQLite commit costs milliseconds, so
-a thousand agents would wait seconds). Here the first caller becomes the leader and
-commits everything pending; callers arriving meanwhile wait and go into the next
-transaction together (the classic leader/follower group commit of database logs).
+a thousand agents would wait seconds), and a thread per waiting request costs the event
+loop more than the write. Here one writer thread commits everything queued in one
+transaction; items queued meanwhile go into the next one together (the group commit of
+database logs). Callers wait in a thread (:meth:`GroupCommit.submit`) or, from the event
+loop, without one (:meth:`GroupCommit.submit_async`).
 """
 
 from __future__ import annotations
 
+import asyncio
+import queue
 import threading
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
 T = TypeVar("T")
+Done = Callable[[BaseException | None], None]
+_STOP = object()
+
+
+def _settle(fut: asyncio.Future, err: BaseException | None) -> None:
+    if not fut.done():
+        fut.set_exception(err) if err is not None else fut.set_result(None)
 
 
 class GroupCommit(Generic[T]):
-    """``submit(item)`` blocks until ``write(batch)`` committed a batch holding ``item``
-    (and raises that batch's error, if any).
+    """Batches ``write(items)`` calls; a daemon writer thread starts on first use.
 
     Parameters
     ----------
-    write : callable(list) — writes a batch in one transaction.
+    write : callable(list) — writes a batch in one transaction (raises on failure; every
+        caller of that batch gets the error).
     """
 
     def __init__(self, write: Callable[[list[T]], None]):
         self._write = write
-        self._cv = threading.Condition()
-        self._pending: list[T] = []
-        self._next = 0  # id of the batch pending items will go into
-        self._done = 0  # batches below this id are finished
-        self._busy = False
-        self._errors: dict[int, BaseException | None] = {}
-        self.batches = 0  # transactions made (for tests and metrics)
+        self._q: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self.batches = 0  # transactions made (for tests)
 
     def submit(self, item: T) -> None:
-        with self._cv:
-            self._pending.append(item)
-            mine = self._next
-            while self._done <= mine:
-                if self._busy:
-                    self._cv.wait()
-                    continue
-                self._busy = True  # lead: commit everything pending, mine included
-                batch, self._pending = self._pending, []
-                bid, self._next = self._next, self._next + 1
-                self._cv.release()
-                err: BaseException | None = None
+        """Block until ``item`` is committed."""
+        done, box = threading.Event(), []
+        self._put(item, lambda err: (box.append(err), done.set()))
+        done.wait()
+        if box[0] is not None:
+            raise box[0]
+
+    async def submit_async(self, item: T) -> None:
+        """Wait, without a thread, until ``item`` is committed."""
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+        self._put(item, lambda err: loop.call_soon_threadsafe(_settle, fut, err))
+        await fut
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._q.put(_STOP)
+            self._thread.join(timeout=30)
+            self._thread = None
+
+    def _put(self, item: T, done: Done) -> None:
+        with self._lock:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, daemon=True,
+                                                name="ice-group-commit")
+                self._thread.start()
+        self._q.put((item, done))
+
+    def _run(self) -> None:
+        while True:
+            first = self._q.get()
+            if first is _STOP:
+                return
+            batch = [first]
+            while True:
                 try:
-                    self._write(batch)
-                except BaseException as e:  # handed to every caller of the batch
-                    err = e
-                finally:
-                    self._cv.acquire()
-                self._errors[bid] = err
-                self._errors.pop(bid - 1024, None)
-                self._done, self._busy = bid + 1, False
-                self.batches += 1
-                self._cv.notify_all()
-            err = self._errors.get(mine)
-        if err is not None:
-            raise err
+                    nxt = self._q.get_nowait()
+                except queue.Empty:
+                    break
+                if nxt is _STOP:
+                    self._q.put(_STOP)
+                    break
+                batch.append(nxt)
+            err: BaseException | None = None
+            try:
+                self._write([item for item, _ in batch])
+            except Exception as e:  # handed to every caller of the batch
+                err = e
+            self.batches += 1
+            for _, done in batch:
+                done(err)

@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from icefabric.controller.store import tables as t
 from icefabric.controller.store.batch import GroupCommit
-from icefabric.controller.store.errors import StoreError, StoreUnusable, describe, translate
+from icefabric.controller.store.errors import StoreError, StoreUnusable, translate
 from icefabric.controller.store.migrations import migrate, sqlite_pragmas
 
 
@@ -62,7 +62,6 @@ class Repository:
     def __init__(self, url: str, *, lock_timeout_s: float = 10.0):
         u = make_url(url)
         self.url = u
-        self.where = describe(u)
         self.lock_timeout_s = lock_timeout_s
         self.backend = u.get_backend_name()
         kw: dict = {}
@@ -90,6 +89,7 @@ class Repository:
         self._acks = GroupCommit(self._set_applied_many)
 
     def close(self) -> None:
+        self._acks.close()
         self.engine.dispose()
 
     def session(self) -> Session:
@@ -179,6 +179,10 @@ class Repository:
     def set_applied(self, host: str, version: int, seen: float) -> None:
         """Record the plan version a host applied; concurrent calls share a transaction."""
         self._acks.submit((host, version, seen))
+
+    async def set_applied_async(self, host: str, version: int, seen: float) -> None:
+        """:meth:`set_applied` for the event loop (no thread waits for the commit)."""
+        await self._acks.submit_async((host, version, seen))
 
     def _set_applied_many(self, acks: list[tuple[str, int, float]]) -> None:
         rows = {h: {"host": h, "applied_version": v, "last_seen": seen} for h, v, seen in acks}

@@ -38,7 +38,13 @@ import httpx
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_controller import ADMIN, RawConn, reports_for, scenario_text  # noqa: E402
+from bench_controller import (  # noqa: E402
+    ADMIN,
+    RawConn,
+    reports_for,
+    scenario_text,
+    server_percentiles,
+)
 
 from icefabric.scenario.build import build_fabric  # noqa: E402
 from icefabric.scenario.loader import loads  # noqa: E402
@@ -244,8 +250,16 @@ async def soak(args, url, pid, reps):
     by_host = {a.host: a for a in agents}
     pairs = [(by_host[r.ranks[0].host], by_host[r.ranks[1].host]) for h, r in reps.items()
              if r.ranks[0].host == h]
-    stop, samples = asyncio.Event(), []
+    stop, samples, lag = asyncio.Event(), [], []
     tasks = [asyncio.create_task(sampler(url, pid, log, args, stop, samples))]
+
+    async def ticker():  # this client's own event-loop lag inflates what it measures
+        while not stop.is_set():
+            t = time.perf_counter()
+            await asyncio.sleep(0.01)
+            lag.append(time.perf_counter() - t - 0.01)
+
+    tick = asyncio.create_task(ticker())
 
     async def start(a, i):
         await asyncio.sleep(args.ramp * i / len(agents))
@@ -270,6 +284,7 @@ async def soak(args, url, pid, reps):
             break
         await asyncio.sleep(0.5)
     await tasks[0]
+    await tick
     for a in agents:
         await a.leave()
     lat = [d for _, k, d, _ in log.requests if k != "poll"]
@@ -288,6 +303,7 @@ async def soak(args, url, pid, reps):
                                         samples[-1]["rss_mb"]), 1),
         "rss_mb_end": round(samples[-1]["rss_mb"], 1),
         "plans": samples[-1]["plans"] - samples[0]["plans"],
+        "client_loop_lag": {"p50_ms": pct(lag, 50), "p99_ms": pct(lag, 99)},
         "windows": windows(log, samples, args.window, end), "samples": samples}
 
 
@@ -352,6 +368,10 @@ def main(argv=None):
             headers={"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"})
         assert r.status_code == 200, r.text
         out = asyncio.run(soak(args, url, ctl.proc.pid, reps))
+        m = httpx.get(f"{url}/metrics", trust_env=False).text
+        out["server_side"] = server_percentiles({
+            ln.split()[0]: float(ln.split()[1]) for ln in m.splitlines()
+            if ln.startswith("ice_http_request_seconds")})
     finally:
         ctl.stop()
     out["command"] = "PYTHONPATH=src python benchmarks/bench_soak.py " + " ".join(

@@ -27,6 +27,9 @@ class Communicator:
     channels : int | None — NCCL channels (rings); None = 2 per NIC of a server, the usual
         multi-node choice on 8-NIC servers [UNCONFIRMED default; NCCL tunes it at runtime].
     step_overhead_ns : int — per pipeline step software/NIC latency added to propagation.
+    rings : tuple of rank orders, optional — the ring of every channel as the library
+        reported it (NCCL ``Channel cc/NN : r0 r1 ...``); channel ``c`` uses
+        ``rings[c % len(rings)]``. Empty: the library model builds the rings.
     """
 
     job: str
@@ -36,6 +39,7 @@ class Communicator:
     qps_per_connection: int = 1
     channels: int | None = None
     step_overhead_ns: int = 1000
+    rings: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self):
         f = self.fabric
@@ -48,6 +52,10 @@ class Communicator:
             raise ValueError(f"job {self.job!r}: an accelerator appears twice")
         if self.qps_per_connection < 1 or self.qps_per_connection > 128:
             raise ValueError("qps_per_connection must be in [1, 128] (NCCL_IB_MAX_QPS)")
+        for c, ring in enumerate(self.rings):
+            if sorted(ring) != list(range(len(r))):
+                raise ValueError(f"job {self.job!r}: ring of channel {c} is not an order of "
+                                 f"ranks 0..{len(r) - 1}")
 
     @property
     def nranks(self) -> int:
@@ -82,6 +90,8 @@ class Communicator:
     def n_channels(self) -> int:
         if self.channels is not None:
             return self.channels
+        if self.rings:
+            return len(self.rings)
         return 2 * self.nics_per_server if self.n_nodes > 1 else 2 * 8
 
     def nic(self, rank: int, rail: int | None = None) -> int:

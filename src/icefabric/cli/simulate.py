@@ -69,6 +69,8 @@ def simulate(
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         res.to_json(out / "result.json")
+        if from_log:  # the scenario the log became: rerun it with `icefab simulate FILE`
+            (out / "scenario.yaml").write_text(ls.text)
         from icefabric.reports.figures import save_figures
 
         save_figures(res, out)

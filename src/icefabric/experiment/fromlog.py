@@ -41,7 +41,9 @@ def scenario_from_log(base: LoadedScenario, paths: list[str | Path], *,
             "the log places ranks out of host-by-host order; the replay places rank r on "
             f"host r // {job['gpus_per_host']}, device r % {job['gpus_per_host']}",
             *job.get("warnings", [])]
-    data = base.scenario.model_dump(mode="json", exclude={"failures"})
+    # the scenario's own fields (engine_options.engine is the top-level 'engine')
+    plain = {"engine_options": {"engine"}}
+    data = base.scenario.model_dump(mode="json", exclude={"failures": True, **plain})
     data.update(name=f"{data['name']}+{job['name']}",
                 description=(f"job {job['name']} ({job['nranks']} ranks on {len(job['hosts'])} "
                              f"hosts, from {', '.join(Path(p).name for p in paths)}) on the "
@@ -57,7 +59,8 @@ def scenario_from_log(base: LoadedScenario, paths: list[str | Path], *,
     except ValidationError as e:
         raise ScenarioError(f"the job of the log does not fit: {e.errors()[0]['msg']}",
                             source) from None
-    text = yaml.safe_dump(scn.model_dump(mode="json", exclude_defaults=True), sort_keys=False)
+    text = yaml.safe_dump(scn.model_dump(mode="json", exclude_defaults=True, exclude=plain),
+                          sort_keys=False, default_flow_style=None)
     return LoadedScenario(scn, source, {}, text), job
 
 

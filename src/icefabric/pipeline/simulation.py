@@ -43,10 +43,10 @@ def simulate(plan: Plan, options: EngineOptions, *, scenario: str = "") -> SimRe
     res = run_engine(prob, engine, policy=pol.name, scenario=scenario, seed=plan.seed, **args)
     unfinished = np.flatnonzero(res.flow_finish_ns < 0)
     if len(unfinished):
-        raise EngineError(f"{engine} engine stopped at t={res.makespan_ns} ns with "
-                          f"{len(unfinished)} flows unfinished (e.g. "
-                          f"{prob.flow_names[unfinished[0]]}): a failed link nobody routed "
-                          f"around, or a step limit (engine_options max_steps/max_time_ns)")
+        raise EngineError(f"{engine} engine stopped with {len(unfinished)} of {prob.n_flows} "
+                          f"flows unfinished (e.g. {prob.flow_names[unfinished[0]]}): a failed "
+                          f"link nobody routed around, or a step limit (engine_options "
+                          f"max_steps/max_time_ns)")
     res.meta["plan_link_qps"] = plan.paths.link_load(plan.fabric.n_links).tolist()
     res.meta["fabric_links"] = np.flatnonzero(plan.fabric.link_kind == LINK_FABRIC).tolist()
     return res

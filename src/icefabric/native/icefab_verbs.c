@@ -37,6 +37,7 @@
  * Environment: ICE_SHIM_SOCKET (agent socket, default /run/icefab/verbs.sock),
  * ICE_SHIM_TIMEOUT_MS (default 100), ICE_SHIM_RETRY_MS (default 10000: after a failure no
  * QP waits for the agent for this long), ICE_JOB (job name reported with every QP),
+ * ICE_SHIM_MLX5_LIB (libmlx5 to dlopen, default libmlx5.so.1; "none": no live changes),
  * ICE_SHIM_DISABLE=1, ICE_SHIM_DEBUG=1 (one line per event on stderr).
  *
  * Wire format (one text line each, see icefabric/agent/shim_socket.py):
@@ -225,7 +226,9 @@ static void load_libs(void)
         if (h)
             gid_ex = (gid_ex_fn)real_dlvsym()(h, "_ibv_query_gid_ex", "IBVERBS_1.11");
     }
-    void *m = dlopen("libmlx5.so.1", RTLD_NOW | RTLD_LOCAL);
+    const char *lib = getenv("ICE_SHIM_MLX5_LIB");
+    lib = lib && *lib ? lib : "libmlx5.so.1";
+    void *m = strcmp(lib, "none") ? dlopen(lib, RTLD_NOW | RTLD_LOCAL) : NULL;
     if (m)
         mlx5_sport = (udp_sport_fn)dlsym(m, "mlx5dv_modify_qp_udp_sport");
     debug("libibverbs gid_ex %s, mlx5dv_modify_qp_udp_sport %s", gid_ex ? "found" : "absent",
@@ -522,7 +525,7 @@ static int modify_rtr(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, con
     if (!planned)
         rc = real_modify(qp, attr, mask);
     if (rc == 0) {
-        remember_qp(qp, planned ? kbps : -1);
+        remember_qp(qp, kbps);
         uint32_t used = planned ? fl : attr->ah_attr.grh.flow_label;
         if (!used)
             used = icefab_calc_flow_label(qp->qp_num, attr->dest_qp_num);

@@ -11,6 +11,8 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,6 +57,23 @@ def rtr_labels(log: Path) -> dict[int, int]:
     """Flow label each QP got at INIT->RTR (successful calls)."""
     return {r["qpn"]: r["flow_label"] for r in records(log)
             if r["call"] == "modify_qp" and r["state"] == IBV_QPS_RTR and r["rc"] == 0}
+
+
+def wait_for(cond, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if cond():
+            return True
+        time.sleep(0.01)
+    return False
+
+
+@pytest.fixture
+def agent_sock():
+    """A short socket path (Unix socket paths are limited to 108 bytes)."""
+    d = Path(tempfile.mkdtemp(prefix="ice"))
+    yield d / "v.sock"
+    shutil.rmtree(d, ignore_errors=True)
 
 
 def _cc(*args: str) -> None:

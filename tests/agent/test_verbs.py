@@ -22,7 +22,7 @@ from icefabric.agent.shim_socket import ShimConn
 from icefabric.dataplane.roce import flow_label_to_udp_sport
 from icefabric.schemas_service import CommReport, HostPlan, QpPlan, RankEntry
 
-from .conftest import IBV_QP_RATE_LIMIT, records, rtr_labels
+from .conftest import IBV_QP_RATE_LIMIT, records, rtr_labels, wait_for
 
 SIP, DIP, JOB = "10.0.0.1", "10.0.0.2", "train1"
 
@@ -32,36 +32,15 @@ def plan_of(sports: list[int], rates: list[float | None] | None = None, version:
     rates = rates or [None] * len(sports)
     return HostPlan(host="h0", version=version, fabric_version=1, policy="ice", created_at=0.0,
                     down_links=[], qps=[
-                        QpPlan(src_ip=SIP, dst_ip=DIP, lqpn=100 + i, rqpn=200 + i, job=job, ordinal=i,
-                               sport=s, rate_bps=r, routes=[[1]], weights=[1.0])
+                        QpPlan(src_ip=SIP, dst_ip=DIP, lqpn=100 + i, rqpn=200 + i, job=job,
+                               ordinal=i, sport=s, rate_bps=r, routes=[[1]], weights=[1.0])
                         for i, (s, r) in enumerate(zip(sports, rates))])
-
-
-@pytest.fixture
-def agent_sock(tmp_path):
-    # Unix socket paths are limited to 108 bytes: keep them short.
-    import tempfile
-
-    d = Path(tempfile.mkdtemp(prefix="ice"))
-    yield d / "v.sock"
-    for p in d.iterdir():
-        p.unlink()
-    d.rmdir()
 
 
 @pytest.fixture
 def actuator(agent_sock):
     with VerbsActuator(agent_sock, push_timeout_s=5.0) as act:
         yield act
-
-
-def wait_for(cond, timeout_s=10.0):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if cond():
-            return True
-        time.sleep(0.01)
-    return False
 
 
 def connect(native, tmp_path, sock, n, *, program="ccl_dlopen", hold=True, threads=1,

@@ -85,22 +85,27 @@ def _cc(*args: str) -> None:
         raise ShimNotBuilt(proc.stderr[-2000:])
 
 
+def build_kit(d: Path) -> NativeKit:
+    """Compile the shim, the stand-ins and the CCL program into ``d`` (also used by
+    benchmarks/bench_shim_delay.py). Raises :class:`ShimNotBuilt`."""
+    shim = build_shim(d / "libicefab_verbs.so")
+    _cc("-fPIC", "-shared", "-Wl,-soname,libibverbs.so.1",
+        f"-Wl,--version-script={NATIVE / 'fakeverbs.map'}", "-o", str(d / "libibverbs.so.1"),
+        str(NATIVE / "fakeverbs.c"))
+    _cc("-fPIC", "-shared", "-Wl,-soname,libmlx5.so.1",
+        f"-Wl,--version-script={NATIVE / 'fakemlx5.map'}", "-o", str(d / "libmlx5.so.1"),
+        str(NATIVE / "fakemlx5.c"))
+    _cc("-DCCL_LINKED", "-o", str(d / "ccl_linked"), str(NATIVE / "ccl_sim.c"),
+        str(d / "libibverbs.so.1"), f"-Wl,-rpath,{d}", "-lpthread")
+    _cc("-o", str(d / "ccl_dlopen"), str(NATIVE / "ccl_sim.c"), "-ldl", "-lpthread")
+    return NativeKit(d, shim)
+
+
 @pytest.fixture(scope="session")
 def native(tmp_path_factory) -> NativeKit:
-    d = tmp_path_factory.mktemp("native")
     try:
-        shim = build_shim(d / "libicefab_verbs.so")
-        _cc("-fPIC", "-shared", "-Wl,-soname,libibverbs.so.1",
-            f"-Wl,--version-script={NATIVE / 'fakeverbs.map'}", "-o", str(d / "libibverbs.so.1"),
-            str(NATIVE / "fakeverbs.c"))
-        _cc("-fPIC", "-shared", "-Wl,-soname,libmlx5.so.1",
-            f"-Wl,--version-script={NATIVE / 'fakemlx5.map'}", "-o", str(d / "libmlx5.so.1"),
-            str(NATIVE / "fakemlx5.c"))
-        _cc("-DCCL_LINKED", "-o", str(d / "ccl_linked"), str(NATIVE / "ccl_sim.c"),
-            str(d / "libibverbs.so.1"), f"-Wl,-rpath,{d}", "-lpthread")
-        _cc("-o", str(d / "ccl_dlopen"), str(NATIVE / "ccl_sim.c"), "-ldl", "-lpthread")
+        return build_kit(tmp_path_factory.mktemp("native"))
     except ShimNotBuilt as e:
         if os.environ.get("ICEFAB_REQUIRE_SHIM") == "1":
             pytest.fail(f"ICEFAB_REQUIRE_SHIM=1 but the shim kit does not build: {e}")
         pytest.skip(f"no C compiler or libibverbs headers: {e}")
-    return NativeKit(d, shim)

@@ -205,11 +205,13 @@ def test_many_processes_and_threads(native, tmp_path, actuator, agent_sock):
 
 # -- failing open ---------------------------------------------------------------------------
 class FakeAgent:
-    """An agent that misbehaves: never answers, or answers ``reply``."""
+    """An agent that misbehaves: never reads (``reply=b"-"``), never answers (None), or
+    answers ``reply``."""
 
     def __init__(self, path: Path, reply: bytes | None):
         self.reply = reply
         self.requests = 0
+        self.conns: list[socket.socket] = []
         self.srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.srv.bind(str(path))
         self.srv.listen(16)
@@ -224,6 +226,9 @@ class FakeAgent:
             threading.Thread(target=self._conn, args=(c,), daemon=True).start()
 
     def _conn(self, c):
+        if self.reply == b"-":
+            self.conns.append(c)  # keep it open, read nothing
+            return
         f = c.makefile("rb")
         for line in f:
             if line.startswith(b"QP "):
@@ -235,20 +240,22 @@ class FakeAgent:
         self.srv.close()
 
 
-@pytest.mark.parametrize("reply", [None, b"PLAN seq=1 sport=banana rate_kbps=1\n",
-                                   b"\x00\xff garbage\n"],
-                         ids=["slow", "malformed", "garbage"])
-def test_a_misbehaving_agent_changes_nothing(native, tmp_path, agent_sock, reply):
+@pytest.mark.parametrize("reply, n", [
+    (None, 20), (b"PLAN seq=1 sport=banana rate_kbps=1\n", 20), (b"\x00\xff garbage\n", 20),
+    # Never reading: the QP request and thousands of notifications fill the socket buffer;
+    # the shim must drop the connection rather than block the CCL on send().
+    (b"-", 4000)], ids=["slow", "malformed", "garbage", "not-reading"])
+def test_a_misbehaving_agent_changes_nothing(native, tmp_path, agent_sock, reply, n):
     fake = FakeAgent(agent_sock, reply)
     try:
-        proc, log, hold, qps = connect(native, tmp_path, agent_sock, 20, hold=False,
+        proc, log, hold, qps = connect(native, tmp_path, agent_sock, n, hold=False,
                                        ICE_SHIM_TIMEOUT_MS="50")
         release(proc, hold)
     finally:
         fake.close()
-    assert set(rtr_labels(log).values()) == {0} and len(rtr_labels(log)) == 20
+    assert set(rtr_labels(log).values()) == {0} and len(rtr_labels(log)) == n
     # After the first failure no QP waits for the agent (ICE_SHIM_RETRY_MS, default 10 s).
-    assert fake.requests == 1
+    assert fake.requests == (0 if reply == b"-" else 1)
 
 
 def test_no_agent_changes_nothing(native, tmp_path, agent_sock):

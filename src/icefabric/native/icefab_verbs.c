@@ -49,6 +49,7 @@
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
 #include <signal.h>
@@ -289,10 +290,26 @@ static long long agent_down_until_ms;
 static long req_seq;
 static char reply[LINE_MAX_LEN];
 
+/* Give up on the agent for ICE_SHIM_RETRY_MS (conn_mu held).  shutdown(), not close():
+ * the reader thread owns the descriptor and closes it when its recv() returns. */
+static void drop_locked(const char *why)
+{
+    if (agent_fd >= 0) {
+        debug("dropping the agent connection: %s", why);
+        shutdown(agent_fd, SHUT_RDWR);
+        agent_fd = -1;
+        pthread_cond_broadcast(&reply_cv);
+    }
+    agent_down_until_ms = now_ms() + cfg.retry_ms;
+}
+
+/* Never blocks: an agent that does not read its socket must not stall the CCL, so a full
+ * socket buffer drops the connection instead. */
 static void send_locked(const char *line)
 {
-    if (agent_fd >= 0 && send(agent_fd, line, strlen(line), MSG_NOSIGNAL) < 0)
-        debug("send failed: %s", strerror(errno));
+    size_t n = strlen(line);
+    if (agent_fd >= 0 && send(agent_fd, line, n, MSG_NOSIGNAL | MSG_DONTWAIT) != (ssize_t)n)
+        drop_locked(errno == EAGAIN ? "the agent is not reading" : strerror(errno));
 }
 
 static void send_line(const char *fmt, ...)
@@ -346,15 +363,6 @@ static void apply_set(const char *line)
               rate_err);
 }
 
-static void drop_connection_locked(int fd)
-{
-    if (agent_fd == fd) {
-        close(fd);
-        agent_fd = -1;
-        pthread_cond_broadcast(&reply_cv);
-    }
-}
-
 /* Reads the agent's lines: replies wake the waiting request, SETs are applied here. */
 static void *reader(void *arg)
 {
@@ -386,27 +394,28 @@ static void *reader(void *arg)
             break; /* a line longer than any message: the peer is not our agent */
     }
     pthread_mutex_lock(&conn_mu);
-    drop_connection_locked(fd);
+    if (agent_fd == fd)
+        drop_locked("the agent closed the connection");
+    close(fd);
     pthread_mutex_unlock(&conn_mu);
     return NULL;
 }
 
 /* Connect (conn_mu held).  A Unix-socket connect() either succeeds at once or fails at
- * once (no listener, no file), so it cannot stall the CCL; sends are bounded by a timeout. */
+ * once (no listener, no file, full backlog: EAGAIN), so it cannot stall the CCL. */
 static int connect_locked(void)
 {
-    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
     if (fd < 0)
         return -1;
     struct sockaddr_un sa = {.sun_family = AF_UNIX};
     snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", cfg.socket_path);
-    struct timeval tv = {cfg.timeout_ms / 1000, (cfg.timeout_ms % 1000) * 1000};
-    setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
     if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) != 0) {
         debug("no agent at %s: %s", cfg.socket_path, strerror(errno));
         close(fd);
         return -1;
     }
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK); /* the reader blocks in recv() */
     /* The reader must not take the CCL's signals. */
     sigset_t all, old;
     sigfillset(&all);
@@ -464,7 +473,7 @@ static void ask_agent(const char *desc, int *sport, long *rate_kbps)
     if (got < 0) {
         *sport = -1;
         *rate_kbps = -1;
-        agent_down_until_ms = now_ms() + cfg.retry_ms;
+        agent_down_until_ms = now_ms() + cfg.retry_ms; /* slow: keep it, but stop asking */
         debug("no usable answer from the agent within %ld ms (reply '%s')", cfg.timeout_ms,
               reply);
     }

@@ -13,8 +13,11 @@ typically tens of microseconds or more). Cases, interleaved over ``--rounds`` ro
 * ``shim, silent agent``   - an agent that never answers: the first QP waits
                              ICE_SHIM_TIMEOUT_MS (100 ms), the others pass at once.
 
+Each case runs at ``--qps`` and a tenth of it; the medians over rounds are fitted as
+``once + per_qp * N`` (one-time costs: loading libmlx5, the first connect or timeout).
+
 Run: ``PYTHONPATH=src python benchmarks/bench_shim_delay.py [--qps 2000 --rounds 5]``.
-Prints a JSON summary and a markdown table (median over rounds of the mean per-QP time).
+Prints the raw totals as JSON and a markdown table.
 """
 
 from __future__ import annotations
@@ -61,31 +64,44 @@ def main() -> None:
                                                ordinal=i, sport=0xC000 + i % 0x4000,
                                                rate_bps=100e9, routes=[[0]], weights=[1.0])
                                         for i in range(args.qps)])
-    times: dict[str, list[float]] = {}
+    cases = ("no shim", "shim, no agent", "shim, agent, plan", "shim, silent agent")
+    sizes = (args.qps // 10, args.qps)
+    # total connect time of a process, per case and size, over rounds (interleaved)
+    total: dict[tuple[str, int], list[float]] = {}
     for _ in range(args.rounds):
-        times.setdefault("no shim", []).append(connect_ns(kit, args.qps, tmp / "a.sock", False))
-        times.setdefault("shim, no agent", []).append(
-            connect_ns(kit, args.qps, tmp / "none.sock", True))
+        for n in sizes:
+            for case in cases:
+                total.setdefault((case, n), []).append(n * run_case(kit, tmp, case, n, plan))
+    print(json.dumps({"qps": sizes, "rounds": args.rounds, "total_ms": {
+        f"{c} / {n} QPs": [round(x / 1e6, 3) for x in v] for (c, n), v in total.items()}}))
+    print("\n| case | per QP (µs) | once per process (ms) | added per QP vs no shim (µs) |")
+    print("|---|---|---|---|")
+    fit = {}
+    for case in cases:
+        small, big = (statistics.median(total[(case, n)]) for n in sizes)
+        per_qp = (big - small) / (sizes[1] - sizes[0])
+        fit[case] = (per_qp, small - sizes[0] * per_qp)
+        print(f"| {case} | {per_qp / 1e3:.2f} | {fit[case][1] / 1e6:.2f} | "
+              f"{(per_qp - fit['no shim'][0]) / 1e3:.2f} |")
+
+
+def run_case(kit, tmp: Path, case: str, n: int, plan: HostPlan) -> float:
+    if case == "no shim":
+        return connect_ns(kit, n, tmp / "none.sock", False)
+    if case == "shim, no agent":
+        return connect_ns(kit, n, tmp / "none.sock", True)
+    if case == "shim, agent, plan":
         with VerbsActuator(tmp / "a.sock") as act:
             act.apply(plan)
-            times.setdefault("shim, agent, plan", []).append(
-                connect_ns(kit, args.qps, tmp / "a.sock", True))
-        silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        silent.bind(str(tmp / "s.sock"))
-        silent.listen(64)
-        times.setdefault("shim, silent agent", []).append(
-            connect_ns(kit, args.qps, tmp / "s.sock", True))
+            return connect_ns(kit, n, tmp / "a.sock", True)
+    silent = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    silent.bind(str(tmp / "s.sock"))
+    silent.listen(64)
+    try:
+        return connect_ns(kit, n, tmp / "s.sock", True)
+    finally:
         silent.close()
         (tmp / "s.sock").unlink()
-    base = statistics.median(times["no shim"])
-    summary = {k: {"median_us_per_qp": statistics.median(v) / 1e3,
-                   "added_us_per_qp": (statistics.median(v) - base) / 1e3,
-                   "rounds_us": [round(x / 1e3, 2) for x in v]} for k, v in times.items()}
-    print(json.dumps({"qps": args.qps, "rounds": args.rounds, "cases": summary}, indent=1))
-    print("\n| case | per QP (µs, median of rounds) | added by the shim (µs/QP) |")
-    print("|---|---|---|")
-    for k, v in summary.items():
-        print(f"| {k} | {v['median_us_per_qp']:.2f} | {v['added_us_per_qp']:.2f} |")
 
 
 if __name__ == "__main__":

@@ -11,17 +11,19 @@ import typer
 agent_app = typer.Typer(help="The ICE host agent.", no_args_is_help=True)
 
 VERBS_LAUNCH = """
-With --actuator verbs the agent serves --shim-socket to the verbs shim, which every CCL
-process must load (see docs/verbs-shim.md):
+With --actuator verbs the agent serves --shim-socket to the verbs shim,
+which every CCL process loads (docs/verbs-shim.md):
 
   export LD_PRELOAD=$(icefab agent shim-path) ICE_JOB=train1
   torchrun --nproc-per-node 8 train.py
 
-  mpirun -x LD_PRELOAD=$(icefab agent shim-path) -x ICE_JOB=train1 ./all_reduce_perf -b 1G
+  mpirun -x LD_PRELOAD=$(icefab agent shim-path) -x ICE_JOB=train1 \\
+      ./all_reduce_perf -b 1G
 
-  srun --export=ALL,LD_PRELOAD=$(icefab agent shim-path),ICE_JOB=$SLURM_JOB_ID python train.py
+  srun --export=ALL,LD_PRELOAD=$(icefab agent shim-path),ICE_JOB=train1 \\
+      python train.py
 
-ICE_SHIM_SOCKET must name the same socket when it is not /run/icefab/verbs.sock.
+Set ICE_SHIM_SOCKET too when the socket is not /run/icefab/verbs.sock.
 """
 
 

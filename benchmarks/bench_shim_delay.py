@@ -14,7 +14,9 @@ typically tens of microseconds or more). Cases, interleaved over ``--rounds`` ro
                              ICE_SHIM_TIMEOUT_MS (100 ms), the others pass at once.
 
 Each case runs at ``--qps`` and a tenth of it; the medians over rounds are fitted as
-``once + per_qp * N`` (one-time costs: loading libmlx5, the first connect or timeout).
+``once + per_qp * N`` (one-time costs: loading libmlx5, the first connect or timeout), in
+wall-clock time (what the CCL waits) and in the program's CPU time (what the shim itself
+costs, less sensitive to other load on the machine).
 
 Run: ``PYTHONPATH=src python benchmarks/bench_shim_delay.py [--qps 2000 --rounds 5]``.
 Prints the raw totals as JSON and a markdown table.
@@ -41,7 +43,8 @@ from icefabric.schemas_service import HostPlan, QpPlan  # noqa: E402
 SIP, DIP, JOB = "10.0.0.1", "10.0.0.2", "bench"
 
 
-def connect_ns(kit, n: int, sock: Path, shim: bool) -> float:
+def connect_ns(kit, n: int, sock: Path, shim: bool) -> tuple[float, float]:
+    """Wall-clock and CPU ns per QP of the program's connection phase."""
     env = kit.env(Path("/dev/null"), SIP, ICE_SHIM_SOCKET=str(sock), ICE_JOB=JOB)
     env.pop("FAKEVERBS_LOG")  # the stand-in records nothing: only the verbs path is timed
     if not shim:
@@ -49,7 +52,8 @@ def connect_ns(kit, n: int, sock: Path, shim: bool) -> float:
     proc = kit.run("ccl_dlopen", n, DIP, env)
     out, err = proc.communicate(timeout=600)
     assert proc.returncode == 0, err
-    return float(out.split("connect_ns_per_qp")[1].split()[0])
+    f = out.split("connect_ns_per_qp")[1].split()
+    return float(f[0]), float(f[2])
 
 
 def main() -> None:
@@ -66,26 +70,28 @@ def main() -> None:
                                         for i in range(args.qps)])
     cases = ("no shim", "shim, no agent", "shim, agent, plan", "shim, silent agent")
     sizes = (args.qps // 10, args.qps)
-    # total connect time of a process, per case and size, over rounds (interleaved)
-    total: dict[tuple[str, int], list[float]] = {}
+    # total connection-phase time of a process (wall, CPU), per case and size, over rounds
+    total: dict[tuple[str, int], list[tuple[float, float]]] = {}
     for _ in range(args.rounds):
         for n in sizes:
             for case in cases:
-                total.setdefault((case, n), []).append(n * run_case(kit, tmp, case, n, plan))
-    print(json.dumps({"qps": sizes, "rounds": args.rounds, "total_ms": {
-        f"{c} / {n} QPs": [round(x / 1e6, 3) for x in v] for (c, n), v in total.items()}}))
-    print("\n| case | per QP (µs) | once per process (ms) | added per QP vs no shim (µs) |")
+                wall, cpu = run_case(kit, tmp, case, n, plan)
+                total.setdefault((case, n), []).append((n * wall, n * cpu))
+    print(json.dumps({"qps": sizes, "rounds": args.rounds, "wall_cpu_ms": {
+        f"{c} / {n} QPs": [[round(x / 1e6, 3) for x in w] for w in v]
+        for (c, n), v in total.items()}}))
+    print("\n| case | per QP, wall (µs) | per QP, CPU (µs) | once per process, wall (ms) |")
     print("|---|---|---|---|")
-    fit = {}
     for case in cases:
-        small, big = (statistics.median(total[(case, n)]) for n in sizes)
-        per_qp = (big - small) / (sizes[1] - sizes[0])
-        fit[case] = (per_qp, small - sizes[0] * per_qp)
-        print(f"| {case} | {per_qp / 1e3:.2f} | {fit[case][1] / 1e6:.2f} | "
-              f"{(per_qp - fit['no shim'][0]) / 1e3:.2f} |")
+        (ws, cs), (wb, cb) = [[statistics.median(x[k] for x in total[(case, n)])
+                               for k in (0, 1)] for n in sizes]
+        dn = sizes[1] - sizes[0]
+        per_wall, per_cpu = (wb - ws) / dn, (cb - cs) / dn
+        print(f"| {case} | {per_wall / 1e3:.2f} | {per_cpu / 1e3:.2f} | "
+              f"{(ws - sizes[0] * per_wall) / 1e6:.2f} |")
 
 
-def run_case(kit, tmp: Path, case: str, n: int, plan: HostPlan) -> float:
+def run_case(kit, tmp: Path, case: str, n: int, plan: HostPlan) -> tuple[float, float]:
     if case == "no shim":
         return connect_ns(kit, n, tmp / "none.sock", False)
     if case == "shim, no agent":

@@ -438,10 +438,12 @@ static int connect_locked(void)
     return 0;
 }
 
-/* Ask for the plan of one QP; fills sport / rate_kbps (-1 = none).  Never waits more than
- * the timeout, and after a failure no QP waits at all for ICE_SHIM_RETRY_MS. */
-static void ask_agent(const char *desc, int *sport, long *rate_kbps)
+/* Ask for the plan of one QP; fills sport / rate_kbps (-1 = none) and returns 1 if the
+ * agent answered.  Never waits more than the timeout, and after a failure no QP waits at
+ * all for ICE_SHIM_RETRY_MS. */
+static int ask_agent(const char *desc, int *sport, long *rate_kbps)
 {
+    int got = -1;
     *sport = -1;
     *rate_kbps = -1;
     pthread_mutex_lock(&req_mu);
@@ -466,7 +468,6 @@ static void ask_agent(const char *desc, int *sport, long *rate_kbps)
         dl.tv_sec++;
         dl.tv_nsec -= 1000000000L;
     }
-    int got = -1;
     while (agent_fd >= 0 && (got = icefab_parse_plan(reply, seq, sport, rate_kbps)) == -1)
         if (pthread_cond_timedwait(&reply_cv, &conn_mu, &dl) == ETIMEDOUT)
             break;
@@ -480,6 +481,7 @@ static void ask_agent(const char *desc, int *sport, long *rate_kbps)
 out:
     pthread_mutex_unlock(&conn_mu);
     pthread_mutex_unlock(&req_mu);
+    return got >= 0;
 }
 
 /* ---- the interposed verbs ---- */
@@ -519,7 +521,7 @@ static int modify_rtr(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, con
 {
     int sport;
     long kbps;
-    ask_agent(desc, &sport, &kbps);
+    int asked = ask_agent(desc, &sport, &kbps);
     uint32_t fl = icefab_flow_label_for_sport(sport);
     int rc = -1, planned = fl != 0;
     if (planned) {
@@ -533,7 +535,7 @@ static int modify_rtr(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, con
     }
     if (!planned)
         rc = real_modify(qp, attr, mask);
-    if (rc == 0) {
+    if (rc == 0 && asked) { /* only QPs the agent knows can be paced or changed later */
         remember_qp(qp, kbps);
         uint32_t used = planned ? fl : attr->ah_attr.grh.flow_label;
         if (!used)

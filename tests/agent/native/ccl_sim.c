@@ -5,7 +5,8 @@
  * dlvsym(handle, name, "IBVERBS_1.1") (NCCL src/misc/ibvsymbols.cc).
  *
  * usage: ccl_sim N_QPS PEER_IP RQPN_BASE THREADS HOLD_MS [HOLD_FILE]
- * prints "qp LQPN RQPN rtr=RC rts=RC" per QP, then "connect_ns_per_qp X". */
+ * prints "qp LQPN RQPN rtr=RC rts=RC" per QP, then "connect_ns_per_qp X cpu_ns_per_qp Y"
+ * (wall-clock and CPU time of the connection phase, per QP). */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
 #include <dlfcn.h>
@@ -14,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -32,6 +34,14 @@ static long long now_ns(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static long long cpu_ns(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000LL +
+           (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000LL;
 }
 
 static void connect_qp(int i)
@@ -118,15 +128,16 @@ int main(int argc, char **argv)
     rtr_rc = calloc(n_qps, sizeof(int));
     rts_rc = calloc(n_qps, sizeof(int));
     pthread_t *t = calloc(n_threads, sizeof(*t));
-    long long t0 = now_ns();
+    long long t0 = now_ns(), c0 = cpu_ns();
     for (long k = 0; k < n_threads; k++)
         pthread_create(&t[k], NULL, worker, (void *)k);
     for (int k = 0; k < n_threads; k++)
         pthread_join(t[k], NULL);
-    long long dt = now_ns() - t0;
+    long long dt = now_ns() - t0, dc = cpu_ns() - c0;
     for (int i = 0; i < n_qps; i++)
         printf("qp %u %u rtr=%d rts=%d\n", qps[i]->qp_num, rqpn_base + i, rtr_rc[i], rts_rc[i]);
-    printf("connect_ns_per_qp %lld\n", dt / (n_qps ? n_qps : 1));
+    printf("connect_ns_per_qp %lld cpu_ns_per_qp %lld\n", dt / (n_qps ? n_qps : 1),
+           dc / (n_qps ? n_qps : 1));
     fflush(stdout);
     for (long long end = now_ns() + hold_ms * 1000000LL; now_ns() < end;) {
         if (argc > 6 && access(argv[6], F_OK) == 0)

@@ -8,6 +8,7 @@ import numpy as np
 
 from icefabric.ccl.collectives import add_collective
 from icefabric.ccl.communicator import Communicator
+from icefabric.ccl.nccl_defaults import NcclModelError, NcclSettings
 from icefabric.ccl.workload import Workload, WorkloadBuilder
 from icefabric.scenario.loader import LoadedScenario
 from icefabric.topology import builders
@@ -97,15 +98,41 @@ def job_communicators(ls: LoadedScenario, fabric: Fabric, qps_override: int | No
             lib = libs.pop() if len(libs) == 1 else "cross"
         if len(ranks) < 2:
             raise ls.error(("jobs", j), "a job needs at least 2 ranks")
+        nccl = _nccl_settings(ls, j, lib)
+        qps = job.qps_per_connection
+        if lib in ("nccl", "rccl") and "qps_per_connection" not in job.model_fields_set:
+            qps = nccl.qps_per_connection
         try:
             comm = Communicator(job=job.name, fabric=fabric, ranks=np.asarray(ranks),
-                                library=lib,
-                                qps_per_connection=qps_override or job.qps_per_connection,
-                                channels=job.channels, step_overhead_ns=job.step_overhead_ns)
+                                library=lib, qps_per_connection=qps_override or qps,
+                                channels=job.channels, step_overhead_ns=job.step_overhead_ns,
+                                nccl=nccl)
         except ValueError as e:
             raise ls.error(("jobs", j), str(e)) from None
         out.append((j, comm))
     return out
+
+
+def _nccl_settings(ls: LoadedScenario, j: int, lib: str) -> NcclSettings:
+    """The job's NCCL version and ``NCCL_*`` variables, checked against its library."""
+    job = ls.scenario.jobs[j]
+    if job.nccl_version is not None and lib != "nccl" and lib != "cross":
+        raise ls.error(("jobs", j, "nccl_version"),
+                       f"job {job.name!r} runs {lib}; nccl_version models NCCL releases only")
+    if job.nccl_env and lib == "hccl":
+        raise ls.error(("jobs", j, "nccl_env"), f"job {job.name!r} runs hccl, which reads no "
+                       "NCCL_* variables (use qps_per_connection)")
+    if lib == "cross" and "NCCL_IB_QPS_PER_CONNECTION" in job.nccl_env:
+        raise ls.error(("jobs", j, "nccl_env"), "a cross-vendor job uses qps_per_connection "
+                       "for every pool; leave NCCL_IB_QPS_PER_CONNECTION out")
+    try:
+        NcclSettings.resolve(job.nccl_version)
+    except NcclModelError as e:
+        raise ls.error(("jobs", j, "nccl_version"), str(e)) from None
+    try:
+        return NcclSettings.resolve(job.nccl_version, job.nccl_env)
+    except NcclModelError as e:
+        raise ls.error(("jobs", j, "nccl_env"), str(e)) from None
 
 
 def build_workload(ls: LoadedScenario, fabric: Fabric, size_bytes: int, *,

@@ -126,3 +126,21 @@ def test_ecmp_tuned_is_the_common_nccl_setting_beside_the_others(small_fabric):
     ctx = PlanContext.create(small_fabric, w, seed=1)
     a, b = tuned.plan(ctx), get_policy("ecmp-multiqp", qps=2).plan(ctx)
     assert np.array_equal(a.route_links, b.route_links) and np.array_equal(a.sport, b.sport)
+
+
+@pytest.mark.parametrize("profile, idle", [("correlated", 16), ("independent", 0)])
+def test_correlated_hash_stages_polarize_the_fat_tree(profile, idle):
+    import yaml
+
+    from icefabric.scenario.build import build_fabric, build_workload
+    from icefabric.scenario.loader import load, loads
+
+    doc = yaml.safe_load(load("suite-fat-tree").text)
+    doc["fabric"]["hash_profiles"] = profile
+    ls = loads(yaml.safe_dump(doc))
+    f = build_fabric(ls)
+    w = build_workload(ls, f, 1 << 24)
+    load_ = get_policy("ecmp").plan(PlanContext.create(f, w)).link_load(f.n_links)
+    # Aggregation switches that read the leaves' hash bits again send every flow from a
+    # leaf member to the same core subset: a quarter of the 64 fabric links stays idle.
+    assert int(np.count_nonzero(load_[f.link_kind == LINK_FABRIC] == 0)) == idle

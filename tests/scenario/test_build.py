@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 from icefabric.scenario.build import build_fabric, build_workload, job_communicators
@@ -62,3 +63,34 @@ def test_nccl_settings_on_an_hccl_job_are_an_error():
     with pytest.raises(ScenarioError, match="runs hccl, which reads no NCCL_"):
         _comm(text)
 
+
+
+def _fabric(profiles: str, seed: int = 0):
+    text = GOOD.replace("  spines: 2\n", f"  spines: 2\n  hash_profiles: {profiles}\n")
+    return build_fabric(loads(text.replace("name: t", f"name: t\nseed: {seed}"), "t.yaml"))
+
+
+def test_hash_profiles_per_role_set_every_switch_of_the_role():
+    from icefabric.control.hashing import fabric_hash_configs
+    from icefabric.topology.model import LEAF, SPINE
+
+    f = _fabric("{leaf: correlated, spine: spectrum_cumulus}")
+    cfg = fabric_hash_configs(f)
+    leaves, spines = f.nodes_of_kind(LEAF), f.nodes_of_kind(SPINE)
+    assert all(cfg[s].seed == 0 and cfg[s].offset == 0 and not cfg[s].symmetric
+               for s in leaves)
+    assert all(cfg[s].symmetric and f.node_hash_profile[s] == "spectrum_cumulus"
+               for s in spines)
+    assert len({cfg[s].seed for s in spines}) == len(spines)  # switchd: a random seed each
+
+
+def test_random_profile_seeds_are_reproducible_from_the_scenario_seed():
+    a, b, c = _fabric("independent", 1), _fabric("independent", 1), _fabric("independent", 2)
+    assert np.array_equal(a.node_hash_seed, b.node_hash_seed)
+    assert not np.array_equal(a.node_hash_seed, c.node_hash_seed)
+
+
+def test_unknown_hash_profile_names_the_field():
+    with pytest.raises(ScenarioError) as e:
+        _fabric("{spine: tomahawk}")
+    assert e.value.field == "fabric.hash_profiles" and "known: broadcom_rtag7_fboss" in str(e.value)

@@ -10,11 +10,12 @@ from icefabric.ccl.collectives import add_collective
 from icefabric.ccl.communicator import Communicator
 from icefabric.ccl.nccl_defaults import NcclModelError, NcclSettings
 from icefabric.ccl.workload import Workload, WorkloadBuilder
+from icefabric.dataplane.ecmp import PROFILES, ROLES, role_profile
 from icefabric.scenario.loader import LoadedScenario
 from icefabric.topology import builders
 from icefabric.topology.builders import ServerGroup, TopologyError
 from icefabric.topology.catalog import SERVERS, SWITCHES, server_profile
-from icefabric.topology.model import Fabric
+from icefabric.topology.model import NODE_KIND_NAMES, Fabric
 from icefabric.units import gbps
 
 
@@ -37,6 +38,38 @@ def build_fabric(ls: LoadedScenario) -> Fabric:
     common = dict(hash_seeds=fs.hash_seeds, host_delay_ns=fs.host_delay_ns,
                   fabric_delay_ns=fs.fabric_delay_ns, seed=scn.seed, name=scn.name,
                   placement=fs.placement)
+    fabric = _build_topology(ls, groups, common)
+    profiles = fs.hash_profiles
+    if isinstance(profiles, str):
+        profiles = dict.fromkeys(ROLES, profiles)
+    for role, name in (profiles or {}).items():
+        if name not in PROFILES or name == "spray":
+            raise ls.error(("fabric", "hash_profiles"),
+                           f"unknown hash profile {name!r} for {role}s; known: "
+                           f"{', '.join(sorted(set(PROFILES) - {'spray'}))}")
+    return with_hash_profiles(fabric, profiles, scn.seed) if profiles else fabric
+
+
+def with_hash_profiles(fabric: Fabric, profiles: dict[str, str], seed: int) -> Fabric:
+    """``fabric`` with the switches of each role in ``profiles`` (role -> profile name,
+    :func:`icefabric.dataplane.ecmp.role_profile`) re-hashed; profiles with random seeds
+    (Cumulus switchd, ``independent``) draw one per switch, reproducibly from ``seed``."""
+    rng = np.random.default_rng([seed, 0x4A5])
+    algo, prof = list(fabric.node_hash_algorithm), list(fabric.node_hash_profile or
+                                                         [""] * fabric.n_nodes)
+    hseed, hoff = fabric.node_hash_seed.copy(), fabric.node_hash_offset.copy()
+    for s in fabric.switches.tolist():
+        role = NODE_KIND_NAMES[fabric.node_kind[s]]
+        if role in profiles:
+            cfg = role_profile(profiles[role], role, rng)
+            algo[s], prof[s], hseed[s], hoff[s] = cfg.algorithm, profiles[role], cfg.seed, \
+                cfg.offset
+    return replace(fabric, node_hash_algorithm=tuple(algo), node_hash_profile=tuple(prof),
+                   node_hash_seed=hseed, node_hash_offset=hoff)
+
+
+def _build_topology(ls: LoadedScenario, groups: list[ServerGroup], common: dict) -> Fabric:
+    fs = ls.scenario.fabric
     try:
         if fs.kind in ("leaf-spine", "rail-optimized"):
             return builders.leaf_spine(

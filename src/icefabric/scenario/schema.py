@@ -33,6 +33,13 @@ class FabricSpec(_Strict):
     spine_switch: str = "tomahawk5-128x400"
     core_switch: str = "tomahawk5-128x400"
     hash_seeds: Literal["sonic", "random", "zero"] = "sonic"
+    hash_profiles: dict[Literal["leaf", "spine", "core"], str] | str | None = Field(
+        None,
+        description="named switch hash profile per role (one name = every role), from "
+        "icefabric.dataplane.ecmp.PROFILES: 'correlated' (every tier reads the same hash "
+        "bits), 'independent' (each tier its own bits), or vendor defaults such as "
+        "broadcom_rtag7_fboss, spectrum_cumulus, sonic_leaf; overrides hash_seeds and the "
+        "switch model's algorithm for the roles it names")
     host_delay_ns: int = Field(500, ge=0)
     fabric_delay_ns: int = Field(500, ge=0)
 

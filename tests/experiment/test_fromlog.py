@@ -13,6 +13,8 @@ from icefabric.pipeline.plans import scenario_workload
 from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import load
 
+from ..collect.test_to_job import _log_2_20
+
 LOG = Path(__file__).parent / "data" / "efa-aws-efa-eks-16r-2.9.9.log"
 # as printed by NCCL ("Channel 01/08 :    0   3  10 ..."): not in rank order
 RING_1 = [0, 3, 10, 15, 14, 13, 12, 9, 8, 11, 2, 7, 6, 5, 4, 1]
@@ -51,3 +53,13 @@ def test_simulate_from_log_writes_the_scenario_it_ran(tmp_path):
                                 "--json"])
     assert again.exit_code == 0, again.output
     assert json.loads(again.output)["rows"] == doc["rows"]
+
+
+def test_a_logs_channel_count_overrides_the_release_default(tmp_path):
+    path = tmp_path / "run.log"
+    path.write_text(_log_2_20(24))
+    ls, _ = scenario_from_log(load("homog-small"), [path])
+    (job,) = scenario_workload(ls, build_fabric(ls), 1 << 20).jobs
+    comm = job.comm
+    assert comm.nccl.version == (2, 20, 5) and comm.nccl.split_data_on_qps
+    assert comm.n_channels == 24  # NCCL 2.20.5 alone would open 16 on these H100 servers

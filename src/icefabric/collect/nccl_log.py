@@ -827,7 +827,9 @@ def _report(log: NcclLog, group: dict[str, Any], mine) -> CommunicatorReport:
     ]
     rings = rings_by_channel(sub)
     complete = {r["channel"]: r["complete"] for r in sub.ring_orders}
-    nch = [r["nchannels"] for r in sub.ring_orders if r["nchannels"]]
+    # "N coll channels" is the count NCCL settled on (init.cc); ring-order lines come next.
+    nch = [c["coll"] for c in log.channel_counts if mine(c["ref"])] or \
+        [r["nchannels"] for r in sub.ring_orders if r["nchannels"]]
     nnodes = next((r["nNodes"] for r in sub.comm_topology_lines), None)
     networks = [n["network"] for n in log.networks]
     return CommunicatorReport(

@@ -23,6 +23,7 @@ from icefabric.ccl.communicator import Communicator
 from icefabric.ccl.workload import Workload, WorkloadBuilder
 from icefabric.csr import within
 from icefabric.errors import IceFabricError
+from icefabric.scenario.build import job_nccl_settings
 from icefabric.scenario.loader import LoadedScenario
 from icefabric.schemas_service import CommReport
 from icefabric.topology.model import Fabric
@@ -131,12 +132,15 @@ def scenario_jobs(ls: LoadedScenario, fabric: Fabric, size_bytes: int,
         lib = job.library
         if lib == "auto":
             lib = libs.pop() if len(libs) == 1 else "cross"
+        nccl = job_nccl_settings(ls, j, lib)
+        qps = job.qps_per_connection
+        if lib in ("nccl", "rccl") and "qps_per_connection" not in job.model_fields_set:
+            qps = nccl.qps_per_connection
         try:
             comm = Communicator(job=job.name, fabric=fabric, ranks=np.asarray(ranks),
-                                library=lib,
-                                qps_per_connection=qps_per_connection or job.qps_per_connection,
+                                library=lib, qps_per_connection=qps_per_connection or qps,
                                 channels=job.channels, step_overhead_ns=job.step_overhead_ns,
-                                rings=tuple(tuple(r) for r in job.rings or ()))
+                                nccl=nccl, rings=tuple(tuple(r) for r in job.rings or ()))
         except ValueError as e:
             raise ls.error(("jobs", j), str(e)) from None
         out.append(JobSpec(comm, tuple((c.kind, c.algorithm) for c in job.collectives),

@@ -130,7 +130,7 @@ def host_reports(fabric: Fabric, jobs: list[JobSpec], wl: Workload
             out.setdefault(host, []).append(CommReport(
                 job=comm.job, job_order=j, library=comm.library,
                 collectives=[CollectiveEntry(kind=k, algorithm=a) for k, a in spec.collectives],
-                size_bytes=spec.size_bytes, channels=comm.channels,
+                size_bytes=spec.size_bytes, channels=comm.n_channels,
                 qps_per_connection=comm.qps_per_connection,
                 step_overhead_ns=comm.step_overhead_ns, ranks=ranks,
                 qps=qps_by.get((comm.job, host), [])))

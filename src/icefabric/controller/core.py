@@ -483,6 +483,8 @@ class ControllerCore:
             self.host_qps, self._host_models = out.hosts, models
             self.path_plan, self.workload_key = out.paths, out.key
             self.last_error = ""
+        for job, why in out.errors.items():
+            log.warning("plan v%d leaves out job %s: %s", version, job, why)
         self.metrics.observe_plan(out.planning_ms / 1e3, out.kind, version)
         self.watch.publish(version)
         log.info("plan v%d (%s, %s): %d QPs on %d hosts (%d changed) in %.1f ms", version,

@@ -530,7 +530,7 @@ class FluidSim:
                 break  # stalled (e.g. a failed link with no reroute): report unfinished flows
             if steps > cfg.max_steps:
                 raise EngineError(f"fluid engine exceeded max_steps={cfg.max_steps} at "
-                                   f"t={t / 1e3:.1f} us")
+                                  f"t={t / 1e3:.1f} us")
             # --- service capacities and NIC injection ---
             serv = self.cap * self.up
             if self.ack_ratio > 0:

@@ -101,9 +101,8 @@ class EngineOptions(BaseModel):
         """
         if self.engine == "flow":
             return {}
-        out = self.model_dump(include={"cc", "dcqcn", "wire_overhead", "packet_bytes",
-                                       "ack_bytes", "ack_queueing", "record_links",
-                                       "record_flows"})
+        out = self.model_dump(include={"cc", "wire_overhead", "packet_bytes", "ack_bytes",
+                                       "ack_queueing", "record_links", "record_flows"})
         out["dcqcn"] = self.dcqcn
         out["red"] = self.red if isinstance(self.red, RedParams) else self.red.model_dump()
         out["pfc"] = self.pfc if self.pfc is not None else PfcParams(

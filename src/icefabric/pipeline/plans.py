@@ -29,6 +29,18 @@ RATE_HEADROOM = 0.02
 
 
 @dataclass(frozen=True)
+class LinkChange:
+    """A cable ``a``-``b`` (link ids ``links``, both directions) going down or,
+    with ``up``, coming back at ``t_ns``."""
+
+    t_ns: int
+    up: bool
+    a: str
+    b: str
+    links: np.ndarray
+
+
+@dataclass(frozen=True)
 class LinkEvent:
     """Links that go down (or come back, ``up``) at ``t_ns``, and the policy's paths after
     it reacted."""
@@ -107,18 +119,6 @@ def with_link_events(p: Plan, changes: Sequence[LinkChange]) -> Plan:
 
 
 # -- scenarios ----------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class LinkChange:
-    """A scenario's cable ``a``-``b`` (link ids ``links``, both directions) going down or,
-    with ``up``, coming back at ``t_ns``."""
-
-    t_ns: int
-    up: bool
-    a: str
-    b: str
-    links: np.ndarray
-
-
 def scenario_link_changes(ls: LoadedScenario, fabric: Fabric) -> list[LinkChange]:
     """The scenario's failures and recoveries in time order; errors point into the file."""
     out = []

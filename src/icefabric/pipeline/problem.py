@@ -96,14 +96,9 @@ def _concat(m: ProblemMap, pre, rte, post, plan: PathPlan) -> tuple[np.ndarray, 
     return indptr, out
 
 
-def to_problem(fabric: Fabric, workload: Workload, plan: PathPlan, *, paced: bool = False,
-               scenario: str = "") -> tuple[SimProblem, ProblemMap]:
-    """The engine problem of ``workload`` under ``plan`` (see module doc).
-
-    With ``paced``, the QPs' pacing rates (``plan.rate_bps``) cap their flows: a flow cannot
-    exceed ``rate / share`` of any QP it runs on.
-    """
-    W = workload
+def _routes(fabric: Fabric, W: Workload, plan: PathPlan):
+    """Every engine route, hop by hop: (hop, plan route or -1, QP or -1, weight) and the
+    :class:`ProblemMap` that assembles its links."""
     H = len(W.hop_flow)
     conn_ptr, _ = W.conn_qps()
     qptr = plan.qp_route_ptr()
@@ -120,9 +115,8 @@ def to_problem(fabric: Fabric, workload: Workload, plan: PathPlan, *, paced: boo
     sp_indptr, sp_links, pair = _server_paths(
         fabric, np.concatenate([W.hop_src, W.hop_dst_nic[ni]]),
         np.concatenate([np.where(net, W.hop_src_nic, W.hop_dst), W.hop_dst[ni]]))
-    hop_pre, hop_post = pair[:H], np.full(H, -1, dtype=np.int64)
+    hop_post = np.full(H, -1, dtype=np.int64)
     hop_post[ni] = pair[H:]
-    # routes, hop by hop
     r_hop = np.repeat(np.arange(H), hop_nr)
     rn = np.flatnonzero(net[r_hop])
     r_plan = np.full(len(r_hop), -1, dtype=np.int64)
@@ -131,7 +125,19 @@ def to_problem(fabric: Fabric, workload: Workload, plan: PathPlan, *, paced: boo
     r_qp[rn] = plan.route_qp[r_plan[rn]]
     r_weight = W.hop_weight[r_hop].astype(np.float64)
     r_weight[rn] = (W.hop_weight / k)[r_hop[rn]] * plan.route_weight[r_plan[rn]]
-    pmap = ProblemMap(r_plan, hop_pre[r_hop], hop_post[r_hop], sp_indptr, sp_links)
+    pmap = ProblemMap(r_plan, pair[:H][r_hop], hop_post[r_hop], sp_indptr, sp_links)
+    return r_hop, r_qp, r_weight, pmap
+
+
+def to_problem(fabric: Fabric, workload: Workload, plan: PathPlan, *, paced: bool = False,
+               scenario: str = "") -> tuple[SimProblem, ProblemMap]:
+    """The engine problem of ``workload`` under ``plan`` (see module doc).
+
+    With ``paced``, the QPs' pacing rates (``plan.rate_bps``) cap their flows: a flow cannot
+    exceed ``rate / share`` of any QP it runs on.
+    """
+    W = workload
+    r_hop, r_qp, r_weight, pmap = _routes(fabric, W, plan)
     indptr, links = pmap.routes(np.arange(len(r_hop)), plan)
     cap = np.full(W.n_flows, np.inf)
     if paced:

@@ -39,6 +39,7 @@ from icefabric.pipeline import Plan, plan, simulate, with_link_events
 from icefabric.pipeline.hosts import paths_from_host_plans, qp_hosts, qp_keys
 from icefabric.pipeline.jobs import JobSpec, qp_ordinals
 from icefabric.pipeline.plans import (
+    LinkChange,
     LinkEvent,
     scenario_link_changes,
     scenario_policy,
@@ -240,6 +241,75 @@ class _Hosts:
         return len(seen_by), switched
 
 
+@dataclass
+class _Session:
+    """One twin run against a controller: its admin client, the scenario's hosts (agents)
+    and what they applied as links fail and come back."""
+
+    admin: httpx.Client
+    hosts: _Hosts
+    fabric: Fabric
+    wl: Workload
+    policy: str
+    jobs: list[str]
+    timeout_s: float
+    versions: list[int] = field(default_factory=list)
+    path_mismatches: int = 0
+
+    def wait_plan(self, down: set[tuple[str, str]]) -> None:
+        """Wait until every agent applied a plan of every job with exactly ``down`` down."""
+        state: dict = {}
+
+        def ok() -> bool:
+            try:
+                r = self.admin.get("/v1/plans/current")
+            except httpx.HTTPError:
+                return False
+            c = r.json() if r.status_code == 200 else None
+            if c is None or sorted(c["jobs"]) != self.jobs:
+                return False
+            if {tuple(sorted((x["a"], x["b"]))) for x in c["down_links"]} != down:
+                return False
+            state["v"] = c["version"]
+            return all(a.version >= c["version"] for a in self.hosts.agents.values())
+
+        _wait(ok, self.timeout_s, f"every agent to apply a plan with down links {sorted(down)}")
+        self.versions.append(state["v"])
+
+    def applied(self, down_ids) -> PathPlan:
+        paths, m = applied_plan(self.fabric, self.wl, self.hosts.actuators, sorted(down_ids),
+                                self.policy)
+        self.path_mismatches += m
+        return paths
+
+    def replay(self, changes: list[LinkChange]) -> tuple[list[LinkEvent], list[dict], set]:
+        """Inject the link changes through the agents that see them; the applied plan after
+        each. Returns the events, their reports and the links down at the end."""
+        down: set[tuple[str, str]] = set()
+        down_ids: set[int] = set()
+        events, fails = [], []
+        for ch in changes:
+            ids = set(ch.links.tolist())
+            key = tuple(sorted((ch.a, ch.b)))
+            down, down_ids = ((down - {key}, down_ids - ids) if ch.up
+                              else (down | {key}, down_ids | ids))
+            seen, switched = self.hosts.report_link(ch.a, ch.b, ch.links, ch.up)
+            self.wait_plan(down)
+            events.append(LinkEvent(ch.t_ns, ch.links, ch.up, self.applied(down_ids)))
+            fails.append({"t_ns": ch.t_ns, "link": [ch.a, ch.b], "up": ch.up,
+                          "reported_by": seen, "backup_ports_used": switched,
+                          "plan_version": self.versions[-1]})
+        return events, fails, down_ids
+
+
+def _upload_fabric(admin: httpx.Client, fabric: Fabric, seed: int) -> None:
+    r = admin.put("/v1/fabric", content=FabricUpload(
+        topology=fabric_to_dict(fabric), plan_seed=seed).model_dump_json(),
+        headers={"Content-Type": "application/json"})
+    if r.status_code != 200:
+        raise TwinError(f"fabric upload failed: {r.status_code} {r.text[:300]}")
+
+
 def run_twin(scenario: str | LoadedScenario, controller_url: str, admin_token: str, *,
              enrol_token: str | None = None, size_bytes: int | None = None,
              failures: list[FailureSpec] | None = None, policy: str | None = None,
@@ -267,86 +337,46 @@ def run_twin(scenario: str | LoadedScenario, controller_url: str, admin_token: s
                             ls.source, ls.lines, ls.text)
     scn = ls.scenario
     size = int(size_bytes or scn.size_list()[-1])
-    options = scn.run_options(engine)
-    admin = httpx.Client(base_url=controller_url, trust_env=False, timeout=30.0,
-                         headers={"Authorization": f"Bearer {admin_token}"})
-    try:
+    with httpx.Client(base_url=controller_url, trust_env=False, timeout=30.0,
+                      headers={"Authorization": f"Bearer {admin_token}"}) as admin:
         ctl_policy = admin.get("/healthz").json()["policy"]
         if policy is not None and policy != ctl_policy:
             raise TwinError(f"controller plans with {ctl_policy!r}, not {policy!r}")
         pol = scenario_policy(ls, ctl_policy)
         fabric = build_fabric(ls)
         sw = scenario_workload(ls, fabric, size, pol)
-        wl = sw.workload
         if sw.fabric is not fabric:
             raise TwinError(f"policy {ctl_policy!r} does not run on the real fabric")
         changes = scenario_link_changes(ls, fabric)
-        r = admin.put("/v1/fabric", content=FabricUpload(
-            topology=fabric_to_dict(fabric), plan_seed=scn.seed).model_dump_json(),
-            headers={"Content-Type": "application/json"})
-        if r.status_code != 200:
-            raise TwinError(f"fabric upload failed: {r.status_code} {r.text[:300]}")
+        _upload_fabric(admin, fabric, scn.seed)
         hosts = _Hosts.start(fabric, controller_url, enrol_token or admin_token,
-                             host_reports(fabric, sw.jobs, wl), poll_wait_s)
-        all_jobs = sorted(j.name for j in scn.jobs)
-
-        def wait_plan(down: set[tuple[str, str]]) -> int:
-            state: dict = {}
-
-            def ok() -> bool:
-                try:
-                    r = admin.get("/v1/plans/current")
-                except httpx.HTTPError:
-                    return False
-                c = r.json() if r.status_code == 200 else None
-                if c is None or sorted(c["jobs"]) != all_jobs:
-                    return False
-                if {tuple(sorted((x["a"], x["b"]))) for x in c["down_links"]} != down:
-                    return False
-                state["v"] = c["version"]
-                return all(a.version >= c["version"] for a in hosts.agents.values())
-
-            _wait(ok, timeout_s, f"every agent to apply a plan with down links {sorted(down)}")
-            return state["v"]
-
-        versions, down, down_ids = [], set(), set()
+                             host_reports(fabric, sw.jobs, sw.workload), poll_wait_s)
+        run = _Session(admin, hosts, fabric, sw.workload, ctl_policy,
+                       sorted(j.name for j in scn.jobs), timeout_s)
         try:
-            versions.append(wait_plan(set()))
+            run.wait_plan(set())
             if on_ready is not None:
                 on_ready(hosts.agents, hosts.threads)
-                versions.append(wait_plan(set()))
-            paths0, mism = applied_plan(fabric, wl, hosts.actuators, [], ctl_policy)
-            events, fails = [], []
-            for ch in changes:
-                key = tuple(sorted((ch.a, ch.b)))
-                down = (down - {key}) if ch.up else (down | {key})
-                down_ids = (down_ids - set(ch.links.tolist())) if ch.up else \
-                    (down_ids | set(ch.links.tolist()))
-                seen, switched = hosts.report_link(ch.a, ch.b, ch.links, ch.up)
-                versions.append(wait_plan(down))
-                new, m = applied_plan(fabric, wl, hosts.actuators, sorted(down_ids), ctl_policy)
-                mism += m
-                events.append(LinkEvent(ch.t_ns, ch.links, ch.up, new))
-                fails.append({"t_ns": ch.t_ns, "link": [ch.a, ch.b], "up": ch.up,
-                              "reported_by": seen, "backup_ports_used": switched,
-                              "plan_version": versions[-1]})
+                run.wait_plan(set())
+            paths0 = run.applied(())
+            events, fails, down_ids = run.replay(changes)
         finally:
             hosts.close(poll_wait_s)
-        twin = Plan(fabric, wl, pol, paths0, scn.seed, tuple(events))
-        out = TwinResult(
-            scenario=scn.name, policy=ctl_policy, engine=options.engine, size_bytes=size,
-            agents=len(hosts.agents), qps=wl.n_qps, plan_versions=versions, rows=[],
-            agree=False, max_rel_diff=0.0, path_mismatches=mism,
-            qps_on_down_links=qps_on_links(twin.final, down_ids), failures=fails, wall_s=0.0,
-            notes=[f"agent errors (retried): {sum(a.errors for a in hosts.agents.values())}"],
-            description=scn.description, fabric=fabric.describe(), seed=scn.seed,
-            paced_qps=int(np.count_nonzero(np.isfinite(paths0.rate_bps))))
-        ref = with_link_events(plan(fabric, wl, pol, seed=scn.seed), changes) if compare else None
-        _simulate_and_compare(out, twin, ref, options)
-        out.wall_s = time.perf_counter() - t0
-        return out
-    finally:
-        admin.close()
+    twin = Plan(fabric, sw.workload, pol, paths0, scn.seed, tuple(events))
+    out = TwinResult(
+        scenario=scn.name, policy=ctl_policy, engine=scn.run_options(engine).engine,
+        size_bytes=size, agents=len(hosts.agents), qps=sw.workload.n_qps,
+        plan_versions=run.versions, rows=[], agree=False, max_rel_diff=0.0,
+        path_mismatches=run.path_mismatches,
+        qps_on_down_links=qps_on_links(twin.final, down_ids), failures=fails, wall_s=0.0,
+        notes=[f"agent errors (retried): {sum(a.errors for a in hosts.agents.values())}"],
+        description=scn.description, fabric=fabric.describe(), seed=scn.seed,
+        paced_qps=int(np.count_nonzero(np.isfinite(paths0.rate_bps))))
+    ref = with_link_events(plan(fabric, sw.workload, pol, seed=scn.seed), changes) \
+        if compare else None
+    _simulate_and_compare(out, twin, ref, scn.run_options(engine))
+    out.wall_s = time.perf_counter() - t0
+    return out
 
 
 def qps_on_links(paths: PathPlan, links) -> int:

@@ -9,11 +9,18 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CORPUS = ROOT / ".." / "shared" / "reference" / "ccl-logs"
+# The project's own corpus (real logs from public threads with their sidecars), in the repo.
+PROJECT_CORPUS = Path(__file__).resolve().parent / "corpus"
 
 
 def corpus_dir() -> Path:
-    """The corpus folder: ``$ICEFAB_CCL_CORPUS`` when set, else ``<repo>/../shared/...``."""
+    """The public corpus folder: ``$ICEFAB_CCL_CORPUS`` when set, else ``<repo>/../shared/...``."""
     return Path(os.environ.get("ICEFAB_CCL_CORPUS", DEFAULT_CORPUS)).resolve()
+
+
+def project_file(name: str) -> Path:
+    """A file of the project's own corpus (always present)."""
+    return PROJECT_CORPUS / name
 
 
 @pytest.fixture

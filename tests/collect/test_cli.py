@@ -7,6 +7,7 @@ import json
 from typer.testing import CliRunner
 
 from icefabric.cli.app import app
+from icefabric.schemas import COLLECT_SCHEMA_VERSION
 
 from .conftest import corpus_file
 
@@ -26,7 +27,7 @@ def test_nccl_log_json_is_the_report():
     res = runner.invoke(app, ["collect", "nccl-log", "--json", str(f)])
     assert res.exit_code == 0, res.output
     (rep,) = json.loads(res.stdout)
-    assert rep["schema_version"] == "1.0" and rep["nranks"] == 8
+    assert rep["schema_version"] == COLLECT_SCHEMA_VERSION and rep["nranks"] == 8
     net = [c for c in rep["connections"] if c["kind"] == "NET"]
     assert net[0]["from"] == 3 and net[0]["gdrdma"] is True
 

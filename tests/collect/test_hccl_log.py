@@ -10,7 +10,7 @@ from .conftest import corpus_file
 
 def test_plog_error_and_rank_facts():
     log = parse_hccl_log(read_text(corpus_file("hccl-gpustack-2021-commroot-fail.log")))
-    (err,) = log.errors()
+    (err,) = log.plog_errors()
     assert err["errNo"] == "0x0000000005000002" and err["tags"] == ["Init", "CommRootInfoConfig"]
     assert (log.rank, log.rank_size) == (1, 4)
 

@@ -62,3 +62,13 @@ def test_scenario_fragment_from_nccl_tests_log():
     (spec,) = frag["jobs"]
     assert spec["ranks_per_server"] == 8 and spec["collectives"] == [{"kind": "all_reduce"}]
     assert frag["sizes"][0] == 1073741824 and spec["name"][0].isalpha()
+
+
+def test_log_where_one_host_prints_becomes_a_two_host_job():
+    from .conftest import project_file
+
+    job = job_from_log([project_file("nccl-1412a-16r-onehost-ringdump.log"),
+                        project_file("nccl-1412b-16r-onehost-initcomplete.log")])
+    assert job["hosts"] == ["swat1-04", "node1"] and job["rank_host"] == [0] * 8 + [1] * 8
+    assert job["rank_device"][:8] == list(range(8)) and len(job["rings"]) == 5
+    assert any(s.startswith("report: node of ranks 8-15") for s in job["inferred"])

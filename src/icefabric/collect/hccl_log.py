@@ -69,9 +69,9 @@ _LINK = re.compile(
     r"localIpAddr\[(?P<lip>[^\]]*)\], dst_rank\[(?P<drank>\d+)\]-remoteUserrank\[(?P<durank>\d+)\]"
     r"-remote_ip_addr\[(?P<rip>[^\]]*)\]"
 )
-# Substrings that announce one of the records above: a line holding one but read by none is
-# damaged (cut, garbled) and worth a warning.
-_ANNOUNCES = ("Link para:", "function error:", "RankID:")
+# Substrings that announce a record: a line holding one whose record was not read is damaged
+# (cut, garbled) and worth a warning.
+_ANNOUNCES = {"Link para:": "link", "function error:": "function", "RankID:": "torch_npu"}
 
 # HcclResult (CANN inc/hccl/hccl_types.h).
 HCCL_RESULT = {
@@ -188,33 +188,36 @@ def parse_hccl_logs(texts: list[tuple[str | None, str | bytes]]) -> HcclLog:
 def _parse_line(out: HcclLog, raw: str, source: str | None, lineno: int) -> None:
     msg, rank, pid = _strip_prefixes(raw.strip())
     where = {"source": source, "line": lineno}
-    read = _plog(out, msg, where) or _npu_header(out, msg, rank, where)
+    read = set()
+    if _plog(out, msg, where):
+        read.add("plog")
+    elif _npu_header(out, msg, rank, where):
+        read.add("torch_npu")
     code = None
-    if not read:
-        err = _cann(msg, rank, pid, where)
-        if err is not None:
-            out.errors.append(err)
-            code, pid, read = err.code, err.pid or pid, True
+    err = None if read else _cann(msg, rank, pid, where)
+    if err is not None:
+        out.errors.append(err)
+        code, pid = err.code, err.pid or pid
     f = _FUNCTION.search(msg)
     if f:
         name = HCCL_RESULT.get(int(f["code"])) if f["lib"] == "HCCL" else None
         out.errors.append(HcclError(kind="function", code=f["code"], name=name, rank=rank,
                                     pid=pid, function=f["call"].split("(", 1)[0],
                                     message=msg[f.start():].strip(), **where))
-        read = True
+        read.add("function")
     link = _LINK.search(msg)
     if link:
         out.links.append(HcclLink(
             rank=int(link["rank"]), user_rank=int(link["urank"]), local_ip=link["lip"],
             remote_rank=int(link["drank"]), remote_user_rank=int(link["durank"]),
-            remote_ip=link["rip"], code=code, pid=pid,
-            time=out.errors[-1].time if code else None, **where))
-        read = True
+            remote_ip=link["rip"], code=code, pid=pid, time=err.time if err else None, **where))
+        read.add("link")
     r = _RANK.search(raw) or _RANK_REV.search(raw)
     if r and out.rank_size is None:
         out.rank, out.rank_size = int(r["r"]), int(r["n"])
-    if not read and any(a in msg for a in _ANNOUNCES):
-        out.warnings.append(warn(f"unrecognized or truncated HCCL line: {msg[:80]!r}", lineno,
+    missed = [kind for text, kind in _ANNOUNCES.items() if text in msg and kind not in read]
+    if missed and "plog" not in read:
+        out.warnings.append(warn(f"unreadable or cut {missed[0]} record: {msg[:80]!r}", lineno,
                                  source))
 
 

@@ -102,6 +102,27 @@ class Placement:
         return dict(out)
 
 
+def rank_ranges(values: list[int]) -> str:
+    """Sorted integers as compact ranges: ``[0, 1, 2, 5]`` -> ``"0-2,5"`` (``"-"`` if empty)."""
+    out: list[str] = []
+    vals = sorted(set(values))
+    i = 0
+    while i < len(vals):
+        j = i
+        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
+            j += 1
+        out.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
+        i = j + 1
+    return ",".join(out) or "-"
+
+
+def describe(fact: InferredFact) -> str:
+    """One line for a human: what was inferred, for which ranks, from which line."""
+    who = f" of ranks {rank_ranges(fact.ranks)}" if fact.ranks else ""
+    where = f" ({fact.source or '?'}:{fact.line})" if fact.line is not None else ""
+    return f"{fact.fact}{who}: {fact.value}{where}"
+
+
 def _fact(kind, ranks, value, rule, source=None, line=None) -> InferredFact:
     return InferredFact(fact=kind, ranks=sorted(ranks), value=value, rule=rule, source=source,
                         line=line)
@@ -133,8 +154,9 @@ def _block_of_host(ranks: set[int], lines: list[LocalRankLine], devices: dict[in
             return None
         base, width, rule, ref = bases.pop(), widths.pop(), RULE_LOCAL_RANK, lines[0]
     else:
+        # One rank on its device says nothing about numbering; two or more agreeing do.
         bases = {r - devices[r] for r in ranks if r in devices}
-        if len(bases) != 1 or not width_hint:
+        if len(bases) != 1 or not width_hint or sum(r in devices for r in ranks) < 2:
             return None
         base, width, rule, ref = bases.pop(), width_hint, RULE_DEVICE_BLOCK, None
     block = range(base, base + width)
@@ -183,29 +205,8 @@ def place_ranks(nranks: int | None, nnodes: int | None, read_hosts: dict[int, st
         if p.rule is not None and p.host is not None and p.rank not in hosts:
             hosts[p.rank] = p.host
             out.inferred.append(_fact("host", [p.rank], p.host, p.rule, p.source, p.line))
-    by_host: dict[str, set[int]] = defaultdict(set)
-    for r, h in hosts.items():
-        by_host[h].add(r)
-    lines_of: dict[str | None, list[LocalRankLine]] = defaultdict(list)
-    for ln in local_lines:
-        lines_of[ln.host].append(ln)
-    width_hint = max(devices.values()) + 1 if devices else None
     out.group_of = dict(hosts)
-    for h, ranks in by_host.items():
-        found = _block_of_host(ranks, lines_of.get(h, []), devices, width_hint)
-        if found is None:
-            continue
-        block, rule, ref = found
-        if nranks is not None and block.stop > nranks:
-            continue
-        new = [r for r in block if r not in hosts]
-        if any(out.group_of.get(r, h) != h for r in block):
-            continue  # another host was read for a rank of this block
-        for r in new:
-            out.group_of[r] = h
-        if new:
-            out.inferred.append(_fact("host", new, h, rule, ref.source if ref else None,
-                                      ref.line if ref else None))
+    _place_host_blocks(out, hosts, nranks, local_lines, devices)
     if nranks is not None:
         _place_unnamed(out, nranks, nnodes, local_lines)
         if len(out.group_of) == nranks and set(out.group_of) == set(range(nranks)):
@@ -215,6 +216,34 @@ def place_ranks(nranks: int | None, nnodes: int | None, read_hosts: dict[int, st
             if nnodes is None:
                 out.inferred.append(_fact("nnodes", [], f"{len(order)} hosts", RULE_NNODES))
     return out
+
+
+def _place_host_blocks(out: Placement, hosts: dict[int, str], nranks: int | None,
+                       local_lines: list[LocalRankLine], devices: dict[int, int]) -> None:
+    """Complete each named host to the block of ranks its lines imply."""
+    by_host: dict[str, set[int]] = defaultdict(set)
+    for r, h in hosts.items():
+        by_host[h].add(r)
+    lines_of: dict[str | None, list[LocalRankLine]] = defaultdict(list)
+    for ln in local_lines:
+        lines_of[ln.host].append(ln)
+    width_hint = max(devices.values()) + 1 if devices else None
+    blocks = []
+    for h, ranks in by_host.items():
+        found = _block_of_host(ranks, lines_of.get(h, []), devices, width_hint)
+        if found is not None and (nranks is None or found[0].stop <= nranks):
+            blocks.append((h, *found))
+    # A block holding a rank read on another host shows the ranks are not numbered host by
+    # host: then no block is trusted.
+    if any(hosts.get(r, h) != h for h, block, _, _ in blocks for r in block):
+        return
+    for h, block, rule, ref in blocks:
+        new = [r for r in block if r not in out.group_of]
+        for r in new:
+            out.group_of[r] = h
+        if new:
+            out.inferred.append(_fact("host", new, h, rule, ref.source if ref else None,
+                                      ref.line if ref else None))
 
 
 def _place_unnamed(out: Placement, nranks: int, nnodes: int | None,

@@ -424,12 +424,7 @@ def _parse_segment(log: NcclLog, m: dict[str, str] | None, msg: str, lineno: int
                                      lineno, source))
         return
 
-    sfx = _RCCL_SUFFIX.search(stripped)
-    if sfx and not stripped.startswith("comm "):
-        ref.comm, ref.nranks, ref.bus_id = sfx["comm"], int(sfx["n"]), sfx["bus"]
-        log.rccl_markers.append({"what": "comm %p nRanks %02d suffix", "ref": ref})
-        log.nranks_fields.append({"rank": None, "nranks": ref.nranks, "ref": ref})
-        stripped = stripped[: sfx.start()]
+    stripped = _strip_rccl_suffix(log, stripped, ref)
     if _parse_message(log, stripped, ref):
         return
     nr = _NRANKS_FIELD.search(stripped)
@@ -439,6 +434,18 @@ def _parse_segment(log: NcclLog, m: dict[str, str] | None, msg: str, lineno: int
     if stripped.startswith(_STRUCTURED_KEYWORDS):
         log.warnings.append(warn(f"unrecognized or truncated line: {stripped[:80]!r}",
                                  lineno, source))
+
+
+def _strip_rccl_suffix(log: NcclLog, msg: str, ref: LineRef) -> str:
+    """The message without RCCL's ``comm %p nRanks %02d [busId %lx]`` suffix, whose fields go
+    to ``ref`` (and mark the log as RCCL's)."""
+    sfx = _RCCL_SUFFIX.search(msg)
+    if not sfx or msg.startswith("comm "):
+        return msg
+    ref.comm, ref.nranks, ref.bus_id = sfx["comm"], int(sfx["n"]), sfx["bus"]
+    log.rccl_markers.append({"what": "comm %p nRanks %02d suffix", "ref": ref})
+    log.nranks_fields.append({"rank": None, "nranks": ref.nranks, "ref": ref})
+    return msg[: sfx.start()]
 
 
 def _parse_message(log: NcclLog, msg: str, ref: LineRef) -> bool:  # noqa: C901 - a dispatcher
@@ -874,11 +881,15 @@ def _comm_groups(log: NcclLog) -> list[dict[str, Any]]:
         if comm:
             g["comms"].add((ref.host, comm))
         g["threads"].add((ref.host, ref.pid, ref.tid))
-    # A comm pointer seen in both an init line with commId and one without joins the former.
+    # Lines without commId that share a comm pointer, or a printing thread and the rank count,
+    # with a commId group belong to it.
     for key in [k for k in groups if k.startswith("n")]:
         g = groups[key]
         for other_key, other in groups.items():
-            if other_key != key and not other_key.startswith("n") and g["comms"] & other["comms"]:
+            if other_key == key or other_key.startswith("n"):
+                continue
+            if g["comms"] & other["comms"] or (
+                    g["threads"] & other["threads"] and g["nranks"] == other["nranks"]):
                 other["threads"] |= g["threads"]
                 del groups[key]
                 break

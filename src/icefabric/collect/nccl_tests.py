@@ -61,6 +61,8 @@ class NcclTestsRun:
     devices: list[dict[str, Any]] = field(default_factory=list)
     header_columns: list[str] | None = None
     rows: list[dict[str, Any]] = field(default_factory=list)
+    # Each row's fields exactly as printed (for display; versions differ in number formats).
+    printed_rows: list[list[str]] = field(default_factory=list)
     avg_bus_bandwidth_GBps: float | None = None
     out_of_bounds: dict[str, Any] | None = None
     env: dict[str, str] = field(default_factory=dict)
@@ -218,6 +220,7 @@ def parse_nccl_tests(text: str | bytes, source: str | None = None, *,
                     out.warnings.append(warn("incomplete or malformed result row", lineno, source))
                 else:
                     run.rows.append(row)
+                    run.printed_rows.append(line.split())
                 continue
             if " NCCL " in s or " RCCL " in s:
                 continue

@@ -100,6 +100,8 @@ def test_no_block_when_another_host_holds_one_of_its_ranks():
 def test_unplaced_rank_gives_unknown_edges_not_an_empty_list():
     assert cross_node_edges([0, 1, 2, 3], {0: "a", 1: "a", 2: "a"}) is None
     assert cross_node_edges([0, 1, 2, 3], {r: "a" for r in range(4)}) == []
+    # a ring line cut without "..." (NVIDIA/nccl#514: 20 of 32 ranks shown) is not a ring
+    assert cross_node_edges([0, 7, 6, 5, 8, 15, 9], {r: str(r // 8) for r in range(16)}) is None
     log = parse_nccl_log("h:1:2 [0] NCCL INFO Channel 00/02 :    0   1   2   3")
     (rep,) = build_reports(log)
     assert rep.rings[0].cross_node_edges is None  # ranks 1-3 are on hosts the log never shows

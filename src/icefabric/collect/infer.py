@@ -282,9 +282,12 @@ def cross_node_edges(ring: list[int], group_of: dict[int, str]) -> list[tuple[in
     """Consecutive (a, b) of a ring order on different hosts; None unless every rank is placed.
 
     A ring whose ranks are not all placed has unknown edges, never "no edge": an empty list
-    means the ring stays on one host.
+    means the ring stays on one host. A ring that is not a permutation of ``0..n-1`` was cut
+    (older NCCL cut long ring lines without ``...``, NVIDIA/nccl#514), so its edges are unknown.
     """
-    if not ring or any(r not in group_of for r in ring):
+    if not ring or sorted(ring) != list(range(len(ring))):
+        return None
+    if any(r not in group_of for r in ring):
         return None
     pairs = zip(ring, ring[1:] + ring[:1], strict=True)
     return [(a, b) for a, b in pairs if group_of[a] != group_of[b]]

@@ -140,3 +140,14 @@ def test_new_init_start_line_with_rank_prefix():
     log = parse_nccl_log("h:1:2 [1] NCCL INFO [Rank 1] ncclCommInitRankConfig comm 0x5 rank 1 "
                          "nranks 2 cudaDev 1 nvmlDev 1 busId 1b000 commId 0xab - Init START")
     assert log.init_lines[0]["commId"] == "0xab" and not log.warnings
+
+
+def test_a_ring_cut_with_dots_has_unknown_edges():
+    # rings.cc dumpLine ends a line too long for its buffer with "..."
+    text = "\n".join([
+        "a:1:1 [0] NCCL INFO comm 0x1 rank 0 nRanks 4 nNodes 2 localRanks 2 localRank 0 MNNVL 0",
+        "a:1:1 [0] NCCL INFO Channel 00/02 :    0   1 ...",
+        "a:1:1 [0] NCCL INFO Channel 01/02 :    0   1   2   3",
+    ])
+    (rep,) = build_reports(parse_nccl_log(text))
+    assert [r.cross_node_edges for r in rep.rings] == [None, [(1, 2), (3, 0)]]

@@ -23,6 +23,7 @@ from icefabric.collect.nccl_log import (
     library_of,
     parse_nccl_logs,
     rings_by_channel,
+    whole_rings,
 )
 from icefabric.collect.nccl_tests import NcclTestsOutput, parse_nccl_tests_files
 from icefabric.collect.nccl_topo import NcclTopology, is_topology_xml, parse_nccl_topo
@@ -106,10 +107,10 @@ def placement_facts(log: NcclLog) -> dict[str, Any]:
     ``ring_net_edges_from_rings`` holds, per ring whose ranks are all placed, the consecutive
     ranks on different hosts; ``inferred`` lists each inferred value with its line.
     """
-    nranks = [r["nranks"] for r in log.init_lines + log.nranks_fields] + [
-        r["nRanks"] for r in log.comm_topology_lines]
+    nranks = max([r["nranks"] for r in log.init_lines + log.nranks_fields] + [
+        r["nRanks"] for r in log.comm_topology_lines], default=None)
     nnodes = next((r["nNodes"] for r in log.comm_topology_lines), None)
-    placement = implied_placement(log, max(nranks, default=None), nnodes)
+    placement = implied_placement(log, nranks, nnodes)
     f: dict[str, Any] = {}
     groups = placement.groups()
     hosts = {h: rs for h, rs in groups.items() if not h.startswith("#")}
@@ -119,7 +120,7 @@ def placement_facts(log: NcclLog) -> dict[str, Any]:
         f["nodes"] = [{"host": None if h.startswith("#") else h, "ranks": rs}
                       for h, rs in sorted(groups.items(), key=lambda kv: kv[1][0])]
     edges = {}
-    for c, ring in rings_by_channel(log).items():
+    for c, ring in whole_rings(log, nranks).items():
         e = cross_node_edges(ring, placement.group_of)
         if e is not None:
             edges[str(c)] = [list(p) for p in e]

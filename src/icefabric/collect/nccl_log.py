@@ -784,19 +784,18 @@ def printed_ranks(log: NcclLog, bus_rank: dict[tuple[str | None, str], int] | No
         if rec["tree"] == 0:
             add(rec["rank"], rec["ref"])
     for rec in log.nranks_fields:
+        ref = rec["ref"]
+        by_bus = (bus_rank or {}).get((ref.host, ref.bus_id or ""))
         if rec["rank"] is not None:
-            add(rec["rank"], rec["ref"])
+            add(rec["rank"], ref)
+        elif by_bus is not None:
+            add(by_bus, ref, RULE_BUS_ID)
     for rec in log.ring_orders:
         add(0, rec["ref"], RULE_RING_DUMP)
     for conn in log.connections:
         loc = local_endpoint(conn)
         if loc is not None:
             add(loc[0], conn["ref"])
-    for rec in log.nranks_fields:
-        ref = rec["ref"]
-        rank = (bus_rank or {}).get((ref.host, ref.bus_id or ""))
-        if rec["rank"] is None and rank is not None:
-            add(rank, ref, RULE_BUS_ID)
     return [p for _, p in sorted(out, key=lambda kv: kv[0])]
 
 
@@ -863,6 +862,15 @@ def rings_by_channel(log: NcclLog) -> dict[int, list[int]]:
         if cur == start and len(order) == len(succ):
             rings[ch] = order
     return dict(sorted(rings.items()))
+
+
+def whole_rings(log: NcclLog, nranks: int | None) -> dict[int, list[int]]:
+    """The rings of :func:`rings_by_channel` known to be whole: not cut ('...') and, when the
+    communicator size is known, holding every rank."""
+    cut = {r["channel"] for r in log.ring_orders if not r["complete"]} - {
+        r["channel"] for r in log.ring_orders if r["complete"]}
+    return {c: ring for c, ring in rings_by_channel(log).items()
+            if c not in cut and (nranks is None or len(ring) == nranks)}
 
 
 def _comm_groups(log: NcclLog) -> list[dict[str, Any]]:
@@ -944,7 +952,7 @@ def _report(log: NcclLog, group: dict[str, Any], mine) -> CommunicatorReport:
     rank_nic, conn_nic = _connection_nics(sub, nics)
     rings = rings_by_channel(sub)
     complete = {r["channel"]: r["complete"] for r in sub.ring_orders}
-    ring_models, ring_facts = _rings(sub, rings, complete, nranks, placement)
+    ring_models, ring_facts = _rings(sub, rings, complete, whole_rings(sub, nranks), placement)
     nch = [r["nchannels"] for r in sub.ring_orders if r["nchannels"]]
     networks = [n["network"] for n in log.networks]
     return CommunicatorReport(
@@ -1005,13 +1013,13 @@ def _rank_infos(read: dict[int, dict[str, Any]], placement: Placement,
 
 
 def _rings(sub: NcclLog, rings: dict[int, list[int]], complete: dict[int, bool],
-           nranks: int | None, placement: Placement) -> tuple[list[Ring], list[InferredFact]]:
+           whole: dict[int, list[int]], placement: Placement,
+           ) -> tuple[list[Ring], list[InferredFact]]:
     """Ring models with their cross-host edges, and one inferred fact per ring with edges."""
     line_of = {r["channel"]: r["ref"] for r in sub.ring_orders}
     models, facts = [], []
     for c, order in rings.items():
-        whole = complete.get(c, True) and (nranks is None or len(order) == nranks)
-        edges = cross_node_edges(order, placement.group_of) if whole else None
+        edges = cross_node_edges(order, placement.group_of) if c in whole else None
         models.append(Ring(channel=c, ranks=order, complete=complete.get(c, True),
                            cross_node_edges=edges))
         if edges:

@@ -6,6 +6,7 @@ from icefabric.collect._text import read_text
 from icefabric.collect.infer import (
     RULE_BLOCKS,
     RULE_DEVICE,
+    RULE_DEVICE_BLOCK,
     RULE_LAST_HOST,
     RULE_LOCAL_RANK,
     RULE_RING_DUMP,
@@ -71,8 +72,18 @@ def test_device_from_the_dev_prefix_of_a_rank_s_own_line():
 
 def test_a_printed_cudadev_is_read_not_inferred():
     rep = _report("nccl-1412b-16r-onehost-initcomplete.log")
-    assert {f.ranks[0] for f in _facts(rep, "device")} == {2}  # Init timings line only
+    by_rule = {f.ranks[0]: f.rule for f in _facts(rep, "device")}
+    assert by_rule == {2: RULE_DEVICE, 3: RULE_DEVICE_BLOCK}  # 0,1,4,5,6 print cudaDev
     assert {r.rank: r.device for r in rep.ranks}[6] == 6
+
+
+def test_devices_in_order_place_a_host_s_block_and_its_devices():
+    # NVIDIA/nccl#1412 Init COMPLETE excerpt: ranks 0,1,4,5,6 print cudaDev = rank, rank 2 its
+    # Init timings line; rank 3 is between them
+    rep = _report("nccl-1412b-16r-onehost-initcomplete.log")
+    (host,) = _facts(rep, "host")
+    assert (host.ranks, host.rule) == ([3], RULE_DEVICE_BLOCK)  # block 0-6: highest dev 6
+    assert 7 not in {r.rank for r in rep.ranks}  # nothing implies rank 7's host
 
 
 def test_blocks_of_local_ranks_for_hosts_never_named():

@@ -187,8 +187,8 @@ def place_ranks(nranks: int | None, nnodes: int | None, read_hosts: dict[int, st
     Returns
     -------
     Placement
-        ``group_of``/``node_of``/``nnodes`` and the inferred facts (devices are left to
-        :func:`infer_devices`).
+        ``group_of``/``node_of``/``nnodes``, ``device_of`` (``devices`` plus the devices the
+        device-index numbering implies) and the inferred facts.
 
     Notes
     -----
@@ -199,7 +199,7 @@ def place_ranks(nranks: int | None, nnodes: int | None, read_hosts: dict[int, st
     ``localRanks`` (``RULE_BLOCKS``). A block that would contradict a host read elsewhere is
     not used.
     """
-    out = Placement()
+    out = Placement(device_of=dict(devices))
     hosts = dict(read_hosts)
     for p in printed:
         if p.rule is not None and p.host is not None and p.rank not in hosts:
@@ -244,6 +244,13 @@ def _place_host_blocks(out: Placement, hosts: dict[int, str], nranks: int | None
         if new:
             out.inferred.append(_fact("host", new, h, rule, ref.source if ref else None,
                                       ref.line if ref else None))
+        if rule == RULE_DEVICE_BLOCK:
+            # The numbering that placed these ranks also gives their devices.
+            for r in block:
+                if r not in out.device_of:
+                    out.device_of[r] = r - block.start
+                    out.inferred.append(_fact("device", [r], f"device {r - block.start}",
+                                              rule))
 
 
 def _place_unnamed(out: Placement, nranks: int, nnodes: int | None,

@@ -832,7 +832,6 @@ def implied_placement(log: NcclLog, nranks: int | None, nnodes: int | None,
     hosts = {r: d["host"] for r, d in read.items() if d.get("host") is not None}
     placement = place_ranks(nranks, nnodes, hosts, local_rank_lines(log), devices.device_of,
                             printed)
-    placement.device_of = devices.device_of
     placement.inferred = devices.inferred + placement.inferred
     return placement
 

@@ -73,12 +73,11 @@ JsonOpt = typer.Option(False, "--json", help="Print the result as JSON.")
 
 @collect_app.command("nccl-log")
 def nccl_log_cmd(files: list[Path] = FilesArg, as_json: bool = JsonOpt) -> None:
-    """Communicators, ranks, rings, trees and network connections found in NCCL/RCCL debug
-    logs, with the values the log implies (hosts, devices, cross-host ring edges) marked as
-    inferred.
+    """Communicators, ranks, rings, trees and NET connections of NCCL/RCCL debug logs.
 
-    JSON: a list of communicator reports (``icefabric.schemas.CommunicatorReport``; shape in
-    docs/collect.md).
+    Values the log implies without printing them (hosts, devices, cross-host ring edges) are
+    filled in and listed as inferred, with the rule and the line. JSON: a list of communicator
+    reports (``icefabric.schemas.CommunicatorReport``; shape in docs/collect.md).
     """
     from icefabric.cli.collect_views import communicator_tables
     from icefabric.collect.nccl_log import build_reports, parse_nccl_logs
@@ -131,10 +130,10 @@ def nccl_tests_cmd(files: list[Path] = FilesArg, as_json: bool = JsonOpt) -> Non
 
 @collect_app.command("hccl-log")
 def hccl_log_cmd(files: list[Path] = FilesArg, as_json: bool = JsonOpt) -> None:
-    """Errors (code, rank, PID, device, time) and failed links of HCCL logs: plog lines and
-    the torch_npu / CANN error reports frameworks print.
+    """Errors (code, rank, PID, device, time) and failed links of HCCL / torch_npu logs.
 
-    JSON: ``{"rank", "rank_size", "errors": [...], "links": [...], "plog_lines", "sources",
+    Reads CANN plog lines and the torch_npu / CANN error reports frameworks print. JSON:
+    ``{"rank", "rank_size", "errors": [...], "links": [...], "plog_lines", "sources",
     "warnings"}`` (docs/collect.md).
     """
     from icefabric.cli.collect_views import cell
@@ -181,8 +180,7 @@ def _shorten(text: str, width: int) -> str:
 
 @collect_app.command("ranktable")
 def ranktable_cmd(files: list[Path] = FilesArg, as_json: bool = JsonOpt) -> None:
-    """Ranks, servers, devices and device IPs of HCCL rank tables (several files of one job
-    are merged)."""
+    """Ranks, servers, devices and device IPs of HCCL rank tables (one job's files merged)."""
     from icefabric.cli.collect_views import cell
     from icefabric.collect.ranktable import parse_ranktables, report_from_ranktable
 

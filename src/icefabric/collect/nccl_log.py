@@ -952,7 +952,9 @@ def _report(log: NcclLog, group: dict[str, Any], mine) -> CommunicatorReport:
     rings = rings_by_channel(sub)
     complete = {r["channel"]: r["complete"] for r in sub.ring_orders}
     ring_models, ring_facts = _rings(sub, rings, complete, whole_rings(sub, nranks), placement)
-    nch = [r["nchannels"] for r in sub.ring_orders if r["nchannels"]]
+    # "N coll channels" is the count NCCL settled on (init.cc); ring-order lines come next.
+    nch = [c["coll"] for c in log.channel_counts if mine(c["ref"])] or \
+        [r["nchannels"] for r in sub.ring_orders if r["nchannels"]]
     networks = [n["network"] for n in log.networks]
     return CommunicatorReport(
         library=library_of(log),

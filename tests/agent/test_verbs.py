@@ -138,8 +138,11 @@ def test_replan_reaches_live_qps_through_mlx5dv(native, tmp_path, actuator, agen
     actuator.apply(plan_of([49200, 49300], [None, 40e9]))
     proc, log, hold, qps = connect(native, tmp_path, agent_sock, 2)
     try:
-        assert wait_for(lambda: all(q.sport == s for q, s in zip(
-            sorted(actuator.live.values(), key=lambda q: q.ordinal), [49200, 49300])))
+        # Wait for the RTR ports and for QP 1's RATE report from RTS: the re-plan's unpacing
+        # of QP 1 is only sent once the agent knows that QP is paced.
+        assert wait_for(lambda: [(q.sport, q.rate_kbps) for q in sorted(
+            actuator.live.values(), key=lambda q: q.ordinal)] == [(49200, None),
+                                                                  (49300, 40_000_000)])
         res = actuator.apply(plan_of([49200, 50001], [30e9, None], version=2))
         assert (res.applied, res.failed, res.messages) == (2, 0, [])
         calls = [r for r in records(log) if r["call"] == "mlx5dv_modify_qp_udp_sport"]

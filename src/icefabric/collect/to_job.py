@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from icefabric.collect.errors import CollectError
+from icefabric.collect.infer import describe
 from icefabric.schemas import CommunicatorReport
 
 
@@ -39,7 +40,8 @@ def job_from_report(report: CommunicatorReport, *, name: str | None = None) -> d
         name (starts with a letter).
         ``rank_host[r]`` indexes ``hosts``; ``rings`` maps channel -> rank order (complete
         rings only); ``nics_per_host`` is None when the log listed no NICs; ``inferred``
-        lists, in words, every value that was completed rather than read (empty when all was read).
+        lists, in words, every value that was completed rather than read (empty when all was
+        read), ending with the report's own inferred facts (``report: ...``).
 
     Raises
     ------
@@ -121,6 +123,7 @@ def job_from_report(report: CommunicatorReport, *, name: str | None = None) -> d
     name = re.sub(r"[^\w.-]", "_", name)
     if not name[:1].isalpha():
         name = f"job-{name}"
+    inferred += [f"report: {describe(f)}" for f in report.inferred]
     qps = report.env.get("NCCL_IB_QPS_PER_CONNECTION") or report.env.get(
         "HCCL_RDMA_QPS_PER_CONNECTION")
     return {

@@ -53,7 +53,9 @@ class Policy(ABC):
     description: str = ""
     #: time from a link failure until this policy's traffic uses working paths again
     reroute_delay_ns: int = 0
-    #: pace every flow at its global max-min rate before it starts (ICE active CC)
+    #: pace every QP at its share of the global max-min rate before traffic starts (ICE
+    #: active congestion control; the rates are computed from the plan's paths,
+    #: :func:`icefabric.pipeline.plans.qp_rates`)
     proactive_rates: bool = False
     #: engine this policy must run on regardless of the scenario (``ideal`` is a bound:
     #: non-blocking and perfectly fair, so it always uses the max-min flow engine)
@@ -65,7 +67,7 @@ class Policy(ABC):
 
     @abstractmethod
     def plan(self, ctx: PlanContext) -> PathPlan:
-        """Paths, ports and rates for every QP of ``ctx.workload``."""
+        """Paths, source ports (and backup ports) for every QP of ``ctx.workload``."""
 
     def replan(self, ctx: PlanContext, previous: PathPlan) -> PathPlan:
         """Plan after links failed (``ctx.routing`` excludes them). Must keep the route

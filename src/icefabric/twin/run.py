@@ -37,7 +37,7 @@ from icefabric.errors import IceFabricError
 from icefabric.experiment.runner import ExperimentResult, collective_row
 from icefabric.pipeline import Plan, plan, simulate, with_link_events
 from icefabric.pipeline.hosts import paths_from_host_plans, qp_hosts, qp_keys
-from icefabric.pipeline.jobs import JobSpec, qp_ordinals
+from icefabric.pipeline.jobs import JobSpec, qp_jobs, qp_ordinals
 from icefabric.pipeline.plans import (
     LinkChange,
     LinkEvent,
@@ -116,8 +116,7 @@ def host_reports(fabric: Fabric, jobs: list[JobSpec], wl: Workload
     """What each host's collector would report: one CommReport per job it takes part in
     (``jobs`` in launch order, ``wl`` their workload)."""
     qps_by: dict[tuple[str, str], list[QpEntry]] = {}
-    for (s, d, lq, rq), host, job, o in zip(qp_keys(wl), qp_hosts(fabric, wl),
-                                            [wl.conn_job[c] for c in wl.qp_conn.tolist()],
+    for (s, d, lq, rq), host, job, o in zip(qp_keys(wl), qp_hosts(fabric, wl), qp_jobs(wl),
                                             qp_ordinals(wl).tolist(), strict=True):
         qps_by.setdefault((job, host), []).append(
             QpEntry(src_ip=s, dst_ip=d, lqpn=lq, rqpn=rq, ordinal=o))

@@ -52,6 +52,7 @@ class Table:
     columns: list[str]
     rows: list[list[str]]
     note: str = ""
+    css: str = ""  # "facts": text columns, left-aligned
 
 
 @dataclass
@@ -192,17 +193,17 @@ def _scenario_fabric(inp: ReportInput):
     from icefabric.scenario.build import build_fabric
     from icefabric.scenario.loader import ScenarioError, builtin_names, builtin_text, loads
 
-    texts = [inp.scenario_text] if inp.scenario_text else []
-    if not texts and inp.result.scenario in builtin_names():
-        texts = [builtin_text(inp.result.scenario)]
-    for text in texts:
-        try:
-            fab = build_fabric(loads(text))
-        except (ScenarioError, ValueError):
-            continue
-        if json.loads(json.dumps(fab.describe())) == inp.result.fabric or inp.scenario_text:
-            return fab
-    return None
+    text = inp.scenario_text
+    if text is None and inp.result.scenario in builtin_names():
+        text = builtin_text(inp.result.scenario)
+    if text is None:
+        return None
+    try:
+        fab = build_fabric(loads(text))
+    except (ScenarioError, ValueError):
+        return None
+    same = json.loads(json.dumps(fab.describe())) == inp.result.fabric
+    return fab if inp.scenario_text is not None or same else None
 
 
 def fabric_picture(inp: ReportInput) -> Figure | None:
@@ -305,6 +306,14 @@ def sweep_figures(spec, summary: list[dict]) -> list[Figure]:
             for g in groups]
 
 
+def _named_settings(axis) -> str:
+    """What the labels of a named axis stand for ("" for a field-path axis)."""
+    if all(list(s) == [axis.name] for s in axis.settings):
+        return ""
+    return "; ".join(f"{lab}: " + (", ".join(f"{k}={v}" for k, v in s.items()) or "the base")
+                     for lab, s in zip(axis.labels, axis.settings))
+
+
 def sweep_section(out_dir: str | Path) -> dict:
     from icefabric.sweeps.run import load_sweep_dir
     from icefabric.sweeps.spec import SEED_AXIS
@@ -321,10 +330,9 @@ def sweep_section(out_dir: str | Path) -> dict:
                                            format_size(r["size_bytes"]), str(r["n"]),
                                            _pct(r["median"]), _pct(r["low"]), _pct(r["high"])]
                    for r in summary if r["policy"] not in ("ecmp",)])
-    axes_table = Table("sweep-axes", "Axes", ["axis", "values", "sets"],
-                       [[a.name, ", ".join(a.labels),
-                         "; ".join(f"{lab}: {s}" for lab, s in zip(a.labels, a.settings))]
-                        for a in spec.axes])
+    axes_table = Table("sweep-axes", "Axes", ["axis", "values", "each value sets"],
+                       [[a.name, ", ".join(a.labels), _named_settings(a)] for a in spec.axes],
+                       css="facts")
     csv_text = (Path(out_dir) / "results.csv").read_text() \
         if (Path(out_dir) / "results.csv").exists() else ""
     wall = sum(r.get("wall_s", 0.0) for r in recs)

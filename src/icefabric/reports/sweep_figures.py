@@ -45,9 +45,14 @@ def plot_gain_vs_axis(spec: SweepSpec, summary: list[dict], ax_row=None):
     for ax, panel in zip(subs[0], panels):
         sel = [r for r in summary
                if all(r[a.name] == lab for a, lab in zip(axes[1:], panel))]
-        for p in policies:
-            _line(ax, axes_x, [r for r in sel if r["policy"] == p], p)
+        for i, p in enumerate(policies):
+            # Dodge: policies with equal gains (ice and spray often are) stay visible.
+            _line(ax, axes_x, [r for r in sel if r["policy"] == p], p,
+                  dodge=(i - (len(policies) - 1) / 2) * 0.06)
         ax.axhline(0, color=STYLE["ecmp"][0], lw=1, ls="--", label="ecmp")
+        xs = np.unique(_x(axes_x.labels)[0]) if axes_x else np.zeros(1)
+        half = (float(np.diff(xs).min()) if len(xs) > 1 else 1.0) / 2
+        ax.set_xlim(xs[0] - half, xs[-1] + half)
         ax.set_title(", ".join(f"{a.name}={lab}" for a, lab in zip(axes[1:], panel)) or
                      spec.name, fontsize=9)
         ax.set_xlabel(axes_x.name if axes_x else "")
@@ -59,7 +64,9 @@ def plot_gain_vs_axis(spec: SweepSpec, summary: list[dict], ax_row=None):
     return fig
 
 
-def _line(ax, axis, rows: list[dict], policy: str) -> None:
+def _line(ax, axis, rows: list[dict], policy: str, dodge: float) -> None:
+    """Median line with a p10-p90 band and error bars; ``dodge`` shifts it sideways by
+    that fraction of the spacing between x positions."""
     if not rows:
         return
     if axis is None:
@@ -74,6 +81,8 @@ def _line(ax, axis, rows: list[dict], policy: str) -> None:
             ax.set_xticks(np.arange(len(ticks)), ticks)
         elif len(xs):
             ax.set_xticks(sorted(set(xs)), [f"{v:g}" for v in sorted(set(xs))])
+    step = float(np.diff(np.unique(xs)).min()) if len(np.unique(xs)) > 1 else 1.0
+    xs = xs + dodge * step
     color, marker = STYLE.get(policy, (None, "o"))
     med = np.array([r["median"] for r in order])
     lo = np.array([r["low"] for r in order])

@@ -53,6 +53,7 @@ class Table:
     rows: list[list[str]]
     note: str = ""
     css: str = ""  # "facts": text columns, left-aligned
+    text_cols: int = 1  # leading columns of names (left-aligned); the rest are numbers
 
 
 @dataclass
@@ -111,12 +112,16 @@ def data_uri(text: str, mime: str) -> str:
 def summary_table(res: ExperimentResult, idx: int) -> Table:
     """Largest size: busbw, fraction of the ideal bound and gain over ECMP per policy."""
     size = res.sizes[-1]
-    rows = [r for r in res.rows if r["size_bytes"] == size]
+    groups = list(dict.fromkeys((r["job"], r["collective"]) for r in res.rows))
+    rows = sorted((r for r in res.rows if r["size_bytes"] == size),
+                  key=lambda r: (groups.index((r["job"], r["collective"])),
+                                 res.policies.index(r["policy"])))
     out = [[r["job"], r["collective"], r["policy"], ranged(r, "busbw_GBps"),
             _frac(r.get("frac_of_ideal")), ranged(r, "gain_vs_ecmp", _pct)] for r in rows]
     return Table(f"summary-{idx}", f"Summary at {format_size(size)}",
                  ["job", "collective", "policy", "busbw (GB/s)", "of ideal", "gain vs ecmp"],
-                 out, "ideal: the same workload on a non-blocking fabric (an upper bound).")
+                 out, "ideal: the same workload on a non-blocking fabric (an upper bound).",
+                 text_cols=3)
 
 
 def busbw_tables(res: ExperimentResult, idx: int) -> list[Table]:
@@ -152,7 +157,8 @@ def gain_table(res: ExperimentResult, idx: int) -> Table | None:
                          else _pct(r["busbw_GBps"] / rb["busbw_GBps"] - 1))
         rows.append(cells)
     return Table(f"gains-{idx}", f"Gain over each baseline at {format_size(size)}",
-                 ["job", "collective", "policy"] + [f"vs {b}" for b in base], rows)
+                 ["job", "collective", "policy"] + [f"vs {b}" for b in base], rows,
+                 text_cols=3)
 
 
 def plan_table(res: ExperimentResult, idx: int) -> Table:
@@ -329,7 +335,7 @@ def sweep_section(out_dir: str | Path) -> dict:
                   [[r[a] for a in axes] + [r["policy"], r["job"], r["collective"],
                                            format_size(r["size_bytes"]), str(r["n"]),
                                            _pct(r["median"]), _pct(r["low"]), _pct(r["high"])]
-                   for r in summary if r["policy"] not in ("ecmp",)])
+                   for r in summary if r["policy"] != "ecmp"], text_cols=len(axes) + 4)
     axes_table = Table("sweep-axes", "Axes", ["axis", "values", "each value sets"],
                        [[a.name, ", ".join(a.labels), _named_settings(a)] for a in spec.axes],
                        css="facts")

@@ -71,3 +71,11 @@ def test_sweep_errors_are_one_line(tmp_path):
     assert r.exit_code == 2
     assert "error: no sweep file or built-in sweep named 'no-such-sweep'; built-ins: " \
            "oversub-nicmix" in r.output
+
+
+def test_unwritable_report_path_is_one_line(tmp_path):
+    r = runner.invoke(app, ["simulate", "homog-small", "--sizes", "1M", "-p", "ecmp",
+                            "--report", str(tmp_path / "missing-dir" / "r.html")])
+    assert r.exit_code == 2
+    assert f"error: cannot write {tmp_path / 'missing-dir' / 'r.html'}: No such file or " \
+           "directory" in " ".join(r.output.split())

@@ -53,6 +53,12 @@ def test_report_opens_in_chromium_and_its_tables_equal_the_json(fluid_run, tmp_p
         assert float(cells[3]) == r["busbw_GBps"]
         assert _pct(cells[4]) == pytest.approx(r["frac_of_ideal"], abs=5e-4)
         assert _pct(cells[5]) == pytest.approx(r["gain_vs_ecmp"], abs=5e-4)
+    gains = page.tables["gains-0"]
+    assert gains["head"] == ["job", "collective", "policy", "vs ecmp"]
+    for cells in gains["rows"]:
+        r = largest[tuple(cells[:3])]
+        assert cells[3] == "–" if r["policy"] == "ecmp" else \
+            _pct(cells[3]) == pytest.approx(r["gain_vs_ecmp"], abs=5e-4)
     busbw = page.tables["busbw-0-0"]
     assert busbw["head"] == ["size"] + doc["policies"]
     for cells, size in zip(busbw["rows"], doc["sizes"]):

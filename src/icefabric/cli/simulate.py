@@ -44,6 +44,8 @@ def simulate(
     ``link_stats``/``link_summary`` (per-policy utilization of switch-to-switch links).
     With the fluid engine, ``--out`` also plots queue and rate time series per policy
     (``timeseries_<policy>.png``) and the JSON carries PFC pause, ECN and CNP statistics.
+    ``--out`` also keeps the scenario as run (``scenario.yaml``) and the traced runs
+    (``runs/<policy>.json``), so ``icefab report OUT`` can rebuild the HTML report later.
     """
     from icefabric.engine.flow import EngineError
     from icefabric.experiment.runner import run_scenario
@@ -82,10 +84,13 @@ def simulate(
         save_figures(res, out)
         _save_inputs(out, ls.text, res)
     if report is not None:
-        from icefabric.reports.html import ReportInput, command_line, render
+        from icefabric.reports.html import ReportError, ReportInput, command_line, render
 
-        render([ReportInput(res, "this run", ls.text, res.runs)], report,
-               command=command_line())
+        try:
+            render([ReportInput(res, "this run", ls.text, res.runs)], report,
+                   command=command_line())
+        except ReportError as e:
+            fail(str(e))
     if json_out:
         typer.echo(res.to_json())
         return

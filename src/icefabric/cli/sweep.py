@@ -52,6 +52,8 @@ def sweep(
                             progress=update if tty else _plain_progress)
     except SweepError as e:
         fail(str(e))
+    except OSError as e:
+        fail(f"cannot write to {out}: {e.strerror}")
     except KeyboardInterrupt:
         fail(f"interrupted; finished points are kept in {out}/points — rerun the same "
              "command to run only the missing ones", code=130)
@@ -62,9 +64,12 @@ def sweep(
         err_console.print(f"failed: {', '.join(f'{k}={v}' for k, v in p.labels.items())}: "
                           f"{msg}", highlight=False, soft_wrap=True)
     if report is not None:
-        from icefabric.reports.html import command_line, render_sweep
+        from icefabric.reports.html import ReportError, command_line, render_sweep
 
-        console.print(f"report written to {render_sweep(out, report, command=command_line())}",
-                      highlight=False)
+        try:
+            path = render_sweep(out, report, command=command_line())
+        except ReportError as e:
+            fail(str(e))
+        console.print(f"report written to {path}", highlight=False)
     if run.failed:
         raise typer.Exit(1)

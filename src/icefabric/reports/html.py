@@ -109,16 +109,25 @@ def data_uri(text: str, mime: str) -> str:
 
 
 # --------------------------------------------------------------------------- result tables
-def summary_table(res: ExperimentResult, idx: int) -> Table:
-    """Largest size: busbw, fraction of the ideal bound and gain over ECMP per policy."""
-    size = res.sizes[-1]
-    groups = list(dict.fromkeys((r["job"], r["collective"]) for r in res.rows))
-    rows = sorted((r for r in res.rows if r["size_bytes"] == size),
+def _collectives(res: ExperimentResult) -> list[tuple[str, str]]:
+    """(job, collective) pairs in the order the result lists them."""
+    return list(dict.fromkeys((r["job"], r["collective"]) for r in res.rows))
+
+
+def _largest_rows(res: ExperimentResult) -> list[dict]:
+    """Rows at the largest size, grouped by collective, policies in the run's order."""
+    groups = _collectives(res)
+    return sorted((r for r in res.rows if r["size_bytes"] == res.sizes[-1]),
                   key=lambda r: (groups.index((r["job"], r["collective"])),
                                  res.policies.index(r["policy"])))
+
+
+def summary_table(res: ExperimentResult, idx: int) -> Table:
+    """Largest size: busbw, fraction of the ideal bound and gain over ECMP per policy."""
     out = [[r["job"], r["collective"], r["policy"], ranged(r, "busbw_GBps"),
-            _frac(r.get("frac_of_ideal")), ranged(r, "gain_vs_ecmp", _pct)] for r in rows]
-    return Table(f"summary-{idx}", f"Summary at {format_size(size)}",
+            _frac(r.get("frac_of_ideal")), ranged(r, "gain_vs_ecmp", _pct)]
+           for r in _largest_rows(res)]
+    return Table(f"summary-{idx}", f"Summary at {format_size(res.sizes[-1])}",
                  ["job", "collective", "policy", "busbw (GB/s)", "of ideal", "gain vs ecmp"],
                  out, "ideal: the same workload on a non-blocking fabric (an upper bound).",
                  text_cols=3)
@@ -126,9 +135,8 @@ def summary_table(res: ExperimentResult, idx: int) -> Table:
 
 def busbw_tables(res: ExperimentResult, idx: int) -> list[Table]:
     """Per (job, collective): busbw (GB/s) per size and policy, as nccl-tests prints it."""
-    groups = list(dict.fromkeys((r["job"], r["collective"]) for r in res.rows))
     out = []
-    for g, (job, coll) in enumerate(groups):
+    for g, (job, coll) in enumerate(_collectives(res)):
         by = {(r["policy"], r["size_bytes"]): r for r in res.rows
               if (r["job"], r["collective"]) == (job, coll)}
         first = next(iter(by.values()))
@@ -145,18 +153,17 @@ def gain_table(res: ExperimentResult, idx: int) -> Table | None:
     base = [b for b in BASELINES if b in res.policies]
     if not base:
         return None
-    size = res.sizes[-1]
-    by = {(r["job"], r["collective"], r["policy"]): r for r in res.rows
-          if r["size_bytes"] == size}
+    largest = _largest_rows(res)
+    by = {(r["job"], r["collective"], r["policy"]): r for r in largest}
     rows = []
-    for (job, coll, p), r in by.items():
-        cells = [job, coll, p]
+    for r in largest:
+        cells = [r["job"], r["collective"], r["policy"]]
         for b in base:
-            rb = by.get((job, coll, b))
-            cells.append("–" if rb is None or b == p
+            rb = by.get((r["job"], r["collective"], b))
+            cells.append("–" if rb is None or b == r["policy"]
                          else _pct(r["busbw_GBps"] / rb["busbw_GBps"] - 1))
         rows.append(cells)
-    return Table(f"gains-{idx}", f"Gain over each baseline at {format_size(size)}",
+    return Table(f"gains-{idx}", f"Gain over each baseline at {format_size(res.sizes[-1])}",
                  ["job", "collective", "policy"] + [f"vs {b}" for b in base], rows,
                  text_cols=3)
 
@@ -282,7 +289,10 @@ def _write(out_path: str | Path, context: dict) -> Path:
     page = _TEMPLATES.get_template("report.html.j2").render(
         generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), env=environment(),
         **context)
-    out.write_text(page, encoding="utf-8")
+    try:
+        out.write_text(page, encoding="utf-8")
+    except OSError as e:
+        raise ReportError(f"cannot write {out}: {e.strerror}") from None
     return out
 
 

@@ -62,3 +62,23 @@ def test_agent_once_dry_run_and_hccl_cfg(tmp_path):
                                  "--host", "h", "--actuator", "bogus", "--enrol-token-file",
                                  str(tmp_path / "enrol"), "--once"])
     assert r.exit_code != 0 and "unknown actuator" in r.output
+
+
+def test_agent_once_verbs(tmp_path, agent_sock):
+    """--actuator verbs serves the shim socket while it runs and removes it on exit."""
+    s = Settings(database_url=f"sqlite:///{tmp_path}/a.db", admin_token="adm", policy="ice",
+                 admin_token_file=str(tmp_path / "t"), plan_debounce_s=0.0)
+    (tmp_path / "enrol").write_text("adm\n")
+    with ThreadedController(s) as url:
+        r = CliRunner().invoke(app, ["agent", "run", "--controller", url, "--host", "h100-0",
+                                     "--enrol-token-file", str(tmp_path / "enrol"),
+                                     "--actuator", "verbs", "--shim-socket", str(agent_sock),
+                                     "--poll-wait-s", "0", "--once"])
+    assert r.exit_code == 0, r.output
+    assert f"verbs actuator serving {agent_sock}" in r.output and "plan version 0" in r.output
+    assert not agent_sock.exists()
+    r = CliRunner().invoke(app, ["agent", "run", "--controller", "http://127.0.0.1:1",
+                                 "--host", "h", "--enrol-token-file", str(tmp_path / "enrol"),
+                                 "--actuator", "verbs", "--shim-socket",
+                                 "/proc/no/such/dir/v.sock", "--once"])
+    assert r.exit_code != 0 and "--shim-socket /proc/no/such/dir/v.sock" in r.output

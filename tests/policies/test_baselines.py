@@ -111,3 +111,36 @@ def test_proactive_rates_cap_flows_at_their_fair_share(tiny_profile):
     np.testing.assert_allclose(capped.flow_rate_cap_bps, 100e9, rtol=1e-9)
     # pacing at the fair share does not slow the flow-level result
     assert run_flow(capped).makespan_ns == run_flow(prob).makespan_ns
+
+
+def test_ecmp_tuned_is_the_common_nccl_setting_beside_the_others(small_fabric):
+    assert {"ecmp", "ecmp-multiqp", "ecmp-tuned"} <= set(available_policies())
+    tuned = get_policy("ecmp-tuned")
+    assert tuned.qps_per_connection(1) == 2 and get_policy("ecmp").qps_per_connection(1) == 1
+    assert get_policy("ecmp-tuned", qps=4).qps_per_connection(1) == 4
+    with pytest.raises(ValueError, match="ecmp-tuned: qps must be in"):
+        get_policy("ecmp-tuned", qps=0)
+    # Round-robin and even split give each QP the same share: with the same k the plans of
+    # ecmp-tuned and ecmp-multiqp coincide QP for QP.
+    w = ring_workload(small_fabric, channels=8, qps=2)
+    ctx = PlanContext.create(small_fabric, w, seed=1)
+    a, b = tuned.plan(ctx), get_policy("ecmp-multiqp", qps=2).plan(ctx)
+    assert np.array_equal(a.route_links, b.route_links) and np.array_equal(a.sport, b.sport)
+
+
+@pytest.mark.parametrize("profile, idle", [("correlated", 16), ("independent", 0)])
+def test_correlated_hash_stages_polarize_the_fat_tree(profile, idle):
+    import yaml
+
+    from icefabric.scenario.build import build_fabric, build_workload
+    from icefabric.scenario.loader import load, loads
+
+    doc = yaml.safe_load(load("suite-fat-tree").text)
+    doc["fabric"]["hash_profiles"] = profile
+    ls = loads(yaml.safe_dump(doc))
+    f = build_fabric(ls)
+    w = build_workload(ls, f, 1 << 24)
+    load_ = get_policy("ecmp").plan(PlanContext.create(f, w)).link_load(f.n_links)
+    # Aggregation switches that read the leaves' hash bits again send every flow from a
+    # leaf member to the same core subset: a quarter of the 64 fabric links stays idle.
+    assert int(np.count_nonzero(load_[f.link_kind == LINK_FABRIC] == 0)) == idle

@@ -4,8 +4,17 @@
   stack from the QP numbers (NCCL leaves the flow label at 0, domain-facts §4.1, §4.3), each
   switch hashes the 5-tuple with its own model (§3). After a link failure the switches drop
   the member and re-hash (non-resilient groups remap flows).
+  ``ecmp`` keeps every job's library defaults: its NCCL release's channels, QPs per
+  connection and data split (:mod:`icefabric.ccl.nccl_defaults`), HCCL's one QP per pair.
 * ``ecmp-multiqp`` — the common "more entropy" fix: ``k`` QPs per connection, data split
   evenly over them (NCCL_IB_QPS_PER_CONNECTION / HCCL_RDMA_QPS_PER_CONNECTION).
+* ``ecmp-tuned`` — what RoCE operators commonly deploy on NCCL: ``NCCL_IB_QPS_PER_CONNECTION``
+  2-4 with ``NCCL_IB_SPLIT_DATA_ON_QPS=0`` (each message whole on the next QP, round-robin).
+  Default 2: the setting NCCL's maintainers suggest for RoCE bonds (NVIDIA/nccl#1015) and the
+  one in most public run commands (NVIDIA/nccl#1454, NVIDIA/nccl-tests#232; #1277 uses 4).
+  Round-robin gives each QP ``1/k`` of the bytes like the even split does
+  (:mod:`icefabric.ccl.nccl_defaults`), so at flow level it equals ``ecmp-multiqp`` with the
+  same ``k``; what differs is the default ``k`` and what the name stands for.
 * ``spray`` — ideal per-packet spraying over every shortest path with reordering-tolerant
   NICs (an upper reference that needs special hardware, e.g. adaptive routing).
 * ``ideal`` — the non-blocking bound: the same servers on one non-blocking switch.
@@ -54,11 +63,20 @@ class EcmpMultiQpPolicy(EcmpPolicy):
     def __init__(self, qps: int = 4, **kw):
         super().__init__(**kw)
         if not 1 <= qps <= 128:
-            raise ValueError("ecmp-multiqp: qps must be in [1, 128]")
+            raise ValueError(f"{self.name}: qps must be in [1, 128]")
         self.qps = int(qps)
 
     def qps_per_connection(self, default: int) -> int:
         return self.qps
+
+
+@register_policy("ecmp-tuned")
+class EcmpTunedPolicy(EcmpMultiQpPolicy):
+    description = ("ECMP with the commonly deployed NCCL tuning: QPS_PER_CONNECTION=2 (2-4), "
+                   "SPLIT_DATA_ON_QPS=0 round-robin")
+
+    def __init__(self, qps: int = 2, **kw):
+        super().__init__(qps=qps, **kw)
 
 
 @register_policy("spray")

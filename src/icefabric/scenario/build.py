@@ -8,12 +8,14 @@ import numpy as np
 
 from icefabric.ccl.collectives import add_collective
 from icefabric.ccl.communicator import Communicator
+from icefabric.ccl.nccl_defaults import NcclModelError, NcclSettings
 from icefabric.ccl.workload import Workload, WorkloadBuilder
+from icefabric.dataplane.ecmp import PROFILES, ROLES, role_profile
 from icefabric.scenario.loader import LoadedScenario
 from icefabric.topology import builders
 from icefabric.topology.builders import ServerGroup, TopologyError
 from icefabric.topology.catalog import SERVERS, SWITCHES, server_profile
-from icefabric.topology.model import Fabric
+from icefabric.topology.model import NODE_KIND_NAMES, Fabric
 from icefabric.units import gbps
 
 
@@ -36,6 +38,38 @@ def build_fabric(ls: LoadedScenario) -> Fabric:
     common = dict(hash_seeds=fs.hash_seeds, host_delay_ns=fs.host_delay_ns,
                   fabric_delay_ns=fs.fabric_delay_ns, seed=scn.seed, name=scn.name,
                   placement=fs.placement)
+    fabric = _build_topology(ls, groups, common)
+    profiles = fs.hash_profiles
+    if isinstance(profiles, str):
+        profiles = dict.fromkeys(ROLES, profiles)
+    for role, name in (profiles or {}).items():
+        if name not in PROFILES or name == "spray":
+            raise ls.error(("fabric", "hash_profiles"),
+                           f"unknown hash profile {name!r} for {role}s; known: "
+                           f"{', '.join(sorted(set(PROFILES) - {'spray'}))}")
+    return with_hash_profiles(fabric, profiles, scn.seed) if profiles else fabric
+
+
+def with_hash_profiles(fabric: Fabric, profiles: dict[str, str], seed: int) -> Fabric:
+    """``fabric`` with the switches of each role in ``profiles`` (role -> profile name,
+    :func:`icefabric.dataplane.ecmp.role_profile`) re-hashed; profiles with random seeds
+    (Cumulus switchd, ``independent``) draw one per switch, reproducibly from ``seed``."""
+    rng = np.random.default_rng([seed, 0x4A5])
+    algo, prof = list(fabric.node_hash_algorithm), list(fabric.node_hash_profile or
+                                                         [""] * fabric.n_nodes)
+    hseed, hoff = fabric.node_hash_seed.copy(), fabric.node_hash_offset.copy()
+    for s in fabric.switches.tolist():
+        role = NODE_KIND_NAMES[fabric.node_kind[s]]
+        if role in profiles:
+            cfg = role_profile(profiles[role], role, rng)
+            algo[s], prof[s], hseed[s], hoff[s] = cfg.algorithm, profiles[role], cfg.seed, \
+                cfg.offset
+    return replace(fabric, node_hash_algorithm=tuple(algo), node_hash_profile=tuple(prof),
+                   node_hash_seed=hseed, node_hash_offset=hoff)
+
+
+def _build_topology(ls: LoadedScenario, groups: list[ServerGroup], common: dict) -> Fabric:
+    fs = ls.scenario.fabric
     try:
         if fs.kind in ("leaf-spine", "rail-optimized"):
             return builders.leaf_spine(
@@ -97,15 +131,41 @@ def job_communicators(ls: LoadedScenario, fabric: Fabric, qps_override: int | No
             lib = libs.pop() if len(libs) == 1 else "cross"
         if len(ranks) < 2:
             raise ls.error(("jobs", j), "a job needs at least 2 ranks")
+        nccl = _nccl_settings(ls, j, lib)
+        qps = job.qps_per_connection
+        if lib in ("nccl", "rccl") and "qps_per_connection" not in job.model_fields_set:
+            qps = nccl.qps_per_connection
         try:
             comm = Communicator(job=job.name, fabric=fabric, ranks=np.asarray(ranks),
-                                library=lib,
-                                qps_per_connection=qps_override or job.qps_per_connection,
-                                channels=job.channels, step_overhead_ns=job.step_overhead_ns)
+                                library=lib, qps_per_connection=qps_override or qps,
+                                channels=job.channels, step_overhead_ns=job.step_overhead_ns,
+                                nccl=nccl)
         except ValueError as e:
             raise ls.error(("jobs", j), str(e)) from None
         out.append((j, comm))
     return out
+
+
+def _nccl_settings(ls: LoadedScenario, j: int, lib: str) -> NcclSettings:
+    """The job's NCCL version and ``NCCL_*`` variables, checked against its library."""
+    job = ls.scenario.jobs[j]
+    if job.nccl_version is not None and lib != "nccl" and lib != "cross":
+        raise ls.error(("jobs", j, "nccl_version"),
+                       f"job {job.name!r} runs {lib}; nccl_version models NCCL releases only")
+    if job.nccl_env and lib == "hccl":
+        raise ls.error(("jobs", j, "nccl_env"), f"job {job.name!r} runs hccl, which reads no "
+                       "NCCL_* variables (use qps_per_connection)")
+    if lib == "cross" and "NCCL_IB_QPS_PER_CONNECTION" in job.nccl_env:
+        raise ls.error(("jobs", j, "nccl_env"), "a cross-vendor job uses qps_per_connection "
+                       "for every pool; leave NCCL_IB_QPS_PER_CONNECTION out")
+    try:
+        NcclSettings.resolve(job.nccl_version)
+    except NcclModelError as e:
+        raise ls.error(("jobs", j, "nccl_version"), str(e)) from None
+    try:
+        return NcclSettings.resolve(job.nccl_version, job.nccl_env)
+    except NcclModelError as e:
+        raise ls.error(("jobs", j, "nccl_env"), str(e)) from None
 
 
 def build_workload(ls: LoadedScenario, fabric: Fabric, size_bytes: int, *,

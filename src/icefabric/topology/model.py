@@ -42,7 +42,9 @@ class Fabric:
 
     Per-node arrays are indexed by node id, per-link arrays by link id. ``node_hash_*``
     describe each switch's ECMP hash configuration (algorithm name, seed, rotate-right
-    offset); they are empty strings / 0 for non-switch nodes.
+    offset); they are empty strings / 0 for non-switch nodes. ``node_hash_profile`` names
+    each switch's hash profile (``icefabric.dataplane.ecmp.PROFILES``: key fields, symmetric
+    hashing, member selection); empty (the default) or ``""`` = plain 5-tuple, ``mod N``.
     """
 
     name: str
@@ -63,6 +65,7 @@ class Fabric:
     link_kind: np.ndarray  # int8
     servers: tuple[Server, ...]
     meta: dict = field(default_factory=dict)
+    node_hash_profile: tuple[str, ...] = ()
 
     # -- sizes -----------------------------------------------------------------------------
     @property

@@ -28,7 +28,7 @@ def sweep(
     ray: str = typer.Option(None, "--ray", help="Run on Ray instead: `auto` (the cluster "
                             "this machine belongs to), HOST:PORT, ray://..., or `local` (a "
                             "private instance for this run). Needs `pip install "
-                            "'ice-fabric[ray]'`."),
+                            "'ice-fabric[ray]'` here and ice-fabric on every node."),
     report: Path = typer.Option(None, "--report", help="Also write the sweep's HTML report."),
 ):
     """Run every point of a sweep (a base scenario plus axes) and collect one table.

@@ -44,6 +44,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "controller",
     "agent",
     "twin",
+    "report",
+    "sweep",
 )
 
 for _name in COMMAND_MODULES:

@@ -33,6 +33,8 @@ def simulate(
                                         "fabric."),
     server: str = typer.Option("hgx-h100", "--server", help="With --from-log: the server "
                                "profile of the log's hosts."),
+    report: Path = typer.Option(None, "--report", help="Also write a self-contained HTML "
+                                "report to this file (see `icefab report`)."),
 ):
     """Run every policy on the scenario's workload and print nccl-tests-style results.
 
@@ -42,6 +44,8 @@ def simulate(
     ``link_stats``/``link_summary`` (per-policy utilization of switch-to-switch links).
     With the fluid engine, ``--out`` also plots queue and rate time series per policy
     (``timeseries_<policy>.png``) and the JSON carries PFC pause, ECN and CNP statistics.
+    ``--out`` also keeps the scenario as run (``scenario.yaml``) and the traced runs
+    (``runs/<policy>.json``), so ``icefab report OUT`` can rebuild the HTML report later.
     """
     from icefabric.experiment.runner import run_scenario
     from icefabric.scenario.loader import DEFAULT_SCENARIO, load
@@ -65,15 +69,22 @@ def simulate(
         fail(f"--engine must be flow or fluid, not {engine!r}")
     with progress_bar(not json_out, f"simulating {ls.scenario.name}") as update:
         res = run_scenario(ls, policies=pol, sizes=sz, engine=engine, progress=update,
-                           trace=out is not None)
+                           trace=out is not None or report is not None)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         res.to_json(out / "result.json")
-        if from_log:  # the scenario the log became: rerun it with `icefab simulate FILE`
-            (out / "scenario.yaml").write_text(ls.text)
         from icefabric.reports.figures import save_figures
 
         save_figures(res, out)
+        _save_inputs(out, ls.text, res)
+    if report is not None:
+        from icefabric.reports.html import ReportError, ReportInput, command_line, render
+
+        try:
+            render([ReportInput(res, "this run", ls.text, res.runs)], report,
+                   command=command_line())
+        except ReportError as e:
+            fail(str(e))
     if json_out:
         typer.echo(res.to_json())
         return
@@ -98,4 +109,16 @@ def simulate(
         console.print(ct)
     for n in res.notes:
         console.print(f"note: {n}")
-    console.print(f"wall time {res.wall_s:.1f} s" + (f"; artefacts in {out}" if out else ""))
+    console.print(f"wall time {res.wall_s:.1f} s" + (f"; artefacts in {out}" if out else "")
+                  + (f"; report {report}" if report else ""))
+
+
+def _save_inputs(out: Path, scenario_text: str, res) -> None:
+    """The scenario as run, and the traced runs' time series, so that `icefab report OUT`
+    can rebuild the full report later."""
+    (out / "scenario.yaml").write_text(scenario_text)
+    traced = {p: r for p, r in res.runs.items() if r.timeseries.get("t_us")}
+    if traced:
+        (out / "runs").mkdir(exist_ok=True)
+        for policy, run in traced.items():
+            run.to_json(out / "runs" / f"{policy}.json")

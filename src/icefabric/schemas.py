@@ -189,6 +189,11 @@ class CommunicatorReport(_Model):
                 seen[r.host] = r.rank
         return list(seen)
 
+    def ring_orders(self, nranks: int) -> dict[int, list[int]]:
+        """Channel -> rank order of every ring printed whole (all ``nranks`` ranks)."""
+        return {r.channel: list(r.ranks) for r in self.rings
+                if r.complete and len(r.ranks) == nranks}
+
     def net_connections(self) -> list[Connection]:
         """Only the connections that cross the network."""
         return [c for c in self.connections if c.kind == "NET"]

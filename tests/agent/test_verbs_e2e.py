@@ -19,7 +19,8 @@ from icefabric.agent.client import ControllerClient
 from icefabric.agent.runner import Agent
 from icefabric.controller.settings import Settings
 from icefabric.dataplane.roce import flow_label_to_udp_sport
-from icefabric.scenario.build import build_fabric, build_workload
+from icefabric.pipeline.plans import scenario_workload
+from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import loads
 from icefabric.schemas_service import FabricUpload
 from icefabric.topology.serialize import fabric_to_dict
@@ -51,7 +52,8 @@ def pair_plan(agent, sip, dip):
 def test_controller_plan_reaches_qps_at_connection_and_live(native, tmp_path, agent_sock):
     ls = loads(SCENARIO, "<e2e>")
     fabric = build_fabric(ls)
-    reports = host_reports(ls, fabric, build_workload(ls, fabric, 1 << 20), None, 1 << 20)
+    sw = scenario_workload(ls, fabric, 1 << 20)
+    reports = host_reports(fabric, sw.jobs, sw.workload)
     # What the hosts know before any QP exists: the communicator, not its QPs.
     reports = {h: [r.model_copy(update={"qps": []}) for r in reps] for h, reps in reports.items()}
     s = Settings(database_url=f"sqlite:///{tmp_path}/c.db", admin_token=ADMIN, policy="ice",

@@ -47,35 +47,29 @@ def simulate(
     ``--out`` also keeps the scenario as run (``scenario.yaml``) and the traced runs
     (``runs/<policy>.json``), so ``icefab report OUT`` can rebuild the HTML report later.
     """
-    from icefabric.engine.flow import EngineError
     from icefabric.experiment.runner import run_scenario
-    from icefabric.scenario.loader import DEFAULT_SCENARIO, ScenarioError, load
+    from icefabric.scenario.loader import DEFAULT_SCENARIO, load
     from icefabric.units import parse_size
 
-    try:
-        ls = load(scenario or DEFAULT_SCENARIO)
-        if from_log:
-            from icefabric.experiment.fromlog import scenario_from_log
+    ls = load(scenario or DEFAULT_SCENARIO)
+    if from_log:
+        from icefabric.experiment.fromlog import scenario_from_log
 
-            missing = [str(p) for p in from_log if not p.exists()]
-            if missing:
-                fail(f"no such log file: {', '.join(missing)}")
-            ls, job = scenario_from_log(ls, from_log, server=server)
-            for w in job.get("warnings", [])[:5]:
-                err_console.print(f"warning: {w}", highlight=False)
-            for note in job.get("inferred", []):
-                err_console.print(f"inferred: {note}", highlight=False)
-        pol = [p.strip() for p in policies.split(",") if p.strip()] if policies else None
-        sz = [parse_size(s) for s in sizes.split(",")] if sizes else None
-        if engine not in (None, "flow", "fluid"):
-            fail(f"--engine must be flow or fluid, not {engine!r}")
-        with progress_bar(not json_out, f"simulating {ls.scenario.name}") as update:
-            res = run_scenario(ls, policies=pol, sizes=sz, engine=engine, progress=update,
-                               trace=out is not None or report is not None)
-    except (ScenarioError, ValueError) as e:
-        fail(str(e))
-    except EngineError as e:
-        fail(f"simulation stopped: {e}")
+        missing = [str(p) for p in from_log if not p.exists()]
+        if missing:
+            fail(f"no such log file: {', '.join(missing)}")
+        ls, job = scenario_from_log(ls, from_log, server=server)
+        for w in job.get("warnings", [])[:5]:
+            err_console.print(f"warning: {w}", highlight=False)
+        for note in job.get("inferred", []):
+            err_console.print(f"inferred: {note}", highlight=False)
+    pol = [p.strip() for p in policies.split(",") if p.strip()] if policies else None
+    sz = [parse_size(s) for s in sizes.split(",")] if sizes else None
+    if engine not in (None, "flow", "fluid"):
+        fail(f"--engine must be flow or fluid, not {engine!r}")
+    with progress_bar(not json_out, f"simulating {ls.scenario.name}") as update:
+        res = run_scenario(ls, policies=pol, sizes=sz, engine=engine, progress=update,
+                           trace=out is not None or report is not None)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         res.to_json(out / "result.json")

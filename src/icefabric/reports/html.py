@@ -31,6 +31,7 @@ import jinja2
 import yaml
 
 from icefabric.engine.result import SimResult
+from icefabric.errors import IceFabricError
 from icefabric.experiment.runner import ExperimentResult
 from icefabric.reports.tables import BASELINES
 from icefabric.sweeps.table import RANGE, collect_rows, summarize
@@ -41,7 +42,7 @@ _TEMPLATES = jinja2.Environment(
     autoescape=jinja2.select_autoescape(["html", "j2"]), trim_blocks=True, lstrip_blocks=True)
 
 
-class ReportError(ValueError):
+class ReportError(IceFabricError, ValueError):
     """Input that cannot be reported on; ``str()`` is the user-facing message."""
 
 

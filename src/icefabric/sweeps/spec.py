@@ -33,10 +33,11 @@ from typing import Any
 
 import yaml
 
+from icefabric.errors import IceFabricError
 from icefabric.scenario.loader import ScenarioError, builtin_names, builtin_text, loads
 
 
-class SweepError(ValueError):
+class SweepError(IceFabricError, ValueError):
     """Bad sweep input or a failed sweep; ``str()`` is the user-facing message."""
 
 

@@ -20,7 +20,8 @@ from icefabric.agent.actuators.twin import TwinNicActuator
 from icefabric.agent.client import ControllerClient
 from icefabric.agent.runner import Agent, Backoff, running
 from icefabric.controller.store import tables as t
-from icefabric.scenario.build import build_fabric, build_workload
+from icefabric.pipeline.plans import scenario_workload
+from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import load
 from icefabric.schemas_service import FabricUpload, HostPlan, QpPlan
 from icefabric.topology.serialize import fabric_to_dict
@@ -48,8 +49,8 @@ def scenario_reports(scenario, size_bytes: int = 16 << 20):
     """Scenario, fabric and each host's communicator reports (built once per session)."""
     ls = load(scenario)
     fabric = build_fabric(ls)
-    wl = build_workload(ls, fabric, size_bytes)
-    return ls, fabric, host_reports(ls, fabric, wl, None, size_bytes)
+    sw = scenario_workload(ls, fabric, size_bytes)
+    return ls, fabric, host_reports(fabric, sw.jobs, sw.workload)
 
 
 class Fleet:
@@ -58,6 +59,7 @@ class Fleet:
     def __init__(self, scenario, url: str, *, poll_wait_s: float = 2.0,
                  backoff_max_s: float = 1.0):
         self.ls, self.fabric, self.reports = scenario_reports(scenario)
+        self.n_jobs = len(self.ls.scenario.jobs)
         self.url = url
         self.agents: dict[str, Agent] = {}
         for i, s in enumerate(self.fabric.servers):
@@ -87,8 +89,8 @@ class Fleet:
         return sum(a.errors for a in self.agents.values())
 
     def wait_converged(self, timeout_s: float = 60.0, at_least: int = 1) -> int:
-        """Wait until the controller is idle and every agent applied and acknowledged its
-        current plan version; returns that version."""
+        """Wait until the current plan covers every job of the scenario and every agent
+        applied and acknowledged it; returns its version."""
         deadline = time.monotonic() + timeout_s
         last = None
         while time.monotonic() < deadline:
@@ -99,9 +101,11 @@ class Fleet:
                 last = repr(e)
             else:
                 if cur.status_code == 200:
-                    v = cur.json()["version"]
+                    c = cur.json()
+                    v = c["version"]
                     acked = {a["host"]: a["applied_version"] for a in agents}
-                    if v >= at_least and all(x == v for x in self.versions().values()) and \
+                    if v >= at_least and len(c["jobs"]) + len(c["no_path"]) == self.n_jobs \
+                            and all(x == v for x in self.versions().values()) and \
                             all(acked.get(h) == v for h in self.agents):
                         return v
                     last = (v, sorted(set(self.versions().values())))
@@ -135,6 +139,9 @@ def check_plans(fleet: Fleet, database_url: str) -> dict:
     * each agent applied strictly increasing versions, and ends on version N with what
       the controller serves for its host now.
     """
+    # What the agents applied, before reading the database: anything applied was stored
+    # before it was served, so the read below sees it.
+    histories = {h: list(a.actuator.history) for h, a in fleet.agents.items()}
     eng = create_engine(database_url)
     try:
         with eng.connect() as c:
@@ -153,9 +160,9 @@ def check_plans(fleet: Fleet, database_url: str) -> dict:
     latest = versions[-1]
     applied = 0
     for host, agent in fleet.agents.items():
-        seen = [v for v, _ in agent.actuator.history]
+        seen = [v for v, _ in histories[host]]
         assert seen == sorted(set(seen)), f"{host} applied versions {seen}"
-        for v, plan in agent.actuator.history:
+        for v, plan in histories[host]:
             stored = [d for rv, d in rows.get(host, []) if rv <= v]
             want = stored[-1] if stored else _digest([])
             assert _digest(plan.qps) == want, f"{host} v{v}: applied QPs != stored"

@@ -7,7 +7,6 @@ import time
 
 import pytest
 
-from icefabric.controller.planner import links_between
 from icefabric.controller.settings import Settings
 from icefabric.schemas_service import AgentEnrol, FabricUpload
 from icefabric.topology.serialize import fabric_to_dict
@@ -47,7 +46,7 @@ def test_postgresql_down_for_a_while(pg_cluster, controller_env, tmp_path):
             # retries with backoff, keeping its plan meanwhile.
             ag = fleet.agents["h100-0"]
             ag.observe_links_down([("leaf0", "spine1")],
-                                  set(links_between(fleet.fabric, "leaf0", "spine1")))
+                                  set(fleet.fabric.links_between("leaf0", "spine1").tolist()))
             errors = fleet.errors()
             time.sleep(2.0)
             assert fleet.errors() > errors and set(fleet.versions().values()) == {v1}

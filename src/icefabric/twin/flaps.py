@@ -29,8 +29,8 @@ from icefabric.agent.actuators.twin import TwinNicActuator
 from icefabric.agent.client import ControllerClient
 from icefabric.agent.runner import Agent, Backoff, running
 from icefabric.control.hashing import ecmp_paths, fabric_hash_configs
-from icefabric.controller.planner import links_between
-from icefabric.scenario.build import build_fabric, build_workload
+from icefabric.pipeline.plans import scenario_workload
+from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import LoadedScenario, load
 from icefabric.schemas_service import FabricUpload, HostPlan, QpPlan
 from icefabric.topology.model import Fabric
@@ -108,8 +108,8 @@ def run_flaps(scenario: str | LoadedScenario, controller_url: str, admin_token: 
     module doc). ``debounce_s`` is the controller's ``ICE_PLAN_DEBOUNCE_S`` (reported)."""
     ls = load(scenario) if not isinstance(scenario, LoadedScenario) else scenario
     fabric = build_fabric(ls)
-    reports = host_reports(ls, fabric, build_workload(ls, fabric, size_bytes), None,
-                           size_bytes)
+    sw = scenario_workload(ls, fabric, size_bytes)
+    reports = host_reports(fabric, sw.jobs, sw.workload)
     admin = httpx.Client(base_url=controller_url, trust_env=False, timeout=30.0,
                          headers={"Authorization": f"Bearer {admin_token}"})
     try:
@@ -205,7 +205,8 @@ def _check_applied(fabric: Fabric, reports: dict, agents: dict[str, Agent],
                 jobs = {x["job"] for x in entries}
                 res.qps_unplanned_unreported += sum(1 for j in missing if j not in jobs)
     for v, qps in sorted(by_version.items()):
-        down = sorted({i for x in heads[v].down_links for i in links_between(fabric, x.a, x.b)})
+        down = sorted({i for x in heads[v].down_links
+                       for i in fabric.links_between(x.a, x.b).tolist()})
         routing, dead = Routing(fabric, down), set(down)
         res.versions_checked += 1
         res.qps_checked += len(qps)

@@ -194,6 +194,18 @@ def rss_mb(pid: int) -> float:
     return total / 1024
 
 
+def cpu_s(pid: int) -> float:
+    """CPU time (user + system) used so far by a process and its children, seconds."""
+    total = 0
+    for p in [pid, *_children(pid)]:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def _children(pid: int) -> list[int]:
     try:
         return [int(c) for t in os.listdir(f"/proc/{pid}/task")
@@ -212,7 +224,7 @@ async def sampler(url, pid, log, args, stop, samples):
     while not stop.is_set():
         plans = await asyncio.to_thread(plans_done, url)
         samples.append({"t": round(time.monotonic() - log.t0, 1), "rss_mb": rss_mb(pid),
-                        "plans": plans})
+                        "cpu_s": cpu_s(pid), "plans": plans, "load": os.getloadavg()[0]})
         try:
             await asyncio.wait_for(stop.wait(), args.sample_every)
         except TimeoutError:
@@ -237,6 +249,10 @@ def windows(log: Log, samples: list[dict], width: float, end: float) -> list[dic
                                          max(s[-1]["t"] - s[0]["t"], 1e-9), 3)
                     if len(s) > 1 else None,
                     "rss_mb": round(s[-1]["rss_mb"], 1) if s else None,
+                    "controller_cpu": round((s[-1]["cpu_s"] - s[0]["cpu_s"]) /
+                                            max(s[-1]["t"] - s[0]["t"], 1e-9), 2)
+                    if len(s) > 1 else None,
+                    "load_avg": round(s[-1]["load"], 1) if s else None,
                     "errors": sum(1 for t, k, _, st in log.requests
                                   if w0 <= t < w1 and st not in OK[k])})
     return out
@@ -379,11 +395,12 @@ def main(argv=None):
     summary = {k: v for k, v in out.items() if k not in ("windows", "samples")}
     print(json.dumps(summary, indent=1))
     print("\n| minute | requests | p50 ms | p99 ms | plan arrival p99 ms | plans/s | RSS MiB | "
-          "errors |\n|---|---|---|---|---|---|---|---|")
+          "controller CPU (cores) | machine load | errors |\n"
+          "|---|---|---|---|---|---|---|---|---|---|")
     for x in out["windows"]:
         print(f"| {x['t0_s'] / 60:.1f} | {x['requests']} | {x['p50_ms']} | {x['p99_ms']} | "
               f"{x['plan_arrival_p99_ms']} | {x['plans_per_s']} | {x['rss_mb']} | "
-              f"{x['errors']} |")
+              f"{x['controller_cpu']} | {x['load_avg']} | {x['errors']} |")
     if args.out:
         args.out.mkdir(parents=True, exist_ok=True)
         (args.out / "soak.json").write_text(json.dumps(out, indent=1))

@@ -3,9 +3,12 @@ and inside the transaction that stores a plan (SQLite and PostgreSQL). Agents ke
 plans, retry with backoff, and end on the latest plan; no plan version is lost or served
 twice with different content."""
 
+import os
 import time
 
 import pytest
+
+from icefabric.twin.serve import SubprocessController
 
 from .conftest import FLEET, Fleet, admin, check_plans, faulty, wait_file
 
@@ -57,3 +60,33 @@ def test_kill_inside_the_plan_write(controller_env, tmp_path, database_url):
     # The half-written version was rolled back: the version after it is the one planned
     # after the restart, and the only one of that number any agent ever saw.
     assert _kill_at("write", env, tmp_path, "hetero-default")["applied"] >= 2 * 8
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_killed_controller_leaves_no_planner_process(controller_env, tmp_path):
+    ctl = SubprocessController({**controller_env, "ICE_PLANNER_PROCESSES": "1"},
+                               log_path=str(tmp_path / "controller.log"))
+    fleet = Fleet("hetero-default", ctl.start())
+    try:
+        fleet.upload_fabric()
+        fleet.start()
+        fleet.wait_converged()  # planned in the planner process
+        pid = ctl.proc.pid
+        kids = [int(c) for t in os.listdir(f"/proc/{pid}/task")
+                for c in open(f"/proc/{pid}/task/{t}/children").read().split()]
+        assert kids, "the planner process should be running"
+        ctl.kill()
+        deadline = time.monotonic() + 10
+        while any(_alive(k) for k in kids) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not any(_alive(k) for k in kids), "planner process outlived its controller"
+    finally:
+        fleet.stop()
+        ctl.stop()

@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import json
 import logging
+import os
 import queue
 import secrets
 import threading
@@ -131,14 +132,20 @@ class VersionWatch:
         return self.version
 
 
-def _planner_process_init() -> None:
-    """Planner process: lower CPU priority, so serving agents wins when cores are scarce."""
-    import os
-
+def _planner_process_init(controller_pid: int) -> None:
+    """Planner process: lower CPU priority, so serving agents wins when cores are scarce;
+    exit when the controller process is gone (killed with SIGKILL, nothing would stop us)."""
     try:
         os.nice(10)
     except OSError:  # pragma: no cover - not permitted: plan at normal priority
         pass
+
+    def orphaned() -> None:
+        while os.getppid() == controller_pid:
+            time.sleep(0.5)
+        os._exit(0)
+
+    threading.Thread(target=orphaned, name="ice-planner-watch", daemon=True).start()
 
 
 class ControllerCore:
@@ -237,7 +244,7 @@ class ControllerCore:
             # from request handling.
             self._pool = ProcessPoolExecutor(
                 max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                initializer=_planner_process_init)
+                initializer=_planner_process_init, initargs=(os.getpid(),))
         if self._thread is None:
             self._thread = threading.Thread(target=self._planner_loop, name="ice-planner",
                                             daemon=True)

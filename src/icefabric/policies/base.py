@@ -203,7 +203,7 @@ def to_problem(fabric: Fabric, workload: Workload, plan: PathPlan, *, scenario: 
         link_kind=fabric.link_kind.astype(np.int8),
         node_is_switch=fabric.is_switch.copy(),
         link_names=tuple(fabric.link_names()),
-        flow_names=tuple(f"{W.collectives[c].name}#{f}"
+        flow_names=tuple(f"{W.collectives[c].name if c >= 0 else 'delay'}#{f}"
                          for f, c in enumerate(W.flow_collective.tolist())),
         meta={"scenario": scenario, "policy": plan.policy, **(meta or {})},
     )

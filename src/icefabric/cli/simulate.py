@@ -42,6 +42,9 @@ def simulate(
     ``link_stats``/``link_summary`` (per-policy utilization of switch-to-switch links).
     With the fluid engine, ``--out`` also plots queue and rate time series per policy
     (``timeseries_<policy>.png``) and the JSON carries PFC pause, ECN and CNP statistics.
+    A scenario with a ``training:`` job also prints one iteration per policy (time, gain
+    over ecmp, breakdown) and carries it as ``training`` in the JSON; ``--out`` draws its
+    timeline (``training_timeline.png``) and breakdown (``training_breakdown.png``).
     """
     from icefabric.engine.flow import EngineError
     from icefabric.experiment.runner import run_scenario
@@ -95,7 +98,12 @@ def simulate(
                   f"engine {res.engine}; seed {res.seed}", highlight=False)
     for t in collective_tables(res, detail=detail):
         console.print(t)
-    console.print(summary_table(res))
+    if res.rows:
+        console.print(summary_table(res))
+    if res.training:
+        from icefabric.reports.training import training_table
+
+        console.print(training_table(res))
     console.print(link_table(res))
     ct = congestion_table(res)
     if ct is not None:

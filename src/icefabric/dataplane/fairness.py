@@ -45,16 +45,34 @@ def maxmin_rates(incidence: sp.csr_matrix, capacity_bps: np.ndarray,
     >>> maxmin_rates(A, np.array([10.0, 4.0])).tolist()
     [8.0, 2.0, 2.0]
     """
-    A = sp.csr_matrix(incidence, dtype=np.float64)
-    L, F = A.shape
+    A = sp.coo_matrix(incidence, dtype=np.float64)
+    A.sum_duplicates()  # row-major order, as a CSR matrix-vector product sums
+    return maxmin_coo(A.row, A.col, A.data, capacity_bps, rate_cap_bps, n_flows=A.shape[1])
+
+
+def maxmin_coo(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray,
+               capacity_bps: np.ndarray, rate_cap_bps: np.ndarray | None = None, *,
+               n_flows: int) -> np.ndarray:
+    """:func:`maxmin_rates` on the incidence's non-zero entries ``(rows, cols, vals)``
+    (link, flow, coefficient): the same progressive filling with plain numpy, for callers
+    that solve many small instances (the flow engine's active flows, event after event).
+
+    Examples
+    --------
+    >>> import numpy as np
+    >>> maxmin_coo(np.array([0, 0, 1, 1]), np.array([0, 1, 1, 2]), np.ones(4),
+    ...            np.array([10.0, 4.0]), n_flows=3).tolist()
+    [8.0, 2.0, 2.0]
+    """
+    F = n_flows
     cap = np.asarray(capacity_bps, dtype=np.float64)
+    L = len(cap)
     fcap = (np.full(F, np.inf) if rate_cap_bps is None
             else np.asarray(rate_cap_bps, dtype=np.float64).copy())
     rate = np.zeros(F)
     if F == 0:
         return rate
-    AT = A.T.tocsr()
-    uses_link = np.diff(AT.indptr) > 0
+    uses_link = np.bincount(cols, minlength=F) > 0
     frozen = np.zeros(F, dtype=bool)
     # Flows on no link: only their cap limits them.
     free = ~uses_link
@@ -64,8 +82,8 @@ def maxmin_rates(incidence: sp.csr_matrix, capacity_bps: np.ndarray,
     for _ in range(F + L + 1):
         if frozen.all():
             break
-        growing = (~frozen).astype(np.float64)
-        s = A @ growing  # total coefficient of growing flows on each link
+        # total coefficient of growing flows on each link
+        s = np.bincount(rows, weights=vals * ~frozen[cols], minlength=L)
         active_links = s > 0
         with np.errstate(divide="ignore", invalid="ignore"):
             d_link = np.where(active_links, rem / np.where(active_links, s, 1.0), np.inf)
@@ -75,11 +93,12 @@ def maxmin_rates(incidence: sp.csr_matrix, capacity_bps: np.ndarray,
         rem -= s * d
         sat = active_links & (rem <= _REL_EPS * cap)
         rem[sat] = 0.0
-        hit = (AT @ sat.astype(np.float64)) > 0
+        hit = np.bincount(cols, weights=sat[rows], minlength=F) > 0
         capped = rate >= fcap * (1 - _REL_EPS)
         newly = ~frozen & (hit | capped)
         if not newly.any():  # numerical guard: freeze the flows on the tightest link
-            newly = ~frozen & ((AT @ (d_link <= d * (1 + 1e-12)).astype(float)) > 0)
+            tight = (d_link <= d * (1 + 1e-12))[rows]
+            newly = ~frozen & (np.bincount(cols, weights=tight, minlength=F) > 0)
             if not newly.any():
                 break
         frozen |= newly

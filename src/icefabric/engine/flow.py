@@ -18,7 +18,7 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from icefabric.engine.maxmin import maxmin_rates
+from icefabric.dataplane.fairness import maxmin_coo
 from icefabric.engine.problem import SimProblem
 from icefabric.engine.registry import register_engine
 from icefabric.engine.result import CollectiveResult, SimResult
@@ -63,6 +63,7 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
         return sp.csr_matrix((vals, (rows, cols)), shape=(L, F))
 
     A = incidence()
+    Ac = A.tocsc()  # columns = flows: the active flows' incidence is cut from it per event
     flow_blocked = np.zeros(F, dtype=bool)
 
     remaining = P.flow_size_bytes.astype(np.float64).copy()
@@ -94,18 +95,25 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
     events = 0
     limit = until_ns if until_ns is not None else np.iinfo(np.int64).max
 
+    # Between events only the active flows matter: ``sub`` is the incidence of the unblocked
+    # active flows ``idx`` restricted to the links ``rows`` they cross, so an event costs
+    # O(active flows), not O(all flows), in workloads of many dependent steps.
+    idx = np.zeros(0, dtype=np.int64)
+    sub, rows = _columns(Ac, idx)  # (link, flow, coefficient) entries over rows x idx
     while True:
         if dirty:
-            idx = np.flatnonzero(active & ~flow_blocked)
+            act = np.flatnonzero(active)
+            idx = act[~flow_blocked[act]]
             rate[:] = 0.0
+            sub, rows = _columns(Ac, idx)
             if len(idx):
-                rate[idx] = maxmin_rates(A[:, idx], P.link_capacity_bps,
-                                         P.flow_rate_cap_bps[idx])
-            load = A @ np.where(np.isfinite(rate), rate, 0.0)
-            np.maximum(peak, load / P.link_capacity_bps, out=peak)
+                rate[idx] = maxmin_coo(*sub, P.link_capacity_bps[rows],
+                                       P.flow_rate_cap_bps[idx], n_flows=len(idx))
+                load = _times(sub, np.where(np.isfinite(rate[idx]), rate[idx], 0.0), rows)
+                np.maximum.at(peak, rows, load / P.link_capacity_bps[rows])
             dirty = False
         # next data completion
-        run = np.flatnonzero(active & (rate > 0))
+        run = idx[rate[idx] > 0]
         t_data = np.iinfo(np.int64).max
         if len(run):
             with np.errstate(divide="ignore"):
@@ -118,10 +126,10 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
         if t_next == np.iinfo(np.int64).max:
             break
         if t_next > limit:
-            _advance(remaining, rate, run, A, link_bytes, limit - t)
+            _advance(remaining, rate, idx, sub, rows, link_bytes, limit - t)
             t = limit
             break
-        _advance(remaining, rate, run, A, link_bytes, t_next - t)
+        _advance(remaining, rate, idx, sub, rows, link_bytes, t_next - t)
         t = t_next
         events += 1
         # flows whose last byte left by now
@@ -130,9 +138,8 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
             fin = np.union1d(fin, run[np.isinf(rate[run])])
             if len(fin):
                 # the sub-ns residue of a finishing flow still crosses its links
-                residue = np.zeros(F)
-                residue[fin] = remaining[fin]
-                link_bytes += A @ residue
+                residue = np.where(np.isin(idx, fin), remaining[idx], 0.0)
+                link_bytes[rows] += _times(sub, residue, rows)
                 remaining[fin] = 0.0
                 active[fin] = False
                 data_done[fin] = t
@@ -177,6 +184,7 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
                     route_links[k] = fail.new_route(i).astype(np.int64)
                     blocked[k] = bool(down[route_links[k]].any())
                 A = incidence()
+                Ac = A.tocsc()
                 flow_blocked[:] = np.bincount(P.route_flow[blocked], minlength=F) > 0
                 dirty = True
         if progress is not None:
@@ -210,14 +218,34 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
         events=events, meta=dict(P.meta))
 
 
-def _advance(remaining, rate, run, A, link_bytes, dt_ns):
-    if dt_ns <= 0 or len(run) == 0:
+def _columns(Ac: sp.csc_matrix, cols: np.ndarray):
+    """Columns ``cols`` of ``Ac`` over the rows they touch: ``((row, col, value) entries,
+    those row ids)`` with rows and columns renumbered from 0."""
+    first = Ac.indptr[cols]
+    n = Ac.indptr[cols + 1] - first
+    pos = np.repeat(first - (np.cumsum(n) - n), n) + np.arange(int(n.sum()))
+    links = Ac.indices[pos]
+    touched = np.zeros(Ac.shape[0], dtype=bool)
+    touched[links] = True
+    local = np.cumsum(touched) - 1
+    return (local[links], np.repeat(np.arange(len(cols)), n), Ac.data[pos]), \
+        np.flatnonzero(touched)
+
+
+def _times(sub, x: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``sub @ x``: per row, the sum of coefficient x value over its entries."""
+    r, c, v = sub
+    return np.bincount(r, weights=v * x[c], minlength=len(rows))
+
+
+def _advance(remaining, rate, idx, sub, rows, link_bytes, dt_ns):
+    """Move every running flow of ``idx`` forward by ``dt_ns`` at its rate."""
+    if dt_ns <= 0 or len(idx) == 0:
         return
-    r = rate[run]
+    r = rate[idx]
+    left = remaining[idx]
     finite = np.isfinite(r)
     # never more than what is left: finish times are rounded up to whole ns
-    moved = np.minimum(np.where(finite, r * dt_ns / 8e9, remaining[run]), remaining[run])
-    remaining[run] = np.maximum(remaining[run] - moved, 0.0)
-    flow_bytes = np.zeros(A.shape[1])
-    flow_bytes[run] = moved
-    link_bytes += A @ flow_bytes
+    moved = np.where(r > 0, np.minimum(np.where(finite, r * dt_ns / 8e9, left), left), 0.0)
+    remaining[idx] = np.maximum(left - moved, 0.0)
+    link_bytes[rows] += _times(sub, moved, rows)

@@ -66,6 +66,7 @@ class ExperimentResult:
     wall_s: float
     notes: list[str] = field(default_factory=list)
     congestion: list[dict] = field(default_factory=list)
+    training: dict | None = None  # the training job's iteration per policy (training.py)
     runs: dict[str, SimResult] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict:
@@ -186,15 +187,20 @@ def _traced_flows(prob, wl, n: int = 6) -> list[str]:
 
 def run_policy(ls: LoadedScenario, fabric: Fabric, policy_name: str, size_bytes: int, *,
                engine: str | None = None, engine_options: dict | None = None,
-               trace: bool = False) -> SimResult:
-    """One engine run of one policy at one size (failures applied as the policy reacts)."""
+               trace: bool = False, workload=None) -> SimResult:
+    """One engine run of one policy at one size (failures applied as the policy reacts).
+    ``workload(fabric, qps_per_connection)``, when given, builds the workload instead of
+    the scenario's jobs at ``size_bytes`` (a training iteration)."""
     from dataclasses import replace
 
     scn = ls.scenario
     pol = get_policy(policy_name, **scn.policy_options.get(policy_name, {}))
     fab = pol.ideal_fabric(fabric)
     qps = pol.qps_per_connection(1)  # 1 = keep each job's own setting
-    wl = build_workload(ls, fab, size_bytes, qps_per_connection=qps if qps != 1 else None)
+    if workload is not None:
+        wl = workload(fab, qps)
+    else:
+        wl = build_workload(ls, fab, size_bytes, qps_per_connection=qps if qps != 1 else None)
     ctx = PlanContext.create(fab, wl, seed=scn.seed)
     plan = pol.plan(ctx)
     prob, pmap = to_problem(fab, wl, plan, scenario=scn.name)
@@ -237,9 +243,9 @@ def run_scenario(ls: LoadedScenario, *, policies: list[str] | None = None,
     policies = list(policies or scn.policies)
     for p in policies:
         get_policy(p)  # fail early on unknown names
-    sizes = list(sizes or scn.size_list())
+    sizes = list(sizes or scn.size_list()) if scn.jobs else []
     fabric = build_fabric(ls)
-    total = len(policies) * len(sizes)
+    total = len(policies) * (len(sizes) + (scn.training is not None))
     rows: list[dict] = []
     largest: dict[str, SimResult] = {}
     done = 0
@@ -258,6 +264,13 @@ def run_scenario(ls: LoadedScenario, *, policies: list[str] | None = None,
             if size == sizes[-1]:
                 largest[p] = res
             done += 1
+    training = None
+    if scn.training is not None:
+        from icefabric.experiment.training import run_training
+
+        step = (lambda i, n, label: progress(done + i, total, label)) if progress else None
+        training, runs = run_training(ls, fabric, policies, engine=engine, progress=step)
+        largest = largest or runs  # a training-only scenario: link statistics of its runs
     if progress:
         progress(total, total, "done")
     _add_relative(rows)
@@ -276,7 +289,7 @@ def run_scenario(ls: LoadedScenario, *, policies: list[str] | None = None,
         notes.append("ideal ignores link failures (non-blocking bound)")
     return ExperimentResult(scn.name, scn.description, scn.seed, engine or scn.engine,
                             policies, sizes, rows, stats, fabric.describe(),
-                            time.perf_counter() - t0, notes, congestion, largest)
+                            time.perf_counter() - t0, notes, congestion, training, largest)
 
 
 def congestion_summary(policy: str, res: SimResult) -> dict:

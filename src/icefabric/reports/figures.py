@@ -110,8 +110,12 @@ def save_figures(res, out_dir) -> list[str]:
 
     out = Path(out_dir)
     paths = []
-    figs = [("busbw.png", plot_all_busbw(res)),
-            ("link_utilization.png", plot_link_utilization(res))]
+    figs = [("busbw.png", plot_all_busbw(res))] if res.rows else []
+    figs.append(("link_utilization.png", plot_link_utilization(res)))
+    if getattr(res, "training", None):
+        from icefabric.reports.training import training_figures
+
+        figs += training_figures(res)
     for policy, run in getattr(res, "runs", {}).items():
         if run.timeseries and run.timeseries.get("t_us"):
             figs.append((f"timeseries_{policy}.png", plot_timeseries(run)))

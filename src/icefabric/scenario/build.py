@@ -16,6 +16,9 @@ from icefabric.topology import builders
 from icefabric.topology.builders import ServerGroup, TopologyError
 from icefabric.topology.catalog import SERVERS, SWITCHES, server_profile
 from icefabric.topology.model import NODE_KIND_NAMES, Fabric
+from icefabric.training.iteration import build_iteration
+from icefabric.training.mapping import TrainingError
+from icefabric.training.tasks import TrainingWorkload
 from icefabric.units import gbps
 
 
@@ -87,44 +90,52 @@ def _build_topology(ls: LoadedScenario, groups: list[ServerGroup], common: dict)
         raise ls.error(("fabric",), str(e)) from None
 
 
+def placed_accels(ls: LoadedScenario, fabric: Fabric, where: tuple, job, used: dict[int, str]
+                  ) -> tuple[list[int], list[int]]:
+    """(servers, accelerators in rank order) of a job given by ``servers`` or ``pools`` and
+    ``ranks_per_server`` (``where``: its field path for errors); ``used`` maps accelerators
+    already taken to their job and is updated."""
+    by_name = fabric.server_of_name
+    if job.servers is not None:
+        for k, n in enumerate(job.servers):
+            if n not in by_name:
+                raise ls.error(where + ("servers", k),
+                               f"server {n!r} does not exist (servers are named "
+                               f"<pool>-<i>, e.g. {fabric.servers[0].name})")
+        srv = [by_name[n] for n in job.servers]
+    else:
+        pools = {p.name for p in ls.scenario.pools}
+        for k, p in enumerate(job.pools):
+            if p not in pools:
+                raise ls.error(where + ("pools", k), f"pool {p!r} does not exist")
+        srv = [i for i, s in enumerate(fabric.servers) if s.pool in job.pools]
+    if len(set(srv)) != len(srv):
+        raise ls.error(where, "a server is listed twice")
+    ranks = []
+    for s in srv:
+        accels = fabric.servers[s].accels
+        k = job.ranks_per_server or len(accels)
+        if k > len(accels):
+            raise ls.error(where + ("ranks_per_server",),
+                           f"{k} ranks per server but {fabric.servers[s].name} has "
+                           f"{len(accels)} accelerators")
+        for a in accels[:k]:
+            if a in used:
+                raise ls.error(where, f"accelerator {fabric.node_names[a]} is also used by "
+                               f"job {used[a]!r}")
+            used[a] = job.name
+            ranks.append(a)
+    return srv, ranks
+
+
 def job_communicators(ls: LoadedScenario, fabric: Fabric, qps_override: int | None = None
                       ) -> list[tuple[int, Communicator]]:
     """One communicator per job (index into scenario.jobs, communicator)."""
     scn = ls.scenario
     out = []
-    by_name = fabric.server_of_name
     used: dict[int, str] = {}
     for j, job in enumerate(scn.jobs):
-        if job.servers is not None:
-            names = job.servers
-            for k, n in enumerate(names):
-                if n not in by_name:
-                    raise ls.error(("jobs", j, "servers", k),
-                                   f"server {n!r} does not exist (servers are named "
-                                   f"<pool>-<i>, e.g. {fabric.servers[0].name})")
-            srv = [by_name[n] for n in names]
-        else:
-            pools = {p.name for p in scn.pools}
-            for k, p in enumerate(job.pools):
-                if p not in pools:
-                    raise ls.error(("jobs", j, "pools", k), f"pool {p!r} does not exist")
-            srv = [i for i, s in enumerate(fabric.servers) if s.pool in job.pools]
-        if len(set(srv)) != len(srv):
-            raise ls.error(("jobs", j), "a server is listed twice")
-        ranks = []
-        for s in srv:
-            accels = fabric.servers[s].accels
-            k = job.ranks_per_server or len(accels)
-            if k > len(accels):
-                raise ls.error(("jobs", j, "ranks_per_server"),
-                               f"{k} ranks per server but {fabric.servers[s].name} has "
-                               f"{len(accels)} accelerators")
-            for a in accels[:k]:
-                if a in used:
-                    raise ls.error(("jobs", j), f"accelerator {fabric.node_names[a]} is also "
-                                   f"used by job {used[a]!r}")
-                used[a] = job.name
-                ranks.append(a)
+        srv, ranks = placed_accels(ls, fabric, ("jobs", j), job, used)
         libs = {fabric.servers[s].profile.library for s in srv}
         lib = job.library
         if lib == "auto":
@@ -184,3 +195,27 @@ def build_workload(ls: LoadedScenario, fabric: Fabric, size_bytes: int, *,
             except ValueError as e:
                 raise ls.error(("jobs", j, "collectives", c), str(e)) from None
     return wb.build(node_ip=fabric.node_ip, qpn_seed=scn.seed)
+
+
+def build_training(ls: LoadedScenario, fabric: Fabric, *, qps_per_connection: int = 1
+                   ) -> TrainingWorkload:
+    """One iteration of the scenario's training job on ``fabric`` (its accelerators must
+    not be used by another job); errors point at the ``training`` section."""
+    scn = ls.scenario
+    used: dict[int, str] = {}
+    for j, job in enumerate(scn.jobs):
+        placed_accels(ls, fabric, ("jobs", j), job, used)
+    _, accels = placed_accels(ls, fabric, ("training",), scn.training, used)
+    try:
+        if scn.training.chakra is not None:
+            from pathlib import Path
+
+            from icefabric.training.chakra import trace_iteration
+
+            base = Path(ls.source).parent if Path(ls.source).exists() else Path.cwd()
+            return trace_iteration(fabric, np.asarray(accels), scn.training, base,
+                                   qps_per_connection=qps_per_connection, qpn_seed=scn.seed)
+        return build_iteration(fabric, np.asarray(accels), scn.training,
+                               qps_per_connection=qps_per_connection, qpn_seed=scn.seed)
+    except TrainingError as e:
+        raise ls.error(("training",), str(e)) from None

@@ -35,7 +35,7 @@ from icefabric.ccl.collectives import add_collective
 from icefabric.ccl.communicator import Communicator
 from icefabric.ccl.workload import CollectiveCall, WorkloadBuilder
 from icefabric.topology.model import Fabric
-from icefabric.training.compute import Roofline, optimizer_seconds
+from icefabric.training.compute import Roofline, head_times, layer_times, optimizer_seconds
 from icefabric.training.mapping import RankGrid, TrainingError, stage_layers
 from icefabric.training.model import ModelSpec
 from icefabric.training.passes import Segment, StagePasses, bucket_groups, merge, stage_passes
@@ -49,17 +49,20 @@ def ns(seconds: float) -> int:
 
 
 def build_iteration(fabric: Fabric, accels: np.ndarray, spec: TrainingSpec, *,
-                    qpn_seed: int = 0) -> TrainingWorkload:
+                    qps_per_connection: int = 1, qpn_seed: int = 0) -> TrainingWorkload:
     """The workload of one iteration of ``spec`` on ``accels`` (the job's accelerators in
-    launcher rank order). Raises :class:`TrainingError` for plans that do not fit."""
-    return _Iteration(fabric, np.asarray(accels, dtype=np.int64), spec).build(qpn_seed)
+    launcher rank order), with ``qps_per_connection`` QPs on every network connection.
+    Raises :class:`TrainingError` for plans that do not fit."""
+    it = _Iteration(fabric, np.asarray(accels, dtype=np.int64), spec, qps_per_connection)
+    return it.build(qpn_seed)
 
 
 class _Iteration:
     """Builder state: the grid, per-stage passes, communicators and the DAG so far."""
 
-    def __init__(self, fabric: Fabric, accels: np.ndarray, spec: TrainingSpec):
+    def __init__(self, fabric: Fabric, accels: np.ndarray, spec: TrainingSpec, qps: int):
         self.spec, self.par, self.model = spec, spec.parallel, spec.model_spec()
+        self.qps = qps
         par: ParallelSpec = self.par
         m: ModelSpec = self.model
         tp, pp = par.tp, par.pp
@@ -82,10 +85,10 @@ class _Iteration:
         devices = [self.grid.stage_device(s) for s in range(pp)]
         for s in range(pp):
             self.grid.stage_pool(s)
-        self.layers = stage_layers(spec.stage_layers, m.layers, [d.peak_flops for d in devices])
         self.devices = devices
         self.roofs = [Roofline.of(d, spec.compute_efficiency, spec.memory_efficiency)
                       for d in devices]
+        self.layers = stage_layers(spec.stage_layers, *self._layer_costs())
         starts = np.concatenate([[0], np.cumsum(self.layers)]).tolist()
         self.passes = [stage_passes(m, par, self.seq, range(starts[s], starts[s + 1]),
                                     s == 0, s == pp - 1, self.roofs[s]) for s in range(pp)]
@@ -93,6 +96,22 @@ class _Iteration:
         names = [f"s{s}/d{d}" for s in range(pp) for d in range(dp)]
         self.log = TaskLog(names)
         self._comms: dict[tuple, Communicator] = {}
+
+    def _layer_costs(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per stage: forward+backward seconds of every layer, and of the embedding and
+        output layer it would hold (for ``balanced`` stage layers)."""
+        pp, m = self.par.pp, self.model
+        if self.spec.stage_layers != "balanced":
+            return np.zeros((pp, m.layers)), np.zeros(pp)
+        cost = np.zeros((pp, m.layers))
+        for s, roof in enumerate(self.roofs):
+            for i in range(m.layers):
+                lt = layer_times(m, i, self.par, self.seq, roof)
+                cost[s, i] = (lt.attn_fwd + lt.mlp_fwd + lt.attn_bwd + lt.mlp_bwd
+                              + lt.recompute(self.par.recompute))
+        extra = np.zeros(pp)
+        extra[-1] = sum(head_times(m, self.par, self.seq, self.roofs[-1]))
+        return cost, extra
 
     # -- communicators -------------------------------------------------------------------
     def _comm(self, key: tuple, ranks: np.ndarray, channels: int | None) -> Communicator:
@@ -105,7 +124,7 @@ class _Iteration:
                 channels = 1
             c = Communicator(job="/".join([self.spec.name] + [str(k) for k in key]),
                              fabric=self.grid.fabric, ranks=ranks, library=lib,
-                             channels=channels)
+                             channels=channels, qps_per_connection=self.qps)
             self._comms[key] = c
         return c
 
@@ -149,7 +168,7 @@ class _Iteration:
         if comm is None:
             comm = Communicator(job="/".join([self.spec.name] + [str(k) for k in key]),
                                 fabric=g.fabric, ranks=np.concatenate([a, b]),
-                                library=g.library(a))
+                                library=g.library(a), qps_per_connection=self.qps)
             self._comms[key] = comm
         per_rank = self.micro_tokens * self.model.hidden * par.param_bytes
         if par.sequence_parallel and par.tp > 1:
@@ -283,7 +302,9 @@ class _Iteration:
                 "zero": par.zero, "sequence_parallel": par.sequence_parallel,
                 "recompute": par.recompute, "granularity": self.spec.granularity,
                 "peak_flops": sum(self.devices[s].peak_flops for s in range(par.pp))
-                * par.tp * self.dp, "stages": stages}
+                * par.tp * self.dp, "stages": stages,
+                "device_stage": [s for s in range(par.pp) for _ in range(self.dp)],
+                "timeline_devices": [self.device(s, 0) for s in range(par.pp)]}
 
     def _local_params(self, s: int) -> float:
         dense, expert = self.passes[s].optimizer_params

@@ -101,11 +101,13 @@ class RankGrid:
         return len(self.servers_of(accels)) == 1
 
 
-def stage_layers(choice, n_layers: int, stage_flops: list[float]) -> list[int]:
+def stage_layers(choice, layer_s: np.ndarray, extra_s: np.ndarray) -> list[int]:
     """Layers of every pipeline stage: an explicit list, ``even`` (the first
-    ``n_layers % pp`` stages take one more), or ``balanced`` (proportional to each stage's
-    accelerator throughput, largest remainders, at least one layer each)."""
-    pp = len(stage_flops)
+    ``layers % pp`` stages take one more), or ``balanced``: contiguous layers per stage so
+    that the slowest stage is as fast as possible, given ``layer_s[s, i]`` (seconds of layer
+    ``i`` on stage ``s``'s accelerator, forward and backward) and ``extra_s[s]`` (the
+    embedding or output layer a stage also runs). Every stage gets at least one layer."""
+    pp, n_layers = layer_s.shape
     if pp > n_layers:
         raise TrainingError(f"{pp} pipeline stages but only {n_layers} layers")
     if isinstance(choice, list):
@@ -116,9 +118,32 @@ def stage_layers(choice, n_layers: int, stage_flops: list[float]) -> list[int]:
     if choice == "even":
         base, extra = divmod(n_layers, pp)
         return [base + (1 if s < extra else 0) for s in range(pp)]
-    w = np.asarray(stage_flops, dtype=np.float64)
-    ideal = (n_layers - pp) * w / w.sum()
-    out = np.floor(ideal).astype(np.int64) + 1
-    order = np.argsort(-(ideal - np.floor(ideal)), kind="stable")
-    out[order[:n_layers - int(out.sum())]] += 1
-    return out.tolist()
+    prefix = np.concatenate([np.zeros((pp, 1)), np.cumsum(layer_s, axis=1)], axis=1)
+
+    def fill(limit: float) -> list[int] | None:
+        """Greedy: every stage takes as many layers as fit under ``limit``."""
+        counts, i = [], 0
+        for s in range(pp):
+            left = pp - s - 1  # stages after this one need a layer each
+            hi = n_layers - left
+            cost = prefix[s, i + 1:hi + 1] - prefix[s, i] + extra_s[s]
+            k = int(np.searchsorted(cost, limit, side="right"))
+            if k == 0:
+                return None
+            k = hi - i if s == pp - 1 else k
+            if s == pp - 1 and cost[-1] > limit:
+                return None
+            counts.append(k)
+            i += k
+        return counts if i == n_layers else None
+
+    lo, hi = 0.0, float(layer_s.sum() + extra_s.sum())
+    best = fill(hi)
+    for _ in range(60):  # bisection on the slowest stage's time
+        mid = (lo + hi) / 2
+        got = fill(mid)
+        if got is None:
+            lo = mid
+        else:
+            hi, best = mid, got
+    return best

@@ -1,0 +1,76 @@
+"""Training iteration at scale: a 1,024-GPU Llama-3 70B iteration through the flow engine.
+
+Run on demand (not part of the tests):
+
+    python benchmarks/bench_training.py [--gpus 1024] [--policy ecmp] [--global-batch 256]
+
+128 HGX H100 servers on a 1:1 leaf-spine (8 servers per leaf, 16 spines); Megatron plan
+TP 8 (inside servers) x PP 8 x DP 16, sequence parallel, distributed optimizer, 1F1B.
+Prints the wall time of every stage, the iteration time and the peak resident memory;
+BENCHMARKS.md records the figures. Target (issue 13): the whole run under 60 s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import resource
+import time
+
+from icefabric.engine.registry import run_engine
+from icefabric.policies.base import PlanContext, get_policy, to_problem
+from icefabric.topology.builders import ServerGroup, leaf_spine
+from icefabric.topology.catalog import server_profile
+from icefabric.topology.model import ACCEL
+from icefabric.training.iteration import build_iteration
+from icefabric.training.spec import TrainingSpec
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gpus", type=int, default=1024)
+    ap.add_argument("--policy", default="ecmp")
+    ap.add_argument("--model", default="llama3-70b")
+    ap.add_argument("--pp", type=int, default=8)
+    ap.add_argument("--global-batch", type=int, default=256)
+    args = ap.parse_args()
+    servers = args.gpus // 8
+    t = {}
+    t0 = time.perf_counter()
+    fab = leaf_spine([ServerGroup(server_profile("hgx-h100"), servers, "h100")],
+                     servers_per_leaf=8, n_spines=16, links_per_spine=4)
+    t["build fabric"] = time.perf_counter() - t0
+    spec = TrainingSpec.model_validate({
+        "pools": ["h100"], "model": args.model,
+        "parallel": {"tp": 8, "pp": args.pp, "global_batch": args.global_batch}})
+    t0 = time.perf_counter()
+    tw = build_iteration(fab, fab.nodes_of_kind(ACCEL), spec)
+    t["iteration workload"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ctx = PlanContext.create(fab, tw.workload)
+    t["routing tables"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    plan = get_policy(args.policy).plan(ctx)
+    t[f"plan ({args.policy})"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    prob, _ = to_problem(fab, tw.workload, plan)
+    t["engine problem"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    res = run_engine(prob, "flow")
+    t["flow engine run"] = time.perf_counter() - t0
+    total = sum(t.values())
+    rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    s = tw.summary
+    print(f"{args.gpus} GPUs, {len(fab.servers)} servers, {fab.n_nodes} nodes, "
+          f"{fab.n_links} links; {s['model']} tp {s['tp']} pp {s['pp']} dp {s['dp']}, "
+          f"{s['micro_batches']} micro-batches; workload {tw.workload.summary()}; "
+          f"{prob.n_routes} routes")
+    for k, v in t.items():
+        print(f"  {k:<20} {v:7.2f} s")
+    print(f"  total                {total:7.2f} s   peak RSS {rss_gib:.2f} GiB")
+    T = res.makespan_ns / 1e9
+    print(f"  result: iteration {T * 1e3:.1f} ms ({res.events} events), MFU "
+          f"{s['model_flops'] / T / s['peak_flops']:.1%}")
+
+
+if __name__ == "__main__":
+    main()

@@ -101,8 +101,9 @@ def simulate(
     if res.rows:
         console.print(summary_table(res))
     if res.training:
-        from icefabric.reports.training import training_table
+        from icefabric.reports.training import training_header, training_table
 
+        console.print(training_header(res), highlight=False)
         console.print(training_table(res))
     console.print(link_table(res))
     ct = congestion_table(res)

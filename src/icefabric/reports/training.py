@@ -16,6 +16,12 @@ KIND_COLORS = {"forward": "#4c78a8", "backward": "#72b7b2", "optimizer": "#54a24
 COMM = ("tp", "pp", "dp", "ep", "comm")
 
 
+def training_header(res) -> str:
+    """One line: the training job, its model and plan, and where its stages run."""
+    tr = res.training
+    return f"training {tr['job']}: {_plan(tr)}"
+
+
 def _plan(tr: dict) -> str:
     s = tr["summary"]
     if "tp" not in s:
@@ -33,8 +39,8 @@ def training_table(res) -> Table:
     tr = res.training
     rs = tr["results"]
     kinds = [k for k in COMM if any(k in r["breakdown"]["exposed_ms"] for r in rs)]
-    t = Table(title=f"training {tr['job']} · {_plan(tr)}: one iteration (ms; breakdown = "
-              "mean per device; busbw GB/s)", title_justify="left")
+    t = Table(title="one iteration per policy (ms)", title_justify="left",
+              caption="breakdown: mean per device; busbw in GB/s", caption_justify="left")
     t.add_column("")
     for r in rs:
         t.add_column(r["policy"], justify="right")

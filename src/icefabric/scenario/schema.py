@@ -127,8 +127,8 @@ class FailureSpec(_Strict):
 
 
 class SizesSpec(_Strict):
-    min: int | str = "1MiB"
-    max: int | str = "1GiB"
+    min: int | str = Field("1MiB", validate_default=True)
+    max: int | str = Field("1GiB", validate_default=True)
     factor: int = Field(2, ge=2)
 
     @field_validator("min", "max")

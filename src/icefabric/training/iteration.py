@@ -33,11 +33,12 @@ import numpy as np
 
 from icefabric.ccl.collectives import add_collective
 from icefabric.ccl.communicator import Communicator
-from icefabric.ccl.workload import CollectiveCall, WorkloadBuilder
+from icefabric.ccl.workload import WorkloadBuilder
 from icefabric.topology.model import Fabric
 from icefabric.training.compute import Roofline, head_times, layer_times, optimizer_seconds
 from icefabric.training.mapping import RankGrid, TrainingError, stage_layers
 from icefabric.training.model import ModelSpec
+from icefabric.training.p2p import transfer
 from icefabric.training.passes import Segment, StagePasses, bucket_groups, merge, stage_passes
 from icefabric.training.schedule import BACKWARD, FORWARD, stage_ops
 from icefabric.training.spec import ParallelSpec, TrainingSpec
@@ -49,18 +50,23 @@ def ns(seconds: float) -> int:
 
 
 def build_iteration(fabric: Fabric, accels: np.ndarray, spec: TrainingSpec, *,
-                    qps_per_connection: int = 1, qpn_seed: int = 0) -> TrainingWorkload:
+                    qps_per_connection: int = 1, qpn_seed: int = 0,
+                    passes: list[StagePasses] | None = None) -> TrainingWorkload:
     """The workload of one iteration of ``spec`` on ``accels`` (the job's accelerators in
     launcher rank order), with ``qps_per_connection`` QPs on every network connection.
-    Raises :class:`TrainingError` for plans that do not fit."""
-    it = _Iteration(fabric, np.asarray(accels, dtype=np.int64), spec, qps_per_connection)
+
+    ``passes`` (one per stage) replace the compute model's segments, e.g. with measured
+    per-layer times. Raises :class:`TrainingError` for plans that do not fit."""
+    it = _Iteration(fabric, np.asarray(accels, dtype=np.int64), spec, qps_per_connection,
+                    passes)
     return it.build(qpn_seed)
 
 
 class _Iteration:
     """Builder state: the grid, per-stage passes, communicators and the DAG so far."""
 
-    def __init__(self, fabric: Fabric, accels: np.ndarray, spec: TrainingSpec, qps: int):
+    def __init__(self, fabric: Fabric, accels: np.ndarray, spec: TrainingSpec, qps: int,
+                 passes: list[StagePasses] | None):
         self.spec, self.par, self.model = spec, spec.parallel, spec.model_spec()
         self.qps = qps
         par: ParallelSpec = self.par
@@ -90,8 +96,11 @@ class _Iteration:
                       for d in devices]
         self.layers = stage_layers(spec.stage_layers, *self._layer_costs())
         starts = np.concatenate([[0], np.cumsum(self.layers)]).tolist()
-        self.passes = [stage_passes(m, par, self.seq, range(starts[s], starts[s + 1]),
-                                    s == 0, s == pp - 1, self.roofs[s]) for s in range(pp)]
+        if passes is not None and len(passes) != pp:
+            raise TrainingError(f"{len(passes)} stage passes given for {pp} stages")
+        self.passes = passes or [stage_passes(m, par, self.seq, range(starts[s], starts[s + 1]),
+                                              s == 0, s == pp - 1, self.roofs[s])
+                                 for s in range(pp)]
         self.wb = WorkloadBuilder()
         names = [f"s{s}/d{d}" for s in range(pp) for d in range(dp)]
         self.log = TaskLog(names)
@@ -173,23 +182,8 @@ class _Iteration:
         per_rank = self.micro_tokens * self.model.hidden * par.param_bytes
         if par.sequence_parallel and par.tp > 1:
             per_rank /= par.tp
-        coll = self.wb.collective(CollectiveCall(f"{comm.job}:send", comm.job, "sendrecv",
-                                                 int(per_rank), 2, "p2p", comm.library))
-        f = self.wb.flow(per_rank, coll=coll, deps=after)
-        fab, delay = g.fabric, 0
-        for x, y in zip(a.tolist(), b.tolist()):
-            if fab.node_server[x] == fab.node_server[y]:
-                self.wb.hop(f, x, y)
-                delay = max(delay, 2 * fab.servers[int(fab.node_server[x])].profile.intra_delay_ns)
-                continue
-            sn, dn = int(fab.accel_nic[x]), int(fab.accel_nic[y])
-            for c in range(par.pp_channels):
-                k = self.wb.connection((comm.job, x, y, c), sn, dn, comm.qps_per_connection,
-                                       comm.job)
-                self.wb.hop(f, x, y, src_nic=sn, dst_nic=dn, conn=k,
-                            weight=1.0 / par.pp_channels)
-            delay = max(delay, comm.hop_delay_ns(sn, dn))
-        self.wb.flow_latency[f] = delay + comm.step_overhead_ns
+        f = transfer(self.wb, comm, list(zip(a.tolist(), b.tolist())), per_rank,
+                     par.pp_channels, after, "send")
         self.log.add("pp", [f], [self.device(src, d), self.device(dst, d)],
                      stage=src, micro=micro, label=f"s{src}->s{dst}")
         return [f]

@@ -146,5 +146,6 @@ def bucket_groups(segments: list[Segment], bucket_params: float) -> list[list[Se
     if not groups[-1]:
         groups.pop()
     elif len(groups) > 1 and not any(s.dense_params or s.expert_params for s in groups[-1]):
-        groups[-2] += groups.pop()  # trailing compute without gradients joins the last bucket
+        tail = groups.pop()  # trailing compute without gradients joins the last bucket
+        groups[-1] += tail
     return groups

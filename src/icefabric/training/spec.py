@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from icefabric.training.model import PRESETS, ModelSpec, model_preset
 
@@ -120,6 +120,13 @@ class TrainingSpec(_Strict):
     chakra: list[str] | None = Field(
         None, description="Chakra ET files (one per rank) that drive the job instead of the "
         "analytic model: compute nodes become delays, communication nodes transfers")
+
+    @field_validator("model")
+    @classmethod
+    def _known_model(cls, v):
+        if v is not None:
+            model_preset(v) if isinstance(v, str) else v.resolve()  # raises with the reason
+        return v
 
     @model_validator(mode="after")
     def _where(self):

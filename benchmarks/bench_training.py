@@ -34,29 +34,25 @@ def main() -> None:
     ap.add_argument("--global-batch", type=int, default=256)
     args = ap.parse_args()
     servers = args.gpus // 8
-    t = {}
-    t0 = time.perf_counter()
-    fab = leaf_spine([ServerGroup(server_profile("hgx-h100"), servers, "h100")],
-                     servers_per_leaf=8, n_spines=16, links_per_spine=4)
-    t["build fabric"] = time.perf_counter() - t0
+    t: dict[str, float] = {}
+
+    def timed(stage, fn, *a):
+        t0 = time.perf_counter()
+        out = fn(*a)
+        t[stage] = time.perf_counter() - t0
+        return out
+
+    fab = timed("build fabric", lambda: leaf_spine(
+        [ServerGroup(server_profile("hgx-h100"), servers, "h100")], servers_per_leaf=8,
+        n_spines=16, links_per_spine=4))
     spec = TrainingSpec.model_validate({
         "pools": ["h100"], "model": args.model,
         "parallel": {"tp": 8, "pp": args.pp, "global_batch": args.global_batch}})
-    t0 = time.perf_counter()
-    tw = build_iteration(fab, fab.nodes_of_kind(ACCEL), spec)
-    t["iteration workload"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    ctx = PlanContext.create(fab, tw.workload)
-    t["routing tables"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    plan = get_policy(args.policy).plan(ctx)
-    t[f"plan ({args.policy})"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    prob, _ = to_problem(fab, tw.workload, plan)
-    t["engine problem"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    res = run_engine(prob, "flow")
-    t["flow engine run"] = time.perf_counter() - t0
+    tw = timed("iteration workload", build_iteration, fab, fab.nodes_of_kind(ACCEL), spec)
+    ctx = timed("routing tables", PlanContext.create, fab, tw.workload)
+    plan = timed(f"plan ({args.policy})", get_policy(args.policy).plan, ctx)
+    prob, _ = timed("engine problem", to_problem, fab, tw.workload, plan)
+    res = timed("flow engine run", run_engine, prob, "flow")
     total = sum(t.values())
     rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     s = tw.summary

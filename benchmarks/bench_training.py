@@ -16,8 +16,8 @@ import argparse
 import resource
 import time
 
-from icefabric.engine.registry import run_engine
-from icefabric.policies.base import PlanContext, get_policy, to_problem
+from icefabric.pipeline import EngineOptions, plan, simulate
+from icefabric.policies.base import get_policy
 from icefabric.topology.builders import ServerGroup, leaf_spine
 from icefabric.topology.catalog import server_profile
 from icefabric.topology.model import ACCEL
@@ -49,20 +49,17 @@ def main() -> None:
         "pools": ["h100"], "model": args.model,
         "parallel": {"tp": 8, "pp": args.pp, "global_batch": args.global_batch}})
     tw = timed("iteration workload", build_iteration, fab, fab.nodes_of_kind(ACCEL), spec)
-    ctx = timed("routing tables", PlanContext.create, fab, tw.workload)
-    plan = timed(f"plan ({args.policy})", get_policy(args.policy).plan, ctx)
-    prob, _ = timed("engine problem", to_problem, fab, tw.workload, plan)
-    res = timed("flow engine run", run_engine, prob, "flow")
+    p = timed(f"plan ({args.policy})", plan, fab, tw.workload, get_policy(args.policy))
+    res = timed("simulate (problem + flow engine)", simulate, p, EngineOptions())
     total = sum(t.values())
     rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     s = tw.summary
     print(f"{args.gpus} GPUs, {len(fab.servers)} servers, {fab.n_nodes} nodes, "
           f"{fab.n_links} links; {s['model']} tp {s['tp']} pp {s['pp']} dp {s['dp']}, "
-          f"{s['micro_batches']} micro-batches; workload {tw.workload.summary()}; "
-          f"{prob.n_routes} routes")
+          f"{s['micro_batches']} micro-batches; workload {tw.workload.summary()}")
     for k, v in t.items():
-        print(f"  {k:<20} {v:7.2f} s")
-    print(f"  total                {total:7.2f} s   peak RSS {rss_gib:.2f} GiB")
+        print(f"  {k:<34} {v:7.2f} s")
+    print(f"  {'total':<34} {total:7.2f} s   peak RSS {rss_gib:.2f} GiB")
     T = res.makespan_ns / 1e9
     print(f"  result: iteration {T * 1e3:.1f} ms ({res.events} events), MFU "
           f"{s['model_flops'] / T / s['peak_flops']:.1%}")

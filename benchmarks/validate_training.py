@@ -24,8 +24,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from icefabric.engine.registry import run_engine
-from icefabric.policies.base import PlanContext, get_policy, to_problem
+from icefabric.pipeline import EngineOptions, plan, simulate
+from icefabric.policies.base import get_policy
 from icefabric.topology.builders import ServerGroup, leaf_spine
 from icefabric.topology.catalog import server_profile
 from icefabric.topology.model import ACCEL
@@ -48,9 +48,7 @@ def run(case: str, mode: str, efficiency: float) -> tuple[float, float, float]:
                      "recompute": "full" if mode == "full" else "selective"}})
     t0 = time.perf_counter()
     tw = build_iteration(fab, fab.nodes_of_kind(ACCEL), spec)
-    plan = get_policy("ecmp").plan(PlanContext.create(fab, tw.workload))
-    prob, _ = to_problem(fab, tw.workload, plan)
-    T = run_engine(prob, "flow").makespan_ns / 1e9
+    T = simulate(plan(fab, tw.workload, get_policy("ecmp")), EngineOptions()).makespan_ns / 1e9
     s = tw.summary
     return T, s["model_flops"] / T / s["peak_flops"], time.perf_counter() - t0
 

@@ -64,6 +64,16 @@ def test_scenario_fragment_from_nccl_tests_log():
     assert frag["sizes"][0] == 1073741824 and spec["name"][0].isalpha()
 
 
+def test_log_where_one_host_prints_becomes_a_two_host_job():
+    from .conftest import project_file
+
+    job = job_from_log([project_file("nccl-1412a-16r-onehost-ringdump.log"),
+                        project_file("nccl-1412b-16r-onehost-initcomplete.log")])
+    assert job["hosts"] == ["swat1-04", "node1"] and job["rank_host"] == [0] * 8 + [1] * 8
+    assert job["rank_device"][:8] == list(range(8)) and len(job["rings"]) == 5
+    assert any(s.startswith("report: node of ranks 8-15") for s in job["inferred"])
+
+
 def _log_2_20(coll_channels: int) -> str:
     """A 2-server, 16-rank NCCL 2.20.5 log in NCCL's own line formats (domain-facts §5.2)."""
     lines = ["h0:100:100 [0] NCCL INFO NCCL version 2.20.5+cuda12.4",

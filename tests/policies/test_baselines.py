@@ -6,7 +6,8 @@ from icefabric.ccl.communicator import Communicator
 from icefabric.ccl.workload import WorkloadBuilder
 from icefabric.control.plan import single_path_plan
 from icefabric.engine.flow import run_flow
-from icefabric.policies.base import PlanContext, available_policies, get_policy, to_problem
+from icefabric.pipeline.problem import to_problem
+from icefabric.policies.base import PlanContext, available_policies, get_policy
 from icefabric.policies.baselines import nonblocking_twin
 from icefabric.topology.builders import ServerGroup, leaf_spine, star
 from icefabric.topology.model import ACCEL, LINK_FABRIC
@@ -99,20 +100,6 @@ def test_nonblocking_twin_keeps_node_ids(small_fabric):
     assert not np.any(twin.link_kind == LINK_FABRIC)
 
 
-def test_proactive_rates_cap_flows_at_their_fair_share(tiny_profile):
-    from icefabric.policies.base import with_proactive_rates
-
-    f = leaf_spine([ServerGroup(tiny_profile, 2, "t")], servers_per_leaf=1, n_spines=2)
-    w = ring_workload(f, channels=2)
-    ctx = PlanContext.create(f, w)
-    prob, _ = to_problem(f, w, get_policy("spray").plan(ctx))
-    capped = with_proactive_rates(prob, w, headroom=0.0)
-    # each channel's hop crosses one 100G NIC: the fair rate is the NIC speed
-    np.testing.assert_allclose(capped.flow_rate_cap_bps, 100e9, rtol=1e-9)
-    # pacing at the fair share does not slow the flow-level result
-    assert run_flow(capped).makespan_ns == run_flow(prob).makespan_ns
-
-
 def test_ecmp_tuned_is_the_common_nccl_setting_beside_the_others(small_fabric):
     assert {"ecmp", "ecmp-multiqp", "ecmp-tuned"} <= set(available_policies())
     tuned = get_policy("ecmp-tuned")
@@ -132,14 +119,15 @@ def test_ecmp_tuned_is_the_common_nccl_setting_beside_the_others(small_fabric):
 def test_correlated_hash_stages_polarize_the_fat_tree(profile, idle):
     import yaml
 
-    from icefabric.scenario.build import build_fabric, build_workload
+    from icefabric.pipeline.plans import scenario_workload
+    from icefabric.scenario.build import build_fabric
     from icefabric.scenario.loader import load, loads
 
     doc = yaml.safe_load(load("suite-fat-tree").text)
     doc["fabric"]["hash_profiles"] = profile
     ls = loads(yaml.safe_dump(doc))
     f = build_fabric(ls)
-    w = build_workload(ls, f, 1 << 24)
+    w = scenario_workload(ls, f, 1 << 24).workload
     load_ = get_policy("ecmp").plan(PlanContext.create(f, w)).link_load(f.n_links)
     # Aggregation switches that read the leaves' hash bits again send every flow from a
     # leaf member to the same core subset: a quarter of the 64 fabric links stays idle.

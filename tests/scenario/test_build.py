@@ -5,7 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from icefabric.scenario.build import build_fabric, build_workload, job_communicators
+from icefabric.pipeline.plans import scenario_workload
+from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import ScenarioError, loads
 
 from .test_loader import GOOD
@@ -17,8 +18,8 @@ def _job(extra: str, base: str = GOOD):
 
 def _comm(text: str):
     ls = loads(text, "t.yaml")
-    ((_, comm),) = job_communicators(ls, build_fabric(ls))
-    return comm
+    (job,) = scenario_workload(ls, build_fabric(ls), 1 << 20).jobs
+    return job.comm
 
 
 def test_nccl_version_sets_channels_per_nic_and_split():
@@ -26,7 +27,7 @@ def test_nccl_version_sets_channels_per_nic_and_split():
     assert (default.n_channels, old.n_channels) == (16, 32)  # 8-NIC H100: 2 vs 4 per NIC
     assert not default.nccl.split_data_on_qps and old.nccl.split_data_on_qps
     ls = loads(_job("    nccl_version: 2.19.4\n"), "t.yaml")
-    w = build_workload(ls, build_fabric(ls), 1 << 20)
+    w = scenario_workload(ls, build_fabric(ls), 1 << 20).workload
     assert w.n_conns == 2 * 32  # each channel's ring crosses between the two servers twice
 
 
@@ -38,7 +39,7 @@ def test_nccl_env_sets_qps_and_clamps_channels():
     comm = _comm(_job("    nccl_env: {NCCL_IB_QPS_PER_CONNECTION: 4, NCCL_MAX_NCHANNELS: 8}\n"))
     assert (comm.qps_per_connection, comm.n_channels) == (4, 8)
     ls = loads(_job("    nccl_env: {NCCL_IB_QPS_PER_CONNECTION: 4}\n"), "t.yaml")
-    w = build_workload(ls, build_fabric(ls), 1 << 20)
+    w = scenario_workload(ls, build_fabric(ls), 1 << 20).workload
     assert w.n_qps == 4 * w.n_conns
 
 
@@ -53,7 +54,7 @@ def test_nccl_env_sets_qps_and_clamps_channels():
 def test_bad_nccl_settings_name_the_field(extra, where, msg):
     with pytest.raises(ScenarioError) as e:
         ls = loads(_job(extra), "t.yaml")
-        job_communicators(ls, build_fabric(ls))
+        scenario_workload(ls, build_fabric(ls), 1 << 20)
     assert e.value.field == where and msg in str(e.value)
 
 

@@ -7,8 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from icefabric.engine.flow import run_flow
-from icefabric.policies.base import PlanContext, get_policy, to_problem
+from icefabric.pipeline import EngineOptions, plan
+from icefabric.pipeline import simulate as run
+from icefabric.policies.base import get_policy
 from icefabric.topology.model import ACCEL
 from icefabric.training.breakdown import device_times, mean_time
 from icefabric.training.compute import ADAM_BYTES_PER_PARAM
@@ -32,9 +33,7 @@ def spec(**parallel):
 
 
 def simulate(fab, tw, policy="ecmp"):
-    plan = get_policy(policy).plan(PlanContext.create(fab, tw.workload))
-    prob, _ = to_problem(fab, tw.workload, plan)
-    return run_flow(prob)
+    return run(plan(fab, tw.workload, get_policy(policy)), EngineOptions())
 
 
 def gpus(fab, per_server):

@@ -33,6 +33,10 @@ class Communicator:
     step_overhead_ns : int — per pipeline step software/NIC latency added to propagation.
     nccl : NcclSettings | None — the job's NCCL version and ``NCCL_*`` settings (None = the
         default version, no variables set).
+    rings : tuple of rank orders, optional — the ring of every channel as the library
+        reported it (NCCL ``Channel cc/NN : r0 r1 ...``); channel ``c`` uses
+        ``rings[c % len(rings)]``, and without ``channels`` there are ``len(rings)``
+        channels. Empty: the library model builds the rings.
     """
 
     job: str
@@ -43,6 +47,7 @@ class Communicator:
     channels: int | None = None
     step_overhead_ns: int = 1000
     nccl: NcclSettings | None = None
+    rings: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self):
         f = self.fabric
@@ -55,6 +60,10 @@ class Communicator:
             raise ValueError(f"job {self.job!r}: an accelerator appears twice")
         if self.qps_per_connection < 1 or self.qps_per_connection > 128:
             raise ValueError("qps_per_connection must be in [1, 128] (NCCL_IB_MAX_QPS)")
+        for c, ring in enumerate(self.rings):
+            if sorted(ring) != list(range(len(r))):
+                raise ValueError(f"job {self.job!r}: ring of channel {c} is not an order of "
+                                 f"ranks 0..{len(r) - 1}")
 
     @property
     def nranks(self) -> int:
@@ -88,9 +97,11 @@ class Communicator:
     @cached_property
     def rails(self) -> list[int]:
         """Indices of the NICs the communicator's ranks own on a server, in order: the rails
-        its rings cross servers on. NCCL's ring search takes the NICs closest to the GPUs it
-        has, so a communicator of one GPU per server (a data-parallel group) runs every
-        channel through that GPU's own NIC; with every GPU of a server, every NIC."""
+        its rings cross servers on. NCCL's ring search tries the NICs close to the
+        communicator's GPUs first (``ncclTopoSelectNets``, ``src/graph/search.cc``: "Select
+        NETs starting with those close to GPU(s)"), so a communicator of one GPU per server
+        (a data-parallel group) runs every channel through that GPU's own NIC; with every
+        GPU of a server, every NIC."""
         f = self.fabric
         return sorted({int(f.node_index[f.accel_nic[self.ranks[r]]])
                        for r in self.server_ranks[0].tolist()})
@@ -99,6 +110,8 @@ class Communicator:
     def n_channels(self) -> int:
         if self.channels is not None:
             return self.channels
+        if self.rings:
+            return len(self.rings)
         if self.n_nodes == 1:
             return 2 * 8
         settings = self.nccl or NcclSettings.resolve()

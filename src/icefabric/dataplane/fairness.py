@@ -87,7 +87,8 @@ def maxmin_coo(rows: np.ndarray, cols: np.ndarray, vals: np.ndarray,
         active_links = s > 0
         with np.errstate(divide="ignore", invalid="ignore"):
             d_link = np.where(active_links, rem / np.where(active_links, s, 1.0), np.inf)
-        d = min(d_link.min(initial=np.inf), (fcap - rate)[~frozen].min(initial=np.inf))
+        grow = ~frozen
+        d = min(d_link.min(initial=np.inf), (fcap[grow] - rate[grow]).min(initial=np.inf))
         d = max(d, 0.0)
         rate[~frozen] += d
         rem -= s * d

@@ -14,7 +14,8 @@ from collections import defaultdict
 
 from icefabric.ccl.bandwidth import busbw_factor
 from icefabric.engine.result import SimResult
-from icefabric.experiment.runner import run_policy
+from icefabric.pipeline import plan, simulate, with_link_events
+from icefabric.pipeline.plans import scenario_link_changes, scenario_policy
 from icefabric.scenario.build import build_training
 from icefabric.scenario.loader import LoadedScenario
 from icefabric.topology.model import Fabric
@@ -34,20 +35,27 @@ def run_training(ls: LoadedScenario, fabric: Fabric, policies: list[str], *,
     for i, p in enumerate(policies):
         if progress:
             progress(i, len(policies), f"training {p}")
-        built: dict[str, TrainingWorkload] = {}
-
-        def make(fab, qps, built=built):
-            built["tw"] = build_training(ls, fab, qps_per_connection=qps)
-            return built["tw"].workload
-
-        res = runs[p] = run_policy(ls, fabric, p, 0, engine=engine, workload=make)
-        tw = built["tw"]
-        summary = tw.summary
+        res, tw = run_training_policy(ls, fabric, p, engine=engine)
+        runs[p], summary = res, tw.summary
         results.append(policy_result(p, res, tw))
         timelines[p] = timeline(res, tw)
     _add_relative(results)
     return {"job": ls.scenario.training.name, "summary": summary, "results": results,
             "timeline": timelines}, runs
+
+
+def run_training_policy(ls: LoadedScenario, fabric: Fabric, policy: str, *,
+                        engine: str | None = None) -> tuple[SimResult, TrainingWorkload]:
+    """One iteration under ``policy`` through the pipeline (plan, the scenario's link
+    failures as the policy reacts, the engine), with the connections split as the policy
+    wants; the ideal bound runs on its non-blocking twin."""
+    pol = scenario_policy(ls, policy)
+    fab = pol.ideal_fabric(fabric)
+    tw = build_training(ls, fab, qps_per_connection=pol.qps_per_connection(1))
+    p = plan(fab, tw.workload, pol, seed=ls.scenario.seed)
+    if fab is fabric and ls.scenario.failures:
+        p = with_link_events(p, scenario_link_changes(ls, fabric))
+    return simulate(p, ls.scenario.run_options(engine), scenario=ls.scenario.name), tw
 
 
 def policy_result(policy: str, res: SimResult, tw: TrainingWorkload) -> dict:

@@ -27,8 +27,7 @@ import numpy as np
 from icefabric.control.hashing import ecmp_paths
 from icefabric.control.plan import PathPlan, single_path_plan
 from icefabric.csr import csr_from_lists
-from icefabric.dataplane.roce import default_sports
-from icefabric.policies.base import PlanContext, Policy, register_policy
+from icefabric.policies.base import PlanContext, Policy, PolicyError, register_policy
 from icefabric.topology.builders import ServerGroup, star
 from icefabric.topology.catalog import SwitchProfile
 from icefabric.topology.model import Fabric
@@ -45,8 +44,7 @@ class EcmpPolicy(Policy):
         self.reroute_delay_ns = int(reroute_delay_ns)
 
     def sports(self, ctx: PlanContext) -> np.ndarray:
-        w = ctx.workload
-        return default_sports(w.qp_lqpn, w.qp_rqpn).astype(np.int64)
+        return ctx.workload.sports()
 
     def plan(self, ctx: PlanContext) -> PathPlan:
         w = ctx.workload
@@ -63,7 +61,7 @@ class EcmpMultiQpPolicy(EcmpPolicy):
     def __init__(self, qps: int = 4, **kw):
         super().__init__(**kw)
         if not 1 <= qps <= 128:
-            raise ValueError(f"{self.name}: qps must be in [1, 128]")
+            raise PolicyError(f"{self.name}: qps must be in [1, 128]")
         self.qps = int(qps)
 
     def qps_per_connection(self, default: int) -> int:
@@ -132,7 +130,7 @@ def nonblocking_twin(fabric: Fabric) -> Fabric:
     # The star numbers servers per group from 0; names and node ids must match the fabric.
     if twin.node_names[:len(fabric.node_names) - len(fabric.switches)] != \
             fabric.node_names[:len(fabric.node_names) - len(fabric.switches)]:
-        raise ValueError("cannot build the non-blocking twin: server naming differs")
+        raise PolicyError("cannot build the non-blocking twin: server naming differs")
     return twin
 
 

@@ -86,7 +86,7 @@ def summary_table(res) -> Table:
     return t
 
 
-def _largest(res) -> str:
+def largest_run(res) -> str:
     """What the per-policy runs of link and congestion statistics ran: the largest size, or
     the training iteration of a scenario without collective jobs."""
     return format_size(res.sizes[-1]) if res.sizes else "the training iteration"
@@ -94,7 +94,7 @@ def _largest(res) -> str:
 
 def link_table(res) -> Table:
     """Why: utilization of the switch-to-switch links per policy at the largest size."""
-    t = Table(title=f"Fabric links (switch-to-switch) at {_largest(res)}: "
+    t = Table(title=f"Fabric links (switch-to-switch) at {largest_run(res)}: "
               "utilization and QPs per link", title_justify="left")
     for c in ("policy", "links", "util min", "util mean", "util max", "idle links",
               "max QPs/link", "mean QPs/busy link"):
@@ -114,7 +114,7 @@ def congestion_table(res) -> Table | None:
     """Fluid engine: PFC pauses, queues, ECN marks and CNPs per policy at the largest size."""
     if not res.congestion:
         return None
-    t = Table(title=f"Congestion at {_largest(res)} (fluid engine: DCQCN + PFC)",
+    t = Table(title=f"Congestion at {largest_run(res)} (fluid engine: DCQCN + PFC)",
               title_justify="left")
     cols = (("policy", "policy"), ("PFC pause us", "pfc_pause_us"),
             ("paused links", "paused_links"), ("max queue KB", "max_queue_KB"),

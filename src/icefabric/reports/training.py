@@ -32,37 +32,41 @@ def _plan(tr: dict) -> str:
             + f" · {s['micro_batches']} micro-batches · {stages}")
 
 
-def training_table(res) -> Table:
-    """One iteration per policy (columns, as in the collective tables): time, gain over
-    ecmp, fraction of ideal, MFU, the mean per-device breakdown and each network group's
-    bus bandwidth."""
-    tr = res.training
-    rs = tr["results"]
+def iteration_rows(res) -> list[tuple[str, list[str]]]:
+    """(label, one cell per policy) rows of the iteration table, shared by the terminal
+    table and the HTML report: time, gain over ecmp, fraction of ideal, MFU, the mean
+    per-device breakdown and each network group's bus bandwidth."""
+    rs = res.training["results"]
     kinds = [k for k in COMM if any(k in r["breakdown"]["exposed_ms"] for r in rs)]
-    t = Table(title="one iteration per policy (ms)", title_justify="left",
-              caption="breakdown: mean per device; busbw in GB/s", caption_justify="left")
-    t.add_column("")
-    for r in rs:
-        t.add_column(r["policy"], justify="right")
 
     def pct(v, sign=""):
         return "" if v is None else f"{v:{sign}.1%}"
 
-    t.add_row("iteration", *[f"{r['iteration_ms']:.1f}" for r in rs], style="bold")
-    t.add_row("vs ecmp", *["" if r["policy"] == "ecmp" else pct(r.get("gain_vs_ecmp"), "+")
-                           for r in rs])
-    t.add_row("of ideal", *[pct(r.get("frac_of_ideal")) for r in rs])
-    t.add_row("MFU", *[pct(r.get("mfu")) for r in rs])
-    t.add_row("compute", *[f"{r['breakdown']['compute_ms']:.1f}" for r in rs])
-    for k in kinds:
-        t.add_row(f"exposed {k}", *[f"{r['breakdown']['exposed_ms'].get(k, 0.0):.1f}"
-                                    for r in rs])
-    t.add_row("bubble", *[f"{r['breakdown']['bubble_ms']:.1f}" for r in rs])
-    for k in kinds:
-        if k != "tp":
-            t.add_row(f"busbw {k}", *[f"{r['collectives'][k]['busbw_GBps']:.1f}"
-                                           if k in r["collectives"] else "-" for r in rs],
-                      style="dim")
+    rows = [("iteration", [f"{r['iteration_ms']:.1f}" for r in rs]),
+            ("vs ecmp", ["" if r["policy"] == "ecmp" else pct(r.get("gain_vs_ecmp"), "+")
+                         for r in rs]),
+            ("of ideal", [pct(r.get("frac_of_ideal")) for r in rs]),
+            ("MFU", [pct(r.get("mfu")) for r in rs]),
+            ("compute", [f"{r['breakdown']['compute_ms']:.1f}" for r in rs])]
+    rows += [(f"exposed {k}", [f"{r['breakdown']['exposed_ms'].get(k, 0.0):.1f}" for r in rs])
+             for k in kinds]
+    rows.append(("bubble", [f"{r['breakdown']['bubble_ms']:.1f}" for r in rs]))
+    rows += [(f"busbw {k}", [f"{r['collectives'][k]['busbw_GBps']:.1f}"
+                             if k in r["collectives"] else "-" for r in rs])
+             for k in kinds if k != "tp"]
+    return rows
+
+
+def training_table(res) -> Table:
+    """One iteration per policy (columns, as in the collective tables)."""
+    t = Table(title="one iteration per policy (ms)", title_justify="left",
+              caption="breakdown: mean per device; busbw in GB/s", caption_justify="left")
+    t.add_column("")
+    for r in res.training["results"]:
+        t.add_column(r["policy"], justify="right")
+    for label, cells in iteration_rows(res):
+        style = "bold" if label == "iteration" else "dim" if label.startswith("busbw") else None
+        t.add_row(label, *cells, style=style)
     return t
 
 

@@ -1,4 +1,5 @@
-"""Scenario -> Fabric and -> Workload, with semantic errors mapped to file positions."""
+"""Scenario -> Fabric and a job's NCCL settings, with semantic errors mapped to file
+positions (the scenario's jobs become a workload in :mod:`icefabric.pipeline.jobs`)."""
 
 from __future__ import annotations
 
@@ -6,10 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from icefabric.ccl.collectives import add_collective
-from icefabric.ccl.communicator import Communicator
 from icefabric.ccl.nccl_defaults import NcclModelError, NcclSettings
-from icefabric.ccl.workload import Workload, WorkloadBuilder
 from icefabric.dataplane.ecmp import PROFILES, ROLES, role_profile
 from icefabric.scenario.loader import LoadedScenario
 from icefabric.topology import builders
@@ -91,8 +89,9 @@ def _build_topology(ls: LoadedScenario, groups: list[ServerGroup], common: dict)
 
 
 def placed_accels(ls: LoadedScenario, fabric: Fabric, where: tuple, job, used: dict[int, str]
-                  ) -> tuple[list[int], list[int]]:
-    """(servers, accelerators in rank order) of a job given by ``servers`` or ``pools`` and
+                  ) -> list[int]:
+    """Accelerators in rank order (server by server) of a job given by ``servers`` or
+    ``pools`` and
     ``ranks_per_server`` (``where``: its field path for errors); ``used`` maps accelerators
     already taken to their job and is updated."""
     by_name = fabric.server_of_name
@@ -125,39 +124,10 @@ def placed_accels(ls: LoadedScenario, fabric: Fabric, where: tuple, job, used: d
                                f"job {used[a]!r}")
             used[a] = job.name
             ranks.append(a)
-    return srv, ranks
+    return ranks
 
 
-def job_communicators(ls: LoadedScenario, fabric: Fabric, qps_override: int | None = None
-                      ) -> list[tuple[int, Communicator]]:
-    """One communicator per job (index into scenario.jobs, communicator)."""
-    scn = ls.scenario
-    out = []
-    used: dict[int, str] = {}
-    for j, job in enumerate(scn.jobs):
-        srv, ranks = placed_accels(ls, fabric, ("jobs", j), job, used)
-        libs = {fabric.servers[s].profile.library for s in srv}
-        lib = job.library
-        if lib == "auto":
-            lib = libs.pop() if len(libs) == 1 else "cross"
-        if len(ranks) < 2:
-            raise ls.error(("jobs", j), "a job needs at least 2 ranks")
-        nccl = _nccl_settings(ls, j, lib)
-        qps = job.qps_per_connection
-        if lib in ("nccl", "rccl") and "qps_per_connection" not in job.model_fields_set:
-            qps = nccl.qps_per_connection
-        try:
-            comm = Communicator(job=job.name, fabric=fabric, ranks=np.asarray(ranks),
-                                library=lib, qps_per_connection=qps_override or qps,
-                                channels=job.channels, step_overhead_ns=job.step_overhead_ns,
-                                nccl=nccl)
-        except ValueError as e:
-            raise ls.error(("jobs", j), str(e)) from None
-        out.append((j, comm))
-    return out
-
-
-def _nccl_settings(ls: LoadedScenario, j: int, lib: str) -> NcclSettings:
+def job_nccl_settings(ls: LoadedScenario, j: int, lib: str) -> NcclSettings:
     """The job's NCCL version and ``NCCL_*`` variables, checked against its library."""
     job = ls.scenario.jobs[j]
     if job.nccl_version is not None and lib != "nccl" and lib != "cross":
@@ -179,24 +149,6 @@ def _nccl_settings(ls: LoadedScenario, j: int, lib: str) -> NcclSettings:
         raise ls.error(("jobs", j, "nccl_env"), str(e)) from None
 
 
-def build_workload(ls: LoadedScenario, fabric: Fabric, size_bytes: int, *,
-                   qps_per_connection: int | None = None) -> Workload:
-    """All jobs run concurrently; each job runs its collectives one after another at
-    ``size_bytes`` (nccl-tests runs one size at a time)."""
-    scn = ls.scenario
-    wb = WorkloadBuilder()
-    for j, comm in job_communicators(ls, fabric, qps_per_connection):
-        after: list[int] = []
-        for c, spec in enumerate(scn.jobs[j].collectives):
-            try:
-                after = add_collective(wb, comm, spec.kind, size_bytes,
-                                       algorithm=spec.algorithm, after=after,
-                                       name=f"{comm.job}:{spec.kind}")
-            except ValueError as e:
-                raise ls.error(("jobs", j, "collectives", c), str(e)) from None
-    return wb.build(node_ip=fabric.node_ip, qpn_seed=scn.seed)
-
-
 def build_training(ls: LoadedScenario, fabric: Fabric, *, qps_per_connection: int = 1
                    ) -> TrainingWorkload:
     """One iteration of the scenario's training job on ``fabric`` (its accelerators must
@@ -205,7 +157,7 @@ def build_training(ls: LoadedScenario, fabric: Fabric, *, qps_per_connection: in
     used: dict[int, str] = {}
     for j, job in enumerate(scn.jobs):
         placed_accels(ls, fabric, ("jobs", j), job, used)
-    _, accels = placed_accels(ls, fabric, ("training",), scn.training, used)
+    accels = placed_accels(ls, fabric, ("training",), scn.training, used)
     try:
         if scn.training.chakra is not None:
             from pathlib import Path

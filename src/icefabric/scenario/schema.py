@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from icefabric.engine.options import EngineOptions
 from icefabric.training.spec import TrainingSpec
 from icefabric.units import parse_size
 
@@ -70,12 +71,12 @@ class PoolSpec(_Strict):
     nic_gbps: float | None = Field(None, gt=0, description="override the profile's NIC speed")
 
 
-class CollectiveSpec(_Strict):
+class ScenarioCollective(_Strict):
     kind: Literal["all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast"]
     algorithm: str | None = None
 
 
-class JobSpec(_Strict):
+class ScenarioJob(_Strict):
     """A job: its servers (names, or whole pools), ranks per server, library and
     collectives. ``library: auto`` uses the servers' library, ``cross`` when pools of
     different libraries are mixed."""
@@ -103,7 +104,10 @@ class JobSpec(_Strict):
         description="NCCL_* variables the job sets: NCCL_IB_QPS_PER_CONNECTION, "
         "NCCL_IB_SPLIT_DATA_ON_QPS, NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS")
     step_overhead_ns: int = Field(1000, ge=0)
-    collectives: list[CollectiveSpec] = Field(min_length=1)
+    collectives: list[ScenarioCollective] = Field(min_length=1)
+    rings: list[list[int]] | None = Field(
+        None, description="ring order (ranks) of every channel as the library reported it "
+        "(NCCL 'Channel cc/NN : r0 r1 ...'); default: the library model's rings")
 
     @model_validator(mode="after")
     def _where(self):
@@ -152,7 +156,7 @@ class Scenario(_Strict):
     seed: int = 0
     fabric: FabricSpec
     pools: list[PoolSpec] = Field(min_length=1)
-    jobs: list[JobSpec] = Field(default_factory=list)
+    jobs: list[ScenarioJob] = Field(default_factory=list)
     training: TrainingSpec | None = Field(
         None, description="a training job: model, parallelism plan and where it runs; "
         "simulated as one iteration per policy (see docs/training.md)")
@@ -161,11 +165,23 @@ class Scenario(_Strict):
                                                          "ideal"])
     policy_options: dict[str, dict] = Field(default_factory=dict)
     engine: Literal["flow", "fluid"] = "flow"
-    engine_options: dict = Field(
-        default_factory=dict,
-        description="options passed to the engine (fluid: cc, dcqcn profile, pfc, ...); "
+    engine_options: EngineOptions = Field(
+        default_factory=EngineOptions,
+        description="fluid-engine models and numerics (cc, dcqcn, red, pfc, endside, ...); "
         "see docs/fluid-engine.md")
     failures: list[FailureSpec] = Field(default_factory=list)
+
+    def run_options(self, engine: str | None = None) -> EngineOptions:
+        """The engine options of a run: ``engine`` (default: the scenario's) with the
+        scenario's ``engine_options``."""
+        return self.engine_options.model_copy(update={"engine": engine or self.engine})
+
+    @field_validator("engine_options", mode="before")
+    @classmethod
+    def _engine_once(cls, v):
+        if isinstance(v, dict) and "engine" in v:
+            raise ValueError("set the engine with the top-level key 'engine'")
+        return v
 
     def size_list(self) -> list[int]:
         if isinstance(self.sizes, SizesSpec):

@@ -12,7 +12,7 @@ from dataclasses import asdict, fields
 import numpy as np
 
 from icefabric.topology.catalog import ServerProfile
-from icefabric.topology.model import NODE_KIND_NAMES, Fabric, Server
+from icefabric.topology.model import NODE_KIND_NAMES, Fabric, Server, TopologyError
 
 FORMAT = "icefabric.topology"
 FORMAT_VERSION = 1
@@ -35,7 +35,7 @@ _ARRAYS: tuple[tuple[str, type], ...] = (
 )
 
 
-class TopologyDocumentError(ValueError):
+class TopologyDocumentError(TopologyError):
     """A topology document that does not describe a consistent fabric."""
 
 

@@ -17,12 +17,14 @@ from functools import cached_property
 
 import numpy as np
 
+from icefabric.errors import IceFabricError
 from icefabric.topology.catalog import AcceleratorProfile, accelerator_profile
 from icefabric.topology.model import Fabric
 
 
-class TrainingError(ValueError):
-    """A training job that cannot be laid out or modelled; ``str()`` says why."""
+class TrainingError(IceFabricError, ValueError):
+    """Base of the training layer's errors: a job that cannot be laid out or modelled;
+    ``str()`` says why."""
 
 
 @dataclass(frozen=True, eq=False)

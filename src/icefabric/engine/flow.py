@@ -63,6 +63,7 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
         return sp.csr_matrix((vals, (rows, cols)), shape=(L, F))
 
     A = incidence()
+    Ac = A.tocsc()  # column slices of the active flows
     flow_blocked = np.zeros(F, dtype=bool)
 
     remaining = P.flow_size_bytes.astype(np.float64).copy()
@@ -87,23 +88,31 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
     active = np.zeros(F, dtype=bool)
     rate = np.zeros(F)
     link_bytes = np.zeros(L)
+    moved = np.zeros(F)  # bytes each flow sent since the routes last changed
+    load = np.zeros(L)
     peak = np.zeros(L)
     t = 0
     dirty = True
+    freed: list[np.ndarray] | None = None  # flows that left since the last rates, if only that
     done_count = 0
     events = 0
     limit = until_ns if until_ns is not None else np.iinfo(np.int64).max
 
     while True:
         if dirty:
-            idx = np.flatnonzero(active & ~flow_blocked)
-            rate[:] = 0.0
-            if len(idx):
-                rate[idx] = maxmin_rates(A[:, idx], P.link_capacity_bps,
-                                         P.flow_rate_cap_bps[idx])
-            load = A @ np.where(np.isfinite(rate), rate, 0.0)
+            run_mask = active & ~flow_blocked
+            if freed is not None and len(freed):
+                _rates_after_finish(A, Ac, P, rate, load, run_mask, np.concatenate(freed))
+            else:
+                idx = np.flatnonzero(run_mask)
+                rate[:] = 0.0
+                if len(idx):
+                    rate[idx] = maxmin_rates(Ac[:, idx], P.link_capacity_bps,
+                                             P.flow_rate_cap_bps[idx])
+                load[:] = A @ _finite(rate)
             np.maximum(peak, load / P.link_capacity_bps, out=peak)
             dirty = False
+            freed = []
         # next data completion
         run = np.flatnonzero(active & (rate > 0))
         t_data = np.iinfo(np.int64).max
@@ -118,10 +127,10 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
         if t_next == np.iinfo(np.int64).max:
             break
         if t_next > limit:
-            _advance(remaining, rate, run, A, link_bytes, limit - t)
+            _advance(remaining, rate, run, moved, limit - t)
             t = limit
             break
-        _advance(remaining, rate, run, A, link_bytes, t_next - t)
+        _advance(remaining, rate, run, moved, t_next - t)
         t = t_next
         events += 1
         # flows whose last byte left by now
@@ -130,13 +139,13 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
             fin = np.union1d(fin, run[np.isinf(rate[run])])
             if len(fin):
                 # the sub-ns residue of a finishing flow still crosses its links
-                residue = np.zeros(F)
-                residue[fin] = remaining[fin]
-                link_bytes += A @ residue
+                moved[fin] += remaining[fin]
                 remaining[fin] = 0.0
                 active[fin] = False
                 data_done[fin] = t
                 dirty = True
+                if freed is not None:
+                    freed.append(fin)
                 for f in fin.tolist():
                     heapq.heappush(heap, (t + int(P.flow_latency_ns[f]), _COMPLETE, next(seq), f))
         # discrete events at t
@@ -150,6 +159,7 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
                 else:
                     active[x] = True
                     dirty = True
+                    freed = None
             elif kind == _COMPLETE:
                 finish[x] = t
                 done_count += 1
@@ -169,16 +179,19 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
                         blocked[k] = bool(down[route_links[k]].any())
                 heapq.heappush(heap, (t + int(fail.reroute_delay_ns), _REROUTE, next(seq), x))
                 flow_blocked[:] = np.bincount(P.route_flow[blocked], minlength=F) > 0
-                dirty = True
+                dirty, freed = True, None
                 log.info("t=%d ns: %d links %s", t, len(fail.links), "up" if fail.up else "down")
             elif kind == _REROUTE:
                 fail = P.failures[x]
                 for i, k in enumerate(fail.reroute_route.tolist()):
                     route_links[k] = fail.new_route(i).astype(np.int64)
                     blocked[k] = bool(down[route_links[k]].any())
+                link_bytes += A @ moved
+                moved[:] = 0.0
                 A = incidence()
+                Ac = A.tocsc()
                 flow_blocked[:] = np.bincount(P.route_flow[blocked], minlength=F) > 0
-                dirty = True
+                dirty, freed = True, None
         if progress is not None:
             progress(done_count, F)
         if not heap and not active.any():
@@ -194,6 +207,7 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
         raise EngineError(f"deadlock at t={t} ns: {F - done_count} flows never finished "
                           f"(e.g. flow {int(waiting[0]) if len(waiting) else -1}: "
                           f"dependency cycle?)")
+    link_bytes += A @ moved
     makespan = int(finish.max()) if F else 0
     colls = []
     for c in P.collectives:
@@ -210,14 +224,44 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
         events=events, meta=dict(P.meta))
 
 
-def _advance(remaining, rate, run, A, link_bytes, dt_ns):
+def _rates_after_finish(A, Ac, P: SimProblem, rate, load, run_mask, fin) -> None:
+    """Update ``rate`` and ``load`` (link loads) in place after flows ``fin`` left.
+
+    Only links crossed by ``fin`` lost load. In progressive filling nothing changes below
+    ``lam``, the lowest level at which one of those links saturated (the highest rate on
+    it): every flow below ``lam`` keeps its rate, and the flows at or above it are
+    re-filled on what the others leave. The result equals a full recomputation; an
+    AllToAll, whose fastest flows finish first, re-fills only the top levels, so an event
+    costs in proportion to the flows it touches, not to the whole problem.
+    """
+    cap = P.link_capacity_bps
+    touched = np.unique(Ac[:, fin].indices)
+    sat = touched[load[touched] >= cap[touched] * (1 - 1e-6)]
+    refill = np.zeros(0, np.int64)
+    if len(sat):
+        rows = A[sat]
+        starts = rows.indptr[:-1][np.diff(rows.indptr) > 0]
+        lam = np.maximum.reduceat(rate[rows.indices], starts).min()
+        refill = np.flatnonzero(run_mask & (rate >= lam * (1 - 1e-9)))
+    gone = np.concatenate([fin, refill])
+    load -= Ac[:, gone] @ _finite(rate[gone])
+    rate[gone] = 0.0
+    if len(refill):
+        spare = np.maximum(cap - load, 0.0)
+        rate[refill] = maxmin_rates(Ac[:, refill], spare, P.flow_rate_cap_bps[refill])
+        load += Ac[:, refill] @ _finite(rate[refill])
+
+
+def _finite(x: np.ndarray) -> np.ndarray:
+    return np.where(np.isfinite(x), x, 0.0)
+
+
+def _advance(remaining, rate, run, moved, dt_ns):
     if dt_ns <= 0 or len(run) == 0:
         return
     r = rate[run]
     finite = np.isfinite(r)
     # never more than what is left: finish times are rounded up to whole ns
-    moved = np.minimum(np.where(finite, r * dt_ns / 8e9, remaining[run]), remaining[run])
-    remaining[run] = np.maximum(remaining[run] - moved, 0.0)
-    flow_bytes = np.zeros(A.shape[1])
-    flow_bytes[run] = moved
-    link_bytes += A @ flow_bytes
+    step = np.minimum(np.where(finite, r * dt_ns / 8e9, remaining[run]), remaining[run])
+    remaining[run] = np.maximum(remaining[run] - step, 0.0)
+    moved[run] += step

@@ -113,8 +113,8 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
             np.maximum(peak, load / P.link_capacity_bps, out=peak)
             dirty = False
             freed = []
+            run = np.flatnonzero(active & (rate > 0))  # fixed until the next recompute
         # next data completion
-        run = np.flatnonzero(active & (rate > 0))
         t_data = np.iinfo(np.int64).max
         if len(run):
             with np.errstate(divide="ignore"):
@@ -135,8 +135,8 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
         events += 1
         # flows whose last byte left by now
         if len(run):
-            fin = run[remaining[run] <= np.maximum(rate[run], 1.0) * 1e-9 / 8 + 1e-9]
-            fin = np.union1d(fin, run[np.isinf(rate[run])])
+            r = rate[run]
+            fin = run[(remaining[run] <= np.maximum(r, 1.0) * 1e-9 / 8 + 1e-9) | np.isinf(r)]
             if len(fin):
                 # the sub-ns residue of a finishing flow still crosses its links
                 moved[fin] += remaining[fin]

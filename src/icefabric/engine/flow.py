@@ -97,9 +97,14 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
     done_count = 0
     events = 0
     limit = until_ns if until_ns is not None else np.iinfo(np.int64).max
+    run = np.zeros(0, np.int64)
 
+    t_adv = 0  # ``remaining`` and ``moved`` are up to date at t_adv
+    never = np.iinfo(np.int64).max
     while True:
         if dirty:
+            _advance(remaining, rate, run, moved, t - t_adv)
+            t_adv = t
             run_mask = active & ~flow_blocked
             if freed is not None and len(freed):
                 _rates_after_finish(A, Ac, P, rate, load, run_mask, np.concatenate(freed))
@@ -113,28 +118,23 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
             np.maximum(peak, load / P.link_capacity_bps, out=peak)
             dirty = False
             freed = []
-            run = np.flatnonzero(active & (rate > 0))  # fixed until the next recompute
-        # next data completion
-        t_data = np.iinfo(np.int64).max
-        if len(run):
-            with np.errstate(divide="ignore"):
-                dt = np.where(np.isinf(rate[run]), 0.0,
-                              remaining[run] * 8e9 / np.where(np.isinf(rate[run]), 1.0,
-                                                              rate[run]))
-            t_data = t + int(math.ceil(dt.min() - 1e-6))
-        t_event = heap[0][0] if heap else np.iinfo(np.int64).max
+            # rates are constant until the next recompute: so are the running flows and
+            # the time the next of them sends its last byte
+            run = np.flatnonzero(active & (rate > 0))
+            t_data = _next_data_done(remaining, rate, run, t)
+        t_event = heap[0][0] if heap else never
         t_next = min(t_data, t_event)
-        if t_next == np.iinfo(np.int64).max:
+        if t_next == never:
             break
         if t_next > limit:
-            _advance(remaining, rate, run, moved, limit - t)
+            _advance(remaining, rate, run, moved, limit - t_adv)
             t = limit
             break
-        _advance(remaining, rate, run, moved, t_next - t)
         t = t_next
         events += 1
-        # flows whose last byte left by now
-        if len(run):
+        if t == t_data:  # flows whose last byte left by now
+            _advance(remaining, rate, run, moved, t - t_adv)
+            t_adv = t
             r = rate[run]
             fin = run[(remaining[run] <= np.maximum(r, 1.0) * 1e-9 / 8 + 1e-9) | np.isinf(r)]
             if len(fin):
@@ -148,6 +148,8 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
                     freed.append(fin)
                 for f in fin.tolist():
                     heapq.heappush(heap, (t + int(P.flow_latency_ns[f]), _COMPLETE, next(seq), f))
+            else:  # rounding left a sliver: wait for it
+                t_data = _next_data_done(remaining, rate, run, t)
         # discrete events at t
         while heap and heap[0][0] <= t:
             _, kind, _, x = heapq.heappop(heap)
@@ -250,6 +252,16 @@ def _rates_after_finish(A, Ac, P: SimProblem, rate, load, run_mask, fin) -> None
         spare = np.maximum(cap - load, 0.0)
         rate[refill] = maxmin_rates(Ac[:, refill], spare, P.flow_rate_cap_bps[refill])
         load += Ac[:, refill] @ _finite(rate[refill])
+
+
+def _next_data_done(remaining, rate, run, t: int) -> int:
+    """Time the first of the running flows sends its last byte (never if none runs)."""
+    if len(run) == 0:
+        return np.iinfo(np.int64).max
+    r = rate[run]
+    with np.errstate(divide="ignore"):
+        dt = np.where(np.isinf(r), 0.0, remaining[run] * 8e9 / np.where(np.isinf(r), 1.0, r))
+    return t + int(math.ceil(dt.min() - 1e-6))
 
 
 def _finite(x: np.ndarray) -> np.ndarray:

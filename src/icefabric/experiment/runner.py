@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from icefabric.engine.registry import run_engine
+from icefabric.experiment.bounds import collective_cut_ns
 from icefabric.engine.result import SimResult
 from icefabric.policies.base import (
     PlanContext,
@@ -213,6 +214,8 @@ def run_policy(ls: LoadedScenario, fabric: Fabric, policy_name: str, size_bytes:
     opts.update(engine_options or {})
     res = run_engine(prob, engine, policy=policy_name, scenario=scn.name, seed=scn.seed, **opts)
     res.meta["plan_link_qps"] = plan.link_load(fab.n_links).tolist()
+    if fab is fabric:  # the cut bound of this fabric (ideal's twin has no cuts)
+        res.meta["cut_ns"] = collective_cut_ns(fab, wl)
     res.meta["fabric_links"] = np.flatnonzero(fab.link_kind == LINK_FABRIC).tolist()
     return res
 
@@ -249,8 +252,10 @@ def run_scenario(ls: LoadedScenario, *, policies: list[str] | None = None,
                 progress(done, total, f"{p} @ {size}")
             tr = trace and size == sizes[-1] and (engine or scn.engine) == "fluid"
             res = run_policy(ls, fabric, p, size, engine=engine, trace=tr)
+            cut = res.meta.get("cut_ns", {})
             for c in res.collectives:
-                rows.append({"policy": p, "job": c.job, "collective": c.kind,
+                rows.append({"cut_time_us": cut[c.name] / 1e3 if c.name in cut else None,
+"policy": p, "job": c.job, "collective": c.kind,
                              "algorithm": c.algorithm, "size_bytes": c.size_bytes,
                              "nranks": c.nranks, "time_us": round(c.time_us, 3),
                              "algbw_GBps": round(c.algbw_GBps, 3),
@@ -293,12 +298,26 @@ def congestion_summary(policy: str, res: SimResult) -> dict:
 
 
 def _add_relative(rows: list[dict]) -> None:
+    """Gain over ``ecmp``, fraction of ``ideal`` (non-blocking) and of the capacity bound
+    (``ideal``'s time or the fabric's cut time, whichever is longer; see
+    :mod:`icefabric.experiment.bounds`)."""
     key = lambda r: (r["job"], r["collective"], r["size_bytes"])  # noqa: E731
     ecmp = {key(r): r for r in rows if r["policy"] == "ecmp"}
     ideal = {key(r): r for r in rows if r["policy"] == "ideal"}
+    cut: dict[tuple, float] = {}
     for r in rows:
+        if r.get("cut_time_us") is not None:
+            cut[key(r)] = max(cut.get(key(r), 0.0), r["cut_time_us"])
+    for r in rows:
+        r.pop("cut_time_us", None)
         i = ideal.get(key(r))
         e = ecmp.get(key(r))
         r["ideal_busbw_GBps"] = i["busbw_GBps"] if i else None
         r["frac_of_ideal"] = round(r["busbw_GBps"] / i["busbw_GBps"], 4) if i else None
         r["gain_vs_ecmp"] = round(r["busbw_GBps"] / e["busbw_GBps"] - 1, 4) if e else None
+        # busbw x time is the same for every policy at one size: rescale to the bound time
+        t_bound = max(i["time_us"] if i else 0.0, cut.get(key(r), 0.0))
+        b = r["busbw_GBps"] * r["time_us"] / t_bound if t_bound > 0 else None
+        b = None if r["policy"] == "ideal" else b  # ideal runs on another (non-blocking) fabric
+        r["bound_busbw_GBps"] = round(b, 3) if b else None
+        r["frac_of_bound"] = round(r["busbw_GBps"] / b, 4) if b else None

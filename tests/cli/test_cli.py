@@ -18,7 +18,8 @@ def test_simulate_json(tmp_path):
     r = runner.invoke(app, ["simulate", "homog-small", "--sizes", "1M,64M", "--json",
                             "--out", str(tmp_path)])
     assert r.exit_code == 0, r.output
-    doc = json.loads(r.output)
+    doc = json.loads(r.stdout)  # progress goes to stderr, the document alone to stdout
+    assert doc["provenance"]["version"] and "scenario_text" in doc
     assert {row["policy"] for row in doc["rows"]} == {"ecmp", "ecmp-multiqp", "static-disjoint",
                                                        "spray", "ice", "ideal"}
     assert (tmp_path / "result.json").exists()
@@ -77,7 +78,8 @@ def test_compare_nccl_tests_sets_measured_beside_simulated():
         pytest.skip("reference corpus not present")
     r = runner.invoke(app, ["compare", "nccl-tests", str(OCI), "homog-small", "--json"])
     assert r.exit_code == 0, r.output
-    doc = json.loads(r.output)
+    doc = json.loads(r.stdout)  # progress goes to stderr, the document alone to stdout
+    assert doc["provenance"]["version"] and "scenario_text" in doc
     assert doc["collective"] == "all_reduce" and doc["nranks"] == 16
     first = doc["rows"][0]
     assert first["size_bytes"] == 1 << 30 and first["measured_busbw_GBps"] > 400

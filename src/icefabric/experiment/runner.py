@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 
 from icefabric.engine.registry import run_engine
-from icefabric.experiment.bounds import collective_cut_ns
 from icefabric.engine.result import SimResult
+from icefabric.experiment.bounds import collective_cut_ns
 from icefabric.policies.base import (
     PlanContext,
     failure_reroutes,
@@ -23,10 +23,11 @@ from icefabric.policies.base import (
     to_problem,
     with_proactive_rates,
 )
+from icefabric.provenance import provenance
 from icefabric.scenario.build import build_fabric, build_workload
 from icefabric.scenario.loader import LoadedScenario
 from icefabric.topology.model import LINK_FABRIC, Fabric
-from icefabric.units import us
+from icefabric.units import format_size, us
 
 SCHEMA_VERSION = 1
 
@@ -67,6 +68,9 @@ class ExperimentResult:
     wall_s: float
     notes: list[str] = field(default_factory=list)
     congestion: list[dict] = field(default_factory=list)
+    #: the scenario as run (YAML) and where the result came from (version, commit, command)
+    scenario_text: str = ""
+    provenance: dict = field(default_factory=dict)
     runs: dict[str, SimResult] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict:
@@ -201,6 +205,7 @@ def run_policy(ls: LoadedScenario, fabric: Fabric, policy_name: str, size_bytes:
     prob, pmap = to_problem(fab, wl, plan, scenario=scn.name)
     engine = pol.engine_override or engine or scn.engine
     opts: dict = {}
+    thresholds = None
     if engine == "fluid":
         if pol.proactive_rates:
             # Pacers only matter where queues exist; the flow engine already runs every flow
@@ -209,11 +214,14 @@ def run_policy(ls: LoadedScenario, fabric: Fabric, policy_name: str, size_bytes:
         opts = _fluid_run_options(ls, fab, pol)
         if trace:
             opts.update(trace_options(fab, _traced_flows(prob, wl)))
+            thresholds = queue_thresholds(fab, opts)
     if fab is fabric and scn.failures:  # the ideal bound has no failures
         prob = replace(prob, failures=_policy_failures(ls, fabric, pol, ctx, plan, pmap))
     opts.update(engine_options or {})
     res = run_engine(prob, engine, policy=policy_name, scenario=scn.name, seed=scn.seed, **opts)
     res.meta["plan_link_qps"] = plan.link_load(fab.n_links).tolist()
+    if thresholds is not None:
+        res.meta["queue_thresholds"] = thresholds
     if fab is fabric:  # the cut bound of this fabric (ideal's twin has no cuts)
         res.meta["cut_ns"] = collective_cut_ns(fab, wl)
     res.meta["fabric_links"] = np.flatnonzero(fab.link_kind == LINK_FABRIC).tolist()
@@ -227,6 +235,33 @@ def trace_options(fabric: Fabric, flow_names=()) -> dict:
     links = tuple(n for n, e in zip(fabric.link_names(), sw_egress) if e)
     flows = tuple(flow_names[:12])
     return {"record_links": links, "record_flows": flows}
+
+
+def queue_thresholds(fabric: Fabric, opts: dict) -> dict:
+    """ECN marking (Kmin, Kmax) and PFC pause thresholds of the recorded switch ports, in
+    bytes, for queue plots. The dynamic PFC threshold moves with the shared buffer's use:
+    its value with an otherwise empty buffer (``alpha * buffer``) is the highest it gets."""
+    from icefabric.dataplane.ecn import RedParams
+    from icefabric.dataplane.pfc import PfcParams
+
+    idx = {n: i for i, n in enumerate(fabric.link_names())}
+    links = [n for n in opts.get("record_links", ()) if n in idx]
+    cap = fabric.link_capacity_bps[[idx[n] for n in links]]
+    red = opts.get("red")
+    if isinstance(red, RedParams):
+        kmin, kmax = np.full(len(cap), red.kmin_bytes), np.full(len(cap), red.kmax_bytes)
+    else:
+        per = {k: v for k, v in (red or {}).items() if k.endswith("_per_gbps")}
+        r = [RedParams.per_gbps(c, **per) for c in cap]
+        kmin, kmax = np.array([x.kmin_bytes for x in r]), np.array([x.kmax_bytes for x in r])
+    pfc = opts.get("pfc")
+    out = {"ecn_kmin_bytes": dict(zip(links, kmin.tolist())),
+           "ecn_kmax_bytes": dict(zip(links, kmax.tolist()))}
+    if isinstance(pfc, PfcParams) and pfc.mode != "off":
+        xoff = (pfc.port_alpha(cap) * pfc.buffer_bytes if pfc.mode == "dynamic"
+                else np.full(len(cap), pfc.xoff_bytes))
+        out["pfc_xoff_bytes"] = dict(zip(links, xoff.tolist()))
+    return out
 
 
 def run_scenario(ls: LoadedScenario, *, policies: list[str] | None = None,
@@ -249,7 +284,7 @@ def run_scenario(ls: LoadedScenario, *, policies: list[str] | None = None,
     for size in sizes:
         for p in policies:
             if progress:
-                progress(done, total, f"{p} @ {size}")
+                progress(done, total, f"{p} @ {format_size(size)}")
             tr = trace and size == sizes[-1] and (engine or scn.engine) == "fluid"
             res = run_policy(ls, fabric, p, size, engine=engine, trace=tr)
             cut = res.meta.get("cut_ns", {})
@@ -281,7 +316,8 @@ def run_scenario(ls: LoadedScenario, *, policies: list[str] | None = None,
         notes.append("ideal ignores link failures (non-blocking bound)")
     return ExperimentResult(scn.name, scn.description, scn.seed, engine or scn.engine,
                             policies, sizes, rows, stats, fabric.describe(),
-                            time.perf_counter() - t0, notes, congestion, largest)
+                            time.perf_counter() - t0, notes, congestion, ls.text,
+                            provenance(), largest)
 
 
 def congestion_summary(policy: str, res: SimResult) -> dict:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import typer
 
+from icefabric.cli.common import fail, require
+
 agent_app = typer.Typer(help="The ICE host agent.", no_args_is_help=True)
 
 
@@ -33,6 +35,7 @@ def run(
     import signal
     import threading
 
+    require("agent", "httpx")
     from icefabric.agent.actuators import get_actuator
     from icefabric.agent.client import ControllerClient
     from icefabric.agent.runner import Agent
@@ -62,8 +65,7 @@ def run(
     agent = Agent(host, ControllerClient(controller), act, enrol_token=token,
                   collector=lambda: reps, poll_wait_s=poll_wait_s, state_file=state_file)
     if once:
-        agent.step()
-        typer.echo(f"plan version {agent.version}")
+        _once(agent, host, controller, bool(reps))
         return
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -71,6 +73,39 @@ def run(
         agent.run(stop)
     except KeyboardInterrupt:
         stop.set()
+
+
+def _once(agent, host: str, controller: str, reported: bool) -> None:
+    """One iteration with clear messages: enrol, report, wait for a plan."""
+    from icefabric.agent.client import AuthError, ControllerUnavailable, Rejected
+
+    if not reported:
+        typer.echo(f"{host}: no --reports given: only a plan the controller already has for "
+                   "this host can be applied", err=True)
+        agent.poll_wait_s = 0.0
+    else:
+        typer.echo(f"{host}: reporting, then waiting up to {agent.poll_wait_s:g} s for a plan",
+                   err=True)
+    try:
+        agent.step()
+    except ControllerUnavailable as e:
+        fail(f"cannot reach the controller at {controller} ({e}); is `icefab controller "
+             "serve` running?")
+    except AuthError as e:
+        fail(f"the controller refused the enrolment token: {e}")
+    except Rejected as e:
+        hint = (" (load one with `icefab controller fabric load SCENARIO`)"
+                if "fabric" in str(e) else "")
+        fail(f"the controller rejected {host}'s request: {e}{hint}")
+    if agent.plan is None:
+        msg = (f"{host}: no plan yet; the controller plans a job once every host of it has "
+               "reported")
+        if not reported:
+            fail(msg, code=1)
+        typer.echo(msg, err=True)
+        return
+    typer.echo(f"{host}: plan version {agent.version} applied with the "
+               f"{agent.actuator.name} actuator ({len(agent.plan.qps)} QPs)")
 
 
 def register(app: typer.Typer) -> None:

@@ -92,3 +92,12 @@ def parse_formats(text: str) -> tuple[str, ...]:
         fail(f"--format: unknown figure format {', '.join(bad) or repr(text)}; use "
              f"{', '.join(FORMATS)}")
     return fmts
+
+
+def require(extra: str, *modules: str) -> None:
+    """Fail with the install command when an optional dependency of a command is missing."""
+    import importlib.util
+
+    missing = [m for m in modules if importlib.util.find_spec(m) is None]
+    if missing:
+        fail(f"this command needs {', '.join(missing)}: pip install 'ice-fabric[{extra}]'")

@@ -38,6 +38,7 @@ from icefabric.schemas_service import (
 )
 from icefabric.topology.serialize import fabric_to_dict
 from icefabric.twin.serve import SubprocessController
+from icefabric.units import ipv4_str
 
 ADMIN = "bench-admin-token"
 
@@ -54,10 +55,6 @@ jobs:
 """
 
 
-def ip(x: int) -> str:
-    return f"{x >> 24 & 255}.{x >> 16 & 255}.{x >> 8 & 255}.{x & 255}"
-
-
 def reports_for(fabric, rng) -> dict[str, CommReport]:
     """One two-host job per host pair: 1 rank per host, 2 channels -> 2 QPs each way."""
     out = {}
@@ -67,7 +64,7 @@ def reports_for(fabric, rng) -> dict[str, CommReport]:
         ranks = [RankEntry(rank=0, host=a.name, device=0), RankEntry(rank=1, host=b.name,
                                                                       device=0)]
         for me, peer in ((a, b), (b, a)):
-            s, d = ip(int(fabric.node_ip[me.nics[0]])), ip(int(fabric.node_ip[peer.nics[0]]))
+            s, d = ipv4_str(fabric.node_ip[me.nics[0]]), ipv4_str(fabric.node_ip[peer.nics[0]])
             qps = [QpEntry(src_ip=s, dst_ip=d, lqpn=int(rng.integers(0x100, 0xFFFFFF)),
                            rqpn=int(rng.integers(0x100, 0xFFFFFF)), ordinal=o)
                    for o in range(2)]

@@ -5,7 +5,11 @@ Run on demand (not part of the tests):
     python benchmarks/bench_flow_engine.py [--gpus 16384] [--policy ecmp]
 
 Prints the wall time of every stage and the peak resident memory; BENCHMARKS.md records the
-figures. Target (issue 2): under 60 s and under 4 GiB on 2 cores.
+figures. Target (issue 2): under 60 s and under 4 GiB on 2 cores. To compare the stages with
+another revision side by side, run that revision's copy of this script from its own tree
+(``git archive REV src benchmarks | tar -x -C /tmp/rev``, then
+``PYTHONPATH=/tmp/rev/src python /tmp/rev/benchmarks/bench_flow_engine.py``) alternately with
+this one.
 """
 
 from __future__ import annotations
@@ -18,7 +22,8 @@ from icefabric.ccl.collectives import add_collective
 from icefabric.ccl.communicator import Communicator
 from icefabric.ccl.workload import WorkloadBuilder
 from icefabric.engine.registry import run_engine
-from icefabric.policies.base import PlanContext, get_policy, to_problem
+from icefabric.pipeline.problem import to_problem
+from icefabric.policies.base import PlanContext, get_policy
 from icefabric.topology.builders import ServerGroup, fat_tree
 from icefabric.topology.catalog import server_profile
 from icefabric.topology.model import ACCEL

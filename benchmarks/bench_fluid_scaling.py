@@ -18,9 +18,8 @@ import time
 from icefabric.ccl.collectives import add_collective
 from icefabric.ccl.communicator import Communicator
 from icefabric.ccl.workload import WorkloadBuilder
-from icefabric.engine.registry import run_engine
-from icefabric.experiment.runner import fluid_defaults
-from icefabric.policies.base import PlanContext, get_policy, to_problem, with_proactive_rates
+from icefabric.pipeline import EngineOptions, plan, simulate
+from icefabric.policies.base import get_policy
 from icefabric.topology.builders import ServerGroup, leaf_spine
 from icefabric.topology.catalog import server_profile
 from icefabric.topology.model import ACCEL
@@ -36,15 +35,13 @@ def one(gpus: int, policy: str, size: int) -> dict:
     wl = wb.build(node_ip=fab.node_ip)
     pol = get_policy(policy)
     pol.ideal_fabric(fab)
-    ctx = PlanContext.create(fab, wl)
-    prob, _ = to_problem(fab, wl, pol.plan(ctx))
-    if pol.proactive_rates:
-        prob = with_proactive_rates(prob, wl)
+    p = plan(fab, wl, pol)
     t0 = time.perf_counter()
-    res = run_engine(prob, "fluid", **fluid_defaults(fab))
+    res = simulate(p, EngineOptions(engine="fluid", endside=False))
     wall = time.perf_counter() - t0
     c = res.collectives[0]
-    return {"gpus": gpus, "policy": policy, "routes": prob.n_routes, "links": prob.n_links,
+    return {"gpus": gpus, "policy": policy, "routes": len(p.paths.route_qp),
+            "links": fab.n_links,
             "wall_s": wall, "events": res.events, "busbw": c.busbw_GBps,
             "pause_us": sum(res.link_pfc_pause_ns.values()) / 1e3}
 

@@ -17,8 +17,9 @@ import json
 import time
 
 from icefabric.experiment.runner import run_scenario
+from icefabric.pipeline.plans import scenario_workload
 from icefabric.policies.base import PlanContext, get_policy
-from icefabric.scenario.build import build_fabric, build_workload
+from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import load
 
 SUITE = ["hetero-default", "suite-ring-homog", "suite-tree-hetero-scattered",
@@ -32,11 +33,8 @@ def plan_check(name: str) -> dict:
     ls = load(name)
     fab = build_fabric(ls)
     opts = dict(ls.scenario.policy_options.get("ice", {}), backup=False)
-    pol = get_policy("ice", **opts)
-    pol.ideal_fabric(fab)  # as the runner does: lets qps="auto" size the split
-    k = pol.qps_per_connection(1)
-    wl = build_workload(ls, fab, ls.scenario.size_list()[-1],
-                        qps_per_connection=k if k != 1 else None)
+    wl = scenario_workload(ls, fab, ls.scenario.size_list()[-1],
+                           get_policy("ice", **opts)).workload
     ctx = PlanContext.create(fab, wl, seed=ls.scenario.seed)
     out = {}
     for mode in ("model", "probe"):

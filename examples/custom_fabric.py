@@ -9,8 +9,8 @@ AllReduce; prints the collective time under ECMP and under ideal per-packet spra
 from icefabric.ccl.collectives import add_collective
 from icefabric.ccl.communicator import Communicator
 from icefabric.ccl.workload import WorkloadBuilder
-from icefabric.engine.registry import run_engine
-from icefabric.policies.base import PlanContext, get_policy, to_problem
+from icefabric.pipeline import EngineOptions, plan, simulate
+from icefabric.policies.base import get_policy
 from icefabric.topology.builders import ServerGroup, leaf_spine
 from icefabric.topology.catalog import server_profile
 from icefabric.topology.model import ACCEL
@@ -24,7 +24,6 @@ add_collective(wb, comm, "all_reduce", 256 << 20)
 workload = wb.build(node_ip=fabric.node_ip)
 
 for name in ("ecmp", "spray"):
-    ctx = PlanContext.create(fabric, workload, seed=1)
-    problem, _ = to_problem(fabric, workload, get_policy(name).plan(ctx))
-    c = run_engine(problem, "flow").collectives[0]
+    p = plan(fabric, workload, get_policy(name), seed=1)
+    c = simulate(p, EngineOptions(engine="flow")).collectives[0]
     print(f"{name:>6}: {c.time_us:9.1f} us  busbw {c.busbw_GBps:6.1f} GB/s")

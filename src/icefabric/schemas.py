@@ -19,7 +19,8 @@ from pydantic import BaseModel, ConfigDict, Field
 # (rank, busId, channel, via) so that a report can be checked against the log by eye.
 # =================================================================================================
 
-COLLECT_SCHEMA_VERSION = "1.0"
+# 1.1 added RankInfo.node, Ring.cross_node_edges and CommunicatorReport.inferred (additive).
+COLLECT_SCHEMA_VERSION = "1.1"
 
 ConnectionKind = Literal["P2P", "SHM", "NET", "COLLNET", "NVLS", "OTHER"]
 
@@ -46,6 +47,9 @@ class RankInfo(_Model):
     bus_id: str | None = Field(None, description="PCI bus id as printed by the library (hex)")
     pid: int | None = None
     nic: str | None = Field(None, description="name of the NIC the rank's NET traffic uses")
+    node: int | None = Field(
+        None, description="index of the rank's host in NCCL's order (hosts numbered by their "
+                          "lowest rank); set only when every rank of the communicator is placed")
 
 
 class Ring(_Model):
@@ -54,6 +58,9 @@ class Ring(_Model):
     channel: int
     ranks: list[int]
     complete: bool = Field(True, description="False when the log line was cut ('...')")
+    cross_node_edges: list[tuple[int, int]] | None = Field(
+        None, description="consecutive ranks (a, b) of the ring that sit on different hosts; "
+                          "None when some rank's host is unknown (never an empty guess)")
 
 
 class TreeNode(_Model):
@@ -129,6 +136,24 @@ class QueuePair(_Model):
     mtu: int | None = None
 
 
+InferredKind = Literal["host", "node", "nnodes", "device", "ring_cross_node_edges", "library"]
+
+
+class InferredFact(_Model):
+    """A fact the artefact implies without printing it, with the rule and the line it came from.
+
+    ``rule`` names the library behaviour relied on (with its source file); ``source``/``line``
+    point at the line that implied it, so a reader can check every inference by eye.
+    """
+
+    fact: InferredKind
+    ranks: list[int] = Field(default_factory=list, description="ranks the fact is about")
+    value: str = Field(description="what was inferred, in words (host name, device index ...)")
+    rule: str
+    source: str | None = None
+    line: int | None = None
+
+
 class CommunicatorReport(_Model):
     """Normalized view of one communicator, whatever library and artefact it came from."""
 
@@ -152,6 +177,9 @@ class CommunicatorReport(_Model):
     env: dict[str, str] = Field(default_factory=dict)
     sources: list[str] = Field(default_factory=list)
     warnings: list[ParseWarning] = Field(default_factory=list)
+    inferred: list[InferredFact] = Field(
+        default_factory=list,
+        description="values above that were completed from what the log implies, not read")
 
     def hosts(self) -> list[str]:
         """Hosts in order of their lowest rank."""
@@ -160,6 +188,11 @@ class CommunicatorReport(_Model):
             if r.host is not None and r.host not in seen:
                 seen[r.host] = r.rank
         return list(seen)
+
+    def ring_orders(self, nranks: int) -> dict[int, list[int]]:
+        """Channel -> rank order of every ring printed whole (all ``nranks`` ranks)."""
+        return {r.channel: list(r.ranks) for r in self.rings
+                if r.complete and len(r.ranks) == nranks}
 
     def net_connections(self) -> list[Connection]:
         """Only the connections that cross the network."""

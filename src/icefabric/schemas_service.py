@@ -2,10 +2,14 @@
 
 These are the only coupling between ``icefabric.controller`` and ``icefabric.agent`` (STYLE
 G8). Every top-level message carries ``schema_version``; a receiver rejects a major version
-it does not know with 400. Kept in its own module while the collectors own ``schemas.py``;
-to be folded into ``schemas.py`` as a delimited "service" section.
+it does not know with 400.
 
-May import only pydantic and the standard library (layer contract, pyproject.toml).
+Split by layer: :mod:`icefabric.schemas` holds what an artefact shows (the collectors'
+normalized :class:`~icefabric.schemas.CommunicatorReport`); this module holds what the
+service exchanges, built on it (a :class:`CommReport` embeds the collector's report it came
+from). Host plans are these models on the wire: the controller serializes them, agents
+validate them. May import only pydantic, the standard library and ``icefabric.schemas``
+(layer contract, pyproject.toml).
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ from __future__ import annotations
 import ipaddress
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+
+from icefabric.schemas import CommunicatorReport
 
 SERVICE_SCHEMA_VERSION = "1.0"
 
@@ -176,7 +182,8 @@ class CommReport(_Message):
     step_overhead_ns: int = Field(1000, ge=0, le=10**9)
     ranks: list[RankEntry] = Field(min_length=2, max_length=100_000)
     qps: list[QpEntry] = Field(default_factory=list, max_length=200_000)
-    collector: dict[str, Any] | None = Field(None, description="raw collector report")
+    collector: CommunicatorReport | None = Field(
+        None, description="the collector's report this one was made from (rings, QPs ...)")
 
 
 class ReportAccepted(_Message):
@@ -188,9 +195,14 @@ class ReportAccepted(_Message):
 
 
 # -- plans ----------------------------------------------------------------------------------
+#: how a NIC knows a QP: (src_ip, dst_ip, lqpn, rqpn)
+QpKey = tuple[str, str, int, int]
+
+
 class QpPlan(_Model):
-    """The plan of one QP: source port to set, pacing rate (None = line rate / DCQCN),
-    and the fabric route(s) it is expected to take (link ids of ``fabric_version``)."""
+    """The plan of one QP: source port to set, pacing rate (None = line rate / DCQCN), the
+    backup port for local fail-over, and the fabric route(s) it is expected to take (link
+    ids of ``fabric_version``)."""
 
     src_ip: str
     dst_ip: str
@@ -203,6 +215,14 @@ class QpPlan(_Model):
     routes: list[list[int]]
     weights: list[float]
     backup_sport: int | None = None
+
+    @property
+    def key(self) -> QpKey:
+        return (self.src_ip, self.dst_ip, self.lqpn, self.rqpn)
+
+
+#: a list of QP plans (how a host's QPs are stored and checked)
+QP_PLANS = TypeAdapter(list[QpPlan])
 
 
 class HostPlan(_Message):

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import math
 
+from icefabric.errors import IceFabricError
+
 Ns = int
 """Simulation time in integer nanoseconds."""
 
@@ -69,6 +71,10 @@ def transfer_time_ns(size_bytes: float, rate_bps: float) -> Ns:
     return int(math.ceil(size_bytes * BITS_PER_BYTE * NS_PER_S / rate_bps))
 
 
+class UnitError(IceFabricError, ValueError):
+    """A quantity that cannot be read (a size such as ``64K``)."""
+
+
 _SIZE_SUFFIX = {"": 1, "B": 1, "K": KiB, "KB": KiB, "KIB": KiB, "M": MiB, "MB": MiB,
                 "MIB": MiB, "G": GiB, "GB": GiB, "GIB": GiB}
 
@@ -86,7 +92,7 @@ def parse_size(text: str | int) -> int:
     except ValueError:
         value = -1.0
     if value < 0 or suffix not in _SIZE_SUFFIX:
-        raise ValueError(f"cannot parse size {text!r}; use e.g. 1048576, 1MiB, 64K, 1G")
+        raise UnitError(f"cannot parse size {text!r}; use e.g. 1048576, 1MiB, 64K, 1G")
     return int(value * _SIZE_SUFFIX[suffix])
 
 
@@ -96,3 +102,15 @@ def format_size(size_bytes: int) -> str:
         if size_bytes >= mult and size_bytes % mult == 0:
             return f"{size_bytes // mult}{unit}"
     return f"{size_bytes}B"
+
+
+def ipv4_str(ip: int) -> str:
+    """Dotted form of an IPv4 address held as an integer (``fabric.node_ip``)."""
+    ip = int(ip)
+    return f"{ip >> 24 & 255}.{ip >> 16 & 255}.{ip >> 8 & 255}.{ip & 255}"
+
+
+def ipv4_int(text: str) -> int:
+    """Integer form of a dotted IPv4 address (the inverse of :func:`ipv4_str`)."""
+    a, b, c, d = (int(x) for x in text.split("."))
+    return a << 24 | b << 16 | c << 8 | d

@@ -6,10 +6,8 @@ import pytest
 
 from icefabric.agent import autonomy
 from icefabric.agent.actuators import get_actuator
-from icefabric.agent.actuators.dryrun import flow_label_for
 from icefabric.agent.actuators.hccl_cfg import FILE_NAME, parse_cfg, render_cfg
 from icefabric.dataplane.endside import EndSideParams
-from icefabric.dataplane.roce import flow_label_to_udp_sport
 from icefabric.schemas_service import HostPlan, QpPlan
 
 
@@ -57,11 +55,6 @@ def test_dry_run_prints_verbs_calls_for_changes_only():
     n = len(act.calls)
     act.apply(plan(p1.qps, version=2))  # nothing changed -> header only
     assert len(act.calls) == n + 1
-
-
-@pytest.mark.parametrize("sport", [0xC000, 0xC001, 0xD2F0, 0xFFFF])
-def test_flow_label_inverse_matches_kernel_derivation(sport):
-    assert int(flow_label_to_udp_sport(flow_label_for(sport))) == sport
 
 
 def test_twin_actuator_records_applied_settings_and_backup_switch():

@@ -6,7 +6,8 @@ from typer.testing import CliRunner
 
 from icefabric.cli.app import app
 from icefabric.controller.settings import Settings
-from icefabric.scenario.build import build_fabric, build_workload
+from icefabric.pipeline.plans import scenario_workload
+from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import load
 from icefabric.schemas_service import FabricUpload
 from icefabric.topology.serialize import fabric_to_dict
@@ -17,8 +18,8 @@ from icefabric.twin.serve import ThreadedController
 def test_agent_once_dry_run_and_hccl_cfg(tmp_path):
     ls = load("hetero-default")
     fabric = build_fabric(ls)
-    wl = build_workload(ls, fabric, 1 << 20)
-    reports = host_reports(ls, fabric, wl, None, 1 << 20)
+    sw = scenario_workload(ls, fabric, 1 << 20)
+    reports = host_reports(fabric, sw.jobs, sw.workload)
     s = Settings(database_url=f"sqlite:///{tmp_path}/a.db", admin_token="adm", policy="ice",
                  admin_token_file=str(tmp_path / "t"), plan_debounce_s=0.0)
     (tmp_path / "enrol").write_text("adm\n")
@@ -62,3 +63,23 @@ def test_agent_once_dry_run_and_hccl_cfg(tmp_path):
                                  "--host", "h", "--actuator", "bogus", "--enrol-token-file",
                                  str(tmp_path / "enrol"), "--once"])
     assert r.exit_code != 0 and "unknown actuator" in r.output
+
+
+def test_agent_once_verbs(tmp_path, agent_sock):
+    """--actuator verbs serves the shim socket while it runs and removes it on exit."""
+    s = Settings(database_url=f"sqlite:///{tmp_path}/a.db", admin_token="adm", policy="ice",
+                 admin_token_file=str(tmp_path / "t"), plan_debounce_s=0.0)
+    (tmp_path / "enrol").write_text("adm\n")
+    with ThreadedController(s) as url:
+        r = CliRunner().invoke(app, ["agent", "run", "--controller", url, "--host", "h100-0",
+                                     "--enrol-token-file", str(tmp_path / "enrol"),
+                                     "--actuator", "verbs", "--shim-socket", str(agent_sock),
+                                     "--poll-wait-s", "0", "--once"])
+    assert r.exit_code == 0, r.output
+    assert f"verbs actuator serving {agent_sock}" in r.output and "plan version 0" in r.output
+    assert not agent_sock.exists()
+    r = CliRunner().invoke(app, ["agent", "run", "--controller", "http://127.0.0.1:1",
+                                 "--host", "h", "--enrol-token-file", str(tmp_path / "enrol"),
+                                 "--actuator", "verbs", "--shim-socket",
+                                 "/proc/no/such/dir/v.sock", "--once"])
+    assert r.exit_code != 0 and "--shim-socket /proc/no/such/dir/v.sock" in r.output

@@ -19,7 +19,7 @@ def test_collector_report_becomes_a_service_report(tmp_path):
                                 collectives=["all_reduce"])
     assert rep.library == "nccl" and rep.channels == 4 and len(rep.ranks) == 16
     assert {r.host for r in rep.ranks} == {"h100-0", "h100-1"}
-    assert rep.collector["comm_id"] == "0xabc"
+    assert rep.collector.comm_id == "0xabc"
     p = tmp_path / "c.json"
     p.write_text(collector_report().model_dump_json())
     assert load_reports(p, job="gpt", size_bytes=1 << 20, collectives=["all_gather"])[0] \

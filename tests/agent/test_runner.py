@@ -10,7 +10,8 @@ from icefabric.agent.actuators import get_actuator
 from icefabric.agent.client import ControllerClient, ControllerUnavailable
 from icefabric.agent.runner import Agent, Backoff
 from icefabric.controller.settings import Settings
-from icefabric.scenario.build import build_fabric, build_workload
+from icefabric.pipeline.plans import scenario_workload
+from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import load
 from icefabric.schemas_service import FabricUpload
 from icefabric.topology.serialize import fabric_to_dict
@@ -41,8 +42,8 @@ def test_backoff_is_capped_and_resets():
 def test_agents_get_plans_and_keep_them_when_controller_is_gone(controller, tmp_path):
     ls = load("hetero-default")
     fabric = build_fabric(ls)
-    wl = build_workload(ls, fabric, 1 << 20)
-    reports = host_reports(ls, fabric, wl, None, 1 << 20)
+    sw = scenario_workload(ls, fabric, 1 << 20)
+    reports = host_reports(fabric, sw.jobs, sw.workload)
     controller.core.set_fabric(FabricUpload(topology=fabric_to_dict(fabric)))
     agents = {h: Agent(h, ControllerClient(controller.url), get_actuator("twin"),
                        enrol_token=ADMIN, collector=lambda h=h: reports[h], poll_wait_s=0.5,

@@ -88,7 +88,8 @@ def test_unknown_algorithm_lists_the_known_ones(fabric):
 @pytest.mark.parametrize("kind", ["all_reduce", "all_gather"])
 def test_coupled_ring_agrees_with_its_explicit_step_dag(fabric, kind):
     from icefabric.engine.flow import run_flow
-    from icefabric.policies.base import PlanContext, get_policy, to_problem
+    from icefabric.pipeline.problem import to_problem
+    from icefabric.policies.base import PlanContext, get_policy
 
     times = {}
     for algo in ("ring", "ring-dag"):

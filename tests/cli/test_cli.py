@@ -138,3 +138,42 @@ def test_unrecoverable_failure_is_reported_not_a_traceback(tmp_path):
     r = runner.invoke(app, ["simulate", str(f), "-p", "ecmp"])
     assert r.exit_code == 2, r.output
     assert "error" in r.output and "Traceback" not in r.output
+
+
+def _scenario(tmp_path, extra: str, name="s.yaml"):
+    text = runner.invoke(app, ["scenario", "show", "homog-small"]).output
+    text = text.replace("sizes: {min: 1MiB, max: 256MiB, factor: 4}", "sizes: [4MiB]")
+    f = tmp_path / name
+    f.write_text(text + extra)
+    return f
+
+
+def _one_error_line(r, *parts):
+    assert r.exit_code == 2, r.output
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error:"), r.output
+    for p in parts:
+        assert p in lines[0], lines[0]
+
+
+def test_a_misspelt_engine_option_is_one_line_naming_it(tmp_path):
+    f = _scenario(tmp_path, "engine_options: {dcqnc: paper}\n")
+    n = f.read_text().count("\n")
+    r = runner.invoke(app, ["simulate", str(f), "-p", "ecmp", "-e", "fluid"])
+    _one_error_line(r, f"s.yaml:{n}", "engine_options.dcqnc: unknown field")
+
+
+def test_an_engine_stall_is_one_line(tmp_path):
+    f = _scenario(tmp_path, "engine_options: {max_steps: 3}\n")
+    r = runner.invoke(app, ["simulate", str(f), "-p", "ecmp", "-e", "fluid"])
+    _one_error_line(r, "fluid engine exceeded max_steps=3")
+    f = _scenario(tmp_path, "engine_options: {max_time_ns: 1000}\n", "t.yaml")
+    r = runner.invoke(app, ["simulate", str(f), "-p", "ecmp", "-e", "fluid"])
+    _one_error_line(r, "fluid engine stopped with 16 of 16 flows unfinished (e.g. job0:")
+
+
+def test_a_log_without_a_job_is_one_line(tmp_path):
+    junk = tmp_path / "junk.log"
+    junk.write_text("nothing to see here\n")
+    r = runner.invoke(app, ["simulate", "homog-small", "--from-log", str(junk)])
+    _one_error_line(r, "no usable job in", "junk.log", "no NCCL/RCCL communicator found")

@@ -8,12 +8,24 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-DEFAULT_CORPUS = ROOT / ".." / "shared" / "reference" / "ccl-logs"
+# <repo>/../shared/...; a git worktree one level deeper (<work>/wt/<name>) finds the same folder
+# two levels up.
+DEFAULT_CORPUS = next(
+    (p for p in (ROOT.parent / "shared" / "reference" / "ccl-logs",
+                 ROOT.parent.parent / "shared" / "reference" / "ccl-logs") if p.is_dir()),
+    ROOT.parent / "shared" / "reference" / "ccl-logs")
+# The project's own corpus (real logs from public threads with their sidecars), in the repo.
+PROJECT_CORPUS = Path(__file__).resolve().parent / "corpus"
 
 
 def corpus_dir() -> Path:
-    """The corpus folder: ``$ICEFAB_CCL_CORPUS`` when set, else ``<repo>/../shared/...``."""
+    """The public corpus folder: ``$ICEFAB_CCL_CORPUS`` when set, else ``<repo>/../shared/...``."""
     return Path(os.environ.get("ICEFAB_CCL_CORPUS", DEFAULT_CORPUS)).resolve()
+
+
+def project_file(name: str) -> Path:
+    """A file of the project's own corpus (always present)."""
+    return PROJECT_CORPUS / name
 
 
 @pytest.fixture

@@ -1,7 +1,9 @@
-"""Every item of the CCL reference corpus parses and yields exactly its sidecar's facts.
+"""Every item of the CCL corpora parses and yields exactly its sidecar's facts.
 
-The folder comes from ``$ICEFAB_CCL_CORPUS`` (default ``<repo>/../shared/reference/ccl-logs``);
-a new item is tested by dropping its files and ``<id>.json`` sidecar in. Comparison rules
+Two corpora: the public reference corpus (``$ICEFAB_CCL_CORPUS``, default
+``<repo>/../shared/reference/ccl-logs``; skipped when absent) and the project's own corpus in
+``tests/collect/corpus`` (always present, so CI runs it). A new item is tested by dropping its
+files and ``<id>.json`` sidecar in either folder. Comparison rules
 (see the corpus README): every key listed in ``expected`` must be present and equal; dicts are
 compared key by key (a listed dict need not list every key the collector found), lists element
 by element with equal length. An ``"a-b"`` string (or ``"a-b,c-d"``) stands for the ranks
@@ -20,13 +22,17 @@ import pytest
 from icefabric.collect._text import read_text
 from icefabric.collect.facts import artefact_facts
 
-from .conftest import corpus_dir
+from .conftest import PROJECT_CORPUS, corpus_dir
 
 
 def _sidecars() -> list[Path]:
-    d = corpus_dir()
-    if not d.is_dir():
-        return []
+    out = []
+    for d in (corpus_dir(), PROJECT_CORPUS):
+        out += _sidecars_in(d) if d.is_dir() else []
+    return out
+
+
+def _sidecars_in(d: Path) -> list[Path]:
     out = []
     for p in sorted(d.glob("*.json")):
         try:
@@ -86,7 +92,7 @@ def compare(expected: Any, actual: Any, path: str, errors: list[str]) -> None:
         errors.append(f"{path}: expected {expected!r}, got {actual!r}")
 
 
-@pytest.mark.parametrize("sidecar", _sidecars(), ids=lambda p: p.stem)
+@pytest.mark.parametrize("sidecar", _sidecars(), ids=lambda p: f"{p.parent.name}/{p.stem}")
 def test_corpus_item_facts(sidecar: Path) -> None:
     meta = json.loads(sidecar.read_text())
     files = [(name, read_text(sidecar.parent / name)) for name in meta["files"]]
@@ -97,4 +103,16 @@ def test_corpus_item_facts(sidecar: Path) -> None:
 
 
 def test_corpus_folder_present_or_skipped(corpus: Path) -> None:
-    assert _sidecars(), f"no sidecars in {corpus}"
+    assert _sidecars_in(corpus), f"no sidecars in {corpus}"
+
+
+def test_project_corpus_lists_every_item_with_its_source() -> None:
+    readme = (PROJECT_CORPUS / "README.md").read_text()
+    items = _sidecars_in(PROJECT_CORPUS)
+    assert len(items) >= 7
+    for p in items:
+        meta = json.loads(p.read_text())
+        assert meta["id"] == p.stem and f"`{p.stem}`" in readme
+        assert meta["source_url"].startswith("https://github.com/") and meta["source_url"] in readme
+        for name in meta["files"]:
+            assert (PROJECT_CORPUS / name).is_file(), name

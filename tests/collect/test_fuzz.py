@@ -8,34 +8,34 @@ from __future__ import annotations
 
 import random
 
-import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from icefabric.cli.app import app
 from icefabric.collect.facts import artefact_facts
-from icefabric.collect.hccl_log import parse_hccl_log
+from icefabric.collect.hccl_log import parse_hccl_log, parse_hccl_logs
 from icefabric.collect.hccl_sport import parse_multi_qp_src_port
-from icefabric.collect.nccl_log import build_reports, parse_nccl_log
-from icefabric.collect.nccl_tests import parse_nccl_tests
+from icefabric.collect.nccl_log import build_reports, parse_nccl_log, parse_nccl_logs
+from icefabric.collect.nccl_tests import parse_nccl_tests, parse_nccl_tests_files
 from icefabric.collect.nccl_topo import parse_nccl_graphs, parse_nccl_topo
 from icefabric.collect.ranktable import parse_ranktable
 from icefabric.collect.to_job import JobInferenceError, job_from_report
 
-from .conftest import corpus_dir
+from .conftest import PROJECT_CORPUS, corpus_dir
 
 
 def _corpus_texts() -> list[bytes]:
-    d = corpus_dir()
-    if not d.is_dir():
-        return []
-    return [p.read_bytes() for p in sorted(d.iterdir())
-            if p.suffix in (".log", ".xml") and p.stat().st_size < 200_000]
+    out = []
+    for d in (PROJECT_CORPUS, corpus_dir()):
+        if d.is_dir():
+            out += [p.read_bytes() for p in sorted(d.iterdir())
+                    if p.suffix in (".log", ".xml") and p.stat().st_size < 200_000]
+    return out
 
 
+# The project corpus is always there, so these tests run on a clean clone too.
 TEXTS = _corpus_texts()
-pytestmark = pytest.mark.skipif(not TEXTS, reason="CCL corpus not available")
 
 
 def mutate(data: bytes, other: bytes, ops: list[tuple[str, int, int]]) -> bytes:
@@ -100,7 +100,7 @@ def test_mutated_logs_never_crash(i, j, ops):
     topo = parse_nccl_topo(data)
     _check_warnings(topo.warnings, data)
     _check_warnings(parse_nccl_graphs(data).warnings, data)
-    parse_hccl_log(data)
+    _check_warnings(parse_hccl_log(data).warnings, data)
     parse_ranktable(data)
     _, sport_warnings = parse_multi_qp_src_port(data)
     _check_warnings(sport_warnings, data)
@@ -119,15 +119,34 @@ def test_garbled_structured_lines_are_reported_by_line():
         assert {k + 1 for k in idx} <= {w.line for w in log.warnings}
 
 
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(0, 10_000), st.integers(0, 10_000), mutations)
+def test_mutated_excerpts_read_together_never_crash(i, j, ops):
+    a = mutate(TEXTS[i % len(TEXTS)], TEXTS[j % len(TEXTS)], ops)
+    b = TEXTS[j % len(TEXTS)].decode("utf-8", errors="replace")
+    files = [("a", a.decode("utf-8", errors="replace")), ("b", b)]
+    for rep in build_reports(parse_nccl_logs(files)):
+        for fact in rep.inferred:
+            assert fact.source in (None, "a", "b") and fact.rule
+        for ring in rep.rings:
+            assert ring.cross_node_edges is None or all(
+                a in ring.ranks and b in ring.ranks for a, b in ring.cross_node_edges)
+    parse_nccl_tests_files(files)
+    parse_hccl_logs(files)
+    artefact_facts(files)
+
+
 @settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
-@given(st.integers(0, 10_000), mutations)
-def test_cli_exit_codes_on_mutated_logs(tmp_path, i, ops):
+@given(st.integers(0, 10_000), mutations, st.sampled_from(
+    ["nccl-log", "nccl-tests", "hccl-log", "ranktable", "topo"]))
+def test_cli_exit_codes_on_mutated_logs(tmp_path, i, ops, reader):
     data = mutate(TEXTS[i % len(TEXTS)], TEXTS[(i + 1) % len(TEXTS)], ops)
     f = tmp_path / "in.log"
     f.write_bytes(data)
-    res = CliRunner().invoke(app, ["collect", "nccl-log", str(f)])
+    res = CliRunner().invoke(app, ["collect", reader, str(f)])
     assert res.exit_code in (0, 2), res.output
     assert res.exception is None or isinstance(res.exception, SystemExit)
+    assert "None" not in res.stdout
     if res.exit_code == 2:
         assert "error:" in res.stderr

@@ -50,3 +50,24 @@ def test_version_header_decodes_library_code():
     run = out.first_with_rows()
     assert run.version == "2.20.0" and run.nccl_library == "2.31.2"
     assert run.collective == "all_reduce_perf" and len(run.devices) == 2
+
+
+def test_excerpts_of_one_run_continue_it_with_its_layout():
+    from icefabric.collect.nccl_tests import parse_nccl_tests_files
+
+    text = read_text(corpus_file("rccl-929-mi250x-16r-rccltests.log"))
+    lines = text.splitlines(keepends=True)
+    cut = next(i for i, line in enumerate(lines) if line.lstrip().startswith("64 "))
+    out = parse_nccl_tests_files([("a", "".join(lines[:cut])), ("b", "".join(lines[cut:]))])
+    (run,) = [r for r in out.runs if r.rows]
+    whole = parse_nccl_tests(text).first_with_rows()
+    assert run.rows == whole.rows and run.printed_rows == whole.printed_rows
+    assert run.rows[3]["out_of_place"]["error"] == "1e-07"  # the header's "error" layout held
+
+
+def test_a_file_starting_with_a_header_is_a_new_run():
+    from icefabric.collect.nccl_tests import parse_nccl_tests_files
+
+    text = read_text(corpus_file("ncclt-oci-h100-roce-2.21.5.log"))
+    out = parse_nccl_tests_files([("a", text), ("b", text)])
+    assert [len(r.rows) for r in out.runs] == [5, 5]

@@ -73,3 +73,16 @@ _json = st.recursive(
 def test_any_json_shape_never_crashes(data):
     t = parse_ranktable(json.dumps(data))
     report_from_ranktable(t).model_dump_json()
+
+
+def test_rank_tables_of_one_job_merge_and_clashes_are_named():
+    from icefabric.collect.ranktable import parse_ranktables
+
+    first = {"version": "1.0", "server_list": [V10["server_list"][0]]}
+    second = {"version": "1.0", "server_list": [V10["server_list"][1]]}
+    table = parse_ranktables([("a.json", json.dumps(first)), ("b.json", json.dumps(second))])
+    assert [r.rank for r in table.ranks] == [0, 1, 2, 3] and table.servers() == [
+        "10.0.0.10", "10.0.0.11"] and not table.warnings
+    again = parse_ranktables([("a.json", json.dumps(first)), ("c.json", json.dumps(first))])
+    (w,) = again.warnings
+    assert w.source == "c.json" and "[0, 1]" in w.message

@@ -62,3 +62,46 @@ def test_scenario_fragment_from_nccl_tests_log():
     (spec,) = frag["jobs"]
     assert spec["ranks_per_server"] == 8 and spec["collectives"] == [{"kind": "all_reduce"}]
     assert frag["sizes"][0] == 1073741824 and spec["name"][0].isalpha()
+
+
+def test_log_where_one_host_prints_becomes_a_two_host_job():
+    from .conftest import project_file
+
+    job = job_from_log([project_file("nccl-1412a-16r-onehost-ringdump.log"),
+                        project_file("nccl-1412b-16r-onehost-initcomplete.log")])
+    assert job["hosts"] == ["swat1-04", "node1"] and job["rank_host"] == [0] * 8 + [1] * 8
+    assert job["rank_device"][:8] == list(range(8)) and len(job["rings"]) == 5
+    assert any(s.startswith("report: node of ranks 8-15") for s in job["inferred"])
+
+
+def _log_2_20(coll_channels: int) -> str:
+    """A 2-server, 16-rank NCCL 2.20.5 log in NCCL's own line formats (domain-facts §5.2)."""
+    lines = ["h0:100:100 [0] NCCL INFO NCCL version 2.20.5+cuda12.4",
+             "h0:100:100 [0] NCCL INFO NCCL_IB_SPLIT_DATA_ON_QPS set by environment to 1."]
+    for r in range(16):
+        host, dev = f"h{r // 8}", r % 8
+        lines.append(f"{host}:{100 + r}:{200 + r} [{dev}] NCCL INFO comm 0x{r + 1:x}0 rank {r} "
+                     f"nRanks 16 nNodes 2 localRanks 8 localRank {dev} MNNVL 0")
+        if r == 0:
+            lines.append(f"{host}:100:200 [0] NCCL INFO Channel 00/{coll_channels // 2:02d} :"
+                         + "".join(f" {x:4d}" for x in range(16)))
+            lines.append(f"{host}:100:200 [0] NCCL INFO {coll_channels} coll channels, "
+                         f"0 collnet channels, 0 nvls channels, {coll_channels} p2p channels, "
+                         "2 p2p channels per peer")
+        lines.append(f"{host}:{100 + r}:{200 + r} [{dev}] NCCL INFO ncclCommInitRank comm "
+                     f"0x{r + 1:x}0 rank {r} nranks 16 cudaDev {dev} nvmlDev {dev} busId "
+                     f"{dev + 1}b000 commId 0xfeed - Init COMPLETE")
+    return "\n".join(lines) + "\n"
+
+
+def test_coll_channels_line_wins_and_carries_into_the_scenario(tmp_path):
+    from icefabric.collect.to_job import scenario_fragment
+
+    path = tmp_path / "run.log"
+    path.write_text(_log_2_20(32))
+    job = job_from_log([path])
+    assert job["channels"] == 32  # "32 coll channels", not the ring line's "/16"
+    assert (job["nccl_version"], job["split_data_on_qps"]) == ("2.20.5+cuda12.4", 1)
+    (spec,) = scenario_fragment(job)["jobs"]
+    assert spec["channels"] == 32 and spec["nccl_version"] == "2.20.5+cuda12.4"
+    assert spec["nccl_env"] == {"NCCL_IB_SPLIT_DATA_ON_QPS": 1}

@@ -1,14 +1,15 @@
 import numpy as np
 
 from icefabric.control.demand import demand_from_pairs, flow_levels, workload_demand
-from icefabric.scenario.build import build_fabric, build_workload
+from icefabric.pipeline.plans import scenario_workload
+from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import load
 
 
 def test_hetero_default_demand_rates_and_phases():
     ls = load("hetero-default")
     fab = build_fabric(ls)
-    wl = build_workload(ls, fab, 1 << 26)
+    wl = scenario_workload(ls, fab, 1 << 26).workload
     d = workload_demand(fab, wl)
     assert d.n_qps == wl.n_qps
     # Every QP is in at least one phase; phases belong to the two jobs.
@@ -27,7 +28,7 @@ def test_hetero_default_demand_rates_and_phases():
 def test_levels_follow_dependencies():
     ls = load("hetero-default")
     fab = build_fabric(ls)
-    wl = build_workload(ls, fab, 1 << 20)
+    wl = scenario_workload(ls, fab, 1 << 20).workload
     lev = flow_levels(wl)
     for f, deps in enumerate(wl.flow_deps):
         for x in deps:

@@ -3,7 +3,8 @@ from fastapi.testclient import TestClient
 
 from icefabric.controller.app import create_app
 from icefabric.controller.settings import Settings
-from icefabric.scenario.build import build_fabric, build_workload
+from icefabric.pipeline.plans import scenario_workload
+from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import load
 from icefabric.schemas_service import FabricUpload
 from icefabric.topology.serialize import fabric_to_dict
@@ -28,8 +29,8 @@ def scenario():
     ls = load("hetero-default")
     fabric = build_fabric(ls)
     size = 1 << 20
-    wl = build_workload(ls, fabric, size)
-    return ls, fabric, wl, host_reports(ls, fabric, wl, None, size)
+    sw = scenario_workload(ls, fabric, size)
+    return ls, fabric, sw.workload, host_reports(fabric, sw.jobs, sw.workload)
 
 
 @pytest.fixture

@@ -7,21 +7,29 @@ import numpy as np
 from fastapi.testclient import TestClient
 
 from icefabric.controller.app import create_app
-from icefabric.controller.planner import JobState, build_workload, host_qps_json
+from icefabric.controller.planner import JobState, job_specs
+from icefabric.pipeline import build_workload
+from icefabric.pipeline.hosts import qp_keys
 from icefabric.policies.base import PlanContext, get_policy
 
 from .conftest import auth, enrol, wait_version
 
 
-def test_reports_rebuild_the_scenario_workload_exactly(scenario):
-    ls, fabric, wl, reports = scenario
+def _states(reports, skip=()):
     jobs = {}
     for host, reps in reports.items():
+        if host in skip:
+            continue
         for rep in reps:
             jobs.setdefault(rep.job, JobState(rep.job)).reports[host] = rep
-    bw = build_workload(fabric, jobs)
-    got = bw.workload
-    assert bw.unmatched_qps == 0 and bw.errors == {}
+    return jobs
+
+
+def test_reports_rebuild_the_scenario_workload_exactly(scenario):
+    ls, fabric, wl, reports = scenario
+    specs, errors = job_specs(fabric, _states(reports))
+    got = build_workload(fabric, specs)
+    assert errors == {}
     for name in ("flow_size_bytes", "flow_start_ns", "flow_latency_ns", "hop_src", "hop_dst",
                  "hop_src_nic", "hop_dst_nic", "hop_conn", "qp_src_nic", "qp_dst_nic",
                  "qp_lqpn", "qp_rqpn"):
@@ -32,19 +40,12 @@ def test_reports_rebuild_the_scenario_workload_exactly(scenario):
     a = pol.plan(PlanContext.create(fabric, wl, seed=ls.scenario.seed))
     b = pol.plan(PlanContext.create(fabric, got, seed=ls.scenario.seed))
     assert np.array_equal(a.sport, b.sport) and np.array_equal(a.route_links, b.route_links)
-    assert host_qps_json(fabric, bw, b)
 
 
 def test_incomplete_jobs_are_not_planned(scenario):
     _, fabric, _, reports = scenario
-    jobs = {}
-    for host, reps in reports.items():
-        if host == "ascend-3":
-            continue
-        for rep in reps:
-            jobs.setdefault(rep.job, JobState(rep.job)).reports[host] = rep
-    bw = build_workload(fabric, jobs)
-    assert bw.jobs == ["gpt"]
+    specs, _ = job_specs(fabric, _states(reports, skip={"ascend-3"}))
+    assert [s.name for s in specs] == ["gpt"]
 
 
 def _plans(settings, scenario, processes, tmp_path):
@@ -72,3 +73,78 @@ def test_thread_and_process_planners_agree(settings, scenario, tmp_path):
     in_process = _plans(settings, scenario, 1, tmp_path)
     assert in_thread == in_process
     assert any(q["backup_sport"] is not None for qs in in_thread.values() for q in qs)
+
+
+def test_host_plans_carry_the_simulators_pacing_rates_also_after_a_failure(settings):
+    """Done-when: per-QP rates in host plans equal those the simulator uses for the same
+    scenario, are recomputed after a link failure, and reach the agent's actuator."""
+    from icefabric.agent.actuators.twin import TwinNicActuator
+    from icefabric.pipeline.hosts import paths_from_host_plans
+    from icefabric.pipeline.plans import (
+        LinkChange,
+        scenario_plan,
+        scenario_policy,
+        scenario_workload,
+        with_link_events,
+    )
+    from icefabric.pipeline.problem import to_problem
+    from icefabric.scenario.build import build_fabric
+    from icefabric.scenario.loader import load
+    from icefabric.schemas_service import FabricUpload, HostPlan
+    from icefabric.topology.serialize import fabric_to_dict
+    from icefabric.twin.run import host_reports
+
+    ls = load("hetero-default")
+    fabric, size = build_fabric(ls), 1 << 20
+    sim = scenario_plan(ls, fabric, "ice", size)  # what `icefab simulate` runs
+    sw = scenario_workload(ls, fabric, size, scenario_policy(ls, "ice"))
+    wl = sw.workload
+
+    def rates(paths):
+        return dict(zip(qp_keys(wl), paths.rate_bps.tolist(), strict=True))
+
+    def fetch(c, toks):
+        plans = {h: HostPlan.model_validate_json(c.get(f"/v1/hosts/{h}/plan",
+                                                       headers=auth(t)).content)
+                 for h, t in toks.items()}
+        return plans, {q.key: q for p in plans.values() for q in p.qps}
+
+    s = settings.model_copy(update={"policy": "ice"})
+    with TestClient(create_app(s)) as c:
+        c.app.state.core.set_fabric(FabricUpload(topology=fabric_to_dict(fabric),
+                                                 plan_seed=ls.scenario.seed))
+        toks = {}
+        for host, reps in host_reports(fabric, sw.jobs, wl).items():
+            toks[host] = enrol(c, host)
+            for rep in reps:
+                c.put(f"/v1/hosts/{host}/communicators/{rep.job}",
+                      json=rep.model_dump(mode="json"), headers=auth(toks[host]))
+        wait_version(c, 1)
+        plans, got = fetch(c, toks)
+        assert {k: q.rate_bps for k, q in got.items()} == rates(sim.paths)
+        assert all(q.rate_bps is not None and q.rate_bps > 1e9 for q in got.values())
+        # the simulator paces the flows with exactly these numbers (fluid engine problem)
+        applied = paths_from_host_plans(wl, got)
+        a, _ = to_problem(fabric, wl, applied, paced=True)
+        b, _ = to_problem(sim.fabric, sim.workload, sim.paths, paced=True)
+        assert np.array_equal(a.flow_rate_cap_bps, b.flow_rate_cap_bps)
+        assert np.isfinite(a.flow_rate_cap_bps).sum() > 0
+        # an agent's actuator receives them
+        act = TwinNicActuator()
+        act.apply(plans["h100-0"])
+        assert act.state and all(act.state[q.key] == (q.sport, q.rate_bps)
+                                 for q in plans["h100-0"].qps)
+        # a link fails: the controller re-plans and recomputes the rates
+        v = c.app.state.core.plan_version
+        r = c.post("/v1/events", json={"events": [
+            {"kind": "link_down", "link": {"a": "leaf0", "b": "spine0"}}]},
+            headers=auth(toks["h100-0"]))
+        assert r.status_code == 202
+        wait_version(c, v + 1)
+        _, after = fetch(c, toks)
+    new = {k: q.rate_bps for k, q in after.items()}
+    assert sum(new[k] != got[k].rate_bps for k in new) > 0
+    # ... to what the simulator's re-plan after the same failure paces with
+    cable = fabric.links_between("leaf0", "spine0")
+    replan = with_link_events(sim, [LinkChange(10_000, False, "leaf0", "spine0", cable)])
+    assert new == rates(replan.final)

@@ -190,3 +190,38 @@ def test_symmetric_hash_is_direction_independent():
     asym = dataclasses.replace(cfg, symmetric=False)
     assert not np.array_equal(ecmp_hash(asym, 0x0A000001, 0x0A000102, 0xC123, 4791),
                               ecmp_hash(asym, 0x0A000102, 0x0A000001, 4791, 0xC123))
+
+
+def _stage_table(profile: str, seed: int = 0) -> np.ndarray:
+    """Leaf member (of 16) x spine member (of 2) counts for 20,000 random source ports."""
+    rng = np.random.default_rng(seed)
+    sport = rng.integers(0xC000, 0x10000, 20_000)
+    leaf, spine = (ecmp.role_profile(profile, r, rng) for r in ("leaf", "spine"))
+    a = ecmp.select_member(leaf, ecmp.ecmp_hash(leaf, 0x0A000001, 0x0A000102, sport), 16)
+    b = ecmp.select_member(spine, ecmp.ecmp_hash(spine, 0x0A000001, 0x0A000102, sport), 2)
+    table = np.zeros((16, 2))
+    np.add.at(table, (a, b), 1)
+    return table
+
+
+def test_correlated_stages_repeat_the_leafs_choice():
+    table = _stage_table("correlated")
+    assert np.all(table.min(axis=1) == 0)  # the spine's member follows from the leaf's
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_independent_stages_are_uncorrelated(seed):
+    table = _stage_table("independent", seed)
+    expected = table.sum(axis=1, keepdims=True) * table.sum(axis=0) / table.sum()
+    chi2 = float(((table - expected) ** 2 / expected).sum())
+    assert chi2 < 44.3  # 15 degrees of freedom, p = 0.0001
+
+
+def test_role_profiles_draw_random_seeds_and_tier_offsets():
+    rng = np.random.default_rng(5)
+    a, b = ecmp.role_profile("independent", "leaf", rng), ecmp.role_profile("independent",
+                                                                             "core", rng)
+    assert a.seed != b.seed and (a.offset, b.offset) == (0, ecmp.TIER_OFFSETS["core"])
+    assert ecmp.role_profile("sonic_leaf", "spine", rng) == ecmp.PROFILES["sonic_leaf"]
+    with pytest.raises(KeyError, match="unknown switch role"):
+        ecmp.role_profile("correlated", "tor", rng)

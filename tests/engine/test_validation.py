@@ -140,8 +140,9 @@ def test_dcqcn_rate_dynamics_follow_reference_samples():
     sc = load_scenario(REF / "dcqcn_staggered_4flows.json")
     prob = to_problem(sc, "ns3-dcqcn")
     flows = ["long1", "long2", "long3"]
-    res = get_engine("fluid")(prob, **engine_options(sc, "ns3-dcqcn"), record_flows=flows,
-                              sample_interval_ns=100_000.0)
+    opts = engine_options(sc, "ns3-dcqcn").model_copy(
+        update={"record_flows": tuple(flows), "sample_interval_ns": 100_000.0})
+    res = get_engine("fluid")(prob, **opts.engine_args())
     ts = res.timeseries
     t = np.asarray(ts["t_us"])
     ours = np.sum([ts["rate_gbps"][f] for f in flows], axis=0)

@@ -6,7 +6,8 @@ from icefabric.ccl.communicator import Communicator
 from icefabric.ccl.workload import WorkloadBuilder
 from icefabric.control.plan import single_path_plan
 from icefabric.engine.flow import run_flow
-from icefabric.policies.base import PlanContext, available_policies, get_policy, to_problem
+from icefabric.pipeline.problem import to_problem
+from icefabric.policies.base import PlanContext, available_policies, get_policy
 from icefabric.policies.baselines import nonblocking_twin
 from icefabric.topology.builders import ServerGroup, leaf_spine, star
 from icefabric.topology.model import ACCEL, LINK_FABRIC
@@ -99,15 +100,35 @@ def test_nonblocking_twin_keeps_node_ids(small_fabric):
     assert not np.any(twin.link_kind == LINK_FABRIC)
 
 
-def test_proactive_rates_cap_flows_at_their_fair_share(tiny_profile):
-    from icefabric.policies.base import with_proactive_rates
+def test_ecmp_tuned_is_the_common_nccl_setting_beside_the_others(small_fabric):
+    assert {"ecmp", "ecmp-multiqp", "ecmp-tuned"} <= set(available_policies())
+    tuned = get_policy("ecmp-tuned")
+    assert tuned.qps_per_connection(1) == 2 and get_policy("ecmp").qps_per_connection(1) == 1
+    assert get_policy("ecmp-tuned", qps=4).qps_per_connection(1) == 4
+    with pytest.raises(ValueError, match="ecmp-tuned: qps must be in"):
+        get_policy("ecmp-tuned", qps=0)
+    # Round-robin and even split give each QP the same share: with the same k the plans of
+    # ecmp-tuned and ecmp-multiqp coincide QP for QP.
+    w = ring_workload(small_fabric, channels=8, qps=2)
+    ctx = PlanContext.create(small_fabric, w, seed=1)
+    a, b = tuned.plan(ctx), get_policy("ecmp-multiqp", qps=2).plan(ctx)
+    assert np.array_equal(a.route_links, b.route_links) and np.array_equal(a.sport, b.sport)
 
-    f = leaf_spine([ServerGroup(tiny_profile, 2, "t")], servers_per_leaf=1, n_spines=2)
-    w = ring_workload(f, channels=2)
-    ctx = PlanContext.create(f, w)
-    prob, _ = to_problem(f, w, get_policy("spray").plan(ctx))
-    capped = with_proactive_rates(prob, w, headroom=0.0)
-    # each channel's hop crosses one 100G NIC: the fair rate is the NIC speed
-    np.testing.assert_allclose(capped.flow_rate_cap_bps, 100e9, rtol=1e-9)
-    # pacing at the fair share does not slow the flow-level result
-    assert run_flow(capped).makespan_ns == run_flow(prob).makespan_ns
+
+@pytest.mark.parametrize("profile, idle", [("correlated", 16), ("independent", 0)])
+def test_correlated_hash_stages_polarize_the_fat_tree(profile, idle):
+    import yaml
+
+    from icefabric.pipeline.plans import scenario_workload
+    from icefabric.scenario.build import build_fabric
+    from icefabric.scenario.loader import load, loads
+
+    doc = yaml.safe_load(load("suite-fat-tree").text)
+    doc["fabric"]["hash_profiles"] = profile
+    ls = loads(yaml.safe_dump(doc))
+    f = build_fabric(ls)
+    w = scenario_workload(ls, f, 1 << 24).workload
+    load_ = get_policy("ecmp").plan(PlanContext.create(f, w)).link_load(f.n_links)
+    # Aggregation switches that read the leaves' hash bits again send every flow from a
+    # leaf member to the same core subset: a quarter of the 64 fabric links stays idle.
+    assert int(np.count_nonzero(load_[f.link_kind == LINK_FABRIC] == 0)) == idle

@@ -2,8 +2,9 @@ import numpy as np
 import pytest
 
 from icefabric.experiment.runner import run_scenario
+from icefabric.pipeline.plans import scenario_workload
 from icefabric.policies.base import PlanContext, get_policy
-from icefabric.scenario.build import build_fabric, build_workload
+from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import builtin_names, load
 
 SUITE = ["suite-ring-homog", "suite-tree-hetero-scattered", "suite-alltoall-hetero",
@@ -15,7 +16,7 @@ SUITE = ["suite-ring-homog", "suite-tree-hetero-scattered", "suite-alltoall-hete
 def hetero_ctx():
     ls = load("hetero-default")
     fab = build_fabric(ls)
-    wl = build_workload(ls, fab, 1 << 24)
+    wl = scenario_workload(ls, fab, 1 << 24).workload
     return PlanContext.create(fab, wl, seed=ls.scenario.seed)
 
 
@@ -36,7 +37,7 @@ def test_ice_plan_rehash_follows_plan(hetero_ctx, mode):
 
 def test_ice_backup_ports(hetero_ctx):
     plan = get_policy("ice").plan(hetero_ctx)
-    b = plan.meta["backup_sport"]
+    b = plan.backup_sport
     assert len(b) == plan.n_qps and np.all(b >= 0)
     assert np.all(b != plan.sport)
 
@@ -134,9 +135,7 @@ def test_ports_follow_plan_on_suite_both_modes(name):
     fab = build_fabric(ls)
     opts = dict(ls.scenario.policy_options.get("ice", {}), backup=False)
     pol = get_policy("ice", **opts)
-    pol.ideal_fabric(fab)
-    k = pol.qps_per_connection(1)
-    wl = build_workload(ls, fab, 1 << 20, qps_per_connection=k if k != 1 else None)
+    wl = scenario_workload(ls, fab, 1 << 20, pol).workload
     ctx = PlanContext.create(fab, wl, seed=ls.scenario.seed)
     for mode in ("model", "probe"):
         plan = get_policy("ice", **dict(opts, sport_mode=mode)).plan(ctx)

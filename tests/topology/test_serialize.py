@@ -38,3 +38,12 @@ def test_bad_documents_name_the_field(mutate, field):
     mutate(d)
     with pytest.raises(TopologyDocumentError, match=field.replace("[", r"\[")):
         fabric_from_dict(d)
+
+
+def test_hash_profiles_round_trip():
+    from icefabric.scenario.build import with_hash_profiles
+
+    f = with_hash_profiles(build_fabric(load("homog-small")), {"spine": "spectrum_cumulus"}, 3)
+    back = fabric_from_dict(json.loads(json.dumps(fabric_to_dict(f))))
+    assert fabrics_equal(f, back) and back.node_hash_profile == f.node_hash_profile
+    assert "spectrum_cumulus" in back.node_hash_profile

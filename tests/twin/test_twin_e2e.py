@@ -98,3 +98,19 @@ def test_two_failures_and_a_recovery_agree(tmp_path):
         (["leaf0", "spine0"], False), (["leaf2", "spine3"], False), (["leaf0", "spine0"], True)]
     assert res.plan_versions == sorted(set(res.plan_versions)) and len(res.plan_versions) == 4
     assert res.agree and res.qps_on_down_links == 0 and res.path_mismatches == 0
+
+
+@pytest.mark.slow
+def test_fluid_scenario_agrees_with_paced_qps(tmp_path):
+    """Done-when: the twin agrees exactly with the in-process run on a fluid scenario (same
+    busbw per row, same ports, backup ports and pacing rates per QP)."""
+    s = Settings(database_url=f"sqlite:///{tmp_path}/ice.db", admin_token=ADMIN, policy=POLICY,
+                 admin_token_file=str(tmp_path / "t"))
+    with ThreadedController(s) as url:
+        res = run_twin("hetero-ratemismatch", url, ADMIN, size_bytes=16 << 20, poll_wait_s=1.0,
+                       timeout_s=60)
+    assert res.engine == "fluid" and res.qps > 0
+    assert res.paced_qps == res.qps  # ICE paces every QP, with the controller's rates
+    assert res.qp_mismatches == 0 and res.path_mismatches == 0
+    assert res.agree and res.max_rel_diff == 0.0
+    assert [r["busbw_GBps"] for r in res.rows] == [r["busbw_GBps"] for r in res.reference_rows]

@@ -38,7 +38,7 @@ def from_collector_report(rep: CommunicatorReport, *, job: str, size_bytes: int,
     return CommReport(job=job, job_order=job_order, comm_id=rep.comm_id, library=rep.library,
                       collectives=[CollectiveEntry(kind=k) for k in collectives],
                       size_bytes=size_bytes, channels=rep.nchannels, ranks=ranks,
-                      collector=rep.model_dump(mode="json", by_alias=True))
+                      collector=rep)
 
 
 def load_reports(path: str | Path, *, job: str | None = None, size_bytes: int | None = None,

@@ -183,6 +183,13 @@ class Agent:
                                          counters={"qps_to_backup_port": len(ports)}))
         return len(ports)
 
+    def observe_links_up(self, link_names: list[tuple[str, str]]) -> None:
+        """A local observation of links that work again: queue the events (the controller
+        re-plans; the QPs stay on their ports until the new plan arrives)."""
+        with self._lock:
+            self.events += [Event(kind="link_up", link={"a": a, "b": b}, t_ns=time.time_ns())
+                            for a, b in link_names]
+
     def observe_cnps(self, cnps_in_window: dict) -> int:
         """CNPs per QP in the last window: persistent congestion releases the pacer (DCQCN
         governs). Returns the number of QPs that fell back."""

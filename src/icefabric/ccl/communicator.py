@@ -8,6 +8,7 @@ from functools import cached_property
 
 import numpy as np
 
+from icefabric.ccl.nccl_defaults import OLDEST_MODELLED, NcclSettings, ring_channels, server_view
 from icefabric.topology.model import ACCEL, Fabric
 
 
@@ -24,9 +25,18 @@ class Communicator:
     library : str — ``nccl``, ``rccl`` or ``hccl`` (chooses the algorithm models).
     qps_per_connection : int — QPs per network connection (NCCL_IB_QPS_PER_CONNECTION,
         HCCL_RDMA_QPS_PER_CONNECTION; default 1 in both, domain-facts §4.3, §7.2).
-    channels : int | None — NCCL channels (rings); None = 2 per NIC of a server, the usual
-        multi-node choice on 8-NIC servers [UNCONFIRMED default; NCCL tunes it at runtime].
+    channels : int | None — NCCL channels (rings), e.g. a log's ``N coll channels``; None =
+        what ``nccl`` opens on these servers (:func:`~icefabric.ccl.nccl_defaults.ring_channels`)
+        for NCCL (2.17 on) jobs of several servers whose accelerators NCCL's search model
+        covers, else 2 per NIC (RCCL, older NCCL, uncovered hardware [UNCONFIRMED]; 16 on
+        one server).
     step_overhead_ns : int — per pipeline step software/NIC latency added to propagation.
+    nccl : NcclSettings | None — the job's NCCL version and ``NCCL_*`` settings (None = the
+        default version, no variables set).
+    rings : tuple of rank orders, optional — the ring of every channel as the library
+        reported it (NCCL ``Channel cc/NN : r0 r1 ...``); channel ``c`` uses
+        ``rings[c % len(rings)]``, and without ``channels`` there are ``len(rings)``
+        channels. Empty: the library model builds the rings.
     """
 
     job: str
@@ -36,6 +46,8 @@ class Communicator:
     qps_per_connection: int = 1
     channels: int | None = None
     step_overhead_ns: int = 1000
+    nccl: NcclSettings | None = None
+    rings: tuple[tuple[int, ...], ...] = ()
 
     def __post_init__(self):
         f = self.fabric
@@ -48,6 +60,10 @@ class Communicator:
             raise ValueError(f"job {self.job!r}: an accelerator appears twice")
         if self.qps_per_connection < 1 or self.qps_per_connection > 128:
             raise ValueError("qps_per_connection must be in [1, 128] (NCCL_IB_MAX_QPS)")
+        for c, ring in enumerate(self.rings):
+            if sorted(ring) != list(range(len(r))):
+                raise ValueError(f"job {self.job!r}: ring of channel {c} is not an order of "
+                                 f"ranks 0..{len(r) - 1}")
 
     @property
     def nranks(self) -> int:
@@ -78,11 +94,23 @@ class Communicator:
     def nics_per_server(self) -> int:
         return min(self.fabric.servers[s].profile.n_nics for s in self.servers)
 
-    @property
+    @cached_property
     def n_channels(self) -> int:
         if self.channels is not None:
             return self.channels
-        return 2 * self.nics_per_server if self.n_nodes > 1 else 2 * 8
+        if self.rings:
+            return len(self.rings)
+        if self.n_nodes == 1:
+            return 2 * 8
+        settings = self.nccl or NcclSettings.resolve()
+        if self.library == "nccl" and settings.version >= OLDEST_MODELLED:
+            views = [server_view(p.cuda_sm, p.n_nics, p.nic_bps, p.pcie_bps)
+                     for p in {self.fabric.servers[s].profile for s in self.servers}]
+            if all(v is not None for v in views):
+                # NCCL agrees on the smallest channel count of its ranks (init.cc).
+                return min(ring_channels(settings, v, self.n_nodes) for v in views)
+        lo, hi = settings.min_channels or 1, settings.max_channels or 64
+        return max(lo, min(hi, 2 * self.nics_per_server))
 
     def nic(self, rank: int, rail: int | None = None) -> int:
         """The NIC node a rank uses: its own NIC, or the server's NIC ``rail`` (PXN/rails)."""

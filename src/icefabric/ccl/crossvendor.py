@@ -26,7 +26,7 @@ def split_pools(comm: Communicator) -> list[Communicator]:
         lib = f.servers[int(comm.rank_server[idx[0]])].profile.library
         out.append(Communicator(job=comm.job, fabric=f, ranks=comm.ranks[idx], library=lib,
                                 qps_per_connection=comm.qps_per_connection,
-                                step_overhead_ns=comm.step_overhead_ns))
+                                step_overhead_ns=comm.step_overhead_ns, nccl=comm.nccl))
     return out
 
 

@@ -29,8 +29,12 @@ def ring_order(comm: Communicator, channel: int) -> tuple[list[int], int | None]
 
     Inside a server the ring enters at the GPU that owns NIC ``rail``, visits the other local
     GPUs and leaves through NIC ``rail`` again (rail-aligned, NCCL_CROSS_NIC=0 behaviour).
-    Single-server rings rotate their start GPU per channel.
+    Single-server rings rotate their start GPU per channel. A ring the library reported
+    (``comm.rings``) is used as it is, on the same rail.
     """
+    if comm.rings:
+        order = list(comm.rings[channel % len(comm.rings)])
+        return order, (channel % comm.nics_per_server if comm.n_nodes > 1 else None)
     if comm.n_nodes == 1:
         local = comm.server_ranks[0].tolist()
         k = channel % len(local)

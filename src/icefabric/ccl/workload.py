@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from icefabric.dataplane.roce import default_sports
+
 
 @dataclass
 class CollectiveCall:
@@ -135,6 +137,7 @@ class WorkloadBuilder:
             np.zeros(0, np.uint32),
             qp_lqpn=lqpn,
             qp_rqpn=rqpn,
+            qp_sport=np.full(len(lqpn), -1, dtype=np.int64),
             collectives=self.collectives,
         )
 
@@ -183,6 +186,7 @@ class Workload:
     qp_dst_ip: np.ndarray
     qp_lqpn: np.ndarray
     qp_rqpn: np.ndarray
+    qp_sport: np.ndarray  # source port a host reported (-1: the kernel derives it)
     collectives: list[CollectiveCall]
 
     @property
@@ -196,6 +200,12 @@ class Workload:
     @property
     def n_conns(self) -> int:
         return len(self.conn_src_nic)
+
+    def sports(self) -> np.ndarray:
+        """The source port every QP uses unless a policy sets one: the one its host
+        reported, else the kernel's, derived from the QP numbers."""
+        derived = default_sports(self.qp_lqpn, self.qp_rqpn).astype(np.int64)
+        return np.where(self.qp_sport >= 0, self.qp_sport, derived)
 
     def conn_qps(self) -> tuple[np.ndarray, np.ndarray]:
         """CSR (indptr, qp ids) of the QPs of every connection (QPs are contiguous)."""

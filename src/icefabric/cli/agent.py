@@ -1,4 +1,5 @@
-"""``icefab agent run``: the host agent (enrol, report, apply plans, local rules)."""
+"""``icefab agent``: the host agent (enrol, report, apply plans, local rules) and the verbs
+shim it serves to NCCL/RCCL processes."""
 
 from __future__ import annotations
 
@@ -11,19 +12,38 @@ from icefabric.cli.common import fail, require
 
 agent_app = typer.Typer(help="The ICE host agent.", no_args_is_help=True)
 
+VERBS_LAUNCH = """
+With --actuator verbs the agent serves --shim-socket to the verbs shim,
+which every CCL process loads (docs/verbs-shim.md):
 
-@agent_app.command("run")
+  export LD_PRELOAD=$(icefab agent shim-path) ICE_JOB=train1
+  torchrun --nproc-per-node 8 train.py
+
+  mpirun -x LD_PRELOAD=$(icefab agent shim-path) -x ICE_JOB=train1 \\
+      ./all_reduce_perf -b 1G
+
+  srun --export=ALL,LD_PRELOAD=$(icefab agent shim-path),ICE_JOB=train1 \\
+      python train.py
+
+Set ICE_SHIM_SOCKET too when the socket is not /run/icefab/verbs.sock.
+"""
+
+
+@agent_app.command("run", epilog=VERBS_LAUNCH)
 def run(
     controller: str = typer.Option(..., help="controller URL, e.g. http://127.0.0.1:8000"),
     host: str = typer.Option(..., help="this host's name in the fabric"),
     enrol_token_file: Path = typer.Option(None, help="file with the enrolment token "
                                                      "(else $ICE_ENROL_TOKEN)"),
-    actuator: str = typer.Option("dry-run", help="dry-run | hccl-cfg | twin"),
+    actuator: str = typer.Option("dry-run", help="dry-run | hccl-cfg | verbs | twin"),
     hccl_dir: Path = typer.Option(Path("."), help="hccl-cfg: directory of "
                                                   "MultiQpSrcPort.cfg"),
+    shim_socket: Path = typer.Option(Path("/run/icefab/verbs.sock"),
+                                     help="verbs: the socket the shims connect to"),
     reports: Path = typer.Option(None, help="JSON list of CommReport, or one collector "
                                             "report (icefab collect ... --json)"),
-    job: str = typer.Option(None, help="with a collector report: the job's name"),
+    job: str = typer.Option(None, help="with a collector report: the job's name; verbs: "
+                                       "the job of processes without ICE_JOB"),
     size: str = typer.Option(None, help="with a collector report: message size, e.g. 1G"),
     collective: list[str] = typer.Option(None, help="with a collector report: collective "
                                                     "kind(s), e.g. all_reduce"),
@@ -57,22 +77,75 @@ def run(
                                 collectives=collective)
         except ValueError as e:
             raise typer.BadParameter(f"--reports: {e}") from None
-    opts = {"directory": hccl_dir} if actuator == "hccl-cfg" else {}
+    opts: dict = {"hccl-cfg": {"directory": hccl_dir},
+                  "verbs": {"socket_path": shim_socket,
+                            "default_job": job or _single_job(reps)}}.get(actuator, {})
     try:
         act = get_actuator(actuator, **opts)
     except ValueError as e:
         raise typer.BadParameter(str(e)) from None
+    collector = (lambda: act.with_qps(reps)) if actuator == "verbs" else (lambda: reps)
     agent = Agent(host, ControllerClient(controller), act, enrol_token=token,
-                  collector=lambda: reps, poll_wait_s=poll_wait_s, state_file=state_file)
-    if once:
-        _once(agent, host, controller, bool(reps))
-        return
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+                  collector=collector, poll_wait_s=poll_wait_s, state_file=state_file)
+    if actuator == "verbs":
+        _start_verbs(act, shim_socket)
     try:
-        agent.run(stop)
-    except KeyboardInterrupt:
-        stop.set()
+        if once:
+            _once(agent, host, controller, bool(reps))
+            return
+        stop = threading.Event()
+        signal.signal(signal.SIGTERM, lambda *_: stop.set())
+        try:
+            agent.run(stop)
+        except KeyboardInterrupt:
+            stop.set()
+    finally:
+        if actuator == "verbs":
+            act.stop()
+
+
+def _single_job(reps) -> str | None:
+    jobs = {r.job for r in reps}
+    return jobs.pop() if len(jobs) == 1 else None
+
+
+def _start_verbs(act, shim_socket: Path) -> None:
+    from icefabric.agent.shim import ShimNotBuilt, shim_path
+
+    try:
+        act.start()
+    except OSError as e:
+        raise typer.BadParameter(f"--shim-socket {shim_socket}: {e.strerror or e}") from None
+    try:
+        where = f"LD_PRELOAD={shim_path()}"
+    except ShimNotBuilt as e:
+        where = f"warning: {e}"
+    typer.echo(f"verbs actuator serving {shim_socket}; {where}", err=True)
+
+
+@agent_app.command("shim-path")
+def shim_path_cmd() -> None:
+    """Print the path of the verbs shim library (for LD_PRELOAD)."""
+    from icefabric.agent.shim import ShimNotBuilt, shim_path
+
+    try:
+        typer.echo(str(shim_path()))
+    except ShimNotBuilt as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
+
+
+@agent_app.command("build-shim")
+def build_shim_cmd(out: Path = typer.Option(None, help="output file (default: the user's "
+                                                        "cache, found by shim-path)")) -> None:
+    """Compile the verbs shim (needs a C compiler and libibverbs headers)."""
+    from icefabric.agent.shim import ShimNotBuilt, build_shim
+
+    try:
+        typer.echo(str(build_shim(out)))
+    except ShimNotBuilt as e:
+        typer.echo(f"error: {e}", err=True)
+        raise typer.Exit(1) from None
 
 
 def _once(agent, host: str, controller: str, reported: bool) -> None:

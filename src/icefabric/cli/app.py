@@ -6,8 +6,25 @@ from __future__ import annotations
 import importlib
 
 import typer
+from typer.core import TyperGroup
+
+from icefabric.errors import IceFabricError
+
+
+class _Commands(TyperGroup):
+    """Every command's bad input or stopped run ends here: one line, exit code 2."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except IceFabricError as e:
+            from icefabric.cli.common import fail
+
+            fail(str(e))
+
 
 app = typer.Typer(
+    cls=_Commands,
     name="icefab",
     help="ICE (Intelligent Control Ethernet) for heterogeneous RoCEv2 AI fabrics, "
     "and its digital twin.",
@@ -44,6 +61,8 @@ COMMAND_MODULES: tuple[str, ...] = (
     "controller",
     "agent",
     "twin",
+    "report",
+    "sweep",
 )
 
 for _name in COMMAND_MODULES:

@@ -1,5 +1,5 @@
 """``icefab plan SCENARIO``: print a policy's path plan (per job, per QP: path, source port,
-backup port) and the predicted per-link load."""
+backup port, pacing rate) and the predicted per-link load."""
 
 from __future__ import annotations
 
@@ -26,37 +26,28 @@ def register(app: typer.Typer) -> None:
         from rich.console import Console
         from rich.table import Table
 
-        from icefabric.policies.base import PlanContext, get_policy
+        from icefabric.cli.common import fail
+        from icefabric.pipeline.plans import scenario_plan, scenario_policy
         from icefabric.policies.ice import describe_plan
-        from icefabric.scenario.build import build_fabric, build_workload
-        from icefabric.scenario.loader import ScenarioError, load
+        from icefabric.scenario.build import build_fabric
+        from icefabric.scenario.loader import load
         from icefabric.units import parse_size
 
-        try:
-            ls = load(scenario)
-            if from_log:
-                from pathlib import Path
+        ls = load(scenario)
+        if from_log:
+            from pathlib import Path
 
-                from icefabric.experiment.fromlog import scenario_from_log
+            from icefabric.experiment.fromlog import scenario_from_log
 
-                missing = [p for p in from_log if not Path(p).exists()]
-                if missing:
-                    raise ScenarioError(f"no such log file: {', '.join(missing)}")
-                ls, _ = scenario_from_log(ls, from_log, server=server)
-            fabric = build_fabric(ls)
-            sz = parse_size(size) if size else ls.scenario.size_list()[-1]
-            opts = dict(ls.scenario.policy_options.get(policy, {}))
-            if policy == "ice":
-                opts["sport_mode"] = sport_mode
-            pol = get_policy(policy, **opts)
-            wl = build_workload(ls, fabric, sz,
-                                qps_per_connection=pol.qps_per_connection(1)
-                                if pol.qps_per_connection(1) != 1 else None)
-            ctx = PlanContext.create(fabric, wl, seed=ls.scenario.seed)
-            view = describe_plan(fabric, wl, pol.plan(ctx))
-        except (ScenarioError, ValueError) as e:
-            typer.echo(f"error: {e}", err=True)
-            raise typer.Exit(2) from None
+            missing = [p for p in from_log if not Path(p).exists()]
+            if missing:
+                fail(f"no such log file: {', '.join(missing)}")
+            ls, _ = scenario_from_log(ls, from_log, server=server)
+        sz = parse_size(size) if size else ls.scenario.size_list()[-1]
+        pol = scenario_policy(ls, policy, **({"sport_mode": sport_mode} if policy == "ice"
+                                             else {}))
+        p = scenario_plan(ls, build_fabric(ls), pol, sz, failures=False)
+        view = describe_plan(p.fabric, p.workload, p.paths)
         view["scenario"] = ls.scenario.name
         view["size_bytes"] = sz
         if json_out:
@@ -70,13 +61,15 @@ def register(app: typer.Typer) -> None:
                      if "method" in m else ""))
         for job, rows in view["jobs"].items():
             t = Table(title=f"job {job}")
-            for c in ("qp", "src", "dst", "path", "sport", "backup", "Gb/s"):
+            for c in ("qp", "src", "dst", "path", "sport", "backup", "demand Gb/s",
+                      "pacer Gb/s"):
                 t.add_column(c)
             shown = rows if max_qps <= 0 else rows[:max_qps]
             for r in shown:
                 t.add_row(str(r["qp"]), r["src"], r["dst"], " > ".join(r["path"][1:-1]),
                           str(r["sport"]), "" if r["backup_sport"] is None
-                          else str(r["backup_sport"]), f"{r['rate_gbps']:g}")
+                          else str(r["backup_sport"]), f"{r['rate_gbps']:g}",
+                          "" if r["pacing_gbps"] is None else f"{r['pacing_gbps']:g}")
             if len(shown) < len(rows):
                 t.caption = f"{len(rows) - len(shown)} more QPs (use --max-qps 0 or --json)"
             con.print(t)

@@ -52,13 +52,14 @@ def show(name: str = typer.Argument(..., help="Built-in scenario name.")):
 
 def check(path: str = typer.Argument(..., help="Scenario file or built-in name.")):
     """Validate a scenario (schema, references, topology) without running it."""
-    from icefabric.scenario.build import build_fabric, build_workload
+    from icefabric.pipeline.plans import scenario_workload
+    from icefabric.scenario.build import build_fabric
     from icefabric.scenario.loader import ScenarioError, load
 
     try:
         ls = load(path)
         fabric = build_fabric(ls)
-        wl = build_workload(ls, fabric, ls.scenario.size_list()[0])
+        wl = scenario_workload(ls, fabric, ls.scenario.size_list()[0]).workload
     except ScenarioError as e:
         fail(str(e))
     console.print(f"ok: {ls.scenario.name}: {fabric.describe()['nodes']}, "

@@ -44,6 +44,8 @@ def simulate(
                                         "fabric."),
     server: str = typer.Option("hgx-h100", "--server", help="With --from-log: the server "
                                "profile of the log's hosts."),
+    report: Path = typer.Option(None, "--report", help="Also write a self-contained HTML "
+                                "report to this file (see `icefab report`)."),
 ):
     """Run every policy on the scenario's workload and print nccl-tests-style results.
 
@@ -53,37 +55,33 @@ def simulate(
     ``link_stats``/``link_summary`` (per-policy utilization of switch-to-switch links).
     With the fluid engine, ``--out`` also plots queue and rate time series per policy
     (``timeseries_<policy>.png``) and the JSON carries PFC pause, ECN and CNP statistics.
+    ``--out`` also keeps the scenario as run (``scenario.yaml``) and the traced runs
+    (``runs/<policy>.json``), so ``icefab report OUT`` can rebuild the HTML report later.
     """
-    from icefabric.engine.flow import EngineError
     from icefabric.experiment.runner import run_scenario
-    from icefabric.scenario.loader import DEFAULT_SCENARIO, ScenarioError, load
+    from icefabric.scenario.loader import DEFAULT_SCENARIO, load
     from icefabric.units import parse_size
 
-    try:
-        ls = load(scenario or DEFAULT_SCENARIO)
-        if from_log:
-            from icefabric.experiment.fromlog import scenario_from_log
+    ls = load(scenario or DEFAULT_SCENARIO)
+    if from_log:
+        from icefabric.experiment.fromlog import scenario_from_log
 
-            missing = [str(p) for p in from_log if not p.exists()]
-            if missing:
-                fail(f"no such log file: {', '.join(missing)}")
-            ls, job = scenario_from_log(ls, from_log, server=server)
-            for w in job.get("warnings", [])[:5]:
-                err_console.print(f"warning: {w}", highlight=False)
-            for note in job.get("inferred", []):
-                err_console.print(f"inferred: {note}", highlight=False)
-        pol = [p.strip() for p in policies.split(",") if p.strip()] if policies else None
-        sz = [parse_size(s) for s in sizes.split(",")] if sizes else None
-        if engine not in (None, "flow", "fluid"):
-            fail(f"--engine must be flow or fluid, not {engine!r}")
-        formats = parse_formats(fmt) if out is not None else ()
-        with progress_bar(not quiet, f"simulating {ls.scenario.name}") as update:
-            res = run_scenario(ls, policies=pol, sizes=sz, engine=engine, progress=update,
-                               trace=out is not None)
-    except (ScenarioError, ValueError) as e:
-        fail(str(e))
-    except EngineError as e:
-        fail(f"simulation stopped: {e}")
+        missing = [str(p) for p in from_log if not p.exists()]
+        if missing:
+            fail(f"no such log file: {', '.join(missing)}")
+        ls, job = scenario_from_log(ls, from_log, server=server)
+        for w in job.get("warnings", [])[:5]:
+            err_console.print(f"warning: {w}", highlight=False)
+        for note in job.get("inferred", []):
+            err_console.print(f"inferred: {note}", highlight=False)
+    pol = [p.strip() for p in policies.split(",") if p.strip()] if policies else None
+    sz = [parse_size(s) for s in sizes.split(",")] if sizes else None
+    if engine not in (None, "flow", "fluid"):
+        fail(f"--engine must be flow or fluid, not {engine!r}")
+    formats = parse_formats(fmt) if out is not None else ()
+    with progress_bar(not quiet, f"simulating {ls.scenario.name}") as update:
+        res = run_scenario(ls, policies=pol, sizes=sz, engine=engine, progress=update,
+                           trace=out is not None or report is not None)
     res.provenance["command"] = command_line()
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
@@ -91,6 +89,16 @@ def simulate(
         from icefabric.reports.figures import save_figures
 
         save_figures(res, out, formats=formats)
+        _save_inputs(out, ls.text, res)
+    if report is not None:
+        from icefabric.reports.html import ReportError, ReportInput
+        from icefabric.reports.html import render as render_html
+
+        try:
+            render_html([ReportInput(res, "this run", ls.text, res.runs)], report,
+                        command=command_line())
+        except ReportError as e:
+            fail(str(e))
     if json_out:
         typer.echo(res.to_json())
         return
@@ -103,5 +111,16 @@ def simulate(
         console.print(r)
     for n in res.notes:
         console.print(f"note: {n}", highlight=False)
-    console.print(f"wall time {res.wall_s:.1f} s" + (f"; artefacts in {out}" if out else ""),
-                  highlight=False)
+    console.print(f"wall time {res.wall_s:.1f} s" + (f"; artefacts in {out}" if out else "")
+                  + (f"; report {report}" if report else ""), highlight=False)
+
+
+def _save_inputs(out: Path, scenario_text: str, res) -> None:
+    """The scenario as run, and the traced runs' time series, so that `icefab report OUT`
+    can rebuild the full report later."""
+    (out / "scenario.yaml").write_text(scenario_text)
+    traced = {p: r for p, r in res.runs.items() if r.timeseries.get("t_us")}
+    if traced:
+        (out / "runs").mkdir(exist_ok=True)
+        for policy, run in traced.items():
+            run.to_json(out / "runs" / f"{policy}.json")

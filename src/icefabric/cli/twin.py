@@ -18,6 +18,8 @@ def twin(
     policy: str = typer.Option("ice", help="policy of the controller started when "
                                             "--controller is omitted"),
     size: str = typer.Option(None, help="message size (default: the scenario's largest)"),
+    engine: str = typer.Option(None, "--engine", "-e",
+                               help="flow or fluid (default: the scenario's)"),
     fail: list[str] = typer.Option(None, help="link failure 'NODE_A,NODE_B@T_US' "
                                               "(replaces the scenario's failures)"),
     as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
@@ -29,9 +31,8 @@ def twin(
 
     from rich.console import Console
 
-    from icefabric.scenario.loader import ScenarioError
     from icefabric.scenario.schema import FailureSpec
-    from icefabric.twin.run import TwinError, run_twin
+    from icefabric.twin.run import run_twin
     from icefabric.units import parse_size
 
     fails = None
@@ -60,12 +61,11 @@ def twin(
         controller = server.start()
     if not token:
         raise typer.BadParameter("give --admin-token-file or set ICE_ADMIN_TOKEN")
+    if engine not in (None, "flow", "fluid"):
+        raise typer.BadParameter(f"--engine must be flow or fluid, not {engine!r}")
     try:
-        res = run_twin(scenario, controller, token,
+        res = run_twin(scenario, controller, token, engine=engine,
                        size_bytes=parse_size(size) if size else None, failures=fails)
-    except (ScenarioError, TwinError) as e:
-        typer.echo(f"error: {e}", err=True)
-        raise typer.Exit(2) from None
     finally:
         if server is not None:
             server.stop()
@@ -93,7 +93,9 @@ def twin(
                       f"v{f['plan_version']}", highlight=False)
         con.print(f"plan versions {res.plan_versions}; QPs on failed links "
                   f"{res.qps_on_down_links}; applied ports off their planned path "
-                  f"{res.path_mismatches}; twin = in-process: "
+                  f"{res.path_mismatches}; paced QPs {res.paced_qps}/{res.qps}; QPs whose port, "
+                  f"backup or rate differ from in-process {res.qp_mismatches}; "
+                  f"twin = in-process: "
                   f"{'yes' if res.agree else 'NO'} (max rel. diff {res.max_rel_diff:.1e}); "
                   f"{res.wall_s:.1f} s", highlight=False)
     if not res.agree or res.qps_on_down_links:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from icefabric.collect.errors import CollectError
 from icefabric.schemas import ParseWarning
 
 NODE_TYPES = {0: "INVALID_NODE", 1: "METADATA_NODE", 2: "MEM_LOAD_NODE", 3: "MEM_STORE_NODE",
@@ -32,7 +33,7 @@ COLLECTIVES = {0: "ALL_REDUCE", 1: "REDUCE", 2: "ALL_GATHER", 3: "GATHER", 4: "S
                9: "BARRIER"}
 
 
-class WireError(ValueError):
+class WireError(CollectError):
     """Bytes that are not a valid protobuf encoding."""
 
 

@@ -9,31 +9,29 @@ per-file code, and so that a user can diff two logs. No new parsing happens here
 
 from __future__ import annotations
 
-from collections import defaultdict
+from dataclasses import asdict
 from typing import Any
 
-from icefabric.collect.hccl_log import HcclLog, parse_hccl_log
+from icefabric.collect.hccl_log import HcclLog, parse_hccl_logs
+from icefabric.collect.infer import cross_node_edges
 from icefabric.collect.nccl_log import (
     NcclLog,
     _is_dev_index,
     host_nics,
-    local_endpoint,
-    parse_nccl_log,
+    implied_placement,
+    library_inference,
+    library_of,
+    parse_nccl_logs,
     rings_by_channel,
+    whole_rings,
 )
-from icefabric.collect.nccl_tests import NcclTestsOutput, parse_nccl_tests
-from icefabric.collect.nccl_topo import NcclTopology, parse_nccl_topo
-from icefabric.collect.ranktable import RankTable, parse_ranktable
+from icefabric.collect.nccl_tests import NcclTestsOutput, parse_nccl_tests_files
+from icefabric.collect.nccl_topo import NcclTopology, is_topology_xml, parse_nccl_topo
+from icefabric.collect.ranktable import RankTable, parse_ranktables
 
 _NIC_KEYS = ("index", "name", "port", "link", "speed_mbps", "rail")
 _CONN_KEYS = ("channel", "from", "to", "from_dev", "to_dev", "direction", "via", "kind")
 _NET_KEYS = ("net_plugin", "net_dev", "gdrdma")
-
-
-def is_topology_xml(text: str) -> bool:
-    """True for an NCCL topology dump (starts with an XML tag such as ``<system``)."""
-    head = text.lstrip()[:200]
-    return head.startswith("<?xml") or head.startswith("<system")
 
 
 def artefact_facts(files: list[tuple[str, str]]) -> dict[str, Any]:
@@ -42,31 +40,38 @@ def artefact_facts(files: list[tuple[str, str]]) -> dict[str, Any]:
     Parameters
     ----------
     files : list of (name, text)
-        The files in order. Top-level facts are read from all files together; ``per_file``
-        holds the facts of each file alone.
+        The files in order. Top-level facts are read from all files together (each reader's
+        several-files entry point, so line references name their file); ``per_file`` holds the
+        facts of each file alone.
 
     Returns
     -------
     dict
         Keys as in the corpus README (only those the text supports are present).
     """
-    out = text_facts("\n".join(t for _, t in files))
-    out["per_file"] = {name: text_facts(text) for name, text in files}
+    out = files_facts(files)
+    out["per_file"] = {name: files_facts([(name, text)]) for name, text in files}
     return out
 
 
 def text_facts(text: str) -> dict[str, Any]:
     """Facts of one text: an NCCL/RCCL log, nccl-tests output, HCCL log or topology XML."""
-    if is_topology_xml(text):
-        return topology_facts(parse_nccl_topo(text))
-    if text.lstrip().startswith("{"):
-        table = parse_ranktable(text)
+    return files_facts([(None, text)])
+
+
+def files_facts(files: list[tuple[str | None, str]]) -> dict[str, Any]:
+    """Facts of one or more texts read together (see :func:`artefact_facts`)."""
+    joined = "\n".join(t for _, t in files)
+    if is_topology_xml(joined):
+        return topology_facts(parse_nccl_topo(joined))
+    if joined.lstrip().startswith("{"):
+        table = parse_ranktables(files)
         if table.ranks:
             return ranktable_facts(table)
     facts: dict[str, Any] = {}
-    facts.update(hccl_facts(parse_hccl_log(text)))
-    tests = parse_nccl_tests(text)
-    log = parse_nccl_log(text)
+    facts.update(hccl_facts(parse_hccl_logs(files)))
+    tests = parse_nccl_tests_files(files)
+    log = parse_nccl_logs(files)
     facts.update(nccl_tests_facts(tests))
     facts.update(nccl_log_facts(log, tests))
     return facts
@@ -93,63 +98,43 @@ def connection_facts(conn: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def hosts_of_ranks(log: NcclLog, tests: NcclTestsOutput | None = None) -> dict[str, list[int]]:
-    """Ranks per host: what the log shows, completed to NCCL's contiguous per-host blocks.
+def placement_facts(log: NcclLog) -> dict[str, Any]:
+    """Hosts, host blocks, devices and cross-host ring edges: what the log prints completed
+    with what it implies (:mod:`icefabric.collect.infer`), plus the list of inferred facts.
 
-    NCCL numbers ranks host by host, so when every rank seen on a host satisfies
-    ``rank - local_device == base`` and the number of local ranks ``L`` is known (from
-    ``localRanks`` or from the highest local device index), the host holds
-    ``base .. base+L-1``. Otherwise the ranks actually seen are returned.
+    ``hosts`` maps each named host to its ranks; ``nodes`` lists every host in NCCL's order
+    (by lowest rank) with ``host: None`` for hosts the log never names;
+    ``ring_net_edges_from_rings`` holds, per ring whose ranks are all placed, the consecutive
+    ranks on different hosts; ``inferred`` lists each inferred value with its line.
     """
-    seen: dict[str, set[int]] = defaultdict(set)
-    local: dict[str, set[tuple[int, int]]] = defaultdict(set)
-    if tests is not None:
-        for run in tests.runs:
-            for d in run.devices:
-                seen[d["host"]].add(d["rank"])
-                if run.params.get("nGpus", 1) == 1:
-                    local[d["host"]].add((d["rank"], d["device"]))
-    for rec in log.init_lines:
-        seen[rec["host"]].add(rec["rank"])
-        if rec.get("cudaDev") is not None:
-            local[rec["host"]].add((rec["rank"], rec["cudaDev"]))
-    local_ranks: dict[str, int] = {}
-    for rec in log.comm_topology_lines:
-        seen[rec["host"]].add(rec["rank"])
-        local[rec["host"]].add((rec["rank"], rec["localRank"]))
-        local_ranks[rec["host"]] = rec["localRanks"]
-    for rec in log.trees:
-        if rec["tree"] == 0 and rec["ref"].host is not None:
-            seen[rec["ref"].host].add(rec["rank"])
-            local[rec["ref"].host].add((rec["rank"], rec["ref"].dev))
-    for conn in log.connections:
-        host = conn["ref"].host
-        ends = []
-        loc = local_endpoint(conn)
-        if loc is not None:
-            ends.append(loc)
-        if conn["kind"] in {"P2P", "SHM"}:
-            ends.append((conn["to"], conn["to_dev"]))
-        for rank, dev in ends:
-            seen[host].add(rank)
-            if _is_dev_index(dev):
-                local[host].add((rank, int(dev)))
-    seen.pop(None, None)  # type: ignore[call-overload]
-    if not seen:
-        return {}
-    max_dev = max((d for pairs in local.values() for _, d in pairs), default=None)
-    out: dict[str, list[int]] = {}
-    for host, ranks in seen.items():
-        bases = {r - d for r, d in local.get(host, ())}
-        width = local_ranks.get(host) or (max_dev + 1 if max_dev is not None else None)
-        if len(bases) == 1 and width:
-            base = bases.pop()
-            block = list(range(base, base + width))
-            if ranks <= set(block):
-                out[host] = block
-                continue
-        out[host] = sorted(ranks)
-    return dict(sorted(out.items(), key=lambda kv: min(kv[1]) if kv[1] else -1))
+    nranks = max([r["nranks"] for r in log.init_lines + log.nranks_fields] + [
+        r["nRanks"] for r in log.comm_topology_lines], default=None)
+    nnodes = next((r["nNodes"] for r in log.comm_topology_lines), None)
+    placement = implied_placement(log, nranks, nnodes)
+    f: dict[str, Any] = {}
+    groups = placement.groups()
+    hosts = {h: rs for h, rs in groups.items() if not h.startswith("#")}
+    if hosts:
+        f["hosts"] = hosts
+    if groups:
+        f["nodes"] = [{"host": None if h.startswith("#") else h, "ranks": rs}
+                      for h, rs in sorted(groups.items(), key=lambda kv: kv[1][0])]
+    edges = {}
+    for c, ring in whole_rings(log, nranks).items():
+        e = cross_node_edges(ring, placement.group_of)
+        if e is not None:
+            edges[str(c)] = [list(p) for p in e]
+    if edges:
+        f["ring_net_edges_from_rings"] = edges
+    if placement.device_of:
+        f["rank_to_local_gpu"] = {str(r): d for r, d in sorted(placement.device_of.items())}
+    if nnodes is None and placement.nnodes is not None:
+        f["nnodes"] = placement.nnodes
+    inferred = library_inference(log) + placement.inferred
+    if inferred:
+        f["inferred"] = [{k: v for k, v in fact.model_dump().items() if k != "rule"}
+                         for fact in inferred]
+    return f
 
 
 def nccl_log_facts(log: NcclLog, tests: NcclTestsOutput | None = None) -> dict[str, Any]:
@@ -199,9 +184,12 @@ def nccl_log_facts(log: NcclLog, tests: NcclTestsOutput | None = None) -> dict[s
         first = log.comm_topology_lines[0]
         f["nNodes"], f["localRanks"] = first["nNodes"], first["localRanks"]
         f["nnodes"] = first["nNodes"]
-    nranks = [r["nranks"] for r in log.init_lines] + [r["nRanks"] for r in log.comm_topology_lines]
+    nranks = [r["nranks"] for r in log.init_lines + log.nranks_fields] + [
+        r["nRanks"] for r in log.comm_topology_lines]
     if nranks:
         f["nranks"] = max(nranks)
+    if log.has_debug_lines():
+        f["library"] = library_of(log)
     if log.rccl_versions or log.versions:
         f["version"] = (log.rccl_versions or log.versions)[0]
     f.update(log.misc)
@@ -238,33 +226,15 @@ def nccl_log_facts(log: NcclLog, tests: NcclTestsOutput | None = None) -> dict[s
                           key=lambda t: (t[0], t[1], t[2], -1 if t[3] is None else t[3]))
             f["net_connections_unique"] = [
                 {"channel": a, "from": b, "to": c, "net_dev": d} for a, b, c, d in uniq]
-    hosts = hosts_of_ranks(log, tests)
-    if hosts:
-        f["hosts"] = hosts
-    if rings and hosts:
-        host_of = {r: h for h, rs in hosts.items() for r in rs}
-        edges: dict[str, list[list[int]]] = {}
-        for c, ring in rings.items():
-            pairs = list(zip(ring, ring[1:] + ring[:1], strict=True))
-            edges[str(c)] = [[a, b] for a, b in pairs
-                             if a in host_of and b in host_of and host_of[a] != host_of[b]]
-        f["ring_net_edges_from_rings"] = edges
-    local_gpu: dict[str, int] = {}
+    f.update(placement_facts(log))
     busids: dict[str, str] = {}
     for rec in log.init_lines:
-        if rec.get("cudaDev") is not None:
-            local_gpu.setdefault(str(rec["rank"]), rec["cudaDev"])
         if rec.get("busId"):
             busids.setdefault(str(rec["rank"]), rec["busId"])
     for conn in log.connections:
-        loc = local_endpoint(conn)
-        if loc is not None and _is_dev_index(loc[1]):
-            local_gpu.setdefault(str(loc[0]), int(loc[1]))
         for rank, dev in ((conn["from"], conn["from_dev"]), (conn["to"], conn["to_dev"])):
             if dev is not None and not _is_dev_index(dev):
                 busids.setdefault(str(rank), dev)
-    if local_gpu:
-        f["rank_to_local_gpu"] = dict(sorted(local_gpu.items(), key=lambda kv: int(kv[0])))
     if busids:
         f["busid_by_rank"] = dict(sorted(busids.items(), key=lambda kv: int(kv[0])))
     if log.nvls_heads:
@@ -324,11 +294,15 @@ def nccl_tests_facts(tests: NcclTestsOutput) -> dict[str, Any]:
 def hccl_facts(log: HcclLog) -> dict[str, Any]:
     """Corpus-vocabulary facts of an HCCL plog excerpt."""
     f: dict[str, Any] = {}
-    errs = log.errors()
+    errs = log.plog_errors()
     if errs:
         e = errs[0]
         f["hccl_error"] = {k: e[k] for k in ("pid", "process", "timestamp", "src", "tid",
                                               "errNo", "message") if k in e}
+    if log.errors:
+        f["hccl_errors"] = [_clean(asdict(e)) for e in log.errors]
+    if log.links:
+        f["hccl_links"] = [_clean(asdict(k)) for k in log.links]
     if log.rank_size is not None:
         f["rank"], f["rankSize"] = log.rank, log.rank_size
     return f

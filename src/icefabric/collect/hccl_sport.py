@@ -18,6 +18,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from icefabric.collect._text import lines_of, to_text, warn
+from icefabric.collect.errors import CollectError
 from icefabric.schemas import ParseWarning
 
 FILE_NAME = "MultiQpSrcPort.cfg"
@@ -28,7 +29,7 @@ MAX_LINES = 131072
 Pair = tuple[str, str]
 
 
-class SportConfigError(ValueError):
+class SportConfigError(CollectError):
     """The plan cannot be written as a valid ``MultiQpSrcPort.cfg``."""
 
 

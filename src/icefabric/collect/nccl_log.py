@@ -32,10 +32,22 @@ from pathlib import Path
 from typing import Any
 
 from icefabric.collect._text import GARBLED, lines_of, looks_garbled, read_text, to_text, warn
+from icefabric.collect.infer import (
+    RULE_BUS_ID,
+    RULE_EDGES,
+    RULE_RING_DUMP,
+    LocalRankLine,
+    Placement,
+    PrintedRank,
+    cross_node_edges,
+    infer_devices,
+    place_ranks,
+)
 from icefabric.schemas import (
     CommunicatorReport,
     Connection,
     HostNics,
+    InferredFact,
     Nic,
     ParseWarning,
     QueuePair,
@@ -91,7 +103,8 @@ _OFI = re.compile(r"^NET/OFI Selected Provider is (?P<p>\S+)")
 _ENV = re.compile(r"^(?P<k>[A-Z][A-Z0-9_]+) set by environment to (?P<v>.*?)\.?\s*$")
 # Older releases (2.3/2.4) print "comm %p rank %d nranks %d - COMPLETE" without cudaDev.
 _INIT = re.compile(
-    r"^(?:(?P<fn>\w+) )?comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) nranks (?P<n>\d+)"
+    r"^(?:\[Rank \d+\] )?(?:(?P<fn>\w+) )?comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) "
+    r"nranks (?P<n>\d+)"
     r"(?: cudaDev (?P<cuda>\d+))?(?P<rest>.*?) - (?:Init )?(?P<phase>START|COMPLETE)\s*$"
 )
 # Other lifecycle lines of a communicator ("comm 0x.. rank 3 nRanks 8 - Destroy COMPLETE",
@@ -163,6 +176,12 @@ _PATH_ITEM = re.compile(
 _RCCL_SUFFIX = re.compile(
     r" comm (?P<comm>0x[0-9a-fA-F]+) nRanks (?P<n>\d+)(?: busId (?P<bus>[0-9a-fA-F]+))?\s*$"
 )
+# Any other line that names a rank count: "Init timings: rank %d nranks %d ..." (init.cc),
+# RCCL's "... comm %p nRanks %02d" suffix on lines read elsewhere is handled by _RCCL_SUFFIX.
+_NRANKS_FIELD = re.compile(r"(?:\brank (?P<rank>\d+) )?\bn[Rr]anks (?P<n>\d+)\b")
+# Strings only RCCL/ROCm builds print: the RCCL banner and env vars, librccl, HIP/ROCm paths and
+# the "+hip" suffix older RCCL versions carried (ROCm/rccl src/init.cc VERSION_STRING).
+_RCCL_MARK = re.compile(r"\bRCCL|librccl|/opt/rocm|\brocm-\d|\+hip\d|\bHIP version|\bROCm version")
 # Messages whose keyword promises a structured line; if none of the patterns read it, warn.
 _STRUCTURED_KEYWORDS = ("Channel ", "Ring ", "Tree", "NET/IB : Using", "comm 0x")
 
@@ -179,6 +198,7 @@ class LineRef:
     dev: int | None = None
     comm: str | None = None
     nranks: int | None = None
+    bus_id: str | None = None
 
 
 @dataclass
@@ -218,6 +238,8 @@ class NcclLog:
     paths: list[dict[str, Any]] = field(default_factory=list)
     nccl_warn_lines: list[dict[str, Any]] = field(default_factory=list)
     test_devices: list[dict[str, Any]] = field(default_factory=list)
+    nranks_fields: list[dict[str, Any]] = field(default_factory=list)
+    rccl_markers: list[dict[str, Any]] = field(default_factory=list)
     hosts_seen: list[str] = field(default_factory=list)
     misc: dict[str, Any] = field(default_factory=dict)
     nccl_lines: int = 0
@@ -229,9 +251,13 @@ class NcclLog:
             self.versions or self.rccl_versions or self.net_ib or self.nic_lines or self.init_lines
             or self.comm_topology_lines or self.ring_orders or self.ring_ranks or self.trees
             or self.tree_ranks or self.connections or self.channel_counts or self.paths
-            or self.systems
+            or self.systems or self.nranks_fields
             or self.test_devices
         )
+
+    def has_debug_lines(self) -> bool:
+        """True when the text holds NCCL/RCCL debug output, not only nccl-tests device lines."""
+        return bool(self.nccl_lines or self.versions or self.rccl_versions or self.banner)
 
 
 def _segments(line: str, known_hosts: list[str]) -> list[tuple[dict[str, str] | None, str]]:
@@ -361,6 +387,9 @@ def _parse_segment(log: NcclLog, m: dict[str, str] | None, msg: str, lineno: int
             log.nccl_warn_lines.append({"message": msg, "ref": ref})
             return
     stripped = msg.strip()
+    mark = _RCCL_MARK.search(stripped)
+    if mark:
+        log.rccl_markers.append({"what": mark[0], "ref": ref})
 
     # Lines that need no NCCL prefix (version banners are printed with plain printf).
     if m is None:
@@ -395,15 +424,28 @@ def _parse_segment(log: NcclLog, m: dict[str, str] | None, msg: str, lineno: int
                                      lineno, source))
         return
 
-    sfx = _RCCL_SUFFIX.search(stripped)
-    if sfx and not stripped.startswith("comm "):
-        ref.comm, ref.nranks = sfx["comm"], int(sfx["n"])
-        stripped = stripped[: sfx.start()]
+    stripped = _strip_rccl_suffix(log, stripped, ref)
     if _parse_message(log, stripped, ref):
+        return
+    nr = _NRANKS_FIELD.search(stripped)
+    if nr and not _COMM_LIFECYCLE.match(stripped):
+        log.nranks_fields.append({"rank": _int(nr["rank"]), "nranks": int(nr["n"]), "ref": ref})
         return
     if stripped.startswith(_STRUCTURED_KEYWORDS):
         log.warnings.append(warn(f"unrecognized or truncated line: {stripped[:80]!r}",
                                  lineno, source))
+
+
+def _strip_rccl_suffix(log: NcclLog, msg: str, ref: LineRef) -> str:
+    """The message without RCCL's ``comm %p nRanks %02d [busId %lx]`` suffix, whose fields go
+    to ``ref`` (and mark the log as RCCL's)."""
+    sfx = _RCCL_SUFFIX.search(msg)
+    if not sfx or msg.startswith("comm "):
+        return msg
+    ref.comm, ref.nranks, ref.bus_id = sfx["comm"], int(sfx["n"]), sfx["bus"]
+    log.rccl_markers.append({"what": "comm %p nRanks %02d suffix", "ref": ref})
+    log.nranks_fields.append({"rank": None, "nranks": ref.nranks, "ref": ref})
+    return msg[: sfx.start()]
 
 
 def _parse_message(log: NcclLog, msg: str, ref: LineRef) -> bool:  # noqa: C901 - a dispatcher
@@ -626,8 +668,9 @@ def _connection(c: re.Match[str], ref: LineRef) -> dict[str, Any]:
 
 
 def library_of(log: NcclLog) -> str:
-    """``"rccl"`` when RCCL/ROCm markers are present, else ``"nccl"``."""
-    if log.rccl_versions:
+    """``"rccl"`` when an RCCL version line or another RCCL/ROCm marker is present, else
+    ``"nccl"`` (RCCL keeps NCCL's ``NCCL INFO`` prefix, so the prefix alone decides nothing)."""
+    if log.rccl_versions or log.rccl_markers:
         return "rccl"
     return "nccl"
 
@@ -666,11 +709,14 @@ def rank_devices(log: NcclLog) -> dict[int, dict[str, Any]]:
             nvml_device=rec.get("nvmlDev"), bus_id=rec.get("busId"), pid=rec["ref"].pid)
     for rec in log.comm_topology_lines:
         put(rec["rank"], host=rec["host"])
+    for rec in log.nranks_fields:
+        if rec["rank"] is not None:
+            put(rec["rank"], host=rec["ref"].host)
     for rec in log.test_devices:
         put(rec["rank"], host=rec["host"], device=rec["device"], pid=rec["pid"])
     for rec in log.trees:
         if rec["tree"] == 0 and rec["ref"].host is not None:
-            put(rec["rank"], host=rec["ref"].host, device=rec["ref"].dev)
+            put(rec["rank"], host=rec["ref"].host)
     for rec in log.ring_ranks:
         put(rec["rank"], host=rec["ref"].host)
     for conn in log.connections:
@@ -714,6 +760,82 @@ def host_nics(log: NcclLog) -> dict[str, dict[str, Any]]:
     return out
 
 
+def printed_ranks(log: NcclLog, bus_rank: dict[tuple[str | None, str], int] | None = None,
+                  ) -> list[PrintedRank]:
+    """Lines printed by one rank's own thread during init, in the order of the text.
+
+    ``comm ... rank R nRanks``, ``Trees``/``Tree``, per-rank ``Ring cc : p -> R -> n``,
+    ``Init timings: rank R``, and connection lines (a NET ``send`` line is printed by the
+    sender, ``receive`` by the receiver, P2P/SHM by the sender; src/transport/*.cc) name the
+    printing rank. Ring orders name none, but NCCL prints them on rank 0 only
+    (:data:`~icefabric.collect.infer.RULE_RING_DUMP`); RCCL's ``... busId %lx`` suffix names
+    the printing GPU, which ``bus_rank`` ((host, busId) -> rank) turns into its rank.
+    """
+    out: list[tuple[tuple[int, int], PrintedRank]] = []
+    order = {s: i for i, s in enumerate(log.sources)}
+
+    def add(rank: int, ref: LineRef, rule: str | None = None) -> None:
+        out.append(((order.get(ref.source, 0), ref.line),
+                    PrintedRank(rank, ref.host, ref.dev, ref.source, ref.line, rule)))
+
+    for rec in log.comm_topology_lines + log.ring_ranks + log.tree_ranks:
+        add(rec["rank"], rec["ref"])
+    for rec in log.trees:
+        if rec["tree"] == 0:
+            add(rec["rank"], rec["ref"])
+    for rec in log.nranks_fields:
+        ref = rec["ref"]
+        by_bus = (bus_rank or {}).get((ref.host, ref.bus_id or ""))
+        if rec["rank"] is not None:
+            add(rec["rank"], ref)
+        elif by_bus is not None:
+            add(by_bus, ref, RULE_BUS_ID)
+    for rec in log.ring_orders:
+        add(0, rec["ref"], RULE_RING_DUMP)
+    for conn in log.connections:
+        loc = local_endpoint(conn)
+        if loc is not None:
+            add(loc[0], conn["ref"])
+    return [p for _, p in sorted(out, key=lambda kv: kv[0])]
+
+
+def local_rank_lines(log: NcclLog) -> list[LocalRankLine]:
+    """The ``comm ... nNodes M localRanks L localRank l`` lines as :class:`LocalRankLine`."""
+    return [LocalRankLine(r["rank"], r["localRank"], r["localRanks"], r["nNodes"], r["host"],
+                          r["ref"].source, r["ref"].line) for r in log.comm_topology_lines]
+
+
+def implied_placement(log: NcclLog, nranks: int | None, nnodes: int | None,
+                      read: dict[int, dict[str, Any]] | None = None) -> Placement:
+    """Devices and hosts of the ranks: what the log prints plus what it implies.
+
+    Parameters
+    ----------
+    log : NcclLog
+        One communicator's records (or a whole log with one communicator).
+    nranks, nnodes : int or None
+        The communicator's size and host count when known.
+    read : dict, optional
+        :func:`rank_devices` of ``log`` (computed when not given).
+
+    Returns
+    -------
+    Placement
+        See :mod:`icefabric.collect.infer`; ``inferred`` lists every added value with its rule
+        and line.
+    """
+    read = rank_devices(log) if read is None else read
+    bus_rank = {(d.get("host"), d["bus_id"]): r for r, d in read.items() if d.get("bus_id")}
+    printed = printed_ranks(log, bus_rank)
+    devices = infer_devices(printed, {r: d["device"] for r, d in read.items()
+                                      if d.get("device") is not None})
+    hosts = {r: d["host"] for r, d in read.items() if d.get("host") is not None}
+    placement = place_ranks(nranks, nnodes, hosts, local_rank_lines(log), devices.device_of,
+                            printed)
+    placement.inferred = devices.inferred + placement.inferred
+    return placement
+
+
 def rings_by_channel(log: NcclLog) -> dict[int, list[int]]:
     """Ring order per channel from ``Channel cc/NN :`` lines (first complete print wins).
 
@@ -741,24 +863,40 @@ def rings_by_channel(log: NcclLog) -> dict[int, list[int]]:
     return dict(sorted(rings.items()))
 
 
+def whole_rings(log: NcclLog, nranks: int | None) -> dict[int, list[int]]:
+    """The rings of :func:`rings_by_channel` known to be whole: not cut ('...') and, when the
+    communicator size is known, holding every rank."""
+    cut = {r["channel"] for r in log.ring_orders if not r["complete"]} - {
+        r["channel"] for r in log.ring_orders if r["complete"]}
+    return {c: ring for c, ring in rings_by_channel(log).items()
+            if c not in cut and (nranks is None or len(ring) == nranks)}
+
+
 def _comm_groups(log: NcclLog) -> list[dict[str, Any]]:
     """Communicators seen, keyed by commId (else by nranks), with the (host, pid, tid) threads
-    that printed their init lines; other lines are attributed through those threads."""
+    that printed their init lines or any other line naming the rank count (RCCL's
+    ``comm %p nRanks %02d`` suffix, ``Init timings``); other lines are attributed through those
+    threads."""
     groups: dict[str, dict[str, Any]] = {}
-    for rec in log.init_lines + log.comm_topology_lines:
+    for rec in log.init_lines + log.comm_topology_lines + log.nranks_fields:
         n = rec.get("nranks", rec.get("nRanks"))
         key = rec.get("commId") or f"n{n}"
         g = groups.setdefault(key, {"comm_id": rec.get("commId"), "nranks": n, "threads": set(),
                                     "comms": set()})
-        if rec.get("comm"):
-            g["comms"].add((rec["host"], rec["comm"]))
         ref = rec["ref"]
+        comm = rec.get("comm") or ref.comm
+        if comm:
+            g["comms"].add((ref.host, comm))
         g["threads"].add((ref.host, ref.pid, ref.tid))
-    # A comm pointer seen in both an init line with commId and one without joins the former.
+    # Lines without commId that share a comm pointer, or a printing thread and the rank count,
+    # with a commId group belong to it.
     for key in [k for k in groups if k.startswith("n")]:
         g = groups[key]
         for other_key, other in groups.items():
-            if other_key != key and not other_key.startswith("n") and g["comms"] & other["comms"]:
+            if other_key == key or other_key.startswith("n"):
+                continue
+            if g["comms"] & other["comms"] or (
+                    g["threads"] & other["threads"] and g["nranks"] == other["nranks"]):
                 other["threads"] |= g["threads"]
                 del groups[key]
                 break
@@ -800,46 +938,33 @@ def _report(log: NcclLog, group: dict[str, Any], mine) -> CommunicatorReport:
                   net_ib=log.net_ib, nic_lines=log.nic_lines, networks=log.networks,
                   env=log.env, test_devices=log.test_devices)
     for name in ("init_lines", "comm_topology_lines", "ring_orders", "ring_ranks", "trees",
-                 "tree_ranks", "connections"):
+                 "tree_ranks", "connections", "nranks_fields"):
         setattr(sub, name, [r for r in getattr(log, name)
                             if mine(r["ref"]) and _same_comm(r, group)])
-    devs = rank_devices(sub)
     nranks = group["nranks"]
     if nranks is None and sub.ring_orders:
         nranks = max((len(r["ranks"]) for r in sub.ring_orders if r["complete"]), default=0) or None
+    nnodes = next((r["nNodes"] for r in sub.comm_topology_lines), None)
+    read = rank_devices(sub)
+    placement = implied_placement(sub, nranks, nnodes, read)
     nics = host_nics(log)
-    rank_nic: dict[int, str] = {}
-    conn_nic: list[tuple[str | None, str | None]] = []
-    for conn in sub.connections:
-        loc = local_endpoint(conn)
-        nic = None
-        if conn["kind"] == "NET" and conn.get("net_dev") is not None:
-            host_list = nics.get(conn["ref"].host or "", {}).get("nics", [])
-            nic = next((n for n in host_list if n["index"] == conn["net_dev"]), None)
-            if nic is not None and loc is not None:
-                rank_nic.setdefault(loc[0], nic["name"])
-        conn_nic.append((nic["name"], nic["link"]) if nic else (None, None))
-    ranks = [
-        RankInfo(rank=r, host=d.get("host"), device=d.get("device"),
-                 nvml_device=d.get("nvml_device"), bus_id=d.get("bus_id"), pid=d.get("pid"),
-                 nic=rank_nic.get(r))
-        for r, d in sorted(devs.items())
-    ]
+    rank_nic, conn_nic = _connection_nics(sub, nics)
     rings = rings_by_channel(sub)
     complete = {r["channel"]: r["complete"] for r in sub.ring_orders}
-    nch = [r["nchannels"] for r in sub.ring_orders if r["nchannels"]]
-    nnodes = next((r["nNodes"] for r in sub.comm_topology_lines), None)
+    ring_models, ring_facts = _rings(sub, rings, complete, whole_rings(sub, nranks), placement)
+    # "N coll channels" is the count NCCL settled on (init.cc); ring-order lines come next.
+    nch = [c["coll"] for c in log.channel_counts if mine(c["ref"])] or \
+        [r["nchannels"] for r in sub.ring_orders if r["nchannels"]]
     networks = [n["network"] for n in log.networks]
     return CommunicatorReport(
         library=library_of(log),
         version=(log.rccl_versions or log.versions or log.version_hints or [None])[0],
         comm_id=group["comm_id"],
         nranks=nranks,
-        nnodes=nnodes,
-        ranks=ranks,
+        nnodes=nnodes if nnodes is not None else placement.nnodes,
+        ranks=_rank_infos(read, placement, rank_nic),
         nchannels=max(nch) if nch else (len(rings) or None),
-        rings=[Ring(channel=c, ranks=rs, complete=complete.get(c, True))
-               for c, rs in rings.items()],
+        rings=ring_models,
         trees=[TreeNode(**{k: t[k] for k in ("rank", "channel", "down", "up", "tree")})
                for t in (sub.trees or sub.tree_ranks)],
         connections=[
@@ -856,11 +981,71 @@ def _report(log: NcclLog, group: dict[str, Any], mine) -> CommunicatorReport:
         env=dict(log.env),
         sources=list(log.sources),
         warnings=list(log.warnings),
+        inferred=library_inference(log) + placement.inferred + ring_facts,
     )
 
 
+def _connection_nics(sub: NcclLog, nics: dict[str, dict[str, Any]]):
+    """Per rank the NIC its NET lines use, and per connection (NIC name, link layer)."""
+    rank_nic: dict[int, str] = {}
+    conn_nic: list[tuple[str | None, str | None]] = []
+    for conn in sub.connections:
+        loc = local_endpoint(conn)
+        nic = None
+        if conn["kind"] == "NET" and conn.get("net_dev") is not None:
+            host_list = nics.get(conn["ref"].host or "", {}).get("nics", [])
+            nic = next((n for n in host_list if n["index"] == conn["net_dev"]), None)
+            if nic is not None and loc is not None:
+                rank_nic.setdefault(loc[0], nic["name"])
+        conn_nic.append((nic["name"], nic["link"]) if nic else (None, None))
+    return rank_nic, conn_nic
+
+
+def _rank_infos(read: dict[int, dict[str, Any]], placement: Placement,
+                rank_nic: dict[int, str]) -> list[RankInfo]:
+    ranks = sorted(set(read) | set(placement.group_of) | set(placement.device_of))
+    return [
+        RankInfo(rank=r, host=placement.host_of(r), device=placement.device_of.get(r),
+                 nvml_device=read.get(r, {}).get("nvml_device"),
+                 bus_id=read.get(r, {}).get("bus_id"), pid=read.get(r, {}).get("pid"),
+                 nic=rank_nic.get(r), node=placement.node_of.get(r))
+        for r in ranks
+    ]
+
+
+def _rings(sub: NcclLog, rings: dict[int, list[int]], complete: dict[int, bool],
+           whole: dict[int, list[int]], placement: Placement,
+           ) -> tuple[list[Ring], list[InferredFact]]:
+    """Ring models with their cross-host edges, and one inferred fact per ring with edges."""
+    line_of = {r["channel"]: r["ref"] for r in sub.ring_orders}
+    models, facts = [], []
+    for c, order in rings.items():
+        edges = cross_node_edges(order, placement.group_of) if c in whole else None
+        models.append(Ring(channel=c, ranks=order, complete=complete.get(c, True),
+                           cross_node_edges=edges))
+        if edges:
+            ref = line_of.get(c)
+            facts.append(InferredFact(
+                fact="ring_cross_node_edges", ranks=sorted({r for e in edges for r in e}),
+                value=f"channel {c}: " + " ".join(f"{a}->{b}" for a, b in edges),
+                rule=RULE_EDGES, source=ref.source if ref else None,
+                line=ref.line if ref else None))
+    return models, facts
+
+
+def library_inference(log: NcclLog) -> list[InferredFact]:
+    """RCCL implied by a marker line (no RCCL version line printed): the inferred fact, or []."""
+    if log.rccl_versions or not log.rccl_markers:
+        return []
+    ref = log.rccl_markers[0]["ref"]
+    return [InferredFact(fact="library", value="rccl", rule=(
+        f"'{log.rccl_markers[0]['what']}' is printed only by RCCL/ROCm builds (ROCm/rccl "
+        "src/init.cc: the comm/nRanks/busId suffix, RCCL version string, librccl path)"),
+        source=ref.source, line=ref.line)]
+
+
 def _same_comm(rec: dict[str, Any], group: dict[str, Any]) -> bool:
-    n = rec.get("nranks", rec.get("nRanks"))
+    n = rec.get("nranks", rec.get("nRanks", rec["ref"].nranks))
     if n is not None and group["nranks"] is not None and n != group["nranks"]:
         return False
     cid = rec.get("commId")

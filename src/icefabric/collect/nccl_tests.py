@@ -61,6 +61,8 @@ class NcclTestsRun:
     devices: list[dict[str, Any]] = field(default_factory=list)
     header_columns: list[str] | None = None
     rows: list[dict[str, Any]] = field(default_factory=list)
+    # Each row's fields exactly as printed (for display; versions differ in number formats).
+    printed_rows: list[list[str]] = field(default_factory=list)
     avg_bus_bandwidth_GBps: float | None = None
     out_of_bounds: dict[str, Any] | None = None
     env: dict[str, str] = field(default_factory=dict)
@@ -168,7 +170,8 @@ def parse_row(line: str, columns: list[str] | None = None) -> dict[str, Any] | N
     return row
 
 
-def parse_nccl_tests(text: str | bytes, source: str | None = None) -> NcclTestsOutput:
+def parse_nccl_tests(text: str | bytes, source: str | None = None, *,
+                     after: NcclTestsRun | None = None) -> NcclTestsOutput:
     """Read nccl-tests (or rccl-tests) output, possibly mixed with NCCL INFO lines.
 
     Parameters
@@ -177,6 +180,9 @@ def parse_nccl_tests(text: str | bytes, source: str | None = None) -> NcclTestsO
         Output of one or more ``*_perf`` runs; Open MPI ``[1,0]<stdout>:`` tags are stripped.
     source : str, optional
         Name used in warnings.
+    after : NcclTestsRun, optional
+        The run an earlier excerpt ended in: rows before this text's first header continue it
+        (and are read with its column layout). It is returned first when it gained anything.
 
     Returns
     -------
@@ -186,7 +192,7 @@ def parse_nccl_tests(text: str | bytes, source: str | None = None) -> NcclTestsO
         warnings with their line number.
     """
     out = NcclTestsOutput()
-    run = NcclTestsRun()
+    run = after if after is not None else NcclTestsRun()
     out.runs.append(run)
 
     def new_run() -> NcclTestsRun:
@@ -214,6 +220,7 @@ def parse_nccl_tests(text: str | bytes, source: str | None = None) -> NcclTestsO
                     out.warnings.append(warn("incomplete or malformed result row", lineno, source))
                 else:
                     run.rows.append(row)
+                    run.printed_rows.append(line.split())
                 continue
             if " NCCL " in s or " RCCL " in s:
                 continue
@@ -228,6 +235,21 @@ def parse_nccl_tests(text: str | bytes, source: str | None = None) -> NcclTestsO
         except Exception as exc:  # noqa: BLE001 - never crash on odd input
             out.warnings.append(warn(f"could not read line ({type(exc).__name__})", lineno, source))
     out.runs = [r for r in out.runs if not r.empty()]
+    return out
+
+
+def parse_nccl_tests_files(texts: list[tuple[str | None, str | bytes]]) -> NcclTestsOutput:
+    """Read several files of nccl-tests output as one, in order.
+
+    Excerpts of one run posted apart (the header in one, more rows in the next) are read as the
+    same run: rows before a file's first header continue the previous file's last run.
+    """
+    out = NcclTestsOutput()
+    for source, text in texts:
+        last = out.runs[-1] if out.runs else None
+        part = parse_nccl_tests(text, source, after=last)
+        out.warnings += part.warnings
+        out.runs += [r for r in part.runs if r is not last]
     return out
 
 

@@ -167,6 +167,12 @@ def _scan(text: str, source: str | None, warnings: list[ParseWarning]) -> tuple[
     return root, well_formed
 
 
+def is_topology_xml(text: str) -> bool:
+    """True for an NCCL topology dump (starts with an XML tag such as ``<system``)."""
+    head = text.lstrip()[:200]
+    return head.startswith("<?xml") or head.startswith("<system")
+
+
 def parse_nccl_topo(text: str | bytes, source: str | None = None) -> NcclTopology:
     """Read an NCCL topology dump (possibly truncated).
 

@@ -149,6 +149,28 @@ def parse_ranktable(text: str | bytes, source: str | None = None) -> RankTable:
     return table
 
 
+def parse_ranktables(texts: list[tuple[str | None, str | bytes]]) -> RankTable:
+    """Several rank tables of one job (e.g. one file per server) read as one table.
+
+    The ranks of all files are merged (sorted by rank); the first version/status printed wins;
+    a rank id found in two files is a warning.
+    """
+    merged = RankTable()
+    for source, text in texts:
+        table = parse_ranktable(text, source)
+        merged.version = merged.version or table.version
+        merged.status = merged.status or table.status
+        merged.warnings += table.warnings
+        seen = {r.rank for r in merged.ranks}
+        clash = sorted({r.rank for r in table.ranks} & seen)
+        if clash:
+            merged.warnings.append(warn(f"rank(s) {clash} already defined by an earlier file",
+                                        None, source))
+        merged.ranks += table.ranks
+    merged.ranks.sort(key=lambda r: r.rank)
+    return merged
+
+
 def read_ranktable(path: str | Path) -> RankTable:
     """Read a rank table file (see :func:`parse_ranktable`)."""
     return parse_ranktable(read_text(path), source=str(path))

@@ -12,10 +12,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from icefabric.collect.errors import CollectError
+from icefabric.collect.infer import describe
 from icefabric.schemas import CommunicatorReport
 
 
-class JobInferenceError(ValueError):
+class JobInferenceError(CollectError):
     """The report does not contain enough to place every rank on a host."""
 
 
@@ -34,10 +36,12 @@ def job_from_report(report: CommunicatorReport, *, name: str | None = None) -> d
     dict
         ``{"name", "library", "hosts", "gpus_per_host", "nranks", "rank_host",
         "rank_device", "rings", "nics_per_host", "channels", "qps_per_connection",
-        "inferred"}``. ``name`` is a valid scenario job name (starts with a letter).
+        "nccl_version", "split_data_on_qps", "inferred"}``. ``name`` is a valid scenario job
+        name (starts with a letter).
         ``rank_host[r]`` indexes ``hosts``; ``rings`` maps channel -> rank order (complete
         rings only); ``nics_per_host`` is None when the log listed no NICs; ``inferred``
-        lists, in words, every value that was completed rather than read (empty when all was read).
+        lists, in words, every value that was completed rather than read (empty when all was
+        read), ending with the report's own inferred facts (``report: ...``).
 
     Raises
     ------
@@ -108,18 +112,18 @@ def job_from_report(report: CommunicatorReport, *, name: str | None = None) -> d
         if dev is None:
             dev = r % gpus_per_host
         rank_device.append(dev)
-    rings = {ring.channel: list(ring.ranks) for ring in report.rings
-             if ring.complete and len(ring.ranks) == nranks}
+    rings = report.ring_orders(nranks)
     nics = [len(h.nics) for h in report.nics if h.nics]
     library = report.library if report.library in ("nccl", "rccl", "hccl") else "nccl"
     if name is None:
         name = Path(report.sources[0]).stem if report.sources else "job"
         if report.comm_id:
             name = f"comm-{report.comm_id}"
-    # Scenario job names must start with a letter (scenario.schema.JobSpec).
+    # Scenario job names must start with a letter (scenario.schema.ScenarioJob).
     name = re.sub(r"[^\w.-]", "_", name)
     if not name[:1].isalpha():
         name = f"job-{name}"
+    inferred += [f"report: {describe(f)}" for f in report.inferred]
     qps = report.env.get("NCCL_IB_QPS_PER_CONNECTION") or report.env.get(
         "HCCL_RDMA_QPS_PER_CONNECTION")
     return {
@@ -134,8 +138,15 @@ def job_from_report(report: CommunicatorReport, *, name: str | None = None) -> d
         "nics_per_host": max(nics) if nics else None,
         "channels": report.nchannels,
         "qps_per_connection": int(qps) if qps and qps.isdigit() else 1,
+        "nccl_version": report.version if library == "nccl" else None,
+        "split_data_on_qps": _int_env(report.env, "NCCL_IB_SPLIT_DATA_ON_QPS"),
         "inferred": inferred,
     }
+
+
+def _int_env(env: dict[str, str], key: str) -> int | None:
+    v = (env.get(key) or "").strip()
+    return int(v) if v.isdigit() else None
 
 
 def job_from_log(paths: list[str | Path], *, name: str | None = None) -> dict[str, Any]:
@@ -175,7 +186,7 @@ def job_from_log(paths: list[str | Path], *, name: str | None = None) -> dict[st
     return job
 
 
-# nccl-tests binary stem -> scenario collective kind (scenario.schema.CollectiveSpec).
+# nccl-tests binary stem -> scenario collective kind (scenario.schema.ScenarioCollective).
 _COLLECTIVE_KIND = {"all_reduce": "all_reduce", "all_gather": "all_gather",
                     "reduce_scatter": "reduce_scatter", "alltoall": "alltoall",
                     "broadcast": "broadcast"}
@@ -214,6 +225,10 @@ def scenario_fragment(job: dict[str, Any], *, server: str = "hgx-h100",
     }
     if job.get("channels"):
         spec["channels"] = min(int(job["channels"]), 64)
+    if job.get("nccl_version"):
+        spec["nccl_version"] = job["nccl_version"]
+    if job.get("split_data_on_qps") is not None:
+        spec["nccl_env"] = {"NCCL_IB_SPLIT_DATA_ON_QPS": job["split_data_on_qps"]}
     out: dict[str, Any] = {
         "pools": [{"name": pool, "server": server, "count": len(job["hosts"])}],
         "jobs": [spec],

@@ -7,22 +7,28 @@ on its planned path.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
-from icefabric.dataplane.ecmp import HashConfig, ecmp_hash, select_member
+from icefabric.dataplane.ecmp import PROFILES, HashConfig, ecmp_hash, select_member
 from icefabric.topology.model import Fabric
 from icefabric.topology.routing import Routing
 
 
 def fabric_hash_configs(fabric: Fabric) -> dict[int, HashConfig]:
     """One :class:`HashConfig` per switch node, from the fabric's per-switch algorithm,
-    seed and offset (set by the builder from the switch profile and seed policy)."""
+    seed and offset (set by the builder from the switch profile and seed policy) and, when
+    the switch has a named hash profile, that profile's key fields, symmetric hashing and
+    member selection."""
     out = {}
+    profiles = fabric.node_hash_profile
     for s in fabric.switches.tolist():
-        out[s] = HashConfig(algorithm=fabric.node_hash_algorithm[s],
-                            seed=int(fabric.node_hash_seed[s]) & 0xFFFFFFFF,
-                            offset=int(fabric.node_hash_offset[s]),
-                            name=fabric.node_names[s])
+        base = PROFILES[profiles[s]] if profiles and profiles[s] else HashConfig()
+        out[s] = dataclasses.replace(base, algorithm=fabric.node_hash_algorithm[s],
+                                     seed=int(fabric.node_hash_seed[s]) & 0xFFFFFFFF,
+                                     offset=int(fabric.node_hash_offset[s]),
+                                     name=fabric.node_names[s])
     return out
 
 

@@ -26,17 +26,15 @@ from icefabric.controller.planner import (
     FabricNotCached,
     JobState,
     PlanInputError,
+    PlanOutcome,
     check_report,
-    compose_host_plan,
     compute_plan,
     compute_plan_in_worker,
-    links_between,
-    path_plan_from_dict,
-    path_plan_to_dict,
 )
 from icefabric.controller.settings import Settings
 from icefabric.controller.store.repo import Repository
 from icefabric.schemas_service import (
+    QP_PLANS,
     AgentEnrol,
     CommReport,
     Event,
@@ -44,6 +42,7 @@ from icefabric.schemas_service import (
     HostPlan,
     LinkRef,
     PlanSummary,
+    QpPlan,
 )
 from icefabric.topology.model import Fabric
 from icefabric.topology.serialize import fabric_from_dict
@@ -61,6 +60,15 @@ class Conflict(RuntimeError):
 
 class Invalid(ValueError):
     pass
+
+
+def _host_doc(summary: dict, host: str, qps: list[QpPlan]) -> bytes:
+    """The :class:`HostPlan` document of ``host`` under plan ``summary``."""
+    return HostPlan(host=host, version=summary.get("version", 0),
+                    fabric_version=summary.get("fabric_version", 0),
+                    policy=summary.get("policy", ""), created_at=summary.get("created_at", 0.0),
+                    down_links=[LinkRef(**x) for x in summary.get("down_links", [])],
+                    qps=qps).model_dump_json().encode()
 
 
 def sha256(token: str) -> str:
@@ -153,8 +161,9 @@ class ControllerCore:
         self.hosts: dict[str, dict] = {}
         self.plan_version = 0
         self.plan_summary: dict | None = None
-        self.host_docs: dict[str, bytes] = {}
-        self.host_qps: dict[str, bytes] = {}
+        self.host_docs: dict[str, bytes] = {}  # served as is: HostPlan JSON per host
+        self.host_qps: dict[str, bytes] = {}  # stored: each host's QP plans (JSON array)
+        self._host_models: dict[str, list[QpPlan]] = {}
         self.path_plan: PathPlan | None = None
         self.workload_key = ""
         self.last_error = ""
@@ -166,8 +175,6 @@ class ControllerCore:
         self._pool = None
         self._worker_fv = -1
         self.fabric_doc: dict | None = None
-        self.report_docs: dict[str, dict[str, dict]] = {}
-        self._plan_dict: dict | None = None
         self._load()
 
     # -- startup ------------------------------------------------------------------------------
@@ -201,17 +208,17 @@ class ControllerCore:
         for job, host, doc in r.reports():
             self.jobs.setdefault(job, JobState(job)).reports[host] = \
                 CommReport.model_validate(doc)
-            self.report_docs.setdefault(job, {})[host] = doc
         latest = r.latest_plan()
         if latest is not None:
             row, docs = latest
             self.plan_version = row.version
             self.plan_summary = json.loads(row.summary)
             self.host_qps = {h: d for h, d in docs.items() if d != b"[]"}
-            self.host_docs = self._compose(self.plan_summary, self.host_qps)
+            self._host_models = {h: QP_PLANS.validate_json(d) for h, d in self.host_qps.items()}
+            self.host_docs = self._compose(self.plan_summary, self._host_models)
             pp = json.loads(row.path_plan)
             self.workload_key = pp.pop("workload_key", "")
-            self.path_plan = path_plan_from_dict(pp) if pp.get("sport") is not None else None
+            self.path_plan = PathPlan.from_dict(pp) if pp.get("sport") is not None else None
         self.watch.version = self.plan_version
         self.metrics.plan_version = self.plan_version
 
@@ -275,7 +282,7 @@ class ControllerCore:
             raise Invalid(f"topology: {e}") from None
         down = set()
         for i, l in enumerate(up.down_links):
-            if not links_between(fabric, l.a, l.b):
+            if not len(fabric.links_between(l.a, l.b)):
                 raise Invalid(f"down_links[{i}]: no link between {l.a} and {l.b}")
             down.add(tuple(sorted((l.a, l.b))))
         doc = up.topology
@@ -295,7 +302,7 @@ class ControllerCore:
             raise Conflict("no fabric loaded")
         norm = []
         for i, (a, b, up) in enumerate(changes):
-            if not links_between(self.fabric, a, b):
+            if not len(self.fabric.links_between(a, b)):
                 raise Invalid(f"links[{i}]: no link between {a} and {b}")
             norm.append((tuple(sorted((a, b))), up))
         with self._lock:
@@ -313,7 +320,7 @@ class ControllerCore:
     def down_link_ids(self) -> list[int]:
         ids: list[int] = []
         for a, b in sorted(self.down):
-            ids += links_between(self.fabric, a, b)
+            ids += self.fabric.links_between(a, b).tolist()
         return sorted(ids)
 
     # -- agents ---------------------------------------------------------------------------------
@@ -371,11 +378,9 @@ class ControllerCore:
             old = js.reports.get(host) if js else None
             if old is not None and old == rep:
                 return js
-            doc = rep.model_dump(mode="json")
-            self.repo.save_report(rep.job, host, doc)
+            self.repo.save_report(rep.job, host, rep.model_dump(mode="json"))
             js = self.jobs.setdefault(rep.job, JobState(rep.job))
             js.reports[host] = rep
-            self.report_docs.setdefault(rep.job, {})[host] = doc
             complete = js.complete
         self.metrics.reports += 1
         if complete:
@@ -397,12 +402,7 @@ class ControllerCore:
     def host_plan(self, host: str) -> bytes | None:
         doc = self.host_docs.get(host)
         if doc is None and self.plan_version > 0:
-            s = self.plan_summary or {}
-            doc = HostPlan(host=host, version=self.plan_version,
-                           fabric_version=s.get("fabric_version", self.fabric_version),
-                           policy=s.get("policy", ""), created_at=s.get("created_at", 0.0),
-                           down_links=[LinkRef(**x) for x in s.get("down_links", [])],
-                           qps=[]).model_dump_json().encode()
+            doc = _host_doc(self.plan_summary or {}, host, [])
         return doc
 
     def _planner_loop(self) -> None:
@@ -438,7 +438,6 @@ class ControllerCore:
             if fabric is None:
                 return
             jobs = {k: JobState(k, dict(v.reports)) for k, v in self.jobs.items()}
-            docs = {k: dict(v) for k, v in self.report_docs.items()}
             down = sorted(self.down)
             down_ids = self.down_link_ids()
             seed, fv = self.plan_seed, self.fabric_version
@@ -453,51 +452,49 @@ class ControllerCore:
             out = compute_plan(fabric, jobs, prev=prev, unchanged=lambda k: k == unchanged_key,
                                **kw)
         else:
-            out = self._plan_in_worker(fv, docs, prev, unchanged_key, kw)
-        if out is None:
-            return
-        plan, kind, planning_ms = out["plan"], out["kind"], out["planning_ms"]
-        qps = out["qps"]
+            out = self._plan_in_worker(fv, jobs, prev, unchanged_key, kw)
+        if out is not None:
+            self._publish(out, reason, down, fv)
+
+    def _publish(self, out: PlanOutcome, reason: str, down: list, fv: int) -> None:
+        """Store plan ``out`` as the next version and serve it. Only the planner thread
+        changes plan state, so this runs without the state lock; the swap is atomic."""
         now = time.time()
-        # Only this thread changes plan state, so everything is prepared and stored without
-        # holding the state lock (request handlers keep running); the swap is atomic.
         version = self.plan_version + 1
-        # Only hosts whose QP plans changed are written (a re-plan moves few hosts).
-        changed = {h: d for h, d in qps.items() if self.host_qps.get(h) != d}
-        changed.update({h: b"[]" for h in self.host_qps if h not in qps})
-        summary = PlanSummary(version=version, policy=out["policy"],
-                              created_at=now, reason=f"{kind}: {reason}",
-                              planning_ms=round(planning_ms, 3), jobs=out["jobs"],
-                              qps=out["n_qps"], hosts=len(qps),
+        # Only hosts whose QP plans changed are written and re-read (a re-plan moves few).
+        changed = {h: q for h, q in out.hosts.items() if self.host_qps.get(h) != q}
+        models = {h: self._host_models[h] if h not in changed else QP_PLANS.validate_json(q)
+                  for h, q in out.hosts.items()}
+        changed.update({h: b"[]" for h in self.host_qps if h not in out.hosts})
+        summary = PlanSummary(version=version, policy=out.policy,
+                              created_at=now, reason=f"{out.kind}: {reason}",
+                              planning_ms=round(out.planning_ms, 3), jobs=out.jobs,
+                              qps=out.n_qps, hosts=len(out.hosts),
                               down_links=[LinkRef(a=a, b=b) for a, b in down],
                               fabric_version=fv).model_dump(mode="json")
-        pp = plan if isinstance(plan, dict) else path_plan_to_dict(plan)
-        plan_dict = pp if isinstance(plan, dict) else None
-        plan = path_plan_from_dict(pp) if isinstance(plan, dict) else plan
-        pp = {**pp, "workload_key": out["key"]}
         self.repo.save_plan(version, policy=summary["policy"], reason=summary["reason"],
-                            created_at=now, planning_ms=planning_ms, fabric_version=fv,
-                            summary=summary, path_plan=pp, host_docs=changed)
-        docs = self._compose(summary, qps)
+                            created_at=now, planning_ms=out.planning_ms, fabric_version=fv,
+                            summary=summary,
+                            path_plan={**out.paths.to_dict(), "workload_key": out.key},
+                            host_docs=changed)
+        docs = self._compose(summary, models)
         with self._lock:
             self.plan_version, self.plan_summary, self.host_docs = version, summary, docs
-            self.host_qps = qps
-            self.path_plan, self.workload_key = plan, out["key"]
-            self._plan_dict = plan_dict
+            self.host_qps, self._host_models = out.hosts, models
+            self.path_plan, self.workload_key = out.paths, out.key
             self.last_error = ""
-        self.metrics.observe_plan(planning_ms / 1e3, kind, version)
+        for job, why in out.errors.items():
+            log.warning("plan v%d leaves out job %s: %s", version, job, why)
+        self.metrics.observe_plan(out.planning_ms / 1e3, out.kind, version)
         self.watch.publish(version)
         log.info("plan v%d (%s, %s): %d QPs on %d hosts (%d changed) in %.1f ms", version,
-                 kind, reason, out["n_qps"], len(docs), len(changed), planning_ms)
+                 out.kind, reason, out.n_qps, len(docs), len(changed), out.planning_ms)
 
-    def _plan_in_worker(self, fv, docs, prev, unchanged_key, kw) -> dict | None:
-        prev_d = None
-        if prev is not None:
-            prev_d = self._plan_dict if self._plan_dict is not None else path_plan_to_dict(prev)
+    def _plan_in_worker(self, fv, jobs, prev, unchanged_key, kw) -> PlanOutcome | None:
         for attempt in range(2):
             doc = self.fabric_doc if (attempt or self._worker_fv != fv) else None
             try:
-                out = self._pool.submit(compute_plan_in_worker, fv, doc, docs, prev_d,
+                out = self._pool.submit(compute_plan_in_worker, fv, doc, jobs, prev,
                                         unchanged_key, **kw).result()
             except FabricNotCached:
                 continue
@@ -506,13 +503,8 @@ class ControllerCore:
         raise RuntimeError("planner process lost the fabric twice")
 
     @staticmethod
-    def _compose(summary: dict, qps: dict[str, bytes]) -> dict[str, bytes]:
-        down = [(x["a"], x["b"]) for x in summary.get("down_links", [])]
-        return {h: compose_host_plan(h, q, version=summary["version"],
-                                     fabric_version=summary["fabric_version"],
-                                     policy=summary["policy"], created_at=summary["created_at"],
-                                     down=down)
-                for h, q in qps.items()}
+    def _compose(summary: dict, hosts: dict[str, list[QpPlan]]) -> dict[str, bytes]:
+        return {h: _host_doc(summary, h, qps) for h, qps in hosts.items()}
 
     # -- events ---------------------------------------------------------------------------------
     def add_events(self, host: str, events: list[Event]) -> bool:

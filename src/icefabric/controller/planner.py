@@ -1,60 +1,32 @@
-"""From agents' communicator reports to a Workload, and from a PathPlan to per-host plans.
+"""The controller's planning: agents' communicator reports -> jobs -> workload -> plan ->
+per-host plans, through the same spine as the simulator (:mod:`icefabric.pipeline`).
 
-The controller plans with exactly the code of the in-process policies: the jobs'
-communicators (ranks -> hosts/devices, library, channels, QPs per connection, collectives
-and size) are rebuilt with the CCL models of :mod:`icefabric.ccl`, job by job in launch
-order, and every modelled QP is matched to the QP an agent reported by
-``(job, src_ip, dst_ip, ordinal)``, whose real QP numbers replace the modelled ones. The
-workload is then planned by ``get_policy(name).plan(ctx)`` / ``replan``.
+Each complete job's reports become a :class:`~icefabric.pipeline.JobSpec` (ranks on hosts
+and devices, library, channels, QPs per connection, collectives and size, the rings its
+collector saw, the QP numbers and ports its hosts reported); jobs are built in launch order
+and every modelled QP takes the numbers an agent reported for
+``(job, src_ip, dst_ip, ordinal)``. The plan carries ICE's per-QP pacing rates, recomputed
+at every re-plan.
 """
 
 from __future__ import annotations
 
 import hashlib
-import ipaddress
-import json
+import time
 from dataclasses import dataclass, field
 
-import numpy as np
-
-from icefabric.ccl.collectives import add_collective
-from icefabric.ccl.communicator import Communicator
-from icefabric.ccl.workload import Workload, WorkloadBuilder
 from icefabric.control.plan import PathPlan
-from icefabric.schemas_service import SERVICE_SCHEMA_VERSION, CommReport
+from icefabric.pipeline import JobError, build_workload, plan
+from icefabric.pipeline.hosts import host_plans
+from icefabric.pipeline.jobs import JobSpec, report_job
+from icefabric.policies.base import get_policy
+from icefabric.schemas_service import QP_PLANS, CommReport
 from icefabric.topology.model import Fabric
+from icefabric.units import ipv4_str
 
 
 class PlanInputError(ValueError):
     """A report that cannot be mapped onto the fabric (unknown host, device, address)."""
-
-
-def ip_str(ip: int) -> str:
-    return str(ipaddress.IPv4Address(int(ip)))
-
-
-def links_between(fabric: Fabric, a: str, b: str) -> list[int]:
-    """Link ids of both directions of every cable between ``a`` and ``b`` (parallel links
-    included; empty if none)."""
-    idx = _name_index(fabric)
-    ia, ib = idx.get(a), idx.get(b)
-    if ia is None or ib is None or ia == ib:
-        return []
-    s, d = fabric.link_src, fabric.link_dst
-    return np.flatnonzero(((s == ia) & (d == ib)) | ((s == ib) & (d == ia))).tolist()
-
-
-_NAME_CACHE: dict[int, dict[str, int]] = {}
-
-
-def _name_index(fabric: Fabric) -> dict[str, int]:
-    key = id(fabric)
-    idx = _NAME_CACHE.get(key)
-    if idx is None or len(idx) != fabric.n_nodes:
-        idx = {n: i for i, n in enumerate(fabric.node_names)}
-        _NAME_CACHE.clear()
-        _NAME_CACHE[key] = idx
-    return idx
 
 
 _IP_CACHE: dict[int, tuple[Fabric, set[str]]] = {}
@@ -63,7 +35,7 @@ _IP_CACHE: dict[int, tuple[Fabric, set[str]]] = {}
 def _all_ips(fabric: Fabric) -> set[str]:
     hit = _IP_CACHE.get(id(fabric))
     if hit is None or hit[0] is not fabric:
-        hit = (fabric, {ip_str(ip) for ip in fabric.node_ip[fabric.node_ip > 0]})
+        hit = (fabric, {ipv4_str(ip) for ip in fabric.node_ip[fabric.node_ip > 0]})
         _IP_CACHE.clear()
         _IP_CACHE[id(fabric)] = hit
     return hit[1]
@@ -73,7 +45,7 @@ def host_nic_ips(fabric: Fabric, host: str) -> set[str]:
     s = fabric.server_of_name.get(host)
     if s is None:
         return set()
-    return {ip_str(fabric.node_ip[n]) for n in fabric.servers[s].nics}
+    return {ipv4_str(fabric.node_ip[n]) for n in fabric.servers[s].nics}
 
 
 def check_report(fabric: Fabric, host: str, rep: CommReport) -> None:
@@ -126,152 +98,63 @@ class JobState:
 
 
 @dataclass
-class BuiltWorkload:
-    workload: Workload
+class PlanOutcome:
+    """A new plan: its paths, what it covers and the QP plans of every host."""
+
+    kind: str  # "plan" | "replan"
+    paths: PathPlan
+    key: str  # digest of the reports the workload was built from
     jobs: list[str]
-    qp_job: list[str]
-    qp_ordinal: np.ndarray
-    key: str
-    unmatched_qps: int
-    errors: dict[str, str]
+    n_qps: int
+    hosts: dict[str, bytes]  # per host: its QP plans, serialized by QP_PLANS
+    planning_ms: float
+    policy: str
+    errors: dict[str, str] = field(default_factory=dict)  # jobs left out, and why
 
 
-def build_workload(fabric: Fabric, jobs: dict[str, JobState]) -> BuiltWorkload:
-    """The Workload of every complete job, in ``(job_order, job)`` order.
-
-    The jobs are built as :func:`icefabric.scenario.build.build_workload` builds them (one
-    builder, collectives chained per job), so a twin that reports a scenario's jobs gets the
-    same workload, QP for QP.
-    """
-    wb = WorkloadBuilder()
-    done, errors = [], {}
+def job_specs(fabric: Fabric, jobs: dict[str, JobState]) -> tuple[list[JobSpec], dict[str, str]]:
+    """The jobs whose every host has reported, in launch order; jobs whose reports do not
+    fit the fabric are left out (and named with the reason)."""
     ready = sorted((j for j in jobs.values() if j.reports and j.complete),
                    key=lambda j: (j.any.job_order, j.job))
+    specs, errors = [], {}
     for js in ready:
-        rep = js.any
-        ranks = sorted(rep.ranks, key=lambda r: r.rank)
         try:
-            accels = [fabric.servers[fabric.server_of_name[r.host]].accels[r.device]
-                      for r in ranks]
-            comm = Communicator(job=js.job, fabric=fabric, ranks=np.asarray(accels),
-                                library=rep.library,
-                                qps_per_connection=rep.qps_per_connection,
-                                channels=rep.channels, step_overhead_ns=rep.step_overhead_ns)
-            n_colls, n_flows = len(wb.collectives), len(wb.flow_size)
-            after: list[int] = []
-            for c in rep.collectives:
-                after = add_collective(wb, comm, c.kind, rep.size_bytes, algorithm=c.algorithm,
-                                       after=after, name=f"{js.job}:{c.kind}")
-        except (KeyError, IndexError, ValueError) as e:
-            errors[js.job] = str(e)
-            if len(wb.collectives) != n_colls or len(wb.flow_size) != n_flows:
-                # A partially added job would corrupt the builder: start over without it.
-                bad = {**{k: v for k, v in jobs.items() if k != js.job}}
-                out = build_workload(fabric, bad)
-                out.errors.update(errors)
-                return out
-            continue
-        done.append(js.job)
-    wl = wb.build(node_ip=fabric.node_ip)
-    qp_job = [wl.conn_job[c] for c in wl.qp_conn.tolist()]
-    ordinal = np.zeros(wl.n_qps, dtype=np.int64)
-    counter: dict[tuple, int] = {}
-    unmatched = 0
-    reported: dict[tuple, tuple[int, int]] = {}
-    for js in ready:
-        for rep in js.reports.values():
-            for q in rep.qps:
-                reported[(js.job, q.src_ip, q.dst_ip, q.ordinal)] = (q.lqpn, q.rqpn)
-    sip = [ip_str(x) for x in wl.qp_src_ip.tolist()]
-    dip = [ip_str(x) for x in wl.qp_dst_ip.tolist()]
-    for q in range(wl.n_qps):
-        k = (qp_job[q], sip[q], dip[q])
-        ordinal[q] = counter.get(k, 0)
-        counter[k] = int(ordinal[q]) + 1
-        got = reported.get((*k, int(ordinal[q])))
-        if got is None:
-            unmatched += 1
-        else:
-            wl.qp_lqpn[q], wl.qp_rqpn[q] = got
-    h = hashlib.sha256()
-    for js in ready:
-        if js.job in done:
-            for host in sorted(js.reports):
-                h.update(js.reports[host].model_dump_json().encode())
-    return BuiltWorkload(wl, done, qp_job, ordinal, h.hexdigest(), unmatched, errors)
-
-
-def host_qps_json(fabric: Fabric, bw: BuiltWorkload, plan: PathPlan) -> dict[str, bytes]:
-    """Per host, the JSON array of :class:`QpPlan` of the QPs whose sending NIC is on it.
-
-    Built with plain dicts (not model instances): this runs for every QP on every re-plan.
-    """
-    wl = bw.workload
-    ptr = plan.qp_route_ptr()
-    per_host: dict[str, list[dict]] = {}
-    srv = fabric.node_server[wl.qp_src_nic].tolist()
-    names = [s.name for s in fabric.servers]
-    sip = [ip_str(x) for x in wl.qp_src_ip.tolist()]
-    dip = [ip_str(x) for x in wl.qp_dst_ip.tolist()]
-    backup = plan.meta.get("backup_sport")
-    rates = plan.rate_bps.tolist()
-    sport = plan.sport.tolist()
-    lq, rq = wl.qp_lqpn.tolist(), wl.qp_rqpn.tolist()
-    weights = plan.route_weight.tolist()
-    for q in range(wl.n_qps):
-        rate = rates[q]
-        b = None
-        if backup is not None and int(backup[q]) >= 0:
-            b = int(backup[q])
-        per_host.setdefault(names[srv[q]], []).append({
-            "src_ip": sip[q], "dst_ip": dip[q], "lqpn": lq[q], "rqpn": rq[q],
-            "job": bw.qp_job[q], "ordinal": int(bw.qp_ordinal[q]), "sport": sport[q],
-            "rate_bps": rate if np.isfinite(rate) else None,
-            "routes": [plan.route(r).tolist() for r in range(ptr[q], ptr[q + 1])],
-            "weights": weights[ptr[q]:ptr[q + 1]], "backup_sport": b})
-    return {h: json.dumps(v, separators=(",", ":")).encode() for h, v in per_host.items()}
-
-
-def compose_host_plan(host: str, qps_json: bytes, *, version: int, fabric_version: int,
-                      policy: str, created_at: float, down: list[tuple[str, str]]) -> bytes:
-    """A :class:`HostPlan` document from its header fields and the host's QP array
-    (plain JSON; runs for every host on every new plan version)."""
-    head = json.dumps({"schema_version": SERVICE_SCHEMA_VERSION, "host": host,
-                       "version": version, "fabric_version": fabric_version, "policy": policy,
-                       "created_at": created_at,
-                       "down_links": [{"a": a, "b": b} for a, b in down]},
-                      separators=(",", ":")).encode()
-    return head[:-1] + b',"qps":' + qps_json + b"}"
+            specs.append(report_job(fabric, [js.reports[h] for h in sorted(js.reports)]))
+        except JobError as e:
+            errors[js.job] = e.reason
+    return specs, errors
 
 
 def compute_plan(fabric: Fabric, jobs: dict[str, JobState], *, policy_name: str, seed: int,
                  down_ids: list[int], prev: PathPlan | None, prev_key: str,
-                 unchanged) -> dict | None:
-    """Build the workload and plan it (``replan`` if the workload is the one ``prev`` was
-    made for). Returns None when there is nothing to plan or nothing changed
+                 unchanged) -> PlanOutcome | None:
+    """Build the workload and plan it (re-plan from ``prev`` if the workload is the one it
+    was made for). None when there is nothing to plan or nothing changed
     (``unchanged(key)`` says whether the current plan already covers workload ``key``)."""
-    import time
-
-    from icefabric.policies.base import PlanContext, get_policy
-
     t0 = time.perf_counter()
-    bw = build_workload(fabric, jobs)
-    if bw.workload.n_qps == 0 or unchanged(bw.key):
+    specs, errors = job_specs(fabric, jobs)
+    while True:
+        try:
+            wl = build_workload(fabric, specs)
+            break
+        except JobError as e:  # leave the job out, plan the others
+            errors[e.job] = e.reason
+            specs = [s for s in specs if s.name != e.job]
+    names = [s.name for s in specs]
+    h = hashlib.sha256()
+    for job in names:
+        for host in sorted(jobs[job].reports):
+            h.update(jobs[job].reports[host].model_dump_json().encode())
+    key = h.hexdigest()
+    if wl.n_qps == 0 or unchanged(key):
         return None
-    policy = get_policy(policy_name)
-    ctx = PlanContext.create(fabric, bw.workload, seed=seed)
-    if prev is not None and prev_key == bw.key and prev.n_qps == bw.workload.n_qps:
-        plan = policy.replan(ctx.after_failure(down_ids), prev)
-        kind = "replan"
-    else:
-        if down_ids:
-            ctx = ctx.after_failure(down_ids)
-        plan = policy.plan(ctx)
-        kind = "plan"
-    planning_ms = (time.perf_counter() - t0) * 1e3
-    return {"kind": kind, "plan": plan, "key": bw.key, "jobs": bw.jobs,
-            "n_qps": bw.workload.n_qps, "qps": host_qps_json(fabric, bw, plan),
-            "planning_ms": planning_ms, "policy": plan.policy or policy.name}
+    replan = prev is not None and prev_key == key and prev.n_qps == wl.n_qps
+    p = plan(fabric, wl, get_policy(policy_name), seed=seed, down_links=down_ids,
+             previous=prev if replan else None)
+    hosts = {h: QP_PLANS.dump_json(q) for h, q in host_plans(fabric, wl, p.paths).items()}
+    return PlanOutcome("replan" if replan else "plan", p.paths, key, names, wl.n_qps, hosts,
+                       (time.perf_counter() - t0) * 1e3, p.paths.policy or policy_name, errors)
 
 
 _WORKER_FABRIC: dict[int, Fabric] = {}
@@ -281,9 +164,10 @@ class FabricNotCached(LookupError):
     pass
 
 
-def compute_plan_in_worker(fabric_version: int, fabric_doc: dict | None, jobs: dict,
-                           prev: dict | None, unchanged_key: str | None, **kw) -> dict | None:
-    """:func:`compute_plan` in a planner process: plain data in and out (picklable)."""
+def compute_plan_in_worker(fabric_version: int, fabric_doc: dict | None,
+                           jobs: dict[str, JobState], prev: PathPlan | None,
+                           unchanged_key: str | None, **kw) -> PlanOutcome | None:
+    """:func:`compute_plan` in a planner process (arguments and result are pickled)."""
     from icefabric.topology.serialize import fabric_from_dict
 
     fabric = _WORKER_FABRIC.get(fabric_version)
@@ -292,44 +176,4 @@ def compute_plan_in_worker(fabric_version: int, fabric_doc: dict | None, jobs: d
             raise FabricNotCached(fabric_version)
         _WORKER_FABRIC.clear()
         fabric = _WORKER_FABRIC[fabric_version] = fabric_from_dict(fabric_doc)
-    states = {j: JobState(j, {h: CommReport.model_validate(d) for h, d in reps.items()})
-              for j, reps in jobs.items()}
-    out = compute_plan(fabric, states, prev=path_plan_from_dict(prev) if prev else None,
-                       unchanged=lambda k: k == unchanged_key, **kw)
-    if out is not None:
-        out["plan"] = path_plan_to_dict(out["plan"])
-    return out
-
-
-def path_plan_to_dict(plan: PathPlan) -> dict:
-    def arr(x):
-        return [None if not np.isfinite(v) else v for v in x.tolist()] \
-            if x.dtype.kind == "f" else x.tolist()
-
-    meta = {k: (v.tolist() if isinstance(v, np.ndarray) else v)
-            for k, v in plan.meta.items() if _json_ok(v)}
-    return {"sport": arr(plan.sport), "route_qp": arr(plan.route_qp),
-            "route_weight": arr(plan.route_weight), "route_indptr": arr(plan.route_indptr),
-            "route_links": arr(plan.route_links), "rate_bps": arr(plan.rate_bps),
-            "policy": plan.policy, "meta": meta}
-
-
-def path_plan_from_dict(d: dict) -> PathPlan:
-    def f(x):
-        return np.array([np.inf if v is None else v for v in x], dtype=np.float64)
-
-    return PathPlan(sport=np.asarray(d["sport"], dtype=np.int64),
-                    route_qp=np.asarray(d["route_qp"], dtype=np.int64),
-                    route_weight=f(d["route_weight"]),
-                    route_indptr=np.asarray(d["route_indptr"], dtype=np.int64),
-                    route_links=np.asarray(d["route_links"], dtype=np.int64),
-                    rate_bps=f(d["rate_bps"]), policy=d.get("policy", ""),
-                    meta=dict(d.get("meta", {})))
-
-
-def _json_ok(v) -> bool:
-    try:
-        json.dumps(v.tolist() if isinstance(v, np.ndarray) else v)
-        return True
-    except (TypeError, ValueError):
-        return False
+    return compute_plan(fabric, jobs, prev=prev, unchanged=lambda k: k == unchanged_key, **kw)

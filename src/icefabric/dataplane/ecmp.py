@@ -53,6 +53,8 @@ __all__ = [
     "HASH_BITS",
     "PROFILES",
     "ROCEV2_5TUPLE",
+    "ROLES",
+    "TIER_OFFSETS",
     "ROCEV2_5TUPLE_DQPN",
     "HashConfig",
     "base_hash",
@@ -64,6 +66,7 @@ __all__ = [
     "linear_key",
     "make_profile",
     "resilient_table",
+    "role_profile",
     "select_member",
     "sport_xor_table",
 ]
@@ -208,10 +211,27 @@ PROFILES: dict[str, HashConfig] = {
     ),
     # Per-packet spraying (SAI RANDOM); an upper reference, not steerable.
     "spray": HashConfig("random", name="spray"),
+    # Every switch alike at the SAI defaults (seed 0, offset 0; domain-facts §3.4): a
+    # downstream switch reads the same hash bits as the one before it, so its choice is a
+    # function of the previous choice (hash polarization). Seeds alone would not help: a
+    # seed prefix only XORs a constant onto a linear hash (module docstring).
+    "correlated": HashConfig("crc16_ccitt", name="correlated"),
+    # Each tier reads its own bits of the hash (TIER_OFFSETS; SONiC decorrelates its leaf
+    # routers the same way with offset 10, §3.4) and each switch its own random seed, so
+    # the choices of successive tiers are statistically independent.
+    "independent": HashConfig("crc16_ccitt", name="independent"),
 }
-"""Named starting points for real ASIC families/OSes (see module References)."""
+"""Named starting points for real ASIC families/OSes (see module References) and the two
+idealised stage relations, ``correlated`` and ``independent``."""
 
-_RANDOM_SEED_PROFILES = ("spectrum_cumulus", "spectrum_cumulus_resilient")
+ROLES = ("leaf", "spine", "core")
+"""Switch roles a scenario can give a profile (``spine`` = aggregation in fat-trees)."""
+
+TIER_OFFSETS = {"leaf": 0, "spine": 8, "core": 4}
+"""Rotate-right offsets of the ``independent`` profile: with at most 16 members per group
+each tier's ``mod N`` reads a disjoint nibble of the 16-bit hash."""
+
+_RANDOM_SEED_PROFILES = ("spectrum_cumulus", "spectrum_cumulus_resilient", "independent")
 
 
 def make_profile(
@@ -248,6 +268,17 @@ def make_profile(
     if seed is not None:
         overrides["seed"] = int(seed)
     return dataclasses.replace(cfg, **overrides) if overrides else cfg
+
+
+def role_profile(name: str, role: str, rng: np.random.Generator) -> HashConfig:
+    """The hash config a switch of ``role`` (one of :data:`ROLES`) gets from profile
+    ``name``; profiles with random seeds draw one per call from ``rng``."""
+    if role not in ROLES:
+        raise KeyError(f"unknown switch role {role!r}; known: {ROLES}")
+    cfg = make_profile(name, rng=rng)
+    if name == "independent":
+        cfg = dataclasses.replace(cfg, offset=TIER_OFFSETS[role])
+    return cfg
 
 
 # --------------------------------------------------------------------------- CRC tables

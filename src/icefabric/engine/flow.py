@@ -16,20 +16,16 @@ import math
 import time
 
 import numpy as np
-import scipy.sparse as sp
 
+from icefabric.csr import replace_rows
 from icefabric.engine.maxmin import maxmin_rates
-from icefabric.engine.problem import SimProblem
+from icefabric.engine.problem import EngineError, SimProblem, route_incidence, routes_touching
 from icefabric.engine.registry import register_engine
 from icefabric.engine.result import CollectiveResult, SimResult
 
 log = logging.getLogger(__name__)
 
 _START, _COMPLETE, _FAIL, _REROUTE = 0, 1, 2, 3
-
-
-class EngineError(RuntimeError):
-    """The simulation cannot proceed (deadlock, invalid event); carries time and context."""
 
 
 @register_engine("flow")
@@ -51,18 +47,11 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
     problem.validate()
     P = problem
     F, L = P.n_flows, P.n_links
-    route_links = [P.route(k).copy() for k in range(P.n_routes)]
+    # the routes in force (CSR; failures re-route some) and their incidence
+    r_ptr, r_links = P.route_indptr, P.route_links
+    A = P.incidence()
     down = np.zeros(L, dtype=bool)
     blocked = np.zeros(P.n_routes, dtype=bool)
-
-    def incidence():
-        lengths = np.fromiter((len(r) for r in route_links), np.int64, len(route_links))
-        rows = np.concatenate(route_links) if len(route_links) else np.zeros(0, np.int64)
-        cols = np.repeat(P.route_flow, lengths)
-        vals = np.repeat(P.route_weight, lengths)
-        return sp.csr_matrix((vals, (rows, cols)), shape=(L, F))
-
-    A = incidence()
     Ac = A.tocsc()  # column slices of the active flows
     flow_blocked = np.zeros(F, dtype=bool)
 
@@ -173,24 +162,21 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
             elif kind == _FAIL:
                 fail = P.failures[x]
                 down[fail.links] = not fail.up
-                for k in range(P.n_routes):
-                    if down[route_links[k]].any():
-                        blocked[k] = True
-                if fail.up:
-                    for k in range(P.n_routes):
-                        blocked[k] = bool(down[route_links[k]].any())
+                hit = routes_touching(r_ptr, r_links, down)
+                blocked = hit if fail.up else blocked | hit
                 heapq.heappush(heap, (t + int(fail.reroute_delay_ns), _REROUTE, next(seq), x))
                 flow_blocked[:] = np.bincount(P.route_flow[blocked], minlength=F) > 0
                 dirty, freed = True, None
                 log.info("t=%d ns: %d links %s", t, len(fail.links), "up" if fail.up else "down")
             elif kind == _REROUTE:
                 fail = P.failures[x]
-                for i, k in enumerate(fail.reroute_route.tolist()):
-                    route_links[k] = fail.new_route(i).astype(np.int64)
-                    blocked[k] = bool(down[route_links[k]].any())
+                r_ptr, r_links = replace_rows(r_ptr, r_links, fail.reroute_route,
+                                              fail.reroute_indptr, fail.reroute_links)
+                blocked[fail.reroute_route] = routes_touching(
+                    fail.reroute_indptr, fail.reroute_links, down)
                 link_bytes += A @ moved
                 moved[:] = 0.0
-                A = incidence()
+                A = route_incidence(r_ptr, r_links, P.route_flow, P.route_weight, L, F)
                 Ac = A.tocsc()
                 flow_blocked[:] = np.bincount(P.route_flow[blocked], minlength=F) > 0
                 dirty, freed = True, None

@@ -69,7 +69,7 @@ from icefabric.dataplane.dcqcn import DcqcnParams
 from icefabric.dataplane.ecn import RedParams, red_mark_probability
 from icefabric.dataplane.endside import EV_FALLBACK, EndSideState, endside_step
 from icefabric.dataplane.pfc import PfcParams
-from icefabric.engine.problem import LINK_INTRA, SimProblem
+from icefabric.engine.problem import LINK_INTRA, EngineError, SimProblem
 from icefabric.engine.registry import register_engine
 from icefabric.engine.result import CollectiveResult, SimResult
 
@@ -529,8 +529,8 @@ class FluidSim:
             if t > cfg.max_time_ns:
                 break  # stalled (e.g. a failed link with no reroute): report unfinished flows
             if steps > cfg.max_steps:
-                raise RuntimeError(f"fluid engine exceeded max_steps={cfg.max_steps} at "
-                                   f"t={t / 1e3:.1f} us")
+                raise EngineError(f"fluid engine exceeded max_steps={cfg.max_steps} at "
+                                  f"t={t / 1e3:.1f} us")
             # --- service capacities and NIC injection ---
             serv = self.cap * self.up
             if self.ack_ratio > 0:

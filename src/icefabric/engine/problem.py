@@ -27,11 +27,19 @@ engine needs; the ordered routes are what a queueing engine needs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 
 import numpy as np
 import scipy.sparse as sp
 
 from icefabric.csr import csr_from_lists
+from icefabric.errors import IceFabricError
+
+
+class EngineError(IceFabricError, RuntimeError):
+    """Base of the engine layer's errors: a simulation that cannot proceed (deadlock,
+    routes through failed links that are never rerouted, a step limit) or an input it cannot
+    run; the message carries the simulated time and an example flow."""
 
 
 @dataclass(frozen=True)
@@ -130,13 +138,14 @@ class SimProblem:
 
     def incidence(self) -> sp.csr_matrix:
         """``A[l, f]``: fraction of flow ``f``'s rate carried by link ``l`` (summed over its
-        routes; a link used twice by one route counts twice)."""
-        lengths = np.diff(self.route_indptr)
-        rows = self.route_links
-        cols = np.repeat(self.route_flow, lengths)
-        vals = np.repeat(self.route_weight, lengths)
-        a = sp.coo_matrix((vals, (rows, cols)), shape=(self.n_links, self.n_flows))
-        return a.tocsr()  # duplicates are summed
+        routes; a link used twice by one route counts twice). Built once per problem; do
+        not modify it."""
+        return self._incidence
+
+    @cached_property
+    def _incidence(self) -> sp.csr_matrix:
+        return route_incidence(self.route_indptr, self.route_links, self.route_flow,
+                               self.route_weight, self.n_links, self.n_flows)
 
     def route_delay_ns(self) -> np.ndarray:
         """One-way propagation delay of every route."""
@@ -170,6 +179,23 @@ class SimProblem:
         if np.any((counts == 0) & (self.flow_size_bytes > 0)):
             bad = int(np.flatnonzero((counts == 0) & (self.flow_size_bytes > 0))[0])
             raise ValueError(f"flow {bad} carries bytes but has no route")
+
+
+def route_incidence(indptr: np.ndarray, links: np.ndarray, route_flow: np.ndarray,
+                    route_weight: np.ndarray, n_links: int, n_flows: int) -> sp.csr_matrix:
+    """Link-by-flow incidence of routes given as CSR (see :meth:`SimProblem.incidence`)."""
+    lengths = np.diff(indptr)
+    cols = np.repeat(route_flow, lengths)
+    vals = np.repeat(route_weight, lengths)
+    a = sp.coo_matrix((vals, (links, cols)), shape=(n_links, n_flows))
+    return a.tocsr()  # duplicates are summed
+
+
+def routes_touching(indptr: np.ndarray, links: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """For every route of a CSR: whether it crosses a link where ``mask`` is True."""
+    hit = mask[links].astype(np.int64)
+    route = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
+    return np.bincount(route, weights=hit, minlength=len(indptr) - 1) > 0
 
 
 def build_problem(*, link_capacity_bps, link_delay_ns, flow_size_bytes, routes,

@@ -34,10 +34,12 @@ import numpy as np
 
 from icefabric.dataplane.dcqcn import DcqcnParams
 from icefabric.dataplane.pfc import PfcParams
+from icefabric.engine.options import EngineOptions, RedPerGbps
 from icefabric.engine.problem import (
     LINK_FABRIC,
     LINK_HOST,
     CollectiveSpec,
+    EngineError,
     LinkFailure,
     SimProblem,
     build_problem,
@@ -49,7 +51,7 @@ REFERENCES = ("ns3-dcqcn", "ns3-pfc", "htsim-pfc")
 _KIND = {"ring_allreduce": "all_reduce", "alltoall": "alltoall", "incast": "incast"}
 
 
-class ScenarioError(ValueError):
+class ReferenceFileError(EngineError):
     """A validation file that cannot be read; the message names the file and the field."""
 
 
@@ -90,19 +92,19 @@ class Scenario:
 
 def _require(d: dict, key: str, where: str):
     if key not in d:
-        raise ScenarioError(f"{where}: missing field {key!r}")
+        raise ReferenceFileError(f"{where}: missing field {key!r}")
     return d[key]
 
 
 def load_scenario(path: str | Path) -> Scenario:
-    """Read and check one validation JSON file (raises :class:`ScenarioError`)."""
+    """Read and check one validation JSON file (raises :class:`ReferenceFileError`)."""
     path = Path(path)
     try:
         data = json.loads(path.read_text())
     except (OSError, json.JSONDecodeError) as e:
-        raise ScenarioError(f"{path.name}: not readable JSON ({e})") from None
+        raise ReferenceFileError(f"{path.name}: not readable JSON ({e})") from None
     if not isinstance(data, dict):
-        raise ScenarioError(f"{path.name}: top level must be an object")
+        raise ReferenceFileError(f"{path.name}: top level must be an object")
     where = path.name
     topo = _require(data, "topology", where)
     nodes = _require(topo, "nodes", f"{where}: topology")
@@ -117,7 +119,7 @@ def load_scenario(path: str | Path) -> Scenario:
         for j, lk in enumerate(links):
             a, b = str(lk["a"]), str(lk["b"])
             if a not in idx or b not in idx:
-                raise ScenarioError(f"{where}: topology.links[{j}] names an unknown node")
+                raise ReferenceFileError(f"{where}: topology.links[{j}] names an unknown node")
             for u, v in ((a, b), (b, a)):
                 names.append(f"{u}->{v}")
                 src.append(idx[u])
@@ -126,7 +128,7 @@ def load_scenario(path: str | Path) -> Scenario:
                 dly.append(float(lk.get("delay_us", 1.0)) * 1e3)
         fids = [str(f["id"]) for f in flows]
     except (KeyError, TypeError) as e:
-        raise ScenarioError(f"{where}: malformed topology or flows ({e!r})") from None
+        raise ReferenceFileError(f"{where}: malformed topology or flows ({e!r})") from None
     return Scenario(name=str(data.get("name", path.stem)), path=path,
                     category=str(data.get("category", "")), data=data, node_ids=node_ids,
                     node_is_switch=is_sw, link_names=names, link_src=np.array(src, np.int64),
@@ -156,7 +158,8 @@ def _shortest_path(sc: Scenario, s: int, d: int, down: set[int]) -> list[int]:
                 prev[v] = (u, li)
                 dq.append(v)
     if d not in prev:
-        raise ScenarioError(f"{sc.path.name}: no path from {sc.node_ids[s]} to {sc.node_ids[d]}")
+        raise ReferenceFileError(f"{sc.path.name}: no path from {sc.node_ids[s]} to "
+                                 f"{sc.node_ids[d]}")
     out = []
     v = d
     while v != s:
@@ -172,7 +175,7 @@ def _node_path_links(sc: Scenario, nodes: list[str], where: str) -> list[int]:
     try:
         return [lut[(a, b)] for a, b in zip(nodes[:-1], nodes[1:], strict=False)]
     except KeyError:
-        raise ScenarioError(f"{where}: route {nodes} uses a missing link") from None
+        raise ReferenceFileError(f"{where}: route {nodes} uses a missing link") from None
 
 
 def packet_model(sc: Scenario, reference: str) -> PacketModel:
@@ -209,7 +212,7 @@ def to_problem(sc: Scenario, reference: str = "ns3-pfc") -> SimProblem:
     pm = packet_model(sc, reference)
     fidx = {f: i for i, f in enumerate(sc.flow_ids)}
     if len(fidx) != len(sc.flow_ids):
-        raise ScenarioError(f"{where}: duplicate flow ids")
+        raise ReferenceFileError(f"{where}: duplicate flow ids")
     nidx = {n: i for i, n in enumerate(sc.node_ids)}
     explicit = topo.get("routes") or {}
     before = explicit.get("before_failure", explicit if "after_failure" not in explicit else {})
@@ -220,7 +223,7 @@ def to_problem(sc: Scenario, reference: str = "ns3-pfc") -> SimProblem:
             s, t = nidx[str(f["src"])], nidx[str(f["dst"])]
             size = float(f["size_bytes"])
         except KeyError as e:
-            raise ScenarioError(f"{w}: missing or unknown {e}") from None
+            raise ReferenceFileError(f"{w}: missing or unknown {e}") from None
         if f["id"] in before:
             r = _node_path_links(sc, [str(x) for x in before[f["id"]]], w)
         else:
@@ -231,7 +234,7 @@ def to_problem(sc: Scenario, reference: str = "ns3-pfc") -> SimProblem:
             try:
                 deps.append([fidx[str(a)] for a in f["after"]])
             except KeyError as e:
-                raise ScenarioError(f"{w}: 'after' names unknown flow {e}") from None
+                raise ReferenceFileError(f"{w}: 'after' names unknown flow {e}") from None
             starts.append(float(f.get("start_us", 0.0)) * 1e3)
         else:
             deps.append([])
@@ -280,7 +283,7 @@ def to_problem(sc: Scenario, reference: str = "ns3-pfc") -> SimProblem:
         try:
             fl = np.array([fidx[str(x)] for x in c["flows"]], np.int64)
         except KeyError as e:
-            raise ScenarioError(f"{where}: collective {c.get('name')} names unknown flow {e}"
+            raise ReferenceFileError(f"{where}: collective {c.get('name')} names unknown flow {e}"
                                 ) from None
         ranks = c.get("ranks") or []
         size = int(c.get("size_bytes", c.get("size_bytes_per_pair", 0)))
@@ -300,14 +303,15 @@ def to_problem(sc: Scenario, reference: str = "ns3-pfc") -> SimProblem:
         meta={"scenario": sc.name, "wire_overhead": pm.wire_overhead})
 
 
-def engine_options(sc: Scenario, reference: str, engine: str = "fluid") -> dict:
+def engine_options(sc: Scenario, reference: str, engine: str = "fluid") -> EngineOptions:
     """Our engine's options that reproduce one reference's mode from the file's config."""
     if engine != "fluid":
-        return {}
+        return EngineOptions(engine=engine)
     cfg = sc.data.get("config", {})
     pm = packet_model(sc, reference)
-    opts: dict = {"wire_overhead": pm.wire_overhead, "packet_bytes": pm.payload_bytes,
-                  "ack_bytes": pm.ack_wire_bytes, "scenario": sc.name, "policy": reference}
+    opts: dict = {"engine": engine, "wire_overhead": pm.wire_overhead,
+                  "packet_bytes": pm.payload_bytes, "ack_bytes": pm.ack_wire_bytes,
+                  "cc": "none"}
     if reference.startswith("ns3"):
         pn = cfg.get("pfc_ns3", {})
         alpha = tuple((float(k), float(v)) for k, v in
@@ -324,15 +328,13 @@ def engine_options(sc: Scenario, reference: str, engine: str = "fluid") -> dict:
                                 xon_bytes=float(ph.get("xon_bytes", 1036288)),
                                 pause_delay=float(ph.get("pause_propagation_delay_us", 0)) > 0)
     if reference == "ns3-dcqcn":
-        opts["cc"] = "dcqcn"
-        opts["dcqcn"] = DcqcnParams.from_validation_config(cfg.get("dcqcn", {}))
         e = cfg.get("ecn", {})
-        opts["red"] = {"kmin_bytes_per_gbps": float(e.get("kmin_bytes_per_gbps", 4000)),
-                       "kmax_bytes_per_gbps": float(e.get("kmax_bytes_per_gbps", 16000)),
-                       "pmax": float(e.get("pmax", 0.2)), "above_kmax": 1.0}
-    else:
-        opts["cc"] = "none"
-    return opts
+        opts.update(cc="dcqcn", dcqcn=DcqcnParams.from_validation_config(cfg.get("dcqcn", {})),
+                    red=RedPerGbps(kmin_bytes_per_gbps=float(e.get("kmin_bytes_per_gbps", 4000)),
+                                   kmax_bytes_per_gbps=float(e.get("kmax_bytes_per_gbps",
+                                                                   16000)),
+                                   pmax=float(e.get("pmax", 0.2))))
+    return EngineOptions(**opts)
 
 
 # --------------------------------------------------------------------------------------
@@ -457,12 +459,15 @@ def run_scenario(sc: Scenario, engines=("fluid",), references=None,
                 continue  # a max-min flow model has no DCQCN dynamics to compare
             prob = to_problem(sc, ref)
             opts = engine_options(sc, ref, eng)
-            n_runs = max(1, seeds) if opts.get("cc") == "dcqcn" else 1
+            args = opts.engine_args()
+            if eng == "fluid":
+                args.update(scenario=sc.name, policy=ref)
+            n_runs = max(1, seeds) if eng == "fluid" and opts.cc == "dcqcn" else 1
             runs, walls = [], []
             try:
                 for seed in range(n_runs):
                     t0 = time.perf_counter()
-                    runs.append(fn(prob, **(opts | {"seed": seed} if n_runs > 1 else opts)))
+                    runs.append(fn(prob, **(args | {"seed": seed} if n_runs > 1 else args)))
                     walls.append(time.perf_counter() - t0)
             except Exception as e:  # one engine's failure must not hide the others
                 if errors is None:
@@ -514,7 +519,7 @@ def validate_dir(folder: str | Path, engines: list[str] | None = None,
     for f in files:
         try:
             sc = load_scenario(f)
-        except ScenarioError as e:
+        except ReferenceFileError as e:
             errors.append(str(e))
             continue
         if sc.name in exclude or f.stem in exclude:
@@ -522,7 +527,7 @@ def validate_dir(folder: str | Path, engines: list[str] | None = None,
         try:
             rows.extend(run_scenario(sc, engines, errors=errors, seeds=seeds))
             n_ok += 1
-        except (ScenarioError, KeyError, TypeError, ValueError) as e:
+        except (ReferenceFileError, KeyError, TypeError, ValueError) as e:
             errors.append(f"{f.name}: {type(e).__name__}: {e}")
     if n_ok == 0:
         raise FileNotFoundError(

@@ -4,8 +4,17 @@
   stack from the QP numbers (NCCL leaves the flow label at 0, domain-facts §4.1, §4.3), each
   switch hashes the 5-tuple with its own model (§3). After a link failure the switches drop
   the member and re-hash (non-resilient groups remap flows).
+  ``ecmp`` keeps every job's library defaults: its NCCL release's channels, QPs per
+  connection and data split (:mod:`icefabric.ccl.nccl_defaults`), HCCL's one QP per pair.
 * ``ecmp-multiqp`` — the common "more entropy" fix: ``k`` QPs per connection, data split
   evenly over them (NCCL_IB_QPS_PER_CONNECTION / HCCL_RDMA_QPS_PER_CONNECTION).
+* ``ecmp-tuned`` — what RoCE operators commonly deploy on NCCL: ``NCCL_IB_QPS_PER_CONNECTION``
+  2-4 with ``NCCL_IB_SPLIT_DATA_ON_QPS=0`` (each message whole on the next QP, round-robin).
+  Default 2: the setting NCCL's maintainers suggest for RoCE bonds (NVIDIA/nccl#1015) and the
+  one in most public run commands (NVIDIA/nccl#1454, NVIDIA/nccl-tests#232; #1277 uses 4).
+  Round-robin gives each QP ``1/k`` of the bytes like the even split does
+  (:mod:`icefabric.ccl.nccl_defaults`), so at flow level it equals ``ecmp-multiqp`` with the
+  same ``k``; what differs is the default ``k`` and what the name stands for.
 * ``spray`` — ideal per-packet spraying over every shortest path with reordering-tolerant
   NICs (an upper reference that needs special hardware, e.g. adaptive routing).
 * ``ideal`` — the non-blocking bound: the same servers on one non-blocking switch.
@@ -18,8 +27,7 @@ import numpy as np
 from icefabric.control.hashing import ecmp_paths
 from icefabric.control.plan import PathPlan, single_path_plan
 from icefabric.csr import csr_from_lists
-from icefabric.dataplane.roce import default_sports
-from icefabric.policies.base import PlanContext, Policy, register_policy
+from icefabric.policies.base import PlanContext, Policy, PolicyError, register_policy
 from icefabric.topology.builders import ServerGroup, star
 from icefabric.topology.catalog import SwitchProfile
 from icefabric.topology.model import Fabric
@@ -36,8 +44,7 @@ class EcmpPolicy(Policy):
         self.reroute_delay_ns = int(reroute_delay_ns)
 
     def sports(self, ctx: PlanContext) -> np.ndarray:
-        w = ctx.workload
-        return default_sports(w.qp_lqpn, w.qp_rqpn).astype(np.int64)
+        return ctx.workload.sports()
 
     def plan(self, ctx: PlanContext) -> PathPlan:
         w = ctx.workload
@@ -54,11 +61,20 @@ class EcmpMultiQpPolicy(EcmpPolicy):
     def __init__(self, qps: int = 4, **kw):
         super().__init__(**kw)
         if not 1 <= qps <= 128:
-            raise ValueError("ecmp-multiqp: qps must be in [1, 128]")
+            raise PolicyError(f"{self.name}: qps must be in [1, 128]")
         self.qps = int(qps)
 
     def qps_per_connection(self, default: int) -> int:
         return self.qps
+
+
+@register_policy("ecmp-tuned")
+class EcmpTunedPolicy(EcmpMultiQpPolicy):
+    description = ("ECMP with the commonly deployed NCCL tuning: QPS_PER_CONNECTION=2 (2-4), "
+                   "SPLIT_DATA_ON_QPS=0 round-robin")
+
+    def __init__(self, qps: int = 2, **kw):
+        super().__init__(qps=qps, **kw)
 
 
 @register_policy("spray")
@@ -114,7 +130,7 @@ def nonblocking_twin(fabric: Fabric) -> Fabric:
     # The star numbers servers per group from 0; names and node ids must match the fabric.
     if twin.node_names[:len(fabric.node_names) - len(fabric.switches)] != \
             fabric.node_names[:len(fabric.node_names) - len(fabric.switches)]:
-        raise ValueError("cannot build the non-blocking twin: server naming differs")
+        raise PolicyError("cannot build the non-blocking twin: server naming differs")
     return twin
 
 

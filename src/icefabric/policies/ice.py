@@ -12,7 +12,10 @@ without a global view — the common per-host fix).
    the switch models and the *re-hashed* path is what the engine runs. QPs whose path no
    port realises are re-planned away from that path (up to ``port_rounds`` times);
 4. a backup port per QP on a path that avoids the primary's fabric links as far as
-   possible (``PathPlan.meta["backup_sport"]``), for end-side fail-over.
+   possible (``PathPlan.backup_sport``), for end-side fail-over.
+
+Its QPs are paced: the plan's rates come from the planned paths
+(:func:`icefabric.pipeline.plans.qp_rates`).
 
 After a link failure :meth:`IcePolicy.replan` moves only the QPs that need it
 (:func:`icefabric.control.failover.replan_after_failure`). The end-side agent reacts in
@@ -31,8 +34,7 @@ from icefabric.control.plan import PathPlan, single_path_plan
 from icefabric.control.planning import Candidates, plan_paths
 from icefabric.control.realize import realize_paths, rehash
 from icefabric.control.sport import solve_sports
-from icefabric.dataplane.roce import default_sports
-from icefabric.policies.base import PlanContext, Policy, register_policy
+from icefabric.policies.base import PlanContext, Policy, PolicyError, register_policy
 from icefabric.units import us
 
 
@@ -75,11 +77,11 @@ class IcePolicy(Policy):
                  backup: bool = True, port_rounds: int = 3, improve: bool = True,
                  agent_failover_ns: int = us(50), proactive_rates: bool = True, **_):
         if sport_mode not in ("model", "probe"):
-            raise ValueError("ice: sport_mode must be 'model' or 'probe'")
+            raise PolicyError("ice: sport_mode must be 'model' or 'probe'")
         self.method = method
         self.sport_mode = sport_mode
         if qps != "auto" and not (isinstance(qps, int) and 1 <= qps <= 128):
-            raise ValueError("ice: qps must be an integer in [1, 128] or 'auto'")
+            raise PolicyError("ice: qps must be an integer in [1, 128] or 'auto'")
         self.qps = qps
         self._fabric = None
         self.backup = bool(backup)
@@ -135,18 +137,17 @@ class IcePolicy(Policy):
                            forbid=forbid, seed=ctx.seed)
             paths = list(a.paths)
             rounds += 1
-        sport = np.where(r.sport >= 0, r.sport,
-                         default_sports(ctx.workload.qp_lqpn, ctx.workload.qp_rqpn))
+        sport = np.where(r.sport >= 0, r.sport, ctx.workload.sports())
         meta = {"method": a.method, "planned_max_util": a.max_util,
                 "sport_mode": self.sport_mode, "verified": int(r.ok.sum()),
                 "n_qps": d.n_qps, "verified_frac": float(r.ok.mean()) if d.n_qps else 1.0,
                 "port_rounds": rounds, "planned_paths": paths, **r.meta}
         self._last = (ctx.workload, rt, d)
+        backup = None
         if self.backup:
-            bs, bpaths = self._backups(ctx, d, paths, sport)
-            meta["backup_sport"] = bs
-            meta["backup_paths"] = bpaths
-        return single_path_plan(r.paths, sport, policy=self.name, meta=meta)
+            backup, meta["backup_paths"] = self._backups(ctx, d, paths, sport)
+        return single_path_plan(r.paths, sport, policy=self.name, meta=meta,
+                                backup_sport=backup)
 
     def _backups(self, ctx, d, paths, sport):
         """Backup port per QP: the least-overlapping other candidate path (prefer another
@@ -187,8 +188,8 @@ class IcePolicy(Policy):
         meta = dict(previous.meta)
         meta.update({"planned_paths": res.assignment.paths, "failover": res.meta,
                      "planned_max_util": res.assignment.max_util})
-        return single_path_plan(res.paths, res.sport, policy=self.name,
-                                rate_bps=previous.rate_bps, meta=meta)
+        return single_path_plan(res.paths, res.sport, policy=self.name, meta=meta,
+                                backup_sport=previous.backup_sport)
 
 
 @register_policy("static-disjoint")
@@ -208,7 +209,7 @@ class StaticDisjointPolicy(Policy):
         dn = w.qp_dst_nic.astype(np.int64)
         sl, dl = f.nic_leaf[sn], f.nic_leaf[dn]
         Q = w.n_qps
-        sport = default_sports(w.qp_lqpn, w.qp_rqpn).astype(np.int64)
+        sport = w.sports()
         inter = np.flatnonzero(sl != dl)
         if len(inter):
             # Each NIC numbers its own inter-leaf QPs 0, 1, 2, ... and puts QP i on uplink
@@ -238,7 +239,8 @@ class StaticDisjointPolicy(Policy):
 
 def describe_plan(fabric, workload, plan: PathPlan) -> dict:
     """A JSON-ready view of a plan: per job, per QP the path (node names), source port
-    (and backup port for ``ice``), demanded rate; per fabric link the predicted load.
+    (and backup port for ``ice``), demanded rate and pacing rate (``None`` = not paced);
+    per fabric link the predicted load.
 
     The predicted load is the planner's objective (:mod:`icefabric.control.demand`): per
     link, the sum over jobs of the job's busiest phase, in bits/s and as utilisation.
@@ -249,7 +251,7 @@ def describe_plan(fabric, workload, plan: PathPlan) -> dict:
     paths = [p[1:-1] for p in (plan.path_of(q) for q in range(plan.n_qps))]
     util = link_utilization(fabric, d, paths)
     names = fabric.node_names
-    backup = plan.meta.get("backup_sport")
+    backup = plan.backup_sport
     rate = d.peak_rate_bps()
     jobs: dict[str, list[dict]] = {}
     for q in range(plan.n_qps):
@@ -259,8 +261,10 @@ def describe_plan(fabric, workload, plan: PathPlan) -> dict:
         jobs.setdefault(d.job_names[int(d.job[q])], []).append({
             "qp": q, "src": names[int(d.src_nic[q])], "dst": names[int(d.dst_nic[q])],
             "path": hops, "sport": int(plan.sport[q]),
-            "backup_sport": int(backup[q]) if backup is not None else None,
-            "rate_gbps": round(float(rate[q]) / 1e9, 3)})
+            "backup_sport": int(backup[q]) if backup[q] >= 0 else None,
+            "rate_gbps": round(float(rate[q]) / 1e9, 3),
+            "pacing_gbps": (round(float(plan.rate_bps[q]) / 1e9, 3)
+                            if np.isfinite(plan.rate_bps[q]) else None)})
     fab = np.flatnonzero(util > 0)
     links = [{"link": f"{names[int(fabric.link_src[l])]}->{names[int(fabric.link_dst[l])]}",
               "id": int(l), "load_gbps": round(float(util[l] * fabric.link_capacity_bps[l])

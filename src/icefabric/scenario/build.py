@@ -1,4 +1,5 @@
-"""Scenario -> Fabric and -> Workload, with semantic errors mapped to file positions."""
+"""Scenario -> Fabric and a job's NCCL settings, with semantic errors mapped to file
+positions (the scenario's jobs become a workload in :mod:`icefabric.pipeline.jobs`)."""
 
 from __future__ import annotations
 
@@ -6,14 +7,13 @@ from dataclasses import replace
 
 import numpy as np
 
-from icefabric.ccl.collectives import add_collective
-from icefabric.ccl.communicator import Communicator
-from icefabric.ccl.workload import Workload, WorkloadBuilder
+from icefabric.ccl.nccl_defaults import NcclModelError, NcclSettings
+from icefabric.dataplane.ecmp import PROFILES, ROLES, role_profile
 from icefabric.scenario.loader import LoadedScenario
 from icefabric.topology import builders
 from icefabric.topology.builders import ServerGroup, TopologyError
 from icefabric.topology.catalog import SERVERS, SWITCHES, server_profile
-from icefabric.topology.model import Fabric
+from icefabric.topology.model import NODE_KIND_NAMES, Fabric
 from icefabric.units import gbps
 
 
@@ -36,6 +36,38 @@ def build_fabric(ls: LoadedScenario) -> Fabric:
     common = dict(hash_seeds=fs.hash_seeds, host_delay_ns=fs.host_delay_ns,
                   fabric_delay_ns=fs.fabric_delay_ns, seed=scn.seed, name=scn.name,
                   placement=fs.placement)
+    fabric = _build_topology(ls, groups, common)
+    profiles = fs.hash_profiles
+    if isinstance(profiles, str):
+        profiles = dict.fromkeys(ROLES, profiles)
+    for role, name in (profiles or {}).items():
+        if name not in PROFILES or name == "spray":
+            raise ls.error(("fabric", "hash_profiles"),
+                           f"unknown hash profile {name!r} for {role}s; known: "
+                           f"{', '.join(sorted(set(PROFILES) - {'spray'}))}")
+    return with_hash_profiles(fabric, profiles, scn.seed) if profiles else fabric
+
+
+def with_hash_profiles(fabric: Fabric, profiles: dict[str, str], seed: int) -> Fabric:
+    """``fabric`` with the switches of each role in ``profiles`` (role -> profile name,
+    :func:`icefabric.dataplane.ecmp.role_profile`) re-hashed; profiles with random seeds
+    (Cumulus switchd, ``independent``) draw one per switch, reproducibly from ``seed``."""
+    rng = np.random.default_rng([seed, 0x4A5])
+    algo, prof = list(fabric.node_hash_algorithm), list(fabric.node_hash_profile or
+                                                         [""] * fabric.n_nodes)
+    hseed, hoff = fabric.node_hash_seed.copy(), fabric.node_hash_offset.copy()
+    for s in fabric.switches.tolist():
+        role = NODE_KIND_NAMES[fabric.node_kind[s]]
+        if role in profiles:
+            cfg = role_profile(profiles[role], role, rng)
+            algo[s], prof[s], hseed[s], hoff[s] = cfg.algorithm, profiles[role], cfg.seed, \
+                cfg.offset
+    return replace(fabric, node_hash_algorithm=tuple(algo), node_hash_profile=tuple(prof),
+                   node_hash_seed=hseed, node_hash_offset=hoff)
+
+
+def _build_topology(ls: LoadedScenario, groups: list[ServerGroup], common: dict) -> Fabric:
+    fs = ls.scenario.fabric
     try:
         if fs.kind in ("leaf-spine", "rail-optimized"):
             return builders.leaf_spine(
@@ -53,74 +85,23 @@ def build_fabric(ls: LoadedScenario) -> Fabric:
         raise ls.error(("fabric",), str(e)) from None
 
 
-def job_communicators(ls: LoadedScenario, fabric: Fabric, qps_override: int | None = None
-                      ) -> list[tuple[int, Communicator]]:
-    """One communicator per job (index into scenario.jobs, communicator)."""
-    scn = ls.scenario
-    out = []
-    by_name = fabric.server_of_name
-    used: dict[int, str] = {}
-    for j, job in enumerate(scn.jobs):
-        if job.servers is not None:
-            names = job.servers
-            for k, n in enumerate(names):
-                if n not in by_name:
-                    raise ls.error(("jobs", j, "servers", k),
-                                   f"server {n!r} does not exist (servers are named "
-                                   f"<pool>-<i>, e.g. {fabric.servers[0].name})")
-            srv = [by_name[n] for n in names]
-        else:
-            pools = {p.name for p in scn.pools}
-            for k, p in enumerate(job.pools):
-                if p not in pools:
-                    raise ls.error(("jobs", j, "pools", k), f"pool {p!r} does not exist")
-            srv = [i for i, s in enumerate(fabric.servers) if s.pool in job.pools]
-        if len(set(srv)) != len(srv):
-            raise ls.error(("jobs", j), "a server is listed twice")
-        ranks = []
-        for s in srv:
-            accels = fabric.servers[s].accels
-            k = job.ranks_per_server or len(accels)
-            if k > len(accels):
-                raise ls.error(("jobs", j, "ranks_per_server"),
-                               f"{k} ranks per server but {fabric.servers[s].name} has "
-                               f"{len(accels)} accelerators")
-            for a in accels[:k]:
-                if a in used:
-                    raise ls.error(("jobs", j), f"accelerator {fabric.node_names[a]} is also "
-                                   f"used by job {used[a]!r}")
-                used[a] = job.name
-                ranks.append(a)
-        libs = {fabric.servers[s].profile.library for s in srv}
-        lib = job.library
-        if lib == "auto":
-            lib = libs.pop() if len(libs) == 1 else "cross"
-        if len(ranks) < 2:
-            raise ls.error(("jobs", j), "a job needs at least 2 ranks")
-        try:
-            comm = Communicator(job=job.name, fabric=fabric, ranks=np.asarray(ranks),
-                                library=lib,
-                                qps_per_connection=qps_override or job.qps_per_connection,
-                                channels=job.channels, step_overhead_ns=job.step_overhead_ns)
-        except ValueError as e:
-            raise ls.error(("jobs", j), str(e)) from None
-        out.append((j, comm))
-    return out
-
-
-def build_workload(ls: LoadedScenario, fabric: Fabric, size_bytes: int, *,
-                   qps_per_connection: int | None = None) -> Workload:
-    """All jobs run concurrently; each job runs its collectives one after another at
-    ``size_bytes`` (nccl-tests runs one size at a time)."""
-    scn = ls.scenario
-    wb = WorkloadBuilder()
-    for j, comm in job_communicators(ls, fabric, qps_per_connection):
-        after: list[int] = []
-        for c, spec in enumerate(scn.jobs[j].collectives):
-            try:
-                after = add_collective(wb, comm, spec.kind, size_bytes,
-                                       algorithm=spec.algorithm, after=after,
-                                       name=f"{comm.job}:{spec.kind}")
-            except ValueError as e:
-                raise ls.error(("jobs", j, "collectives", c), str(e)) from None
-    return wb.build(node_ip=fabric.node_ip, qpn_seed=scn.seed)
+def job_nccl_settings(ls: LoadedScenario, j: int, lib: str) -> NcclSettings:
+    """The job's NCCL version and ``NCCL_*`` variables, checked against its library."""
+    job = ls.scenario.jobs[j]
+    if job.nccl_version is not None and lib != "nccl" and lib != "cross":
+        raise ls.error(("jobs", j, "nccl_version"),
+                       f"job {job.name!r} runs {lib}; nccl_version models NCCL releases only")
+    if job.nccl_env and lib == "hccl":
+        raise ls.error(("jobs", j, "nccl_env"), f"job {job.name!r} runs hccl, which reads no "
+                       "NCCL_* variables (use qps_per_connection)")
+    if lib == "cross" and "NCCL_IB_QPS_PER_CONNECTION" in job.nccl_env:
+        raise ls.error(("jobs", j, "nccl_env"), "a cross-vendor job uses qps_per_connection "
+                       "for every pool; leave NCCL_IB_QPS_PER_CONNECTION out")
+    try:
+        NcclSettings.resolve(job.nccl_version)
+    except NcclModelError as e:
+        raise ls.error(("jobs", j, "nccl_version"), str(e)) from None
+    try:
+        return NcclSettings.resolve(job.nccl_version, job.nccl_env)
+    except NcclModelError as e:
+        raise ls.error(("jobs", j, "nccl_env"), str(e)) from None

@@ -13,11 +13,13 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
+from icefabric.errors import IceFabricError
 from icefabric.scenario.schema import Scenario
 
 
-class ScenarioError(ValueError):
-    """Bad scenario input; ``str()`` is the user-facing message."""
+class ScenarioError(IceFabricError, ValueError):
+    """Base of the scenario layer's errors: bad scenario input; ``str()`` names the file,
+    line and field."""
 
     def __init__(self, message: str, source: str = "", line: int | None = None,
                  field: str = ""):
@@ -62,6 +64,32 @@ class LoadedScenario:
         return ScenarioError(message, self.source, self.lines.get(p), _fmt(field_path))
 
 
+_UNKNOWN_FIELD = ("extra_forbidden", "unexpected_keyword_argument")
+
+
+def _first_error(e: ValidationError, source: str, lines: dict[tuple, int]) -> ScenarioError:
+    """One error for the user: a misspelt field first (in a union of models every other
+    branch fails too, so its other errors only add noise), with the branch names dropped
+    from the field path."""
+    errors = e.errors()
+    err = min(errors, key=lambda x: x["type"] not in _UNKNOWN_FIELD)
+    loc = _field_path(err["loc"])
+    p = loc
+    while p and p not in lines:
+        p = p[:-1]
+    msg = ("unknown field" if err["type"] in _UNKNOWN_FIELD
+           else err["msg"].removeprefix("Value error, "))
+    parent = loc[:-1]
+    n = sum(1 for x in errors if _field_path(x["loc"])[:len(parent)] != parent)
+    more = f" (and {n} more errors)" if n else ""
+    return ScenarioError(msg + more, source, lines.get(p), _fmt(loc))
+
+
+def _field_path(loc) -> tuple:
+    """``loc`` without pydantic's union-branch names (``PfcParams``, ``literal[...]``)."""
+    return tuple(x for x in loc if not (isinstance(x, str) and ("[" in x or x[:1].isupper())))
+
+
 def loads(text: str, source: str = "<string>") -> LoadedScenario:
     try:
         node = yaml.compose(text)
@@ -76,14 +104,7 @@ def loads(text: str, source: str = "<string>") -> LoadedScenario:
     try:
         scn = Scenario.model_validate(data)
     except ValidationError as e:
-        err = e.errors()[0]
-        loc = tuple(x for x in err["loc"] if not (isinstance(x, str) and "[" in x))
-        p = loc
-        while p and p not in lines:
-            p = p[:-1]
-        msg = err["msg"].removeprefix("Value error, ")
-        more = f" (and {len(e.errors()) - 1} more errors)" if len(e.errors()) > 1 else ""
-        raise ScenarioError(msg + more, source, lines.get(p), _fmt(loc)) from None
+        raise _first_error(e, source, lines) from None
     return LoadedScenario(scn, source, lines, text)
 
 

@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from icefabric.engine.options import EngineOptions
 from icefabric.units import parse_size
 
 
@@ -33,6 +34,13 @@ class FabricSpec(_Strict):
     spine_switch: str = "tomahawk5-128x400"
     core_switch: str = "tomahawk5-128x400"
     hash_seeds: Literal["sonic", "random", "zero"] = "sonic"
+    hash_profiles: dict[Literal["leaf", "spine", "core"], str] | str | None = Field(
+        None,
+        description="named switch hash profile per role (one name = every role), from "
+        "icefabric.dataplane.ecmp.PROFILES: 'correlated' (every tier reads the same hash "
+        "bits), 'independent' (each tier its own bits), or vendor defaults such as "
+        "broadcom_rtag7_fboss, spectrum_cumulus, sonic_leaf; overrides hash_seeds and the "
+        "switch model's algorithm for the roles it names")
     host_delay_ns: int = Field(500, ge=0)
     fabric_delay_ns: int = Field(500, ge=0)
 
@@ -71,12 +79,12 @@ class PoolSpec(_Strict):
         return self
 
 
-class CollectiveSpec(_Strict):
+class ScenarioCollective(_Strict):
     kind: Literal["all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast"]
     algorithm: str | None = None
 
 
-class JobSpec(_Strict):
+class ScenarioJob(_Strict):
     """A job: its servers (names, or whole pools), ranks per server, library and
     collectives. ``library: auto`` uses the servers' library, ``cross`` when pools of
     different libraries are mixed."""
@@ -86,15 +94,38 @@ class JobSpec(_Strict):
     pools: list[str] | None = None
     ranks_per_server: int | None = Field(None, ge=1)
     library: Literal["auto", "nccl", "rccl", "hccl", "cross"] = "auto"
-    qps_per_connection: int = Field(1, ge=1, le=128)
-    channels: int | None = Field(None, ge=1, le=64)
+    qps_per_connection: int = Field(
+        1, ge=1, le=128,
+        description="QPs per network connection; when left out, NCCL jobs take "
+        "nccl_env.NCCL_IB_QPS_PER_CONNECTION, else the library default 1")
+    channels: int | None = Field(
+        None, ge=1, le=64,
+        description="NCCL channels (rings), e.g. the 'N coll channels' of the job's log; "
+        "wins over nccl_version and nccl_env")
+    nccl_version: str | None = Field(
+        None, pattern=r"^v?\d+\.\d+(\.\d+)?([-+].*)?$",
+        description="NCCL release whose defaults set channels per NIC and the data split "
+        "over QPs (e.g. 2.19.3; 2.18-2.19 open 32 channels on 8-NIC H100 servers, 2.20 on "
+        "16); default 2.27.7. See icefabric.ccl.nccl_defaults")
+    nccl_env: dict[str, int] = Field(
+        default_factory=dict,
+        description="NCCL_* variables the job sets: NCCL_IB_QPS_PER_CONNECTION, "
+        "NCCL_IB_SPLIT_DATA_ON_QPS, NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS")
     step_overhead_ns: int = Field(1000, ge=0)
-    collectives: list[CollectiveSpec] = Field(min_length=1)
+    collectives: list[ScenarioCollective] = Field(min_length=1)
+    rings: list[list[int]] | None = Field(
+        None, description="ring order (ranks) of every channel as the library reported it "
+        "(NCCL 'Channel cc/NN : r0 r1 ...'); default: the library model's rings")
 
     @model_validator(mode="after")
     def _where(self):
         if (self.servers is None) == (self.pools is None):
             raise ValueError("give exactly one of 'servers' or 'pools'")
+        env_qps = self.nccl_env.get("NCCL_IB_QPS_PER_CONNECTION")
+        if ("qps_per_connection" in self.model_fields_set and env_qps is not None
+                and env_qps != self.qps_per_connection):
+            raise ValueError(f"qps_per_connection {self.qps_per_connection} contradicts "
+                             f"nccl_env.NCCL_IB_QPS_PER_CONNECTION {env_qps}; give one")
         return self
 
 
@@ -133,17 +164,29 @@ class Scenario(_Strict):
     seed: int = 0
     fabric: FabricSpec
     pools: list[PoolSpec] = Field(min_length=1)
-    jobs: list[JobSpec] = Field(min_length=1)
+    jobs: list[ScenarioJob] = Field(min_length=1)
     sizes: SizesSpec | list[int | str] = Field(default_factory=SizesSpec)
     policies: list[str] = Field(default_factory=lambda: ["ecmp", "ecmp-multiqp", "spray",
                                                          "ideal"])
     policy_options: dict[str, dict] = Field(default_factory=dict)
     engine: Literal["flow", "fluid"] = "flow"
-    engine_options: dict = Field(
-        default_factory=dict,
-        description="options passed to the engine (fluid: cc, dcqcn profile, pfc, ...); "
+    engine_options: EngineOptions = Field(
+        default_factory=EngineOptions,
+        description="fluid-engine models and numerics (cc, dcqcn, red, pfc, endside, ...); "
         "see docs/fluid-engine.md")
     failures: list[FailureSpec] = Field(default_factory=list)
+
+    def run_options(self, engine: str | None = None) -> EngineOptions:
+        """The engine options of a run: ``engine`` (default: the scenario's) with the
+        scenario's ``engine_options``."""
+        return self.engine_options.model_copy(update={"engine": engine or self.engine})
+
+    @field_validator("engine_options", mode="before")
+    @classmethod
+    def _engine_once(cls, v):
+        if isinstance(v, dict) and "engine" in v:
+            raise ValueError("set the engine with the top-level key 'engine'")
+        return v
 
     def size_list(self) -> list[int]:
         if isinstance(self.sizes, SizesSpec):

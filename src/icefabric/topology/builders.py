@@ -25,15 +25,12 @@ from icefabric.topology.model import (
     SPINE,
     Fabric,
     Server,
+    TopologyError,
 )
 
 #: SONiC default ECMP seeds per device role (dockers/docker-orchagent/switch.json.j2):
 #: ToRRouter 0, LeafRouter 10 (with hash offset 10), SpineRouter 25 — domain-facts §3.4.
 SONIC_ROLE_SEEDS = {LEAF: (0, 0), SPINE: (10, 10), CORE: (25, 0)}
-
-
-class TopologyError(ValueError):
-    """A fabric that cannot be built as asked (ports, counts, placement)."""
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,8 @@ class ServerProfile:
         fabric (NVLink/NVSwitch, HCCS, Infinity Fabric), modelled as a non-blocking hub.
     pcie_bps : float — accelerator <-> NIC bandwidth per direction (PCIe or on-package).
     library : str — the collective library the vendor's stack uses (nccl, hccl, rccl).
+    cuda_sm : int or None — CUDA compute capability x 10 of NVIDIA accelerators (NCCL's
+        topology search depends on it, :mod:`icefabric.ccl.nccl_defaults`); None otherwise.
     """
 
     name: str
@@ -38,6 +40,7 @@ class ServerProfile:
     intra_delay_ns: int = 500
     nic_vendor: str = ""
     source: str = ""
+    cuda_sm: int | None = None
 
     def nic_of_accel(self, i: int) -> int:
         return i * self.n_nics // self.n_accel
@@ -63,7 +66,7 @@ SERVERS: dict[str, ServerProfile] = {
         ServerProfile(
             name="hgx-h100", vendor="NVIDIA", accelerator="H100 SXM", n_accel=8, n_nics=8,
             nic_bps=gbps(400), intra_bps=gbps(3600), pcie_bps=gbps(512), library="nccl",
-            nic_vendor="ConnectX-7",
+            nic_vendor="ConnectX-7", cuda_sm=90,
             source="NVIDIA HGX H100 '2-8-9-400' reference architecture: 8 GPUs on NVLink4/"
             "NVSwitch (900 GB/s bidirectional per GPU = 3.6 Tb/s per direction), 8 x 400G "
             "ConnectX-7, one NIC per GPU on PCIe Gen5 x16 (~64 GB/s per direction); "
@@ -84,7 +87,7 @@ SERVERS: dict[str, ServerProfile] = {
         ServerProfile(
             name="hgx-a100", vendor="NVIDIA", accelerator="A100 SXM", n_accel=8, n_nics=8,
             nic_bps=gbps(200), intra_bps=gbps(2400), pcie_bps=gbps(256), library="nccl",
-            nic_vendor="ConnectX-6",
+            nic_vendor="ConnectX-6", cuda_sm=80,
             source="NVIDIA DGX A100: NVLink3 600 GB/s bidirectional per GPU, 8 x 200G "
             "ConnectX-6 on PCIe Gen4 x16"),
     )

@@ -13,7 +13,14 @@ from functools import cached_property
 
 import numpy as np
 
+from icefabric.errors import IceFabricError
 from icefabric.topology.catalog import ServerProfile
+
+
+class TopologyError(IceFabricError, ValueError):
+    """Base of the topology layer's errors: a fabric that cannot be built as asked (ports,
+    counts, placement), routed, or read from a document."""
+
 
 # Node kinds
 ACCEL, NIC, HUB, LEAF, SPINE, CORE = range(6)
@@ -42,7 +49,9 @@ class Fabric:
 
     Per-node arrays are indexed by node id, per-link arrays by link id. ``node_hash_*``
     describe each switch's ECMP hash configuration (algorithm name, seed, rotate-right
-    offset); they are empty strings / 0 for non-switch nodes.
+    offset); they are empty strings / 0 for non-switch nodes. ``node_hash_profile`` names
+    each switch's hash profile (``icefabric.dataplane.ecmp.PROFILES``: key fields, symmetric
+    hashing, member selection); empty (the default) or ``""`` = plain 5-tuple, ``mod N``.
     """
 
     name: str
@@ -63,6 +72,7 @@ class Fabric:
     link_kind: np.ndarray  # int8
     servers: tuple[Server, ...]
     meta: dict = field(default_factory=dict)
+    node_hash_profile: tuple[str, ...] = ()
 
     # -- sizes -----------------------------------------------------------------------------
     @property
@@ -109,8 +119,26 @@ class Fabric:
         return {(int(s), int(d)): i for i, (s, d) in enumerate(zip(self.link_src, self.link_dst))}
 
     def link_id(self, src: int, dst: int) -> int:
-        """Id of the first link src -> dst; KeyError if none."""
+        """Id of the link src -> dst (the last one of parallel links); KeyError if none."""
         return self._link_index[(src, dst)]
+
+    @cached_property
+    def _link_keys(self) -> tuple[np.ndarray, np.ndarray]:
+        key = self.link_src.astype(np.int64) * self.n_nodes + self.link_dst
+        order = np.argsort(key, kind="stable")
+        return key[order], order
+
+    def link_ids(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """:meth:`link_id` of many (src, dst) pairs at once; KeyError if one has no link."""
+        keys, order = self._link_keys
+        want = np.asarray(src, dtype=np.int64) * self.n_nodes + np.asarray(dst, dtype=np.int64)
+        pos = np.searchsorted(keys, want, side="right") - 1
+        ok = pos >= 0
+        ok[ok] = keys[pos[ok]] == want[ok]
+        if not ok.all():
+            i = int(np.flatnonzero(~ok)[0])
+            raise KeyError((int(want[i] // self.n_nodes), int(want[i] % self.n_nodes)))
+        return order[pos]
 
     @cached_property
     def nic_leaf(self) -> np.ndarray:
@@ -135,8 +163,12 @@ class Fabric:
     def server_of_name(self) -> dict[str, int]:
         return {s.name: i for i, s in enumerate(self.servers)}
 
-    def link_names(self) -> list[str]:
+    def link_names(self) -> tuple[str, ...]:
         """``"a->b"`` per link; parallel links get ``"a->b/1"``, ``"a->b/2"``... (unique)."""
+        return self._link_names
+
+    @cached_property
+    def _link_names(self) -> tuple[str, ...]:
         n = self.node_names
         seen: dict[tuple[int, int], int] = {}
         out = []
@@ -144,7 +176,21 @@ class Fabric:
             k = seen.get((s, d), 0)
             seen[(s, d)] = k + 1
             out.append(f"{n[s]}->{n[d]}" + (f"/{k}" if k else ""))
-        return out
+        return tuple(out)
+
+    @cached_property
+    def node_id(self) -> dict[str, int]:
+        """Node id by name."""
+        return {name: i for i, name in enumerate(self.node_names)}
+
+    def links_between(self, a: str, b: str) -> np.ndarray:
+        """Ids of the links of every cable between nodes ``a`` and ``b``, both directions
+        (parallel cables included; empty if none or a name is unknown)."""
+        ia, ib = self.node_id.get(a), self.node_id.get(b)
+        if ia is None or ib is None or ia == ib:
+            return np.zeros(0, dtype=np.int64)
+        s, d = self.link_src, self.link_dst
+        return np.flatnonzero(((s == ia) & (d == ib)) | ((s == ib) & (d == ia)))
 
     def describe(self) -> dict:
         kinds = {NODE_KIND_NAMES[k]: int(np.count_nonzero(self.node_kind == k))

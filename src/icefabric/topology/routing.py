@@ -14,10 +14,19 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse.csgraph import shortest_path
 
-from icefabric.topology.model import ACCEL, HUB, LEAF, LINK_FABRIC, LINK_HOST, NIC, Fabric
+from icefabric.csr import indptr_from_lengths
+from icefabric.topology.model import (
+    ACCEL,
+    LEAF,
+    LINK_FABRIC,
+    LINK_HOST,
+    NIC,
+    Fabric,
+    TopologyError,
+)
 
 
-class RoutingError(ValueError):
+class RoutingError(TopologyError):
     """No usable path (disconnected fabric, failed links)."""
 
 
@@ -194,34 +203,50 @@ class ServerPaths:
         self.f = fabric
 
     @cached_property
-    def _nic_owner(self) -> dict[int, int]:
-        owner = {}
-        for a in self.f.nodes_of_kind(ACCEL):
-            n = int(self.f.accel_nic[a])
-            owner.setdefault(n, int(a))
+    def _nic_owner(self) -> np.ndarray:
+        """For every NIC node: the first accelerator whose own NIC it is (-1 elsewhere)."""
+        f = self.f
+        accels = f.nodes_of_kind(ACCEL)
+        owner = np.full(f.n_nodes, -1, dtype=np.int64)
+        owner[f.accel_nic[accels][::-1]] = accels[::-1]  # the first one wins
         return owner
 
-    def path(self, a: int, b: int) -> list[int]:
+    @cached_property
+    def _hub(self) -> np.ndarray:
+        """Hub node of every server."""
+        return np.array([s.hub for s in self.f.servers], dtype=np.int64)
+
+    def paths(self, a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Links of the paths ``a[i] -> b[i]`` as CSR ``(indptr, link ids)``."""
         f = self.f
-        if a == b:
-            return []
-        if f.node_server[a] != f.node_server[b] or f.node_server[a] < 0:
-            raise RoutingError(f"{f.node_names[a]} and {f.node_names[b]} are not in one server")
-        ka, kb = f.node_kind[a], f.node_kind[b]
-        hub = f.servers[f.node_server[a]].hub
-        if ka == ACCEL and kb == ACCEL:
-            return [f.link_id(a, hub), f.link_id(hub, b)]
-        if ka == ACCEL and kb == NIC:
-            if f.accel_nic[a] == b:
-                return [f.link_id(a, b)]
-            o = self._nic_owner[b]
-            return [f.link_id(a, hub), f.link_id(hub, o), f.link_id(o, b)]
-        if ka == NIC and kb == ACCEL:
-            if f.accel_nic[b] == a:
-                return [f.link_id(a, b)]
-            o = self._nic_owner[a]
-            return [f.link_id(a, o), f.link_id(o, hub), f.link_id(hub, b)]
-        raise RoutingError(f"no server path between node kinds {ka} and {kb} (hub={HUB})")
+        a, b = np.asarray(a, dtype=np.int64), np.asarray(b, dtype=np.int64)
+        srv, ka, kb = f.node_server[a], f.node_kind[a], f.node_kind[b]
+        same = a == b
+        aa = (ka == ACCEL) & (kb == ACCEL)
+        an = (ka == ACCEL) & (kb == NIC)
+        na = (ka == NIC) & (kb == ACCEL)
+        bad = ~same & ((srv != f.node_server[b]) | (srv < 0) | ~(aa | an | na))
+        if np.any(bad):
+            i = int(np.flatnonzero(bad)[0])
+            raise RoutingError(f"no server path from {f.node_names[a[i]]} to "
+                               f"{f.node_names[b[i]]}")
+        own = (an & (f.accel_nic[a] == b)) | (na & (f.accel_nic[b] == a))
+        hub = self._hub[np.maximum(srv, 0)]
+        # node sequences: a hub b | a b | a hub owner(b) b | a owner(a) hub b
+        nodes = np.stack([a, b, b, b], axis=1)
+        hops = np.where(same, 0, np.where(aa, 2, np.where(own, 1, 3)))
+        nodes[aa, 1] = hub[aa]
+        via = an & ~own
+        nodes[via, 1], nodes[via, 2] = hub[via], self._nic_owner[b[via]]
+        via = na & ~own
+        nodes[via, 1], nodes[via, 2] = self._nic_owner[a[via]], hub[via]
+        step = np.arange(3) < hops[:, None]
+        links = f.link_ids(nodes[:, :3][step], nodes[:, 1:][step])
+        return indptr_from_lengths(hops), links
+
+    def path(self, a: int, b: int) -> list[int]:
+        """Links of the path ``a -> b``."""
+        return self.paths(np.array([a]), np.array([b]))[1].tolist()
 
 
 def leaf_pairs_paths(routing: Routing, pairs) -> dict[tuple[int, int], list[np.ndarray]]:

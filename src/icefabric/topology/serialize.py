@@ -12,7 +12,7 @@ from dataclasses import asdict, fields
 import numpy as np
 
 from icefabric.topology.catalog import ServerProfile
-from icefabric.topology.model import NODE_KIND_NAMES, Fabric, Server
+from icefabric.topology.model import NODE_KIND_NAMES, Fabric, Server, TopologyError
 
 FORMAT = "icefabric.topology"
 FORMAT_VERSION = 1
@@ -35,7 +35,7 @@ _ARRAYS: tuple[tuple[str, type], ...] = (
 )
 
 
-class TopologyDocumentError(ValueError):
+class TopologyDocumentError(TopologyError):
     """A topology document that does not describe a consistent fabric."""
 
 
@@ -53,6 +53,8 @@ def fabric_to_dict(fabric: Fabric) -> dict:
     doc: dict = {"format": FORMAT, "format_version": FORMAT_VERSION, "name": fabric.name,
                  "node_names": list(fabric.node_names),
                  "node_hash_algorithm": list(fabric.node_hash_algorithm)}
+    if fabric.node_hash_profile:
+        doc["node_hash_profile"] = list(fabric.node_hash_profile)
     for name, _ in _ARRAYS:
         doc[name] = getattr(fabric, name).tolist()
     doc["servers"] = [{"name": s.name, "profile": asdict(s.profile), "pool": s.pool,
@@ -95,6 +97,9 @@ def fabric_from_dict(doc: dict) -> Fabric:
                 raise TopologyDocumentError(f"{name}: {len(arrays[name])} entries, expected {n}")
         if len(halgo) != n:
             raise TopologyDocumentError(f"node_hash_algorithm: {len(halgo)} entries, expected {n}")
+        hprof = tuple(str(x) for x in doc.get("node_hash_profile") or ())
+        if hprof and len(hprof) != n:
+            raise TopologyDocumentError(f"node_hash_profile: {len(hprof)} entries, expected {n}")
         nl = len(arrays["link_src"])
         for name, _ in _ARRAYS:
             if name.startswith("link_") and len(arrays[name]) != nl:
@@ -133,13 +138,13 @@ def fabric_from_dict(doc: dict) -> Fabric:
     except KeyError as e:
         raise TopologyDocumentError(f"missing field {e.args[0]!r}") from None
     return Fabric(name=str(doc.get("name", "")), node_names=names, node_hash_algorithm=halgo,
-                  servers=tuple(servers), meta=dict(meta), **arrays)
+                  servers=tuple(servers), meta=dict(meta), node_hash_profile=hprof, **arrays)
 
 
 def fabrics_equal(a: Fabric, b: Fabric) -> bool:
     """True if two fabrics have the same names, arrays, servers and meta."""
-    if (a.name, a.node_names, a.node_hash_algorithm, a.servers) != \
-            (b.name, b.node_names, b.node_hash_algorithm, b.servers):
+    if (a.name, a.node_names, a.node_hash_algorithm, a.node_hash_profile, a.servers) != \
+            (b.name, b.node_names, b.node_hash_algorithm, b.node_hash_profile, b.servers):
         return False
     for name, dtype in _ARRAYS:
         x, y = getattr(a, name), getattr(b, name)

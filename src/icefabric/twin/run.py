@@ -8,18 +8,20 @@
    library, collectives, size, and the QPs its NICs created, with 5-tuples and QPNs);
 3. waits until every agent applied the plan that covers every job, then assembles the plan
    *from what the agents applied*: every QP's applied source port is hashed through every
-   switch's ECMP model under the current link state (what real switches would do);
+   switch's ECMP model under the current link state (what real switches would do), and its
+   applied pacing rate paces it;
 4. injects link failures as events from the agents whose QPs cross the link, waits for the
    re-plan to be applied, and turns the change into engine re-routes;
-5. runs the flow engine, and runs the same policy in-process (``run_policy``) on the same
-   scenario; the results must agree.
+5. simulates the applied plan with the scenario's engine and options, and the same policy
+   in-process on the same scenario (:mod:`icefabric.pipeline`); the results, and every QP's
+   port, backup port and rate, must agree.
 """
 
 from __future__ import annotations
 
 import threading
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 
 import httpx
 import numpy as np
@@ -31,10 +33,19 @@ from icefabric.ccl.workload import Workload
 from icefabric.control.hashing import ecmp_paths, fabric_hash_configs
 from icefabric.control.plan import PathPlan
 from icefabric.csr import csr_from_lists
-from icefabric.engine.registry import run_engine
-from icefabric.experiment.runner import run_policy
-from icefabric.policies.base import failure_reroutes, get_policy, to_problem
-from icefabric.scenario.build import build_fabric, build_workload, job_communicators
+from icefabric.errors import IceFabricError
+from icefabric.experiment.runner import ExperimentResult, collective_row
+from icefabric.pipeline import Plan, plan, simulate, with_link_events
+from icefabric.pipeline.hosts import paths_from_host_plans, qp_hosts, qp_keys
+from icefabric.pipeline.jobs import JobSpec, qp_jobs, qp_ordinals
+from icefabric.pipeline.plans import (
+    LinkChange,
+    LinkEvent,
+    scenario_link_changes,
+    scenario_policy,
+    scenario_workload,
+)
+from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import LoadedScenario, load
 from icefabric.scenario.schema import FailureSpec
 from icefabric.schemas_service import (
@@ -48,16 +59,11 @@ from icefabric.schemas_service import (
 from icefabric.topology.model import Fabric
 from icefabric.topology.routing import Routing
 from icefabric.topology.serialize import fabric_to_dict
-from icefabric.units import us
+from icefabric.units import ipv4_str
 
 
-class TwinError(RuntimeError):
-    pass
-
-
-def _ip(x: int) -> str:
-    x = int(x)
-    return f"{x >> 24 & 255}.{x >> 16 & 255}.{x >> 8 & 255}.{x & 255}"
+class TwinError(IceFabricError, RuntimeError):
+    """Base of the twin's errors: the controller or its agents did not do their part."""
 
 
 @dataclass
@@ -81,12 +87,14 @@ class TwinResult:
     description: str = ""
     fabric: dict = field(default_factory=dict)
     seed: int = 0
+    #: QPs whose applied port, backup port or pacing rate differ from the in-process plan's
+    qp_mismatches: int = 0
+    #: QPs the applied plan paces (finite rate)
+    paced_qps: int = 0
 
-    def to_experiment(self):
-        """An :class:`~icefabric.experiment.runner.ExperimentResult` with the twin's rows
-        (policy ``<name> (twin)``) next to the in-process ones, for the simulate tables."""
-        from icefabric.experiment.runner import ExperimentResult
-
+    def to_experiment(self) -> ExperimentResult:
+        """An :class:`ExperimentResult` with the twin's rows (policy ``<name> (twin)``) next
+        to the in-process ones, for the simulate tables."""
         tw = f"{self.policy} (twin)"
         rows = [{**r, "policy": tw} for r in self.rows] + \
             [{**r, "policy": self.policy} for r in self.reference_rows]
@@ -103,34 +111,26 @@ class TwinResult:
         return {"schema_version": 1, **asdict(self)}
 
 
-def host_reports(ls: LoadedScenario, fabric: Fabric, wl: Workload, qps_override: int | None,
-                 size_bytes: int) -> dict[str, list[CommReport]]:
-    """What each host's collector would report: one CommReport per job it takes part in."""
-    scn = ls.scenario
-    qp_job = [wl.conn_job[c] for c in wl.qp_conn.tolist()]
-    ordinal: dict[tuple, int] = {}
+def host_reports(fabric: Fabric, jobs: list[JobSpec], wl: Workload
+                 ) -> dict[str, list[CommReport]]:
+    """What each host's collector would report: one CommReport per job it takes part in
+    (``jobs`` in launch order, ``wl`` their workload)."""
     qps_by: dict[tuple[str, str], list[QpEntry]] = {}
-    srv = fabric.node_server[wl.qp_src_nic]
-    for q in range(wl.n_qps):
-        s, d = _ip(wl.qp_src_ip[q]), _ip(wl.qp_dst_ip[q])
-        k = (qp_job[q], s, d)
-        o = ordinal.get(k, 0)
-        ordinal[k] = o + 1
-        host = fabric.servers[int(srv[q])].name
-        qps_by.setdefault((qp_job[q], host), []).append(QpEntry(
-            src_ip=s, dst_ip=d, lqpn=int(wl.qp_lqpn[q]), rqpn=int(wl.qp_rqpn[q]), ordinal=o))
+    for (s, d, lq, rq), host, job, o in zip(qp_keys(wl), qp_hosts(fabric, wl), qp_jobs(wl),
+                                            qp_ordinals(wl).tolist(), strict=True):
+        qps_by.setdefault((job, host), []).append(
+            QpEntry(src_ip=s, dst_ip=d, lqpn=lq, rqpn=rq, ordinal=o))
     out: dict[str, list[CommReport]] = {}
-    for j, comm in job_communicators(ls, fabric, qps_override):
-        job = scn.jobs[j]
+    for j, spec in enumerate(jobs):
+        comm = spec.comm
         ranks = [RankEntry(rank=i, host=fabric.servers[int(fabric.node_server[a])].name,
                            device=int(fabric.node_index[a]))
                  for i, a in enumerate(comm.ranks.tolist())]
         for host in dict.fromkeys(r.host for r in ranks):
             out.setdefault(host, []).append(CommReport(
                 job=comm.job, job_order=j, library=comm.library,
-                collectives=[CollectiveEntry(kind=c.kind, algorithm=c.algorithm)
-                             for c in job.collectives],
-                size_bytes=size_bytes, channels=comm.channels,
+                collectives=[CollectiveEntry(kind=k, algorithm=a) for k, a in spec.collectives],
+                size_bytes=spec.size_bytes, channels=comm.n_channels,
                 qps_per_connection=comm.qps_per_connection,
                 step_overhead_ns=comm.step_overhead_ns, ranks=ranks,
                 qps=qps_by.get((comm.job, host), [])))
@@ -145,58 +145,34 @@ def applied_plan(fabric: Fabric, wl: Workload, actuators: dict[str, TwinNicActua
     port under the current link state; multi-route (spraying) QPs use their planned routes.
     Returns the plan and the number of QPs whose realized path differs from the planned one.
     """
-    srv = fabric.node_server[wl.qp_src_nic]
-    entries = []
-    for q in range(wl.n_qps):
-        act = actuators[fabric.servers[int(srv[q])].name]
-        key = (_ip(wl.qp_src_ip[q]), _ip(wl.qp_dst_ip[q]), int(wl.qp_lqpn[q]),
-               int(wl.qp_rqpn[q]))
-        e = act.applied.get(key)
-        if e is None:
-            raise TwinError(f"QP {key} has no applied plan on its host")
-        entries.append(e)
-    sport = np.array([e.sport for e in entries], dtype=np.int64)
-    hashed = np.array([len(e.routes) == 1 and e.sport >= 0 for e in entries], dtype=bool)
-    idx = np.flatnonzero(hashed)
-    real: dict[int, np.ndarray] = {}
-    if len(idx):
-        paths = ecmp_paths(fabric, Routing(fabric, down_ids), fabric_hash_configs(fabric),
-                           wl.qp_src_nic[idx], wl.qp_dst_nic[idx], sport[idx])
-        real = dict(zip(idx.tolist(), paths))
-    routes, r_qp, r_w = [], [], []
+    applied = {k: actuators[h].applied[k] for h, k in zip(qp_hosts(fabric, wl), qp_keys(wl),
+                                                          strict=True)
+               if k in actuators[h].applied}
+    try:
+        pp = paths_from_host_plans(wl, applied, policy=policy)
+    except KeyError as e:
+        raise TwinError(e.args[0]) from None
+    ptr = pp.qp_route_ptr()
+    hashed = np.flatnonzero((np.diff(ptr) == 1) & (pp.sport >= 0))
+    routes = [pp.route(r) for r in range(len(pp.route_qp))]
     mismatches = 0
-    for q, e in enumerate(entries):
-        if q in real:
-            p = real[q]
-            if list(p) != e.routes[0]:
-                mismatches += 1
-            routes.append(p)
-            r_qp.append(q)
-            r_w.append(1.0)
-        else:
-            for r, w in zip(e.routes, e.weights):
-                routes.append(np.asarray(r, dtype=np.int64))
-                r_qp.append(q)
-                r_w.append(w)
+    if len(hashed):
+        real = ecmp_paths(fabric, Routing(fabric, down_ids), fabric_hash_configs(fabric),
+                          wl.qp_src_nic[hashed], wl.qp_dst_nic[hashed], pp.sport[hashed])
+        for q, path in zip(hashed.tolist(), real, strict=True):
+            r = int(ptr[q])
+            mismatches += not np.array_equal(routes[r], path)
+            routes[r] = np.asarray(path, dtype=np.int64)
     indptr, links = csr_from_lists(routes)
-    rate = np.array([np.inf if e.rate_bps is None else e.rate_bps for e in entries])
-    return PathPlan(sport=sport, route_qp=np.asarray(r_qp, dtype=np.int64),
-                    route_weight=np.asarray(r_w, dtype=np.float64), route_indptr=indptr,
-                    route_links=links, rate_bps=rate, policy=policy), mismatches
+    return PathPlan(pp.sport, pp.route_qp, pp.route_weight, indptr, links, pp.rate_bps,
+                    pp.backup_sport, policy), mismatches
 
 
-def _failure_events(ls: LoadedScenario, fabric: Fabric) -> list[tuple[int, bool, str, str]]:
-    out = []
-    names = set(fabric.node_names)
-    for k, f in enumerate(ls.scenario.failures):
-        a, b = f.link
-        for n in (a, b):
-            if n not in names:
-                raise ls.error(("failures", k, "link"), f"node {n!r} does not exist")
-        out.append((us(f.at_us), False, a, b))
-        if f.until_us is not None:
-            out.append((us(f.until_us), True, a, b))
-    return sorted(out, key=lambda e: e[0])
+def qp_differences(a: PathPlan, b: PathPlan) -> int:
+    """QPs whose source port, backup port or pacing rate differ between two plans."""
+    return int(np.count_nonzero((a.sport != b.sport) | (a.backup_sport != b.backup_sport)
+                                | ~((a.rate_bps == b.rate_bps)
+                                    | (np.isinf(a.rate_bps) & np.isinf(b.rate_bps)))))
 
 
 def _wait(cond, timeout_s: float, what: str) -> None:
@@ -208,10 +184,135 @@ def _wait(cond, timeout_s: float, what: str) -> None:
     raise TwinError(f"timed out after {timeout_s:.0f} s waiting for {what}")
 
 
+@dataclass
+class _Hosts:
+    """The twin's hosts: an agent with a twin NIC actuator per server, running in threads."""
+
+    agents: dict[str, Agent]
+    actuators: dict[str, TwinNicActuator]
+    threads: list[threading.Thread]
+    stop: threading.Event
+
+    @classmethod
+    def start(cls, fabric: Fabric, url: str, enrol_token: str, reports, poll_wait_s: float
+              ) -> _Hosts:
+        agents, actuators = {}, {}
+        for i, s in enumerate(fabric.servers):
+            act = TwinNicActuator()
+            nics = [NicInfo(name=fabric.node_names[n].split("/")[-1],
+                            ip=ipv4_str(fabric.node_ip[n]), speed_bps=s.profile.nic_bps)
+                    for n in s.nics]
+            agents[s.name] = Agent(s.name, ControllerClient(url, timeout_s=10.0), act,
+                                   enrol_token=enrol_token,
+                                   collector=(lambda h=s.name: reports.get(h, [])), nics=nics,
+                                   poll_wait_s=poll_wait_s, backoff=Backoff(0.05, 1.0, seed=i))
+            actuators[s.name] = act
+        stop = threading.Event()
+        threads = [threading.Thread(target=a.run, args=(stop,), name=f"agent-{h}", daemon=True)
+                   for h, a in agents.items()]
+        for t in threads:
+            t.start()
+        return cls(agents, actuators, threads, stop)
+
+    def close(self, poll_wait_s: float) -> None:
+        self.stop.set()
+        for t in self.threads:
+            t.join(timeout=poll_wait_s + 15)
+        for a in self.agents.values():
+            a.client.close()
+
+    def report_link(self, a: str, b: str, ids: np.ndarray, up: bool) -> tuple[int, int]:
+        """The agents whose applied routes cross the link notice the change and report it
+        (QPs on a failed link move to their backup ports at once). Returns (agents that
+        reported, QPs moved to backup ports)."""
+        idset = set(ids.tolist())
+        seen_by = [h for h, act in self.actuators.items()
+                   if any(l in idset for q in act.applied.values() for r in q.routes for l in r)]
+        seen_by = seen_by or [next(iter(self.agents))]
+        switched = 0
+        for h in seen_by:
+            ag = self.agents[h]
+            if up:
+                ag.observe_links_up([(a, b)])
+            else:
+                switched += ag.observe_links_down([(a, b)], idset)
+            ag.flush_events()
+        return len(seen_by), switched
+
+
+@dataclass
+class _Session:
+    """One twin run against a controller: its admin client, the scenario's hosts (agents)
+    and what they applied as links fail and come back."""
+
+    admin: httpx.Client
+    hosts: _Hosts
+    fabric: Fabric
+    wl: Workload
+    policy: str
+    jobs: list[str]
+    timeout_s: float
+    versions: list[int] = field(default_factory=list)
+    path_mismatches: int = 0
+
+    def wait_plan(self, down: set[tuple[str, str]]) -> None:
+        """Wait until every agent applied a plan of every job with exactly ``down`` down."""
+        state: dict = {}
+
+        def ok() -> bool:
+            try:
+                r = self.admin.get("/v1/plans/current")
+            except httpx.HTTPError:
+                return False
+            c = r.json() if r.status_code == 200 else None
+            if c is None or sorted(c["jobs"]) != self.jobs:
+                return False
+            if {tuple(sorted((x["a"], x["b"]))) for x in c["down_links"]} != down:
+                return False
+            state["v"] = c["version"]
+            return all(a.version >= c["version"] for a in self.hosts.agents.values())
+
+        _wait(ok, self.timeout_s, f"every agent to apply a plan with down links {sorted(down)}")
+        self.versions.append(state["v"])
+
+    def applied(self, down_ids) -> PathPlan:
+        paths, m = applied_plan(self.fabric, self.wl, self.hosts.actuators, sorted(down_ids),
+                                self.policy)
+        self.path_mismatches += m
+        return paths
+
+    def replay(self, changes: list[LinkChange]) -> tuple[list[LinkEvent], list[dict], set]:
+        """Inject the link changes through the agents that see them; the applied plan after
+        each. Returns the events, their reports and the links down at the end."""
+        down: set[tuple[str, str]] = set()
+        down_ids: set[int] = set()
+        events, fails = [], []
+        for ch in changes:
+            ids = set(ch.links.tolist())
+            key = tuple(sorted((ch.a, ch.b)))
+            down, down_ids = ((down - {key}, down_ids - ids) if ch.up
+                              else (down | {key}, down_ids | ids))
+            seen, switched = self.hosts.report_link(ch.a, ch.b, ch.links, ch.up)
+            self.wait_plan(down)
+            events.append(LinkEvent(ch.t_ns, ch.links, ch.up, self.applied(down_ids)))
+            fails.append({"t_ns": ch.t_ns, "link": [ch.a, ch.b], "up": ch.up,
+                          "reported_by": seen, "backup_ports_used": switched,
+                          "plan_version": self.versions[-1]})
+        return events, fails, down_ids
+
+
+def _upload_fabric(admin: httpx.Client, fabric: Fabric, seed: int) -> None:
+    r = admin.put("/v1/fabric", content=FabricUpload(
+        topology=fabric_to_dict(fabric), plan_seed=seed).model_dump_json(),
+        headers={"Content-Type": "application/json"})
+    if r.status_code != 200:
+        raise TwinError(f"fabric upload failed: {r.status_code} {r.text[:300]}")
+
+
 def run_twin(scenario: str | LoadedScenario, controller_url: str, admin_token: str, *,
              enrol_token: str | None = None, size_bytes: int | None = None,
              failures: list[FailureSpec] | None = None, policy: str | None = None,
-             poll_wait_s: float = 2.0, timeout_s: float = 120.0,
+             engine: str | None = None, poll_wait_s: float = 2.0, timeout_s: float = 120.0,
              compare: bool = True, on_ready=None) -> TwinResult:
     """Play ``scenario`` against the controller at ``controller_url`` (see module doc).
 
@@ -224,6 +325,7 @@ def run_twin(scenario: str | LoadedScenario, controller_url: str, admin_token: s
     size_bytes : int, optional — message size (default: the scenario's largest).
     failures : list of FailureSpec, optional — replace the scenario's failures.
     policy : str, optional — must equal the controller's; read from ``/healthz`` if None.
+    engine : str, optional — ``flow`` or ``fluid`` (default: the scenario's).
     on_ready : callable(agents, threads) — called once the first full plan is applied
         (tests use it to restart the controller mid-run).
     """
@@ -234,156 +336,70 @@ def run_twin(scenario: str | LoadedScenario, controller_url: str, admin_token: s
                             ls.source, ls.lines, ls.text)
     scn = ls.scenario
     size = int(size_bytes or scn.size_list()[-1])
-    admin = httpx.Client(base_url=controller_url, trust_env=False, timeout=30.0,
-                         headers={"Authorization": f"Bearer {admin_token}"})
-    try:
-        health = admin.get("/healthz").json()
-        ctl_policy = health["policy"]
+    with httpx.Client(base_url=controller_url, trust_env=False, timeout=30.0,
+                      headers={"Authorization": f"Bearer {admin_token}"}) as admin:
+        ctl_policy = admin.get("/healthz").json()["policy"]
         if policy is not None and policy != ctl_policy:
             raise TwinError(f"controller plans with {ctl_policy!r}, not {policy!r}")
-        policy = ctl_policy
-        pol = get_policy(policy, **scn.policy_options.get(policy, {}))
+        pol = scenario_policy(ls, ctl_policy)
         fabric = build_fabric(ls)
-        if pol.ideal_fabric(fabric) is not fabric:
-            raise TwinError(f"policy {policy!r} does not run on the real fabric")
-        qps = pol.qps_per_connection(1)
-        override = qps if qps != 1 else None
-        wl = build_workload(ls, fabric, size, qps_per_connection=override)
-        reports = host_reports(ls, fabric, wl, override, size)
-        r = admin.put("/v1/fabric", content=FabricUpload(
-            topology=fabric_to_dict(fabric), plan_seed=scn.seed).model_dump_json(),
-            headers={"Content-Type": "application/json"})
-        if r.status_code != 200:
-            raise TwinError(f"fabric upload failed: {r.status_code} {r.text[:300]}")
-        all_jobs = sorted(j.name for j in scn.jobs)
-
-        actuators: dict[str, TwinNicActuator] = {}
-        agents: dict[str, Agent] = {}
-        for i, s in enumerate(fabric.servers):
-            act = TwinNicActuator()
-            nics = [NicInfo(name=fabric.node_names[n].split("/")[-1],
-                            ip=_ip(fabric.node_ip[n]),
-                            speed_bps=s.profile.nic_bps) for n in s.nics]
-            client = ControllerClient(controller_url, timeout_s=10.0)
-            agents[s.name] = Agent(s.name, client, act, enrol_token=enrol_token or admin_token,
-                                   collector=(lambda h=s.name: reports.get(h, [])), nics=nics,
-                                   poll_wait_s=poll_wait_s,
-                                   backoff=Backoff(0.05, 1.0, seed=i))
-            actuators[s.name] = act
-        stop = threading.Event()
-        threads = [threading.Thread(target=a.run, args=(stop,), name=f"agent-{h}", daemon=True)
-                   for h, a in agents.items()]
-        for t in threads:
-            t.start()
-
-        def current() -> dict | None:
-            try:
-                r = admin.get("/v1/plans/current")
-            except httpx.HTTPError:
-                return None
-            return r.json() if r.status_code == 200 else None
-
-        def wait_plan(down: set[tuple[str, str]]) -> int:
-            state: dict = {}
-
-            def ok() -> bool:
-                c = current()
-                if c is None or sorted(c["jobs"]) != all_jobs:
-                    return False
-                if {tuple(sorted((x["a"], x["b"]))) for x in c["down_links"]} != down:
-                    return False
-                state["v"] = c["version"]
-                return all(a.version >= c["version"] for a in agents.values())
-
-            _wait(ok, timeout_s, f"every agent to apply a plan with down links {sorted(down)}")
-            return state["v"]
-
-        versions = []
+        sw = scenario_workload(ls, fabric, size, pol)
+        if sw.fabric is not fabric:
+            raise TwinError(f"policy {ctl_policy!r} does not run on the real fabric")
+        changes = scenario_link_changes(ls, fabric)
+        _upload_fabric(admin, fabric, scn.seed)
+        hosts = _Hosts.start(fabric, controller_url, enrol_token or admin_token,
+                             host_reports(fabric, sw.jobs, sw.workload), poll_wait_s)
+        run = _Session(admin, hosts, fabric, sw.workload, ctl_policy,
+                       sorted(j.name for j in scn.jobs), timeout_s)
         try:
-            versions.append(wait_plan(set()))
+            run.wait_plan(set())
             if on_ready is not None:
-                on_ready(agents, threads)
-                versions.append(wait_plan(set()))
-            plan0, mism = applied_plan(fabric, wl, actuators, [], policy)
-            prob, pmap = to_problem(fabric, wl, plan0, scenario=scn.name)
-            prev, down = plan0, set()
-            reroutes, fails = [], []
-            for t_ns, up, a, b in _failure_events(ls, fabric):
-                key = tuple(sorted((a, b)))
-                ids = [l for l in range(fabric.n_links)
-                       if {int(fabric.link_src[l]), int(fabric.link_dst[l])} ==
-                       {fabric.node_names.index(a), fabric.node_names.index(b)}]
-                down = (down - {key}) if up else (down | {key})
-                # The agents whose applied routes cross the link notice it and report it.
-                idset = set(ids)
-                seen_by = [h for h, act in actuators.items()
-                           if any(l in idset for q in act.applied.values()
-                                  for r in q.routes for l in r)] or [next(iter(agents))]
-                switched = 0
-                for h in seen_by:
-                    ag = agents[h]
-                    if up:
-                        from icefabric.schemas_service import Event
-
-                        with ag._lock:
-                            ag.events.append(Event(kind="link_up", link={"a": a, "b": b}))
-                    else:
-                        switched += ag.observe_links_down([(a, b)], idset)
-                    ag.flush_events()
-                versions.append(wait_plan(down))
-                down_ids = sorted(l for x, y in down for l in range(fabric.n_links)
-                                  if {fabric.node_names[fabric.link_src[l]],
-                                      fabric.node_names[fabric.link_dst[l]]} == {x, y})
-                new, m = applied_plan(fabric, wl, actuators, down_ids, policy)
-                mism += m
-                reroutes.append(failure_reroutes(pmap, prev, new, t_ns=t_ns, down_links=ids,
-                                                 delay_ns=pol.reroute_delay_ns, up=up))
-                fails.append({"t_ns": t_ns, "link": [a, b], "up": up,
-                              "reported_by": len(seen_by), "backup_ports_used": switched,
-                              "plan_version": versions[-1]})
-                prev = new
+                on_ready(hosts.agents, hosts.threads)
+                run.wait_plan(set())
+            paths0 = run.applied(())
+            events, fails, down_ids = run.replay(changes)
         finally:
-            stop.set()
-            for t in threads:
-                t.join(timeout=poll_wait_s + 15)
-            for a in agents.values():
-                a.client.close()
-        # Every QP ends on a working path.
-        down_ids = {l for x, y in down for l in range(fabric.n_links)
-                    if {fabric.node_names[fabric.link_src[l]],
-                        fabric.node_names[fabric.link_dst[l]]} == {x, y}}
-        on_down = sum(1 for q in range(prev.n_qps)
-                      if any(int(l) in down_ids for r in range(prev.qp_route_ptr()[q],
-                                                               prev.qp_route_ptr()[q + 1])
-                             for l in prev.route(r)))
-        prob = replace(prob, failures=tuple(reroutes))
-        res = run_engine(prob, scn.engine, policy=policy, scenario=scn.name, seed=scn.seed)
-        ref = {}
-        if compare:
-            rr = run_policy(ls, fabric, policy, size)
-            ref = {(c.job, c.name): c for c in rr.collectives}
-        def as_row(c) -> dict:
-            return {"job": c.job, "collective": c.kind, "algorithm": c.algorithm,
-                    "size_bytes": c.size_bytes, "nranks": c.nranks,
-                    "time_us": round(c.time_us, 3), "algbw_GBps": round(c.algbw_GBps, 3),
-                    "busbw_GBps": round(c.busbw_GBps, 3)}
+            hosts.close(poll_wait_s)
+    twin = Plan(fabric, sw.workload, pol, paths0, scn.seed, tuple(events))
+    out = TwinResult(
+        scenario=scn.name, policy=ctl_policy, engine=scn.run_options(engine).engine,
+        size_bytes=size, agents=len(hosts.agents), qps=sw.workload.n_qps,
+        plan_versions=run.versions, rows=[], agree=False, max_rel_diff=0.0,
+        path_mismatches=run.path_mismatches,
+        qps_on_down_links=qps_on_links(twin.final, down_ids), failures=fails, wall_s=0.0,
+        notes=[f"agent errors (retried): {sum(a.errors for a in hosts.agents.values())}"],
+        description=scn.description, fabric=fabric.describe(), seed=scn.seed,
+        paced_qps=int(np.count_nonzero(np.isfinite(paths0.rate_bps))))
+    ref = with_link_events(plan(fabric, sw.workload, pol, seed=scn.seed), changes) \
+        if compare else None
+    _simulate_and_compare(out, twin, ref, scn.run_options(engine))
+    out.wall_s = time.perf_counter() - t0
+    return out
 
-        rows, worst = [], 0.0
-        for c in res.collectives:
-            row = as_row(c)
-            o = ref.get((c.job, c.name))
-            if o is not None:
-                rel = abs(c.time_ns - o.time_ns) / max(o.time_ns, 1)
-                worst = max(worst, rel)
-                row["inprocess_busbw_GBps"] = round(o.busbw_GBps, 3)
-                row["match"] = rel <= 1e-9
-            rows.append(row)
-        agree = bool(compare and len(ref) == len(res.collectives) and worst <= 1e-9)
-        return TwinResult(scn.name, policy, scn.engine, size, len(agents), wl.n_qps, versions,
-                          rows, agree, worst, mism, on_down, fails,
-                          time.perf_counter() - t0,
-                          [f"agent errors (retried): {sum(a.errors for a in agents.values())}"],
-                          [as_row(c) for c in ref.values()], scn.description,
-                          fabric.describe(), scn.seed)
-    finally:
-        admin.close()
+
+def qps_on_links(paths: PathPlan, links) -> int:
+    """QPs with a route through any of ``links``."""
+    hit = np.isin(paths.route_links, list(links))
+    route = np.repeat(np.arange(len(paths.route_qp)), np.diff(paths.route_indptr))
+    return len(np.unique(paths.route_qp[route[hit]]))
+
+
+def _simulate_and_compare(out: TwinResult, twin: Plan, ref: Plan | None, options) -> None:
+    """Run the twin's applied plan; with ``ref``, run the in-process plan too and compare
+    every collective's time and every QP's ports and rate (initially and at the end)."""
+    res = simulate(twin, options, scenario=out.scenario)
+    out.engine = res.engine
+    out.rows = [collective_row(c) for c in res.collectives]
+    if ref is None:
+        return
+    ref_res = simulate(ref, options, scenario=out.scenario)
+    out.reference_rows = [collective_row(c) for c in ref_res.collectives]
+    out.qp_mismatches = (qp_differences(twin.paths, ref.paths)
+                         + qp_differences(twin.final, ref.final))
+    for row, c, o in zip(out.rows, res.collectives, ref_res.collectives, strict=True):
+        rel = abs(c.time_ns - o.time_ns) / max(o.time_ns, 1)
+        out.max_rel_diff = max(out.max_rel_diff, rel)
+        row["inprocess_busbw_GBps"] = round(o.busbw_GBps, 3)
+        row["match"] = rel <= 1e-9
+    out.agree = out.max_rel_diff <= 1e-9 and out.qp_mismatches == 0

@@ -1,5 +1,6 @@
 """Actuators: how an agent applies a plan on its host (twin NICs, HCCL source-port file,
-dry run). Choose one by name with :func:`get_actuator`."""
+the verbs shim of NCCL/RCCL processes, dry run). Choose one by name with
+:func:`get_actuator`."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from icefabric.agent.actuators.base import Actuator, ApplyResult, QpKey, qp_key
 
 
 def get_actuator(name: str, **options) -> Actuator:
-    """``twin``, ``hccl-cfg`` (option ``directory``) or ``dry-run`` (option ``stream``)."""
+    """``twin``, ``hccl-cfg`` (option ``directory``), ``verbs`` (options ``socket_path``,
+    ``default_job``; call ``start()``) or ``dry-run`` (option ``stream``)."""
     if name == "twin":
         from icefabric.agent.actuators.twin import TwinNicActuator
 
@@ -16,11 +18,15 @@ def get_actuator(name: str, **options) -> Actuator:
         from icefabric.agent.actuators.hccl_cfg import HcclCfgActuator
 
         return HcclCfgActuator(**options)
+    if name == "verbs":
+        from icefabric.agent.actuators.verbs import VerbsActuator
+
+        return VerbsActuator(**options)
     if name == "dry-run":
         from icefabric.agent.actuators.dryrun import DryRunActuator
 
         return DryRunActuator(**options)
-    raise ValueError(f"unknown actuator {name!r}; available: twin, hccl-cfg, dry-run")
+    raise ValueError(f"unknown actuator {name!r}; available: twin, hccl-cfg, verbs, dry-run")
 
 
 __all__ = ["Actuator", "ApplyResult", "QpKey", "get_actuator", "qp_key"]

@@ -5,13 +5,11 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
-from icefabric.schemas_service import HostPlan, QpPlan
-
-QpKey = tuple[str, str, int, int]  # (src_ip, dst_ip, lqpn, rqpn)
+from icefabric.schemas_service import HostPlan, QpKey, QpPlan
 
 
 def qp_key(q: QpPlan) -> QpKey:
-    return (q.src_ip, q.dst_ip, q.lqpn, q.rqpn)
+    return q.key
 
 
 @dataclass

@@ -12,14 +12,8 @@ import sys
 from typing import TextIO
 
 from icefabric.agent.actuators.base import Actuator, ApplyResult, QpKey
+from icefabric.dataplane.roce import flow_label_for_sport
 from icefabric.schemas_service import HostPlan, QpPlan
-
-
-def flow_label_for(sport: int) -> int:
-    """The GRH flow label whose RoCEv2 source port is ``sport`` (domain-facts §4.2)."""
-    if not 0xC000 <= sport <= 0xFFFF:
-        raise ValueError(f"source port {sport} outside the RoCEv2 range 0xC000-0xFFFF")
-    return (1 << 14) | 1 if sport == 0xC000 else sport & 0x3FFF
 
 
 class DryRunActuator(Actuator):
@@ -37,9 +31,9 @@ class DryRunActuator(Actuator):
     def _calls_for(self, q: QpPlan | None, key: QpKey, sport: int, rate_bps) -> None:
         src, dst, lqpn, _ = key
         if sport >= 0:
+            fl = int(flow_label_for_sport(sport))
             self._emit(f"mlx5dv_modify_qp_udp_sport(qp=0x{lqpn:06x} /* {src}->{dst} */, "
-                       f"udp_sport={sport})  # or flow_label=0x{flow_label_for(sport):05x} "
-                       f"at INIT->RTR")
+                       f"udp_sport={sport})  # or flow_label=0x{fl:05x} at INIT->RTR")
         kbps = 0 if rate_bps is None else max(1, int(rate_bps // 1000))
         self._emit(f"ibv_modify_qp_rate_limit(qp=0x{lqpn:06x}, "
                    f"{{.rate_limit={kbps}, .max_burst_sz=0, .typical_pkt_sz=0}})"

@@ -1,0 +1,300 @@
+"""Facts an NCCL/RCCL log implies without printing them: devices, hosts, and ring edges.
+
+Each rule relies on one behaviour of the library, cited in its ``RULE_*`` text, and fires only
+where the lines imply the fact; every value it adds is returned as an
+:class:`~icefabric.schemas.InferredFact` naming the rule and the line it came from. Nothing is
+guessed: when the lines do not imply a value, it stays unknown.
+
+The rules work on plain records (:class:`PrintedRank`, :class:`LocalRankLine`) that
+:mod:`icefabric.collect.nccl_log` extracts, so this module knows the rules and not the formats.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from icefabric.schemas import InferredFact
+
+RULE_DEVICE = (
+    "the [dev] prefix is the printing thread's current CUDA/HIP device (src/debug.cc: "
+    "cudaGetDevice), and the rank's own thread prints this line after cudaSetDevice(cudaDev) "
+    "(src/init.cc ncclCommInitRankFunc)")
+RULE_RING_DUMP = (
+    "'Channel cc/NN :' ring orders are printed by rank 0 only (src/graph/rings.cc "
+    "ncclBuildRings: if (rank == 0) dumpLine)")
+RULE_BUS_ID = (
+    "RCCL ends this line with the printing rank's 'busId %lx' (ROCm/rccl src/init.cc), the "
+    "busId this host's connection or init lines give that rank")
+RULE_LOCAL_RANK = (
+    "localRank counts the lower ranks on the same host (src/init.cc: rankToLocalRank filled in "
+    "rank order) and ranks are numbered host by host, so the host holds ranks "
+    "rank-localRank .. rank-localRank+localRanks-1")
+RULE_DEVICE_BLOCK = (
+    "ranks numbered host by host with local device = rank - first rank of the host; the host "
+    "size is the highest local device index seen + 1")
+RULE_LAST_HOST = (
+    "nNodes counts distinct hosts (src/init.cc); the ranks not on the other nNodes-1 hosts are "
+    "all on the remaining one")
+RULE_BLOCKS = (
+    "nRanks = nNodes x localRanks and ranks numbered host by host (src/init.cc): block k holds "
+    "ranks k*localRanks .. (k+1)*localRanks-1")
+RULE_NNODES = "every rank is placed; hosts counted"
+RULE_EDGES = (
+    "consecutive ranks of the rank-0 ring order (src/graph/rings.cc) that the host map puts on "
+    "different hosts")
+
+
+@dataclass(frozen=True)
+class PrintedRank:
+    """A line printed by one rank's own thread: which rank, and the line's host and [dev].
+
+    ``rule`` is set when the rank is implied by a library rule rather than printed in the
+    message (the ring dump is printed by rank 0).
+    """
+
+    rank: int
+    host: str | None
+    dev: int | None
+    source: str | None
+    line: int
+    rule: str | None = None
+
+
+@dataclass(frozen=True)
+class LocalRankLine:
+    """``comm %p rank R nRanks N nNodes M localRanks L localRank l`` (src/init.cc)."""
+
+    rank: int
+    local_rank: int
+    local_ranks: int
+    nnodes: int
+    host: str | None
+    source: str | None
+    line: int
+
+
+@dataclass
+class Placement:
+    """Where every rank the log implies sits, plus what had to be inferred for it.
+
+    ``group_of`` maps a rank to its host key: the host name, or ``"#k"`` for the k-th host the
+    log never names. ``node_of`` is NCCL's node index (hosts by lowest rank), filled only when
+    every rank of the communicator is placed, since an unplaced rank could start an earlier node.
+    """
+
+    group_of: dict[int, str] = field(default_factory=dict)
+    node_of: dict[int, int] = field(default_factory=dict)
+    device_of: dict[int, int] = field(default_factory=dict)
+    nnodes: int | None = None
+    inferred: list[InferredFact] = field(default_factory=list)
+
+    def host_of(self, rank: int) -> str | None:
+        """The host name of ``rank`` (None when unknown or not named by the log)."""
+        g = self.group_of.get(rank)
+        return None if g is None or g.startswith("#") else g
+
+    def groups(self) -> dict[str, list[int]]:
+        """Host key -> its ranks, hosts ordered by their lowest rank."""
+        out: dict[str, list[int]] = defaultdict(list)
+        for r in sorted(self.group_of):
+            out[self.group_of[r]].append(r)
+        return dict(out)
+
+
+def rank_ranges(values: list[int]) -> str:
+    """Sorted integers as compact ranges: ``[0, 1, 2, 5]`` -> ``"0-2,5"`` (``"-"`` if empty)."""
+    out: list[str] = []
+    vals = sorted(set(values))
+    i = 0
+    while i < len(vals):
+        j = i
+        while j + 1 < len(vals) and vals[j + 1] == vals[j] + 1:
+            j += 1
+        out.append(str(vals[i]) if i == j else f"{vals[i]}-{vals[j]}")
+        i = j + 1
+    return ",".join(out) or "-"
+
+
+def describe(fact: InferredFact) -> str:
+    """One line for a human: what was inferred, for which ranks, from which line."""
+    who = f" of ranks {rank_ranges(fact.ranks)}" if fact.ranks else ""
+    where = f" ({fact.source or '?'}:{fact.line})" if fact.line is not None else ""
+    return f"{fact.fact}{who}: {fact.value}{where}"
+
+
+def _fact(kind, ranks, value, rule, source=None, line=None) -> InferredFact:
+    return InferredFact(fact=kind, ranks=sorted(ranks), value=value, rule=rule, source=source,
+                        line=line)
+
+
+def infer_devices(printed: list[PrintedRank], read: dict[int, int]) -> Placement:
+    """Device of each rank from the ``[dev]`` prefix of lines its own thread printed.
+
+    ``read`` holds the devices the log prints outright (``cudaDev`` ...); they win and are not
+    inferred. The first line seen for a rank decides.
+    """
+    out = Placement(device_of=dict(read))
+    for p in printed:
+        if p.dev is None or p.rank in out.device_of:
+            continue
+        out.device_of[p.rank] = p.dev
+        rule = RULE_DEVICE if p.rule is None else f"{p.rule}; {RULE_DEVICE}"
+        out.inferred.append(_fact("device", [p.rank], f"device {p.dev}", rule, p.source, p.line))
+    return out
+
+
+def _block_of_host(ranks: set[int], lines: list[LocalRankLine], devices: dict[int, int],
+                   width_hint: int | None) -> tuple[range, str, LocalRankLine | None] | None:
+    """The block of consecutive ranks one host holds, if its lines imply one."""
+    if lines:
+        bases = {ln.rank - ln.local_rank for ln in lines}
+        widths = {ln.local_ranks for ln in lines}
+        if len(bases) != 1 or len(widths) != 1:
+            return None
+        base, width, rule, ref = bases.pop(), widths.pop(), RULE_LOCAL_RANK, lines[0]
+    else:
+        # One rank on its device says nothing about numbering; two or more agreeing do.
+        bases = {r - devices[r] for r in ranks if r in devices}
+        if len(bases) != 1 or not width_hint or sum(r in devices for r in ranks) < 2:
+            return None
+        base, width, rule, ref = bases.pop(), width_hint, RULE_DEVICE_BLOCK, None
+    block = range(base, base + width)
+    if base < 0 or not ranks <= set(block):
+        return None
+    return block, rule, ref
+
+
+def place_ranks(nranks: int | None, nnodes: int | None, read_hosts: dict[int, str],
+                local_lines: list[LocalRankLine], devices: dict[int, int],
+                printed: list[PrintedRank] = ()) -> Placement:
+    """Hosts of the ranks: the hosts read, completed where the log implies the rest.
+
+    Parameters
+    ----------
+    nranks, nnodes : int or None
+        Communicator size and host count, when printed.
+    read_hosts : dict
+        Rank -> host of the lines that print the rank with its host prefix (facts, not
+        inferred).
+    local_lines : list of LocalRankLine
+        The communicator's ``localRank`` lines.
+    devices : dict
+        Rank -> local device index (read or inferred), for hosts without ``localRank`` lines.
+    printed : list of PrintedRank
+        Lines whose rank is implied by a rule (``rule`` set): their host is inferred too.
+
+    Returns
+    -------
+    Placement
+        ``group_of``/``node_of``/``nnodes``, ``device_of`` (``devices`` plus the devices the
+        device-index numbering implies) and the inferred facts.
+
+    Notes
+    -----
+    Rules, in order: rank 0 is on the host of the ring dump (``RULE_RING_DUMP``); a host's
+    block from its ``localRank`` lines (``RULE_LOCAL_RANK``) or from device indices
+    (``RULE_DEVICE_BLOCK``); with ``nNodes`` hosts, the ranks left over are on the one host
+    left (``RULE_LAST_HOST``) or, with ``nRanks = nNodes x localRanks``, in blocks of
+    ``localRanks`` (``RULE_BLOCKS``). A block that would contradict a host read elsewhere is
+    not used.
+    """
+    out = Placement(device_of=dict(devices))
+    hosts = dict(read_hosts)
+    for p in printed:
+        if p.rule is not None and p.host is not None and p.rank not in hosts:
+            hosts[p.rank] = p.host
+            out.inferred.append(_fact("host", [p.rank], p.host, p.rule, p.source, p.line))
+    out.group_of = dict(hosts)
+    _place_host_blocks(out, hosts, nranks, local_lines, devices)
+    if nranks is not None:
+        _place_unnamed(out, nranks, nnodes, local_lines)
+        if len(out.group_of) == nranks and set(out.group_of) == set(range(nranks)):
+            order = sorted(out.groups().items(), key=lambda kv: kv[1][0])
+            out.node_of = {r: i for i, (_, rs) in enumerate(order) for r in rs}
+            out.nnodes = len(order)
+            if nnodes is None:
+                out.inferred.append(_fact("nnodes", [], f"{len(order)} hosts", RULE_NNODES))
+    return out
+
+
+def _place_host_blocks(out: Placement, hosts: dict[int, str], nranks: int | None,
+                       local_lines: list[LocalRankLine], devices: dict[int, int]) -> None:
+    """Complete each named host to the block of ranks its lines imply."""
+    by_host: dict[str, set[int]] = defaultdict(set)
+    for r, h in hosts.items():
+        by_host[h].add(r)
+    lines_of: dict[str | None, list[LocalRankLine]] = defaultdict(list)
+    for ln in local_lines:
+        lines_of[ln.host].append(ln)
+    width_hint = max(devices.values()) + 1 if devices else None
+    blocks = []
+    for h, ranks in by_host.items():
+        found = _block_of_host(ranks, lines_of.get(h, []), devices, width_hint)
+        if found is not None and (nranks is None or found[0].stop <= nranks):
+            blocks.append((h, *found))
+    # A block holding a rank read on another host shows the ranks are not numbered host by
+    # host: then no block is trusted.
+    if any(hosts.get(r, h) != h for h, block, _, _ in blocks for r in block):
+        return
+    for h, block, rule, ref in blocks:
+        new = [r for r in block if r not in out.group_of]
+        for r in new:
+            out.group_of[r] = h
+        if new:
+            out.inferred.append(_fact("host", new, h, rule, ref.source if ref else None,
+                                      ref.line if ref else None))
+        if rule == RULE_DEVICE_BLOCK:
+            # The numbering that placed these ranks also gives their devices.
+            for r in block:
+                if r not in out.device_of:
+                    out.device_of[r] = r - block.start
+                    out.inferred.append(_fact("device", [r], f"device {r - block.start}",
+                                              rule))
+
+
+def _place_unnamed(out: Placement, nranks: int, nnodes: int | None,
+                   local_lines: list[LocalRankLine]) -> None:
+    """Put the ranks no named host holds on the hosts the log never names, where implied."""
+    left = [r for r in range(nranks) if r not in out.group_of]
+    if not left or nnodes is None:
+        return
+    named = len(set(out.group_of.values()))
+    ref = local_lines[0] if local_lines else None
+    src, line = (ref.source, ref.line) if ref else (None, None)
+    if nnodes - named == 1:
+        for r in left:
+            out.group_of[r] = "#0"
+        out.inferred.append(_fact("node", left, "a host the log does not name", RULE_LAST_HOST,
+                                  src, line))
+        return
+    widths = {ln.local_ranks for ln in local_lines}
+    if len(widths) != 1:
+        return
+    width = widths.pop()
+    if width * nnodes != nranks:
+        return
+    k = 0
+    for b in range(0, nranks, width):
+        block = list(range(b, b + width))
+        if all(r not in out.group_of for r in block):
+            for r in block:
+                out.group_of[r] = f"#{k}"
+            out.inferred.append(_fact("node", block, "a host the log does not name",
+                                      RULE_BLOCKS, src, line))
+            k += 1
+
+
+def cross_node_edges(ring: list[int], group_of: dict[int, str]) -> list[tuple[int, int]] | None:
+    """Consecutive (a, b) of a ring order on different hosts; None unless every rank is placed.
+
+    A ring whose ranks are not all placed has unknown edges, never "no edge": an empty list
+    means the ring stays on one host. A ring that is not a permutation of ``0..n-1`` was cut
+    (older NCCL cut long ring lines without ``...``, NVIDIA/nccl#514), so its edges are unknown.
+    """
+    if not ring or sorted(ring) != list(range(len(ring))):
+        return None
+    if any(r not in group_of for r in ring):
+        return None
+    pairs = zip(ring, ring[1:] + ring[:1], strict=True)
+    return [(a, b) for a, b in pairs if group_of[a] != group_of[b]]

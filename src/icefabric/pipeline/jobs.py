@@ -1,0 +1,208 @@
+"""Jobs, whoever describes them, and the workload of a set of jobs.
+
+A :class:`JobSpec` is one job as the CCL models need it: its communicator (ranks placed on
+accelerators, library, channels, QPs per connection, and the ring orders the library
+reported, if any), its collectives and message size, and the QPs seen on its hosts (QP
+numbers, source ports).
+Three front ends make them: a scenario file (:func:`scenario_jobs`), the agents'
+communicator reports (:func:`report_job`, the controller), and CCL logs (through a
+scenario whose job keeps the log's rings, :mod:`icefabric.experiment.fromlog`).
+:func:`build_workload` turns any list of them into one :class:`Workload`, job by job,
+collectives chained inside a job, so every front end gets the same QPs in the same order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from icefabric.ccl.collectives import add_collective
+from icefabric.ccl.communicator import Communicator
+from icefabric.ccl.workload import Workload, WorkloadBuilder
+from icefabric.csr import within
+from icefabric.errors import IceFabricError
+from icefabric.scenario.build import job_nccl_settings
+from icefabric.scenario.loader import LoadedScenario
+from icefabric.schemas_service import CommReport
+from icefabric.topology.model import Fabric
+from icefabric.units import ipv4_int
+
+#: a QP across reports and plans: (source IP, destination IP, ordinal), IPs as integers
+QpName = tuple[int, int, int]
+
+
+class PipelineError(IceFabricError, ValueError):
+    """Base of the pipeline layer's errors: a job that cannot be turned into a workload."""
+
+
+class JobError(PipelineError):
+    """Job ``job`` cannot be built (its collective ``collective``, when one is to blame)."""
+
+    def __init__(self, job: str, reason: str, collective: int | None = None):
+        self.job, self.reason, self.collective = job, reason, collective
+        super().__init__(f"job {job!r}: {reason}")
+
+
+@dataclass(frozen=True, eq=False)
+class JobSpec:
+    """One job: communicator, collectives (run one after another), size, observed QPs.
+
+    Attributes
+    ----------
+    comm : Communicator — ranks, library, channels, QPs per connection, observed rings.
+    collectives : tuple of (kind, algorithm or None).
+    size_bytes : int — nccl-tests ``size`` of every collective.
+    qps : mapping QpName -> (lqpn, rqpn, sport) — the QPs the job's hosts reported (sport
+        -1 when not reported); modelled QP numbers and kernel-derived ports stay for the
+        QPs nobody reported.
+    """
+
+    comm: Communicator
+    collectives: tuple[tuple[str, str | None], ...]
+    size_bytes: int
+    qps: Mapping[QpName, tuple[int, int, int]] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.comm.job
+
+
+def build_workload(fabric: Fabric, jobs: Sequence[JobSpec], *, qpn_seed: int = 0) -> Workload:
+    """The workload of ``jobs``: all jobs start together; each job runs its collectives one
+    after another (nccl-tests runs one size at a time). Raises :class:`JobError`."""
+    wb = WorkloadBuilder()
+    for job in jobs:
+        after: list[int] = []
+        for i, (kind, algorithm) in enumerate(job.collectives):
+            try:
+                after = add_collective(wb, job.comm, kind, job.size_bytes, algorithm=algorithm,
+                                       after=after, name=f"{job.name}:{kind}")
+            except ValueError as e:
+                raise JobError(job.name, str(e), i) from None
+    wl = wb.build(node_ip=fabric.node_ip, qpn_seed=qpn_seed)
+    _apply_observed_qps(wl, jobs)
+    return wl
+
+
+def qp_jobs(wl: Workload) -> list[str]:
+    """The job of every QP."""
+    return [wl.conn_job[c] for c in wl.qp_conn.tolist()]
+
+
+def qp_ordinals(wl: Workload) -> np.ndarray:
+    """Ordinal of every QP among the QPs of its job between the same NIC pair, in creation
+    order: (job, source IP, destination IP, ordinal) names a QP across reports and plans."""
+    if wl.n_qps == 0:
+        return np.zeros(0, dtype=np.int64)
+    job = np.unique(np.asarray(wl.conn_job), return_inverse=True)[1].reshape(-1)[wl.qp_conn]
+    order = np.lexsort((np.arange(wl.n_qps), wl.qp_dst_nic, wl.qp_src_nic, job))
+    keys = np.stack([job, wl.qp_src_nic, wl.qp_dst_nic])[:, order]
+    start = np.r_[True, np.any(keys[:, 1:] != keys[:, :-1], axis=0)]
+    out = np.empty(wl.n_qps, dtype=np.int64)
+    out[order] = within(np.diff(np.r_[np.flatnonzero(start), wl.n_qps]))
+    return out
+
+
+def _apply_observed_qps(wl: Workload, jobs: Sequence[JobSpec]) -> None:
+    """Replace modelled QP numbers (and derived ports) by the reported ones, matched by
+    :data:`QpName`."""
+    observed = {j.name: j.qps for j in jobs if j.qps}
+    if not observed:
+        return
+    ordinal = qp_ordinals(wl).tolist()
+    sip, dip = wl.qp_src_ip.tolist(), wl.qp_dst_ip.tolist()
+    for q, job in enumerate(qp_jobs(wl)):
+        got = observed.get(job, {}).get((sip[q], dip[q], ordinal[q]))
+        if got is not None:
+            wl.qp_lqpn[q], wl.qp_rqpn[q], wl.qp_sport[q] = got
+
+
+# -- front ends ---------------------------------------------------------------------------------
+def scenario_jobs(ls: LoadedScenario, fabric: Fabric, size_bytes: int,
+                  qps_per_connection: int | None = None) -> list[JobSpec]:
+    """The jobs of a scenario at ``size_bytes`` (``qps_per_connection`` overrides every
+    job's, for policies that split connections). Errors point into the scenario file."""
+    out = []
+    used: dict[int, str] = {}
+    for j, job in enumerate(ls.scenario.jobs):
+        ranks = _scenario_ranks(ls, fabric, j, used)
+        libs = {fabric.servers[int(fabric.node_server[a])].profile.library for a in ranks}
+        lib = job.library
+        if lib == "auto":
+            lib = libs.pop() if len(libs) == 1 else "cross"
+        nccl = job_nccl_settings(ls, j, lib)
+        qps = job.qps_per_connection
+        if lib in ("nccl", "rccl") and "qps_per_connection" not in job.model_fields_set:
+            qps = nccl.qps_per_connection
+        try:
+            comm = Communicator(job=job.name, fabric=fabric, ranks=np.asarray(ranks),
+                                library=lib, qps_per_connection=qps_per_connection or qps,
+                                channels=job.channels, step_overhead_ns=job.step_overhead_ns,
+                                nccl=nccl, rings=tuple(tuple(r) for r in job.rings or ()))
+        except ValueError as e:
+            raise ls.error(("jobs", j), str(e)) from None
+        out.append(JobSpec(comm, tuple((c.kind, c.algorithm) for c in job.collectives),
+                           size_bytes))
+    return out
+
+
+def _scenario_ranks(ls: LoadedScenario, fabric: Fabric, j: int, used: dict[int, str]
+                    ) -> list[int]:
+    """Accelerators of scenario job ``j`` in rank order (server by server)."""
+    scn, job = ls.scenario, ls.scenario.jobs[j]
+    by_name = fabric.server_of_name
+    if job.servers is not None:
+        for k, n in enumerate(job.servers):
+            if n not in by_name:
+                raise ls.error(("jobs", j, "servers", k),
+                               f"server {n!r} does not exist (servers are named "
+                               f"<pool>-<i>, e.g. {fabric.servers[0].name})")
+        srv = [by_name[n] for n in job.servers]
+    else:
+        pools = {p.name for p in scn.pools}
+        for k, p in enumerate(job.pools):
+            if p not in pools:
+                raise ls.error(("jobs", j, "pools", k), f"pool {p!r} does not exist")
+        srv = [i for i, s in enumerate(fabric.servers) if s.pool in job.pools]
+    if len(set(srv)) != len(srv):
+        raise ls.error(("jobs", j), "a server is listed twice")
+    ranks = []
+    for s in srv:
+        accels = fabric.servers[s].accels
+        k = job.ranks_per_server or len(accels)
+        if k > len(accels):
+            raise ls.error(("jobs", j, "ranks_per_server"),
+                           f"{k} ranks per server but {fabric.servers[s].name} has "
+                           f"{len(accels)} accelerators")
+        for a in accels[:k]:
+            if a in used:
+                raise ls.error(("jobs", j), f"accelerator {fabric.node_names[a]} is also "
+                               f"used by job {used[a]!r}")
+            used[a] = job.name
+            ranks.append(a)
+    if len(ranks) < 2:
+        raise ls.error(("jobs", j), "a job needs at least 2 ranks")
+    return ranks
+
+
+def report_job(fabric: Fabric, reports: Sequence[CommReport]) -> JobSpec:
+    """One job from its hosts' communicator reports (the controller's view): ranks and
+    library from any report, rings from its collector report, every host's QPs.
+    Raises :class:`JobError` when the reports do not fit the fabric."""
+    rep = reports[0]
+    ranks = sorted(rep.ranks, key=lambda r: r.rank)
+    try:
+        accels = [fabric.servers[fabric.server_of_name[r.host]].accels[r.device] for r in ranks]
+        rings = rep.collector.ring_orders(len(ranks)) if rep.collector else {}
+        comm = Communicator(job=rep.job, fabric=fabric, ranks=np.asarray(accels),
+                            library=rep.library, qps_per_connection=rep.qps_per_connection,
+                            channels=rep.channels, step_overhead_ns=rep.step_overhead_ns,
+                            rings=tuple(tuple(rings[c]) for c in sorted(rings)))
+    except (KeyError, IndexError, ValueError) as e:
+        raise JobError(rep.job, f"reports do not fit the fabric: {e}") from None
+    qps = {(ipv4_int(q.src_ip), ipv4_int(q.dst_ip), q.ordinal):
+           (q.lqpn, q.rqpn, -1 if q.sport is None else q.sport) for r in reports for q in r.qps}
+    return JobSpec(comm, tuple((c.kind, c.algorithm) for c in rep.collectives),
+                   rep.size_bytes, qps)

@@ -1,0 +1,179 @@
+"""Plans: a policy's per-QP ports, backup ports, pacing rates and routes for a workload, and
+its re-plans when links fail or come back.
+
+The simulator, the controller, the twin and ``icefab plan`` all plan through :func:`plan`,
+so the numbers an agent receives are the numbers the simulator runs. ICE's active
+congestion control is part of the plan: a policy with ``proactive_rates`` gets every QP's
+NIC pacer rate (:func:`qp_rates`), recomputed at every re-plan.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+from icefabric.ccl.workload import Workload
+from icefabric.control.plan import PathPlan
+from icefabric.control.rates import allocate_rates, dag_phases
+from icefabric.pipeline.jobs import JobError, JobSpec, build_workload, scenario_jobs
+from icefabric.pipeline.problem import HopQps, to_problem
+from icefabric.policies.base import PlanContext, Policy, get_policy
+from icefabric.scenario.loader import LoadedScenario
+from icefabric.topology.model import Fabric
+from icefabric.units import us
+
+#: fraction of every link ICE leaves unallocated so queues stay near empty
+RATE_HEADROOM = 0.02
+
+
+@dataclass(frozen=True)
+class LinkChange:
+    """A cable ``a``-``b`` (link ids ``links``, both directions) going down or,
+    with ``up``, coming back at ``t_ns``."""
+
+    t_ns: int
+    up: bool
+    a: str
+    b: str
+    links: np.ndarray
+
+
+@dataclass(frozen=True)
+class LinkEvent:
+    """Links that go down (or come back, ``up``) at ``t_ns``, and the policy's paths after
+    it reacted."""
+
+    t_ns: int
+    links: np.ndarray
+    up: bool
+    paths: PathPlan
+
+
+@dataclass(frozen=True, eq=False)
+class Plan:
+    """A policy's plan of one workload on one fabric.
+
+    ``paths`` holds, per QP, its source port, backup port, pacing rate and routes (CSR);
+    ``events`` the re-plans after link changes, in time order.
+    """
+
+    fabric: Fabric
+    workload: Workload
+    policy: Policy
+    paths: PathPlan
+    seed: int = 0
+    events: tuple[LinkEvent, ...] = ()
+
+    @property
+    def final(self) -> PathPlan:
+        """The paths in force after the last event."""
+        return self.events[-1].paths if self.events else self.paths
+
+
+def qp_rates(fabric: Fabric, workload: Workload, paths: PathPlan, *,
+             headroom: float = RATE_HEADROOM) -> np.ndarray:
+    """ICE's NIC pacer rate of every QP (bits/s; ``inf`` for a QP that carries nothing).
+
+    Every flow gets its weighted max-min rate over its planned routes among the flows of
+    its phase (:func:`icefabric.control.rates.allocate_rates`, with ``headroom``); a QP
+    carrying ``share`` of a flow is paced at ``rate x share`` — the tightest such value if
+    it carries flows of several phases.
+    """
+    prob, _ = to_problem(fabric, workload, paths)
+    flow_rate = allocate_rates(prob.incidence(), prob.link_capacity_bps,
+                               dag_phases(workload.flow_deps), headroom=headroom)
+    hq = HopQps.of(workload)
+    out = np.full(workload.n_qps, np.inf)
+    np.minimum.at(out, hq.qp, flow_rate[hq.flow] * hq.share)
+    return out
+
+
+def _paced(p: Plan, paths: PathPlan) -> PathPlan:
+    if not p.policy.proactive_rates:
+        return paths
+    return paths.with_rates(qp_rates(p.fabric, p.workload, paths))
+
+
+def plan(fabric: Fabric, workload: Workload, policy: Policy, *, seed: int = 0,
+         down_links: Sequence[int] = (), previous: PathPlan | None = None) -> Plan:
+    """Plan ``workload`` with ``policy`` (links ``down_links`` excluded). With ``previous``
+    (a plan of the same workload), the policy re-plans from it instead of from scratch."""
+    ctx = PlanContext.create(fabric, workload, seed=seed, down_links=down_links)
+    paths = policy.plan(ctx) if previous is None else policy.replan(ctx, previous)
+    p = Plan(fabric, workload, policy, paths, seed)
+    return replace(p, paths=_paced(p, paths))
+
+
+def with_link_events(p: Plan, changes: Sequence[LinkChange]) -> Plan:
+    """``p`` with the policy's re-plan after each link change, each from the one before."""
+    ctx = PlanContext.create(p.fabric, p.workload, seed=p.seed)
+    down: set[int] = set()
+    prev, events = p.paths, []
+    for ch in sorted(changes, key=lambda c: c.t_ns):
+        down = (down - set(ch.links.tolist())) if ch.up else (down | set(ch.links.tolist()))
+        prev = _paced(p, p.policy.replan(ctx.after_failure(sorted(down)), prev))
+        events.append(LinkEvent(ch.t_ns, ch.links, ch.up, prev))
+    return replace(p, events=tuple(events))
+
+
+# -- scenarios ----------------------------------------------------------------------------------
+def scenario_link_changes(ls: LoadedScenario, fabric: Fabric) -> list[LinkChange]:
+    """The scenario's failures and recoveries in time order; errors point into the file."""
+    out = []
+    for k, f in enumerate(ls.scenario.failures):
+        a, b = f.link
+        for n in (a, b):
+            if n not in fabric.node_id:
+                raise ls.error(("failures", k, "link"), f"node {n!r} does not exist")
+        links = fabric.links_between(a, b)
+        if not len(links):
+            raise ls.error(("failures", k, "link"), f"no link between {a} and {b}")
+        out.append(LinkChange(us(f.at_us), False, a, b, links))
+        if f.until_us is not None:
+            if f.until_us <= f.at_us:
+                raise ls.error(("failures", k, "until_us"), "until_us must be after at_us")
+            out.append(LinkChange(us(f.until_us), True, a, b, links))
+    return sorted(out, key=lambda c: c.t_ns)
+
+
+def scenario_policy(ls: LoadedScenario, name: str, **options) -> Policy:
+    """Policy ``name`` with the scenario's ``policy_options`` for it (``options`` win)."""
+    return get_policy(name, **{**ls.scenario.policy_options.get(name, {}), **options})
+
+
+@dataclass(frozen=True)
+class ScenarioWorkload:
+    """A scenario's jobs at one size, as a policy runs them, and their workload."""
+
+    fabric: Fabric  # the fabric the policy runs on (``ideal``: its non-blocking twin)
+    jobs: list[JobSpec]
+    workload: Workload
+
+
+def scenario_workload(ls: LoadedScenario, fabric: Fabric, size_bytes: int,
+                      policy: Policy | None = None) -> ScenarioWorkload:
+    """The scenario's jobs at ``size_bytes`` (with the QPs per connection ``policy``
+    wants) and their workload on the fabric ``policy`` runs on."""
+    fab = policy.ideal_fabric(fabric) if policy is not None else fabric
+    qps = policy.qps_per_connection(1) if policy is not None else 1  # 1: the jobs' own
+    jobs = scenario_jobs(ls, fab, size_bytes, qps if qps != 1 else None)
+    try:
+        return ScenarioWorkload(fab, jobs, build_workload(fab, jobs, qpn_seed=ls.scenario.seed))
+    except JobError as e:
+        j = next(i for i, job in enumerate(ls.scenario.jobs) if job.name == e.job)
+        where = ("jobs", j) if e.collective is None else ("jobs", j, "collectives", e.collective)
+        raise ls.error(where, e.reason) from None
+
+
+def scenario_plan(ls: LoadedScenario, fabric: Fabric, policy: str | Policy, size_bytes: int, *,
+                  failures: bool = True) -> Plan:
+    """Plan the scenario's jobs at ``size_bytes`` with ``policy``, with the re-plans at the
+    scenario's link failures (not on the ideal bound's non-blocking twin: it has none)."""
+    pol = scenario_policy(ls, policy) if isinstance(policy, str) else policy
+    sw = scenario_workload(ls, fabric, size_bytes, pol)
+    p = plan(sw.fabric, sw.workload, pol, seed=ls.scenario.seed)
+    if failures and sw.fabric is fabric and ls.scenario.failures:
+        p = with_link_events(p, scenario_link_changes(ls, fabric))
+    return p

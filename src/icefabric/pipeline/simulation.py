@@ -1,0 +1,75 @@
+"""Run a plan on an engine: the one place where a plan, its link events and the engine
+options meet the engines.
+
+Pacing: on the fluid engine every QP's pacer (``rate_bps`` of the plan) caps its flows and
+the end-side rules watch paced QPs. The flow engine has no queues to keep empty: it gives
+every flow its max-min rate, recomputed whenever flows start or finish, which is what the
+pacers approximate, so it runs the plan unpaced.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+
+from icefabric.engine.options import EngineOptions
+from icefabric.engine.problem import EngineError, SimProblem
+from icefabric.engine.registry import run_engine
+from icefabric.engine.result import SimResult
+from icefabric.pipeline.plans import Plan
+from icefabric.pipeline.problem import failure_reroutes, to_problem
+from icefabric.topology.model import LINK_FABRIC, Fabric
+
+
+def simulate(plan: Plan, options: EngineOptions, *, scenario: str = "") -> SimResult:
+    """Run ``plan`` (and its link events) on the engine ``options`` choose (a policy's
+    ``engine_override`` wins). Raises :class:`EngineError` when flows never finish."""
+    pol = plan.policy
+    engine = pol.engine_override or options.engine
+    opts = options.model_copy(update={"engine": engine})
+    prob, pmap = to_problem(plan.fabric, plan.workload, plan.paths, paced=engine == "fluid",
+                            scenario=scenario)
+    prev, failures = plan.paths, []
+    for ev in plan.events:
+        failures.append(failure_reroutes(pmap, prev, ev.paths, t_ns=ev.t_ns, down_links=ev.links,
+                                         delay_ns=pol.reroute_delay_ns, up=ev.up))
+        prev = ev.paths
+    prob = replace(prob, failures=tuple(failures))
+    args = opts.engine_args(buffer_bytes=switch_buffer_bytes(plan.fabric),
+                            paced=pol.proactive_rates)
+    if opts.trace and engine == "fluid" and not (opts.record_links or opts.record_flows):
+        args.update(trace_records(plan.fabric, prob, plan.workload.flow_collective))
+    res = run_engine(prob, engine, policy=pol.name, scenario=scenario, seed=plan.seed, **args)
+    unfinished = np.flatnonzero(res.flow_finish_ns < 0)
+    if len(unfinished):
+        raise EngineError(f"{engine} engine stopped with {len(unfinished)} of {prob.n_flows} "
+                          f"flows unfinished (e.g. {prob.flow_names[unfinished[0]]}): a failed "
+                          f"link nobody routed around, or a step limit (engine_options "
+                          f"max_steps/max_time_ns)")
+    res.meta["plan_link_qps"] = plan.paths.link_load(plan.fabric.n_links).tolist()
+    res.meta["fabric_links"] = np.flatnonzero(plan.fabric.link_kind == LINK_FABRIC).tolist()
+    return res
+
+
+def switch_buffer_bytes(fabric: Fabric) -> float | None:
+    """The median packet buffer of the fabric's switches (None when unknown)."""
+    buf = fabric.node_buffer_bytes[fabric.is_switch]
+    med = float(np.median(buf)) if len(buf) else 0.0
+    return med if med > 0 else None
+
+
+def trace_records(fabric: Fabric, prob: SimProblem, flow_collective: np.ndarray, n: int = 6
+                  ) -> dict:
+    """Fluid-engine recording for plots: the queue of every switch egress port, and the
+    rates of the largest network flow of every collective (up to ``n`` flows)."""
+    sw_egress = fabric.is_switch[fabric.link_src]
+    links = tuple(name for name, e in zip(fabric.link_names(), sw_egress) if e)
+    net = np.zeros(prob.n_flows, bool)
+    net[prob.route_flow[prob.route_qp >= 0]] = True
+    order = [int(f) for f in np.argsort(-prob.flow_size_bytes, kind="stable") if net[f]]
+    pick: dict[int, int] = {}
+    for f in order:
+        pick.setdefault(int(flow_collective[f]), f)
+    chosen = list(pick.values()) + [f for f in order if f not in pick.values()]
+    return {"record_links": links, "record_flows": tuple(prob.flow_names[f] for f in chosen[:n])}

@@ -1,0 +1,380 @@
+"""One self-contained HTML report per run or sweep: opens offline, images inline.
+
+:func:`render` turns experiment results (``ExperimentResult``, optionally with their traced
+fluid runs) into one page: the scenario, a fabric picture, busbw tables and plots, gains with
+ranges, link-utilisation heat maps, the plan summary (where each policy put its QPs),
+congestion statistics and queue/rate time series for fluid runs, and how to reproduce it.
+:func:`render_sweep` does the same for a sweep's output folder (gain vs axis with ranges).
+
+Every number in a table is copied from the result rows, formatted only: values as stored
+(busbw in GB/s with the result's three decimals), fractions as percentages with one decimal.
+Ranges: a row that carries quantile columns ``<key>_p10`` and ``<key>_p90`` (per-draw ECMP
+distributions) shows ``value (p10–p90)``; sweeps take the range over their seeds.
+
+Plots are PNG (matplotlib, Agg) embedded as base64 ``data:`` URIs; the page has no script
+and loads nothing, so it opens from a mail attachment or an air-gapped laptop.
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import platform
+import shlex
+import sys
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+
+import jinja2
+import yaml
+
+from icefabric.engine.result import SimResult
+from icefabric.errors import IceFabricError
+from icefabric.experiment.runner import ExperimentResult
+from icefabric.reports.tables import BASELINES
+from icefabric.sweeps.table import RANGE, collect_rows, summarize
+from icefabric.units import format_size
+
+_TEMPLATES = jinja2.Environment(
+    loader=jinja2.PackageLoader("icefabric.reports", "templates"),
+    autoescape=jinja2.select_autoescape(["html", "j2"]), trim_blocks=True, lstrip_blocks=True)
+
+
+class ReportError(IceFabricError, ValueError):
+    """Input that cannot be reported on; ``str()`` is the user-facing message."""
+
+
+@dataclass
+class Table:
+    id: str
+    title: str
+    columns: list[str]
+    rows: list[list[str]]
+    note: str = ""
+    css: str = ""  # "facts": text columns, left-aligned
+    text_cols: int = 1  # leading columns of names (left-aligned); the rest are numbers
+
+
+@dataclass
+class Figure:
+    title: str
+    src: str  # data: URI
+    caption: str = ""
+
+
+@dataclass
+class ReportInput:
+    """One experiment to report: the result, where it came from, and optional extras."""
+
+    result: ExperimentResult
+    source: str
+    scenario_text: str | None = None
+    runs: dict[str, SimResult] = field(default_factory=dict)
+    recorded: dict = field(default_factory=dict)  # version/commit/command stored with it
+
+
+# ------------------------------------------------------------------------------ formatting
+def _pct(v) -> str:
+    return "–" if v is None else f"{v * 100:+.1f}%"
+
+
+def _frac(v) -> str:
+    return "–" if v is None else f"{v * 100:.1f}%"
+
+
+def _num(v) -> str:
+    return "–" if v is None else f"{v:g}" if isinstance(v, float) else str(v)
+
+
+def ranged(row: dict, key: str, fmt=_num) -> str:
+    """``value`` or ``value (low–high)`` when the row carries ``key``'s p10/p90."""
+    lo, hi = (row.get(f"{key}_{q}") for q in RANGE)
+    text = fmt(row.get(key))
+    return text if lo is None or hi is None else f"{text} ({fmt(lo)} – {fmt(hi)})"
+
+
+def figure(fig, title: str, caption: str = "") -> Figure:
+    import matplotlib.pyplot as plt
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=100)
+    plt.close(fig)
+    return Figure(title, "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode(),
+                  caption)
+
+
+def data_uri(text: str, mime: str) -> str:
+    return f"data:{mime};base64," + base64.b64encode(text.encode()).decode()
+
+
+# --------------------------------------------------------------------------- result tables
+def _collectives(res: ExperimentResult) -> list[tuple[str, str]]:
+    """(job, collective) pairs in the order the result lists them."""
+    return list(dict.fromkeys((r["job"], r["collective"]) for r in res.rows))
+
+
+def _largest_rows(res: ExperimentResult) -> list[dict]:
+    """Rows at the largest size, grouped by collective, policies in the run's order."""
+    groups = _collectives(res)
+    return sorted((r for r in res.rows if r["size_bytes"] == res.sizes[-1]),
+                  key=lambda r: (groups.index((r["job"], r["collective"])),
+                                 res.policies.index(r["policy"])))
+
+
+def summary_table(res: ExperimentResult, idx: int) -> Table:
+    """Largest size: busbw, fraction of the ideal bound and gain over ECMP per policy."""
+    out = [[r["job"], r["collective"], r["policy"], ranged(r, "busbw_GBps"),
+            _frac(r.get("frac_of_ideal")), ranged(r, "gain_vs_ecmp", _pct)]
+           for r in _largest_rows(res)]
+    return Table(f"summary-{idx}", f"Summary at {format_size(res.sizes[-1])}",
+                 ["job", "collective", "policy", "busbw (GB/s)", "of ideal", "gain vs ecmp"],
+                 out, "ideal: the same workload on a non-blocking fabric (an upper bound).",
+                 text_cols=3)
+
+
+def busbw_tables(res: ExperimentResult, idx: int) -> list[Table]:
+    """Per (job, collective): busbw (GB/s) per size and policy, as nccl-tests prints it."""
+    out = []
+    for g, (job, coll) in enumerate(_collectives(res)):
+        by = {(r["policy"], r["size_bytes"]): r for r in res.rows
+              if (r["job"], r["collective"]) == (job, coll)}
+        first = next(iter(by.values()))
+        rows = [[format_size(s)] + [ranged(by[(p, s)], "busbw_GBps") if (p, s) in by else "–"
+                                    for p in res.policies] for s in res.sizes]
+        out.append(Table(f"busbw-{idx}-{g}", f"{job} · {coll} · {first['algorithm']} · "
+                         f"{first['nranks']} ranks: busbw (GB/s)", ["size"] + res.policies,
+                         rows))
+    return out
+
+
+def gain_table(res: ExperimentResult, idx: int) -> Table | None:
+    """Largest size: each policy's gain over every baseline that was run."""
+    base = [b for b in BASELINES if b in res.policies]
+    if not base:
+        return None
+    largest = _largest_rows(res)
+    by = {(r["job"], r["collective"], r["policy"]): r for r in largest}
+    rows = []
+    for r in largest:
+        cells = [r["job"], r["collective"], r["policy"]]
+        for b in base:
+            rb = by.get((r["job"], r["collective"], b))
+            cells.append("–" if rb is None or b == r["policy"]
+                         else _pct(r["busbw_GBps"] / rb["busbw_GBps"] - 1))
+        rows.append(cells)
+    return Table(f"gains-{idx}", f"Gain over each baseline at {format_size(res.sizes[-1])}",
+                 ["job", "collective", "policy"] + [f"vs {b}" for b in base], rows,
+                 text_cols=3)
+
+
+def plan_table(res: ExperimentResult, idx: int) -> Table:
+    """Where each policy's plan put its QPs on the switch-to-switch links, and the load."""
+    rows = []
+    for s in res.link_stats:
+        m = s.summary()
+        rows.append([m["policy"], str(m["uplinks"]), _frac(m["util_mean"]),
+                     _frac(m["util_max"]), str(m["idle_links"]), f"{m['max_qps_on_link']:g}",
+                     f"{m['mean_qps_on_busy_link']:.2f}"])
+    return Table(f"plan-{idx}", f"Plan summary at {format_size(res.sizes[-1])}: QPs and "
+                 "utilisation on switch-to-switch links",
+                 ["policy", "links", "mean util", "max util", "idle links", "max QPs/link",
+                  "mean QPs/busy link"], rows,
+                 "A policy that spreads its QPs leaves no link idle while another carries "
+                 "several QPs.")
+
+
+CONGESTION_COLUMNS = (("policy", "policy"), ("PFC pause (µs)", "pfc_pause_us"),
+                      ("paused links", "paused_links"), ("PFC pauses", "pfc_pause_count"),
+                      ("max queue (KB)", "max_queue_KB"),
+                      ("ECN-marking ports", "ecn_marked_links"), ("CNPs", "cnps"),
+                      ("end-side fallbacks", "endside_fallbacks"))
+
+
+def congestion_table(res: ExperimentResult, idx: int) -> Table | None:
+    if not res.congestion:
+        return None
+    return Table(f"congestion-{idx}", f"Congestion at {format_size(res.sizes[-1])} "
+                 "(fluid engine: DCQCN, ECN, PFC)", [h for h, _ in CONGESTION_COLUMNS],
+                 [[_num(c.get(k)) for _, k in CONGESTION_COLUMNS] for c in res.congestion])
+
+
+# -------------------------------------------------------------------------- figures, misc
+def _scenario_fabric(inp: ReportInput):
+    """The run's fabric, rebuilt from its scenario text, or from the built-in scenario of
+    the same name when that builds the very fabric the result describes; else None."""
+    from icefabric.scenario.build import build_fabric
+    from icefabric.scenario.loader import ScenarioError, builtin_names, builtin_text, loads
+
+    text = inp.scenario_text
+    if text is None and inp.result.scenario in builtin_names():
+        text = builtin_text(inp.result.scenario)
+    if text is None:
+        return None
+    try:
+        fab = build_fabric(loads(text))
+    except (ScenarioError, ValueError):
+        return None
+    same = json.loads(json.dumps(fab.describe())) == inp.result.fabric
+    return fab if inp.scenario_text is not None or same else None
+
+
+def fabric_picture(inp: ReportInput) -> Figure | None:
+    from icefabric.reports.fabric_figure import plot_fabric
+
+    fab = _scenario_fabric(inp)
+    return None if fab is None else figure(plot_fabric(fab), "Fabric")
+
+
+def result_figures(inp: ReportInput) -> list[Figure]:
+    from icefabric.reports.figures import plot_all_busbw, plot_link_utilization, plot_timeseries
+
+    res = inp.result
+    figs = [figure(plot_all_busbw(res), "busbw per message size"),
+            figure(plot_link_utilization(res), "Link utilisation",
+                   "Mean utilisation of every switch-to-switch link at the largest size, one "
+                   "row per policy: hot links beside idle ones are hash collisions.")]
+    for policy, run in inp.runs.items():
+        if run.timeseries.get("t_us"):
+            figs.append(figure(plot_timeseries(run), f"Queues and rates: {policy}"))
+    return figs
+
+
+def environment() -> dict[str, str]:
+    """Versions of what made the report (and, for runs made here, the result)."""
+    import matplotlib
+    import numpy
+    import scipy
+
+    from icefabric import __version__
+
+    return {"icefab": __version__, "python": platform.python_version(),
+            "numpy": numpy.__version__, "scipy": scipy.__version__,
+            "matplotlib": matplotlib.__version__, "platform": platform.platform()}
+
+
+def reproduce_command(res: ExperimentResult, scenario_file: str = "scenario.yaml") -> str:
+    """An ``icefab simulate`` command that reruns ``res`` from its recorded settings."""
+    from icefabric.scenario.loader import builtin_names
+
+    scn = res.scenario if res.scenario in builtin_names() else scenario_file
+    return shlex.join(["icefab", "simulate", scn, "--engine", res.engine, "--policies",
+                       ",".join(res.policies), "--sizes",
+                       ",".join(format_size(s) for s in res.sizes), "--report", "report.html"])
+
+
+def result_section(inp: ReportInput, idx: int) -> dict:
+    res = inp.result
+    facts = [("scenario", res.scenario), ("description", res.description),
+             ("engine", res.engine), ("seed", str(res.seed)),
+             ("policies", ", ".join(res.policies)),
+             ("message sizes", ", ".join(format_size(s) for s in res.sizes)),
+             ("fabric", ", ".join(f"{k} {v}" for k, v in res.fabric.items()
+                                  if not isinstance(v, dict))),
+             ("nodes", ", ".join(f"{v} {k}" for k, v in res.fabric.get("nodes", {}).items()
+                                 if v)),
+             ("simulated in", f"{res.wall_s:.1f} s"), ("source", inp.source)]
+    tables = [summary_table(res, idx), *busbw_tables(res, idx)]
+    extra = [t for t in (gain_table(res, idx), plan_table(res, idx),
+                         congestion_table(res, idx)) if t is not None]
+    return {"id": idx, "title": f"{res.scenario} ({res.engine} engine)", "facts": facts,
+            "scenario_text": inp.scenario_text, "tables": tables, "extra_tables": extra,
+            "fabric": fabric_picture(inp), "figures": result_figures(inp), "notes": res.notes,
+            "reproduce": reproduce_command(res), "recorded": inp.recorded,
+            "json_uri": data_uri(res.to_json(), "application/json")}
+
+
+def _write(out_path: str | Path, context: dict) -> Path:
+    out = Path(out_path)
+    page = _TEMPLATES.get_template("report.html.j2").render(
+        generated=datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC"), env=environment(),
+        **context)
+    try:
+        out.write_text(page, encoding="utf-8")
+    except OSError as e:
+        raise ReportError(f"cannot write {out}: {e.strerror}") from None
+    return out
+
+
+def render(inputs: list[ReportInput], out_path: str | Path, *,
+           command: str | None = None) -> Path:
+    """Write one HTML page for ``inputs`` (one section each) to ``out_path``.
+
+    ``command``: the command line that produced the results in this process, shown under
+    "Reproduce" (results loaded from files show the command rebuilt from their settings).
+    """
+    if not inputs:
+        raise ReportError("nothing to report")
+    sections = [result_section(inp, i) for i, inp in enumerate(inputs)]
+    title = "ice-fabric report: " + ", ".join(dict.fromkeys(s.result.scenario for s in inputs))
+    return _write(out_path, {"title": title, "sections": sections, "sweep": None,
+                             "command": command})
+
+
+# ---------------------------------------------------------------------------------- sweeps
+def sweep_figures(spec, summary: list[dict]) -> list[Figure]:
+    from icefabric.reports.sweep_figures import plot_gain_vs_axis
+
+    groups = list(dict.fromkeys((r["job"], r["collective"], r["size_bytes"]) for r in summary))
+    return [figure(plot_gain_vs_axis(spec, [r for r in summary
+                                           if (r["job"], r["collective"], r["size_bytes"]) == g]),
+                   f"{g[0]} · {g[1]} · {format_size(g[2])}: gain over ECMP")
+            for g in groups]
+
+
+def _named_settings(axis) -> str:
+    """What the labels of a named axis stand for ("" for a field-path axis)."""
+    if all(list(s) == [axis.name] for s in axis.settings):
+        return ""
+    return "; ".join(f"{lab}: " + (", ".join(f"{k}={v}" for k, v in s.items()) or "the base")
+                     for lab, s in zip(axis.labels, axis.settings))
+
+
+def sweep_section(out_dir: str | Path) -> dict:
+    from icefabric.sweeps.run import load_sweep_dir
+    from icefabric.sweeps.spec import SEED_AXIS
+
+    spec, grid, recs = load_sweep_dir(out_dir)
+    if not recs:
+        raise ReportError(f"{out_dir}: no finished points yet (run `icefab sweep` first)")
+    rows = collect_rows(spec, recs)
+    summary = summarize(spec, rows)
+    axes = [a for a in spec.axis_names if a != SEED_AXIS]
+    table = Table("sweep-summary", "Gain over ECMP: median and p10–p90 range over seeds",
+                  axes + ["policy", "job", "collective", "size", "n", "median", "p10", "p90"],
+                  [[r[a] for a in axes] + [r["policy"], r["job"], r["collective"],
+                                           format_size(r["size_bytes"]), str(r["n"]),
+                                           _pct(r["median"]), _pct(r["low"]), _pct(r["high"])]
+                   for r in summary if r["policy"] != "ecmp"], text_cols=len(axes) + 4)
+    axes_table = Table("sweep-axes", "Axes", ["axis", "values", "each value sets"],
+                       [[a.name, ", ".join(a.labels), _named_settings(a)] for a in spec.axes],
+                       css="facts")
+    csv_text = (Path(out_dir) / "results.csv").read_text() \
+        if (Path(out_dir) / "results.csv").exists() else ""
+    wall = sum(r.get("wall_s", 0.0) for r in recs)
+    return {"spec": spec, "done": len(recs), "total": len(grid), "tables": [axes_table, table],
+            "figures": sweep_figures(spec, summary), "cpu_s": f"{wall:.0f}",
+            "base_text": yaml.safe_dump(spec.base, sort_keys=False),
+            "set_text": yaml.safe_dump(spec.fixed, sort_keys=False) if spec.fixed else "",
+            "csv_uri": data_uri(csv_text, "text/csv"),
+            "reproduce": shlex.join(["icefab", "sweep", spec.source if not
+                                     spec.source.startswith("<builtin") else spec.name,
+                                     "--out", str(out_dir)])}
+
+
+def render_sweep(out_dir: str | Path, out_path: str | Path, *,
+                 command: str | None = None) -> Path:
+    """Write the HTML report of the sweep stored in ``out_dir``."""
+    sweep = sweep_section(out_dir)
+    return _write(out_path, {"title": f"ice-fabric sweep: {sweep['spec'].name}",
+                             "sections": [], "sweep": sweep, "command": command})
+
+
+def command_line() -> str:
+    """This process's command line as a user would type it."""
+    return shlex.join(["icefab", *sys.argv[1:]])
+
+
+__all__ = ["ReportError", "ReportInput", "render", "render_sweep", "environment",
+           "command_line"]

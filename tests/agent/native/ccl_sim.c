@@ -1,0 +1,150 @@
+/* A CCL stand-in for the shim's tests (no NIC needed): connects N RC QPs the way NCCL's
+ * ncclIbQpRtr()/ncclIbQpRts() do on RoCE (is_global = 1, flow_label = 0, sgid_index 3),
+ * from T threads, holds them until HOLD_FILE exists or HOLD_MS pass, then destroys them.
+ * Built linked against libibverbs (-DCCL_LINKED) and as NCCL does it, with dlopen() and
+ * dlvsym(handle, name, "IBVERBS_1.1") (NCCL src/misc/ibvsymbols.cc).
+ *
+ * usage: ccl_sim N_QPS PEER_IP RQPN_BASE THREADS HOLD_MS [HOLD_FILE]
+ * prints "qp LQPN RQPN rtr=RC rts=RC" per QP, then "connect_ns_per_qp X cpu_ns_per_qp Y"
+ * (wall-clock and CPU time of the connection phase, per QP). */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <dlfcn.h>
+#include <infiniband/verbs.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <time.h>
+#include <unistd.h>
+
+static struct ibv_qp *(*create_qp)(struct ibv_pd *, struct ibv_qp_init_attr *);
+static int (*modify_qp)(struct ibv_qp *, struct ibv_qp_attr *, int);
+static int (*destroy_qp)(struct ibv_qp *);
+
+static int n_qps, n_threads;
+static uint32_t rqpn_base;
+static union ibv_gid peer;
+static struct ibv_qp **qps;
+static int *rtr_rc, *rts_rc;
+
+static long long now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static long long cpu_ns(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) * 1000000000LL +
+           (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000LL;
+}
+
+static void connect_qp(int i)
+{
+    struct ibv_qp_init_attr init = {.qp_type = IBV_QPT_RC};
+    struct ibv_qp *qp = qps[i] = create_qp(NULL, &init);
+    struct ibv_qp_attr a;
+    memset(&a, 0, sizeof(a));
+    a.qp_state = IBV_QPS_INIT;
+    a.port_num = 1;
+    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+    modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+    memset(&a, 0, sizeof(a));
+    a.qp_state = IBV_QPS_RTR;
+    a.path_mtu = IBV_MTU_4096;
+    a.dest_qp_num = rqpn_base + (uint32_t)i;
+    a.max_dest_rd_atomic = 1;
+    a.min_rnr_timer = 12;
+    a.ah_attr.is_global = 1;
+    a.ah_attr.grh.dgid = peer;
+    a.ah_attr.grh.flow_label = 0;
+    a.ah_attr.grh.sgid_index = 3;
+    a.ah_attr.grh.hop_limit = 255;
+    a.ah_attr.port_num = 1;
+    rtr_rc[i] = modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+                                      IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                      IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+    memset(&a, 0, sizeof(a));
+    a.qp_state = IBV_QPS_RTS;
+    a.timeout = 20;
+    a.retry_cnt = 7;
+    a.rnr_retry = 7;
+    a.max_rd_atomic = 1;
+    rts_rc[i] = modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
+                                      IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                      IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+static void *worker(void *arg)
+{
+    for (int i = (int)(long)arg; i < n_qps; i += n_threads)
+        connect_qp(i);
+    return NULL;
+}
+
+static void load_verbs(void)
+{
+#ifdef CCL_LINKED
+    create_qp = ibv_create_qp;
+    modify_qp = ibv_modify_qp;
+    destroy_qp = ibv_destroy_qp;
+#else
+    void *h = dlopen("libibverbs.so.1", RTLD_NOW);
+    if (!h) {
+        fprintf(stderr, "dlopen: %s\n", dlerror());
+        exit(2);
+    }
+    create_qp = dlvsym(h, "ibv_create_qp", "IBVERBS_1.1");
+    modify_qp = dlvsym(h, "ibv_modify_qp", "IBVERBS_1.1");
+    destroy_qp = dlvsym(h, "ibv_destroy_qp", "IBVERBS_1.1");
+    if (!create_qp || !modify_qp || !destroy_qp) {
+        fprintf(stderr, "dlvsym failed\n");
+        exit(2);
+    }
+#endif
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 6) {
+        fprintf(stderr, "usage: ccl_sim N_QPS PEER_IP RQPN_BASE THREADS HOLD_MS [HOLD_FILE]\n");
+        return 2;
+    }
+    n_qps = atoi(argv[1]);
+    rqpn_base = (uint32_t)strtoul(argv[3], NULL, 0);
+    n_threads = atoi(argv[4]);
+    long hold_ms = atol(argv[5]);
+    memset(&peer, 0, sizeof(peer));
+    peer.raw[10] = peer.raw[11] = 0xff;
+    if (inet_pton(AF_INET, argv[2], &peer.raw[12]) != 1)
+        return 2;
+    load_verbs();
+    qps = calloc(n_qps, sizeof(*qps));
+    rtr_rc = calloc(n_qps, sizeof(int));
+    rts_rc = calloc(n_qps, sizeof(int));
+    pthread_t *t = calloc(n_threads, sizeof(*t));
+    long long t0 = now_ns(), c0 = cpu_ns();
+    for (long k = 0; k < n_threads; k++)
+        pthread_create(&t[k], NULL, worker, (void *)k);
+    for (int k = 0; k < n_threads; k++)
+        pthread_join(t[k], NULL);
+    long long dt = now_ns() - t0, dc = cpu_ns() - c0;
+    for (int i = 0; i < n_qps; i++)
+        printf("qp %u %u rtr=%d rts=%d\n", qps[i]->qp_num, rqpn_base + i, rtr_rc[i], rts_rc[i]);
+    printf("connect_ns_per_qp %lld cpu_ns_per_qp %lld\n", dt / (n_qps ? n_qps : 1),
+           dc / (n_qps ? n_qps : 1));
+    fflush(stdout);
+    for (long long end = now_ns() + hold_ms * 1000000LL; now_ns() < end;) {
+        if (argc > 6 && access(argv[6], F_OK) == 0)
+            break;
+        usleep(10000);
+    }
+    for (int i = 0; i < n_qps; i++)
+        destroy_qp(qps[i]);
+    return 0;
+}

@@ -1,0 +1,278 @@
+"""The ``verbs`` actuator with the real shim preloaded into a small CCL program.
+
+The program runs against a stand-in libibverbs/libmlx5 (tests/agent/native/) that records
+the attributes reaching the symbol boundary: these tests check the wiring (what the shim
+asks, what it writes into ibv_modify_qp, what it calls on live QPs), not a NIC. What a real
+ConnectX does with the flow label is the kernel's (domain-facts §4.1-4.2), checked on a
+cluster as docs/verbs-shim.md describes.
+"""
+
+from __future__ import annotations
+
+import errno
+import socket
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from icefabric.agent.actuators.verbs import VerbsActuator, rate_kbps
+from icefabric.agent.shim_socket import ShimConn
+from icefabric.dataplane.roce import flow_label_to_udp_sport
+from icefabric.schemas_service import CommReport, HostPlan, QpPlan, RankEntry
+
+from .conftest import IBV_QP_RATE_LIMIT, records, rtr_labels, wait_for
+
+SIP, DIP, JOB = "10.0.0.1", "10.0.0.2", "train1"
+
+
+def plan_of(sports: list[int], rates: list[float | None] | None = None, version: int = 1,
+            job: str = JOB) -> HostPlan:
+    rates = rates or [None] * len(sports)
+    return HostPlan(host="h0", version=version, fabric_version=1, policy="ice", created_at=0.0,
+                    down_links=[], qps=[
+                        QpPlan(src_ip=SIP, dst_ip=DIP, lqpn=100 + i, rqpn=200 + i, job=job,
+                               ordinal=i, sport=s, rate_bps=r, routes=[[1]], weights=[1.0])
+                        for i, (s, r) in enumerate(zip(sports, rates))])
+
+
+@pytest.fixture
+def actuator(agent_sock):
+    with VerbsActuator(agent_sock, push_timeout_s=5.0) as act:
+        yield act
+
+
+def connect(native, tmp_path, sock, n, *, program="ccl_dlopen", hold=True, threads=1,
+            rqpn_base=0x500, **env):
+    log = tmp_path / f"log{time.monotonic_ns()}"
+    hold_file = tmp_path / f"release{time.monotonic_ns()}"
+    e = native.env(log, SIP, ICE_SHIM_SOCKET=str(sock), ICE_JOB=JOB, **env)
+    proc = native.run(program, n, DIP, e, threads=threads, rqpn_base=rqpn_base,
+                      hold_ms=30_000 if hold else 0, hold_file=hold_file)
+    lines = []
+    for line in proc.stdout:
+        lines.append(line.split())
+        if line.startswith("connect_ns_per_qp"):
+            break
+    qps = [int(x[1]) for x in lines if x[0] == "qp"]
+    assert all(x[3:] == ["rtr=0", "rts=0"] for x in lines if x[0] == "qp"), lines
+    return proc, log, hold_file, qps
+
+
+def release(proc, hold_file):
+    hold_file.touch()
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+
+
+# -- naming and plan lookup (pure Python) ------------------------------------------------------
+def test_qps_take_the_lowest_free_ordinal_of_their_job_and_nic_pair(agent_sock):
+    act = VerbsActuator(agent_sock, default_job="dflt")
+    a, b = socket.socketpair()
+    conn = ShimConn(a)
+    conn.job = JOB
+    act.apply(plan_of([49200, 49300], [100e9, None]))
+
+    def ask(lqpn, c=conn, dip=DIP):
+        return act._on_message(c, "QP", {"seq": lqpn, "dev": "mlx5_0", "port": 1,
+                                         "lqpn": lqpn, "rqpn": 7, "sip": SIP, "dip": dip})
+
+    assert ask(10) == b"PLAN seq=10 sport=49200 rate_kbps=100000000\n"
+    assert ask(11) == b"PLAN seq=11 sport=49300 rate_kbps=-1\n"
+    assert ask(12) == b"NONE seq=12\n"  # a third QP: the plan has two
+    assert ask(13, dip="10.0.0.9") == b"NONE seq=13\n"  # another pair starts at ordinal 0
+    act._on_message(conn, "GONE", {"dev": "mlx5_0", "lqpn": 10})
+    assert ask(14) == b"PLAN seq=14 sport=49200 rate_kbps=100000000\n"  # ordinal 0 reused
+    anon = ShimConn(b)  # no ICE_JOB: the agent's default job, which has no plan
+    assert ask(15, c=anon) == b"NONE seq=15\n"
+    assert act.live[(id(anon), "mlx5_0", 15)].job == "dflt"
+    act._on_close(conn)
+    assert {k[0] for k in act.live} == {id(anon)}
+    a.close()
+    b.close()
+
+
+def test_rate_conversion():
+    assert rate_kbps(None, unset=-1) == -1 and rate_kbps(None, unset=0) == 0
+    assert rate_kbps(25e9, unset=0) == 25_000_000 and rate_kbps(10.0, unset=0) == 1
+
+
+# -- interposition --------------------------------------------------------------------------
+@pytest.mark.parametrize("program", ["ccl_dlopen", "ccl_linked"])
+def test_planned_port_and_rate_are_written_at_connection(native, tmp_path, actuator,
+                                                         agent_sock, program):
+    """NCCL's way (dlopen + dlvsym) and a linked program both get the planned flow label."""
+    sports = [0xC000, 0xC123, 0xFFFF]
+    rates = [50e9, None, 12.5e9]
+    actuator.apply(plan_of(sports, rates))
+    proc, log, hold, qps = connect(native, tmp_path, agent_sock, 3, program=program)
+    try:
+        labels = rtr_labels(log)
+        assert [int(flow_label_to_udp_sport(labels[q])) for q in qps] == sports
+        paced = {r["qpn"]: r["rate_limit"] for r in records(log)
+                 if r["call"] == "modify_qp" and r["mask"] == IBV_QP_RATE_LIMIT}
+        assert paced == {qps[0]: 50_000_000, qps[2]: 12_500_000}
+        assert wait_for(lambda: len(actuator.live) == 3 and all(
+            q.sport is not None for q in actuator.live.values()))
+        rep = CommReport(job=JOB, library="nccl", collectives=[{"kind": "all_reduce"}],
+                         size_bytes=1 << 20, ranks=[RankEntry(rank=0, host="h0", device=0),
+                                                    RankEntry(rank=1, host="h1", device=0)])
+        entries = actuator.with_qps([rep])[0].qps
+        assert [(e.lqpn, e.rqpn, e.ordinal, e.sport) for e in entries] == \
+            [(q, 0x500 + i, i, s) for i, (q, s) in enumerate(zip(qps, sports))]
+    finally:
+        release(proc, hold)
+    assert wait_for(lambda: not actuator.live)  # GONE, then the connection closed
+
+
+def test_without_a_plan_nothing_changes(native, tmp_path, actuator, agent_sock):
+    actuator.apply(plan_of([49200], job="other-job"))
+    proc, log, hold, qps = connect(native, tmp_path, agent_sock, 2, hold=False)
+    release(proc, hold)
+    assert set(rtr_labels(log).values()) == {0}
+    assert not any(r["mask"] == IBV_QP_RATE_LIMIT for r in records(log) if "mask" in r)
+
+
+def test_replan_reaches_live_qps_through_mlx5dv(native, tmp_path, actuator, agent_sock):
+    actuator.apply(plan_of([49200, 49300], [None, 40e9]))
+    proc, log, hold, qps = connect(native, tmp_path, agent_sock, 2)
+    try:
+        # Wait for the RTR ports and for QP 1's RATE report from RTS: the re-plan's unpacing
+        # of QP 1 is only sent once the agent knows that QP is paced.
+        assert wait_for(lambda: [(q.sport, q.rate_kbps) for q in sorted(
+            actuator.live.values(), key=lambda q: q.ordinal)] == [(49200, None),
+                                                                  (49300, 40_000_000)])
+        res = actuator.apply(plan_of([49200, 50001], [30e9, None], version=2))
+        assert (res.applied, res.failed, res.messages) == (2, 0, [])
+        calls = [r for r in records(log) if r["call"] == "mlx5dv_modify_qp_udp_sport"]
+        assert [(r["qpn"], r["sport"], r["rc"]) for r in calls] == [(qps[1], 50001, 0)]
+        paced = [(r["qpn"], r["rate_limit"]) for r in records(log)
+                 if r.get("mask") == IBV_QP_RATE_LIMIT]
+        # QP 1 was paced at RTS, then unpaced (0 = no limit); QP 0 paced by the re-plan.
+        assert paced == [(qps[1], 40_000_000), (qps[0], 30_000_000), (qps[1], 0)]
+        # The autonomous backup-port switch goes the same way.
+        key = (SIP, DIP, 100, 200)
+        assert actuator.set_sport(key, 0xD000)
+        assert records(log)[-1]["sport"] == 0xD000, records(log)[-3:]
+    finally:
+        release(proc, hold)
+
+
+@pytest.mark.parametrize("env, msg", [
+    ({"FAKEMLX5_NO_SPORT": "1"}, "cannot change a live QP's source port"),
+    ({"ICE_SHIM_MLX5_LIB": "none"}, "libmlx5 (mlx5dv_modify_qp_udp_sport) is not in"),
+    ({"ICE_SHIM_MLX5_LIB": "/nonexistent/libmlx5.so.1"}, "libmlx5 (mlx5dv_modify_qp_udp"),
+])
+def test_unsupported_live_port_change_is_reported(native, tmp_path, actuator, agent_sock,
+                                                  env, msg):
+    actuator.apply(plan_of([49200, 49300]))
+    proc, log, hold, qps = connect(native, tmp_path, agent_sock, 2, **env)
+    try:
+        assert wait_for(lambda: all(q.sport for q in actuator.live.values()))
+        res = actuator.apply(plan_of([50000, 50001], version=2))
+        assert res.failed == 2 and len(res.messages) == 1
+        assert res.messages[0].startswith("2 QP(s) on mlx5_0: ") and msg in res.messages[0]
+    finally:
+        release(proc, hold)
+
+
+def test_unsupported_rate_limit_leaves_the_qp_working(native, tmp_path, actuator, agent_sock):
+    actuator.apply(plan_of([49200], [25e9]))
+    proc, log, hold, qps = connect(native, tmp_path, agent_sock, 1, FAKEVERBS_NO_RATE="1")
+    try:
+        rate_calls = [r for r in records(log) if r.get("mask") == IBV_QP_RATE_LIMIT]
+        assert [(r["rate_limit"], r["rc"]) for r in rate_calls] == [(25_000_000, 95)]
+        assert wait_for(lambda: len(actuator.live) == 1)
+        assert next(iter(actuator.live.values())).rate_kbps is None
+        res = actuator.apply(plan_of([49200], [20e9], version=2))
+        assert res.failed == 1 and "no per-QP rate limit" in res.messages[0]
+    finally:
+        release(proc, hold)
+
+
+def test_many_processes_and_threads(native, tmp_path, actuator, agent_sock):
+    """2 processes x 4 threads x 16 QPs on one NIC pair: each QP gets one planned port."""
+    sports = list(range(0xC100, 0xC100 + 32))
+    actuator.apply(plan_of(sports))
+    runs = [connect(native, tmp_path, agent_sock, 16, threads=4, rqpn_base=0x1000 * (k + 1))
+            for k in range(2)]
+    try:
+        got = [int(flow_label_to_udp_sport(fl)) for _, log, _, _ in runs
+               for fl in rtr_labels(log).values()]
+        assert sorted(got) == sports
+    finally:
+        for proc, _, hold, _ in runs:
+            release(proc, hold)
+
+
+# -- failing open ---------------------------------------------------------------------------
+class FakeAgent:
+    """An agent that misbehaves: never reads (``reply=b"-"``), never answers (None), or
+    answers ``reply``."""
+
+    def __init__(self, path: Path, reply: bytes | None):
+        self.reply = reply
+        self.requests = 0
+        self.conns: list[socket.socket] = []
+        self.srv = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.srv.bind(str(path))
+        self.srv.listen(16)
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        while True:
+            try:
+                c, _ = self.srv.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._conn, args=(c,), daemon=True).start()
+
+    def _conn(self, c):
+        if self.reply == b"-":
+            self.conns.append(c)  # keep it open, read nothing
+            return
+        f = c.makefile("rb")
+        for line in f:
+            if line.startswith(b"QP "):
+                self.requests += 1
+                if self.reply is not None:
+                    c.sendall(self.reply)
+
+    def close(self):
+        self.srv.close()
+
+
+@pytest.mark.parametrize("reply, n", [
+    (None, 20), (b"PLAN seq=1 sport=banana rate_kbps=1\n", 20), (b"\x00\xff garbage\n", 20),
+    # Never reading: the QP request and thousands of notifications fill the socket buffer;
+    # the shim must drop the connection rather than block the CCL on send().
+    (b"-", 4000)], ids=["slow", "malformed", "garbage", "not-reading"])
+def test_a_misbehaving_agent_changes_nothing(native, tmp_path, agent_sock, reply, n):
+    fake = FakeAgent(agent_sock, reply)
+    try:
+        proc, log, hold, qps = connect(native, tmp_path, agent_sock, n, hold=False,
+                                       ICE_SHIM_TIMEOUT_MS="50")
+        release(proc, hold)
+    finally:
+        fake.close()
+    assert set(rtr_labels(log).values()) == {0} and len(rtr_labels(log)) == n
+    # After the first failure no QP waits for the agent (ICE_SHIM_RETRY_MS, default 10 s).
+    assert fake.requests == (0 if reply == b"-" else 1)
+
+
+def test_no_agent_changes_nothing(native, tmp_path, agent_sock):
+    proc, log, hold, qps = connect(native, tmp_path, agent_sock, 5, hold=False)
+    release(proc, hold)
+    calls = [r for r in records(log) if r["call"] == "modify_qp"]
+    assert len(calls) == 15 and {r["flow_label"] for r in calls} == {0}  # only the CCL's own
+
+
+def test_a_label_the_driver_rejects_is_replayed_without_it(native, tmp_path, actuator,
+                                                           agent_sock):
+    actuator.apply(plan_of([49200]))
+    proc, log, hold, qps = connect(native, tmp_path, agent_sock, 1, hold=False,
+                                   FAKEVERBS_REJECT_FLOW_LABEL="1")
+    release(proc, hold)
+    rtr = [(r["flow_label"], r["rc"]) for r in records(log) if r.get("state") == 2]
+    assert rtr == [(49200 & 0x3FFF, errno.EINVAL), (0, 0)]

@@ -1,0 +1,116 @@
+"""The vectorized engine-problem build against a per-hop reference, and by hand."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from icefabric.ccl.collectives import add_collective
+from icefabric.ccl.communicator import Communicator
+from icefabric.ccl.workload import WorkloadBuilder
+from icefabric.control.plan import PathPlan
+from icefabric.pipeline.problem import HopQps, changed_routes, failure_reroutes, to_problem
+from icefabric.policies.base import PlanContext, get_policy
+from icefabric.topology.builders import ServerGroup, leaf_spine
+from icefabric.topology.model import ACCEL
+from icefabric.topology.routing import ServerPaths
+
+
+def workload(fabric, kind="all_reduce", channels=2, qps=1, ranks=None):
+    ranks = fabric.nodes_of_kind(ACCEL) if ranks is None else ranks
+    wb = WorkloadBuilder()
+    add_collective(wb, Communicator("j", fabric, ranks, channels=channels,
+                                    qps_per_connection=qps), kind, 1 << 20)
+    return wb.build(node_ip=fabric.node_ip)
+
+
+def reference_routes(fabric, wl, plan):
+    """Hop by hop, QP by QP, route by route: (links, weight, qp, flow) of every route."""
+    sp = ServerPaths(fabric)
+    conn_ptr, _ = wl.conn_qps()
+    qptr = plan.qp_route_ptr()
+    out = []
+    for h in range(len(wl.hop_flow)):
+        f, c, w = int(wl.hop_flow[h]), int(wl.hop_conn[h]), float(wl.hop_weight[h])
+        if c < 0:
+            out.append((sp.path(int(wl.hop_src[h]), int(wl.hop_dst[h])), w, -1, f))
+            continue
+        pre = sp.path(int(wl.hop_src[h]), int(wl.hop_src_nic[h]))
+        post = sp.path(int(wl.hop_dst_nic[h]), int(wl.hop_dst[h]))
+        k = conn_ptr[c + 1] - conn_ptr[c]
+        for q in range(conn_ptr[c], conn_ptr[c + 1]):
+            for r in range(qptr[q], qptr[q + 1]):
+                out.append((pre + plan.route(r).tolist() + post,
+                            w / k * plan.route_weight[r], q, f))
+    return out
+
+
+@settings(max_examples=12, deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])  # the fabric is read-only
+@given(kind=st.sampled_from(["all_reduce", "alltoall", "all_gather"]),
+       policy=st.sampled_from(["ecmp", "spray", "ecmp-multiqp"]),
+       qps=st.integers(1, 3), channels=st.integers(1, 3))
+def test_routes_match_the_per_hop_reference(small_fabric, kind, policy, qps, channels):
+    wl = workload(small_fabric, kind, channels, qps)
+    plan = get_policy(policy).plan(PlanContext.create(small_fabric, wl))
+    prob, pmap = to_problem(small_fabric, wl, plan)
+    ref = reference_routes(small_fabric, wl, plan)
+    assert prob.n_routes == len(ref)
+    for k, (links, w, q, f) in enumerate(ref):
+        assert prob.route(k).tolist() == links
+        assert prob.route_weight[k] == w and prob.route_qp[k] == q and prob.route_flow[k] == f
+    assert np.array_equal(pmap.plan_route >= 0, prob.route_qp >= 0)
+
+
+def test_two_qps_split_a_hop_and_pacers_cap_the_flow(tiny_profile):
+    f = leaf_spine([ServerGroup(tiny_profile, 2, "t")], servers_per_leaf=1, n_spines=2)
+    wl = workload(f, channels=1, qps=2)
+    plan = get_policy("ecmp").plan(PlanContext.create(f, wl))
+    prob, _ = to_problem(f, wl, plan)
+    net = prob.route_qp >= 0
+    # a ring of 4 ranks on 2 servers: 2 network hops, each split over its 2 QPs
+    assert net.sum() == 4 and np.all(prob.route_weight[net] == 0.5)
+    assert np.all(prob.route_weight[~net] == 1.0)
+    assert np.all(np.isinf(prob.flow_rate_cap_bps))
+    # a QP paced at 30 Gb/s carries half of the hop: the flow cannot exceed 60 Gb/s
+    paced = plan.with_rates(np.array([30e9, 80e9, 50e9, 40e9]))
+    capped, _ = to_problem(f, wl, paced, paced=True)
+    assert capped.flow_rate_cap_bps.tolist() == [60e9]
+    hq = HopQps.of(wl)
+    assert hq.share.tolist() == [0.5] * 4 and sorted(hq.qp.tolist()) == [0, 1, 2, 3]
+
+
+def test_failure_moves_only_the_routes_whose_plan_route_changed(small_fabric):
+    wl = workload(small_fabric)
+    pol = get_policy("ecmp")
+    ctx = PlanContext.create(small_fabric, wl)
+    before = pol.plan(ctx)
+    prob, pmap = to_problem(small_fabric, wl, before)
+    # the first fabric link of QP 0's path fails; the switches re-hash
+    link = int(before.path_of(0)[1])
+    back = small_fabric.link_id(int(small_fabric.link_dst[link]),
+                                int(small_fabric.link_src[link]))
+    after = pol.plan(ctx.after_failure([link, back]))
+    changed = changed_routes(before, after)
+    assert changed[0] and not changed.all()
+    fail = failure_reroutes(pmap, before, after, t_ns=5, down_links=[link, back], delay_ns=7)
+    # the moved routes, and only they, become the routes of the new plan's problem
+    want, _ = to_problem(small_fabric, wl, after)
+    moved = fail.reroute_route.tolist()
+    assert moved == [k for k in range(prob.n_routes)
+                     if pmap.plan_route[k] >= 0 and changed[pmap.plan_route[k]]]
+    for i, k in enumerate(moved):
+        assert fail.new_route(i).tolist() == want.route(k).tolist()
+    kept = sorted(set(range(prob.n_routes)) - set(moved))
+    assert all(prob.route(k).tolist() == want.route(k).tolist() for k in kept)
+    assert fail.t_ns == 5 and fail.reroute_delay_ns == 7
+
+
+def test_a_replan_must_keep_the_route_structure(small_fabric):
+    wl = workload(small_fabric)
+    plan = get_policy("ecmp").plan(PlanContext.create(small_fabric, wl))
+    other = PathPlan(plan.sport, plan.route_qp[:-1], plan.route_weight[:-1],
+                     plan.route_indptr[:-1], plan.route_links[:plan.route_indptr[-2]],
+                     plan.rate_bps)
+    with pytest.raises(ValueError, match="route structure"):
+        changed_routes(plan, other)

@@ -1,0 +1,65 @@
+"""simulate(): pacing on the fluid engine, none on the flow engine, stalls are errors."""
+
+import numpy as np
+import pytest
+
+from icefabric.ccl.collectives import add_collective
+from icefabric.ccl.communicator import Communicator
+from icefabric.ccl.workload import WorkloadBuilder
+from icefabric.engine.options import EngineOptions
+from icefabric.engine.problem import EngineError
+from icefabric.pipeline import Plan, plan, simulate
+from icefabric.pipeline.plans import LinkEvent
+from icefabric.policies.base import get_policy
+from icefabric.topology.builders import ServerGroup, leaf_spine
+from icefabric.topology.model import ACCEL, LINK_FABRIC
+
+SIZE = 1 << 24
+
+
+@pytest.fixture
+def two_servers(tiny_profile):
+    f = leaf_spine([ServerGroup(tiny_profile, 2, "t")], servers_per_leaf=1, n_spines=2)
+    wb = WorkloadBuilder()
+    add_collective(wb, Communicator("j", f, f.nodes_of_kind(ACCEL), channels=2),
+                   "all_reduce", SIZE)
+    return f, wb.build(node_ip=f.node_ip)
+
+
+def test_fluid_runs_paced_flows_at_their_pacer_rate(two_servers):
+    f, wl = two_servers
+    ice = plan(f, wl, get_policy("ice"))
+    fluid = EngineOptions(engine="fluid", cc="none", pfc="off", wire_overhead=1.0, ack_bytes=0)
+    paced = simulate(ice, fluid).collectives[0].time_ns
+    unpaced = simulate(plan(f, wl, get_policy("spray")), fluid).collectives[0].time_ns
+    # 2 channels of 100G NICs: the pacers hold each channel at 98 Gb/s (2 % headroom)
+    assert paced / unpaced == pytest.approx(100 / 98, rel=5e-3)
+    # the flow engine gives every flow its max-min rate: the same time as spraying
+    flow = EngineOptions(engine="flow")
+    assert simulate(ice, flow).collectives[0].time_ns == \
+        simulate(plan(f, wl, get_policy("spray")), flow).collectives[0].time_ns
+
+
+def test_a_flow_that_can_never_finish_is_an_engine_error(two_servers):
+    f, wl = two_servers
+    p = plan(f, wl, get_policy("ecmp"))
+    # every uplink of the first QP's leaf fails and nobody re-routes
+    leaf = f.nic_leaf[wl.qp_src_nic[0]]
+    ups = np.flatnonzero((f.link_kind == LINK_FABRIC) & ((f.link_src == leaf)
+                                                         | (f.link_dst == leaf)))
+    stuck = Plan(f, wl, p.policy, p.paths, events=(LinkEvent(1000, ups, False, p.paths),))
+    with pytest.raises(EngineError, match="flows unfinished .* a failed link nobody routed"):
+        simulate(stuck, EngineOptions(engine="fluid", max_time_ns=5e6))
+    with pytest.raises(EngineError, match="cross failed links and were never rerouted"):
+        simulate(stuck, EngineOptions(engine="flow"))
+
+
+def test_trace_records_switch_queues_and_the_largest_flows(two_servers):
+    f, wl = two_servers
+    res = simulate(plan(f, wl, get_policy("ecmp")),
+                   EngineOptions(engine="fluid", trace=True, sample_interval_ns=50_000.0))
+    ts = res.timeseries
+    egress = [n for n, s in zip(f.link_names(), f.is_switch[f.link_src]) if s]
+    assert sorted(ts["queue_bytes"]) == sorted(egress)
+    assert sorted(ts["rate_gbps"]) == ["j:all_reduce:16777216#0", "j:all_reduce:16777216#1"]
+    assert res.meta["fabric_links"] == np.flatnonzero(f.link_kind == LINK_FABRIC).tolist()

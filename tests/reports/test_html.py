@@ -1,0 +1,110 @@
+"""The HTML report in a real headless Chromium: it loads offline with no console error, its
+images decode, and its tables say exactly what the result JSON says."""
+
+import json
+
+import pytest
+import yaml
+
+from icefabric.experiment.runner import ExperimentResult, run_scenario
+from icefabric.reports.html import ReportInput, render, render_sweep
+from icefabric.scenario.loader import builtin_text, loads
+from icefabric.sweeps.run import run_sweep
+from icefabric.sweeps.spec import parse_sweep
+from icefabric.units import format_size
+from tests.reports.chromium import open_page
+
+
+@pytest.fixture(scope="module")
+def fluid_run():
+    ls = loads(builtin_text("homog-small"))
+    res = run_scenario(ls, policies=["ecmp", "spray", "ice", "ideal"], sizes=[1 << 20, 4 << 20],
+                       engine="fluid", trace=True)
+    return ls, res
+
+
+def _pct(text: str) -> float:
+    return float(text.rstrip("%")) / 100
+
+
+def _check_offline_and_clean(page):
+    assert page.errors == []
+    assert page.title.startswith("ice-fabric")
+    assert [u for u in page.requests if not u.startswith("data:")] == [page.url]
+    assert page.images_ok and all(page.images_ok)
+
+
+def test_report_opens_in_chromium_and_its_tables_equal_the_json(fluid_run, tmp_path):
+    ls, res = fluid_run
+    path = render([ReportInput(res, "test", ls.text, res.runs)], tmp_path / "r.html",
+                  command="icefab simulate homog-small --report r.html")
+    doc = json.loads(res.to_json())  # the JSON the tables came from
+    page = open_page(path, tmp_path / "profile")
+    _check_offline_and_clean(page)
+    # fabric + busbw + heat map + one time-series figure per traced policy
+    assert len(page.images_ok) == 3 + len([r for r in res.runs.values()
+                                           if r.timeseries.get("t_us")])
+    largest = {(r["job"], r["collective"], r["policy"]): r for r in doc["rows"]
+               if r["size_bytes"] == doc["sizes"][-1]}
+    shown = page.tables["summary-0"]["rows"]
+    assert sorted(tuple(c[:3]) for c in shown) == sorted(largest)
+    for cells in shown:
+        r = largest[tuple(cells[:3])]
+        assert float(cells[3]) == r["busbw_GBps"]
+        assert _pct(cells[4]) == pytest.approx(r["frac_of_ideal"], abs=5e-4)
+        assert _pct(cells[5]) == pytest.approx(r["gain_vs_ecmp"], abs=5e-4)
+    gains = page.tables["gains-0"]
+    assert gains["head"] == ["job", "collective", "policy", "vs ecmp"]
+    for cells in gains["rows"]:
+        r = largest[tuple(cells[:3])]
+        assert cells[3] == "–" if r["policy"] == "ecmp" else \
+            _pct(cells[3]) == pytest.approx(r["gain_vs_ecmp"], abs=5e-4)
+    busbw = page.tables["busbw-0-0"]
+    assert busbw["head"] == ["size"] + doc["policies"]
+    for cells, size in zip(busbw["rows"], doc["sizes"]):
+        want = {r["policy"]: r["busbw_GBps"] for r in doc["rows"] if r["size_bytes"] == size}
+        assert cells[0] == format_size(size)
+        assert [float(c) for c in cells[1:]] == [want[p] for p in doc["policies"]]
+    cong = page.tables["congestion-0"]["rows"]
+    assert [c[0] for c in cong] == [c["policy"] for c in doc["congestion"]]
+    assert [float(c[4]) for c in cong] == [c["max_queue_KB"] for c in doc["congestion"]]
+    plan = page.tables["plan-0"]["rows"]
+    assert [(c[0], int(c[1]), int(c[4]), float(c[5])) for c in plan] == [
+        (s["policy"], s["uplinks"], s["idle_links"], s["max_qps_on_link"])
+        for s in doc["link_summary"]]
+    facts = dict(page.tables["facts-0"]["rows"])
+    assert facts["scenario"] == "homog-small" and facts["engine"] == "fluid"
+
+
+def test_ranges_appear_when_rows_carry_quantiles(fluid_run, tmp_path):
+    ls, res = fluid_run
+    d = json.loads(res.to_json())
+    for r in d["rows"]:
+        r.update(busbw_GBps_p10=r["busbw_GBps"] - 1, busbw_GBps_p90=r["busbw_GBps"] + 2,
+                 gain_vs_ecmp_p10=-0.25, gain_vs_ecmp_p90=0.5)
+    drawn = ExperimentResult.from_json(json.dumps(d))
+    text = render([ReportInput(drawn, "test")], tmp_path / "r.html").read_text()
+    r = d["rows"][-1]
+    assert f"{r['busbw_GBps']:g} ({r['busbw_GBps'] - 1:g} – {r['busbw_GBps'] + 2:g})" in text
+    assert "(-25.0% – +50.0%)" in text
+
+
+def test_sweep_report_in_chromium_shows_medians_over_seeds(tmp_path):
+    base = yaml.safe_load(builtin_text("homog-small"))
+    spec = parse_sweep({"name": "t", "base": base,
+                        "set": {"sizes": ["16MiB"], "policies": ["ecmp", "spray", "ice"]},
+                        "axes": {"fabric.links_per_spine": [2, 4]}, "seeds": [1, 2, 3]})
+    run_sweep(spec, tmp_path / "sw", jobs=1)
+    path = render_sweep(tmp_path / "sw", tmp_path / "s.html")
+    page = open_page(path, tmp_path / "profile")
+    _check_offline_and_clean(page)
+    assert len(page.images_ok) == 1  # one (job, collective, size) group
+    recs = [json.loads(p.read_text()) for p in (tmp_path / "sw" / "points").glob("*.json")]
+    for cells in page.tables["sweep-summary"]["rows"]:
+        lps, policy = cells[0], cells[1]
+        gains = sorted(r["gain_vs_ecmp"] for rec in recs for r in rec["result"]["rows"]
+                       if rec["labels"]["fabric.links_per_spine"] == lps
+                       and r["policy"] == policy)
+        assert int(cells[5]) == len(gains) == 3
+        assert _pct(cells[6]) == pytest.approx(gains[1], abs=5e-4)  # median of three
+        assert gains[0] - 5e-4 <= _pct(cells[7]) <= _pct(cells[8]) <= gains[2] + 5e-4

@@ -165,10 +165,10 @@ def test_a_misspelt_engine_option_is_one_line_naming_it(tmp_path):
 
 def test_an_engine_stall_is_one_line(tmp_path):
     f = _scenario(tmp_path, "engine_options: {max_steps: 3}\n")
-    r = runner.invoke(app, ["simulate", str(f), "-p", "ecmp", "-e", "fluid"])
+    r = runner.invoke(app, ["simulate", str(f), "-p", "ecmp", "-e", "fluid", "-q"])
     _one_error_line(r, "fluid engine exceeded max_steps=3")
     f = _scenario(tmp_path, "engine_options: {max_time_ns: 1000}\n", "t.yaml")
-    r = runner.invoke(app, ["simulate", str(f), "-p", "ecmp", "-e", "fluid"])
+    r = runner.invoke(app, ["simulate", str(f), "-p", "ecmp", "-e", "fluid", "-q"])
     _one_error_line(r, "fluid engine stopped with 16 of 16 flows unfinished (e.g. job0:")
 
 

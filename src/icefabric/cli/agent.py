@@ -91,7 +91,7 @@ def run(
         _start_verbs(act, shim_socket)
     try:
         if once:
-            _once(agent, host, controller, bool(reps))
+            _once(agent, host, controller, bool(reps) or actuator == "verbs")
             return
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -171,7 +171,8 @@ def _once(agent, host: str, controller: str, reported: bool) -> None:
                 if "fabric" in str(e) else "")
         fail(f"the controller rejected {host}'s request: {e}{hint}")
     if agent.plan is None:
-        msg = (f"{host}: no plan yet; the controller plans a job once every host of it has "
+        msg = (f"{host}: no plan yet (plan version {agent.version}); the controller plans a "
+               "job once every host of it has "
                "reported")
         if not reported:
             fail(msg, code=1)

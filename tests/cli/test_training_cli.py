@@ -27,5 +27,5 @@ def test_simulate_training_hetero(tmp_path):
 def test_simulate_training_json():
     r = runner.invoke(app, ["simulate", "training-hetero", "-p", "ecmp", "--json"])
     assert r.exit_code == 0, r.output
-    doc = json.loads(r.output)
+    doc = json.loads(r.stdout)  # progress goes to stderr
     assert doc["rows"] == [] and doc["training"]["results"][0]["policy"] == "ecmp"

@@ -43,15 +43,29 @@ def from_collector_report(rep: CommunicatorReport, *, job: str, size_bytes: int,
 
 def load_reports(path: str | Path, *, job: str | None = None, size_bytes: int | None = None,
                  collectives: list[str] | None = None) -> list[CommReport]:
-    """Read ``path``: a list of CommReport, or one collector CommunicatorReport (then
-    ``job``, ``size_bytes`` and ``collectives`` are required)."""
+    """Read ``path``: a list of CommReport, or the collectors' output (``icefab collect
+    ... --json``: one CommunicatorReport or a list of them; then ``job``, ``size_bytes``
+    and ``collectives`` are required)."""
+    from pydantic import ValidationError
+
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
         raise CollectorError(f"{path}: {e}") from None
-    if isinstance(data, list):
-        return [CommReport.model_validate(x) for x in data]
-    if not (job and size_bytes and collectives):
-        raise CollectorError("a collector report needs --job, --size and --collective")
-    return [from_collector_report(CommunicatorReport.model_validate(data), job=job,
-                                  size_bytes=size_bytes, collectives=collectives)]
+    items = data if isinstance(data, list) else [data]
+    if not items:
+        raise CollectorError(f"{path}: no reports in the file")
+    try:
+        if all(isinstance(x, dict) and "job" in x for x in items):
+            return [CommReport.model_validate(x) for x in items]
+        if not (job and size_bytes and collectives):
+            raise CollectorError("a collector report (icefab collect ... --json) needs --job, "
+                                 "--size and --collective")
+        return [from_collector_report(CommunicatorReport.model_validate(x), job=job,
+                                      size_bytes=size_bytes, collectives=collectives,
+                                      job_order=i) for i, x in enumerate(items)]
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err["loc"])
+        raise CollectorError(f"{path}: not a CommReport list nor collector output ({where}: "
+                             f"{err['msg']})") from None

@@ -252,7 +252,7 @@ def result_figures(inp: ReportInput) -> list[Figure]:
     if res.training:
         from icefabric.reports.training import training_figures
 
-        figs += [figure(fig, name.removesuffix(".png").replace("_", " "))
+        figs += [figure(fig, name.replace("_", " "))
                  for name, fig in training_figures(res)]
     return figs
 

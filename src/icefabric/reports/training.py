@@ -135,5 +135,5 @@ def plot_iteration_breakdown(res, ax=None):
 
 
 def training_figures(res) -> list[tuple[str, object]]:
-    return [("training_timeline.png", plot_iteration_timelines(res)),
-            ("training_breakdown.png", plot_iteration_breakdown(res))]
+    return [("training_timeline", plot_iteration_timelines(res)),
+            ("training_breakdown", plot_iteration_breakdown(res))]

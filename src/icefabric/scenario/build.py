@@ -31,7 +31,7 @@ def build_fabric(ls: LoadedScenario) -> Fabric:
         prof = server_profile(p.server)
         if p.nic_gbps is not None:
             prof = replace(prof, nic_bps=gbps(p.nic_gbps))
-        groups.append(ServerGroup(prof, p.count, p.name))
+        groups.append(ServerGroup(prof, p.count, p.name, names=tuple(p.hosts or ())))
     for key in ("leaf_switch", "spine_switch", "core_switch"):
         if getattr(fs, key) not in SWITCHES:
             raise ls.error(("fabric", key), f"unknown switch profile {getattr(fs, key)!r}; "

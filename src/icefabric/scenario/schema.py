@@ -63,12 +63,21 @@ class FabricSpec(_Strict):
 
 
 class PoolSpec(_Strict):
-    """``count`` servers of catalog profile ``server``; servers are named ``<name>-<i>``."""
+    """``count`` servers of catalog profile ``server``; servers are named ``<name>-<i>``,
+    or as listed in ``hosts``."""
 
     name: str = Field(pattern=r"^[A-Za-z][\w.]*$")
     server: str
     count: int = Field(ge=1)
     nic_gbps: float | None = Field(None, gt=0, description="override the profile's NIC speed")
+    hosts: list[str] | None = Field(None, description="server names (e.g. the hostnames a "
+                                    "CCL log shows), one per server; default <name>-<i>")
+
+    @model_validator(mode="after")
+    def _hosts(self):
+        if self.hosts is not None and len(self.hosts) != self.count:
+            raise ValueError(f"hosts lists {len(self.hosts)} names for count {self.count}")
+        return self
 
 
 class ScenarioCollective(_Strict):

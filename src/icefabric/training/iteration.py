@@ -41,7 +41,7 @@ from icefabric.training.model import ModelSpec
 from icefabric.training.p2p import transfer
 from icefabric.training.passes import Segment, StagePasses, bucket_groups, merge, stage_passes
 from icefabric.training.schedule import BACKWARD, FORWARD, stage_ops
-from icefabric.training.spec import ParallelSpec, TrainingSpec
+from icefabric.training.spec import TrainingSpec
 from icefabric.training.tasks import TaskLog, TrainingWorkload
 
 
@@ -67,44 +67,43 @@ class _Iteration:
 
     def __init__(self, fabric: Fabric, accels: np.ndarray, spec: TrainingSpec, qps: int,
                  passes: list[StagePasses] | None):
-        self.spec, self.par, self.model = spec, spec.parallel, spec.model_spec()
-        self.qps = qps
-        par: ParallelSpec = self.par
-        m: ModelSpec = self.model
-        tp, pp = par.tp, par.pp
-        dp = par.dp or len(accels) // (tp * pp)
-        self.grid = RankGrid(fabric, accels, tp, pp, dp, par.ep)
-        self.dp = dp
-        if m.is_moe and tp > 1 and not par.sequence_parallel:
+        self.spec, self.par, self.model, self.qps = spec, spec.parallel, spec.model_spec(), qps
+        par, m = self.par, self.model
+        self.dp = par.dp or len(accels) // (par.tp * par.pp)
+        self.grid = RankGrid(fabric, accels, par.tp, par.pp, self.dp, par.ep)
+        self.micro_batches = self._check_plan()
+        self.seq = par.seq_len or m.seq_len
+        self.devices = [self.grid.stage_device(s) for s in range(par.pp)]
+        self.roofs = [Roofline.of(d, spec.compute_efficiency, spec.memory_efficiency)
+                      for d in self.devices]
+        self.layers = stage_layers(spec.stage_layers, *self._layer_costs())
+        if passes is not None and len(passes) != par.pp:
+            raise TrainingError(f"{len(passes)} stage passes given for {par.pp} stages")
+        starts = np.concatenate([[0], np.cumsum(self.layers)]).tolist()
+        self.passes = passes or [stage_passes(m, par, self.seq, range(starts[s], starts[s + 1]),
+                                              s == 0, s == par.pp - 1, self.roofs[s])
+                                 for s in range(par.pp)]
+        self.wb = WorkloadBuilder()
+        self.log = TaskLog([f"s{s}/d{d}" for s in range(par.pp) for d in range(self.dp)])
+        self._comms: dict[tuple, Communicator] = {}
+
+    def _check_plan(self) -> int:
+        """Refuse plans Megatron would refuse; returns the micro-batches per replica."""
+        par, m = self.par, self.model
+        if m.is_moe and par.tp > 1 and not par.sequence_parallel:
             raise TrainingError("MoE layers with tensor parallelism need sequence_parallel")
         if par.ep > 1 and not m.is_moe:
             raise TrainingError(f"ep {par.ep} on a dense model: expert parallelism needs "
                                 "experts")
         if m.is_moe and m.experts % par.ep:
             raise TrainingError(f"ep ({par.ep}) must divide the {m.experts} experts")
-        per_iter = par.micro_batch * dp
+        per_iter = par.micro_batch * self.dp
         if par.global_batch % per_iter:
             raise TrainingError(f"global_batch {par.global_batch} is not a multiple of "
                                 f"micro_batch x dp = {per_iter}")
-        self.micro_batches = par.global_batch // per_iter
-        self.seq = par.seq_len or m.seq_len
-        devices = [self.grid.stage_device(s) for s in range(pp)]
-        for s in range(pp):
-            self.grid.stage_pool(s)
-        self.devices = devices
-        self.roofs = [Roofline.of(d, spec.compute_efficiency, spec.memory_efficiency)
-                      for d in devices]
-        self.layers = stage_layers(spec.stage_layers, *self._layer_costs())
-        starts = np.concatenate([[0], np.cumsum(self.layers)]).tolist()
-        if passes is not None and len(passes) != pp:
-            raise TrainingError(f"{len(passes)} stage passes given for {pp} stages")
-        self.passes = passes or [stage_passes(m, par, self.seq, range(starts[s], starts[s + 1]),
-                                              s == 0, s == pp - 1, self.roofs[s])
-                                 for s in range(pp)]
-        self.wb = WorkloadBuilder()
-        names = [f"s{s}/d{d}" for s in range(pp) for d in range(dp)]
-        self.log = TaskLog(names)
-        self._comms: dict[tuple, Communicator] = {}
+        for s in range(par.pp):
+            self.grid.stage_pool(s)  # raises when a stage spans pools
+        return par.global_batch // per_iter
 
     def _layer_costs(self) -> tuple[np.ndarray, np.ndarray]:
         """Per stage: forward+backward seconds of every layer, and of the embedding and

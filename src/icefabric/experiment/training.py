@@ -63,15 +63,14 @@ def policy_result(policy: str, res: SimResult, tw: TrainingWorkload) -> dict:
     T = int(res.makespan_ns)
     times = device_times(tw.tasks, res.flow_start_ns, res.flow_finish_ns, T)
     s = tw.summary
-    out = {"policy": policy, "iteration_ms": round(T / 1e6, 4),
-           "tokens_per_s": round(s["tokens"] / (T / 1e9), 1) if s.get("tokens") else None,
-           "mfu": round(s["model_flops"] / (T / 1e9) / s["peak_flops"], 4)
-           if s.get("model_flops") else None,
-           "breakdown": mean_time(times).to_dict(),
-           "stages": _per_stage(times, s.get("device_stage", [])),
-           "collectives": group_bandwidth(res, tw.name),
-           "events": res.events, "wall_s": round(res.wall_s, 3)}
-    return out
+    return {"policy": policy, "iteration_ms": round(T / 1e6, 4),
+            "tokens_per_s": round(s["tokens"] / (T / 1e9), 1) if s.get("tokens") else None,
+            "mfu": round(s["model_flops"] / (T / 1e9) / s["peak_flops"], 4)
+            if s.get("model_flops") else None,
+            "breakdown": mean_time(times).to_dict(),
+            "stages": _per_stage(times, s.get("device_stage", [])),
+            "collectives": group_bandwidth(res, tw.name),
+            "events": res.events, "wall_s": round(res.wall_s, 3)}
 
 
 def _per_stage(times: list[DeviceTime], device_stage: list[int]) -> list[dict]:
@@ -121,4 +120,3 @@ def _add_relative(results: list[dict]) -> None:
         e, i = by.get("ecmp"), by.get("ideal")
         r["gain_vs_ecmp"] = round(e / r["iteration_ms"] - 1, 4) if e else None
         r["frac_of_ideal"] = round(i / r["iteration_ms"], 4) if i else None
-

@@ -51,8 +51,8 @@ def test_serve_load_collect_agent_applies_the_plan(tmp_path):
         r = _icefab("controller", "fabric", "load", "homog-small", "--from-log", str(LOG),
                     "--controller", url, env=env)
         assert r.returncode == 0 and "2 servers" in r.stdout, r.stderr
-        r = _icefab("collect", "nccl-log", str(LOG), "--json", env=env)
-        assert r.returncode == 0
+        r = _icefab("collect", "nccl-tests", str(LOG), "--json", env=env)
+        assert r.returncode == 0, r.stderr
         comms = tmp_path / "comms.json"
         comms.write_text(r.stdout)
         outs = []

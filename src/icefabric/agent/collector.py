@@ -58,6 +58,10 @@ def load_reports(path: str | Path, *, job: str | None = None, size_bytes: int | 
     try:
         if all(isinstance(x, dict) and "job" in x for x in items):
             return [CommReport.model_validate(x) for x in items]
+        if all(isinstance(x, dict) and "rows" in x for x in items):
+            return [_from_nccl_tests_run(x, path, job=job, size_bytes=size_bytes,
+                                         collectives=collectives, job_order=i)
+                    for i, x in enumerate(items)]
         if not (job and size_bytes and collectives):
             raise CollectorError("a collector report (icefab collect ... --json) needs --job, "
                                  "--size and --collective")
@@ -69,3 +73,27 @@ def load_reports(path: str | Path, *, job: str | None = None, size_bytes: int | 
         where = ".".join(str(x) for x in err["loc"])
         raise CollectorError(f"{path}: not a CommReport list nor collector output ({where}: "
                              f"{err['msg']})") from None
+
+
+def _from_nccl_tests_run(run: dict, path, *, job: str | None, size_bytes: int | None,
+                         collectives: list[str] | None, job_order: int) -> CommReport:
+    """A CommReport from one run of ``icefab collect nccl-tests --json``: ranks from its
+    device lines; the collective and the largest size from the run unless given."""
+    from icefabric.collect.nccl_tests import communicator_from_devices
+
+    if not run.get("devices"):
+        raise CollectorError(f"{path}: the nccl-tests output has no '# Rank ... on HOST device "
+                             "D' lines, so it does not say which host runs which rank")
+    if not job:
+        raise CollectorError("an nccl-tests report needs --job (the job's name)")
+    coll = run.get("collective") or ""
+    coll = coll.removesuffix("_perf")
+    rows = run.get("rows") or []
+    size = size_bytes or max((r["size"] for r in rows), default=0)
+    colls = collectives or ([coll] if coll else [])
+    if not (size and colls):
+        raise CollectorError(f"{path}: the nccl-tests output names no collective or size; "
+                             "give --collective and --size")
+    return from_collector_report(communicator_from_devices(run["devices"]), job=job,
+                                 size_bytes=size, collectives=colls, job_order=job_order)
+

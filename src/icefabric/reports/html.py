@@ -22,7 +22,6 @@ import io
 import json
 import platform
 import shlex
-import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -389,10 +388,4 @@ def render_sweep(out_dir: str | Path, out_path: str | Path, *,
                              "sections": [], "sweep": sweep, "command": command})
 
 
-def command_line() -> str:
-    """This process's command line as a user would type it."""
-    return shlex.join(["icefab", *sys.argv[1:]])
-
-
-__all__ = ["ReportError", "ReportInput", "render", "render_sweep", "environment",
-           "command_line"]
+__all__ = ["ReportError", "ReportInput", "render", "render_sweep", "environment"]

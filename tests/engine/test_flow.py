@@ -139,3 +139,26 @@ def test_rates_after_finish_equal_a_full_recomputation(data):
     expect[run] = maxmin_rates(sp.csr_matrix(A[:, run]), cap, fcap[run])
     np.testing.assert_allclose(rate, expect, rtol=1e-7)
     np.testing.assert_allclose(load, A @ expect, rtol=1e-7, atol=1e-9)
+
+
+def test_delay_flows_are_dependency_delays():
+    # compute (delay) -> transfer -> compute, beside a transfer that overlaps the first delay
+    from icefabric.ccl.workload import CollectiveCall, WorkloadBuilder
+
+    wb = WorkloadBuilder()
+    c = wb.collective(CollectiveCall("x", "j", "sendrecv", 1, 2, "p2p", "nccl"))
+    d1 = wb.delay(30_000)
+    f = wb.flow(1e6, coll=c, deps=[d1], latency_ns=500)
+    d2 = wb.delay(20_000, deps=[f])
+    g = wb.flow(1e6, coll=c)  # starts at 0 on the same link
+    assert wb.flow_coll[d1] == -1 and wb.flow_size[d2] == 0
+    p = build_problem(link_capacity_bps=[100e9], link_delay_ns=[0],
+                      flow_size_bytes=wb.flow_size, routes=[[0], [0]], route_flow=[f, g],
+                      flow_latency_ns=wb.flow_latency, deps=wb.flow_deps)
+    r = run_flow(p)
+    # g alone for 30 us (375 kB), then both at 50 Gb/s: g's other 625 kB take 100 us
+    assert r.flow_finish_ns[d1] == 30_000 and r.flow_start_ns[f] == 30_000
+    assert r.flow_finish_ns[g] == 130_000
+    # f: 625 kB by 130 us, its last 375 kB alone in 30 us, then its 500 ns latency
+    assert r.flow_finish_ns[f] == 160_500
+    assert r.flow_start_ns[d2] == 160_500 and r.makespan_ns == r.flow_finish_ns[d2] == 180_500

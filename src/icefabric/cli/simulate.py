@@ -57,6 +57,9 @@ def simulate(
     (``timeseries_<policy>.png``) and the JSON carries PFC pause, ECN and CNP statistics.
     ``--out`` also keeps the scenario as run (``scenario.yaml``) and the traced runs
     (``runs/<policy>.json``), so ``icefab report OUT`` can rebuild the HTML report later.
+    A scenario with a ``training:`` job also prints one iteration per policy (time, gain
+    over ecmp, breakdown) and carries it as ``training`` in the JSON; ``--out`` draws its
+    timeline (``training_timeline.png``) and breakdown (``training_breakdown.png``).
     """
     from icefabric.experiment.runner import run_scenario
     from icefabric.scenario.loader import DEFAULT_SCENARIO, load

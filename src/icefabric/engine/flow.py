@@ -16,8 +16,9 @@ import math
 import time
 
 import numpy as np
+import scipy.sparse as sp
 
-from icefabric.csr import replace_rows
+from icefabric.csr import gather, indptr_from_lengths, replace_rows
 from icefabric.engine.maxmin import maxmin_rates
 from icefabric.engine.problem import EngineError, SimProblem, route_incidence, routes_touching
 from icefabric.engine.registry import register_engine
@@ -98,12 +99,16 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
             if freed is not None and len(freed):
                 _rates_after_finish(A, Ac, P, rate, load, run_mask, np.concatenate(freed))
             else:
+                # only the running flows and the links they cross: an event costs in
+                # proportion to what runs, not to every flow of a long dependency DAG
                 idx = np.flatnonzero(run_mask)
                 rate[:] = 0.0
+                load[:] = 0.0
                 if len(idx):
-                    rate[idx] = maxmin_rates(Ac[:, idx], P.link_capacity_bps,
+                    sub, rows = _columns(Ac, idx)
+                    rate[idx] = maxmin_rates(sub, P.link_capacity_bps[rows],
                                              P.flow_rate_cap_bps[idx])
-                load[:] = A @ _finite(rate)
+                    load[rows] = sub @ _finite(rate[idx])
             np.maximum(peak, load / P.link_capacity_bps, out=peak)
             dirty = False
             freed = []
@@ -223,21 +228,41 @@ def _rates_after_finish(A, Ac, P: SimProblem, rate, load, run_mask, fin) -> None
     costs in proportion to the flows it touches, not to the whole problem.
     """
     cap = P.link_capacity_bps
-    touched = np.unique(Ac[:, fin].indices)
+    links, vals, _ = _entries(Ac, fin)
+    touched = np.unique(links)
     sat = touched[load[touched] >= cap[touched] * (1 - 1e-6)]
     refill = np.zeros(0, np.int64)
     if len(sat):
-        rows = A[sat]
-        starts = rows.indptr[:-1][np.diff(rows.indptr) > 0]
-        lam = np.maximum.reduceat(rate[rows.indices], starts).min()
+        flows, _, n = _entries(A, sat)  # the flows on each saturated link
+        first = (np.cumsum(n) - n)[n > 0]
+        lam = np.maximum.reduceat(rate[flows], first).min()
         refill = np.flatnonzero(run_mask & (rate >= lam * (1 - 1e-9)))
     gone = np.concatenate([fin, refill])
-    load -= Ac[:, gone] @ _finite(rate[gone])
+    links, vals, n = _entries(Ac, gone)
+    load -= np.bincount(links, vals * np.repeat(_finite(rate[gone]), n), minlength=len(load))
     rate[gone] = 0.0
     if len(refill):
-        spare = np.maximum(cap - load, 0.0)
-        rate[refill] = maxmin_rates(Ac[:, refill], spare, P.flow_rate_cap_bps[refill])
-        load += Ac[:, refill] @ _finite(rate[refill])
+        sub, rows = _columns(Ac, refill)
+        spare = np.maximum(cap[rows] - load[rows], 0.0)
+        rate[refill] = maxmin_rates(sub, spare, P.flow_rate_cap_bps[refill])
+        load[rows] += sub @ _finite(rate[refill])
+
+
+def _entries(M: sp.spmatrix, idx: np.ndarray):
+    """(indices, values, count per element of ``idx``) of the rows (CSR) or columns (CSC)
+    ``idx`` of ``M``, concatenated: plain gathers, no sparse-matrix objects."""
+    first = M.indptr[idx]
+    n = M.indptr[idx + 1] - first
+    pos = gather(first, n)
+    return M.indices[pos], M.data[pos], n
+
+
+def _columns(Ac: sp.csc_matrix, cols: np.ndarray) -> tuple[sp.csc_matrix, np.ndarray]:
+    """Columns ``cols`` of ``Ac`` over the rows they touch: (that matrix, the row ids)."""
+    links, vals, n = _entries(Ac, cols)
+    rows, local = np.unique(links, return_inverse=True)
+    return sp.csc_matrix((vals, local.reshape(-1), indptr_from_lengths(n)),
+                         shape=(len(rows), len(cols))), rows
 
 
 def _next_data_done(remaining, rate, run, t: int) -> int:

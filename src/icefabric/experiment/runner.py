@@ -65,6 +65,7 @@ class ExperimentResult:
     #: the scenario as run (YAML) and where the result came from (version, commit, command)
     scenario_text: str = ""
     provenance: dict = field(default_factory=dict)
+    training: dict | None = None  # the training job's iteration per policy (training.py)
     runs: dict[str, SimResult] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict:
@@ -121,9 +122,9 @@ def run_scenario(ls: LoadedScenario, *, policies: list[str] | None = None,
     policies = list(policies or scn.policies)
     for p in policies:
         get_policy(p)  # fail early on unknown names
-    sizes = list(sizes or scn.size_list())
+    sizes = list(sizes or scn.size_list()) if scn.jobs else []
     fabric = build_fabric(ls)
-    total = len(policies) * len(sizes)
+    total = len(policies) * (len(sizes) + (scn.training is not None))
     rows: list[dict] = []
     largest: dict[str, SimResult] = {}
     done = 0
@@ -140,6 +141,13 @@ def run_scenario(ls: LoadedScenario, *, policies: list[str] | None = None,
             if size == sizes[-1]:
                 largest[p] = res
             done += 1
+    training = None
+    if scn.training is not None:
+        from icefabric.experiment.training import run_training
+
+        step = (lambda i, n, label: progress(done + i, total, label)) if progress else None
+        training, runs = run_training(ls, fabric, policies, engine=engine, progress=step)
+        largest = largest or runs  # a training-only scenario: link statistics of its runs
     if progress:
         progress(total, total, "done")
     _add_relative(rows)
@@ -159,7 +167,7 @@ def run_scenario(ls: LoadedScenario, *, policies: list[str] | None = None,
     return ExperimentResult(scn.name, scn.description, scn.seed, engine or scn.engine,
                             policies, sizes, rows, stats, fabric.describe(),
                             time.perf_counter() - t0, notes, congestion, ls.text,
-                            provenance(), largest)
+                            provenance(), training, largest)
 
 
 def collective_row(c: CollectiveResult) -> dict:

@@ -155,8 +155,8 @@ def plot_link_utilization(res, ax=None):
     tiers = list(dict.fromkeys(g[0] for g in groups))
     tier_mid = [np.mean([c for g, c in zip(groups, centers) if g[0] == t]) for t in tiers]
     top.set_xticks(tier_mid, [t.replace("->", " → ") + " links" for t in tiers], fontsize=9)
-    ax.set_title(f"{res.scenario}: mean utilization of fabric links at "
-                 f"{byte_formatter()(res.sizes[-1], None)}", pad=22)
+    at = byte_formatter()(res.sizes[-1], None) if res.sizes else "the training iteration"
+    ax.set_title(f"{res.scenario}: mean utilization of fabric links at {at}", pad=22)
     fig.colorbar(im, ax=ax, label="utilization", fraction=0.03, pad=0.01)
     fig.tight_layout()
     return fig
@@ -243,7 +243,12 @@ def save_figures(res, out_dir, formats=("png",)) -> list[str]:
         raise ValueError(f"unknown figure format(s) {bad}; use {', '.join(FORMATS)}")
     out = Path(out_dir)
     paths = []
-    figs = [("busbw", plot_all_busbw(res)), ("link_utilization", plot_link_utilization(res))]
+    figs = [("busbw", plot_all_busbw(res))] if res.rows else []
+    figs.append(("link_utilization", plot_link_utilization(res)))
+    if getattr(res, "training", None):
+        from icefabric.reports.training import training_figures
+
+        figs += training_figures(res)
     for policy, run in getattr(res, "runs", {}).items():
         if run.timeseries and run.timeseries.get("t_us"):
             figs.append((f"timeseries_{policy}", plot_timeseries(run)))

@@ -164,6 +164,8 @@ def summary_tables(res, fit: Fitter) -> list[RenderableType]:
     """At the largest size, per job and collective: each policy's busbw, its fraction of
     ideal (and of the capacity bound when that is lower), and its gain over every baseline
     that was run."""
+    if not res.rows:  # a training-only scenario
+        return []
     size = res.sizes[-1]
     base = [b for b in BASELINES if b in res.policies]
     bound = _binds(res)
@@ -246,6 +248,12 @@ def _detail_table(fit, title, sizes, size_bytes, by, p) -> list[RenderableType]:
     return fit.fit((title, cols))
 
 
+def largest_run(res) -> str:
+    """What the per-policy runs of link and congestion statistics ran: the largest size, or
+    the training iteration of a scenario without collective jobs."""
+    return format_size(res.sizes[-1]) if res.sizes else "the training iteration"
+
+
 def link_tables(res, fit: Fitter) -> list[RenderableType]:
     """Why: utilization of the switch-to-switch links per policy at the largest size."""
     heads = ("links", "util\nmin", "util\nmean", "util\nmax", "idle\nlinks", "max\nQPs/link",
@@ -261,7 +269,7 @@ def link_tables(res, fit: Fitter) -> list[RenderableType]:
             c.append(v)
     pols = [s.policy for s in res.link_stats]
     cols = [Column("policy", pols, key=True)] + [Column(h, c) for h, c in zip(heads, cells)]
-    return fit.fit((f"Fabric links (switch-to-switch) at {format_size(res.sizes[-1])}: "
+    return fit.fit((f"Fabric links (switch-to-switch) at {largest_run(res)}: "
                     "utilization and QPs per link", cols), row_policies=pols)
 
 
@@ -275,7 +283,7 @@ def congestion_tables(res, fit: Fitter) -> list[RenderableType]:
     pols = [c["policy"] for c in res.congestion]
     cols = [Column("policy", pols, key=True)] + \
         [Column(h, [str(c[k]) for c in res.congestion]) for h, k in spec]
-    return fit.fit((f"Congestion at {format_size(res.sizes[-1])} (fluid engine: DCQCN + "
+    return fit.fit((f"Congestion at {largest_run(res)} (fluid engine: DCQCN + "
                     "PFC)", cols), row_policies=pols)
 
 
@@ -298,6 +306,10 @@ def render(res, width: int, *, detail: bool = False) -> list[RenderableType]:
     if notes(res):
         out.append(Text("\n" + "\n".join(notes(res)), style="dim"))
     out += collective_tables(res, fit, detail=detail)
+    if res.training:
+        from icefabric.reports.training import training_header, training_table
+
+        out += [Text(training_header(res)), training_table(res)]
     out += link_tables(res, fit)
     out += congestion_tables(res, fit)
     legend = fit.legend()

@@ -38,6 +38,29 @@ def test_training_hetero_reports_iteration_time_per_policy(hetero_result):
     assert {s.policy for s in hetero_result.link_stats} == {"ecmp", "ice"}
 
 
+def test_training_table_fits_the_width(hetero_result):
+    """The iteration table lays out like the collective tables: no cut policy names."""
+    import dataclasses
+
+    from rich.console import Console
+
+    from icefabric.reports.tables import render
+
+    res = dataclasses.replace(hetero_result, training={
+        **hetero_result.training,
+        "results": [{**r, "policy": p} for r, p in zip(hetero_result.training["results"],
+                                                        ["static-disjoint", "ecmp-multiqp"])]})
+    for width in (80, 40):
+        con = Console(width=width, record=True, color_system=None, file=open("/dev/null", "w"))
+        for part in render(res, width):
+            con.print(part)
+        text = con.export_text()
+        assert "…" not in text and "iteration" in text
+        assert "static-disjoint" in text.replace("\n", "")
+    # at 40 columns: short names, spelt out in the legend
+    assert "sdisj" in text and "short names:" in text and "static-disjoint" in text
+
+
 def test_training_json_roundtrip(hetero_result):
     back = ExperimentResult.from_json(hetero_result.to_json())
     assert back.training["results"] == hetero_result.training["results"]

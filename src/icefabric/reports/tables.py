@@ -307,9 +307,9 @@ def render(res, width: int, *, detail: bool = False) -> list[RenderableType]:
         out.append(Text("\n" + "\n".join(notes(res)), style="dim"))
     out += collective_tables(res, fit, detail=detail)
     if res.training:
-        from icefabric.reports.training import training_header, training_table
+        from icefabric.reports.training import training_header, training_tables
 
-        out += [Text(training_header(res)), training_table(res)]
+        out += [Text("\n" + training_header(res))] + training_tables(res, fit)
     out += link_tables(res, fit)
     out += congestion_tables(res, fit)
     legend = fit.legend()

@@ -7,7 +7,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from rich.table import Table  # noqa: E402
 
 #: colours of task kinds in timelines and breakdown bars
 KIND_COLORS = {"forward": "#4c78a8", "backward": "#72b7b2", "optimizer": "#54a24b",
@@ -57,17 +56,18 @@ def iteration_rows(res) -> list[tuple[str, list[str]]]:
     return rows
 
 
-def training_table(res) -> Table:
-    """One iteration per policy (columns, as in the collective tables)."""
-    t = Table(title="one iteration per policy (ms)", title_justify="left",
-              caption="breakdown: mean per device; busbw in GB/s", caption_justify="left")
-    t.add_column("")
-    for r in res.training["results"]:
-        t.add_column(r["policy"], justify="right")
-    for label, cells in iteration_rows(res):
-        style = "bold" if label == "iteration" else "dim" if label.startswith("busbw") else None
-        t.add_row(label, *cells, style=style)
-    return t
+def training_tables(res, fit) -> list:
+    """One iteration per policy (a column each, as in the collective tables), laid out by
+    ``fit`` (a :class:`~icefabric.reports.tables.Fitter`): full policy names when they fit,
+    else short names with the legend, else split."""
+    from icefabric.reports.tables import Column
+
+    rows = iteration_rows(res)
+    cols = [Column("", [label for label, _ in rows], key=True)]
+    cols += [Column(r["policy"], [cells[i] for _, cells in rows], policy=r["policy"])
+             for i, r in enumerate(res.training["results"])]
+    return fit.fit(("one iteration per policy (ms); breakdown: mean per device; busbw in "
+                    "GB/s", cols))
 
 
 def plot_iteration_timelines(res):

@@ -38,3 +38,25 @@ def test_missing_facts_are_errors_not_guesses():
     with pytest.raises(CollectorError, match="library"):
         from_collector_report(CommunicatorReport(), job="j", size_bytes=1,
                               collectives=["all_reduce"])
+
+
+def test_nccl_tests_output_becomes_a_report(tmp_path):
+    """`icefab collect nccl-tests --json` output: ranks from the '# Rank r ... on HOST device
+    d' lines, collective and largest size from the run unless given."""
+    devices = [{"rank": i, "pid": 100 + i, "host": f"n{i // 4}", "device": i % 4}
+               for i in range(8)]
+    run = {"collective": "all_gather_perf", "devices": devices,
+           "rows": [{"size": 1 << 20}, {"size": 1 << 30}]}
+    p = tmp_path / "t.json"
+    p.write_text(json.dumps([run]))
+    rep = load_reports(p, job="bench")[0]
+    assert (rep.job, rep.size_bytes, rep.collectives[0].kind) == ("bench", 1 << 30,
+                                                                  "all_gather")
+    assert [(r.host, r.device) for r in rep.ranks][3:5] == [("n0", 3), ("n1", 0)]
+    assert load_reports(p, job="b", size_bytes=4096,
+                        collectives=["all_reduce"])[0].collectives[0].kind == "all_reduce"
+    with pytest.raises(CollectorError, match="needs --job"):
+        load_reports(p)
+    p.write_text(json.dumps([{**run, "devices": []}]))
+    with pytest.raises(CollectorError, match="which host runs which rank"):
+        load_reports(p, job="b")

@@ -18,7 +18,8 @@ def test_simulate_json(tmp_path):
     r = runner.invoke(app, ["simulate", "homog-small", "--sizes", "1M,64M", "--json",
                             "--out", str(tmp_path)])
     assert r.exit_code == 0, r.output
-    doc = json.loads(r.output)
+    doc = json.loads(r.stdout)  # progress goes to stderr, the document alone to stdout
+    assert doc["provenance"]["version"] and "scenario_text" in doc
     assert {row["policy"] for row in doc["rows"]} == {"ecmp", "ecmp-multiqp", "static-disjoint",
                                                        "spray", "ice", "ideal"}
     assert (tmp_path / "result.json").exists()
@@ -77,7 +78,8 @@ def test_compare_nccl_tests_sets_measured_beside_simulated():
         pytest.skip("reference corpus not present")
     r = runner.invoke(app, ["compare", "nccl-tests", str(OCI), "homog-small", "--json"])
     assert r.exit_code == 0, r.output
-    doc = json.loads(r.output)
+    doc = json.loads(r.stdout)  # progress goes to stderr, the document alone to stdout
+    assert doc["provenance"]["version"] and "scenario_text" in doc
     assert doc["collective"] == "all_reduce" and doc["nranks"] == 16
     first = doc["rows"][0]
     assert first["size_bytes"] == 1 << 30 and first["measured_busbw_GBps"] > 400
@@ -163,10 +165,10 @@ def test_a_misspelt_engine_option_is_one_line_naming_it(tmp_path):
 
 def test_an_engine_stall_is_one_line(tmp_path):
     f = _scenario(tmp_path, "engine_options: {max_steps: 3}\n")
-    r = runner.invoke(app, ["simulate", str(f), "-p", "ecmp", "-e", "fluid"])
+    r = runner.invoke(app, ["simulate", str(f), "-p", "ecmp", "-e", "fluid", "-q"])
     _one_error_line(r, "fluid engine exceeded max_steps=3")
     f = _scenario(tmp_path, "engine_options: {max_time_ns: 1000}\n", "t.yaml")
-    r = runner.invoke(app, ["simulate", str(f), "-p", "ecmp", "-e", "fluid"])
+    r = runner.invoke(app, ["simulate", str(f), "-p", "ecmp", "-e", "fluid", "-q"])
     _one_error_line(r, "fluid engine stopped with 16 of 16 flows unfinished (e.g. job0:")
 
 

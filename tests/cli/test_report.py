@@ -34,7 +34,7 @@ def test_report_of_several_results_has_one_section_each(tmp_path):
         r = runner.invoke(app, ["simulate", name, "--sizes", "1M", "-p", "ecmp,ice",
                                 "--engine", "flow", "--json"])
         assert r.exit_code == 0, r.output
-        (tmp_path / f"{name}.json").write_text(r.output)
+        (tmp_path / f"{name}.json").write_text(r.stdout)
     r = runner.invoke(app, ["report", str(tmp_path / "homog-small.json"),
                             str(tmp_path / "pfc-victim.json"), "-o", str(tmp_path / "r.html")])
     assert r.exit_code == 0, r.output

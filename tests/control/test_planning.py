@@ -9,6 +9,7 @@ from icefabric.control.demand import demand_from_pairs
 from icefabric.control.planning import (
     PLANNERS,
     Candidates,
+    leaf_cut_bound,
     link_utilization,
     plan_incremental,
     plan_paths,
@@ -110,9 +111,25 @@ def test_no_plan_worse_than_milp_bound(seed):
         assert a.max_util <= bound + 1e-9
         # the reported utilisation is the objective of the paths
         assert np.allclose(a.link_util, link_utilization(f, d, a.paths))
-    # MILP is a lower bound for every plan
+    # MILP is a lower bound for every plan, and the leaf cut bound is below the optimum
     g = plan_paths(f, rt, d, method="greedy")
     assert m.max_util <= g.max_util + 1e-9
+    assert leaf_cut_bound(f, d) <= m.max_util + 1e-9
+
+
+def test_auto_keeps_a_colouring_at_the_cut_bound():
+    # 2:1 oversubscribed: no plan is collision-free, but the colouring meets the leaf cut
+    # bound, so auto returns it without the (slow) greedy searches
+    from icefabric.topology.routing import Routing
+
+    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 4, "h")], servers_per_leaf=2,
+                   n_spines=4, oversub=2.0)
+    src, dst = nics_of(f, [0, 1]), nics_of(f, [2, 3])
+    d = demand_from_pairs(f, np.r_[src, dst], np.r_[dst, src])
+    a = plan_paths(f, Routing(f), d, method="auto")
+    assert leaf_cut_bound(f, d) == pytest.approx(2.0)
+    assert a.method == "edge_coloring" and a.max_util == pytest.approx(2.0)
+    assert "tried" not in a.meta
 
 
 def test_weighted_hetero_greedy_respects_capacities(hetero_fabric, routing_of):

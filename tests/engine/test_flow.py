@@ -103,3 +103,62 @@ def test_engine_invariants(p):
     # the flow engine is deterministic
     r2 = run_flow(p)
     assert np.array_equal(r.flow_finish_ns, r2.flow_finish_ns)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_rates_after_finish_equal_a_full_recomputation(data):
+    # the engine re-fills only the flows above the lowest level the finished flows freed;
+    # that must give exactly the max-min rates of the flows that are left
+    import scipy.sparse as sp
+
+    from icefabric.engine.flow import _rates_after_finish
+    from icefabric.engine.maxmin import maxmin_rates
+
+    L, F = data.draw(st.integers(1, 6)), data.draw(st.integers(2, 12))
+    A = np.zeros((L, F))
+    for f in range(F):
+        for l in data.draw(st.lists(st.integers(0, L - 1), min_size=1, max_size=3,
+                                    unique=True)):
+            A[l, f] = data.draw(st.sampled_from([0.5, 1.0, 2.0]))
+    cap = np.array(data.draw(st.lists(st.sampled_from([10.0, 25.0, 40.0, 100.0]),
+                                      min_size=L, max_size=L)))
+    fcap = np.array(data.draw(st.lists(st.sampled_from([np.inf, np.inf, 7.0, 30.0]),
+                                       min_size=F, max_size=F)))
+    fin = np.array(sorted(data.draw(st.sets(st.integers(0, F - 1), min_size=1,
+                                            max_size=F - 1))))
+    p = build_problem(link_capacity_bps=cap, link_delay_ns=np.zeros(L),
+                      flow_size_bytes=np.ones(F), routes=[[0]] * F, route_flow=range(F),
+                      flow_rate_cap_bps=fcap)
+    rate = maxmin_rates(sp.csr_matrix(A), cap, fcap)
+    load = A @ rate
+    run = np.ones(F, bool)
+    run[fin] = False
+    _rates_after_finish(sp.csr_matrix(A), sp.csc_matrix(A), p, rate, load, run, fin)
+    expect = np.zeros(F)
+    expect[run] = maxmin_rates(sp.csr_matrix(A[:, run]), cap, fcap[run])
+    np.testing.assert_allclose(rate, expect, rtol=1e-7)
+    np.testing.assert_allclose(load, A @ expect, rtol=1e-7, atol=1e-9)
+
+
+def test_delay_flows_are_dependency_delays():
+    # compute (delay) -> transfer -> compute, beside a transfer that overlaps the first delay
+    from icefabric.ccl.workload import CollectiveCall, WorkloadBuilder
+
+    wb = WorkloadBuilder()
+    c = wb.collective(CollectiveCall("x", "j", "sendrecv", 1, 2, "p2p", "nccl"))
+    d1 = wb.delay(30_000)
+    f = wb.flow(1e6, coll=c, deps=[d1], latency_ns=500)
+    d2 = wb.delay(20_000, deps=[f])
+    g = wb.flow(1e6, coll=c)  # starts at 0 on the same link
+    assert wb.flow_coll[d1] == -1 and wb.flow_size[d2] == 0
+    p = build_problem(link_capacity_bps=[100e9], link_delay_ns=[0],
+                      flow_size_bytes=wb.flow_size, routes=[[0], [0]], route_flow=[f, g],
+                      flow_latency_ns=wb.flow_latency, deps=wb.flow_deps)
+    r = run_flow(p)
+    # g alone for 30 us (375 kB), then both at 50 Gb/s: g's other 625 kB take 100 us
+    assert r.flow_finish_ns[d1] == 30_000 and r.flow_start_ns[f] == 30_000
+    assert r.flow_finish_ns[g] == 130_000
+    # f: 625 kB by 130 us, its last 375 kB alone in 30 us, then its 500 ns latency
+    assert r.flow_finish_ns[f] == 160_500
+    assert r.flow_start_ns[d2] == 160_500 and r.makespan_ns == r.flow_finish_ns[d2] == 180_500

@@ -44,7 +44,7 @@ def test_simulate_from_log_writes_the_scenario_it_ran(tmp_path):
     r = runner.invoke(app, ["simulate", "homog-small", "--from-log", str(LOG), "--sizes", "64M",
                             "-p", "ecmp,ideal", "--json", "--out", str(tmp_path)])
     assert r.exit_code == 0, r.output
-    doc = json.loads(r.output[r.output.index("{"):])
+    doc = json.loads(r.stdout)
     assert {row["nranks"] for row in doc["rows"]} == {16}
     saved = tmp_path / "scenario.yaml"
     assert yaml.safe_load(saved.read_text())["jobs"][0]["rings"][1] == RING_1
@@ -52,7 +52,7 @@ def test_simulate_from_log_writes_the_scenario_it_ran(tmp_path):
     again = runner.invoke(app, ["simulate", str(saved), "--sizes", "64M", "-p", "ecmp,ideal",
                                 "--json"])
     assert again.exit_code == 0, again.output
-    assert json.loads(again.output)["rows"] == doc["rows"]
+    assert json.loads(again.stdout)["rows"] == doc["rows"]
 
 
 def test_a_logs_channel_count_overrides_the_release_default(tmp_path):

@@ -43,15 +43,57 @@ def from_collector_report(rep: CommunicatorReport, *, job: str, size_bytes: int,
 
 def load_reports(path: str | Path, *, job: str | None = None, size_bytes: int | None = None,
                  collectives: list[str] | None = None) -> list[CommReport]:
-    """Read ``path``: a list of CommReport, or one collector CommunicatorReport (then
-    ``job``, ``size_bytes`` and ``collectives`` are required)."""
+    """Read ``path``: a list of CommReport, or the collectors' output (``icefab collect
+    ... --json``: one CommunicatorReport or a list of them; then ``job``, ``size_bytes``
+    and ``collectives`` are required)."""
+    from pydantic import ValidationError
+
     try:
         data = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
         raise CollectorError(f"{path}: {e}") from None
-    if isinstance(data, list):
-        return [CommReport.model_validate(x) for x in data]
-    if not (job and size_bytes and collectives):
-        raise CollectorError("a collector report needs --job, --size and --collective")
-    return [from_collector_report(CommunicatorReport.model_validate(data), job=job,
-                                  size_bytes=size_bytes, collectives=collectives)]
+    items = data if isinstance(data, list) else [data]
+    if not items:
+        raise CollectorError(f"{path}: no reports in the file")
+    try:
+        if all(isinstance(x, dict) and "job" in x for x in items):
+            return [CommReport.model_validate(x) for x in items]
+        if all(isinstance(x, dict) and "rows" in x for x in items):
+            return [_from_nccl_tests_run(x, path, job=job, size_bytes=size_bytes,
+                                         collectives=collectives, job_order=i)
+                    for i, x in enumerate(items)]
+        if not (job and size_bytes and collectives):
+            raise CollectorError("a collector report (icefab collect ... --json) needs --job, "
+                                 "--size and --collective")
+        return [from_collector_report(CommunicatorReport.model_validate(x), job=job,
+                                      size_bytes=size_bytes, collectives=collectives,
+                                      job_order=i) for i, x in enumerate(items)]
+    except ValidationError as e:
+        err = e.errors()[0]
+        where = ".".join(str(x) for x in err["loc"])
+        raise CollectorError(f"{path}: not a CommReport list nor collector output ({where}: "
+                             f"{err['msg']})") from None
+
+
+def _from_nccl_tests_run(run: dict, path, *, job: str | None, size_bytes: int | None,
+                         collectives: list[str] | None, job_order: int) -> CommReport:
+    """A CommReport from one run of ``icefab collect nccl-tests --json``: ranks from its
+    device lines; the collective and the largest size from the run unless given."""
+    from icefabric.collect.nccl_tests import communicator_from_devices
+
+    if not run.get("devices"):
+        raise CollectorError(f"{path}: the nccl-tests output has no '# Rank ... on HOST device "
+                             "D' lines, so it does not say which host runs which rank")
+    if not job:
+        raise CollectorError("an nccl-tests report needs --job (the job's name)")
+    coll = run.get("collective") or ""
+    coll = coll.removesuffix("_perf")
+    rows = run.get("rows") or []
+    size = size_bytes or max((r["size"] for r in rows), default=0)
+    colls = collectives or ([coll] if coll else [])
+    if not (size and colls):
+        raise CollectorError(f"{path}: the nccl-tests output names no collective or size; "
+                             "give --collective and --size")
+    return from_collector_report(communicator_from_devices(run["devices"]), job=job,
+                                 size_bytes=size, collectives=colls, job_order=job_order)
+

@@ -95,6 +95,18 @@ class Communicator:
         return min(self.fabric.servers[s].profile.n_nics for s in self.servers)
 
     @cached_property
+    def rails(self) -> list[int]:
+        """Indices of the NICs the communicator's ranks own on a server, in order: the rails
+        its rings cross servers on. NCCL's ring search tries the NICs close to the
+        communicator's GPUs first (``ncclTopoSelectNets``, ``src/graph/search.cc``: "Select
+        NETs starting with those close to GPU(s)"), so a communicator of one GPU per server
+        (a data-parallel group) runs every channel through that GPU's own NIC; with every
+        GPU of a server, every NIC."""
+        f = self.fabric
+        return sorted({int(f.node_index[f.accel_nic[self.ranks[r]]])
+                       for r in self.server_ranks[0].tolist()})
+
+    @cached_property
     def n_channels(self) -> int:
         if self.channels is not None:
             return self.channels

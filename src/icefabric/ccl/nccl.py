@@ -39,7 +39,7 @@ def ring_order(comm: Communicator, channel: int) -> tuple[list[int], int | None]
         local = comm.server_ranks[0].tolist()
         k = channel % len(local)
         return local[k:] + local[:k], None
-    rail = channel % comm.nics_per_server
+    rail = comm.rails[channel % len(comm.rails)]
     order: list[int] = []
     f = comm.fabric
     for s, local in zip(comm.servers, comm.server_ranks):

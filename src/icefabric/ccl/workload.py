@@ -83,6 +83,18 @@ class WorkloadBuilder:
         self.collectives[coll].flows.append(f)
         return f
 
+    def delay(self, duration_ns: int, *, deps=()) -> int:
+        """A flow that moves no bytes and completes ``duration_ns`` after its dependencies:
+        a compute step (or any wait) inside a dependency DAG. It belongs to no collective
+        (``flow_collective`` -1) and crosses no link."""
+        f = len(self.flow_size)
+        self.flow_size.append(0.0)
+        self.flow_deps.append([int(d) for d in deps])
+        self.flow_start.append(0)
+        self.flow_latency.append(int(duration_ns))
+        self.flow_coll.append(-1)
+        return f
+
     def connection(self, key: tuple, src_nic: int, dst_nic: int, nqps: int, job: str) -> int:
         c = self.conn_key.get(key)
         if c is None:

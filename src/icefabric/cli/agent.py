@@ -8,6 +8,8 @@ from pathlib import Path
 
 import typer
 
+from icefabric.cli.common import fail, require
+
 agent_app = typer.Typer(help="The ICE host agent.", no_args_is_help=True)
 
 VERBS_LAUNCH = """
@@ -53,6 +55,7 @@ def run(
     import signal
     import threading
 
+    require("agent", "httpx")
     from icefabric.agent.actuators import get_actuator
     from icefabric.agent.client import ControllerClient
     from icefabric.agent.runner import Agent
@@ -88,8 +91,7 @@ def run(
         _start_verbs(act, shim_socket)
     try:
         if once:
-            agent.step()
-            typer.echo(f"plan version {agent.version}")
+            _once(agent, host, controller, bool(reps) or actuator == "verbs")
             return
         stop = threading.Event()
         signal.signal(signal.SIGTERM, lambda *_: stop.set())
@@ -144,6 +146,40 @@ def build_shim_cmd(out: Path = typer.Option(None, help="output file (default: th
     except ShimNotBuilt as e:
         typer.echo(f"error: {e}", err=True)
         raise typer.Exit(1) from None
+
+
+def _once(agent, host: str, controller: str, reported: bool) -> None:
+    """One iteration with clear messages: enrol, report, wait for a plan."""
+    from icefabric.agent.client import AuthError, ControllerUnavailable, Rejected
+
+    if not reported:
+        typer.echo(f"{host}: no --reports given: only a plan the controller already has for "
+                   "this host can be applied", err=True)
+        agent.poll_wait_s = 0.0
+    else:
+        typer.echo(f"{host}: reporting, then waiting up to {agent.poll_wait_s:g} s for a plan",
+                   err=True)
+    try:
+        agent.step()
+    except ControllerUnavailable as e:
+        fail(f"cannot reach the controller at {controller} ({e}); is `icefab controller "
+             "serve` running?")
+    except AuthError as e:
+        fail(f"the controller refused the enrolment token: {e}")
+    except Rejected as e:
+        hint = (" (load one with `icefab controller fabric load SCENARIO`)"
+                if "fabric" in str(e) else "")
+        fail(f"the controller rejected {host}'s request: {e}{hint}")
+    if agent.plan is None:
+        msg = (f"{host}: no plan yet (plan version {agent.version}); the controller plans a "
+               "job once every host of it has "
+               "reported")
+        if not reported:
+            fail(msg, code=1)
+        typer.echo(msg, err=True)
+        return
+    typer.echo(f"{host}: plan version {agent.version} applied with the "
+               f"{agent.actuator.name} actuator ({len(agent.plan.qps)} QPs)")
 
 
 def register(app: typer.Typer) -> None:

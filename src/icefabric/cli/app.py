@@ -33,6 +33,23 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 
+def _version(value: bool) -> None:
+    if value:
+        from icefabric import __version__
+        from icefabric.provenance import source_commit
+
+        commit = source_commit()
+        typer.echo(f"icefab (ice-fabric) {__version__}" + (f" ({commit})" if commit else ""))
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the version (and source commit) and exit.")):
+    """ICE (Intelligent Control Ethernet) for heterogeneous RoCEv2 AI fabrics, and its
+    digital twin."""
+
+
 # Each module defines ``register(app: typer.Typer) -> None``.
 COMMAND_MODULES: tuple[str, ...] = (
     "simulate",

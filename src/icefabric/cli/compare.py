@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from icefabric.cli.common import console, fail
+from icefabric.cli.common import command_line, console, fail
 
 
 def register(app: typer.Typer) -> None:
@@ -63,7 +63,9 @@ def nccl_tests(
     if json_out:
         typer.echo(json.dumps({"file": str(file), "collective": measured["collective"],
                                "nranks": measured["nranks"], "scenario": res.scenario,
-                               "rows": rows}, indent=1))
+                               "rows": rows, "scenario_text": res.scenario_text,
+                               "provenance": {**res.provenance, "command": command_line()}},
+                              indent=1))
         return
     t = Table(title=f"{file.name}: {measured['collective']} on {measured['nranks']} ranks — "
               f"measured vs simulated on {base.scenario.name}'s fabric (busbw GB/s)",

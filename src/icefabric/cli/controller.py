@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import json
+import os
+from pathlib import Path
+
 import typer
 
-from icefabric.cli.common import fail
+from icefabric.cli.common import fail, require
 
 controller_app = typer.Typer(help="The ICE controller service.", no_args_is_help=True)
 
@@ -32,6 +36,7 @@ def serve(
     import ipaddress
     import sys
 
+    require("service", "uvicorn", "fastapi", "sqlalchemy")
     import uvicorn
     from pydantic import ValidationError
 
@@ -61,6 +66,101 @@ def serve(
     sys.setswitchinterval(0.0005)
     uvicorn.run(app, host=host, port=port, log_level=log_level,
                 access_log=False, timeout_keep_alive=keep_alive_s, backlog=4096)
+
+
+fabric_app = typer.Typer(help="The fabric the controller plans on.", no_args_is_help=True)
+controller_app.add_typer(fabric_app, name="fabric")
+
+
+@fabric_app.command("load")
+def fabric_load(
+    source: str = typer.Argument(..., help="scenario (built-in name or YAML file) or a "
+                                 "topology JSON document (GET /v1/fabric/topology)"),
+    from_log: list[Path] = typer.Option(None, "--from-log", help="put the servers of the "
+                                        "job in these NCCL/RCCL logs, named as the log "
+                                        "names its hosts, on the scenario's fabric"),
+    server: str = typer.Option("hgx-h100", help="with --from-log: the hosts' server profile"),
+    controller: str = typer.Option("http://127.0.0.1:8000", help="controller URL"),
+    admin_token_file: Path = typer.Option(None, help="file with the admin token (else "
+                                          "$ICE_ADMIN_TOKEN)"),
+) -> None:
+    """Load (or replace) the fabric of a running controller: PUT /v1/fabric."""
+    require("service", "httpx")
+    import httpx
+
+    from icefabric.schemas_service import FabricUpload
+
+    token = _token(admin_token_file, "ICE_ADMIN_TOKEN", "--admin-token-file")
+    topology, seed, name = _topology(source, from_log, server)
+    body = FabricUpload(topology=topology, plan_seed=seed).model_dump_json()
+    try:
+        r = httpx.put(f"{controller.rstrip('/')}/v1/fabric", content=body, timeout=60,
+                      headers={"Authorization": f"Bearer {token}",
+                               "Content-Type": "application/json"})
+    except httpx.HTTPError as e:
+        fail(f"cannot reach the controller at {controller}: {type(e).__name__}; is "
+             "`icefab controller serve` running?")
+    if r.status_code != 200:
+        fail(f"controller refused the fabric (HTTP {r.status_code}): {_detail(r)}")
+    info = r.json()
+    typer.echo(f"fabric {name} loaded: version {info['version']}, {info['servers']} servers, "
+               f"{info['links']} links")
+
+
+def _token(path: Path | None, env: str, option: str) -> str:
+    token = path.read_text().strip() if path is not None else os.environ.get(env, "")
+    if not token:
+        fail(f"give {option} or set {env}")
+    return token
+
+
+def _topology(source: str, logs: list[Path] | None, server: str) -> tuple[dict, int, str]:
+    """(topology document, planner seed, name) from a scenario (with the servers of a
+    logged job in place of its pools) or a topology JSON file."""
+    p = Path(source)
+    if p.suffix == ".json":
+        try:
+            doc = json.loads(p.read_text())
+        except (OSError, ValueError) as e:
+            fail(f"{source}: not a readable topology document: {e}")
+        return doc, 0, str(doc.get("name", p.stem))
+    from icefabric.scenario.build import build_fabric
+    from icefabric.scenario.loader import ScenarioError, load
+    from icefabric.topology.serialize import fabric_to_dict
+
+    try:
+        ls = load(source)
+        if logs:
+            ls = _with_log_hosts(ls, logs, server)
+        fabric = build_fabric(ls)
+    except (ScenarioError, ValueError) as e:
+        fail(str(e))
+    return fabric_to_dict(fabric), ls.scenario.seed, ls.scenario.name
+
+
+def _with_log_hosts(ls, logs: list[Path], server: str):
+    """The scenario with one pool: the logged job's hosts, named as in the log, so that
+    agents' reports of that job (icefab collect ... --json) match fabric servers."""
+    import yaml
+
+    from icefabric.experiment.fromlog import scenario_from_log
+    from icefabric.scenario.loader import loads
+
+    missing = [str(p) for p in logs if not p.exists()]
+    if missing:
+        fail(f"no such log file: {', '.join(missing)}")
+    new, job = scenario_from_log(ls, logs, server=server)
+    data = yaml.safe_load(new.text)
+    data["pools"][0]["hosts"] = list(job["hosts"])
+    return loads(yaml.safe_dump(data, sort_keys=False), new.source)
+
+
+def _detail(r) -> str:
+    try:
+        d = r.json()
+    except ValueError:
+        return r.text[:300]
+    return str(d.get("detail", d) if isinstance(d, dict) else d)[:300]
 
 
 def register(app: typer.Typer) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from icefabric.cli.common import console, fail
+from icefabric.cli.common import command_line, console, fail
 
 
 def register(app: typer.Typer) -> None:
@@ -23,7 +23,7 @@ def report(
     plots, gains, link utilisation, plan summary, congestion and time series (fluid runs),
     and the command that reproduces it. Given a sweep folder, the sweep report: gain over
     ECMP against the sweep's axes with ranges over seeds."""
-    from icefabric.reports.html import ReportError, command_line, render, render_sweep
+    from icefabric.reports.html import ReportError, render, render_sweep
     from icefabric.reports.inputs import load_inputs
     from icefabric.sweeps.spec import SweepError
 

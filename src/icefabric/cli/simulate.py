@@ -6,7 +6,14 @@ from pathlib import Path
 
 import typer
 
-from icefabric.cli.common import console, err_console, fail, progress_bar
+from icefabric.cli.common import (
+    command_line,
+    console,
+    err_console,
+    fail,
+    parse_formats,
+    progress_bar,
+)
 
 
 def register(app: typer.Typer) -> None:
@@ -27,7 +34,11 @@ def simulate(
                                   "tables."),
     out: Path = typer.Option(None, "--out", "-o", help="Directory for result.json and PNG "
                              "plots."),
-    detail: bool = typer.Option(False, "--detail", help="Also show time and algbw columns."),
+    detail: bool = typer.Option(False, "--detail", help="One nccl-tests-style table per "
+                                "policy (time, algbw, busbw, gain, share of ideal)."),
+    fmt: str = typer.Option("png", "--format", help="With --out: figure formats, "
+                            "comma-separated (png, svg, pdf)."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
     from_log: list[Path] = typer.Option(None, "--from-log", help="Replay the job found in "
                                         "these NCCL/RCCL logs (repeatable) on the scenario's "
                                         "fabric."),
@@ -46,6 +57,9 @@ def simulate(
     (``timeseries_<policy>.png``) and the JSON carries PFC pause, ECN and CNP statistics.
     ``--out`` also keeps the scenario as run (``scenario.yaml``) and the traced runs
     (``runs/<policy>.json``), so ``icefab report OUT`` can rebuild the HTML report later.
+    A scenario with a ``training:`` job also prints one iteration per policy (time, gain
+    over ecmp, breakdown) and carries it as ``training`` in the JSON; ``--out`` draws its
+    timeline (``training_timeline.png``) and breakdown (``training_breakdown.png``).
     """
     from icefabric.experiment.runner import run_scenario
     from icefabric.scenario.loader import DEFAULT_SCENARIO, load
@@ -67,50 +81,41 @@ def simulate(
     sz = [parse_size(s) for s in sizes.split(",")] if sizes else None
     if engine not in (None, "flow", "fluid"):
         fail(f"--engine must be flow or fluid, not {engine!r}")
-    with progress_bar(not json_out, f"simulating {ls.scenario.name}") as update:
+    formats = parse_formats(fmt) if out is not None else ()
+    with progress_bar(not quiet, f"simulating {ls.scenario.name}") as update:
         res = run_scenario(ls, policies=pol, sizes=sz, engine=engine, progress=update,
                            trace=out is not None or report is not None)
+    res.provenance["command"] = command_line()
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
         res.to_json(out / "result.json")
         from icefabric.reports.figures import save_figures
 
-        save_figures(res, out)
+        save_figures(res, out, formats=formats)
         _save_inputs(out, ls.text, res)
     if report is not None:
-        from icefabric.reports.html import ReportError, ReportInput, command_line, render
+        from icefabric.reports.html import ReportError, ReportInput
+        from icefabric.reports.html import render as render_html
 
         try:
-            render([ReportInput(res, "this run", ls.text, res.runs)], report,
-                   command=command_line())
+            render_html([ReportInput(res, "this run", ls.text, res.runs)], report,
+                        command=command_line())
         except ReportError as e:
             fail(str(e))
     if json_out:
         typer.echo(res.to_json())
         return
-    from icefabric.reports.tables import (
-        collective_tables,
-        congestion_table,
-        link_table,
-        summary_table,
-    )
+    from icefabric.reports.tables import fabric_summary, render
 
-    fab = res.fabric
     console.print(f"[bold]{res.scenario}[/] — {res.description}", highlight=False)
-    console.print(f"fabric {fab.get('builder')}: {fab.get('servers')} servers, "
-                  f"{fab['nodes'].get('accel')} accelerators, {fab.get('leaves')} leaves; "
-                  f"engine {res.engine}; seed {res.seed}", highlight=False)
-    for t in collective_tables(res, detail=detail):
-        console.print(t)
-    console.print(summary_table(res))
-    console.print(link_table(res))
-    ct = congestion_table(res)
-    if ct is not None:
-        console.print(ct)
+    console.print(f"{fabric_summary(res.fabric)}; engine {res.engine}; seed {res.seed}",
+                  highlight=False)
+    for r in render(res, console.width, detail=detail):
+        console.print(r)
     for n in res.notes:
-        console.print(f"note: {n}")
+        console.print(f"note: {n}", highlight=False)
     console.print(f"wall time {res.wall_s:.1f} s" + (f"; artefacts in {out}" if out else "")
-                  + (f"; report {report}" if report else ""))
+                  + (f"; report {report}" if report else ""), highlight=False)
 
 
 def _save_inputs(out: Path, scenario_text: str, res) -> None:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import typer
 
-from icefabric.cli.common import console, err_console, fail, progress_bar
+from icefabric.cli.common import command_line, console, err_console, fail, progress_bar
 
 
 def register(app: typer.Typer) -> None:
@@ -64,7 +64,7 @@ def sweep(
         err_console.print(f"failed: {', '.join(f'{k}={v}' for k, v in p.labels.items())}: "
                           f"{msg}", highlight=False, soft_wrap=True)
     if report is not None:
-        from icefabric.reports.html import ReportError, command_line, render_sweep
+        from icefabric.reports.html import ReportError, render_sweep
 
         try:
             path = render_sweep(out, report, command=command_line())

@@ -76,13 +76,16 @@ def twin(
     if as_json:
         typer.echo(json.dumps(d, indent=1))
     else:
-        from icefabric.reports.tables import collective_tables
+        from icefabric.reports.tables import Fitter, collective_tables
 
         con = Console()
         con.print(f"[bold]{res.scenario}[/] — digital twin: {res.agents} agents, {res.qps} QPs "
                   f"over HTTP; policy {res.policy}; engine {res.engine}", highlight=False)
-        for t in collective_tables(res.to_experiment(), detail=True):
+        fit = Fitter(con.width)
+        for t in collective_tables(res.to_experiment(), fit):
             con.print(t)
+        if fit.legend() is not None:
+            con.print(fit.legend())
         for f in res.failures:
             con.print(f"link {'up' if f['up'] else 'down'} {f['link'][0]}-{f['link'][1]} at "
                       f"{f['t_ns'] / 1e3:.0f} us: reported by {f['reported_by']} agents, "

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from icefabric.collect._text import lines_of, looks_garbled, read_text, to_text, warn
-from icefabric.schemas import ParseWarning
+from icefabric.schemas import CommunicatorReport, ParseWarning, RankInfo
 
 _MPI_TAG = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")
 _ROW_START = re.compile(r"^\s*\d+\s+\d+\s+[A-Za-z_]\w*\s")
@@ -345,3 +345,17 @@ def measured_table(run: NcclTestsRun) -> dict[str, Any]:
         "busbw_GBps": [r["out_of_place"]["busbw_GBps"] for r in run.rows],
         "in_place_busbw_GBps": [r["in_place"]["busbw_GBps"] for r in run.rows],
     }
+
+
+def communicator_from_devices(devices: list[dict[str, Any]],
+                              library: str = "nccl") -> CommunicatorReport:
+    """The communicator an nccl-tests run's ``# Rank r Group g Pid p on HOST device d``
+    lines show (``src/common.cu`` prints one line per rank before the table): ranks with
+    their hosts and local devices, nothing more. ``devices`` is :attr:`NcclTestsRun.devices`
+    or the ``devices`` list of ``icefab collect nccl-tests --json``."""
+    ranks = [RankInfo(rank=d["rank"], host=d.get("host"), device=d.get("device"),
+                      pid=d.get("pid")) for d in devices]
+    hosts = {r.host for r in ranks if r.host is not None}
+    return CommunicatorReport(library=library, nranks=len(ranks) or None,
+                              nnodes=len(hosts) or None, ranks=ranks)
+

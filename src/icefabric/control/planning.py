@@ -43,7 +43,7 @@ from icefabric.topology.routing import Routing
 
 __all__ = ["PLANNERS", "PathAssignment", "Candidates", "assignment_from_paths",
            "plan_incremental", "reoptimize", "split_needed",
-           "link_utilization", "plan_paths", "qps_needed"]
+           "leaf_cut_bound", "link_utilization", "plan_paths", "qps_needed"]
 
 
 # --------------------------------------------------------------------------- results
@@ -724,6 +724,49 @@ def _is_fat_tree(fabric: Fabric) -> bool:
     return fabric.meta.get("builder") == "fat_tree"
 
 
+def leaf_cut_bound(fabric: Fabric, demand: Demand) -> float:
+    """Lower bound on the maximum link utilisation of any plan: per leaf, the demand that
+    must leave (or enter) it through its fabric links over their summed capacity.
+
+    The busiest uplink of a leaf is at least as loaded as their capacity-weighted mean,
+    and a job's peak phase on one link is at least its share of the peak phase over all
+    of them, so ``max u >= sum_j max_p out(leaf, p) / sum cap`` for every leaf.
+
+    Examples
+    --------
+    >>> from icefabric.topology.builders import ServerGroup, leaf_spine
+    >>> from icefabric.topology.catalog import server_profile
+    >>> from icefabric.control.demand import demand_from_pairs
+    >>> fab = leaf_spine([ServerGroup(server_profile("hgx-h100"), 4, "h")],
+    ...                  servers_per_leaf=2, n_spines=4, oversub=2.0)
+    >>> src = list(fab.servers[0].nics) + list(fab.servers[1].nics)
+    >>> dst = list(fab.servers[2].nics) + list(fab.servers[3].nics)
+    >>> leaf_cut_bound(fab, demand_from_pairs(fab, src, dst))  # 2:1 oversubscribed leaf
+    2.0
+    """
+    fab = fabric.link_kind == LINK_FABRIC
+    e = np.flatnonzero(demand.inter_leaf()[demand.ent_qp])
+    if len(e) == 0:
+        return 0.0
+    P = max(demand.n_phases, 1)
+    q, ph, rate = demand.ent_qp[e], demand.ent_phase[e], demand.ent_rate_bps[e]
+    best = 0.0
+    for leaf, cap_side in ((demand.src_leaf[q], fabric.link_src),
+                           (demand.dst_leaf[q], fabric.link_dst)):
+        per = np.bincount(leaf * P + ph, rate, minlength=fabric.n_nodes * P)
+        per = per.reshape(fabric.n_nodes, P)
+        need = np.zeros(fabric.n_nodes)
+        for j in range(max(len(demand.job_names), 1)):
+            jp = np.flatnonzero(demand.phase_job == j)
+            if len(jp):
+                need += per[:, jp].max(axis=1)
+        cap = np.bincount(cap_side[fab], fabric.link_capacity_bps[fab],
+                          minlength=fabric.n_nodes)
+        ok = cap > 0
+        best = max(best, float((need[ok] / cap[ok]).max(initial=0.0)))
+    return best
+
+
 def _auto(fabric, routing, demand, **kw) -> PathAssignment:
     pinned = kw.get("pinned")
     simple = (pinned is None or not np.any(pinned)) and not kw.get("forbid")
@@ -732,8 +775,9 @@ def _auto(fabric, routing, demand, **kw) -> PathAssignment:
         return plan_greedy(fabric, routing, demand, **kw)
     method = "fat_tree" if builder == "fat_tree" else "edge_coloring"
     a = PLANNERS[method](fabric, routing, demand)
-    if a.collision_free or not kw.get("improve", True) or demand.n_qps > GREEDY_LIMIT:
-        return a
+    if (a.collision_free or not kw.get("improve", True) or demand.n_qps > GREEDY_LIMIT
+            or a.max_util <= leaf_cut_bound(fabric, demand) * (1 + 1e-9)):
+        return a  # nothing can beat it (e.g. an oversubscribed fabric at its cut bound)
     # Weighted demand or uneven capacities: improve the colouring locally, and also try
     # the weighted greedy from scratch; keep the best.
     seed = kw.get("seed")

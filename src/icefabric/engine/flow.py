@@ -16,8 +16,9 @@ import math
 import time
 
 import numpy as np
+import scipy.sparse as sp
 
-from icefabric.csr import replace_rows
+from icefabric.csr import gather, indptr_from_lengths, replace_rows
 from icefabric.engine.maxmin import maxmin_rates
 from icefabric.engine.problem import EngineError, SimProblem, route_incidence, routes_touching
 from icefabric.engine.registry import register_engine
@@ -52,6 +53,7 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
     A = P.incidence()
     down = np.zeros(L, dtype=bool)
     blocked = np.zeros(P.n_routes, dtype=bool)
+    Ac = A.tocsc()  # column slices of the active flows
     flow_blocked = np.zeros(F, dtype=bool)
 
     remaining = P.flow_size_bytes.astype(np.float64).copy()
@@ -76,58 +78,72 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
     active = np.zeros(F, dtype=bool)
     rate = np.zeros(F)
     link_bytes = np.zeros(L)
+    moved = np.zeros(F)  # bytes each flow sent since the routes last changed
+    load = np.zeros(L)
     peak = np.zeros(L)
     t = 0
     dirty = True
+    freed: list[np.ndarray] | None = None  # flows that left since the last rates, if only that
     done_count = 0
     events = 0
     limit = until_ns if until_ns is not None else np.iinfo(np.int64).max
+    run = np.zeros(0, np.int64)
 
+    t_adv = 0  # ``remaining`` and ``moved`` are up to date at t_adv
+    never = np.iinfo(np.int64).max
     while True:
         if dirty:
-            idx = np.flatnonzero(active & ~flow_blocked)
-            rate[:] = 0.0
-            if len(idx):
-                rate[idx] = maxmin_rates(A[:, idx], P.link_capacity_bps,
-                                         P.flow_rate_cap_bps[idx])
-            load = A @ np.where(np.isfinite(rate), rate, 0.0)
+            _advance(remaining, rate, run, moved, t - t_adv)
+            t_adv = t
+            run_mask = active & ~flow_blocked
+            if freed is not None and len(freed):
+                _rates_after_finish(A, Ac, P, rate, load, run_mask, np.concatenate(freed))
+            else:
+                # only the running flows and the links they cross: an event costs in
+                # proportion to what runs, not to every flow of a long dependency DAG
+                idx = np.flatnonzero(run_mask)
+                rate[:] = 0.0
+                load[:] = 0.0
+                if len(idx):
+                    sub, rows = _columns(Ac, idx)
+                    rate[idx] = maxmin_rates(sub, P.link_capacity_bps[rows],
+                                             P.flow_rate_cap_bps[idx])
+                    load[rows] = sub @ _finite(rate[idx])
             np.maximum(peak, load / P.link_capacity_bps, out=peak)
             dirty = False
-        # next data completion
-        run = np.flatnonzero(active & (rate > 0))
-        t_data = np.iinfo(np.int64).max
-        if len(run):
-            with np.errstate(divide="ignore"):
-                dt = np.where(np.isinf(rate[run]), 0.0,
-                              remaining[run] * 8e9 / np.where(np.isinf(rate[run]), 1.0,
-                                                              rate[run]))
-            t_data = t + int(math.ceil(dt.min() - 1e-6))
-        t_event = heap[0][0] if heap else np.iinfo(np.int64).max
+            freed = []
+            # rates are constant until the next recompute: so are the running flows and
+            # the time the next of them sends its last byte
+            run = np.flatnonzero(active & (rate > 0))
+            t_data = _next_data_done(remaining, rate, run, t)
+        t_event = heap[0][0] if heap else never
         t_next = min(t_data, t_event)
-        if t_next == np.iinfo(np.int64).max:
+        if t_next == never:
             break
         if t_next > limit:
-            _advance(remaining, rate, run, A, link_bytes, limit - t)
+            _advance(remaining, rate, run, moved, limit - t_adv)
             t = limit
             break
-        _advance(remaining, rate, run, A, link_bytes, t_next - t)
         t = t_next
         events += 1
-        # flows whose last byte left by now
-        if len(run):
-            fin = run[remaining[run] <= np.maximum(rate[run], 1.0) * 1e-9 / 8 + 1e-9]
-            fin = np.union1d(fin, run[np.isinf(rate[run])])
+        if t == t_data:  # flows whose last byte left by now
+            _advance(remaining, rate, run, moved, t - t_adv)
+            t_adv = t
+            r = rate[run]
+            fin = run[(remaining[run] <= np.maximum(r, 1.0) * 1e-9 / 8 + 1e-9) | np.isinf(r)]
             if len(fin):
                 # the sub-ns residue of a finishing flow still crosses its links
-                residue = np.zeros(F)
-                residue[fin] = remaining[fin]
-                link_bytes += A @ residue
+                moved[fin] += remaining[fin]
                 remaining[fin] = 0.0
                 active[fin] = False
                 data_done[fin] = t
                 dirty = True
+                if freed is not None:
+                    freed.append(fin)
                 for f in fin.tolist():
                     heapq.heappush(heap, (t + int(P.flow_latency_ns[f]), _COMPLETE, next(seq), f))
+            else:  # rounding left a sliver: wait for it
+                t_data = _next_data_done(remaining, rate, run, t)
         # discrete events at t
         while heap and heap[0][0] <= t:
             _, kind, _, x = heapq.heappop(heap)
@@ -139,6 +155,7 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
                 else:
                     active[x] = True
                     dirty = True
+                    freed = None
             elif kind == _COMPLETE:
                 finish[x] = t
                 done_count += 1
@@ -154,7 +171,7 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
                 blocked = hit if fail.up else blocked | hit
                 heapq.heappush(heap, (t + int(fail.reroute_delay_ns), _REROUTE, next(seq), x))
                 flow_blocked[:] = np.bincount(P.route_flow[blocked], minlength=F) > 0
-                dirty = True
+                dirty, freed = True, None
                 log.info("t=%d ns: %d links %s", t, len(fail.links), "up" if fail.up else "down")
             elif kind == _REROUTE:
                 fail = P.failures[x]
@@ -162,9 +179,12 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
                                               fail.reroute_indptr, fail.reroute_links)
                 blocked[fail.reroute_route] = routes_touching(
                     fail.reroute_indptr, fail.reroute_links, down)
+                link_bytes += A @ moved
+                moved[:] = 0.0
                 A = route_incidence(r_ptr, r_links, P.route_flow, P.route_weight, L, F)
+                Ac = A.tocsc()
                 flow_blocked[:] = np.bincount(P.route_flow[blocked], minlength=F) > 0
-                dirty = True
+                dirty, freed = True, None
         if progress is not None:
             progress(done_count, F)
         if not heap and not active.any():
@@ -180,6 +200,7 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
         raise EngineError(f"deadlock at t={t} ns: {F - done_count} flows never finished "
                           f"(e.g. flow {int(waiting[0]) if len(waiting) else -1}: "
                           f"dependency cycle?)")
+    link_bytes += A @ moved
     makespan = int(finish.max()) if F else 0
     colls = []
     for c in P.collectives:
@@ -196,14 +217,74 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
         events=events, meta=dict(P.meta))
 
 
-def _advance(remaining, rate, run, A, link_bytes, dt_ns):
+def _rates_after_finish(A, Ac, P: SimProblem, rate, load, run_mask, fin) -> None:
+    """Update ``rate`` and ``load`` (link loads) in place after flows ``fin`` left.
+
+    Only links crossed by ``fin`` lost load. In progressive filling nothing changes below
+    ``lam``, the lowest level at which one of those links saturated (the highest rate on
+    it): every flow below ``lam`` keeps its rate, and the flows at or above it are
+    re-filled on what the others leave. The result equals a full recomputation; an
+    AllToAll, whose fastest flows finish first, re-fills only the top levels, so an event
+    costs in proportion to the flows it touches, not to the whole problem.
+    """
+    cap = P.link_capacity_bps
+    links, vals, _ = _entries(Ac, fin)
+    touched = np.unique(links)
+    sat = touched[load[touched] >= cap[touched] * (1 - 1e-6)]
+    refill = np.zeros(0, np.int64)
+    if len(sat):
+        flows, _, n = _entries(A, sat)  # the flows on each saturated link
+        first = (np.cumsum(n) - n)[n > 0]
+        lam = np.maximum.reduceat(rate[flows], first).min()
+        refill = np.flatnonzero(run_mask & (rate >= lam * (1 - 1e-9)))
+    gone = np.concatenate([fin, refill])
+    links, vals, n = _entries(Ac, gone)
+    load -= np.bincount(links, vals * np.repeat(_finite(rate[gone]), n), minlength=len(load))
+    rate[gone] = 0.0
+    if len(refill):
+        sub, rows = _columns(Ac, refill)
+        spare = np.maximum(cap[rows] - load[rows], 0.0)
+        rate[refill] = maxmin_rates(sub, spare, P.flow_rate_cap_bps[refill])
+        load[rows] += sub @ _finite(rate[refill])
+
+
+def _entries(M: sp.spmatrix, idx: np.ndarray):
+    """(indices, values, count per element of ``idx``) of the rows (CSR) or columns (CSC)
+    ``idx`` of ``M``, concatenated: plain gathers, no sparse-matrix objects."""
+    first = M.indptr[idx]
+    n = M.indptr[idx + 1] - first
+    pos = gather(first, n)
+    return M.indices[pos], M.data[pos], n
+
+
+def _columns(Ac: sp.csc_matrix, cols: np.ndarray) -> tuple[sp.csc_matrix, np.ndarray]:
+    """Columns ``cols`` of ``Ac`` over the rows they touch: (that matrix, the row ids)."""
+    links, vals, n = _entries(Ac, cols)
+    rows, local = np.unique(links, return_inverse=True)
+    return sp.csc_matrix((vals, local.reshape(-1), indptr_from_lengths(n)),
+                         shape=(len(rows), len(cols))), rows
+
+
+def _next_data_done(remaining, rate, run, t: int) -> int:
+    """Time the first of the running flows sends its last byte (never if none runs)."""
+    if len(run) == 0:
+        return np.iinfo(np.int64).max
+    r = rate[run]
+    with np.errstate(divide="ignore"):
+        dt = np.where(np.isinf(r), 0.0, remaining[run] * 8e9 / np.where(np.isinf(r), 1.0, r))
+    return t + int(math.ceil(dt.min() - 1e-6))
+
+
+def _finite(x: np.ndarray) -> np.ndarray:
+    return np.where(np.isfinite(x), x, 0.0)
+
+
+def _advance(remaining, rate, run, moved, dt_ns):
     if dt_ns <= 0 or len(run) == 0:
         return
     r = rate[run]
     finite = np.isfinite(r)
     # never more than what is left: finish times are rounded up to whole ns
-    moved = np.minimum(np.where(finite, r * dt_ns / 8e9, remaining[run]), remaining[run])
-    remaining[run] = np.maximum(remaining[run] - moved, 0.0)
-    flow_bytes = np.zeros(A.shape[1])
-    flow_bytes[run] = moved
-    link_bytes += A @ flow_bytes
+    step = np.minimum(np.where(finite, r * dt_ns / 8e9, remaining[run]), remaining[run])
+    remaining[run] = np.maximum(remaining[run] - step, 0.0)
+    moved[run] += step

@@ -14,11 +14,14 @@ from pathlib import Path
 import numpy as np
 
 from icefabric.engine.result import CollectiveResult, SimResult
+from icefabric.experiment.bounds import collective_cut_ns
 from icefabric.pipeline import scenario_plan, simulate
 from icefabric.policies.base import get_policy
+from icefabric.provenance import provenance
 from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import LoadedScenario
 from icefabric.topology.model import Fabric
+from icefabric.units import format_size
 
 SCHEMA_VERSION = 1
 
@@ -59,6 +62,10 @@ class ExperimentResult:
     wall_s: float
     notes: list[str] = field(default_factory=list)
     congestion: list[dict] = field(default_factory=list)
+    #: the scenario as run (YAML) and where the result came from (version, commit, command)
+    scenario_text: str = ""
+    provenance: dict = field(default_factory=dict)
+    training: dict | None = None  # the training job's iteration per policy (training.py)
     runs: dict[str, SimResult] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict:
@@ -98,7 +105,10 @@ def run_policy(ls: LoadedScenario, fabric: Fabric, policy_name: str, size_bytes:
     opts = ls.scenario.run_options(engine)
     if trace:
         opts = opts.model_copy(update={"trace": True})
-    return simulate(p, opts, scenario=ls.scenario.name)
+    res = simulate(p, opts, scenario=ls.scenario.name)
+    if p.fabric is fabric:  # the cut bound of this fabric (ideal's twin has no cuts)
+        res.meta["cut_ns"] = collective_cut_ns(p.fabric, p.workload)
+    return res
 
 
 def run_scenario(ls: LoadedScenario, *, policies: list[str] | None = None,
@@ -112,22 +122,32 @@ def run_scenario(ls: LoadedScenario, *, policies: list[str] | None = None,
     policies = list(policies or scn.policies)
     for p in policies:
         get_policy(p)  # fail early on unknown names
-    sizes = list(sizes or scn.size_list())
+    sizes = list(sizes or scn.size_list()) if scn.jobs else []
     fabric = build_fabric(ls)
-    total = len(policies) * len(sizes)
+    total = len(policies) * (len(sizes) + (scn.training is not None))
     rows: list[dict] = []
     largest: dict[str, SimResult] = {}
     done = 0
     for size in sizes:
         for p in policies:
             if progress:
-                progress(done, total, f"{p} @ {size}")
+                progress(done, total, f"{p} @ {format_size(size)}")
             tr = trace and size == sizes[-1] and (engine or scn.engine) == "fluid"
             res = run_policy(ls, fabric, p, size, engine=engine, trace=tr)
-            rows += [{"policy": p, **collective_row(c)} for c in res.collectives]
+            cut = res.meta.get("cut_ns", {})
+            rows += [{"policy": p, **collective_row(c),
+                      "cut_time_us": cut[c.name] / 1e3 if c.name in cut else None}
+                     for c in res.collectives]
             if size == sizes[-1]:
                 largest[p] = res
             done += 1
+    training = None
+    if scn.training is not None:
+        from icefabric.experiment.training import run_training
+
+        step = (lambda i, n, label: progress(done + i, total, label)) if progress else None
+        training, runs = run_training(ls, fabric, policies, engine=engine, progress=step)
+        largest = largest or runs  # a training-only scenario: link statistics of its runs
     if progress:
         progress(total, total, "done")
     _add_relative(rows)
@@ -146,7 +166,8 @@ def run_scenario(ls: LoadedScenario, *, policies: list[str] | None = None,
         notes.append("ideal ignores link failures (non-blocking bound)")
     return ExperimentResult(scn.name, scn.description, scn.seed, engine or scn.engine,
                             policies, sizes, rows, stats, fabric.describe(),
-                            time.perf_counter() - t0, notes, congestion, largest)
+                            time.perf_counter() - t0, notes, congestion, ls.text,
+                            provenance(), training, largest)
 
 
 def collective_row(c: CollectiveResult) -> dict:
@@ -170,12 +191,26 @@ def congestion_summary(policy: str, res: SimResult) -> dict:
 
 
 def _add_relative(rows: list[dict]) -> None:
+    """Gain over ``ecmp``, fraction of ``ideal`` (non-blocking) and of the capacity bound
+    (``ideal``'s time or the fabric's cut time, whichever is longer; see
+    :mod:`icefabric.experiment.bounds`)."""
     key = lambda r: (r["job"], r["collective"], r["size_bytes"])  # noqa: E731
     ecmp = {key(r): r for r in rows if r["policy"] == "ecmp"}
     ideal = {key(r): r for r in rows if r["policy"] == "ideal"}
+    cut: dict[tuple, float] = {}
     for r in rows:
+        if r.get("cut_time_us") is not None:
+            cut[key(r)] = max(cut.get(key(r), 0.0), r["cut_time_us"])
+    for r in rows:
+        r.pop("cut_time_us", None)
         i = ideal.get(key(r))
         e = ecmp.get(key(r))
         r["ideal_busbw_GBps"] = i["busbw_GBps"] if i else None
         r["frac_of_ideal"] = round(r["busbw_GBps"] / i["busbw_GBps"], 4) if i else None
         r["gain_vs_ecmp"] = round(r["busbw_GBps"] / e["busbw_GBps"] - 1, 4) if e else None
+        # busbw x time is the same for every policy at one size: rescale to the bound time
+        t_bound = max(i["time_us"] if i else 0.0, cut.get(key(r), 0.0))
+        b = r["busbw_GBps"] * r["time_us"] / t_bound if t_bound > 0 else None
+        b = None if r["policy"] == "ideal" else b  # ideal runs on another (non-blocking) fabric
+        r["bound_busbw_GBps"] = round(b, 3) if b else None
+        r["frac_of_bound"] = round(r["busbw_GBps"] / b, 4) if b else None

@@ -23,7 +23,7 @@ from icefabric.ccl.communicator import Communicator
 from icefabric.ccl.workload import Workload, WorkloadBuilder
 from icefabric.csr import within
 from icefabric.errors import IceFabricError
-from icefabric.scenario.build import job_nccl_settings
+from icefabric.scenario.build import job_nccl_settings, placed_accels
 from icefabric.scenario.loader import LoadedScenario
 from icefabric.schemas_service import CommReport
 from icefabric.topology.model import Fabric
@@ -151,37 +151,7 @@ def scenario_jobs(ls: LoadedScenario, fabric: Fabric, size_bytes: int,
 def _scenario_ranks(ls: LoadedScenario, fabric: Fabric, j: int, used: dict[int, str]
                     ) -> list[int]:
     """Accelerators of scenario job ``j`` in rank order (server by server)."""
-    scn, job = ls.scenario, ls.scenario.jobs[j]
-    by_name = fabric.server_of_name
-    if job.servers is not None:
-        for k, n in enumerate(job.servers):
-            if n not in by_name:
-                raise ls.error(("jobs", j, "servers", k),
-                               f"server {n!r} does not exist (servers are named "
-                               f"<pool>-<i>, e.g. {fabric.servers[0].name})")
-        srv = [by_name[n] for n in job.servers]
-    else:
-        pools = {p.name for p in scn.pools}
-        for k, p in enumerate(job.pools):
-            if p not in pools:
-                raise ls.error(("jobs", j, "pools", k), f"pool {p!r} does not exist")
-        srv = [i for i, s in enumerate(fabric.servers) if s.pool in job.pools]
-    if len(set(srv)) != len(srv):
-        raise ls.error(("jobs", j), "a server is listed twice")
-    ranks = []
-    for s in srv:
-        accels = fabric.servers[s].accels
-        k = job.ranks_per_server or len(accels)
-        if k > len(accels):
-            raise ls.error(("jobs", j, "ranks_per_server"),
-                           f"{k} ranks per server but {fabric.servers[s].name} has "
-                           f"{len(accels)} accelerators")
-        for a in accels[:k]:
-            if a in used:
-                raise ls.error(("jobs", j), f"accelerator {fabric.node_names[a]} is also "
-                               f"used by job {used[a]!r}")
-            used[a] = job.name
-            ranks.append(a)
+    ranks = placed_accels(ls, fabric, ("jobs", j), ls.scenario.jobs[j], used)
     if len(ranks) < 2:
         raise ls.error(("jobs", j), "a job needs at least 2 ranks")
     return ranks

@@ -168,7 +168,8 @@ def to_problem(fabric: Fabric, workload: Workload, plan: PathPlan, *, paced: boo
         link_kind=fabric.link_kind.astype(np.int8),
         node_is_switch=fabric.is_switch.copy(),
         link_names=fabric.link_names(),
-        flow_names=tuple(f"{names[c]}#{f}" for f, c in enumerate(W.flow_collective.tolist())),
+        flow_names=tuple(f"{names[c] if c >= 0 else 'delay'}#{f}"
+                         for f, c in enumerate(W.flow_collective.tolist())),
         meta={"scenario": scenario, "policy": plan.policy},
     )
     return prob, pmap

@@ -22,7 +22,6 @@ import io
 import json
 import platform
 import shlex
-import sys
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,7 +32,7 @@ import yaml
 from icefabric.engine.result import SimResult
 from icefabric.errors import IceFabricError
 from icefabric.experiment.runner import ExperimentResult
-from icefabric.reports.tables import BASELINES
+from icefabric.reports.tables import BASELINES, largest_run
 from icefabric.sweeps.table import RANGE, collect_rows, summarize
 from icefabric.units import format_size
 
@@ -134,6 +133,17 @@ def summary_table(res: ExperimentResult, idx: int) -> Table:
                  text_cols=3)
 
 
+def training_iteration_table(res: ExperimentResult, idx: int) -> Table:
+    """The training job's iteration per policy (time, gains, breakdown, group busbw)."""
+    from icefabric.reports.training import iteration_rows, training_header
+
+    return Table(f"training-{idx}", training_header(res),
+                 ["", *[r["policy"] for r in res.training["results"]]],
+                 [[label, *cells] for label, cells in iteration_rows(res)],
+                 "ms per iteration; breakdown is the mean per device (compute + exposed "
+                 "communication + bubble = iteration); busbw in GB/s. See docs/training.md.")
+
+
 def busbw_tables(res: ExperimentResult, idx: int) -> list[Table]:
     """Per (job, collective): busbw (GB/s) per size and policy, as nccl-tests prints it."""
     out = []
@@ -152,7 +162,7 @@ def busbw_tables(res: ExperimentResult, idx: int) -> list[Table]:
 def gain_table(res: ExperimentResult, idx: int) -> Table | None:
     """Largest size: each policy's gain over every baseline that was run."""
     base = [b for b in BASELINES if b in res.policies]
-    if not base:
+    if not base or not res.rows:
         return None
     largest = _largest_rows(res)
     by = {(r["job"], r["collective"], r["policy"]): r for r in largest}
@@ -164,7 +174,7 @@ def gain_table(res: ExperimentResult, idx: int) -> Table | None:
             cells.append("–" if rb is None or b == r["policy"]
                          else _pct(r["busbw_GBps"] / rb["busbw_GBps"] - 1))
         rows.append(cells)
-    return Table(f"gains-{idx}", f"Gain over each baseline at {format_size(res.sizes[-1])}",
+    return Table(f"gains-{idx}", f"Gain over each baseline at {largest_run(res)}",
                  ["job", "collective", "policy"] + [f"vs {b}" for b in base], rows,
                  text_cols=3)
 
@@ -177,7 +187,7 @@ def plan_table(res: ExperimentResult, idx: int) -> Table:
         rows.append([m["policy"], str(m["uplinks"]), _frac(m["util_mean"]),
                      _frac(m["util_max"]), str(m["idle_links"]), f"{m['max_qps_on_link']:g}",
                      f"{m['mean_qps_on_busy_link']:.2f}"])
-    return Table(f"plan-{idx}", f"Plan summary at {format_size(res.sizes[-1])}: QPs and "
+    return Table(f"plan-{idx}", f"Plan summary at {largest_run(res)}: QPs and "
                  "utilisation on switch-to-switch links",
                  ["policy", "links", "mean util", "max util", "idle links", "max QPs/link",
                   "mean QPs/busy link"], rows,
@@ -195,7 +205,7 @@ CONGESTION_COLUMNS = (("policy", "policy"), ("PFC pause (µs)", "pfc_pause_us"),
 def congestion_table(res: ExperimentResult, idx: int) -> Table | None:
     if not res.congestion:
         return None
-    return Table(f"congestion-{idx}", f"Congestion at {format_size(res.sizes[-1])} "
+    return Table(f"congestion-{idx}", f"Congestion at {largest_run(res)} "
                  "(fluid engine: DCQCN, ECN, PFC)", [h for h, _ in CONGESTION_COLUMNS],
                  [[_num(c.get(k)) for _, k in CONGESTION_COLUMNS] for c in res.congestion])
 
@@ -231,13 +241,18 @@ def result_figures(inp: ReportInput) -> list[Figure]:
     from icefabric.reports.figures import plot_all_busbw, plot_link_utilization, plot_timeseries
 
     res = inp.result
-    figs = [figure(plot_all_busbw(res), "busbw per message size"),
-            figure(plot_link_utilization(res), "Link utilisation",
+    figs = [figure(plot_all_busbw(res), "busbw per message size")] if res.rows else []
+    figs += [figure(plot_link_utilization(res), "Link utilisation",
                    "Mean utilisation of every switch-to-switch link at the largest size, one "
                    "row per policy: hot links beside idle ones are hash collisions.")]
     for policy, run in inp.runs.items():
         if run.timeseries.get("t_us"):
             figs.append(figure(plot_timeseries(run), f"Queues and rates: {policy}"))
+    if res.training:
+        from icefabric.reports.training import training_figures
+
+        figs += [figure(fig, name.replace("_", " "))
+                 for name, fig in training_figures(res)]
     return figs
 
 
@@ -259,9 +274,9 @@ def reproduce_command(res: ExperimentResult, scenario_file: str = "scenario.yaml
     from icefabric.scenario.loader import builtin_names
 
     scn = res.scenario if res.scenario in builtin_names() else scenario_file
+    sizes = ["--sizes", ",".join(format_size(s) for s in res.sizes)] if res.sizes else []
     return shlex.join(["icefab", "simulate", scn, "--engine", res.engine, "--policies",
-                       ",".join(res.policies), "--sizes",
-                       ",".join(format_size(s) for s in res.sizes), "--report", "report.html"])
+                       ",".join(res.policies), *sizes, "--report", "report.html"])
 
 
 def result_section(inp: ReportInput, idx: int) -> dict:
@@ -275,7 +290,9 @@ def result_section(inp: ReportInput, idx: int) -> dict:
              ("nodes", ", ".join(f"{v} {k}" for k, v in res.fabric.get("nodes", {}).items()
                                  if v)),
              ("simulated in", f"{res.wall_s:.1f} s"), ("source", inp.source)]
-    tables = [summary_table(res, idx), *busbw_tables(res, idx)]
+    tables = [summary_table(res, idx), *busbw_tables(res, idx)] if res.rows else []
+    if res.training:
+        tables.append(training_iteration_table(res, idx))
     extra = [t for t in (gain_table(res, idx), plan_table(res, idx),
                          congestion_table(res, idx)) if t is not None]
     return {"id": idx, "title": f"{res.scenario} ({res.engine} engine)", "facts": facts,
@@ -371,10 +388,4 @@ def render_sweep(out_dir: str | Path, out_path: str | Path, *,
                              "sections": [], "sweep": sweep, "command": command})
 
 
-def command_line() -> str:
-    """This process's command line as a user would type it."""
-    return shlex.join(["icefab", *sys.argv[1:]])
-
-
-__all__ = ["ReportError", "ReportInput", "render", "render_sweep", "environment",
-           "command_line"]
+__all__ = ["ReportError", "ReportInput", "render", "render_sweep", "environment"]

@@ -15,7 +15,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from icefabric.reports.figures import STYLE  # noqa: E402
+from icefabric.reports.figures import policy_style  # noqa: E402
 from icefabric.sweeps.spec import SEED_AXIS, SweepSpec  # noqa: E402
 
 _HIDDEN = ("ecmp", "ideal")  # ecmp is the zero line; ideal is a bound, not a scheme
@@ -49,7 +49,7 @@ def plot_gain_vs_axis(spec: SweepSpec, summary: list[dict], ax_row=None):
             # Dodge: policies with equal gains (ice and spray often are) stay visible.
             _line(ax, axes_x, [r for r in sel if r["policy"] == p], p,
                   dodge=(i - (len(policies) - 1) / 2) * 0.06)
-        ax.axhline(0, color=STYLE["ecmp"][0], lw=1, ls="--", label="ecmp")
+        ax.axhline(0, color=policy_style("ecmp")[0], lw=1, ls="--", label="ecmp")
         xs = np.unique(_x(axes_x.labels)[0]) if axes_x else np.zeros(1)
         half = (float(np.diff(xs).min()) if len(xs) > 1 else 1.0) / 2
         ax.set_xlim(xs[0] - half, xs[-1] + half)
@@ -83,7 +83,7 @@ def _line(ax, axis, rows: list[dict], policy: str, dodge: float) -> None:
             ax.set_xticks(sorted(set(xs)), [f"{v:g}" for v in sorted(set(xs))])
     step = float(np.diff(np.unique(xs)).min()) if len(np.unique(xs)) > 1 else 1.0
     xs = xs + dodge * step
-    color, marker = STYLE.get(policy, (None, "o"))
+    color, marker, _ = policy_style(policy)
     med = np.array([r["median"] for r in order])
     lo = np.array([r["low"] for r in order])
     hi = np.array([r["high"] for r in order])

@@ -1,17 +1,142 @@
 """nccl-tests-style tables from an ExperimentResult (rich renderables; no computation
-beyond formatting — every number comes from the result object)."""
+beyond formatting — every number comes from the result object).
+
+Tables fit the width they are printed at (a terminal, or 80 columns when piped): full
+policy names when they fit, else short names with a legend, else the columns split over
+several tables that repeat the key columns. No cell is ever cut.
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import dataclass, field
 
+from rich import box
+from rich.console import Console, RenderableType
 from rich.table import Table
+from rich.text import Text
 
 from icefabric.units import format_size
 
 BASELINES = ("ecmp", "ecmp-multiqp", "static-disjoint")
+#: Short names of the built-in policies (others get the initials of their parts).
+SHORT = {"ecmp-multiqp": "mqp", "static-disjoint": "sdisj", "ecmp-tuned": "tuned"}
+
+IDEAL_NOTE = ("ideal = the same jobs on a non-blocking fabric (every server on one switch, "
+              "same NICs): no policy can beat it.")
+BOUND_NOTE = ("bound = what this fabric's cuts allow: each leaf (or pod) sends its bytes "
+              "over its uplinks at full speed (max-flow/cut); where it is below ideal, the "
+              "fabric is oversubscribed and 'of bound' is the fair score.")
 
 
+def short_name(name: str) -> str:
+    """Short column name of a policy (``ecmp-multiqp`` -> ``mqp``)."""
+    if name in SHORT:
+        return SHORT[name]
+    if len(name) <= 6:
+        return name
+    base, _, rest = name.partition(" ")  # e.g. "ice (twin)"
+    parts = base.split("-")
+    short = parts[0][:4] + "".join(p[0] for p in parts[1:]) if len(parts) > 1 else base[:5]
+    return f"{short} {rest}" if rest else short
+
+
+@dataclass
+class Column:
+    """One column: header (may hold newlines), cells, and whether it is a key column
+    (left-aligned, repeated in every part when a table is split)."""
+
+    header: str
+    cells: list[str]
+    key: bool = False
+    dim: bool = False
+    policy: str | None = None  # header ends with this policy's name (shortened if needed)
+    prefix: str = ""  # header text before the policy name
+
+
+@dataclass
+class Fitter:
+    """Lays tables out for one width and remembers which short names it used."""
+
+    width: int
+    used: dict[str, str] = field(default_factory=dict)
+
+    def _measure(self, table: Table) -> int:
+        con = Console(width=10_000, file=_Null(), color_system=None)
+        return con.measure(table).maximum
+
+    def _table(self, cols: list[Column], short: bool,
+               row_names: set[str]) -> Table:
+        t = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=True)
+        for c in cols:
+            head = c.prefix + short_name(c.policy) if (short and c.policy) else c.header
+            t.add_column(head, justify="left" if c.key else "right", no_wrap=True,
+                         style="dim" if c.dim else None)
+        for i in range(len(cols[0].cells) if cols else 0):
+            cells = [c.cells[i] for c in cols]
+            if short:
+                cells = [short_name(x) if (c.key and x in row_names) else x
+                         for c, x in zip(cols, cells)]
+            t.add_row(*cells)
+        return t
+
+    def fit(self, *variants: tuple[str, list[Column]], row_policies=()
+            ) -> list[RenderableType]:
+        """The first layout that fits: each (title, columns) variant, most informative
+        first, with full policy names, then each with short names, else the last one split
+        by columns."""
+        names = set(row_policies)
+        for short in (False, True):
+            for title, cols in variants:
+                t = self._table(cols, short, names)
+                if self._measure(t) <= self.width:
+                    if short:
+                        self._note(cols, names)
+                    return [_heading(title), t]
+        title, cols = variants[-1]
+        self._note(cols, names)
+        keys = [c for c in cols if c.key]
+        parts: list[list[Column]] = [[]]
+        for c in (c for c in cols if not c.key):
+            trial = self._table(keys + parts[-1] + [c], True, names)
+            if parts[-1] and self._measure(trial) > self.width:
+                parts.append([])
+            parts[-1].append(c)
+        out: list[RenderableType] = []
+        for i, p in enumerate(parts):
+            out += [_heading(f"{title} ({i + 1}/{len(parts)})"),
+                    self._table(keys + p, True, names)]
+        return out
+
+    def _note(self, cols: list[Column], names: set[str]) -> None:
+        for c in cols:
+            if c.policy and short_name(c.policy) != c.policy:
+                self.used[short_name(c.policy)] = c.policy
+        for p in names:
+            if short_name(p) != p:
+                self.used[short_name(p)] = p
+
+    def legend(self) -> Text | None:
+        if not self.used:
+            return None
+        pairs = ", ".join(f"{k} = {v}" for k, v in sorted(self.used.items()))
+        return Text(f"short names: {pairs}", style="dim")
+
+
+def _heading(title: str) -> Text:
+    """A table's title on its own line, wrapped at the console width, not the table's."""
+    return Text("\n" + title, style="bold")
+
+
+class _Null:
+    def write(self, _):
+        return 0
+
+    def flush(self):
+        pass
+
+
+# --------------------------------------------------------------------------------------
 def _groups(rows):
     g: dict[tuple, list[dict]] = defaultdict(list)
     for r in rows:
@@ -19,103 +144,194 @@ def _groups(rows):
     return g
 
 
-def collective_tables(res, detail: bool = False) -> list[Table]:
-    """One table per (job, collective): busbw per size and policy, gain over ecmp, ideal."""
-    out = []
-    for (job, coll), rows in _groups(res.rows).items():
-        first = rows[0]
-        algos = sorted({r["algorithm"] for r in rows})
-        t = Table(title=f"{job} · {coll} · {'/'.join(algos)} · {first['nranks']} ranks  "
-                  f"(busbw GB/s; gain over ecmp)", title_justify="left")
-        t.add_column("size", justify="right")
-        pols = [p for p in res.policies if p != "ideal"]
-        for p in pols:
-            if detail:
-                t.add_column(f"{p}\ntime us", justify="right")
-                t.add_column(f"{p}\nalgbw", justify="right")
-            t.add_column(f"{p}\nbusbw", justify="right")
-        if "ideal" in res.policies:
-            t.add_column("ideal\nbusbw", justify="right", style="dim")
+def _title(rows) -> str:
+    first = rows[0]
+    algos = "/".join(sorted({r["algorithm"] for r in rows}))
+    return f"{first['job']} · {first['collective']} · {algos} · {first['nranks']} ranks"
+
+
+def _pct(x) -> str:
+    return "-" if x is None else f"{x:.1%}"
+
+
+def _binds(res) -> bool:
+    """Whether the capacity bound is below ideal somewhere (then it is worth a column)."""
+    return any(r.get("frac_of_bound") is not None and r.get("frac_of_ideal") is not None
+               and r["frac_of_bound"] > r["frac_of_ideal"] * 1.001 for r in res.rows)
+
+
+def summary_tables(res, fit: Fitter) -> list[RenderableType]:
+    """At the largest size, per job and collective: each policy's busbw, its fraction of
+    ideal (and of the capacity bound when that is lower), and its gain over every baseline
+    that was run."""
+    if not res.rows:  # a training-only scenario
+        return []
+    size = res.sizes[-1]
+    base = [b for b in BASELINES if b in res.policies]
+    bound = _binds(res)
+    rows = [r for r in res.rows if r["size_bytes"] == size]
+    coll, pol, busbw, ideal, ofb = [], [], [], [], []
+    gains: dict[str, list[str]] = {b: [] for b in base}
+    for (job, c), grp in _groups(rows).items():
+        by = {r["policy"]: r for r in grp}
+        first = True
+        for p in res.policies:
+            r = by.get(p)
+            if r is None:
+                continue
+            coll.append(f"{job} {c}" if first else "")
+            first = False
+            pol.append(p)
+            busbw.append(f"{r['busbw_GBps']:.2f}")
+            ideal.append(_pct(r.get("frac_of_ideal")))
+            ofb.append(_pct(r.get("frac_of_bound")))
+            for b in base:
+                rb = by.get(b)
+                gains[b].append("" if rb is None or b == p else
+                                f"{r['busbw_GBps'] / rb['busbw_GBps'] - 1:+.1%}")
+    cols = [Column("job collective", coll, key=True), Column("policy", pol, key=True),
+            Column("busbw\nGB/s", busbw), Column("of\nideal", ideal)]
+    if bound:
+        cols.append(Column("of\nbound", ofb))
+    cols += [Column(f"vs\n{b}", gains[b], policy=b, prefix="vs\n") for b in base]
+    return fit.fit((f"Summary at {format_size(size)}: busbw, share of the bounds, gain over "
+                    "each baseline", cols), row_policies=res.policies)
+
+
+def collective_tables(res, fit: Fitter, detail: bool = False) -> list[RenderableType]:
+    """Per (job, collective): busbw per size and policy with the gain over ecmp. With
+    ``detail``, one nccl-tests-style table per policy (time, algbw, busbw, gain, share of
+    ideal)."""
+    out: list[RenderableType] = []
+    pols = [p for p in res.policies if p != "ideal"]
+    for _, rows in _groups(res.rows).items():
+        title = _title(rows)
         by = {(r["policy"], r["size_bytes"]): r for r in rows}
-        for size in res.sizes:
-            cells = [format_size(size)]
+        sizes = [format_size(s) for s in res.sizes]
+        if detail:
+            for p in res.policies:
+                out += _detail_table(fit, f"{title} · {p}", sizes, res.sizes, by, p)
+            continue
+        variants = []
+        for with_gain in (True, False):
+            cols = [Column("size", sizes, key=True)]
             for p in pols:
-                r = by.get((p, size))
-                if r is None:
-                    cells += ["-"] * (3 if detail else 1)
-                    continue
-                if detail:
-                    cells += [f"{r['time_us']:.1f}", f"{r['algbw_GBps']:.2f}"]
-                g = r.get("gain_vs_ecmp")
-                gain = "" if p == "ecmp" or g is None else f" ({g:+.0%})"
-                cells.append(f"{r['busbw_GBps']:.2f}{gain}")
+                cols.append(Column(p, [_busbw_cell(by.get((p, s)), with_gain and p != "ecmp")
+                                       for s in res.sizes], policy=p))
             if "ideal" in res.policies:
-                r = by.get(("ideal", size))
-                cells.append(f"{r['busbw_GBps']:.2f}" if r else "-")
-            t.add_row(*cells)
-        out.append(t)
+                cols.append(Column("ideal", [_busbw_cell(by.get(("ideal", s)), False)
+                                             for s in res.sizes], dim=True))
+            variants.append((f"{title}: busbw GB/s" + (" (gain over ecmp)" if with_gain else ""),
+                             cols))
+        out += fit.fit(*variants)
     return out
 
 
-def summary_table(res) -> Table:
-    """At the largest size: each policy's busbw, fraction of the ideal bound, and its gain
-    over every baseline that was run."""
-    size = res.sizes[-1]
-    base = [b for b in BASELINES if b in res.policies]
-    t = Table(title=f"Summary at {format_size(size)}: fraction of the ideal bound and gain "
-              f"over the baselines", title_justify="left")
-    for c in ("job", "collective", "policy", "busbw GB/s", "of ideal"):
-        t.add_column(c, justify="right" if c not in ("job", "collective", "policy") else "left")
-    for b in base:
-        t.add_column(f"vs {b}", justify="right")
-    rows = [r for r in res.rows if r["size_bytes"] == size]
-    by = {(r["job"], r["collective"], r["policy"]): r for r in rows}
-    for job, coll in _groups(rows):
-        for p in res.policies:
-            r = by.get((job, coll, p))
-            if r is None:
-                continue
-            frac = r.get("frac_of_ideal")
-            cells = [job, coll, p, f"{r['busbw_GBps']:.2f}",
-                     f"{frac:.1%}" if frac is not None else "-"]
-            for b in base:
-                rb = by.get((job, coll, b))
-                cells.append("" if rb is None or b == p
-                             else f"{r['busbw_GBps'] / rb['busbw_GBps'] - 1:+.1%}")
-            t.add_row(*cells)
-    return t
+def _busbw_cell(r, gain: bool) -> str:
+    if r is None:
+        return "-"
+    g = r.get("gain_vs_ecmp")
+    return f"{r['busbw_GBps']:.2f}" + (f" ({g:+.0%})" if gain and g is not None else "")
 
 
-def link_table(res) -> Table:
+def _detail_table(fit, title, sizes, size_bytes, by, p) -> list[RenderableType]:
+    cells: dict[str, list[str]] = defaultdict(list)
+    for s in size_bytes:
+        r = by.get((p, s))
+        g = r.get("gain_vs_ecmp") if r else None
+        cells["time us"].append(f"{r['time_us']:.1f}" if r else "-")
+        cells["algbw"].append(f"{r['algbw_GBps']:.2f}" if r else "-")
+        cells["busbw"].append(f"{r['busbw_GBps']:.2f}" if r else "-")
+        cells["vs ecmp"].append("" if g is None or p == "ecmp" else f"{g:+.1%}")
+        cells["of ideal"].append(_pct(r.get("frac_of_ideal")) if r else "-")
+    cols = [Column("size", sizes, key=True)] + [Column(h, v) for h, v in cells.items()]
+    return fit.fit((title, cols))
+
+
+def largest_run(res) -> str:
+    """What the per-policy runs of link and congestion statistics ran: the largest size, or
+    the training iteration of a scenario without collective jobs."""
+    return format_size(res.sizes[-1]) if res.sizes else "the training iteration"
+
+
+def link_tables(res, fit: Fitter) -> list[RenderableType]:
     """Why: utilization of the switch-to-switch links per policy at the largest size."""
-    t = Table(title=f"Fabric links (switch-to-switch) at {format_size(res.sizes[-1])}: "
-              "utilization and QPs per link", title_justify="left")
-    for c in ("policy", "links", "util min", "util mean", "util max", "idle links",
-              "max QPs/link", "mean QPs/busy link"):
-        t.add_column(c, justify="left" if c == "policy" else "right")
+    heads = ("links", "util\nmin", "util\nmean", "util\nmax", "idle\nlinks", "max\nQPs/link",
+             "QPs per\nbusy link")
+    cells: list[list[str]] = [[] for _ in heads]
     for s in res.link_stats:
         m = s.summary()
-        if m["uplinks"] == 0:
-            t.add_row(s.policy, "0 (non-blocking)", "", "", "", "", "", "")
-            continue
-        t.add_row(s.policy, str(m["uplinks"]), f"{m['util_min']:.0%}", f"{m['util_mean']:.0%}",
-                  f"{m['util_max']:.0%}", str(m["idle_links"]), f"{m['max_qps_on_link']:g}",
-                  f"{m['mean_qps_on_busy_link']:.1f}")
-    return t
+        vals = (["0"] + ["-"] * 6 if m["uplinks"] == 0 else
+                [str(m["uplinks"]), f"{m['util_min']:.0%}", f"{m['util_mean']:.0%}",
+                 f"{m['util_max']:.0%}", str(m["idle_links"]), f"{m['max_qps_on_link']:g}",
+                 f"{m['mean_qps_on_busy_link']:.1f}"])
+        for c, v in zip(cells, vals):
+            c.append(v)
+    pols = [s.policy for s in res.link_stats]
+    cols = [Column("policy", pols, key=True)] + [Column(h, c) for h, c in zip(heads, cells)]
+    return fit.fit((f"Fabric links (switch-to-switch) at {largest_run(res)}: "
+                    "utilization and QPs per link", cols), row_policies=pols)
 
 
-def congestion_table(res) -> Table | None:
+def congestion_tables(res, fit: Fitter) -> list[RenderableType]:
     """Fluid engine: PFC pauses, queues, ECN marks and CNPs per policy at the largest size."""
     if not res.congestion:
-        return None
-    t = Table(title=f"Congestion at {format_size(res.sizes[-1])} (fluid engine: DCQCN + PFC)",
-              title_justify="left")
-    cols = (("policy", "policy"), ("PFC pause us", "pfc_pause_us"),
-            ("paused links", "paused_links"), ("max queue KB", "max_queue_KB"),
-            ("ECN-marking ports", "ecn_marked_links"), ("CNPs", "cnps"),
-            ("fallbacks to DCQCN", "endside_fallbacks"))
-    for head, _ in cols:
-        t.add_column(head, justify="left" if head == "policy" else "right")
-    for c in res.congestion:
-        t.add_row(*[str(c[k]) for _, k in cols])
-    return t
+        return []
+    spec = (("PFC pause\nus", "pfc_pause_us"), ("paused\nlinks", "paused_links"),
+            ("max queue\nKB", "max_queue_KB"), ("ECN-marking\nports", "ecn_marked_links"),
+            ("CNPs", "cnps"), ("fallbacks\nto DCQCN", "endside_fallbacks"))
+    pols = [c["policy"] for c in res.congestion]
+    cols = [Column("policy", pols, key=True)] + \
+        [Column(h, [str(c[k]) for c in res.congestion]) for h, k in spec]
+    return fit.fit((f"Congestion at {largest_run(res)} (fluid engine: DCQCN + "
+                    "PFC)", cols), row_policies=pols)
+
+
+def notes(res) -> list[str]:
+    """One-line explanations of the columns that need one."""
+    out = []
+    if "ideal" in res.policies:
+        out.append(IDEAL_NOTE)
+    if _binds(res):
+        out.append(BOUND_NOTE)
+    return out
+
+
+def render(res, width: int, *, detail: bool = False) -> list[RenderableType]:
+    """Everything ``icefab simulate`` prints after its header, summary first, laid out for
+    ``width`` columns."""
+    fit = Fitter(width)
+    out: list[RenderableType] = []
+    out += summary_tables(res, fit)
+    if notes(res):
+        out.append(Text("\n" + "\n".join(notes(res)), style="dim"))
+    out += collective_tables(res, fit, detail=detail)
+    if res.training:
+        from icefabric.reports.training import training_header, training_tables
+
+        out += [Text("\n" + training_header(res))] + training_tables(res, fit)
+    out += link_tables(res, fit)
+    out += congestion_tables(res, fit)
+    legend = fit.legend()
+    if legend is not None:
+        out.append(legend)
+    return out
+
+
+def fabric_summary(fab: dict) -> str:
+    """One line on the fabric from ``Fabric.describe()``: its kind (rail-optimized shown as
+    such), oversubscription and size."""
+    builder = fab.get("builder", "")
+    kind = {"leaf_spine": "leaf-spine", "fat_tree": "fat-tree"}.get(builder, builder)
+    if fab.get("rail_optimized"):
+        kind = f"rail-optimized {kind}"
+    over = fab.get("oversub", 1.0)
+    ratio = "non-blocking (1:1)" if over == 1 else f"{over:g}:1 oversubscribed"
+    nodes = fab.get("nodes", {})
+    parts = [f"{fab.get('servers')} servers", f"{nodes.get('accel')} accelerators",
+             f"{fab.get('leaves')} leaves"]
+    if builder == "fat_tree":
+        parts += [f"{fab.get('pods')} pods", f"{fab.get('cores')} cores"]
+    elif fab.get("spines"):
+        parts.append(f"{fab['spines']} spines")
+    return f"fabric: {kind}, {ratio}; " + ", ".join(parts)

@@ -14,6 +14,9 @@ from icefabric.topology import builders
 from icefabric.topology.builders import ServerGroup, TopologyError
 from icefabric.topology.catalog import SERVERS, SWITCHES, server_profile
 from icefabric.topology.model import NODE_KIND_NAMES, Fabric
+from icefabric.training.iteration import build_iteration
+from icefabric.training.mapping import TrainingError
+from icefabric.training.tasks import TrainingWorkload
 from icefabric.units import gbps
 
 
@@ -28,7 +31,7 @@ def build_fabric(ls: LoadedScenario) -> Fabric:
         prof = server_profile(p.server)
         if p.nic_gbps is not None:
             prof = replace(prof, nic_bps=gbps(p.nic_gbps))
-        groups.append(ServerGroup(prof, p.count, p.name))
+        groups.append(ServerGroup(prof, p.count, p.name, names=tuple(p.hosts or ())))
     for key in ("leaf_switch", "spine_switch", "core_switch"):
         if getattr(fs, key) not in SWITCHES:
             raise ls.error(("fabric", key), f"unknown switch profile {getattr(fs, key)!r}; "
@@ -85,6 +88,45 @@ def _build_topology(ls: LoadedScenario, groups: list[ServerGroup], common: dict)
         raise ls.error(("fabric",), str(e)) from None
 
 
+def placed_accels(ls: LoadedScenario, fabric: Fabric, where: tuple, job, used: dict[int, str]
+                  ) -> list[int]:
+    """Accelerators in rank order (server by server) of a job given by ``servers`` or
+    ``pools`` and
+    ``ranks_per_server`` (``where``: its field path for errors); ``used`` maps accelerators
+    already taken to their job and is updated."""
+    by_name = fabric.server_of_name
+    if job.servers is not None:
+        for k, n in enumerate(job.servers):
+            if n not in by_name:
+                raise ls.error(where + ("servers", k),
+                               f"server {n!r} does not exist (servers are named "
+                               f"<pool>-<i>, e.g. {fabric.servers[0].name})")
+        srv = [by_name[n] for n in job.servers]
+    else:
+        pools = {p.name for p in ls.scenario.pools}
+        for k, p in enumerate(job.pools):
+            if p not in pools:
+                raise ls.error(where + ("pools", k), f"pool {p!r} does not exist")
+        srv = [i for i, s in enumerate(fabric.servers) if s.pool in job.pools]
+    if len(set(srv)) != len(srv):
+        raise ls.error(where, "a server is listed twice")
+    ranks = []
+    for s in srv:
+        accels = fabric.servers[s].accels
+        k = job.ranks_per_server or len(accels)
+        if k > len(accels):
+            raise ls.error(where + ("ranks_per_server",),
+                           f"{k} ranks per server but {fabric.servers[s].name} has "
+                           f"{len(accels)} accelerators")
+        for a in accels[:k]:
+            if a in used:
+                raise ls.error(where, f"accelerator {fabric.node_names[a]} is also used by "
+                               f"job {used[a]!r}")
+            used[a] = job.name
+            ranks.append(a)
+    return ranks
+
+
 def job_nccl_settings(ls: LoadedScenario, j: int, lib: str) -> NcclSettings:
     """The job's NCCL version and ``NCCL_*`` variables, checked against its library."""
     job = ls.scenario.jobs[j]
@@ -105,3 +147,27 @@ def job_nccl_settings(ls: LoadedScenario, j: int, lib: str) -> NcclSettings:
         return NcclSettings.resolve(job.nccl_version, job.nccl_env)
     except NcclModelError as e:
         raise ls.error(("jobs", j, "nccl_env"), str(e)) from None
+
+
+def build_training(ls: LoadedScenario, fabric: Fabric, *, qps_per_connection: int = 1
+                   ) -> TrainingWorkload:
+    """One iteration of the scenario's training job on ``fabric`` (its accelerators must
+    not be used by another job); errors point at the ``training`` section."""
+    scn = ls.scenario
+    used: dict[int, str] = {}
+    for j, job in enumerate(scn.jobs):
+        placed_accels(ls, fabric, ("jobs", j), job, used)
+    accels = placed_accels(ls, fabric, ("training",), scn.training, used)
+    try:
+        if scn.training.chakra is not None:
+            from pathlib import Path
+
+            from icefabric.training.chakra import trace_iteration
+
+            base = Path(ls.source).parent if Path(ls.source).exists() else Path.cwd()
+            return trace_iteration(fabric, np.asarray(accels), scn.training, base,
+                                   qps_per_connection=qps_per_connection, qpn_seed=scn.seed)
+        return build_iteration(fabric, np.asarray(accels), scn.training,
+                               qps_per_connection=qps_per_connection, qpn_seed=scn.seed)
+    except TrainingError as e:
+        raise ls.error(("training",), str(e)) from None

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from icefabric.engine.options import EngineOptions
+from icefabric.training.spec import TrainingSpec
 from icefabric.units import parse_size
 
 
@@ -62,12 +63,21 @@ class FabricSpec(_Strict):
 
 
 class PoolSpec(_Strict):
-    """``count`` servers of catalog profile ``server``; servers are named ``<name>-<i>``."""
+    """``count`` servers of catalog profile ``server``; servers are named ``<name>-<i>``,
+    or as listed in ``hosts``."""
 
     name: str = Field(pattern=r"^[A-Za-z][\w.]*$")
     server: str
     count: int = Field(ge=1)
     nic_gbps: float | None = Field(None, gt=0, description="override the profile's NIC speed")
+    hosts: list[str] | None = Field(None, description="server names (e.g. the hostnames a "
+                                    "CCL log shows), one per server; default <name>-<i>")
+
+    @model_validator(mode="after")
+    def _hosts(self):
+        if self.hosts is not None and len(self.hosts) != self.count:
+            raise ValueError(f"hosts lists {len(self.hosts)} names for count {self.count}")
+        return self
 
 
 class ScenarioCollective(_Strict):
@@ -130,8 +140,8 @@ class FailureSpec(_Strict):
 
 
 class SizesSpec(_Strict):
-    min: int | str = "1MiB"
-    max: int | str = "1GiB"
+    min: int | str = Field("1MiB", validate_default=True)
+    max: int | str = Field("1GiB", validate_default=True)
     factor: int = Field(2, ge=2)
 
     @field_validator("min", "max")
@@ -155,7 +165,10 @@ class Scenario(_Strict):
     seed: int = 0
     fabric: FabricSpec
     pools: list[PoolSpec] = Field(min_length=1)
-    jobs: list[ScenarioJob] = Field(min_length=1)
+    jobs: list[ScenarioJob] = Field(default_factory=list)
+    training: TrainingSpec | None = Field(
+        None, description="a training job: model, parallelism plan and where it runs; "
+        "simulated as one iteration per policy (see docs/training.md)")
     sizes: SizesSpec | list[int | str] = Field(default_factory=SizesSpec)
     policies: list[str] = Field(default_factory=lambda: ["ecmp", "ecmp-multiqp", "spray",
                                                          "ideal"])
@@ -190,6 +203,10 @@ class Scenario(_Strict):
         if len(set(pools)) != len(pools):
             raise ValueError("pool names must be unique")
         jobs = [j.name for j in self.jobs]
+        if not jobs and self.training is None:
+            raise ValueError("a scenario needs 'jobs' or a 'training' job")
+        if self.training is not None and self.training.name in jobs:
+            raise ValueError(f"training job {self.training.name!r} has the name of a job")
         if len(set(jobs)) != len(jobs):
             raise ValueError("job names must be unique")
         if isinstance(self.sizes, list):

@@ -41,6 +41,8 @@ class ServerGroup:
     count: int
     pool: str
     prefix: str = ""
+    #: explicit server names (e.g. the hostnames a CCL log shows); default ``<prefix>-<i>``
+    names: tuple[str, ...] = ()
 
 
 class _Builder:
@@ -143,7 +145,8 @@ def _expand_groups(groups: list[ServerGroup]) -> list[tuple[str, ServerProfile, 
         if g.count < 0:
             raise TopologyError(f"server count of pool {g.pool!r} must be >= 0")
         prefix = g.prefix or g.pool
-        out += [(f"{prefix}-{i}", g.profile, g.pool) for i in range(g.count)]
+        names = g.names or [f"{prefix}-{i}" for i in range(g.count)]
+        out += [(n, g.profile, g.pool) for n in names]
     if not out:
         raise TopologyError("a fabric needs at least one server")
     return out

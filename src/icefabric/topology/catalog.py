@@ -118,6 +118,62 @@ SWITCHES: dict[str, SwitchProfile] = {
 }
 
 
+@dataclass(frozen=True)
+class AcceleratorProfile:
+    """An accelerator's compute and memory, for training-time models.
+
+    Attributes
+    ----------
+    peak_flops : float — dense 16-bit (BF16/FP16) tensor throughput in FLOP/s (no sparsity).
+    hbm_bytes_per_s : float — peak HBM bandwidth in bytes per second.
+    hbm_bytes : int — HBM capacity in bytes.
+    """
+
+    name: str
+    vendor: str
+    peak_flops: float
+    hbm_bytes_per_s: float
+    hbm_bytes: int
+    source: str = ""
+
+
+ACCELERATORS: dict[str, AcceleratorProfile] = {
+    a.name: a
+    for a in (
+        AcceleratorProfile(
+            name="H100 SXM", vendor="NVIDIA", peak_flops=989.4e12, hbm_bytes_per_s=3.35e12,
+            hbm_bytes=80 * 10**9,
+            source="NVIDIA H100 Tensor Core GPU datasheet (SXM): BF16 Tensor Core 1,979 "
+            "TFLOPS with sparsity, half without (989.4 dense), GPU memory 80 GB HBM3 at "
+            "3.35 TB/s"),
+        AcceleratorProfile(
+            name="A100 SXM", vendor="NVIDIA", peak_flops=312e12, hbm_bytes_per_s=2.039e12,
+            hbm_bytes=80 * 10**9,
+            source="NVIDIA A100 Tensor Core GPU datasheet (80GB SXM): BF16/FP16 Tensor Core "
+            "312 TFLOPS dense (624 with sparsity), 80 GB HBM2e at 2,039 GB/s"),
+        AcceleratorProfile(
+            name="MI300X OAM", vendor="AMD", peak_flops=1307.4e12, hbm_bytes_per_s=5.3e12,
+            hbm_bytes=192 * 10**9,
+            source="AMD Instinct MI300X datasheet: peak BF16 1,307.4 TFLOPS dense (2,614.9 "
+            "with sparsity), 192 GB HBM3 at 5.3 TB/s"),
+        AcceleratorProfile(
+            name="Ascend 910B", vendor="Huawei", peak_flops=320e12, hbm_bytes_per_s=1.6e12,
+            hbm_bytes=64 * 10**9,
+            source="[UNCONFIRMED] Huawei publishes 256 TFLOPS FP16 for the Ascend 910 (2019); "
+            "second-hand figures for the 910B range 256-376 TFLOPS FP16 with 64 GB HBM2e at "
+            "about 1.6 TB/s; 320 TFLOPS and 1.6 TB/s are configurable defaults"),
+    )
+}
+
+
+def accelerator_profile(name: str) -> AcceleratorProfile:
+    try:
+        return ACCELERATORS[name]
+    except KeyError:
+        raise ValueError(f"no compute figures for accelerator {name!r}; known: "
+                         f"{sorted(ACCELERATORS)}") from None
+
+
 def server_profile(name: str, **overrides) -> ServerProfile:
     try:
         base = SERVERS[name]

@@ -197,15 +197,3 @@ class Fabric:
                  for k in range(len(NODE_KIND_NAMES))}
         return {"name": self.name, "nodes": kinds, "links": self.n_links,
                 "servers": len(self.servers), **self.meta}
-
-    def to_networkx(self):
-        """A ``networkx.MultiDiGraph`` view for algorithms and plots (never the hot path)."""
-        import networkx as nx
-
-        g = nx.MultiDiGraph(name=self.name)
-        for i, name in enumerate(self.node_names):
-            g.add_node(i, name=name, kind=NODE_KIND_NAMES[self.node_kind[i]])
-        for l in range(self.n_links):
-            g.add_edge(int(self.link_src[l]), int(self.link_dst[l]), key=l, link=l,
-                       capacity_bps=float(self.link_capacity_bps[l]))
-        return g

@@ -1,0 +1,122 @@
+"""A scenario's training job: one iteration per policy, its time and where the time goes.
+
+Each policy plans and runs the whole iteration's workload at once (every parallel group's
+collectives contend on the fabric; compute steps are dependency delays), on the scenario's
+engine. The result is data: per policy the iteration time, its gain over ``ecmp`` and its
+fraction of ``ideal``, model-FLOPs utilisation, the mean per-device breakdown (compute,
+exposed communication per group, bubbles) overall and per pipeline stage, the achieved
+bus bandwidth of every group's collectives, and a timeline of a few devices for plots.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+from icefabric.ccl.bandwidth import busbw_factor
+from icefabric.engine.result import SimResult
+from icefabric.pipeline import plan, simulate, with_link_events
+from icefabric.pipeline.plans import scenario_link_changes, scenario_policy
+from icefabric.scenario.build import build_training
+from icefabric.scenario.loader import LoadedScenario
+from icefabric.topology.model import Fabric
+from icefabric.training.breakdown import DeviceTime, device_times, mean_time, task_intervals
+from icefabric.training.tasks import TrainingWorkload
+
+#: devices drawn in the timeline (the first replica of every stage, or the first ranks)
+TIMELINE_DEVICES = 16
+
+
+def run_training(ls: LoadedScenario, fabric: Fabric, policies: list[str], *,
+                 engine: str | None = None, progress=None
+                 ) -> tuple[dict, dict[str, SimResult]]:
+    """Simulate one iteration of the scenario's training job under every policy; returns
+    the report (JSON-ready) and the engine results by policy."""
+    results, timelines, summary, runs = [], {}, {}, {}
+    for i, p in enumerate(policies):
+        if progress:
+            progress(i, len(policies), f"training {p}")
+        res, tw = run_training_policy(ls, fabric, p, engine=engine)
+        runs[p], summary = res, tw.summary
+        results.append(policy_result(p, res, tw))
+        timelines[p] = timeline(res, tw)
+    _add_relative(results)
+    return {"job": ls.scenario.training.name, "summary": summary, "results": results,
+            "timeline": timelines}, runs
+
+
+def run_training_policy(ls: LoadedScenario, fabric: Fabric, policy: str, *,
+                        engine: str | None = None) -> tuple[SimResult, TrainingWorkload]:
+    """One iteration under ``policy`` through the pipeline (plan, the scenario's link
+    failures as the policy reacts, the engine), with the connections split as the policy
+    wants; the ideal bound runs on its non-blocking twin."""
+    pol = scenario_policy(ls, policy)
+    fab = pol.ideal_fabric(fabric)
+    tw = build_training(ls, fab, qps_per_connection=pol.qps_per_connection(1))
+    p = plan(fab, tw.workload, pol, seed=ls.scenario.seed)
+    if fab is fabric and ls.scenario.failures:
+        p = with_link_events(p, scenario_link_changes(ls, fabric))
+    return simulate(p, ls.scenario.run_options(engine), scenario=ls.scenario.name), tw
+
+
+def policy_result(policy: str, res: SimResult, tw: TrainingWorkload) -> dict:
+    """Iteration time, utilisation, breakdown and per-group bandwidth of one run."""
+    T = int(res.makespan_ns)
+    times = device_times(tw.tasks, res.flow_start_ns, res.flow_finish_ns, T)
+    s = tw.summary
+    return {"policy": policy, "iteration_ms": round(T / 1e6, 4),
+            "tokens_per_s": round(s["tokens"] / (T / 1e9), 1) if s.get("tokens") else None,
+            "mfu": round(s["model_flops"] / (T / 1e9) / s["peak_flops"], 4)
+            if s.get("model_flops") else None,
+            "breakdown": mean_time(times).to_dict(),
+            "stages": _per_stage(times, s.get("device_stage", [])),
+            "collectives": group_bandwidth(res, tw.name),
+            "events": res.events, "wall_s": round(res.wall_s, 3)}
+
+
+def _per_stage(times: list[DeviceTime], device_stage: list[int]) -> list[dict]:
+    by: dict[int, list[DeviceTime]] = defaultdict(list)
+    for t, st in zip(times, device_stage):
+        by[st].append(t)
+    return [{"stage": st, **mean_time(ts).to_dict()} for st, ts in sorted(by.items())]
+
+
+def group_bandwidth(res: SimResult, job: str) -> dict:
+    """Per parallel group (tp, pp, dp, ep; ``comm`` for traces): collectives, bytes (the
+    nccl-tests ``size`` of each), busy time summed over collectives, and bus bandwidth
+    ``sum(size x busbw factor) / sum(time)``."""
+    acc: dict[str, list[float]] = defaultdict(lambda: [0, 0.0, 0.0, 0.0])
+    for c in res.collectives:
+        parts = c.job.split("/")
+        kind = parts[1] if len(parts) > 1 and parts[0] == job else "comm"
+        a = acc[kind]
+        a[0] += 1
+        a[1] += c.size_bytes
+        a[2] += c.time_ns
+        a[3] += c.size_bytes * busbw_factor(c.kind, c.nranks)
+    return {k: {"count": int(a[0]), "bytes": int(a[1]), "time_ms": round(a[2] / 1e6, 4),
+                "busbw_GBps": round(a[3] / max(a[2], 1), 3)} for k, a in sorted(acc.items())}
+
+
+def timeline(res: SimResult, tw: TrainingWorkload, n_devices: int = TIMELINE_DEVICES) -> dict:
+    """``{"devices": [names], "tasks": [[device position, kind, start_us, end_us], ...]}``
+    for the devices a Gantt chart shows."""
+    t = tw.tasks
+    shown = tw.summary.get("timeline_devices") or list(range(len(t.device_names)))
+    shown = shown[:n_devices]
+    pos = {d: i for i, d in enumerate(shown)}
+    start, end = task_intervals(t, res.flow_start_ns, res.flow_finish_ns)
+    rows = []
+    for i in range(t.n_tasks):
+        for d in t.task_devices(i).tolist():
+            if d in pos:
+                rows.append([pos[d], t.kind_name(i), round(start[i] / 1e3, 3),
+                             round(end[i] / 1e3, 3)])
+    return {"devices": [t.device_names[d] for d in shown], "tasks": rows}
+
+
+def _add_relative(results: list[dict]) -> None:
+    by = {r["policy"]: r["iteration_ms"] for r in results}
+    for r in results:
+        e, i = by.get("ecmp"), by.get("ideal")
+        r["gain_vs_ecmp"] = round(e / r["iteration_ms"] - 1, 4) if e else None
+        r["frac_of_ideal"] = round(i / r["iteration_ms"], 4) if i else None

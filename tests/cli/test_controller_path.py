@@ -1,0 +1,75 @@
+"""The newcomer's controller path, as docs/SERVICE.md walks it: serve -> fabric load ->
+collect a real log -> agent run with that output -> plan applied (dry-run)."""
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+LOG = Path(__file__).resolve().parents[2] / ".." / "shared" / "reference" / "ccl-logs" / \
+    "ncclt-oci-h100-roce-2.21.5.log"
+HOSTS = ("instance-20240722-0952", "instance-20240722-0955")
+
+
+def _icefab(*args, env, timeout=180):
+    r = subprocess.run([sys.executable, "-m", "icefabric", *args], capture_output=True,
+                       text=True, env=env, timeout=timeout)
+    assert "Traceback" not in r.stdout + r.stderr, r.stderr
+    return r
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not LOG.exists(), reason="shared CCL log corpus not present")
+def test_serve_load_collect_agent_applies_the_plan(tmp_path):
+    env = {**os.environ, "ICE_ADMIN_TOKEN": "admin-secret", "ICE_ENROL_TOKEN": "enrol-secret"}
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    server = subprocess.Popen([sys.executable, "-m", "icefabric", "controller", "serve",
+                               "--port", str(port), "--db", f"sqlite:///{tmp_path}/ice.db",
+                               "--log-level", "warning"], env=env, stderr=subprocess.PIPE,
+                              text=True)
+    try:
+        # an agent before any fabric: a clear message, not a traceback or a silent wait
+        deadline = time.time() + 60
+        while True:
+            r = _icefab("agent", "run", "--controller", url, "--host", HOSTS[0], "--once",
+                        env=env)
+            if "cannot reach the controller" not in r.stderr or time.time() > deadline:
+                break
+            time.sleep(0.5)
+        assert r.returncode == 1 and "no plan yet" in r.stderr
+        r = _icefab("controller", "fabric", "load", "homog-small", "--from-log", str(LOG),
+                    "--controller", url, env=env)
+        assert r.returncode == 0 and "2 servers" in r.stdout, r.stderr
+        r = _icefab("collect", "nccl-tests", str(LOG), "--json", env=env)
+        assert r.returncode == 0, r.stderr
+        comms = tmp_path / "comms.json"
+        comms.write_text(r.stdout)
+        outs = []
+        for host in HOSTS:
+            r = _icefab("agent", "run", "--controller", url, "--host", host, "--once",
+                        "--reports", str(comms), "--job", "oci", "--size", "1G",
+                        "--collective", "all_reduce", env=env)
+            assert r.returncode == 0, r.stderr
+            outs.append(r)
+        # the last host completes the job: its agent gets and applies the plan; the first
+        # one gets it on its next iteration
+        assert "plan version 1 applied with the dry-run actuator (16 QPs)" in outs[1].stdout
+        r = _icefab("agent", "run", "--controller", url, "--host", HOSTS[0], "--once",
+                    "--reports", str(comms), "--job", "oci", "--size", "1G",
+                    "--collective", "all_reduce", env=env)
+        assert "plan version 1 applied" in r.stdout and "mlx5dv_modify_qp_udp_sport" in r.stdout
+    finally:
+        server.terminate()
+        _, err = server.communicate(timeout=30)
+        assert "Traceback" not in err

@@ -1,0 +1,40 @@
+"""``icefab simulate`` as a user runs it: piped, at 80 columns, with progress on stderr."""
+
+import os
+import re
+import subprocess
+import sys
+
+import pytest
+
+POLICIES = ("ecmp", "ecmp-multiqp", "static-disjoint", "spray", "ice", "ideal")
+COLLECTIVES = ("all_reduce", "all_gather", "alltoall")
+
+
+def _run(columns: str | None):
+    env = {k: v for k, v in os.environ.items() if k != "COLUMNS"}
+    if columns:
+        env["COLUMNS"] = columns
+    # stdout and stderr are pipes: exactly `icefab simulate | cat` (no terminal)
+    return subprocess.run([sys.executable, "-m", "icefabric", "simulate", "--sizes", "1M,1G"],
+                          capture_output=True, text=True, env=env, timeout=300)
+
+
+@pytest.mark.parametrize("columns", [None, "80"])
+def test_piped_and_80_columns_show_every_name_in_full(columns):
+    r = _run(columns)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "…" not in out and "Traceback" not in r.stderr
+    assert max(len(line.rstrip()) for line in out.splitlines()) <= 80
+    legend = dict(re.findall(r"(\w+) = ([\w-]+)", out.split("short names:")[-1]))
+    for p in POLICIES:
+        assert re.search(rf"(?<![\w-]){re.escape(p)}(?![\w-])", out) or p in legend.values(), p
+    for c in COLLECTIVES:
+        assert re.search(rf"· {c} ·", out), c
+    # summary first, then the per-size tables
+    assert out.index("Summary at 1GiB") < out.index("mixed · all_reduce · cross-hier")
+    # progress went to stderr as plain lines, with the time left, never to stdout
+    assert re.search(r"simulating hetero-default: 0/12 next ecmp @ 1MiB", r.stderr)
+    assert re.search(r"simulating hetero-default: 12/12 done in [\d.]+ s", r.stderr)
+    assert "simulating" not in out

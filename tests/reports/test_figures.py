@@ -1,0 +1,75 @@
+import matplotlib.pyplot as plt
+import numpy as np
+import pytest
+
+from icefabric.experiment.runner import run_scenario
+from icefabric.reports.figures import (
+    byte_formatter,
+    flow_label,
+    link_groups,
+    plot_busbw,
+    plot_timeseries,
+    save_figures,
+)
+from icefabric.scenario.loader import load
+
+
+@pytest.fixture(scope="module")
+def res():
+    return run_scenario(load("homog-small"), policies=["ecmp", "spray", "ice", "ideal"],
+                        sizes=[1 << 20, 1 << 24, 1 << 30])
+
+
+def test_byte_ticks():
+    f = byte_formatter()
+    assert [f(x, None) for x in (512, 1024, 1 << 20, 3 << 20, 1 << 30)] == \
+        ["512 B", "1 KiB", "1 MiB", "3 MiB", "1 GiB"]
+
+
+def test_busbw_axes_start_at_zero_with_byte_ticks_and_coinciding_lines_visible(res):
+    fig = plot_busbw(res, "job0", "all_reduce")
+    ax = fig.axes[0]
+    assert ax.get_ylim()[0] == 0
+    fig.canvas.draw()
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1 MiB", "16 MiB", "1 GiB"]
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    # spray and ice reach the same busbw: the one drawn first is wider, with bigger markers
+    assert np.allclose(lines["spray"].get_ydata(), lines["ice"].get_ydata(), rtol=1e-3)
+    assert lines["spray"].get_linewidth() > lines["ice"].get_linewidth()
+    assert lines["spray"].get_markersize() > lines["ice"].get_markersize()
+    plt.close(fig)
+
+
+def test_link_groups_order_by_tier_then_switch():
+    names = ["leaf0->spine0", "spine0->leaf0", "leaf1->spine0", "spine0->leaf1",
+             "leaf0->spine1", "spine1->leaf0/1"]
+    order, groups = link_groups(names)
+    assert [names[i] for i in order] == ["leaf0->spine0", "leaf0->spine1", "leaf1->spine0",
+                                         "spine0->leaf0", "spine1->leaf0/1", "spine0->leaf1"]
+    assert groups == [("leaf->spine", "leaf0", 0, 2), ("leaf->spine", "leaf1", 2, 3),
+                      ("spine->leaf", "leaf0", 3, 5), ("spine->leaf", "leaf1", 5, 6)]
+
+
+def test_flow_labels_are_readable():
+    assert flow_label("gpt:all_reduce:1073741824#12") == "gpt all_reduce 1 GiB, flow 12"
+    assert flow_label("victim:all_gather#552") == "victim all_gather, flow 552"
+
+
+def test_queue_plot_units_and_readable_flow_labels():
+    r = run_scenario(load("pfc-victim"), policies=["ecmp"], sizes=[1 << 26], trace=True)
+    fig = plot_timeseries(r.runs["ecmp"])
+    assert fig.axes[0].get_ylabel() == "queue (KiB)"
+    assert fig.axes[1].get_ylabel().startswith("rate (Gb/s)")
+    assert all(":" not in t.get_text().split(",")[0] for t in fig.axes[1].get_legend().texts)
+    plt.close(fig)
+
+
+def test_save_figures_in_every_format(res, tmp_path):
+    paths = save_figures(res, tmp_path, formats=("png", "svg", "pdf"))
+    for name in ("busbw", "link_utilization"):
+        assert (tmp_path / f"{name}.svg").read_text().lstrip().startswith("<?xml")
+        assert (tmp_path / f"{name}.pdf").read_bytes()[:4] == b"%PDF"
+        assert (tmp_path / f"{name}.png").stat().st_size > 1000
+    assert len(paths) == 6
+    with pytest.raises(ValueError, match="unknown figure format"):
+        save_figures(res, tmp_path, formats=("jpg",))

@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_controller import (  # noqa: E402
     ADMIN,
     RawConn,
+    loop_lag,
     reports_for,
     scenario_text,
     server_percentiles,
@@ -166,12 +167,13 @@ async def job_loop(pairs, args, stop, rng):
             await ag.put_report()
 
 
-async def link_loop(port, log, args, stop, rng):
+async def link_loop(port, log, args, stop, rng, n_leaves):
     """Every --link-every s a leaf-spine cable goes down, and up again half-way."""
     admin = RawConn(port)
     head = {"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"}
     while not stop.is_set():
-        link = {"a": f"leaf{rng.randrange(8)}", "b": f"spine{rng.randrange(16)}"}
+        link = {"a": f"leaf{rng.randrange(min(8, n_leaves))}",
+                "b": f"spine{rng.randrange(16)}"}
         for kind in ("link_down", "link_up"):
             await asyncio.sleep(args.link_every / 2)
             t = time.perf_counter()
@@ -269,13 +271,7 @@ async def soak(args, url, pid, reps):
     stop, samples, lag = asyncio.Event(), [], []
     tasks = [asyncio.create_task(sampler(url, pid, log, args, stop, samples))]
 
-    async def ticker():  # this client's own event-loop lag inflates what it measures
-        while not stop.is_set():
-            t = time.perf_counter()
-            await asyncio.sleep(0.01)
-            lag.append(time.perf_counter() - t - 0.01)
-
-    tick = asyncio.create_task(ticker())
+    tick = asyncio.create_task(loop_lag(stop, lag))
 
     async def start(a, i):
         await asyncio.sleep(args.ramp * i / len(agents))
@@ -284,7 +280,8 @@ async def soak(args, url, pid, reps):
     await asyncio.gather(*[start(a, i) for i, a in enumerate(agents)])
     tasks += [asyncio.create_task(leave_loop(agents, args, stop, rng)),
               asyncio.create_task(job_loop(pairs, args, stop, rng)),
-              asyncio.create_task(link_loop(port, log, args, stop, rng))]
+              asyncio.create_task(link_loop(port, log, args, stop, rng,
+                                            -(-len(agents) // 8)))]
     await asyncio.sleep(max(0.0, args.duration - (time.monotonic() - log.t0)))
     stop.set()
     await asyncio.gather(*tasks[1:])  # churn ends; the absent agents come back

@@ -12,8 +12,10 @@ from __future__ import annotations
 from sqlalchemy import exc
 from sqlalchemy.engine import URL
 
+from icefabric.errors import IceFabricError
 
-class StoreError(RuntimeError):
+
+class StoreError(IceFabricError):
     """The database cannot be used (base class of the store's errors)."""
 
 

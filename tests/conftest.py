@@ -26,3 +26,32 @@ def small_fabric():
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+# -- databases: every store/service test runs on SQLite and on a real PostgreSQL server ----
+@pytest.fixture(scope="session")
+def pg_cluster():
+    """A throwaway PostgreSQL server for the session (see tests/postgres_cluster.py)."""
+    import os
+
+    from tests.postgres_cluster import ENV, PostgresUnavailable, start_cluster
+
+    mode = os.environ.get(ENV, "auto")
+    if mode == "off":
+        pytest.skip(f"{ENV}=off")
+    try:
+        cluster = start_cluster()
+    except PostgresUnavailable as e:
+        if mode == "require":
+            pytest.fail(f"PostgreSQL required ({ENV}=require) but unavailable: {e}")
+        pytest.skip(f"PostgreSQL unavailable: {e}")
+    yield cluster
+    cluster.destroy()
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def database_url(request, tmp_path):
+    """A fresh empty database of each backend (SQLAlchemy URL)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path}/ice.db"
+    return request.getfixturevalue("pg_cluster").new_database()

@@ -242,6 +242,16 @@ class PlanAck(_Message):
     message: str = Field("", max_length=1024)
 
 
+class NoPath(_Model):
+    """A job left out of a plan because some of its QPs have no working path: none of
+    its QPs is in the plan (they keep their hosts' defaults) until a path comes back."""
+
+    job: str
+    qps: int = Field(description="QPs of the job without a working path")
+    examples: list[str] = Field(description="a few of them, as 'src_ip->dst_ip'")
+    reason: str
+
+
 class PlanSummary(_Message):
     version: int
     policy: str
@@ -253,6 +263,7 @@ class PlanSummary(_Message):
     hosts: int
     down_links: list[LinkRef]
     fabric_version: int
+    no_path: list[NoPath] = Field(default_factory=list)
 
 
 # -- events and telemetry --------------------------------------------------------------------

@@ -13,7 +13,7 @@ from icefabric.controller.settings import Settings
 from icefabric.pipeline.plans import scenario_workload
 from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import load
-from icefabric.schemas_service import FabricUpload
+from icefabric.schemas_service import AgentEnrol, FabricUpload, HostPlan
 from icefabric.topology.serialize import fabric_to_dict
 from icefabric.twin.run import host_reports
 from icefabric.twin.serve import ThreadedController, free_port
@@ -56,7 +56,8 @@ def test_agents_get_plans_and_keep_them_when_controller_is_gone(controller, tmp_
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not (
-                controller.core.plan_version and
+                controller.core.plan_version and  # the plan of every job, everywhere
+                len(controller.core.plan_summary["jobs"]) == len(sw.jobs) and
                 all(a.version == controller.core.plan_version for a in agents.values()) and
                 all(controller.core.hosts.get(h, {}).get("applied_version") ==
                     controller.core.plan_version for h in agents)):
@@ -111,3 +112,71 @@ def test_agent_re_enrols_when_the_controller_forgot_its_token(controller):
     stop.set()
     t.join(10)
     assert "h100-0" in controller.core.hosts and a.client.token != "stale-token"
+
+
+def _loaded(controller):
+    ls = load("hetero-default")
+    fabric = build_fabric(ls)
+    sw = scenario_workload(ls, fabric, 1 << 20)
+    reports = host_reports(fabric, sw.jobs, sw.workload)
+    controller.core.set_fabric(FabricUpload(topology=fabric_to_dict(fabric)))
+    return reports
+
+
+def _run_until(agent, cond, timeout_s=20.0):
+    stop = threading.Event()
+    t = threading.Thread(target=agent.run, args=(stop,))
+    t.start()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and not cond():
+        time.sleep(0.02)
+    stop.set()
+    t.join(10)
+    assert cond()
+
+
+def test_agent_resends_a_failed_ack_and_ends_jobs_it_no_longer_sees(controller):
+    reports = _loaded(controller)
+    others = {h: Agent(h, ControllerClient(controller.url), get_actuator("twin"),
+                       enrol_token=ADMIN, collector=lambda h=h: reports[h]) for h in reports}
+    for a in others.values():  # every host reports once: the jobs are complete
+        a.enrol()
+        a.report()
+    controller.core.wait_idle()
+    a = others["h100-0"]
+    real_ack, fails = a.client.ack, [1]
+
+    def flaky_ack(host, ack):
+        if fails:
+            fails.pop()
+            raise ControllerUnavailable("POST ack: HTTP 503: database unavailable")
+        real_ack(host, ack)
+
+    a.client.ack = flaky_ack
+    a.poll_wait_s = 0.2
+    v = controller.core.plan_version
+    _run_until(a, lambda: controller.core.hosts["h100-0"]["applied_version"] == v)
+    assert a.version == v and a.acked == v and a.errors >= 1
+    # The collector no longer lists job "mixed" on this host: the agent ends it there.
+    jobs = [r.job for r in reports["h100-0"]]
+    a.collector = lambda: [r for r in reports["h100-0"] if r.job != "mixed"]
+    _run_until(a, lambda: "h100-0" not in controller.core.jobs.get(
+        "mixed", type("J", (), {"reports": {}})).reports)
+    assert "mixed" in jobs and list(a.reported) == [j for j in jobs if j != "mixed"]
+
+
+def test_agent_takes_the_plan_of_a_controller_that_lost_its_database(controller, tmp_path):
+    reports = _loaded(controller)
+    a = Agent("h100-0", ControllerClient(controller.url, token="token-of-a-lost-database"),
+              get_actuator("twin"), enrol_token=ADMIN, collector=lambda: reports["h100-0"],
+              poll_wait_s=0.2, backoff=Backoff(0.01, 0.05))
+    a.plan = HostPlan(host="h100-0", version=41, fabric_version=1, policy="ecmp",
+                      created_at=0.0, down_links=[], qps=[])  # from the old database
+    for h, reps in reports.items():
+        if h != "h100-0":
+            controller.core.enrol(AgentEnrol(host=h))
+            for rep in reps:
+                controller.core.put_report(h, rep)
+    _run_until(a, lambda: len((controller.core.plan_summary or {}).get("jobs", [])) == 2
+               and a.version == controller.core.plan_version)
+    assert a.version < 41 and a.plan.qps  # versions started again: the agent followed

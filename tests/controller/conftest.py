@@ -18,8 +18,10 @@ def auth(token):
 
 
 @pytest.fixture
-def settings(tmp_path):
-    return Settings(database_url=f"sqlite:///{tmp_path}/ice.db", admin_token=ADMIN,
+def settings(tmp_path, database_url):
+    """Controller settings on a fresh database: every test that uses them runs on SQLite
+    and on PostgreSQL."""
+    return Settings(database_url=database_url, admin_token=ADMIN,
                     policy="ecmp", admin_token_file=str(tmp_path / "admin.token"),
                     plan_debounce_s=0.0, max_body_bytes=64 << 10)
 

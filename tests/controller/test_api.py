@@ -16,9 +16,11 @@ def report_all(client, reports):
     return tokens
 
 
-def test_health_and_metrics(client):
+def test_health_and_metrics(client, settings):
     h = client.get("/healthz").json()
-    assert h["status"] == "ok" and h["policy"] == "ecmp" and h["database"] == "sqlite"
+    assert h["status"] == "ok" and h["policy"] == "ecmp"
+    assert h["database"] == settings.database_url.split(":")[0].split("+")[0]
+    assert client.get("/readyz").json() == h
     m = client.get("/metrics")
     assert m.status_code == 200 and m.headers["content-type"].startswith("text/plain")
     for name in ("ice_planning_seconds_count", "ice_agents_connected", "ice_plan_version",
@@ -130,3 +132,65 @@ def test_report_before_fabric_is_409(client, scenario):
     r = client.put(f"/v1/hosts/h100-0/communicators/{rep.job}", json=rep.model_dump(mode="json"),
                    headers=auth(tok))
     assert r.status_code == 409 and "fabric" in r.json()["message"]
+
+
+def _all_planned(client, reports):
+    """Every host reports; returns the tokens, the core and the settled plan version."""
+    tokens = report_all(client, reports)
+    core = client.app.state.core
+    core.wait_idle()
+    return tokens, core, core.plan_version
+
+
+def test_a_cut_off_leaf_is_reported_as_no_path_and_the_rest_replanned(loaded, scenario):
+    _, fabric, _, reports = scenario
+    tokens, core, v = _all_planned(loaded, reports)
+    cut = [{"a": "leaf3", "b": f"spine{i}", "up": False} for i in range(8)]
+    r = loaded.post("/v1/fabric/links", json={"links": cut}, headers=auth(ADMIN))
+    assert r.status_code == 200
+    wait_version(loaded, v + 1)
+    s = loaded.get("/v1/plans/current", headers=auth(ADMIN)).json()
+    # "mixed" has ranks on ascend-2/-3 under leaf3: left out, with the reason; "gpt" goes on.
+    assert s["jobs"] == ["gpt"] and [x["job"] for x in s["no_path"]] == ["mixed"]
+    (np_,) = s["no_path"]
+    assert np_["reason"].startswith("no working path") and "leaf3" in np_["reason"]
+    assert np_["qps"] > 0 and 0 < len(np_["examples"]) <= 5
+    plan = HostPlan.model_validate_json(loaded.get(
+        "/v1/hosts/ascend-2/plan", headers=auth(tokens["ascend-2"])).content)
+    assert plan.version == v + 1 and plan.qps == []
+    down = {l for i in range(8) for l in (
+        fabric.link_id(fabric.node_names.index("leaf3"), fabric.node_names.index(f"spine{i}")),
+        fabric.link_id(fabric.node_names.index(f"spine{i}"), fabric.node_names.index("leaf3")))}
+    for h in ("h100-1", "h100-2"):
+        p = HostPlan.model_validate_json(loaded.get(f"/v1/hosts/{h}/plan",
+                                                    headers=auth(tokens[h])).content)
+        assert p.qps and {q.job for q in p.qps} == {"gpt"}
+        assert not any(l in down for q in p.qps for r in q.routes for l in r)
+    # The leaf comes back: both jobs are planned again.
+    r = loaded.post("/v1/fabric/links", json={"links": [{**x, "up": True} for x in cut]},
+                    headers=auth(ADMIN))
+    wait_version(loaded, v + 2)
+    s = loaded.get("/v1/plans/current", headers=auth(ADMIN)).json()
+    assert sorted(s["jobs"]) == ["gpt", "mixed"] and s["no_path"] == []
+
+
+def test_jobs_that_end_leave_the_plan(loaded, scenario):
+    _, _, _, reports = scenario
+    tokens, core, v = _all_planned(loaded, reports)
+    for h, reps in reports.items():
+        for rep in reps:
+            if rep.job == "gpt":
+                r = loaded.delete(f"/v1/hosts/{h}/communicators/gpt", headers=auth(tokens[h]))
+                assert r.status_code == 204
+    r = loaded.delete("/v1/hosts/h100-1/communicators/gpt", headers=auth(tokens["h100-1"]))
+    assert r.status_code == 404 and "no report for job 'gpt'" in r.json()["message"]
+    wait_version(loaded, v + 1)
+    assert core.plan_summary["jobs"] == ["mixed"] and "gpt" not in core.jobs
+    # The last job ends: an empty plan replaces it (no host keeps stale ports).
+    for h, reps in reports.items():
+        if any(rep.job == "mixed" for rep in reps):
+            loaded.delete(f"/v1/hosts/{h}/communicators/mixed", headers=auth(tokens[h]))
+    wait_version(loaded, v + 2)
+    assert core.plan_summary["jobs"] == [] and core.plan_summary["qps"] == 0
+    p = loaded.get("/v1/hosts/h100-0/plan", headers=auth(tokens["h100-0"])).json()
+    assert p["version"] == v + 2 and p["qps"] == []

@@ -1,23 +1,13 @@
-"""Persistence: migrations, restart serves the same plans, concurrent agent writes."""
+"""Persistence through the service: restart serves the same plans, concurrent agent writes
+(SQLite and PostgreSQL)."""
 
 import threading
 
 from fastapi.testclient import TestClient
-from sqlalchemy import create_engine
 
 from icefabric.controller.app import create_app
-from icefabric.controller.store.migrations import LATEST, current_version, migrate
 
 from .conftest import ADMIN, auth, enrol, wait_version
-
-
-def test_migrations_are_versioned_and_idempotent(tmp_path):
-    eng = create_engine(f"sqlite:///{tmp_path}/m.db")
-    assert current_version(eng) == 0
-    assert migrate(eng) == list(range(1, LATEST + 1))
-    assert migrate(eng) == []
-    assert current_version(eng) == LATEST
-    eng.dispose()
 
 
 def _report_everything(c, reports):

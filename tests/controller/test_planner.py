@@ -4,6 +4,7 @@ plans the same in a planner thread or a planner process."""
 import json
 
 import numpy as np
+import pytest
 from fastapi.testclient import TestClient
 
 from icefabric.controller.app import create_app
@@ -68,6 +69,7 @@ def _plans(settings, scenario, processes, tmp_path):
                 for h, t in toks.items()}
 
 
+@pytest.mark.parametrize("database_url", ["sqlite"], indirect=True)
 def test_thread_and_process_planners_agree(settings, scenario, tmp_path):
     in_thread = _plans(settings, scenario, 0, tmp_path)
     in_process = _plans(settings, scenario, 1, tmp_path)

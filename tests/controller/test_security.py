@@ -137,3 +137,120 @@ def test_secrets_are_never_logged_nor_stored(two_hosts, settings, caplog):
     assert len(rows) == 2 and all(len(r) == 64 for r in rows)
     for t in toks.values():
         assert t not in dump
+
+
+# Every route and who may call it: "public"; "admin"; "enrol" (enrolment or admin token);
+# "host" (the agent of the host in the path, or the admin); "agent" (any agent, acting as
+# its own host, or the admin). A route missing here fails test_every_route_is_scoped.
+ACCESS = {
+    ("GET", "/healthz"): "public", ("GET", "/readyz"): "public",
+    ("GET", "/metrics"): "public", ("GET", "/openapi.json"): "public",
+    ("GET", "/docs"): "public", ("GET", "/docs/oauth2-redirect"): "public",
+    ("GET", "/redoc"): "public",
+    ("PUT", "/v1/fabric"): "admin", ("GET", "/v1/fabric"): "admin",
+    ("GET", "/v1/fabric/topology"): "admin", ("POST", "/v1/fabric/links"): "admin",
+    ("POST", "/v1/agents"): "enrol", ("GET", "/v1/agents/{host}"): "host",
+    ("PUT", "/v1/hosts/{host}/communicators/{job}"): "host",
+    ("DELETE", "/v1/hosts/{host}/communicators/{job}"): "host",
+    ("GET", "/v1/hosts/{host}/plan"): "host", ("POST", "/v1/hosts/{host}/plan/ack"): "host",
+    ("POST", "/v1/events"): "agent",
+    ("GET", "/v1/jobs"): "admin", ("GET", "/v1/jobs/{job}"): "admin",
+    ("GET", "/v1/plans"): "admin", ("GET", "/v1/plans/current"): "admin",
+    ("GET", "/v1/plans/{version}"): "admin", ("GET", "/v1/links"): "admin",
+    ("GET", "/v1/agents"): "admin", ("GET", "/v1/events"): "admin",
+}
+
+
+def test_every_route_is_scoped(two_hosts):
+    c, toks, reports = two_hosts
+    routes = {(m.upper(), p) for p, ops in c.app.openapi()["paths"].items() for m in ops}
+    routes |= {(m, r.path) for r in c.app.routes if hasattr(r, "path")
+               for m in getattr(r, "methods", ()) if m != "HEAD"}  # docs, schema
+    assert routes == set(ACCESS), "add the new route to ACCESS with who may call it"
+    doc = c.get("/v1/fabric/topology", headers=auth(ADMIN)).json()
+    bodies = {  # valid bodies, so that only the token decides
+        "/v1/fabric": {"topology": doc}, "/v1/fabric/links": {"links": [
+            {"a": "leaf0", "b": "spine0", "up": True}]},
+        "/v1/agents": {"host": "h100-3"},
+        "/v1/hosts/{host}/communicators/{job}": reports["h100-3"][0].model_dump(mode="json"),
+        "/v1/hosts/{host}/plan/ack": {"version": 0, "applied": 0},
+        "/v1/events": {"events": [{"kind": "note", "message": "x"}]}}
+    job = reports["h100-3"][0].job
+    agent = auth(toks["h100-0"])  # the agent of h100-0 ...
+    for (method, path), who in ACCESS.items():
+        url = path.format(host="h100-3", job=job, version=1)  # ... on h100-3's data
+        body = bodies.get(path) if method in ("PUT", "POST") else None
+        anon = c.request(method, url, json=body)
+        as_agent = c.request(method, url, json=body, headers=agent)
+        what = f"{method} {path}"
+        if who == "public":
+            assert anon.status_code == 200 and as_agent.status_code == 200, what
+            continue
+        assert anon.status_code == 401 and anon.json()["error"] == "unauthorized", what
+        if who == "agent":
+            assert as_agent.status_code < 400, what
+        else:
+            assert as_agent.status_code == 403, what
+            assert as_agent.json()["error"] == "forbidden", what
+        if who == "host":
+            assert "another host" in as_agent.json()["message"], what
+            own = c.request(method, path.format(host="h100-0", job=reports["h100-0"][0].job),
+                            json=body if path != "/v1/hosts/{host}/communicators/{job}"
+                            else reports["h100-0"][0].model_dump(mode="json"), headers=agent)
+            assert own.status_code < 400, (what, own.text)
+        assert c.request(method, url, json=body, headers=auth(ADMIN)).status_code not in \
+            (401, 403), what
+
+
+def test_tokens_are_compared_as_digests_in_constant_time(client, monkeypatch):
+    import hmac
+
+    from icefabric.controller import core as core_mod
+
+    calls = []
+    real = hmac.compare_digest
+
+    def spy(a, b):
+        calls.append((a, b))
+        return real(a, b)
+
+    monkeypatch.setattr(core_mod.hmac, "compare_digest", spy)
+    for tok in ("wrong-token-1", ADMIN):
+        calls.clear()
+        client.get("/v1/jobs", headers=auth(tok))
+        assert calls, "the admin token must be checked with hmac.compare_digest"
+        for a, b in calls:  # digests (64 hex digits), never the token itself
+            assert len(a) == len(b) == 64 and tok not in (a, b)
+    assert calls[0][0] == core_mod.sha256(ADMIN)
+
+
+def test_json_nested_too_deep_is_refused_before_parsing(loaded):
+    deep = b'{"events": [{"kind": "note", "counters": {}}], "x": ' + b"[" * 40 + b"]" * 40 + b"}"
+    r = loaded.post("/v1/events", content=deep, headers={**auth(ADMIN),
+                                                          "Content-Type": "application/json"})
+    assert r.status_code == 400 and r.json() == {
+        "error": "too_deep", "message": "JSON nested deeper than 32 levels", "details": []}
+    # Brackets inside strings do not count.
+    ok = {"events": [{"kind": "note", "message": "[" * 500 + '\\"{' * 100}]}
+    assert loaded.post("/v1/events", json=ok, headers=auth(ADMIN)).status_code == 202
+
+
+def test_enrolment_is_rate_limited_per_client(tmp_path):
+    from fastapi.testclient import TestClient
+
+    from icefabric.controller.app import create_app
+    from icefabric.controller.settings import Settings
+
+    s = Settings(database_url=f"sqlite:///{tmp_path}/r.db", admin_token=ADMIN,
+                 enrol_rate_per_s=0.5, enrol_burst=3)
+    with TestClient(create_app(s)) as c:
+        codes = [c.post("/v1/agents", json={"host": f"h{i}"}, headers=auth(ADMIN)).status_code
+                 for i in range(3)]
+        assert codes == [201, 201, 201]
+        r = c.post("/v1/agents", json={"host": "h9"}, headers=auth(ADMIN))
+        assert r.status_code == 429 and r.json()["error"] == "rate_limited"
+        assert int(r.headers["retry-after"]) in (1, 2) and "retry in" in r.json()["message"]
+        # Guessing tokens on the enrolment route counts too.
+        r = c.post("/v1/agents", json={"host": "h9"}, headers=auth("guess"))
+        assert r.status_code == 429
+        assert c.get("/healthz").status_code == 200  # other routes are not limited

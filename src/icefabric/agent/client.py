@@ -17,7 +17,8 @@ from icefabric.schemas_service import (
 
 
 class ControllerUnavailable(ConnectionError):
-    """Network error, timeout or 5xx: retry later with backoff."""
+    """Network error, timeout, 5xx (e.g. 503: its database is unavailable) or 429 (rate
+    limited): retry later with backoff."""
 
 
 class AuthError(PermissionError):
@@ -64,8 +65,9 @@ class ControllerClient:
                                    timeout=timeout_s or self.timeout_s, **kw)
         except httpx.HTTPError as e:
             raise ControllerUnavailable(f"{method} {path}: {type(e).__name__}") from None
-        if r.status_code >= 500:
-            raise ControllerUnavailable(f"{method} {path}: HTTP {r.status_code}")
+        if r.status_code >= 500 or r.status_code == 429:
+            raise ControllerUnavailable(f"{method} {path}: HTTP {r.status_code}: "
+                                        f"{_message(r)}")
         if r.status_code == 401:
             raise AuthError(_message(r))
         if r.status_code >= 400:
@@ -83,6 +85,14 @@ class ControllerClient:
         r = self._request("PUT", f"/v1/hosts/{host}/communicators/{rep.job}",
                           content=rep.model_dump_json())
         return ReportAccepted.model_validate_json(r.content)
+
+    def end_report(self, host: str, job: str) -> None:
+        """The job's communicator is gone on this host (404: already forgotten)."""
+        try:
+            self._request("DELETE", f"/v1/hosts/{host}/communicators/{job}")
+        except Rejected as e:
+            if e.status != 404:
+                raise
 
     def get_plan(self, host: str, after_version: int = -1, wait_s: float = 0.0
                  ) -> HostPlan | None:

@@ -9,7 +9,8 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -86,7 +87,10 @@ class Agent:
         self.rules = rules or autonomy.LocalRules()
         self.state_file = Path(state_file) if state_file else None
         self.plan: HostPlan | None = None
-        self.reported: set[str] = set()
+        self.acked = 0  # the plan version the controller knows this host applied
+        self._ack: PlanAck | None = None
+        self._resync = False
+        self.reported: dict[str, str] = {}  # job -> the report sent
         self.events: list[Event] = []
         self.errors = 0
         self.last_error = ""
@@ -127,15 +131,22 @@ class Agent:
                          actuator=self.actuator.name)
         self.client.enrol(self.enrol_token, req)
         self.reported.clear()
+        # A controller that forgot our token may have lost its plans too (versions start
+        # again): take its current plan whatever its version.
+        self._resync = self.plan is not None
         self._save_state()
 
     def report(self) -> None:
-        for rep in self.collector():
-            key = rep.job + "\0" + rep.model_dump_json()
-            if key in self.reported:
-                continue
-            self.client.put_report(self.host, rep)
-            self.reported.add(key)
+        """Send new or changed reports; end the jobs the collector no longer lists."""
+        now = {rep.job: rep for rep in self.collector()}
+        for job in [j for j in self.reported if j not in now]:
+            self.client.end_report(self.host, job)
+            del self.reported[job]
+        for job, rep in now.items():
+            doc = rep.model_dump_json()
+            if self.reported.get(job) != doc:
+                self.client.put_report(self.host, rep)
+                self.reported[job] = doc
 
     def flush_events(self) -> None:
         with self._lock:
@@ -151,10 +162,16 @@ class Agent:
 
     def poll(self, wait_s: float | None = None) -> bool:
         """Fetch a newer plan (long-poll) and apply it; True if one was applied."""
-        plan = self.client.get_plan(self.host, after_version=self.version,
+        resync = self._resync
+        plan = self.client.get_plan(self.host, after_version=-1 if resync else self.version,
                                     wait_s=self.poll_wait_s if wait_s is None else wait_s)
-        if plan is None or plan.version <= self.version:
+        self._resync = False
+        if plan is None or plan.version == self.version or \
+                (plan.version < self.version and not resync):
             return False
+        if plan.version < self.version:
+            log.warning("%s: the controller's plan went back from v%d to v%d (its database "
+                        "was reset?); applying it", self.host, self.version, plan.version)
         self.apply(plan)
         return True
 
@@ -165,9 +182,15 @@ class Agent:
         self._save_state()
         for m in res.messages:
             log.warning("%s: %s", self.host, m)
-        self.client.ack(self.host, PlanAck(version=plan.version, applied=res.applied,
-                                           failed=res.failed,
-                                           message="; ".join(res.messages)[:1000]))
+        self._ack = PlanAck(version=plan.version, applied=res.applied, failed=res.failed,
+                            message="; ".join(res.messages)[:1000])
+        self.send_ack()
+
+    def send_ack(self) -> None:
+        """Tell the controller which plan is applied (again after a failed attempt)."""
+        if self._ack is not None and self._ack.version != self.acked:
+            self.client.ack(self.host, self._ack)
+            self.acked = self._ack.version
 
     # -- local observations -> autonomous actions -------------------------------------------------
     def observe_links_down(self, link_names: list[tuple[str, str]], link_ids: set[int]) -> int:
@@ -210,6 +233,7 @@ class Agent:
             self.enrol()
         self.report()
         self.flush_events()
+        self.send_ack()
         self.poll()
 
     def run(self, stop: threading.Event) -> None:
@@ -232,3 +256,23 @@ class Agent:
                 if e.status not in (409, 404):
                     log.warning("%s: controller rejected a request: %s", self.host, e)
                 stop.wait(self.backoff.next())
+
+
+@contextmanager
+def running(agents: Iterable[Agent], join_timeout_s: float = 15.0) -> Iterator[None]:
+    """Run each agent's loop in a thread for the duration of the ``with`` block; then stop
+    them, wait for them, and close their clients (the twin and the tests run fleets so)."""
+    agents = list(agents)
+    stop = threading.Event()
+    threads = [threading.Thread(target=a.run, args=(stop,), daemon=True, name=f"agent-{a.host}")
+               for a in agents]
+    for t in threads:
+        t.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(timeout=join_timeout_s)
+        for a in agents:
+            a.client.close()

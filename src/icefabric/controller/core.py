@@ -13,6 +13,7 @@ import hashlib
 import hmac
 import json
 import logging
+import os
 import queue
 import secrets
 import threading
@@ -32,6 +33,7 @@ from icefabric.controller.planner import (
     compute_plan_in_worker,
 )
 from icefabric.controller.settings import Settings
+from icefabric.controller.store.errors import StoreError
 from icefabric.controller.store.repo import Repository
 from icefabric.schemas_service import (
     QP_PLANS,
@@ -130,14 +132,20 @@ class VersionWatch:
         return self.version
 
 
-def _planner_process_init() -> None:
-    """Planner process: lower CPU priority, so serving agents wins when cores are scarce."""
-    import os
-
+def _planner_process_init(controller_pid: int) -> None:
+    """Planner process: lower CPU priority, so serving agents wins when cores are scarce;
+    exit when the controller process is gone (killed with SIGKILL, nothing would stop us)."""
     try:
         os.nice(10)
     except OSError:  # pragma: no cover - not permitted: plan at normal priority
         pass
+
+    def orphaned() -> None:
+        while os.getppid() == controller_pid:
+            time.sleep(0.5)
+        os._exit(0)
+
+    threading.Thread(target=orphaned, name="ice-planner-watch", daemon=True).start()
 
 
 class ControllerCore:
@@ -145,7 +153,8 @@ class ControllerCore:
 
     def __init__(self, settings: Settings, repo: Repository | None = None):
         self.settings = settings
-        self.repo = repo or Repository(settings.database_url)
+        self.repo = repo or Repository(settings.database_url,
+                                       lock_timeout_s=settings.db_lock_timeout_s)
         self.metrics = Metrics()
         self._lock = threading.RLock()
         self._admin_sha = sha256(self._admin_token())
@@ -182,6 +191,8 @@ class ControllerCore:
         s = self.settings
         if s.admin_token is not None:
             return s.admin_token.get_secret_value()
+        if s.admin_token_file is None:  # insecure-local: a token nobody knows
+            return "ice_admin_" + secrets.token_urlsafe(32)
         p = Path(s.admin_token_file)
         if p.exists():
             return p.read_text().strip()
@@ -189,7 +200,7 @@ class ControllerCore:
         p.parent.mkdir(parents=True, exist_ok=True)
         p.touch(mode=0o600)
         p.write_text(tok + "\n")
-        log.warning("no ICE_ADMIN_TOKEN set: generated one in %s", p)
+        log.warning("generated an admin token in %s", p)
         return tok
 
     def _load(self) -> None:
@@ -233,7 +244,7 @@ class ControllerCore:
             # from request handling.
             self._pool = ProcessPoolExecutor(
                 max_workers=1, mp_context=multiprocessing.get_context("spawn"),
-                initializer=_planner_process_init)
+                initializer=_planner_process_init, initargs=(os.getpid(),))
         if self._thread is None:
             self._thread = threading.Thread(target=self._planner_loop, name="ice-planner",
                                             daemon=True)
@@ -343,16 +354,18 @@ class ControllerCore:
         self.metrics.enrolments += 1
         return token
 
-    def ack(self, host: str, version: int) -> None:
+    async def ack(self, host: str, version: int) -> None:
+        """Record that ``host`` applied plan ``version`` (stored before it returns; acks
+        arriving together share a transaction, and no thread waits for it)."""
         if version > self.plan_version:
             raise Invalid(f"version {version} has not been issued (current "
                           f"{self.plan_version})")
         h = self.hosts.get(host)
         if h is None:
             raise NotFound(f"host {host!r} is not enrolled")
-        h["applied_version"] = version
-        h["last_seen"] = time.time()
-        self.repo.set_applied(host, version, h["last_seen"])
+        now = time.time()
+        await self.repo.set_applied_async(host, version, now)
+        h["applied_version"], h["last_seen"] = version, now
 
     def connected_agents(self) -> int:
         cut = time.time() - self.settings.agent_timeout_s
@@ -387,9 +400,25 @@ class ControllerCore:
             self.request_plan(f"job {rep.job}")
         return js
 
+    def end_report(self, host: str, job: str) -> None:
+        """The job's communicator is gone on ``host`` (job ended or host left it): forget
+        the report; a job planned so far is dropped from the next plan."""
+        with self._lock:
+            js = self.jobs.get(job)
+            if js is None or host not in js.reports:
+                raise NotFound(f"host {host!r} has no report for job {job!r}")
+            was_complete = js.complete
+            self.repo.delete_report(job, host)
+            del js.reports[host]
+            if not js.reports:
+                del self.jobs[job]
+        if was_complete:
+            self.request_plan(f"job {job} ended on {host}")
+
     # -- plans ----------------------------------------------------------------------------------
     def request_plan(self, reason: str, links_only: bool = False) -> None:
         self._idle.clear()
+        self.metrics.plan_requests += 1
         try:
             self._queue.put_nowait(PlanRequest(reason, links_only))
         except queue.Full:
@@ -425,12 +454,24 @@ class ControllerCore:
                 links_only = links_only and more.links_only
             try:
                 self._plan(", ".join(reasons)[:200], links_only)
+            except StoreError as e:  # keep the last plan; plan again once the database is back
+                self.last_error = str(e)
+                self.metrics.plan_errors += 1
+                log.error("plan not stored, retrying in %g s: %s", self.settings.plan_retry_s, e)
+                self._retry_later(reasons[0], links_only)
             except Exception as e:  # keep the last plan; report the error on /healthz
                 self.last_error = f"{type(e).__name__}: {e}"
                 self.metrics.plan_errors += 1
                 log.exception("planning failed")
             if self._queue.empty():
                 self._idle.set()
+
+    def _retry_later(self, reason: str, links_only: bool) -> None:
+        reason = reason if reason.startswith("retry: ") else f"retry: {reason}"
+        t = threading.Timer(self.settings.plan_retry_s, lambda: self._thread is not None and
+                            self.request_plan(reason, links_only))
+        t.daemon = True
+        t.start()
 
     def _plan(self, reason: str, links_only: bool) -> None:
         with self._lock:
@@ -471,7 +512,8 @@ class ControllerCore:
                               planning_ms=round(out.planning_ms, 3), jobs=out.jobs,
                               qps=out.n_qps, hosts=len(out.hosts),
                               down_links=[LinkRef(a=a, b=b) for a, b in down],
-                              fabric_version=fv).model_dump(mode="json")
+                              fabric_version=fv, no_path=out.no_path
+                              ).model_dump(mode="json")
         self.repo.save_plan(version, policy=summary["policy"], reason=summary["reason"],
                             created_at=now, planning_ms=out.planning_ms, fabric_version=fv,
                             summary=summary,
@@ -489,6 +531,9 @@ class ControllerCore:
         self.watch.publish(version)
         log.info("plan v%d (%s, %s): %d QPs on %d hosts (%d changed) in %.1f ms", version,
                  out.kind, reason, out.n_qps, len(docs), len(changed), out.planning_ms)
+        for x in out.no_path:
+            log.warning("plan v%d leaves job %s out: %d QPs have no path (%s)", version,
+                        x["job"], x["qps"], x["reason"])
 
     def _plan_in_worker(self, fv, jobs, prev, unchanged_key, kw) -> PlanOutcome | None:
         for attempt in range(2):

@@ -1,8 +1,10 @@
 """FastAPI dependencies and their ``Annotated`` aliases (one place, used by every router).
 
-Dependencies and the short handlers are ``async``: they run on the event loop without a
-thread-pool hop (their work is microseconds, or about a millisecond of SQLite for writes);
-measured with 1,000 agents this halves tail latency compared with thread-pool handlers.
+Dependencies and the handlers that only read memory (plan long-polls, views) are
+``async``: they run on the event loop without a thread-pool hop; measured with 1,000 agents
+this halves tail latency compared with thread-pool handlers. Handlers that touch the
+database are plain functions (thread pool), so a slow, locked or unreachable database
+delays only them, never the long-polls and health checks on the event loop.
 """
 
 from __future__ import annotations
@@ -46,4 +48,6 @@ ERRORS = {
     409: {"model": ErrorBody, "description": "Conflicts with the current state"},
     413: {"model": ErrorBody, "description": "Body too large"},
     422: {"model": ErrorBody, "description": "Invalid body or parameters"},
+    429: {"model": ErrorBody, "description": "Too many requests (enrolment rate limit)"},
+    503: {"model": ErrorBody, "description": "Database unavailable; retry later"},
 }

@@ -17,6 +17,7 @@ class Metrics:
         self.plans = 0
         self.replans = 0
         self.plan_errors = 0
+        self.plan_requests = 0
         self.enrolments = 0
         self.reports = 0
         self.events = 0
@@ -82,6 +83,8 @@ class Metrics:
                 ("ice_plans_total", "counter", "Full plans computed.", self.plans),
                 ("ice_replans_total", "counter", "Re-plans after link changes.", self.replans),
                 ("ice_plan_errors_total", "counter", "Planning failures.", self.plan_errors),
+                ("ice_plan_requests_total", "counter", "Changes that asked for a plan "
+                 "(coalesced into ice_plans_total + ice_replans_total).", self.plan_requests),
                 ("ice_enrolments_total", "counter", "Agent enrolments.", self.enrolments),
                 ("ice_reports_total", "counter", "Communicator reports stored.", self.reports),
                 ("ice_events_total", "counter", "Telemetry events received.", self.events),

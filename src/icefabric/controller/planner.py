@@ -15,13 +15,17 @@ import hashlib
 import time
 from dataclasses import dataclass, field
 
-from icefabric.control.plan import PathPlan
+import numpy as np
+
+from icefabric.ccl.workload import Workload
+from icefabric.control.plan import PathPlan, single_path_plan
 from icefabric.pipeline import JobError, build_workload, plan
 from icefabric.pipeline.hosts import host_plans
-from icefabric.pipeline.jobs import JobSpec, report_job
+from icefabric.pipeline.jobs import JobSpec, qp_jobs, report_job
 from icefabric.policies.base import get_policy
 from icefabric.schemas_service import QP_PLANS, CommReport
 from icefabric.topology.model import Fabric
+from icefabric.topology.routing import Routing
 from icefabric.units import ipv4_str
 
 
@@ -110,6 +114,7 @@ class PlanOutcome:
     planning_ms: float
     policy: str
     errors: dict[str, str] = field(default_factory=dict)  # jobs left out, and why
+    no_path: list[dict] = field(default_factory=list)  # jobs left out for want of a path
 
 
 def job_specs(fabric: Fabric, jobs: dict[str, JobState]) -> tuple[list[JobSpec], dict[str, str]]:
@@ -134,27 +139,66 @@ def compute_plan(fabric: Fabric, jobs: dict[str, JobState], *, policy_name: str,
     (``unchanged(key)`` says whether the current plan already covers workload ``key``)."""
     t0 = time.perf_counter()
     specs, errors = job_specs(fabric, jobs)
+    no_path: list[dict] = []
     while True:
         try:
             wl = build_workload(fabric, specs)
-            break
         except JobError as e:  # leave the job out, plan the others
             errors[e.job] = e.reason
             specs = [s for s in specs if s.name != e.job]
+            continue
+        cut = no_path_jobs(fabric, wl, down_ids) if down_ids else []
+        if not cut:
+            break
+        # These jobs cannot run until a path comes back: plan the others.
+        no_path += cut
+        specs = [s for s in specs if s.name not in {x["job"] for x in cut}]
     names = [s.name for s in specs]
     h = hashlib.sha256()
     for job in names:
         for host in sorted(jobs[job].reports):
             h.update(jobs[job].reports[host].model_dump_json().encode())
     key = h.hexdigest()
-    if wl.n_qps == 0 or unchanged(key):
+    if unchanged(key) or (wl.n_qps == 0 and prev is None):
         return None
+    if wl.n_qps == 0:  # every job ended or has no path: an empty plan replaces the last
+        paths = single_path_plan([], np.zeros(0, dtype=np.int64), policy_name)
+        return PlanOutcome("plan", paths, key, [], 0, {}, (time.perf_counter() - t0) * 1e3,
+                           policy_name, errors, sorted(no_path, key=lambda e: e["job"]))
     replan = prev is not None and prev_key == key and prev.n_qps == wl.n_qps
     p = plan(fabric, wl, get_policy(policy_name), seed=seed, down_links=down_ids,
              previous=prev if replan else None)
     hosts = {h: QP_PLANS.dump_json(q) for h, q in host_plans(fabric, wl, p.paths).items()}
     return PlanOutcome("replan" if replan else "plan", p.paths, key, names, wl.n_qps, hosts,
-                       (time.perf_counter() - t0) * 1e3, p.paths.policy or policy_name, errors)
+                       (time.perf_counter() - t0) * 1e3, p.paths.policy or policy_name, errors,
+                       sorted(no_path, key=lambda e: e["job"]))
+
+
+def no_path_jobs(fabric: Fabric, wl: Workload, down_ids: list[int],
+                 examples: int = 5) -> list[dict]:
+    """The jobs with QPs that no working path joins under ``down_ids`` (a NIC link down,
+    or one leaf cut off from the other): ``{job, qps, examples, reason}`` per job."""
+    routing = Routing(fabric, down_ids)
+    bad = np.flatnonzero(~routing.reachable(wl.qp_src_nic, wl.qp_dst_nic))
+    if not len(bad):
+        return []
+    jobs = qp_jobs(wl)
+    out: dict[str, dict] = {}
+    names = fabric.node_names
+    for q in bad.tolist():
+        s, d = int(wl.qp_src_nic[q]), int(wl.qp_dst_nic[q])
+        e = out.setdefault(jobs[q], {"job": jobs[q], "qps": 0, "examples": [], "reason": ""})
+        e["qps"] += 1
+        if len(e["examples"]) < examples:
+            e["examples"].append(f"{ipv4_str(wl.qp_src_ip[q])}->{ipv4_str(wl.qp_dst_ip[q])}")
+        if not e["reason"]:
+            src_down = routing.down[routing.nic_uplink(s)[0]]
+            if src_down or routing.down[routing.nic_downlink(d)[0]]:
+                e["reason"] = f"NIC link of {names[s] if src_down else names[d]} is down"
+            else:
+                e["reason"] = (f"no working path from {names[fabric.nic_leaf[s]]} to "
+                               f"{names[fabric.nic_leaf[d]]}")
+    return sorted(out.values(), key=lambda e: e["job"])
 
 
 _WORKER_FABRIC: dict[int, Fabric] = {}

@@ -110,6 +110,16 @@ class Routing:
     def nic_downlink(self, nic: np.ndarray) -> np.ndarray:
         return self._nic_links[1][np.atleast_1d(np.asarray(nic, dtype=np.int64))]
 
+    def reachable(self, src_nic: np.ndarray, dst_nic: np.ndarray) -> np.ndarray:
+        """Per NIC pair, whether any working path joins them (both NIC links up and the
+        destination leaf reachable from the source leaf over working fabric links)."""
+        sn = np.atleast_1d(np.asarray(src_nic, dtype=np.int64))
+        dn = np.atleast_1d(np.asarray(dst_nic, dtype=np.int64))
+        f = self.fabric
+        hops = self.dist[self.leaf_index[f.nic_leaf[dn]], self.sw_index[f.nic_leaf[sn]]]
+        return ~self.down[self.nic_uplink(sn)] & ~self.down[self.nic_downlink(dn)] & \
+            np.isfinite(hops)
+
     def walk_csr(self, src_nic: np.ndarray, dst_nic: np.ndarray, choose
                  ) -> tuple[np.ndarray, np.ndarray]:
         """Route many NIC pairs hop by hop; paths as CSR ``(indptr, link ids)``.

@@ -10,6 +10,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 
@@ -73,32 +74,53 @@ class ThreadedController:
 
 class SubprocessController:
     """The controller as a separate process (``python -m icefabric controller serve``), so
-    tests can kill it hard (SIGKILL) and restart it on the same database and port."""
+    tests can kill it hard (SIGKILL) and restart it on the same database and port.
 
-    def __init__(self, env: dict[str, str], port: int | None = None):
+    ``command`` replaces ``python -m icefabric`` (the fault tests run the controller
+    through a wrapper that adds fault points, or inside a mount namespace); its output
+    goes to ``log_path`` (a pipe nobody reads would block a chatty controller).
+    """
+
+    def __init__(self, env: dict[str, str], port: int | None = None,
+                 command: list[str] | None = None, log_path: str | None = None):
         self.port = port or free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.env = {**os.environ, **env}
+        self.command = command or [sys.executable, "-m", "icefabric"]
+        self.log_path = log_path or os.path.join(tempfile.mkdtemp(prefix="ice-ctl-"), "log")
         self.proc: subprocess.Popen | None = None
 
     def start(self, timeout_s: float = 60.0) -> str:
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "icefabric", "controller", "serve", "--host", "127.0.0.1",
-             "--port", str(self.port), "--log-level", "warning"],
-            env=self.env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        try:
-            wait_healthy(self.url, timeout_s)
-        except TimeoutError:
-            self.kill()
-            raise
-        return self.url
+        """Start and wait until healthy; raises ``RuntimeError`` with the controller's
+        output if it exits first."""
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [*self.command, "controller", "serve", "--host", "127.0.0.1", "--port",
+                 str(self.port), "--log-level", "warning"],
+                env=self.env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            if self.proc.poll() is not None:
+                rc, self.proc = self.proc.returncode, None
+                raise RuntimeError(f"controller exited with code {rc}: {self.output()[-2000:]}")
+            try:
+                wait_healthy(self.url, min(0.5, max(0.0, deadline - time.monotonic())))
+                return self.url
+            except TimeoutError:
+                if time.monotonic() >= deadline:
+                    self.kill()
+                    raise
+
+    def output(self) -> str:
+        """Everything the controller process wrote so far."""
+        with open(self.log_path, errors="replace") as f:
+            return f.read()
 
     def kill(self) -> None:
+        """SIGKILL: no shutdown handler runs."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGKILL)
             self.proc.wait(timeout=10)
-        if self.proc is not None and self.proc.stderr is not None:
-            self.proc.stderr.close()
         self.proc = None
 
     def stop(self) -> None:
@@ -109,6 +131,4 @@ class SubprocessController:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
-        if self.proc is not None and self.proc.stderr is not None:
-            self.proc.stderr.close()
         self.proc = None

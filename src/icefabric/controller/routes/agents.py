@@ -26,7 +26,7 @@ def agent_view(core, host: str) -> AgentView:
 
 
 @router.post("", response_model=AgentEnrolled, status_code=201)
-async def enrol(body: AgentEnrol, core: CoreDep, p: PrincipalDep) -> AgentEnrolled:
+def enrol(body: AgentEnrol, core: CoreDep, p: PrincipalDep) -> AgentEnrolled:
     """Enrol a host's agent with the enrolment (or admin) token; returns the host's agent
     token. Enrolling again rotates the token."""
     if p.kind not in ("enrol", "admin"):

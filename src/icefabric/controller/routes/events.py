@@ -11,7 +11,7 @@ router = APIRouter(prefix="/v1/events", tags=["events"], responses=ERRORS)
 
 
 @router.post("", response_model=EventsAccepted, status_code=202)
-async def post_events(body: EventBatch, core: CoreDep, p: PrincipalDep
+def post_events(body: EventBatch, core: CoreDep, p: PrincipalDep
                       ) -> EventsAccepted:
     """Events observed by an agent (as its host) or an operator; link changes re-plan."""
     if p.kind not in ("agent", "admin"):

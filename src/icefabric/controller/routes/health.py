@@ -1,4 +1,4 @@
-"""Liveness and Prometheus metrics (no token needed)."""
+"""Liveness, readiness and Prometheus metrics (no token needed)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
 
 from icefabric.controller.deps import CoreDep
-from icefabric.schemas_service import Health
+from icefabric.schemas_service import ErrorBody, Health
 
 router = APIRouter(tags=["health"])
 
@@ -14,9 +14,21 @@ router = APIRouter(tags=["health"])
 @router.get("/healthz", response_model=Health)
 async def healthz(core: CoreDep) -> Health:
     """The controller is up; current fabric and plan versions."""
+    return _health(core)
+
+
+def _health(core) -> Health:
     return Health(status="ok", policy=core.settings.policy,
                   fabric_version=core.fabric_version,
                   plan_version=core.plan_version, database=core.repo.backend)
+
+
+@router.get("/readyz", response_model=Health,
+            responses={503: {"model": ErrorBody, "description": "Database unavailable"}})
+def readyz(core: CoreDep) -> Health:
+    """Ready to serve writes: the database answers now (503 with the reason if not)."""
+    core.repo.ping()
+    return _health(core)
 
 
 @router.get("/metrics", response_class=PlainTextResponse)

@@ -35,5 +35,5 @@ async def ack_plan(body: PlanAck, core: CoreDep, p: PrincipalDep,
              host: str = Path(max_length=128)) -> Response:
     """The agent applied plan ``version`` on its host."""
     require_host(p, host, write=True)
-    core.ack(host, body.version)
+    await core.ack(host, body.version)
     return Response(status_code=204)

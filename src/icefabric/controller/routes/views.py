@@ -38,7 +38,7 @@ async def get_job(core: CoreDep, _: AdminDep,
 
 
 @router.get("/plans", response_model=list[PlanSummary])
-async def list_plans(core: CoreDep, _: AdminDep, limit: int = Query(100, ge=1, le=1000)
+def list_plans(core: CoreDep, _: AdminDep, limit: int = Query(100, ge=1, le=1000)
                ) -> list[PlanSummary]:
     """Plan versions, newest first."""
     return [PlanSummary(**s) for s in core.repo.plan_summaries(limit)]
@@ -53,7 +53,7 @@ async def current_plan(core: CoreDep, _: AdminDep) -> PlanSummary:
 
 
 @router.get("/plans/{version}", response_model=PlanSummary)
-async def get_plan_summary(core: CoreDep, _: AdminDep,
+def get_plan_summary(core: CoreDep, _: AdminDep,
                      version: int = Path(ge=0, le=2**62)) -> PlanSummary:
     """One plan version's summary."""
     s = core.repo.plan_summary(version)
@@ -94,7 +94,7 @@ async def list_agents(core: CoreDep, _: AdminDep) -> list[AgentView]:
 
 
 @router.get("/events", response_model=list[dict])
-async def list_events(core: CoreDep, _: AdminDep, limit: int = Query(100, ge=1, le=10000)
+def list_events(core: CoreDep, _: AdminDep, limit: int = Query(100, ge=1, le=10000)
                 ) -> list[dict]:
     """Recent events, newest first."""
     return core.repo.recent_events(limit)

@@ -10,9 +10,10 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from sqlalchemy import Connection, Engine, inspect, select, text
+from sqlalchemy import Connection, Engine, inspect, select
 
 from icefabric.controller.store import tables as t
+from icefabric.controller.store.errors import StoreUnusable
 
 
 def _v1(conn: Connection) -> None:
@@ -43,33 +44,38 @@ def current_version(engine: Engine) -> int:
     return int(v or 0)
 
 
-def migrate(engine: Engine) -> list[int]:
-    """Apply every pending migration; returns the versions applied now."""
+def migrate(engine: Engine, target: int = LATEST) -> list[int]:
+    """Apply every pending migration up to ``target``; returns the versions applied now."""
     with engine.begin() as conn:
         t.Base.metadata.create_all(conn, tables=[t.SchemaMigration.__table__])
     done = current_version(engine)
+    if done > LATEST:
+        raise StoreUnusable(f"database schema version {done} is newer than this "
+                            f"controller's ({LATEST}); upgrade the controller")
     applied = []
     for version, desc, fn in MIGRATIONS:
-        if version <= done:
+        if version <= done or version > target:
             continue
         with engine.begin() as conn:
             fn(conn)
             conn.execute(t.SchemaMigration.__table__.insert().values(
                 version=version, description=desc, applied_at=time.time()))
         applied.append(version)
-    if done > LATEST:
-        raise RuntimeError(f"database schema version {done} is newer than this controller "
-                           f"({LATEST}); upgrade the controller")
     return applied
 
 
-def sqlite_pragmas(dbapi_conn, _record) -> None:
-    """WAL and a busy timeout so many agents' writes queue instead of failing."""
-    cur = dbapi_conn.cursor()
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA synchronous=NORMAL")
-    cur.execute("PRAGMA busy_timeout=10000")
-    cur.close()
+def sqlite_pragmas(lock_timeout_s: float):
+    """A connect hook: WAL (readers never wait for the writer) and a busy timeout, so
+    writes queue behind another writer for up to ``lock_timeout_s`` instead of failing."""
+
+    def hook(dbapi_conn, _record) -> None:
+        cur = dbapi_conn.cursor()
+        cur.execute(f"PRAGMA busy_timeout={int(lock_timeout_s * 1000)}")
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.close()
+
+    return hook
 
 
-__all__ = ["LATEST", "MIGRATIONS", "current_version", "migrate", "sqlite_pragmas", "text"]
+__all__ = ["LATEST", "MIGRATIONS", "current_version", "migrate", "sqlite_pragmas"]

@@ -2,22 +2,46 @@
 
 Writes are serialized by one lock per process (SQLite allows a single writer; WAL lets
 readers continue), so many agents writing at once queue instead of failing with
-``database is locked``. PostgreSQL works the same through its URL.
+``database is locked``. PostgreSQL works the same through its URL. Every driver error
+leaves as a :class:`~icefabric.controller.store.errors.StoreError` that says what is wrong.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
-from sqlalchemy import create_engine, delete, event, select
+from sqlalchemy import create_engine, delete, event, exc, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
 from icefabric.controller.store import tables as t
+from icefabric.controller.store.batch import GroupCommit
+from icefabric.controller.store.errors import StoreError, StoreUnusable, translate
 from icefabric.controller.store.migrations import migrate, sqlite_pragmas
+
+
+def check_sqlite_path(database: str | None) -> None:
+    """Fail early, in words, when a SQLite file cannot be written where it is configured
+    (SQLite itself would only say "unable to open database file" at the first write)."""
+    if not database or database == ":memory:" or database.startswith("file:"):
+        return
+    path = Path(database)
+    d = path.parent.resolve()
+    if not d.is_dir():
+        raise StoreUnusable(f"cannot create SQLite file {path}: directory {d} does not exist")
+    # os.access also sees read-only mounts (EROFS), for root too.
+    if not os.access(d, os.W_OK | os.X_OK):
+        raise StoreUnusable(f"cannot write SQLite file {path}: directory {d} is read-only "
+                            f"(read-only filesystem or permissions); SQLite also needs to "
+                            f"create its journal files there")
+    if path.exists() and not os.access(path, os.R_OK | os.W_OK):
+        raise StoreUnusable(f"SQLite file {path} is read-only (permissions)")
 
 
 class Repository:
@@ -26,34 +50,78 @@ class Repository:
     Parameters
     ----------
     url : str — SQLAlchemy database URL (``sqlite:///path`` or ``postgresql+psycopg://…``).
+    lock_timeout_s : float — how long a SQLite write waits for another writer's lock, and
+        a PostgreSQL connection attempt for the server, before the store gives up.
+
+    Raises
+    ------
+    StoreError
+        The database cannot be opened, migrated or written (message says why).
     """
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, *, lock_timeout_s: float = 10.0):
         u = make_url(url)
+        self.url = u
+        self.lock_timeout_s = lock_timeout_s
         self.backend = u.get_backend_name()
-        kw: dict = {"future": True}
+        kw: dict = {}
         if self.backend == "sqlite":
-            kw["connect_args"] = {"check_same_thread": False, "timeout": 30}
+            check_sqlite_path(u.database)
+            kw["connect_args"] = {"check_same_thread": False, "timeout": lock_timeout_s}
         else:
-            kw.update(pool_size=10, max_overflow=20, pool_pre_ping=True)
+            kw.update(pool_size=10, max_overflow=20, pool_pre_ping=True,
+                      pool_timeout=lock_timeout_s)
+            if u.get_driver_name() == "psycopg":
+                kw["connect_args"] = {"connect_timeout": max(1, round(lock_timeout_s))}
         self.engine = create_engine(u, **kw)
         if self.backend == "sqlite":
-            event.listen(self.engine, "connect", sqlite_pragmas)
-        self.applied_migrations = migrate(self.engine)
+            event.listen(self.engine, "connect", sqlite_pragmas(lock_timeout_s))
+        try:
+            self.applied_migrations = migrate(self.engine)
+        except exc.SQLAlchemyError as e:
+            self.engine.dispose()
+            raise translate(e, u, lock_timeout_s) from None
+        except StoreError:
+            self.engine.dispose()
+            raise
         self._session = sessionmaker(self.engine, expire_on_commit=False)
         self._write = threading.Lock()
+        self._acks = GroupCommit(self._set_applied_many)
 
     def close(self) -> None:
+        self._acks.close()
         self.engine.dispose()
 
     def session(self) -> Session:
         return self._session()
 
+    @contextmanager
+    def _reading(self) -> Iterator[Session]:
+        try:
+            with self.session() as s:
+                yield s
+        except exc.SQLAlchemyError as e:
+            raise translate(e, self.url, self.lock_timeout_s) from None
+
+    @contextmanager
+    def _writing(self) -> Iterator[Session]:
+        """One transaction under the process's write lock; committed on success."""
+        try:
+            with self._write, self.session() as s, s.begin():
+                yield s
+        except exc.SQLAlchemyError as e:
+            raise translate(e, self.url, self.lock_timeout_s) from None
+
+    def ping(self) -> None:
+        """Raise :class:`StoreError` unless the database answers a query now."""
+        with self._reading() as s:
+            s.execute(select(1))
+
     # -- fabric -----------------------------------------------------------------------------
     def save_fabric(self, name: str, document: dict, plan_seed: int,
                     down: Iterable[tuple[str, str]]) -> int:
         text = json.dumps(document, separators=(",", ":"))
-        with self._write, self.session() as s, s.begin():
+        with self._writing() as s:
             v = s.execute(select(t.FabricRow.version).order_by(t.FabricRow.version.desc())
                           .limit(1)).scalar() or 0
             s.add(t.FabricRow(version=v + 1, name=name, document=text, plan_seed=plan_seed,
@@ -65,7 +133,7 @@ class Repository:
             return v + 1
 
     def load_fabric(self) -> tuple[int, str, dict, int] | None:
-        with self.session() as s:
+        with self._reading() as s:
             row = s.execute(select(t.FabricRow).order_by(t.FabricRow.version.desc())
                             .limit(1)).scalar()
             if row is None:
@@ -74,7 +142,7 @@ class Repository:
 
     def set_links(self, down: Iterable[tuple[str, str]], up: Iterable[tuple[str, str]]) -> None:
         now = time.time()
-        with self._write, self.session() as s, s.begin():
+        with self._writing() as s:
             for a, b in up:
                 s.execute(delete(t.LinkStateRow).where(t.LinkStateRow.a == a,
                                                        t.LinkStateRow.b == b))
@@ -83,14 +151,14 @@ class Repository:
                     s.add(t.LinkStateRow(a=a, b=b, since=now))
 
     def down_links(self) -> set[tuple[str, str]]:
-        with self.session() as s:
+        with self._reading() as s:
             return {(r.a, r.b) for r in s.execute(select(t.LinkStateRow)).scalars()}
 
     # -- hosts ------------------------------------------------------------------------------
     def upsert_host(self, host: str, token_sha256: str, nics: list[dict], agent_version: str,
                     actuator: str) -> None:
         now = time.time()
-        with self._write, self.session() as s, s.begin():
+        with self._writing() as s:
             row = s.get(t.HostRow, host)
             if row is None:
                 s.add(t.HostRow(host=host, token_sha256=token_sha256, nics=json.dumps(nics),
@@ -105,20 +173,29 @@ class Repository:
                 row.last_seen = now
 
     def hosts(self) -> list[t.HostRow]:
-        with self.session() as s:
+        with self._reading() as s:
             return list(s.execute(select(t.HostRow).order_by(t.HostRow.host)).scalars())
 
     def set_applied(self, host: str, version: int, seen: float) -> None:
-        with self._write, self.session() as s, s.begin():
-            row = s.get(t.HostRow, host)
-            if row is not None:
-                row.applied_version = version
-                row.last_seen = seen
+        """Record the plan version a host applied; concurrent calls share a transaction."""
+        self._acks.submit((host, version, seen))
+
+    async def set_applied_async(self, host: str, version: int, seen: float) -> None:
+        """:meth:`set_applied` for the event loop (no thread waits for the commit)."""
+        await self._acks.submit_async((host, version, seen))
+
+    def _set_applied_many(self, acks: list[tuple[str, int, float]]) -> None:
+        rows = {h: {"host": h, "applied_version": v, "last_seen": seen} for h, v, seen in acks}
+        with self._writing() as s:
+            known = set(s.execute(select(t.HostRow.host).where(
+                t.HostRow.host.in_(list(rows)))).scalars())
+            if known:
+                s.execute(update(t.HostRow), [rows[h] for h in known])
 
     # -- reports ----------------------------------------------------------------------------
     def save_report(self, job: str, host: str, document: dict) -> None:
         text = json.dumps(document, separators=(",", ":"))
-        with self._write, self.session() as s, s.begin():
+        with self._writing() as s:
             row = s.get(t.ReportRow, (job, host))
             if row is None:
                 s.add(t.ReportRow(job=job, host=host, document=text, updated_at=time.time()))
@@ -126,8 +203,12 @@ class Repository:
                 row.document = text
                 row.updated_at = time.time()
 
+    def delete_report(self, job: str, host: str) -> None:
+        with self._writing() as s:
+            s.execute(delete(t.ReportRow).where(t.ReportRow.job == job, t.ReportRow.host == host))
+
     def reports(self) -> list[tuple[str, str, dict]]:
-        with self.session() as s:
+        with self._reading() as s:
             return [(r.job, r.host, json.loads(r.document))
                     for r in s.execute(select(t.ReportRow)).scalars()]
 
@@ -135,7 +216,7 @@ class Repository:
     def save_plan(self, version: int, *, policy: str, reason: str, created_at: float,
                   planning_ms: float, fabric_version: int, summary: dict, path_plan: dict,
                   host_docs: dict[str, bytes]) -> None:
-        with self._write, self.session() as s, s.begin():
+        with self._writing() as s:
             s.add(t.PlanRow(version=version, policy=policy, reason=reason[:200],
                             created_at=created_at, planning_ms=planning_ms,
                             fabric_version=fabric_version,
@@ -146,7 +227,7 @@ class Repository:
                        for h, d in host_docs.items()])
 
     def latest_plan(self) -> tuple[t.PlanRow, dict[str, bytes]] | None:
-        with self.session() as s:
+        with self._reading() as s:
             row = s.execute(select(t.PlanRow).order_by(t.PlanRow.version.desc())
                             .limit(1)).scalar()
             if row is None:
@@ -159,26 +240,26 @@ class Repository:
             return row, docs
 
     def plan_summaries(self, limit: int = 100) -> list[dict]:
-        with self.session() as s:
+        with self._reading() as s:
             rows = s.execute(select(t.PlanRow.summary).order_by(t.PlanRow.version.desc())
                              .limit(limit)).scalars()
             return [json.loads(x) for x in rows]
 
     def plan_summary(self, version: int) -> dict | None:
-        with self.session() as s:
+        with self._reading() as s:
             row = s.get(t.PlanRow, version)
             return json.loads(row.summary) if row else None
 
     # -- events -----------------------------------------------------------------------------
     def add_events(self, host: str, events: list[dict]) -> None:
         now = time.time()
-        with self._write, self.session() as s, s.begin():
+        with self._writing() as s:
             s.add_all([t.EventRow(t=now, host=host, kind=e["kind"],
                                   document=json.dumps(e, separators=(",", ":")))
                        for e in events])
 
     def recent_events(self, limit: int = 100) -> list[dict]:
-        with self.session() as s:
+        with self._reading() as s:
             rows = s.execute(select(t.EventRow).order_by(t.EventRow.id.desc()).limit(limit))
             return [{"id": r.id, "t": r.t, "host": r.host, **json.loads(r.document)}
                     for r in rows.scalars()]

@@ -163,6 +163,11 @@ class Scenario(_Strict):
     name: str
     description: str = ""
     seed: int = 0
+    draws: int | None = Field(
+        None, ge=1, le=10_000,
+        description="draws of QP numbers and switch hash seeds per randomised policy (the "
+        "ECMP family); default icefabric.experiment.draws.DEFAULT_DRAWS; `icefab simulate "
+        "--draws` wins")
     fabric: FabricSpec
     pools: list[PoolSpec] = Field(min_length=1)
     jobs: list[ScenarioJob] = Field(default_factory=list)

@@ -163,6 +163,14 @@ def test_a_misspelt_engine_option_is_one_line_naming_it(tmp_path):
     _one_error_line(r, f"s.yaml:{n}", "engine_options.dcqnc: unknown field")
 
 
+def test_a_misspelt_policy_option_is_one_line_naming_it(tmp_path):
+    f = _scenario(tmp_path, "policy_options: {ice: {qsp: 2}}\n")
+    n = f.read_text().count("\n")
+    r = runner.invoke(app, ["simulate", str(f), "-p", "ecmp,ice"])
+    _one_error_line(r, f"s.yaml:{n}", "policy_options.ice.qsp: policy 'ice' has no option "
+                    "'qsp'; its options: agent_failover_ns,")
+
+
 def test_an_engine_stall_is_one_line(tmp_path):
     f = _scenario(tmp_path, "engine_options: {max_steps: 3}\n")
     r = runner.invoke(app, ["simulate", str(f), "-p", "ecmp", "-e", "fluid", "-q"])

@@ -16,8 +16,7 @@ import numpy as np
 from icefabric.engine.result import CollectiveResult, SimResult
 from icefabric.experiment.bounds import collective_cut_ns
 from icefabric.experiment.draws import DrawnCollectives, draw_all, draw_seeds, quantiles
-from icefabric.pipeline import scenario_plan, simulate
-from icefabric.policies.base import get_policy
+from icefabric.pipeline import scenario_plan, scenario_policy, simulate
 from icefabric.provenance import provenance
 from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import LoadedScenario
@@ -134,7 +133,9 @@ def run_scenario(ls: LoadedScenario, *, policies: list[str] | None = None,
     t0 = time.perf_counter()
     scn = ls.scenario
     policies = list(policies or scn.policies)
-    drawn = [p for p in policies if get_policy(p).randomised] if draws > 1 else []
+    # fail early on unknown names and options
+    randomised = [p for p in policies if scenario_policy(ls, p).randomised]
+    drawn = randomised if draws > 1 else []
     sizes = list(sizes or scn.size_list()) if scn.jobs else []
     fabric = build_fabric(ls)
     total = len(policies) * (len(sizes) + (scn.training is not None)) + \

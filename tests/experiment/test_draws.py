@@ -109,3 +109,23 @@ def test_simulate_draws_json_and_table():
                                  "4M", "-p", "ecmp,ice", "--seed", "5"])
     assert r.exit_code == 0, r.output
     assert "over 3 draws" in r.output and "seed 5" in r.output
+
+
+def test_compare_shows_the_measurement_beside_the_ecmp_distribution():
+    from tests.cli.test_cli import OCI
+
+    if not OCI.exists():
+        pytest.skip("reference corpus not present")
+    r = CliRunner().invoke(app, ["compare", "nccl-tests", str(OCI), "homog-small", "--json",
+                                 "--draws", "4", "-p", "ecmp"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    row = doc["rows"][0]
+    assert doc["draws"] == 4
+    assert row["ecmp_busbw_GBps_p10"] <= row["ecmp_busbw_GBps"] <= row["ecmp_busbw_GBps_p90"]
+    inside = row["ecmp_busbw_GBps_p10"] <= row["measured_busbw_GBps"] <= \
+        row["ecmp_busbw_GBps_p90"]
+    assert row["ecmp_measured_inside"] is inside
+    r = CliRunner().invoke(app, ["compare", "nccl-tests", str(OCI), "homog-small",
+                                 "--draws", "4", "-p", "ecmp"])
+    assert r.exit_code == 0 and "over 4 draws" in r.output

@@ -24,13 +24,18 @@ def nccl_tests(
     policies: str = typer.Option("ecmp,ideal", "--policies", "-p"),
     server: str = typer.Option("hgx-h100", "--server", help="Server profile of the hosts."),
     json_out: bool = typer.Option(False, "--json"),
+    draws: int = typer.Option(None, "--draws", "-n", min=1, help="Draws of the randomised "
+                              "policies (default: the scenario's, else DEFAULT_DRAWS)."),
 ):
-    """Put measured busbw per size beside the simulated busbw of each policy."""
+    """Put measured busbw per size beside the simulated busbw of each policy: for the
+    randomised ones (ECMP family) the median and p10-p90 over the draws, and whether the
+    measurement falls inside that range."""
     import json
 
     from rich.table import Table
 
     from icefabric.collect.nccl_tests import measured_table, read_nccl_tests
+    from icefabric.experiment.draws import effective_draws
     from icefabric.experiment.fromlog import scenario_from_log
     from icefabric.experiment.runner import run_scenario
     from icefabric.scenario.loader import DEFAULT_SCENARIO, ScenarioError, load
@@ -47,7 +52,7 @@ def nccl_tests(
         base = load(scenario or DEFAULT_SCENARIO)
         ls, job = scenario_from_log(base, [file], server=server,
                                     sizes=measured["sizes_bytes"])
-        res = run_scenario(ls, policies=pols)
+        res = run_scenario(ls, policies=pols, draws=effective_draws(draws, ls.scenario))
     except (ScenarioError, ValueError) as e:
         fail(str(e))
     sim = {(r["policy"], r["size_bytes"]): r for r in res.rows}
@@ -59,16 +64,22 @@ def nccl_tests(
             r = sim.get((p, size))
             row[f"{p}_busbw_GBps"] = r["busbw_GBps"] if r else None
             row[f"{p}_vs_measured"] = (round(r["busbw_GBps"] / bw, 4) if r and bw else None)
+            if r and r.get("busbw_GBps_p10") is not None:
+                lo, hi = r["busbw_GBps_p10"], r["busbw_GBps_p90"]
+                row.update({f"{p}_busbw_GBps_p10": lo, f"{p}_busbw_GBps_p90": hi,
+                            f"{p}_measured_inside": lo <= bw <= hi})
         rows.append(row)
     if json_out:
         typer.echo(json.dumps({"file": str(file), "collective": measured["collective"],
                                "nranks": measured["nranks"], "scenario": res.scenario,
-                               "rows": rows, "scenario_text": res.scenario_text,
+                               "draws": res.draws, "rows": rows,
+                               "scenario_text": res.scenario_text,
                                "provenance": {**res.provenance, "command": command_line()}},
                               indent=1))
         return
     t = Table(title=f"{file.name}: {measured['collective']} on {measured['nranks']} ranks — "
-              f"measured vs simulated on {base.scenario.name}'s fabric (busbw GB/s)",
+              f"measured vs simulated on {base.scenario.name}'s fabric (busbw GB/s; "
+              f"ECMP family: median, p10-p90 over {res.draws} draws)",
               title_justify="left")
     t.add_column("size", justify="right")
     t.add_column("measured", justify="right")
@@ -78,6 +89,8 @@ def nccl_tests(
         cells = [format_size(row["size_bytes"]), f"{row['measured_busbw_GBps']:.2f}"]
         for p in pols:
             v, ratio = row[f"{p}_busbw_GBps"], row[f"{p}_vs_measured"]
-            cells.append("-" if v is None else f"{v:.2f} (x{ratio:.2f})")
+            rng = (f" [{row[f'{p}_busbw_GBps_p10']:.1f}-{row[f'{p}_busbw_GBps_p90']:.1f}]"
+                   if f"{p}_busbw_GBps_p10" in row else "")
+            cells.append("-" if v is None else f"{v:.2f}{rng} (x{ratio:.2f})")
         t.add_row(*cells)
     console.print(t)

@@ -50,7 +50,7 @@ def simulate(
     draws: int = typer.Option(None, "--draws", "-n", min=1, help="Draws of QP numbers and "
                               "switch hash seeds per randomised policy (ECMP family); "
                               "default: the scenario's `draws`, else "
-                              "icefabric.experiment.draws.DEFAULT_DRAWS. 1 = one draw."),
+                              "icefabric.experiment.draws.DEFAULT_DRAWS (fluid engine: 1)."),
     seed: int = typer.Option(None, "--seed", help="Base seed (default: the scenario's "
                              "`seed`); draw 0 uses it, the others are spawned from it."),
     workers: int = typer.Option(1, "--workers", min=0, help="Processes for the draws "
@@ -95,7 +95,7 @@ def simulate(
             err_console.print(f"inferred: {note}", highlight=False)
     if seed is not None:
         ls = ls.updated(seed=seed)
-    n_draws = effective_draws(draws, ls.scenario)
+    n_draws = effective_draws(draws, ls.scenario, engine)
     pol = [p.strip() for p in policies.split(",") if p.strip()] if policies else None
     sz = [parse_size(s) for s in sizes.split(",")] if sizes else None
     if engine not in (None, "flow", "fluid"):

@@ -49,10 +49,13 @@ DEFAULT_DRAWS = 50
 QUANTILES = (10, 50, 90)
 
 
-def effective_draws(draws: int | None, scenario) -> int:
+def effective_draws(draws: int | None, scenario, engine: str | None = None) -> int:
     """Draws of a run: ``draws`` (the command line), else the scenario's, else
-    :data:`DEFAULT_DRAWS`."""
-    return int(draws or scenario.draws or DEFAULT_DRAWS)
+    :data:`DEFAULT_DRAWS` on the flow engine and one on the fluid engine (whose runs cost
+    seconds each: ask for draws there explicitly)."""
+    if draws or scenario.draws:
+        return int(draws or scenario.draws)
+    return 1 if (engine or scenario.engine) == "fluid" else DEFAULT_DRAWS
 
 
 def draw_seeds(seed: int, n: int) -> list[int]:

@@ -59,9 +59,15 @@ def main() -> None:
     ap.add_argument("--seeds", default="7,1007")
     args = ap.parse_args()
     base = [sys.executable, "-m", "icefabric", "simulate", args.scenario, "--json", "-q"]
-    print(f"# cost: {' '.join(base[2:])} [--draws 1 | --draws {args.draws}]")
-    res: dict[int, list[dict]] = {1: [], args.draws: []}
-    for i in range(args.rounds):
+    if args.rounds:
+        cost(base, args.draws, args.rounds)
+    stability(base, args.stability, args.seeds)
+
+
+def cost(base: list[str], draws: int, rounds: int) -> None:
+    print(f"# cost: {' '.join(base[2:])} [--draws 1 | --draws {draws}]")
+    res: dict[int, list[dict]] = {1: [], draws: []}
+    for i in range(rounds):
         for n in res:
             r = run(base + ["--draws", str(n)])
             res[n].append(r)
@@ -70,12 +76,15 @@ def main() -> None:
                   f"load {r['load']:.2f}", flush=True)
     med = {n: sorted(x["wall_s"] for x in v)[len(v) // 2] for n, v in res.items()}
     cpu = {n: sorted(x["cpu_s"] or 0 for x in v)[len(v) // 2] for n, v in res.items()}
-    print(f"median wall: 1 draw {med[1]:.2f} s, {args.draws} draws {med[args.draws]:.2f} s "
-          f"-> {med[args.draws] / med[1]:.2f}x; CPU {cpu[1]:.2f} s -> {cpu[args.draws]:.2f} s "
-          f"({cpu[args.draws] / max(cpu[1], 1e-9):.2f}x)")
-    s1, s2 = (int(s) for s in args.seeds.split(","))
+    print(f"median wall: 1 draw {med[1]:.2f} s, {draws} draws {med[draws]:.2f} s "
+          f"-> {med[draws] / med[1]:.2f}x; CPU {cpu[1]:.2f} s -> {cpu[draws]:.2f} s "
+          f"({cpu[draws] / max(cpu[1], 1e-9):.2f}x)")
+
+
+def stability(base: list[str], ns: str, seeds: str) -> None:
+    s1, s2 = (int(s) for s in seeds.split(","))
     print(f"\n# stability: medians with --seed {s1} vs --seed {s2}")
-    for n in (int(x) for x in args.stability.split(",")):
+    for n in (int(x) for x in ns.split(",")):
         a = medians(json.loads(run(base + ["--draws", str(n), "--seed", str(s1)])["out"]))
         b = medians(json.loads(run(base + ["--draws", str(n), "--seed", str(s2)])["out"]))
         change = {k: abs(b[k] / a[k] - 1) for k in a}

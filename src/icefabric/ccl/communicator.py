@@ -103,8 +103,9 @@ class Communicator:
         (a data-parallel group) runs every channel through that GPU's own NIC; with every
         GPU of a server, every NIC."""
         f = self.fabric
-        return sorted({int(f.node_index[f.accel_nic[self.ranks[r]]])
-                       for r in self.server_ranks[0].tolist()})
+        srv = f.servers[self.servers[0]]
+        own = set(self.ranks[self.server_ranks[0]].tolist())
+        return [j for j, nic in enumerate(srv.nics) if f.nic_accel[nic] in own]
 
     @cached_property
     def n_channels(self) -> int:

@@ -44,7 +44,7 @@ def ring_order(comm: Communicator, channel: int) -> tuple[list[int], int | None]
     f = comm.fabric
     for s, local in zip(comm.servers, comm.server_ranks):
         nic = f.servers[s].nics[rail % len(f.servers[s].nics)]
-        owners = [r for r in local.tolist() if f.accel_nic[comm.ranks[r]] == nic]
+        owners = [r for r in local.tolist() if f.nic_accel[nic] == comm.ranks[r]]
         first = owners[0] if owners else int(local[0])
         order += [first] + [r for r in local.tolist() if r != first]
     return order, rail

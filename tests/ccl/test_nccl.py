@@ -102,3 +102,29 @@ def test_coupled_ring_agrees_with_its_explicit_step_dag(fabric, kind):
         times[algo] = run_flow(prob).collectives[0].time_ns
     # same bytes on the same bottlenecks, same per-step latency: the two agree closely
     assert times["ring-dag"] == pytest.approx(times["ring"], rel=0.01)
+
+
+@pytest.mark.parametrize("pxn", [True, False])
+def test_alltoall_pairs_match_the_per_pair_helpers(pxn):
+    """The rank-pair arrays of AllToAll agree with the scalar helpers, pair by pair, on
+    mixed servers (8 x 400G and 16 x 200G ports) across leaves."""
+    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 2, "h"),
+                    ServerGroup(server_profile("bm-gpu-h100-8"), 2, "o")], servers_per_leaf=1,
+                   n_spines=4)
+    c = comm(f)
+    wb = WorkloadBuilder()
+    add_collective(wb, c, "alltoall", 64 << 20, algorithm="pxn" if pxn else "direct")
+    w = wb.build(node_ip=f.node_ip)
+    n = c.nranks
+    pairs = [(a, b) for a in range(n) for b in range(n) if a != b]
+    assert w.hop_src.tolist() == [int(c.ranks[a]) for a, _ in pairs]
+    for i, (a, b) in enumerate(pairs):
+        if c.rank_server[a] == c.rank_server[b]:
+            assert (w.hop_conn[i], w.hop_src_nic[i]) == (-1, -1)
+            assert w.flow_latency_ns[i] == c.intra_delay_ns(a) + c.step_overhead_ns
+            continue
+        dn = int(f.accel_nic[c.ranks[b]])
+        sn = c.nic(a, int(f.node_index[dn])) if pxn else int(f.accel_nic[c.ranks[a]])
+        assert (w.hop_src_nic[i], w.hop_dst_nic[i]) == (sn, dn)
+        assert w.flow_latency_ns[i] == c.hop_delay_ns(sn, dn) + c.step_overhead_ns
+    assert w.n_conns == sum(c.rank_server[a] != c.rank_server[b] for a, b in pairs)

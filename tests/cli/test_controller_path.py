@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-LOG = Path(__file__).resolve().parents[2] / ".." / "shared" / "reference" / "ccl-logs" / \
+LOG = Path(__file__).resolve().parents[1] / "collect" / "corpus" / "reference" / \
     "ncclt-oci-h100-roce-2.21.5.log"
 HOSTS = ("instance-20240722-0952", "instance-20240722-0955")
 
@@ -29,7 +29,6 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-@pytest.mark.skipif(not LOG.exists(), reason="shared CCL log corpus not present")
 def test_serve_load_collect_agent_applies_the_plan(tmp_path):
     env = {**os.environ, "ICE_ADMIN_TOKEN": "admin-secret", "ICE_ENROL_TOKEN": "enrol-secret"}
     port = _free_port()

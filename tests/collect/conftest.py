@@ -7,19 +7,14 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-# <repo>/../shared/...; a git worktree one level deeper (<work>/wt/<name>) finds the same folder
-# two levels up.
-DEFAULT_CORPUS = next(
-    (p for p in (ROOT.parent / "shared" / "reference" / "ccl-logs",
-                 ROOT.parent.parent / "shared" / "reference" / "ccl-logs") if p.is_dir()),
-    ROOT.parent / "shared" / "reference" / "ccl-logs")
 # The project's own corpus (real logs from public threads with their sidecars), in the repo.
 PROJECT_CORPUS = Path(__file__).resolve().parent / "corpus"
+# The public reference corpus (shared/reference/ccl-logs), vendored so a fresh clone runs it.
+DEFAULT_CORPUS = PROJECT_CORPUS / "reference"
 
 
 def corpus_dir() -> Path:
-    """The public corpus folder: ``$ICEFAB_CCL_CORPUS`` when set, else ``<repo>/../shared/...``."""
+    """The public corpus folder: ``$ICEFAB_CCL_CORPUS`` when set, else the vendored copy."""
     return Path(os.environ.get("ICEFAB_CCL_CORPUS", DEFAULT_CORPUS)).resolve()
 
 

@@ -1,8 +1,8 @@
 """Every item of the CCL corpora parses and yields exactly its sidecar's facts.
 
-Two corpora: the public reference corpus (``$ICEFAB_CCL_CORPUS``, default
-``<repo>/../shared/reference/ccl-logs``; skipped when absent) and the project's own corpus in
-``tests/collect/corpus`` (always present, so CI runs it). A new item is tested by dropping its
+Two corpora: the public reference corpus (``$ICEFAB_CCL_CORPUS``, default its copy in
+``tests/collect/corpus/reference``) and the project's own corpus in ``tests/collect/corpus``
+(both in the repository, so a fresh clone and CI run them). A new item is tested by dropping its
 files and ``<id>.json`` sidecar in either folder. Comparison rules
 (see the corpus README): every key listed in ``expected`` must be present and equal; dicts are
 compared key by key (a listed dict need not list every key the collector found), lists element

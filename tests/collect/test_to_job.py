@@ -105,3 +105,11 @@ def test_coll_channels_line_wins_and_carries_into_the_scenario(tmp_path):
     (spec,) = scenario_fragment(job)["jobs"]
     assert spec["channels"] == 32 and spec["nccl_version"] == "2.20.5+cuda12.4"
     assert spec["nccl_env"] == {"NCCL_IB_SPLIT_DATA_ON_QPS": 1}
+
+
+def test_nccl_ib_hca_lists_the_nics_unless_it_excludes():
+    from icefabric.collect.to_job import ib_hca_devices
+
+    assert ib_hca_devices('"=mlx5_0,mlx5_1:1,mlx5_4"') == ["mlx5_0", "mlx5_1:1", "mlx5_4"]
+    assert ib_hca_devices("mlx5") == ["mlx5"]
+    assert ib_hca_devices("^mlx5_2") == [] and ib_hca_devices("") == []

@@ -63,3 +63,55 @@ def test_a_logs_channel_count_overrides_the_release_default(tmp_path):
     comm = job.comm
     assert comm.nccl.version == (2, 20, 5) and comm.nccl.split_data_on_qps
     assert comm.n_channels == 24  # NCCL 2.20.5 alone would open 16 on these H100 servers
+
+
+OCI = Path(__file__).parents[1] / "collect" / "corpus" / "reference" / \
+    "ncclt-oci-h100-roce-2.21.5.log"
+
+
+def test_a_16_port_host_gets_the_16_port_profile_and_hosts_spread_over_leaves():
+    """nccl-tests on 2 OCI BM.GPU.H100.8 hosts: 16 HCAs in NCCL_IB_HCA, 8 H100 each."""
+    ls, job = scenario_from_log(load("hetero-default"), [OCI])
+    assert ls.scenario.pools[0].server == "bm-gpu-h100-8" and job["server"] == "bm-gpu-h100-8"
+    assert "nics_per_host=16 from NCCL_IB_HCA" in job["inferred"]
+    assert any(n.startswith("servers_per_leaf=1: the 2 hosts spread over 2 leaves")
+               for n in job["inferred"])
+    fabric = build_fabric(ls)
+    leaves = [{int(fabric.nic_leaf[n]) for n in s.nics} for s in fabric.servers]
+    assert len(leaves[0] | leaves[1]) == 2  # one leaf each: the rings cross the spines
+    (sj,) = scenario_workload(ls, fabric, 1 << 30).jobs
+    assert sj.comm.rails == list(range(16))  # every port carries rings
+    assert sj.comm.nccl.split_data_on_qps == 0  # from the test's command line
+
+
+def test_the_server_follows_the_accelerator_and_nic_count():
+    from icefabric.experiment.fromlog import infer_server
+
+    assert infer_server({"accelerator": "NVIDIA H100 80GB HBM3", "nics_per_host": 8})[0] == (
+        "hgx-h100")
+    assert infer_server({"accelerator": "NVIDIA H100 80GB HBM3"})[0] == "hgx-h100"
+    name, why = infer_server({"accelerator": "NVIDIA A100-SXM4-80GB", "nics_per_host": 4})
+    assert name == "hgx-a100" and "none with that count" in why[0]
+    name, why = infer_server({"accelerator": "NVIDIA GB10", "library": "nccl"})
+    assert name == "hgx-h100" and "no catalog server has NVIDIA GB10" in why[0]
+    assert infer_server({"library": "rccl"})[0] == "mi300x"
+
+
+def test_compare_explains_a_measurement_above_the_model(tmp_path):
+    r = CliRunner().invoke(app, ["compare", "nccl-tests", str(OCI), "-p", "ecmp,ideal"],
+                           env={"COLUMNS": "80"})
+    assert r.exit_code == 0, r.output
+    assert "(2 x bm-gpu-h100-8)" in r.stdout
+    assert "inferred: server bm-gpu-h100-8: NVIDIA H100 80GB HBM3, 16 NICs per host" in r.stderr
+    note = " ".join(r.stdout[r.stdout.index("note: "):].split())
+    assert "% above every simulated policy, including ideal" in note
+    assert "Tree, NVLS/NVLSTree" in note and "no NCCL_ALGO" in note
+    # a run the model matches gets no note: NCCL_ALGO=Ring and measured figures below ideal
+    low = tmp_path / "ring.log"
+    low.write_text(OCI.read_text().replace("-x NCCL_CUMEM_ENABLE=0",
+                                           "-x NCCL_ALGO=Ring -x NCCL_CUMEM_ENABLE=0")
+                   .replace("  446.28  ", "  346.28  "))
+    doc = json.loads(CliRunner().invoke(app, ["compare", "nccl-tests", str(low), "-p", "ideal",
+                                              "--json"]).stdout)
+    assert doc["rows"][0]["measured_busbw_GBps"] == 346.28 and doc["notes"]
+    assert "NCCL_ALGO=Ring" in doc["notes"][0] and "at 2GiB-16GiB" in doc["notes"][0]

@@ -79,7 +79,7 @@ def test_plan_not_stored_while_the_database_is_down_is_retried(pg_cluster):
                 core.put_report(h, rep)  # the last one completes the jobs: a plan is asked
         pg_cluster.stop()  # ... and the database goes away within the 1 s debounce
         try:
-            _wait(lambda: core.metrics.plan_errors >= 1)
+            _wait(lambda: core.metrics.value("ice_plan_errors_total") >= 1)
             assert core.plan_version == 0 and "is unavailable" in core.last_error
         finally:
             pg_cluster.start()

@@ -92,6 +92,19 @@ def test_registry_lists_baselines_and_rejects_unknown():
         get_policy("magic")
 
 
+def test_misspelt_options_are_refused_with_the_known_ones():
+    with pytest.raises(ValueError, match=r"policy 'ice' has no option 'qsp'; its options: "
+                                         r"agent_failover_ns, backup, improve, method, "):
+        get_policy("ice", qsp=2)
+    # options forwarded with **kw to the parent class are known too
+    with pytest.raises(ValueError, match=r"'ecmp-tuned' has no option 'reroute'; "
+                                         r"its options: qps, reroute_delay_ns$"):
+        get_policy("ecmp-tuned", reroute=1)
+    with pytest.raises(ValueError, match="'spray' has no option 'qps'; its options: none"):
+        get_policy("spray", qps=2)
+    assert get_policy("ecmp-tuned", reroute_delay_ns=5).reroute_delay_ns == 5
+
+
 def test_nonblocking_twin_keeps_node_ids(small_fabric):
     twin = nonblocking_twin(small_fabric)
     n = small_fabric.n_accels

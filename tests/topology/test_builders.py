@@ -96,3 +96,15 @@ def test_builds_are_deterministic():
     assert a.node_names == b.node_names
     assert np.array_equal(a.node_hash_seed, b.node_hash_seed)
     assert np.array_equal(a.link_capacity_bps, b.link_capacity_bps)
+
+
+def test_a_gpu_owns_both_ports_of_a_16_port_server():
+    p = server_profile("bm-gpu-h100-8")
+    assert [list(p.nics_of_accel(i)) for i in (0, 7)] == [[0, 1], [14, 15]]
+    assert list(H100.nics_of_accel(3)) == [3]
+    assert list(server_profile("hgx-h100", n_nics=4).nics_of_accel(3)) == [1]
+    f = leaf_spine([ServerGroup(p, 2, "oci")], servers_per_leaf=1, n_spines=8,
+                   links_per_spine=2)
+    srv = f.servers[0]
+    assert [int(f.nic_accel[n]) for n in srv.nics] == [a for a in srv.accels for _ in (0, 1)]
+    assert int(f.accel_nic[srv.accels[1]]) == srv.nics[2]  # the first of its two ports

@@ -103,8 +103,9 @@ class Communicator:
         (a data-parallel group) runs every channel through that GPU's own NIC; with every
         GPU of a server, every NIC."""
         f = self.fabric
-        return sorted({int(f.node_index[f.accel_nic[self.ranks[r]]])
-                       for r in self.server_ranks[0].tolist()})
+        srv = f.servers[self.servers[0]]
+        own = set(self.ranks[self.server_ranks[0]].tolist())
+        return [j for j, nic in enumerate(srv.nics) if f.nic_accel[nic] in own]
 
     @cached_property
     def n_channels(self) -> int:
@@ -132,6 +133,27 @@ class Communicator:
             return int(f.accel_nic[a])
         srv = f.servers[int(f.node_server[a])]
         return int(srv.nics[rail % len(srv.nics)])
+
+    def nics(self, ranks: np.ndarray, rails: np.ndarray) -> np.ndarray:
+        """:meth:`nic` of many ranks, each on its rail."""
+        f = self.fabric
+        servers = self.rank_server[ranks]
+        width = max(len(f.servers[s].nics) for s in self.servers)
+        table = np.full((len(f.servers), width), -1, dtype=np.int64)
+        count = np.ones(len(table), dtype=np.int64)
+        for s in self.servers:
+            table[s, :len(f.servers[s].nics)] = f.servers[s].nics
+            count[s] = len(f.servers[s].nics)
+        return table[servers, np.asarray(rails) % count[servers]]
+
+    def hop_delays_ns(self, src_nic: np.ndarray, dst_nic: np.ndarray) -> np.ndarray:
+        """:meth:`hop_delay_ns` of many NIC pairs."""
+        f = self.fabric
+        la, lb = f.nic_leaf[src_nic], f.nic_leaf[dst_nic]
+        host = f.link_delay_ns[f.link_ids(src_nic, la)].astype(np.int64)
+        pa, pb = f.node_pod[la], f.node_pod[lb]
+        tiers = np.where(la == lb, 0, np.where((pa == pb) | (pa < 0), 2, 4))
+        return 2 * host + tiers * self._fabric_delay_ns
 
     @cached_property
     def _fabric_delay_ns(self) -> int:

@@ -44,7 +44,7 @@ def ring_order(comm: Communicator, channel: int) -> tuple[list[int], int | None]
     f = comm.fabric
     for s, local in zip(comm.servers, comm.server_ranks):
         nic = f.servers[s].nics[rail % len(f.servers[s].nics)]
-        owners = [r for r in local.tolist() if f.accel_nic[comm.ranks[r]] == nic]
+        owners = [r for r in local.tolist() if f.nic_accel[nic] == comm.ranks[r]]
         first = owners[0] if owners else int(local[0])
         order += [first] + [r for r in local.tolist() if r != first]
     return order, rail
@@ -207,29 +207,27 @@ def alltoall(wb: WorkloadBuilder, comm: Communicator, size_bytes: int, *, after=
     coll = wb.collective(CollectiveCall(name or f"{comm.job}:alltoall:{size_bytes}", comm.job,
                                         "alltoall", size_bytes, n, "pxn" if pxn else "direct",
                                         comm.library))
-    chunk = size_bytes / n
     f_ = comm.fabric
-    flows = []
-    for a in range(n):
-        for b in range(n):
-            if a == b:
-                continue
-            src, dst = int(comm.ranks[a]), int(comm.ranks[b])
-            if comm.rank_server[a] == comm.rank_server[b]:
-                fl = wb.flow(chunk, coll=coll, deps=after,
-                             latency_ns=comm.intra_delay_ns(a) + comm.step_overhead_ns)
-                wb.hop(fl, src, dst)
-            else:
-                dn = int(f_.accel_nic[dst])
-                rail = int(f_.node_index[dn])
-                sn = comm.nic(a, rail) if pxn else int(f_.accel_nic[src])
-                k = wb.connection((comm.job, "p2p", a, b), sn, dn, comm.qps_per_connection,
-                                  comm.job)
-                fl = wb.flow(chunk, coll=coll, deps=after,
-                             latency_ns=comm.hop_delay_ns(sn, dn) + comm.step_overhead_ns)
-                wb.hop(fl, src, dst, src_nic=sn, dst_nic=dn, conn=k)
-            flows.append(fl)
-    return flows
+    # every ordered pair a != b, in row-major order (a, then b)
+    a, b = np.nonzero(~np.eye(n, dtype=bool))
+    src, dst = comm.ranks[a].astype(np.int64), comm.ranks[b].astype(np.int64)
+    net = comm.rank_server[a] != comm.rank_server[b]
+    dn = np.where(net, f_.accel_nic[dst], -1)
+    sn = np.full(len(a), -1, dtype=np.int64)
+    if pxn:
+        sn[net] = comm.nics(a[net], f_.node_index[dn[net]])
+    else:
+        sn[net] = f_.accel_nic[src[net]]
+    intra = np.array([comm.intra_delay_ns(r) for r in range(n)], dtype=np.int64)
+    lat = intra[a]
+    lat[net] = comm.hop_delays_ns(sn[net], dn[net])
+    flows = wb.flows(np.full(len(a), size_bytes / n), coll=coll, deps=after,
+                     latency_ns=lat + comm.step_overhead_ns)
+    conn = np.full(len(a), -1, dtype=np.int64)
+    keys = [(comm.job, "p2p", x, y) for x, y in zip(a[net].tolist(), b[net].tolist())]
+    conn[net] = wb.connections(keys, sn[net], dn[net], comm.qps_per_connection, comm.job)
+    wb.hops(flows, src, dst, src_nic=sn, dst_nic=dn, conn=conn)
+    return flows.tolist()
 
 
 ALGORITHMS = {

@@ -83,6 +83,20 @@ class WorkloadBuilder:
         self.collectives[coll].flows.append(f)
         return f
 
+    def flows(self, sizes: np.ndarray, *, coll: int, deps=(), latency_ns: np.ndarray
+              ) -> np.ndarray:
+        """:meth:`flow` for many flows of one collective with the same dependencies."""
+        first, m = len(self.flow_size), len(sizes)
+        dep = [int(d) for d in deps]
+        self.flow_size += np.asarray(sizes, dtype=np.float64).tolist()
+        self.flow_deps += [list(dep) for _ in range(m)]
+        self.flow_start += [0] * m
+        self.flow_latency += np.asarray(latency_ns, dtype=np.int64).tolist()
+        self.flow_coll += [coll] * m
+        ids = np.arange(first, first + m)
+        self.collectives[coll].flows += ids.tolist()
+        return ids
+
     def delay(self, duration_ns: int, *, deps=()) -> int:
         """A flow that moves no bytes and completes ``duration_ns`` after its dependencies:
         a compute step (or any wait) inside a dependency DAG. It belongs to no collective
@@ -105,6 +119,33 @@ class WorkloadBuilder:
             self.conn_nqps.append(int(nqps))
             self.conn_job.append(job)
         return c
+
+    def connections(self, keys: list[tuple], src_nic: np.ndarray, dst_nic: np.ndarray,
+                    nqps: int, job: str) -> np.ndarray:
+        """:meth:`connection` of many keys (one job, same QP count)."""
+        out, new = [], []
+        get = self.conn_key.get
+        n = len(self.conn_src_nic)
+        for i, k in enumerate(keys):
+            c = get(k)
+            if c is None:
+                c = self.conn_key[k] = n + len(new)
+                new.append(i)
+            out.append(c)
+        self.conn_src_nic += np.asarray(src_nic, dtype=np.int64)[new].tolist()
+        self.conn_dst_nic += np.asarray(dst_nic, dtype=np.int64)[new].tolist()
+        self.conn_nqps += [int(nqps)] * len(new)
+        self.conn_job += [job] * len(new)
+        return np.array(out, dtype=np.int64)
+
+    def hops(self, flows: np.ndarray, src: np.ndarray, dst: np.ndarray, *,
+             src_nic: np.ndarray, dst_nic: np.ndarray, conn: np.ndarray) -> None:
+        """:meth:`hop` of many hops (weight 1); -1 NICs and connection for intra-server."""
+        for lst, v in ((self.hop_flow, flows), (self.hop_src, src), (self.hop_dst, dst),
+                       (self.hop_src_nic, src_nic), (self.hop_dst_nic, dst_nic),
+                       (self.hop_conn, conn)):
+            lst += np.asarray(v, dtype=np.int64).tolist()
+        self.hop_weight += [1.0] * len(flows)
 
     def hop(self, flow: int, src: int, dst: int, *, src_nic: int = -1, dst_nic: int = -1,
             conn: int = -1, weight: float = 1.0) -> None:

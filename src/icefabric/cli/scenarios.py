@@ -1,6 +1,8 @@
-"""``icefab scenarios`` and ``icefab scenario show NAME``."""
+"""``icefab scenarios``, ``icefab scenario show|check|docs`` and ``icefab catalog``."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import typer
 
@@ -12,7 +14,9 @@ def register(app: typer.Typer) -> None:
     group = typer.Typer(help="Inspect scenarios.", no_args_is_help=True)
     group.command("show")(show)
     group.command("check")(check)
+    group.command("docs")(docs)
     app.add_typer(group, name="scenario")
+    app.command("catalog")(catalog)
 
 
 def list_scenarios(json_out: bool = typer.Option(False, "--json")):
@@ -64,3 +68,66 @@ def check(path: str = typer.Argument(..., help="Scenario file or built-in name."
         fail(str(e))
     console.print(f"ok: {ls.scenario.name}: {fabric.describe()['nodes']}, "
                   f"workload {wl.summary()}", highlight=False)
+
+
+def docs(out: Path = typer.Option(None, "--out", "-o", help="Write to this file (the "
+                                  "repository keeps it as docs/scenarios.md) instead of "
+                                  "stdout.")):
+    """Print the scenario file reference (every field, type, default, unit, example),
+    generated from the schema."""
+    from icefabric.scenario.docs import scenario_docs
+
+    text = scenario_docs()
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        out.write_text(text)
+        console.print(f"wrote {out}", highlight=False)
+
+
+def catalog(json_out: bool = typer.Option(False, "--json")):
+    """List the server, NIC and switch profiles that scenarios name."""
+    import json
+
+    from rich.table import Table
+
+    from icefabric.topology.catalog import SERVERS, SWITCHES
+
+    servers = [{"name": p.name, "vendor": p.vendor, "accelerator": p.accelerator,
+                "accelerators": p.n_accel, "nics": p.n_nics, "nic_gbps": p.nic_bps / 1e9,
+                "nic": p.nic_vendor, "scale_up_gbps": p.intra_bps / 1e9,
+                "library": p.library, "source": p.source} for p in SERVERS.values()]
+    nics: dict[tuple[str, float], list[str]] = {}
+    for s in servers:
+        nics.setdefault((s["nic"], s["nic_gbps"]), []).append(s["name"])
+    nic_rows = [{"nic": n, "gbps": g, "servers": names} for (n, g), names in nics.items()]
+    switches = [{"name": p.name, "asic": p.asic, "ports": p.radix,
+                 "port_gbps": p.port_bps / 1e9, "buffer_MiB": p.buffer_bytes / 2**20,
+                 "hash": p.hash_algorithm, "source": p.source} for p in SWITCHES.values()]
+    if json_out:
+        typer.echo(json.dumps({"servers": servers, "nics": nic_rows, "switches": switches},
+                              indent=1))
+        return
+    t = Table(title="Servers (pools: server: NAME)", title_justify="left")
+    for c in ("name", "accelerators", "NICs", "scale-up / accel", "library"):
+        t.add_column(c, overflow="fold")
+    for s in servers:
+        t.add_row(s["name"], f"{s['accelerators']} x {s['vendor']} {s['accelerator']}",
+                  f"{s['nics']} x {s['nic_gbps']:g}G", f"{s['scale_up_gbps']:g} Gb/s",
+                  s["library"])
+    console.print(t)
+    t = Table(title="NICs (per server profile; override the speed with a pool's nic_gbps)",
+              title_justify="left")
+    for c in ("NIC", "speed", "servers"):
+        t.add_column(c, overflow="fold")
+    for n in nic_rows:
+        t.add_row(n["nic"], f"{n['gbps']:g}G", ", ".join(n["servers"]))
+    console.print(t)
+    t = Table(title="Switches (fabric: leaf_switch / spine_switch / core_switch)",
+              title_justify="left")
+    for c in ("name", "ASIC", "ports", "buffer", "ECMP hash"):
+        t.add_column(c, overflow="fold")
+    for s in switches:
+        t.add_row(s["name"], s["asic"], f"{s['ports']} x {s['port_gbps']:g}G",
+                  f"{s['buffer_MiB']:g} MiB", s["hash"])
+    console.print(t)

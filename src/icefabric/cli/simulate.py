@@ -42,8 +42,9 @@ def simulate(
     from_log: list[Path] = typer.Option(None, "--from-log", help="Replay the job found in "
                                         "these NCCL/RCCL logs (repeatable) on the scenario's "
                                         "fabric."),
-    server: str = typer.Option("hgx-h100", "--server", help="With --from-log: the server "
-                               "profile of the log's hosts."),
+    server: str = typer.Option(None, "--server", help="With --from-log: the server "
+                               "profile of the log's hosts (default: inferred from the "
+                               "log's accelerator and NIC count; see `icefab catalog`)."),
     report: Path = typer.Option(None, "--report", help="Also write a self-contained HTML "
                                 "report to this file (see `icefab report`)."),
 ):

@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-_DEFAULT_REL = Path("..") / "shared" / "reference" / "validation"
+#: The public reference set, vendored in the repository (from shared/reference/validation).
+_VENDORED_REL = Path("data") / "validation"
 
 
 def _repo_root() -> Path:
@@ -16,28 +17,18 @@ def _repo_root() -> Path:
 
 
 def resolve_dir(folder: Path | None) -> tuple[Path, bool]:
-    """(folder, is_default): DIR, else ``../shared/reference/validation`` relative to the
-    current directory, then to the repository root."""
+    """(folder, is_default): DIR, else the repository's ``data/validation``."""
     if folder is not None:
         return folder, False
-    for base in (Path.cwd(), _repo_root()):
-        cand = (base / _DEFAULT_REL).resolve()
-        if cand.is_dir():
-            return cand, True
-    # a git worktree may sit deeper than the main checkout: look further up the root
-    for base in _repo_root().parents:
-        cand = base / "shared" / "reference" / "validation"
-        if cand.is_dir():
-            return cand, True
-    return (Path.cwd() / _DEFAULT_REL).resolve(), True
+    return _repo_root() / _VENDORED_REL, True
 
 
 def register(app: typer.Typer) -> None:
     @app.command("validate")
     def validate(
         folder: Annotated[Path | None, typer.Argument(
-            metavar="[DIR]", help="Folder of validation scenarios (*.json). Default: "
-            "../shared/reference/validation from here or from the repository root.")] = None,
+            metavar="[DIR]", help="Folder of validation scenarios (*.json). Default: the "
+            "repository's data/validation (the public reference set).")] = None,
         json_out: Annotated[bool, typer.Option("--json", help="One JSON row per scenario x "
                                                "reference x group on stdout.")] = False,
         engine: Annotated[list[str] | None, typer.Option(
@@ -61,7 +52,11 @@ def register(app: typer.Typer) -> None:
         err = Console(stderr=True)
         path, is_default = resolve_dir(folder)
         if not path.is_dir():
-            err.print(f"[bold red]error:[/] validation folder not found: {path}")
+            where = (" (an installed package has no copy: clone the repository and run from "
+                     "there, or pass the folder of the reference set's *.json files)"
+                     if is_default else "")
+            err.print(f"[bold red]error:[/] validation folder not found: {path}{where}",
+                      soft_wrap=True)
             raise typer.Exit(2)
         engines = [e.strip() for item in (engine or []) for e in item.split(",") if e.strip()]
         try:

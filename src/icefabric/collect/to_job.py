@@ -35,9 +35,9 @@ def job_from_report(report: CommunicatorReport, *, name: str | None = None) -> d
     -------
     dict
         ``{"name", "library", "hosts", "gpus_per_host", "nranks", "rank_host",
-        "rank_device", "rings", "nics_per_host", "channels", "qps_per_connection",
-        "nccl_version", "split_data_on_qps", "inferred"}``. ``name`` is a valid scenario job
-        name (starts with a letter).
+        "rank_device", "rings", "nics_per_host", "nic_gbps", "channels",
+        "qps_per_connection", "nccl_version", "split_data_on_qps", "inferred"}``. ``name``
+        is a valid scenario job name (starts with a letter).
         ``rank_host[r]`` indexes ``hosts``; ``rings`` maps channel -> rank order (complete
         rings only); ``nics_per_host`` is None when the log listed no NICs; ``inferred``
         lists, in words, every value that was completed rather than read (empty when all was
@@ -114,6 +114,7 @@ def job_from_report(report: CommunicatorReport, *, name: str | None = None) -> d
         rank_device.append(dev)
     rings = report.ring_orders(nranks)
     nics = [len(h.nics) for h in report.nics if h.nics]
+    speeds = [n.speed_mbps for h in report.nics for n in h.nics if n.speed_mbps]
     library = report.library if report.library in ("nccl", "rccl", "hccl") else "nccl"
     if name is None:
         name = Path(report.sources[0]).stem if report.sources else "job"
@@ -136,6 +137,7 @@ def job_from_report(report: CommunicatorReport, *, name: str | None = None) -> d
         "rank_device": rank_device,
         "rings": rings,
         "nics_per_host": max(nics) if nics else None,
+        "nic_gbps": max(speeds) / 1000 if speeds else None,
         "channels": report.nchannels,
         "qps_per_connection": int(qps) if qps and qps.isdigit() else 1,
         "nccl_version": report.version if library == "nccl" else None,
@@ -156,7 +158,10 @@ def job_from_log(paths: list[str | Path], *, name: str | None = None) -> dict[st
     :func:`icefabric.collect.nccl_log.parse_nccl_logs`, builds the reports and returns
     :func:`job_from_report` of the one with the most ranks, plus ``"warnings"`` (strings
     naming file and line), ``"collective"`` (``all_reduce`` ... when nccl-tests output is in
-    the files, else None) and ``"sizes_bytes"`` (the sizes of its result rows, or []).
+    the files, else None), ``"sizes_bytes"`` (the sizes of its result rows, or []),
+    ``"accelerator"`` (the device model nccl-tests printed, or None) and ``"env"`` (NCCL
+    variables of the log and the test's command line). When the log lists no NICs,
+    ``nics_per_host`` counts the devices of an exact ``NCCL_IB_HCA`` list.
 
     Raises
     ------
@@ -176,14 +181,35 @@ def job_from_log(paths: list[str | Path], *, name: str | None = None) -> dict[st
     job = job_from_report(best, name=name)
     job["warnings"] = [f"{w.source or ''}: {w.message}" for w in log.warnings]
     # nccl-tests output around the NCCL lines says which collective and sizes were run.
-    job["collective"], job["sizes_bytes"] = None, []
+    job["collective"], job["sizes_bytes"], job["accelerator"] = None, [], None
+    job["env"] = dict(best.env)
     for text in texts:
         run = next((r for r in parse_nccl_tests(text).runs if r.collective or r.rows), None)
         if run is not None:
             coll = (run.collective or "").removesuffix("_perf") or None
             job["collective"] = job["collective"] or coll
             job["sizes_bytes"] = job["sizes_bytes"] or [r["size"] for r in run.rows]
+            job["accelerator"] = job["accelerator"] or next(
+                (d["model"] for d in run.devices if d.get("model")), None)
+            job["env"] = {**run.env, **job["env"]}
+    if job["split_data_on_qps"] is None:  # set on the test's command line only
+        job["split_data_on_qps"] = _int_env(job["env"], "NCCL_IB_SPLIT_DATA_ON_QPS")
+    if job["nics_per_host"] is None:
+        hcas = ib_hca_devices(job["env"].get("NCCL_IB_HCA", ""))
+        if hcas:
+            job["nics_per_host"] = len(hcas)
+            job["inferred"].append(f"nics_per_host={len(hcas)} from NCCL_IB_HCA")
     return job
+
+
+def ib_hca_devices(value: str) -> list[str]:
+    """The NICs an ``NCCL_IB_HCA`` value selects when it lists them (NCCL docs: a comma list
+    of ``name[:port]``, ``=`` for exact names, ``^`` to exclude); [] when it excludes or is
+    empty, since the NICs left are then unknown."""
+    value = value.strip().strip("\"'")
+    if not value or value.startswith("^"):
+        return []
+    return [d for d in value.lstrip("=").split(",") if d.strip()]
 
 
 # nccl-tests binary stem -> scenario collective kind (scenario.schema.ScenarioCollective).

@@ -231,7 +231,7 @@ class ControllerCore:
             self.workload_key = pp.pop("workload_key", "")
             self.path_plan = PathPlan.from_dict(pp) if pp.get("sport") is not None else None
         self.watch.version = self.plan_version
-        self.metrics.plan_version = self.plan_version
+        self.metrics.plan_version.set(self.plan_version)
 
     def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         if loop is not None:
@@ -324,7 +324,7 @@ class ControllerCore:
                 return False
             self.repo.set_links(down=sorted(new - self.down), up=sorted(self.down - new))
             self.down = new
-        self.metrics.link_events += len(norm)
+        self.metrics.link_events.inc(len(norm))
         self.request_plan(reason, links_only=True)
         return True
 
@@ -351,7 +351,7 @@ class ControllerCore:
                                     "actuator": req.actuator, "enrolled_at": time.time(),
                                     "last_seen": time.time(),
                                     "applied_version": old.get("applied_version", 0)}
-        self.metrics.enrolments += 1
+        self.metrics.enrolments.inc()
         return token
 
     async def ack(self, host: str, version: int) -> None:
@@ -395,7 +395,7 @@ class ControllerCore:
             js = self.jobs.setdefault(rep.job, JobState(rep.job))
             js.reports[host] = rep
             complete = js.complete
-        self.metrics.reports += 1
+        self.metrics.reports.inc()
         if complete:
             self.request_plan(f"job {rep.job}")
         return js
@@ -418,7 +418,7 @@ class ControllerCore:
     # -- plans ----------------------------------------------------------------------------------
     def request_plan(self, reason: str, links_only: bool = False) -> None:
         self._idle.clear()
-        self.metrics.plan_requests += 1
+        self.metrics.plan_requests.inc()
         try:
             self._queue.put_nowait(PlanRequest(reason, links_only))
         except queue.Full:
@@ -456,12 +456,12 @@ class ControllerCore:
                 self._plan(", ".join(reasons)[:200], links_only)
             except StoreError as e:  # keep the last plan; plan again once the database is back
                 self.last_error = str(e)
-                self.metrics.plan_errors += 1
+                self.metrics.plan_errors.inc()
                 log.error("plan not stored, retrying in %g s: %s", self.settings.plan_retry_s, e)
                 self._retry_later(reasons[0], links_only)
             except Exception as e:  # keep the last plan; report the error on /healthz
                 self.last_error = f"{type(e).__name__}: {e}"
-                self.metrics.plan_errors += 1
+                self.metrics.plan_errors.inc()
                 log.exception("planning failed")
             if self._queue.empty():
                 self._idle.set()
@@ -560,11 +560,11 @@ class ControllerCore:
                     raise Invalid(f"{e.kind} event needs 'link'")
                 changes.append((e.link.a, e.link.b, e.kind == "link_up"))
             elif e.kind == "cnp_rate":
-                self.metrics.cnp_reports += 1
+                self.metrics.cnp_reports.inc()
         if changes and self.fabric is None:
             raise Conflict("no fabric loaded")
         self.repo.add_events(host, [e.model_dump(mode="json") for e in events])
-        self.metrics.events += len(events)
+        self.metrics.events.inc(len(events))
         if changes:
             return self.set_links(changes, f"events from {host}")
         return False

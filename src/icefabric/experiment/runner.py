@@ -15,8 +15,7 @@ import numpy as np
 
 from icefabric.engine.result import CollectiveResult, SimResult
 from icefabric.experiment.bounds import collective_cut_ns
-from icefabric.pipeline import scenario_plan, simulate
-from icefabric.policies.base import get_policy
+from icefabric.pipeline import scenario_plan, scenario_policy, simulate
 from icefabric.provenance import provenance
 from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import LoadedScenario
@@ -121,7 +120,7 @@ def run_scenario(ls: LoadedScenario, *, policies: list[str] | None = None,
     scn = ls.scenario
     policies = list(policies or scn.policies)
     for p in policies:
-        get_policy(p)  # fail early on unknown names
+        scenario_policy(ls, p)  # fail early on unknown names and options
     sizes = list(sizes or scn.size_list()) if scn.jobs else []
     fabric = build_fabric(ls)
     total = len(policies) * (len(sizes) + (scn.training is not None))

@@ -14,8 +14,8 @@ plan`` and the validation call these, and nothing else assembles the steps:
 
 from icefabric.engine.options import EngineOptions
 from icefabric.pipeline.jobs import JobError, JobSpec, PipelineError, build_workload
-from icefabric.pipeline.plans import Plan, plan, scenario_plan, with_link_events
+from icefabric.pipeline.plans import Plan, plan, scenario_plan, scenario_policy, with_link_events
 from icefabric.pipeline.simulation import simulate
 
 __all__ = ["EngineOptions", "JobError", "JobSpec", "PipelineError", "Plan", "build_workload",
-           "plan", "scenario_plan", "simulate", "with_link_events"]
+           "plan", "scenario_plan", "scenario_policy", "simulate", "with_link_events"]

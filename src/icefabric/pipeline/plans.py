@@ -19,7 +19,7 @@ from icefabric.control.plan import PathPlan
 from icefabric.control.rates import allocate_rates, dag_phases
 from icefabric.pipeline.jobs import JobError, JobSpec, build_workload, scenario_jobs
 from icefabric.pipeline.problem import HopQps, to_problem
-from icefabric.policies.base import PlanContext, Policy, get_policy
+from icefabric.policies.base import PlanContext, Policy, UnknownOptionError, get_policy
 from icefabric.scenario.loader import LoadedScenario
 from icefabric.topology.model import Fabric
 from icefabric.units import us
@@ -140,7 +140,14 @@ def scenario_link_changes(ls: LoadedScenario, fabric: Fabric) -> list[LinkChange
 
 def scenario_policy(ls: LoadedScenario, name: str, **options) -> Policy:
     """Policy ``name`` with the scenario's ``policy_options`` for it (``options`` win)."""
-    return get_policy(name, **{**ls.scenario.policy_options.get(name, {}), **options})
+    given = ls.scenario.policy_options.get(name, {})
+    try:
+        return get_policy(name, **{**given, **options})
+    except UnknownOptionError as e:
+        bad = [k for k in e.options if k in given]
+        if not bad:
+            raise
+        raise ls.error(("policy_options", name, bad[0]), str(e)) from None  # its line
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ source port and backup port (ICE's pacing rates follow from its paths:
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
@@ -22,6 +23,14 @@ from icefabric.topology.routing import Routing
 
 class PolicyError(IceFabricError, ValueError):
     """Base of the policy layer's errors: an unknown policy or an option it rejects."""
+
+
+class UnknownOptionError(PolicyError):
+    """Options a policy does not take (``options``: their names)."""
+
+    def __init__(self, message: str, options: list[str]):
+        super().__init__(message)
+        self.options = options
 
 
 @dataclass
@@ -102,7 +111,28 @@ def get_policy(name: str, **options) -> Policy:
         cls = _REGISTRY[name]
     except KeyError:
         raise PolicyError(f"unknown policy {name!r}; available: {sorted(_REGISTRY)}") from None
+    known = option_names(cls)
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise UnknownOptionError(
+            f"policy {name!r} has no option {', '.join(map(repr, unknown))}; "
+            f"its options: {', '.join(sorted(known)) or 'none'}", unknown)
     return cls(**options)
+
+
+def option_names(cls: type[Policy]) -> set[str]:
+    """Keyword options of a policy class: its ``__init__`` parameters and, where it
+    forwards ``**kw``, those of the classes it forwards to (along the MRO)."""
+    names: set[str] = set()
+    for k in cls.__mro__:
+        init = k.__dict__.get("__init__")
+        if init is None:
+            continue
+        params = list(inspect.signature(init).parameters.values())[1:]  # without self
+        names |= {p.name for p in params if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)}
+        if not any(p.kind is p.VAR_KEYWORD for p in params):
+            break
+    return names
 
 
 def _load_builtin():

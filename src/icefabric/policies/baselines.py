@@ -38,7 +38,7 @@ from icefabric.units import ms
 class EcmpPolicy(Policy):
     description = "default RoCEv2: 1 QP/connection, kernel-derived source ports, switch ECMP hash"
 
-    def __init__(self, reroute_delay_ns: int = ms(1), **_):
+    def __init__(self, reroute_delay_ns: int = ms(1)):
         # ECMP group repair after a link-down: hardware detection plus next-hop group update;
         # ~1 ms is a typical order of magnitude [UNCONFIRMED], configurable.
         self.reroute_delay_ns = int(reroute_delay_ns)
@@ -81,9 +81,6 @@ class EcmpTunedPolicy(EcmpMultiQpPolicy):
 class SprayPolicy(Policy):
     description = "ideal per-packet spraying over all shortest paths (needs reordering NICs)"
     reroute_delay_ns = 0
-
-    def __init__(self, **_):
-        pass
 
     def plan(self, ctx: PlanContext, n_routes: np.ndarray | None = None) -> PathPlan:
         w, f, rt = ctx.workload, ctx.fabric, ctx.routing
@@ -140,9 +137,6 @@ class IdealPolicy(Policy):
                    "fair (flow engine, no queues)")
     reroute_delay_ns = 0
     engine_override = "flow"
-
-    def __init__(self, **_):
-        pass
 
     def ideal_fabric(self, fabric: Fabric) -> Fabric:
         return nonblocking_twin(fabric)

@@ -75,7 +75,7 @@ class IcePolicy(Policy):
     def __init__(self, method: str = "auto", sport_mode: str = "model",
                  qps: int | str = "auto",
                  backup: bool = True, port_rounds: int = 3, improve: bool = True,
-                 agent_failover_ns: int = us(50), proactive_rates: bool = True, **_):
+                 agent_failover_ns: int = us(50), proactive_rates: bool = True):
         if sport_mode not in ("model", "probe"):
             raise PolicyError("ice: sport_mode must be 'model' or 'probe'")
         self.method = method
@@ -197,7 +197,7 @@ class StaticDisjointPolicy(Policy):
     description = ("per-host fix: each NIC spreads its own QPs over distinct uplinks of its "
                    "leaf (source ports solved for the first hop only), no global view")
 
-    def __init__(self, reroute_delay_ns: int | None = None, **_):
+    def __init__(self, reroute_delay_ns: int | None = None):
         from icefabric.units import ms
 
         # After a failure the switches re-hash; nobody re-plans (like ecmp).

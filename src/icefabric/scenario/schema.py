@@ -19,22 +19,38 @@ class _Strict(BaseModel):
 class FabricSpec(_Strict):
     """The network. ``kind`` picks the builder; unused fields of other kinds must be left out."""
 
-    kind: Literal["leaf-spine", "rail-optimized", "fat-tree"] = "leaf-spine"
-    servers_per_leaf: int = Field(2, ge=1)
-    spines: int | None = Field(None, ge=1, description="leaf-spine: number of spines")
-    links_per_spine: int = Field(1, ge=1)
-    oversub: float = Field(1.0, gt=0)
-    pods: int | None = Field(None, ge=1)
-    leaves_per_pod: int | None = Field(None, ge=1)
-    aggs_per_pod: int | None = Field(None, ge=1)
-    cores: int | None = Field(None, ge=1)
-    core_oversub: float = Field(1.0, gt=0)
-    separate_pools: bool = True
-    placement: Literal["packed", "scattered"] = "packed"
-    leaf_switch: str = "tomahawk5-128x400"
-    spine_switch: str = "tomahawk5-128x400"
-    core_switch: str = "tomahawk5-128x400"
-    hash_seeds: Literal["sonic", "random", "zero"] = "sonic"
+    kind: Literal["leaf-spine", "rail-optimized", "fat-tree"] = Field(
+        "leaf-spine", description="leaf-spine (every NIC of a server on its leaf), "
+        "rail-optimized (NIC i of every server on rail leaf i) or a 3-tier fat-tree")
+    servers_per_leaf: int = Field(2, ge=1, description="servers cabled to one leaf (one rail "
+                                  "group when rail-optimized)")
+    spines: int | None = Field(None, ge=1, description="leaf-spine, rail-optimized: number "
+                               "of spines")
+    links_per_spine: int = Field(1, ge=1, description="parallel cables from each leaf to "
+                                 "each spine")
+    oversub: float = Field(1.0, gt=0, description="leaf downlink : uplink capacity (2 = 2:1 "
+                           "oversubscribed); uplink speed is scaled to match")
+    pods: int | None = Field(None, ge=1, description="fat-tree: pods")
+    leaves_per_pod: int | None = Field(None, ge=1, description="fat-tree: leaves per pod")
+    aggs_per_pod: int | None = Field(None, ge=1, description="fat-tree: aggregation "
+                                     "switches per pod")
+    cores: int | None = Field(None, ge=1, description="fat-tree: core switches")
+    core_oversub: float = Field(1.0, gt=0, description="fat-tree: aggregation down : up "
+                                "capacity")
+    separate_pools: bool = Field(True, description="start every pool on a fresh leaf (no "
+                                 "leaf mixes vendors)")
+    placement: Literal["packed", "scattered"] = Field(
+        "packed", description="packed fills leaves in server order; scattered deals each "
+        "pool's servers round-robin over the leaves it needs (rings cross the spines)")
+    leaf_switch: str = Field("tomahawk5-128x400", description="switch profile of the "
+                             "leaves (`icefab catalog`)")
+    spine_switch: str = Field("tomahawk5-128x400", description="switch profile of the spines "
+                              "(fat-tree: aggregation switches)")
+    core_switch: str = Field("tomahawk5-128x400", description="fat-tree: switch profile of "
+                             "the cores")
+    hash_seeds: Literal["sonic", "random", "zero"] = Field(
+        "sonic", description="ECMP hash seed per switch: SONiC's fixed seed per role (leaf "
+        "0, spine 10, core 25), drawn from the scenario seed (random), or 0 everywhere")
     hash_profiles: dict[Literal["leaf", "spine", "core"], str] | str | None = Field(
         None,
         description="named switch hash profile per role (one name = every role), from "
@@ -42,8 +58,9 @@ class FabricSpec(_Strict):
         "bits), 'independent' (each tier its own bits), or vendor defaults such as "
         "broadcom_rtag7_fboss, spectrum_cumulus, sonic_leaf; overrides hash_seeds and the "
         "switch model's algorithm for the roles it names")
-    host_delay_ns: int = Field(500, ge=0)
-    fabric_delay_ns: int = Field(500, ge=0)
+    host_delay_ns: int = Field(500, ge=0, description="one-way delay of a NIC-leaf cable")
+    fabric_delay_ns: int = Field(500, ge=0, description="one-way delay of a switch-switch "
+                                 "cable")
 
     @model_validator(mode="after")
     def _kind_fields(self):
@@ -66,9 +83,10 @@ class PoolSpec(_Strict):
     """``count`` servers of catalog profile ``server``; servers are named ``<name>-<i>``,
     or as listed in ``hosts``."""
 
-    name: str = Field(pattern=r"^[A-Za-z][\w.]*$")
-    server: str
-    count: int = Field(ge=1)
+    name: str = Field(pattern=r"^[A-Za-z][\w.]*$", description="pool name; jobs refer to "
+                      "it in 'pools'")
+    server: str = Field(description="server profile from the catalog (`icefab catalog`)")
+    count: int = Field(ge=1, description="number of servers")
     nic_gbps: float | None = Field(None, gt=0, description="override the profile's NIC speed")
     hosts: list[str] | None = Field(None, description="server names (e.g. the hostnames a "
                                     "CCL log shows), one per server; default <name>-<i>")
@@ -81,8 +99,12 @@ class PoolSpec(_Strict):
 
 
 class ScenarioCollective(_Strict):
-    kind: Literal["all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast"]
-    algorithm: str | None = None
+    """One collective the job runs at every message size."""
+
+    kind: Literal["all_reduce", "all_gather", "reduce_scatter", "alltoall", "broadcast"] = Field(
+        description="the collective")
+    algorithm: str | None = Field(None, description="library algorithm, e.g. ring or tree "
+                                  "(NCCL all_reduce); default: the library model's choice")
 
 
 class ScenarioJob(_Strict):
@@ -90,11 +112,14 @@ class ScenarioJob(_Strict):
     collectives. ``library: auto`` uses the servers' library, ``cross`` when pools of
     different libraries are mixed."""
 
-    name: str = Field(pattern=r"^[A-Za-z][\w.-]*$")
-    servers: list[str] | None = None
-    pools: list[str] | None = None
-    ranks_per_server: int | None = Field(None, ge=1)
-    library: Literal["auto", "nccl", "rccl", "hccl", "cross"] = "auto"
+    name: str = Field(pattern=r"^[A-Za-z][\w.-]*$", description="job name")
+    servers: list[str] | None = Field(None, description="server names (<pool>-<i>); give "
+                                      "this or 'pools'")
+    pools: list[str] | None = Field(None, description="every server of these pools")
+    ranks_per_server: int | None = Field(None, ge=1, description="ranks on each server; "
+                                         "default: one per accelerator")
+    library: Literal["auto", "nccl", "rccl", "hccl", "cross"] = Field(
+        "auto", description="collective library model")
     qps_per_connection: int = Field(
         1, ge=1, le=128,
         description="QPs per network connection; when left out, NCCL jobs take "
@@ -112,8 +137,10 @@ class ScenarioJob(_Strict):
         default_factory=dict,
         description="NCCL_* variables the job sets: NCCL_IB_QPS_PER_CONNECTION, "
         "NCCL_IB_SPLIT_DATA_ON_QPS, NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS")
-    step_overhead_ns: int = Field(1000, ge=0)
-    collectives: list[ScenarioCollective] = Field(min_length=1)
+    step_overhead_ns: int = Field(1000, ge=0, description="fixed cost of every step of a "
+                                  "collective (kernel launch, synchronisation)")
+    collectives: list[ScenarioCollective] = Field(min_length=1, description="run one after "
+                                                  "the other at each size")
     rings: list[list[int]] | None = Field(
         None, description="ring order (ranks) of every channel as the library reported it "
         "(NCCL 'Channel cc/NN : r0 r1 ...'); default: the library model's rings")
@@ -134,15 +161,17 @@ class FailureSpec(_Strict):
     """Link ``[a, b]`` (node names, both directions) goes down at ``at_us``
     (and up again at ``until_us`` if given)."""
 
-    at_us: float = Field(ge=0)
-    link: tuple[str, str]
-    until_us: float | None = None
+    at_us: float = Field(ge=0, description="when the link goes down")
+    link: tuple[str, str] = Field(description="the two node names, e.g. [leaf0, spine3]")
+    until_us: float | None = Field(None, description="when it comes back; default: never")
 
 
 class SizesSpec(_Strict):
-    min: int | str = Field("1MiB", validate_default=True)
-    max: int | str = Field("1GiB", validate_default=True)
-    factor: int = Field(2, ge=2)
+    """Message sizes min, min * factor, ... up to max (as nccl-tests' -b, -e, -f)."""
+
+    min: int | str = Field("1MiB", validate_default=True, description="smallest size")
+    max: int | str = Field("1GiB", validate_default=True, description="largest size")
+    factor: int = Field(2, ge=2, description="ratio of successive sizes")
 
     @field_validator("min", "max")
     @classmethod
@@ -160,25 +189,35 @@ class SizesSpec(_Strict):
 
 
 class Scenario(_Strict):
-    name: str
-    description: str = ""
-    seed: int = 0
-    fabric: FabricSpec
-    pools: list[PoolSpec] = Field(min_length=1)
-    jobs: list[ScenarioJob] = Field(default_factory=list)
+    """A whole scenario file (the top level)."""
+
+    name: str = Field(description="scenario name (shown in results)")
+    description: str = Field("", description="one or two sentences shown with the results")
+    seed: int = Field(0, description="seeds every random choice (hash seeds, ECMP ports), "
+                      "so a run is reproducible")
+    fabric: FabricSpec = Field(description="the network")
+    pools: list[PoolSpec] = Field(min_length=1, description="groups of identical servers")
+    jobs: list[ScenarioJob] = Field(default_factory=list, description="collective jobs on "
+                                    "the servers")
     training: TrainingSpec | None = Field(
         None, description="a training job: model, parallelism plan and where it runs; "
         "simulated as one iteration per policy (see docs/training.md)")
-    sizes: SizesSpec | list[int | str] = Field(default_factory=SizesSpec)
+    sizes: SizesSpec | list[int | str] = Field(
+        default_factory=SizesSpec, description="message sizes: a range or an explicit list")
     policies: list[str] = Field(default_factory=lambda: ["ecmp", "ecmp-multiqp", "spray",
-                                                         "ideal"])
-    policy_options: dict[str, dict] = Field(default_factory=dict)
-    engine: Literal["flow", "fluid"] = "flow"
+                                                         "ideal"],
+                                description="policies compared on the same workload: ecmp, "
+                                "ecmp-multiqp, static-disjoint, spray, ice, ideal")
+    policy_options: dict[str, dict] = Field(default_factory=dict, description="options per "
+                                            "policy, e.g. {ice: {qps: auto}}")
+    engine: Literal["flow", "fluid"] = Field(
+        "flow", description="flow (max-min rates, fast) or fluid (queues, ECN, DCQCN, PFC)")
     engine_options: EngineOptions = Field(
         default_factory=EngineOptions,
         description="fluid-engine models and numerics (cc, dcqcn, red, pfc, endside, ...); "
         "see docs/fluid-engine.md")
-    failures: list[FailureSpec] = Field(default_factory=list)
+    failures: list[FailureSpec] = Field(default_factory=list, description="links that go "
+                                        "down (and up) during the run")
 
     def run_options(self, engine: str | None = None) -> EngineOptions:
         """The engine options of a run: ``engine`` (default: the scenario's) with the

@@ -109,8 +109,8 @@ class _Builder:
             nics.append(self.node(f"{name}/nic{j}", NIC, server=s, index=j, ip=ip))
         for i, a in enumerate(accels):
             self.duplex(a, hub, profile.intra_bps, profile.intra_delay_ns, LINK_INTRA)
-            self.duplex(a, nics[profile.nic_of_accel(i)], profile.pcie_bps,
-                        profile.intra_delay_ns, LINK_INTRA)
+            for j in profile.nics_of_accel(i):
+                self.duplex(a, nics[j], profile.pcie_bps, profile.intra_delay_ns, LINK_INTRA)
         srv = Server(name, profile, pool, tuple(accels), tuple(nics), hub)
         self.servers.append(srv)
         return srv

@@ -18,7 +18,9 @@ class ServerProfile:
     Attributes
     ----------
     n_accel : int — accelerators (GPUs/NPUs) per server.
-    n_nics : int — scale-out RDMA NICs/ports; accelerator ``i`` owns NIC ``i * n_nics // n_accel``.
+    n_nics : int — scale-out RDMA NICs/ports; accelerator ``i`` owns NICs
+        ``i * n_nics // n_accel`` up to (not including) ``(i + 1) * n_nics // n_accel``, at
+        least one (:meth:`nics_of_accel`): 8 NICs for 8 GPUs, one each; 16 ports, two each.
     nic_bps : float — line rate of each scale-out NIC in bits/s.
     intra_bps : float — per-accelerator, per-direction bandwidth into the server's scale-up
         fabric (NVLink/NVSwitch, HCCS, Infinity Fabric), modelled as a non-blocking hub.
@@ -43,7 +45,13 @@ class ServerProfile:
     cuda_sm: int | None = None
 
     def nic_of_accel(self, i: int) -> int:
+        """The first (or only) NIC of accelerator ``i``."""
         return i * self.n_nics // self.n_accel
+
+    def nics_of_accel(self, i: int) -> range:
+        """Every NIC accelerator ``i`` owns (sits next to on PCIe)."""
+        first = self.nic_of_accel(i)
+        return range(first, max(first + 1, (i + 1) * self.n_nics // self.n_accel))
 
 
 @dataclass(frozen=True)
@@ -71,6 +79,14 @@ SERVERS: dict[str, ServerProfile] = {
             "NVSwitch (900 GB/s bidirectional per GPU = 3.6 Tb/s per direction), 8 x 400G "
             "ConnectX-7, one NIC per GPU on PCIe Gen5 x16 (~64 GB/s per direction); "
             "domain-facts §8.1"),
+        ServerProfile(
+            name="bm-gpu-h100-8", vendor="NVIDIA", accelerator="H100 SXM", n_accel=8,
+            n_nics=16, nic_bps=gbps(200), intra_bps=gbps(3600), pcie_bps=gbps(512),
+            library="nccl", nic_vendor="ConnectX-7 (2 x 200G ports per GPU)", cuda_sm=90,
+            source="OCI BM.GPU.H100.8: 8 H100 SXM on NVLink4/NVSwitch as hgx-h100, RoCEv2 "
+            "cluster network of 16 x 200 Gb/s RDMA ports (3.2 Tb/s), two per GPU (OCI compute "
+            "shapes documentation; the nccl-tests run of reference log ncclt-oci-h100-roce "
+            "lists 16 HCAs in NCCL_IB_HCA on each of its 2 hosts)"),
         ServerProfile(
             name="atlas-800t-a2", vendor="Huawei", accelerator="Ascend 910B", n_accel=8,
             n_nics=8, nic_bps=gbps(200), intra_bps=gbps(1568), pcie_bps=gbps(400),

@@ -150,8 +150,19 @@ class Fabric:
         return out
 
     @cached_property
+    def nic_accel(self) -> np.ndarray:
+        """For every NIC node: the accelerator that owns it (the first one cabled to it on
+        PCIe; -1 elsewhere). An accelerator may own several NICs (ports)."""
+        out = np.full(self.n_nodes, -1, dtype=np.int64)
+        k = self.node_kind
+        pcie = np.flatnonzero((self.link_kind == LINK_INTRA) & (k[self.link_src] == ACCEL)
+                              & (k[self.link_dst] == NIC))[::-1]  # the first one wins
+        out[self.link_dst[pcie]] = self.link_src[pcie]
+        return out
+
+    @cached_property
     def accel_nic(self) -> np.ndarray:
-        """For every accelerator node: its own NIC node id (-1 elsewhere)."""
+        """For every accelerator node: its own (first) NIC node id (-1 elsewhere)."""
         out = np.full(self.n_nodes, -1, dtype=np.int64)
         for srv in self.servers:
             p = srv.profile

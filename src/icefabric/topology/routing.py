@@ -206,20 +206,11 @@ class Routing:
 
 class ServerPaths:
     """Paths inside a server: accelerator <-> accelerator via the hub (NVSwitch/HCCS), and
-    accelerator <-> NIC, directly for the accelerator's own NIC, else through the hub and
+    accelerator <-> NIC, directly for a NIC the accelerator owns, else through the hub and
     the NIC owner's PCIe link (NCCL PXN / PCIe-switch path)."""
 
     def __init__(self, fabric: Fabric):
         self.f = fabric
-
-    @cached_property
-    def _nic_owner(self) -> np.ndarray:
-        """For every NIC node: the first accelerator whose own NIC it is (-1 elsewhere)."""
-        f = self.f
-        accels = f.nodes_of_kind(ACCEL)
-        owner = np.full(f.n_nodes, -1, dtype=np.int64)
-        owner[f.accel_nic[accels][::-1]] = accels[::-1]  # the first one wins
-        return owner
 
     @cached_property
     def _hub(self) -> np.ndarray:
@@ -240,16 +231,16 @@ class ServerPaths:
             i = int(np.flatnonzero(bad)[0])
             raise RoutingError(f"no server path from {f.node_names[a[i]]} to "
                                f"{f.node_names[b[i]]}")
-        own = (an & (f.accel_nic[a] == b)) | (na & (f.accel_nic[b] == a))
+        own = (an & (f.nic_accel[b] == a)) | (na & (f.nic_accel[a] == b))
         hub = self._hub[np.maximum(srv, 0)]
         # node sequences: a hub b | a b | a hub owner(b) b | a owner(a) hub b
         nodes = np.stack([a, b, b, b], axis=1)
         hops = np.where(same, 0, np.where(aa, 2, np.where(own, 1, 3)))
         nodes[aa, 1] = hub[aa]
         via = an & ~own
-        nodes[via, 1], nodes[via, 2] = hub[via], self._nic_owner[b[via]]
+        nodes[via, 1], nodes[via, 2] = hub[via], f.nic_accel[b[via]]
         via = na & ~own
-        nodes[via, 1], nodes[via, 2] = self._nic_owner[a[via]], hub[via]
+        nodes[via, 1], nodes[via, 2] = f.nic_accel[a[via]], hub[via]
         step = np.arange(3) < hops[:, None]
         links = f.link_ids(nodes[:, :3][step], nodes[:, 1:][step])
         return indptr_from_lengths(hops), links

@@ -6,6 +6,7 @@ from fastapi import APIRouter
 from fastapi.responses import PlainTextResponse
 
 from icefabric.controller.deps import CoreDep
+from icefabric.controller.metrics import CONTENT_TYPE
 from icefabric.schemas_service import ErrorBody, Health
 
 router = APIRouter(tags=["health"])
@@ -36,4 +37,4 @@ async def metrics(core: CoreDep) -> PlainTextResponse:
     """Prometheus text format: planning time, agents connected, plan versions, replans."""
     text = core.metrics.render(agents_connected=core.connected_agents(),
                                agents_enrolled=len(core.hosts))
-    return PlainTextResponse(text, media_type="text/plain; version=0.0.4")
+    return PlainTextResponse(text, media_type=CONTENT_TYPE)

@@ -25,10 +25,7 @@ from pathlib import Path
 from icefabric.engine.registry import get_engine
 from icefabric.engine.validation import engine_options, load_scenario, to_problem
 
-DEFAULT_DIR = Path(__file__).resolve().parents[2] / "shared" / "reference" / "validation"
-if not DEFAULT_DIR.is_dir():
-    DEFAULT_DIR = Path("/work/shared/reference/validation")
-TARGETS = {"ns3-dcqcn": "ns3-dcqcn", "htsim-pfc": "htsim-pfc"}
+DEFAULT_DIR = Path(__file__).resolve().parents[1] / "data" / "validation"  # the public set
 
 
 def time_mode(sc, ref: str, repeat: int) -> dict:

@@ -75,6 +75,12 @@ def test_rows_carry_median_range_and_every_draw(drawn):
             assert r["best_baseline"] == "ecmp-multiqp"  # the better baseline here
 
 
+def test_workers_give_the_same_rows(small, drawn):
+    par = run_scenario(small, sizes=SIZES, policies=["ecmp", "ecmp-multiqp", "ice"], draws=8,
+                       workers=2)
+    assert par.rows == drawn.rows
+
+
 def test_ecmp_varies_over_draws_and_ice_does_not(small):
     """ECMP's busbw takes several values over QP-number draws (the reason for draws);
     ICE plans every path, so its result is the same in every draw."""

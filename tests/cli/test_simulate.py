@@ -39,3 +39,5 @@ def test_piped_and_80_columns_show_every_name_in_full(columns):
     assert re.search(r"simulating hetero-default: 0/18 next ecmp @ 1MiB", r.stderr)
     assert re.search(r"simulating hetero-default: 18/18 done in [\d.]+ s", r.stderr)
     assert "simulating" not in out
+    # the draws note prints its brackets (not read as console markup)
+    assert re.search(r"median\s+\[p10-p90\]\s+over\s+100\s+draws", out), out[-400:]

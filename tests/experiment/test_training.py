@@ -38,6 +38,34 @@ def test_training_hetero_reports_iteration_time_per_policy(hetero_result):
     assert {s.policy for s in hetero_result.link_stats} == {"ecmp", "ice"}
 
 
+def test_drawn_policies_report_their_median_draw_whole(hetero_result):
+    """ECMP over draws: its column is the median draw's whole run (the batched draws'
+    iteration time equals that draw run alone), with the range; ICE's gains are over
+    ECMP's median and its lucky p10 draw."""
+    from icefabric.reports.training import iteration_rows
+
+    res = run_scenario(load("training-hetero"), policies=["ecmp", "ice"], draws=5)
+    by = {r["policy"]: r for r in res.training["results"]}
+    e, i = by["ecmp"], by["ice"]
+    ms = e["iteration_ms_draws"]
+    assert e["draws"] == 5 and len(set(ms)) > 1
+    # draw 0 is the single-draw run
+    assert ms[0] == hetero_result.training["results"][0]["iteration_ms"]
+    assert e["iteration_ms"] == sorted(ms)[2] == ms[e["median_draw"]]
+    b = e["breakdown"]
+    assert b["compute_ms"] + b["exposed_total_ms"] + b["bubble_ms"] == pytest.approx(
+        e["iteration_ms"], rel=1e-4)
+    assert e["iteration_ms_p10"] <= e["iteration_ms_p50"] <= e["iteration_ms_p90"]
+    assert "draws" not in i  # ICE's plan does not depend on the draw
+    assert i["gain_vs_ecmp"] == pytest.approx(e["iteration_ms"] / i["iteration_ms"] - 1,
+                                              abs=1e-4)
+    assert i["gain_vs_ecmp_lucky"] == pytest.approx(
+        e["iteration_ms_p10"] / i["iteration_ms"] - 1, abs=1e-4)
+    rows = dict(iteration_rows(res))
+    assert rows["p10-p90"] == [f"{e['iteration_ms_p10']:.1f}-{e['iteration_ms_p90']:.1f}", ""]
+    assert rows["vs lucky ecmp"][1] == f"{i['gain_vs_ecmp_lucky']:+.1%}"
+
+
 def test_training_table_fits_the_width(hetero_result):
     """The iteration table lays out like the collective tables: no cut policy names."""
     import dataclasses

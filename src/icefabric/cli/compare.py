@@ -79,7 +79,7 @@ def nccl_tests(
         err_console.print(f"inferred: {note}", highlight=False)
     _print_table(file, measured, rows, pols, base.scenario.name, job)
     for n in res.notes + notes:  # the runner's say how many draws the ranges are over
-        console.print(f"note: {n}", highlight=False)
+        console.print(f"note: {n}", highlight=False, markup=False)
 
 
 def _rows(measured: dict, sim_rows: list[dict], pols: list[str]) -> list[dict]:

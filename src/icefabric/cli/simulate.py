@@ -134,7 +134,7 @@ def simulate(
     for r in render(res, console.width, detail=detail):
         console.print(r)
     for n in res.notes:
-        console.print(f"note: {n}", highlight=False)
+        console.print(f"note: {n}", highlight=False, markup=False)
     console.print(f"wall time {res.wall_s:.1f} s" + (f"; artefacts in {out}" if out else "")
                   + (f"; report {report}" if report else ""), highlight=False)
 

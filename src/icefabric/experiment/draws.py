@@ -31,6 +31,7 @@ import numpy as np
 
 from icefabric.ccl.workload import Workload
 from icefabric.engine.batch import run_flow_batch
+from icefabric.engine.problem import SimProblem
 from icefabric.engine.result import CollectiveResult
 from icefabric.pipeline import Plan, plan, simulate, with_link_events
 from icefabric.pipeline.plans import scenario_link_changes, scenario_policy, scenario_workload
@@ -174,13 +175,20 @@ def _same_qps(a, b) -> bool:
         np.array_equal(a.qp_dst_nic, b.qp_dst_nic)
 
 
-def _batched(fabric: Fabric, plans: list[Plan]) -> list[list[CollectiveResult]]:
-    """Collective results of every plan (same workload, own QPs and paths), in one batched
-    flow-engine run."""
+def batched_runs(fabric: Fabric, plans: list[Plan]) -> tuple[SimProblem, np.ndarray,
+                                                                np.ndarray]:
+    """Every plan (same workload, own QPs and paths) in one batched flow-engine run: the
+    engine problem of the first and the flows' ``(start_ns, finish_ns)``, shape (plans,
+    flows)."""
     prob, pmap = to_problem(fabric, plans[0].workload, plans[0].paths)
     ks = np.arange(prob.n_routes)
-    routes = [pmap.routes(ks, p.paths) for p in plans]
-    start, finish = run_flow_batch(prob, routes)
+    start, finish = run_flow_batch(prob, [pmap.routes(ks, p.paths) for p in plans])
+    return prob, start, finish
+
+
+def _batched(fabric: Fabric, plans: list[Plan]) -> list[list[CollectiveResult]]:
+    """Collective results of every plan, in one batched flow-engine run."""
+    prob, start, finish = batched_runs(fabric, plans)
     out = []
     for s, f in zip(start, finish):
         out.append([CollectiveResult(c.name, c.job, c.kind, c.size_bytes, c.nranks,

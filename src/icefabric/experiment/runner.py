@@ -170,7 +170,8 @@ def run_scenario(ls: LoadedScenario, *, policies: list[str] | None = None,
         from icefabric.experiment.training import run_training
 
         step = (lambda i, n, label: progress(done + i, total, label)) if progress else None
-        training, runs = run_training(ls, fabric, policies, engine=engine, progress=step)
+        training, runs = run_training(ls, fabric, policies, engine=engine, progress=step,
+                                       draws=draws)
         largest = largest or runs  # a training-only scenario: link statistics of its runs
     if progress:
         progress(total, total, "done")

@@ -33,7 +33,8 @@ def _plan(tr: dict) -> str:
 
 def iteration_rows(res) -> list[tuple[str, list[str]]]:
     """(label, one cell per policy) rows of the iteration table, shared by the terminal
-    table and the HTML report: time, gain over ecmp, fraction of ideal, MFU, the mean
+    table and the HTML report: time (a drawn policy: its median draw, and the p10-p90
+    range), gain over ecmp (and over its lucky p10 draw), fraction of ideal, MFU, the mean
     per-device breakdown and each network group's bus bandwidth."""
     rs = res.training["results"]
     kinds = [k for k in COMM if any(k in r["breakdown"]["exposed_ms"] for r in rs)]
@@ -41,12 +42,19 @@ def iteration_rows(res) -> list[tuple[str, list[str]]]:
     def pct(v, sign=""):
         return "" if v is None else f"{v:{sign}.1%}"
 
-    rows = [("iteration", [f"{r['iteration_ms']:.1f}" for r in rs]),
-            ("vs ecmp", ["" if r["policy"] == "ecmp" else pct(r.get("gain_vs_ecmp"), "+")
-                         for r in rs]),
-            ("of ideal", [pct(r.get("frac_of_ideal")) for r in rs]),
-            ("MFU", [pct(r.get("mfu")) for r in rs]),
-            ("compute", [f"{r['breakdown']['compute_ms']:.1f}" for r in rs])]
+    rows = [("iteration", [f"{r['iteration_ms']:.1f}" for r in rs])]
+    if any("draws" in r for r in rs):  # randomised policies: median draw and range
+        rows.append(("p10-p90", [f"{r['iteration_ms_p10']:.1f}-{r['iteration_ms_p90']:.1f}"
+                                 if "draws" in r else "" for r in rs]))
+    rows.append(("vs ecmp", ["" if r["policy"] == "ecmp" else pct(r.get("gain_vs_ecmp"), "+")
+                             for r in rs]))
+    if any("gain_vs_ecmp_lucky" in r for r in rs):
+        rows.append(("vs lucky ecmp", ["" if r["policy"] == "ecmp" else
+                                       pct(r.get("gain_vs_ecmp_lucky"), "+") for r in rs]))
+    rows += [
+        ("of ideal", [pct(r.get("frac_of_ideal")) for r in rs]),
+        ("MFU", [pct(r.get("mfu")) for r in rs]),
+        ("compute", [f"{r['breakdown']['compute_ms']:.1f}" for r in rs])]
     rows += [(f"exposed {k}", [f"{r['breakdown']['exposed_ms'].get(k, 0.0):.1f}" for r in rs])
              for k in kinds]
     rows.append(("bubble", [f"{r['breakdown']['bubble_ms']:.1f}" for r in rs]))

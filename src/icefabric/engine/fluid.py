@@ -383,7 +383,8 @@ class FluidSim:
         st = fk.State(
             sf=sf, si=si, **_banks(fk.ST_BANKS, cols, sizes), **self._entry_banks(),
             cc=state_matrix(dcqcn_init(line, self.dp)), cnp_line=np.zeros((fb_rows, Kr)),
-            smp=np.zeros((n_smp, 1 + len(net.rec_links) + 2 * len(net.rec_flows))))
+            smp=np.zeros((n_smp, 1 + len(net.rec_links) + 2 * len(net.rec_flows))),
+            tmp=np.zeros((fk.N_TMP, max(L, Kr, F, len(self.pfc_pool), 1))))
         for f in np.flatnonzero(self.n_deps_left == 0):
             fk.heap_push(st, float(self.p.flow_start_ns[f]), int(f))
         return st

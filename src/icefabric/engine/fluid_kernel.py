@@ -62,7 +62,7 @@ ST_BANKS = {
     "fi": ["n_deps_left", "heap_f", "a_f", "a_fstart", "new_f"],
     "kf": ["deliv", "last_cnp", "es_cnps", "a_dem", "a_alloc", "a_x"],
     "kb": ["a_cnp"],
-    "ki": ["a_r", "a_rflow", "a_estart", "a_ne", "nic_mem"],
+    "ki": ["a_r", "a_rflow", "a_estart", "a_ne", "nic_mem", "wf_order"],
 }
 NET_BANKS = {
     "lf": ["cap", "kmin", "kmax", "pmax", "pfc_alpha", "pfc_gap"],
@@ -85,7 +85,7 @@ NET_BANKS = {
 (S_N_DEPS_LEFT, S_HEAP_F, S_A_F, S_A_FSTART, S_NEW_F) = range(5)  # st.fi
 (S_DELIV, S_LAST_CNP, S_ES_CNPS, S_A_DEM, S_A_ALLOC, S_A_X) = range(6)  # st.kf
 (S_A_CNP,) = range(1)  # st.kb
-(S_A_R, S_A_RFLOW, S_A_ESTART, S_A_NE, S_NIC_MEM) = range(5)  # st.ki
+(S_A_R, S_A_RFLOW, S_A_ESTART, S_A_NE, S_NIC_MEM, S_WF_ORDER) = range(6)  # st.ki
 (N_CAP, N_KMIN, N_KMAX, N_PMAX, N_PFC_ALPHA, N_PFC_GAP) = range(6)  # net.lf
 (N_INGRESS_SW,) = range(1)  # net.lb
 (N_REV, N_SW_OF, N_LEVEL) = range(3)  # net.li
@@ -98,7 +98,10 @@ NET_BANKS = {
 Net = namedtuple("Net", ["lf", "lb", "li", "ei", "indptr", "kf", "ki", "r_order", "ff", "fi",
                          "dependants", "pfc_pool", "rec_links", "rec_flows", "dcqcn", "cfg"])
 State = namedtuple("State", ["sf", "si", "lf", "lb", "li", "ef", "ei", "ff", "fb", "fi", "kf",
-                             "kb", "ki", "cc", "cnp_line", "smp"])
+                             "kb", "ki", "cc", "cnp_line", "smp", "tmp"])
+#: rows of ``tmp``: per-step scratch (length >= links, routes, flows and nodes), so a step
+#: allocates nothing; each function notes which rows it uses
+N_TMP = 6
 
 
 # --------------------------------------------------------------------------------------
@@ -106,7 +109,15 @@ State = namedtuple("State", ["sf", "si", "lf", "lb", "li", "ef", "ei", "ff", "fb
 # --------------------------------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
+def _zeroed(buf, n):
+    """The first ``n`` slots of a scratch row, set to zero."""
+    out = buf[:n]
+    out[:] = 0.0
+    return out
+
+
+@njit(cache=True, inline="always")
 def _less(ht, hf, a, b) -> bool:
     return ht[a] < ht[b] or (ht[a] == ht[b] and hf[a] < hf[b])
 
@@ -129,7 +140,7 @@ def heap_push(st, t, f) -> None:
         i = p
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _heap_pop(st) -> int:
     st_si = st.si
     st_ff = st.ff
@@ -154,7 +165,7 @@ def _heap_pop(st) -> int:
     return f
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def release(net, st, f, t_fin) -> None:
     """Flow ``f`` finished at ``t_fin``: dependants whose last prerequisite it was start."""
     st_fi = st.fi
@@ -173,7 +184,7 @@ def release(net, st, f, t_fin) -> None:
 # --------------------------------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _gather_routes(net, st) -> None:
     """Running flows, their routes (flow order) and entries (route order, hop order)."""
     st_si = st.si
@@ -213,7 +224,7 @@ def _gather_routes(net, st) -> None:
     si[I_NAF], si[I_NAR], si[I_NAE] = nf, nr, ne
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _gather_links(net, st) -> None:
     """Queue entries (hop >= 1) grouped by link, links ordered by topological level."""
     st_si = st.si
@@ -271,7 +282,7 @@ def _gather_links(net, st) -> None:
         fill[s] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _gather_nics(net, st) -> None:
     """Sender NICs (sorted link ids) and their routes, for the NIC's max-min scheduler."""
     st_si = st.si
@@ -316,7 +327,7 @@ def rebuild(net, st) -> None:
 # --------------------------------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _service(net, st) -> None:
     """Link service rates: capacity less the ACKs of last step's deliveries, and PFC."""
     st_si = st.si
@@ -329,7 +340,7 @@ def _service(net, st) -> None:
     net_indptr = net.indptr
     net_cfg = net.cfg
     L = len(net_lf[N_CAP])
-    ack = np.zeros(L)
+    ack = _zeroed(st.tmp[0], L)
     ratio = net_cfg[C_ACK_RATIO]
     if ratio > 0:
         for j in range(st_si[I_NAE]):
@@ -346,7 +357,7 @@ def _service(net, st) -> None:
         st_lf[S_SERV_EFF, li] = min(s, st_lf[S_PFC_ALLOW, li])
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _allocate(net, st) -> None:
     """Demands and NIC shares of the running routes, then each flow's rate ``a_rf``.
 
@@ -409,37 +420,55 @@ def _allocate(net, st) -> None:
         st_kf[S_A_X, r] = net_kf[N_W, st_ki[S_A_R, r]] * st_ff[S_A_RF, st_ki[S_A_RFLOW, r]]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _waterfill(st, nn) -> None:
     st_lf = st.lf
     st_li = st.li
-    st_kf = st.kf
-    st_ki = st.ki
-    # the numpy engine sorted all demands by (NIC, demand) and took one running sum over
-    # them; the same order and sums here
+    dem, alloc = st.kf[S_A_DEM], st.kf[S_A_ALLOC]
+    mem, order = st.ki[S_NIC_MEM], st.ki[S_WF_ORDER]
+    # the numpy engine sorted all demands by (NIC, demand) (stable) and took one running
+    # sum over them; the same order and sums here, without allocating
     cs = 0.0
     for g in range(nn):
         a, b = st_li[S_NIC_PTR, g], st_li[S_NIC_PTR, g + 1]
-        mem = st_ki[S_NIC_MEM, a:b]
-        d = st_kf[S_A_DEM][mem]
-        order = np.argsort(d, kind="mergesort")
+        _stable_order(dem, mem, order, a, b)
         cap = st_lf[S_SERV_EFF, st_li[S_NIC_LINK, g]]
         cs0 = cs
         level = _INF
         n = b - a
         for p in range(n):
-            dv = d[order[p]]
+            dv = dem[order[a + p]]
             before = cs - cs0
             n_rest = n - p
             if level == _INF and before + n_rest * dv >= cap:
                 level = (cap - before) / n_rest
             cs += dv
         lv = max(level, 0.0)
+        for p in range(a, b):
+            alloc[mem[p]] = min(dem[mem[p]], lv)
+
+
+@njit(cache=True, inline="always")
+def _stable_order(key, mem, order, a, b) -> None:
+    """``order[a:b]`` = ``mem[a:b]`` sorted by ``key`` (stable): insertion sort for a NIC's
+    few QPs, merge sort beyond."""
+    n = b - a
+    if n > 48:
+        idx = np.argsort(key[mem[a:b]], kind="mergesort")
         for p in range(n):
-            st_kf[S_A_ALLOC, mem[p]] = min(d[p], lv)
+            order[a + p] = mem[a + idx[p]]
+        return
+    for p in range(n):
+        m = mem[a + p]
+        kv = key[m]
+        q = p
+        while q > 0 and key[order[a + q - 1]] > kv:
+            order[a + q] = order[a + q - 1]
+            q -= 1
+        order[a + q] = m
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _dt(net, st, t) -> float:
     st_sf = st.sf
     st_si = st.si
@@ -475,7 +504,7 @@ def _dt(net, st, t) -> float:
     return max(dt, 1e-3)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _sweep_level(st, dt, lo, hi) -> None:
     """FIFO service of the links ``lk_link[lo:hi]`` (one topological level)."""
     st_lf = st.lf
@@ -510,7 +539,7 @@ def _sweep_level(st, dt, lo, hi) -> None:
         _fifo(st, dt, i)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _fifo(st, dt, i) -> None:
     """One link's FIFO: present content leaves first (entries whose arrivals stopped drain
     linearly at their last departure rate), then this step's arrivals pro rata."""
@@ -557,7 +586,7 @@ def _fifo(st, dt, i) -> None:
         q[e] = max(qv + in_b - out_b, 0.0)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _sweep(net, st, dt) -> float:
     """Move every running entry's bytes one step; returns the largest departure change."""
     st_si = st.si
@@ -580,7 +609,7 @@ def _sweep(net, st, dt) -> float:
         _sweep_level(st, dt, st_li[S_LV_PTR, v], st_li[S_LV_PTR, v + 1])
     ddep = 0.0
     L = len(net_lf[N_CAP])
-    lb = np.zeros(L)
+    lb = _zeroed(st.tmp[0], L)
     for j in range(ne):
         e = st_ei[S_AE, j]
         ddep = max(ddep, abs(st_ef[S_AE_NEW, j] - st_ef[S_DEP, e]))
@@ -604,14 +633,15 @@ def _sweep(net, st, dt) -> float:
     return ddep
 
 
-@njit(cache=True)
-def rev_delay(net, st) -> np.ndarray:
-    """Queueing delay (ns) an ACK meets on the reverse direction of each link."""
+@njit(cache=True, inline="always")
+def rev_delay(net, st, out) -> np.ndarray:
+    """Queueing delay (ns) an ACK meets on the reverse direction of each link, written
+    to ``out``."""
     st_lf = st.lf
     net_lf = net.lf
     net_li = net.li
     L = len(net_lf[N_CAP])
-    out = np.zeros(L)
+    _zeroed(out, L)
     for li in range(L):
         rv = net_li[N_REV, li]
         if rv >= 0:
@@ -619,7 +649,7 @@ def rev_delay(net, st) -> np.ndarray:
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _red(net, li, q) -> float:
     """RED marking probability of link ``li`` at queue ``q`` (dataplane/ecn.py)."""
     net_lf = net.lf
@@ -633,7 +663,7 @@ def _red(net, li, q) -> float:
     return min(max((q - kmin) / span, 0.0), 1.0) * net_lf[N_PMAX, li]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _marks(net, st, t_new, dt) -> bool:
     """ECN marks of this step into the CNP delay line; returns whether any was made."""
     st_sf = st.sf
@@ -647,7 +677,7 @@ def _marks(net, st, t_new, dt) -> bool:
     net_kf = net.kf
     net_cfg = net.cfg
     L = len(net_lf[N_CAP])
-    pl = np.zeros(L)
+    pl = st.tmp[0]
     anyp = False
     for li in range(L):
         pl[li] = _red(net, li, st_lf[S_QLINK, li])
@@ -655,8 +685,8 @@ def _marks(net, st, t_new, dt) -> bool:
     if not anyp:
         return False
     nr, ne = st_si[I_NAR], st_si[I_NAE]
-    mlink = np.zeros(L)
-    npk = np.zeros(nr)
+    mlink = _zeroed(st.tmp[1], L)
+    npk = _zeroed(st.tmp[2], nr)
     for j in range(ne):
         mb = st_ef[S_DEP, st_ei[S_AE, j]] * dt * pl[st_ei[S_AE_LINK, j]]
         mlink[st_ei[S_AE_LINK, j]] += mb
@@ -670,8 +700,12 @@ def _marks(net, st, t_new, dt) -> bool:
     if not anyk:
         return False
     # CNPs ride ACKs: base RTT plus the reverse path's queueing delay
-    rd = rev_delay(net, st) if net_cfg[C_ACK_QUEUE] > 0 else np.zeros(L)
-    rq = np.zeros(nr)
+    rd = st.tmp[3]
+    if net_cfg[C_ACK_QUEUE] > 0:
+        rev_delay(net, st, rd)
+    else:
+        _zeroed(rd, L)
+    rq = _zeroed(st.tmp[4], nr)
     for j in range(ne):
         rq[st_ei[S_AE_ROUTE, j]] += rd[st_ei[S_AE_LINK, j]]
     bw = net_cfg[C_FB_BW]
@@ -687,7 +721,7 @@ def _marks(net, st, t_new, dt) -> bool:
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _cnps(net, st, t_new, dt, rng) -> None:
     """Collect the CNPs due now, draw which QPs see one, and run DCQCN on every QP."""
     st_si = st.si
@@ -702,7 +736,7 @@ def _cnps(net, st, t_new, dt, rng) -> None:
     bw = net_cfg[C_FB_BW]
     rows = st_cnp_line.shape[0]
     cur_b = np.int64(t_new // bw)
-    cnp_n = np.zeros(nr)
+    cnp_n = _zeroed(st.tmp[0], nr)
     anyn = False
     if cur_b > st_si[I_FB_LAST]:
         nb = min(cur_b - st_si[I_FB_LAST], rows)
@@ -737,7 +771,7 @@ def _cnps(net, st, t_new, dt, rng) -> None:
             st_kf[S_ES_CNPS, k] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _pfc_thresholds(net, st, use) -> None:
     st_lf = st.lf
     net_lf = net.lf
@@ -748,7 +782,7 @@ def _pfc_thresholds(net, st, use) -> None:
     cfg = net_cfg
     L = len(net_lf[N_CAP])
     if cfg[C_PFC_DYN] > 0:
-        sw_shared = np.zeros(len(net_pfc_pool))
+        sw_shared = _zeroed(st.tmp[3], len(net_pfc_pool))
         for li in range(L):
             if net_lb[N_INGRESS_SW, li]:
                 sw_shared[net_li[N_SW_OF, li]] += max(use[li] - cfg[C_RESERVE], 0.0)
@@ -763,7 +797,7 @@ def _pfc_thresholds(net, st, use) -> None:
             st_lf[S_PFC_XON, li] = cfg[C_XON]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _pfc(net, st, dt) -> None:
     """Fluid PFC: throttle each upstream transmitter so its ingress port holds XOFF."""
     st_si = st.si
@@ -778,8 +812,8 @@ def _pfc(net, st, dt) -> None:
     net_ki = net.ki
     net_cfg = net.cfg
     L = len(net_lf[N_CAP])
-    use = np.zeros(L)
-    out = np.zeros(L)
+    use = _zeroed(st.tmp[0], L)
+    out = _zeroed(st.tmp[1], L)
     for p in range(st_si[I_NQ]):
         j = st_ei[S_Q_ENT, p]
         use[st_ei[S_AE_ING, j]] += st_ef[S_Q, st_ei[S_AE, j]]
@@ -789,7 +823,7 @@ def _pfc(net, st, dt) -> None:
     st_si[I_HAS_USE] = 1
     reg = st_lb[S_PFC_REG]
     if reg.any():
-        nic_dem = np.zeros(L)
+        nic_dem = _zeroed(st.tmp[2], L)
         for r in range(st_si[I_NAR]):
             nic_dem[net_ki[N_FIRST_LINK, st_ki[S_A_R, r]]] += st_kf[S_A_DEM, r]
         for li in range(L):
@@ -817,7 +851,7 @@ def _pfc(net, st, dt) -> None:
                             if reg[li] else _INF)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _horizon(net, st) -> float:
     """Longest step over which constant rates keep the model exact: until a queue entry
     empties, a PFC port crosses XOFF/XON, or a queue reaches Kmin (DCQCN)."""
@@ -834,8 +868,8 @@ def _horizon(net, st) -> float:
     if nq == 0:
         return h
     L = len(net_lf[N_CAP])
-    gp = np.zeros(L)
-    gl = np.zeros(L)
+    gp = _zeroed(st.tmp[2], L)
+    gl = _zeroed(st.tmp[3], L)
     for p in range(nq):
         j = st_ei[S_Q_ENT, p]
         e = st_ei[S_AE, j]
@@ -863,7 +897,7 @@ def _horizon(net, st) -> float:
     return h
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _pfc_horizon(net, st, gp, h) -> float:
     st_lf = st.lf
     st_lb = st.lb
@@ -875,7 +909,7 @@ def _pfc_horizon(net, st, gp, h) -> float:
     L = len(net_lf[N_CAP])
     reg, use = st_lb[S_PFC_REG], st_lf[S_PFC_USE]
     dyn = net_cfg[C_PFC_DYN] > 0
-    gs = np.zeros(len(net_pfc_pool))
+    gs = _zeroed(st.tmp[4], len(net_pfc_pool))
     if dyn:
         for li in range(L):
             if net_lb[N_INGRESS_SW, li]:
@@ -893,7 +927,7 @@ def _pfc_horizon(net, st, gp, h) -> float:
     return h
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _sample(net, st, t) -> None:
     st_si = st.si
     st_lf = st.lf
@@ -932,7 +966,7 @@ def _sample(net, st, t) -> None:
     st_si[I_NSMP] = n + 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _complete(net, st, t, ddep, any_marks) -> None:
     """Flows whose bytes were all delivered finish (plus the ACK's way back)."""
     st_sf = st.sf
@@ -950,9 +984,9 @@ def _complete(net, st, t, ddep, any_marks) -> None:
     net_cfg = net.cfg
     cfg, sf = net_cfg, st_sf
     nf = st_si[I_NAF]
-    fin = np.zeros(nf, np.bool_)
+    fin = _zeroed(st.tmp[1], nf)  # 1.0: finishes now
     stopped_q = False
-    rq = np.zeros(st_si[I_NAR])
+    rq = _zeroed(st.tmp[0], st_si[I_NAR])
     for p in range(st_si[I_NQ]):
         j = st_ei[S_Q_ENT, p]
         rq[st_ei[S_AE_ROUTE, j]] += st_ef[S_Q, st_ei[S_AE, j]]
@@ -970,7 +1004,7 @@ def _complete(net, st, t, ddep, any_marks) -> None:
                 # next step's arrivals: not steady
                 stopped_q = True
         fin[i] = inj_done and bl <= tol + 1e-6 and st_fb[S_RUNNING, f]
-        anyfin = anyfin or fin[i]
+        anyfin = anyfin or fin[i] > 0
     dec_pending = False
     if cfg[C_DCQCN] > 0:
         for r in range(st_si[I_NAR]):
@@ -980,11 +1014,13 @@ def _complete(net, st, t, ddep, any_marks) -> None:
     sf[F_QUIET] = _horizon(net, st) if steady else 0.0
     if not anyfin:
         return
-    rd = rev_delay(net, st) if cfg[C_ACK_QUEUE] > 0 else np.zeros(0)
+    rd = st.tmp[5, :0]
+    if cfg[C_ACK_QUEUE] > 0:
+        rd = rev_delay(net, st, st.tmp[5])
     left = False
     for i in range(nf):
         f = st_fi[S_A_F, i]
-        if not fin[i]:
+        if not fin[i] > 0:
             left = left or st_fb[S_RUNNING, f]
             continue
         st_fb[S_RUNNING, f] = False
@@ -998,7 +1034,7 @@ def _complete(net, st, t, ddep, any_marks) -> None:
         st_si[I_REBUILD] = 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _ack_queue_ns(net, f, rd) -> float:
     net_ei = net.ei
     net_fi = net.fi
@@ -1021,7 +1057,7 @@ def _ack_queue_ns(net, f, rd) -> float:
 # --------------------------------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _start_due(net, st, t) -> None:
     """Start every flow due within ``coalesce_ns`` of now."""
     st_si = st.si
@@ -1055,7 +1091,7 @@ def _start_due(net, st, t) -> None:
         st_si[I_REBUILD] = 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _dcqcn_fresh(s, k) -> None:
     """A QP that starts at its line rate ``s[_LINE, k]``, no CNP seen, timers idle
     (dcqcn_init)."""

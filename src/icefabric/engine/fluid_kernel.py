@@ -98,7 +98,7 @@ NET_BANKS = {
 Net = namedtuple("Net", ["lf", "lb", "li", "ei", "indptr", "kf", "ki", "r_order", "ff", "fi",
                          "dependants", "pfc_pool", "rec_links", "rec_flows", "dcqcn", "cfg"])
 State = namedtuple("State", ["sf", "si", "lf", "lb", "li", "ef", "ei", "ff", "fb", "fi", "kf",
-                             "kb", "ki", "cc", "cnp_line", "smp", "tmp"])
+                             "kb", "ki", "cc", "cnp_line", "cnp_dirty", "smp", "tmp"])
 #: rows of ``tmp``: per-step scratch (length >= links, routes, flows and nodes), so a step
 #: allocates nothing; each function notes which rows it uses
 N_TMP = 6
@@ -688,7 +688,10 @@ def _marks(net, st, t_new, dt) -> bool:
     mlink = _zeroed(st.tmp[1], L)
     npk = _zeroed(st.tmp[2], nr)
     for j in range(ne):
-        mb = st_ef[S_DEP, st_ei[S_AE, j]] * dt * pl[st_ei[S_AE_LINK, j]]
+        p = pl[st_ei[S_AE_LINK, j]]
+        if p == 0.0:
+            continue  # adds nothing
+        mb = st_ef[S_DEP, st_ei[S_AE, j]] * dt * p
         mlink[st_ei[S_AE_LINK, j]] += mb
         npk[st_ei[S_AE_ROUTE, j]] += mb
     for li in range(L):
@@ -705,18 +708,22 @@ def _marks(net, st, t_new, dt) -> bool:
         rev_delay(net, st, rd)
     else:
         _zeroed(rd, L)
-    rq = _zeroed(st.tmp[4], nr)
-    for j in range(ne):
-        rq[st_ei[S_AE_ROUTE, j]] += rd[st_ei[S_AE_LINK, j]]
     bw = net_cfg[C_FB_BW]
     rows = st_cnp_line.shape[0]
     now_b = np.int64(t_new // bw) + 1
     rtt_max = -_INF
     for r in range(nr):
         k = st_ki[S_A_R, r]
-        b = max(np.int64((t_new + net_kf[N_RTT, k] + rq[r]) // bw), now_b)
-        st_cnp_line[b % rows, k] += npk[r]
         rtt_max = max(rtt_max, net_kf[N_RTT, k])
+        if npk[r] == 0.0:
+            continue
+        rq = 0.0  # the reverse path's queueing, over the route's entries in order
+        e0 = st_ki[S_A_ESTART, r]
+        for j in range(e0, e0 + st_ki[S_A_NE, r]):
+            rq += rd[st_ei[S_AE_LINK, j]]
+        b = max(np.int64((t_new + net_kf[N_RTT, k] + rq) // bw), now_b) % rows
+        st_cnp_line[b, k] += npk[r]
+        st.cnp_dirty[b] = True
     st_sf[F_MARKS_UNTIL] = max(st_sf[F_MARKS_UNTIL], t_new + rtt_max)
     return True
 
@@ -742,6 +749,9 @@ def _cnps(net, st, t_new, dt, rng) -> None:
         nb = min(cur_b - st_si[I_FB_LAST], rows)
         for m in range(nb):
             row = (st_si[I_FB_LAST] + 1 + m) % rows
+            if not st.cnp_dirty[row]:
+                continue  # nothing was written since it was last read: all zero
+            st.cnp_dirty[row] = False
             for r in range(nr):
                 v = st_cnp_line[row, st_ki[S_A_R, r]]
                 cnp_n[r] = v if m == 0 else cnp_n[r] + v

@@ -111,10 +111,10 @@ N_TMP = 6
 
 @njit(cache=True, inline="always")
 def _zeroed(buf, n):
-    """The first ``n`` slots of a scratch row, set to zero."""
-    out = buf[:n]
-    out[:] = 0.0
-    return out
+    """``buf`` (a scratch row) with its first ``n`` slots set to zero."""
+    for i in range(n):
+        buf[i] = 0.0
+    return buf
 
 
 @njit(cache=True, inline="always")
@@ -234,7 +234,7 @@ def _gather_links(net, st) -> None:
     net_li = net.li
     net_ei = net.ei
     si = st_si
-    L = len(net_lf[N_CAP])
+    L = net_lf.shape[1]
     cnt = np.zeros(L, np.int64)
     nq = 0
     for j in range(si[I_NAE]):
@@ -290,7 +290,7 @@ def _gather_nics(net, st) -> None:
     st_ki = st.ki
     net_lf = net.lf
     net_ki = net.ki
-    L = len(net_lf[N_CAP])
+    L = net_lf.shape[1]
     cnt = np.zeros(L, np.int64)
     for i in range(st_si[I_NAR]):
         cnt[net_ki[N_FIRST_LINK, st_ki[S_A_R, i]]] += 1
@@ -339,7 +339,7 @@ def _service(net, st) -> None:
     net_li = net.li
     net_indptr = net.indptr
     net_cfg = net.cfg
-    L = len(net_lf[N_CAP])
+    L = net_lf.shape[1]
     ack = _zeroed(st.tmp[0], L)
     ratio = net_cfg[C_ACK_RATIO]
     if ratio > 0:
@@ -512,6 +512,7 @@ def _sweep_level(st, dt, lo, hi) -> None:
     st_ef = st.ef
     st_ei = st.ei
     q, drain, arr, new = st_ef[S_Q], st_ef[S_DRAIN], st_ef[S_ARR], st_ef[S_AE_NEW]
+    dep_old = st_ef[S_DEP]
     passthru = True
     for i in range(lo, hi):
         asum = 0.0
@@ -536,19 +537,14 @@ def _sweep_level(st, dt, lo, hi) -> None:
                     drain[e] = 0.0
                 new[j] = a_in
             continue
-        _fifo(st, dt, i)
+        _fifo(st_lf, st_li, st_ei, (q, drain, arr, new, dep_old), dt, i)
 
 
 @njit(cache=True, inline="always")
-def _fifo(st, dt, i) -> None:
+def _fifo(st_lf, st_li, st_ei, views, dt, i) -> None:
     """One link's FIFO: present content leaves first (entries whose arrivals stopped drain
     linearly at their last departure rate), then this step's arrivals pro rata."""
-    st_lf = st.lf
-    st_li = st.li
-    st_ef = st.ef
-    st_ei = st.ei
-    q, dep_old, drain = st_ef[S_Q], st_ef[S_DEP], st_ef[S_DRAIN]
-    arr, new = st_ef[S_ARR], st_ef[S_AE_NEW]
+    q, drain, arr, new, dep_old = views  # made once per level, not once per link
     a, b = st_li[S_LK_PTR, i], st_li[S_LK_PTR, i + 1]
     asum = st_lf[S_LK_SUM, i]
     qsum = 0.0
@@ -608,7 +604,7 @@ def _sweep(net, st, dt) -> float:
     for v in range(st_si[I_NLV]):
         _sweep_level(st, dt, st_li[S_LV_PTR, v], st_li[S_LV_PTR, v + 1])
     ddep = 0.0
-    L = len(net_lf[N_CAP])
+    L = net_lf.shape[1]
     lb = _zeroed(st.tmp[0], L)
     for j in range(ne):
         e = st_ei[S_AE, j]
@@ -640,7 +636,7 @@ def rev_delay(net, st, out) -> np.ndarray:
     st_lf = st.lf
     net_lf = net.lf
     net_li = net.li
-    L = len(net_lf[N_CAP])
+    L = net_lf.shape[1]
     _zeroed(out, L)
     for li in range(L):
         rv = net_li[N_REV, li]
@@ -676,7 +672,7 @@ def _marks(net, st, t_new, dt) -> bool:
     net_lf = net.lf
     net_kf = net.kf
     net_cfg = net.cfg
-    L = len(net_lf[N_CAP])
+    L = net_lf.shape[1]
     pl = st.tmp[0]
     anyp = False
     for li in range(L):
@@ -790,7 +786,7 @@ def _pfc_thresholds(net, st, use) -> None:
     net_pfc_pool = net.pfc_pool
     net_cfg = net.cfg
     cfg = net_cfg
-    L = len(net_lf[N_CAP])
+    L = net_lf.shape[1]
     if cfg[C_PFC_DYN] > 0:
         sw_shared = _zeroed(st.tmp[3], len(net_pfc_pool))
         for li in range(L):
@@ -821,7 +817,7 @@ def _pfc(net, st, dt) -> None:
     net_lb = net.lb
     net_ki = net.ki
     net_cfg = net.cfg
-    L = len(net_lf[N_CAP])
+    L = net_lf.shape[1]
     use = _zeroed(st.tmp[0], L)
     out = _zeroed(st.tmp[1], L)
     for p in range(st_si[I_NQ]):
@@ -829,7 +825,7 @@ def _pfc(net, st, dt) -> None:
         use[st_ei[S_AE_ING, j]] += st_ef[S_Q, st_ei[S_AE, j]]
         out[st_ei[S_AE_ING, j]] += st_ef[S_DEP, st_ei[S_AE, j]]
     _pfc_thresholds(net, st, use)
-    st_lf[S_PFC_USE, :] = use
+    st_lf[S_PFC_USE, :] = use[:L]
     st_si[I_HAS_USE] = 1
     reg = st_lb[S_PFC_REG]
     if reg.any():
@@ -877,7 +873,7 @@ def _horizon(net, st) -> float:
     nq = st_si[I_NQ]
     if nq == 0:
         return h
-    L = len(net_lf[N_CAP])
+    L = net_lf.shape[1]
     gp = _zeroed(st.tmp[2], L)
     gl = _zeroed(st.tmp[3], L)
     for p in range(nq):
@@ -916,7 +912,7 @@ def _pfc_horizon(net, st, gp, h) -> float:
     net_li = net.li
     net_pfc_pool = net.pfc_pool
     net_cfg = net.cfg
-    L = len(net_lf[N_CAP])
+    L = net_lf.shape[1]
     reg, use = st_lb[S_PFC_REG], st_lf[S_PFC_USE]
     dyn = net_cfg[C_PFC_DYN] > 0
     gs = _zeroed(st.tmp[4], len(net_pfc_pool))
@@ -1124,7 +1120,7 @@ def advance(net, st, rng) -> int:
     net_ff = net.ff
     net_cfg = net.cfg
     cfg, sf, si = net_cfg, st_sf, st_si
-    F = len(net_ff[N_SIZE_W])
+    F = net_ff.shape[1]
     while si[I_DONE] < F:
         t = sf[F_T]
         if sf[F_FAIL_T] <= t + 1e-9:

@@ -33,8 +33,11 @@ from icefabric.units import parse_size
 
 def one(gpus: int, policy: str, size: int) -> dict:
     servers = gpus // 8
+    # 1:1: 32 uplinks per leaf; 4 cables per spine while the spines' 128 ports allow it
+    per_spine = max(1, min(4, 128 // max(servers // 4, 1)))
     fab = leaf_spine([ServerGroup(server_profile("hgx-h100"), servers, "h100")],
-                     servers_per_leaf=4, n_spines=8, links_per_spine=4, placement="scattered")
+                     servers_per_leaf=4, n_spines=32 // per_spine, links_per_spine=per_spine,
+                     placement="scattered")
     wb = WorkloadBuilder()
     add_collective(wb, Communicator("ring", fab, fab.nodes_of_kind(ACCEL)), "all_reduce", size)
     wl = wb.build(node_ip=fab.node_ip)

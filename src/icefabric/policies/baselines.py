@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from icefabric.control.hashing import ecmp_paths
+from icefabric.control.hashing import ecmp_routes
 from icefabric.control.plan import PathPlan, single_path_plan
 from icefabric.csr import csr_from_lists
 from icefabric.policies.base import PlanContext, Policy, PolicyError, register_policy
@@ -49,9 +49,9 @@ class EcmpPolicy(Policy):
     def plan(self, ctx: PlanContext) -> PathPlan:
         w = ctx.workload
         sport = self.sports(ctx)
-        paths = ecmp_paths(ctx.fabric, ctx.routing, ctx.hash_configs, w.qp_src_nic,
-                           w.qp_dst_nic, sport)
-        return single_path_plan(paths, sport, policy=self.name)
+        routes = ecmp_routes(ctx.fabric, ctx.routing, ctx.hash_configs, w.qp_src_nic,
+                             w.qp_dst_nic, sport)
+        return single_path_plan(routes, sport, policy=self.name)
 
 
 @register_policy("ecmp-multiqp")
@@ -143,6 +143,6 @@ class IdealPolicy(Policy):
 
     def plan(self, ctx: PlanContext) -> PathPlan:
         w = ctx.workload
-        paths = ctx.routing.walk(w.qp_src_nic, w.qp_dst_nic,
-                                 lambda *a: np.zeros(len(a[1]), dtype=np.int64))
-        return single_path_plan(paths, np.full(w.n_qps, -1), policy=self.name)
+        routes = ctx.routing.walk_csr(w.qp_src_nic, w.qp_dst_nic,
+                                      lambda *a: np.zeros(len(a[1]), dtype=np.int64))
+        return single_path_plan(routes, np.full(w.n_qps, -1), policy=self.name)

@@ -176,3 +176,62 @@ def test_endside_fallback_releases_a_pacer_that_reality_contradicts():
     assert paced.meta["endside_fallbacks"] >= 1
     fixed = run_fluid(prob, cc="dcqcn", dcqcn="hpcc_ns3_100g", pfc="off")
     assert fixed.meta["endside_fallbacks"] == 0
+
+
+def equality_cases() -> dict:
+    """Problems and options whose results the numpy engine recorded before the compiled
+    kernel replaced it (``fluid_numpy_reference.json``): every mechanism at least once."""
+    from icefabric.dataplane.endside import EndSideParams
+
+    ip, li = csr_from_lists([[1, 2]])
+    fail = LinkFailure(t_ns=50_000, links=np.array([0]), reroute_route=np.array([0]),
+                       reroute_indptr=ip, reroute_links=li)
+    failing = build_problem(link_capacity_bps=[400e9, 100e9, 100e9], link_delay_ns=[0, 0, 0],
+                            flow_size_bytes=[5_000_000], routes=[[0]], route_flow=[0],
+                            failures=[fail])
+    paced = build_problem(link_capacity_bps=[100e9] * 3, link_delay_ns=[1000] * 3,
+                          flow_size_bytes=[20e6, 20e6], routes=[[0, 2], [1, 2]],
+                          route_flow=[0, 1], link_src=[0, 1, 2], link_dst=[2, 2, 3],
+                          node_is_switch=[False, False, True, False], link_kind=[1, 1, 1],
+                          flow_rate_cap_bps=[80e9, 80e9])
+    incast = star([100] * 5, [(i, 0, 2_000_000) for i in range(1, 5)])
+    shared_nic = star([100, 100, 25, 100], [(0, 2, 800_000), (0, 3, 1_200_000),
+                                            (1, 2, 900_000)],
+                      deps=[[], [], [0]], flow_latency_ns=[3000, 3000, 3000])
+    traced = star([100, 100, 25], [(0, 2, 500_000), (1, 2, 500_000)], flow_names=["a", "b"])
+    wire = {"wire_overhead": 4132 / 4096, "ack_bytes": 60.0}
+    return {
+        "victim_dcqcn": (two_switch_victim(), {"cc": "dcqcn", "pfc": "dynamic", "seed": 3}),
+        "victim_static": (two_switch_victim(), {"pfc": "static"}),
+        "incast_dcqcn": (incast, {"cc": "dcqcn", "dcqcn": "hpcc_ns3_100g", **wire}),
+        "incast_paper": (incast, {"cc": "dcqcn", "dcqcn": "paper", "seed": 1}),
+        "shared_nic_deps": (shared_nic, {"cc": "dcqcn", "dcqcn": "nvidia_firmware", **wire}),
+        "reroute": (failing, {"pfc": "off"}),
+        "endside": (paced, {"cc": "dcqcn", "dcqcn": "hpcc_ns3_100g", "pfc": "off",
+                            "endside": EndSideParams()}),
+        "traced": (traced, {"cc": "dcqcn", "record_links": ["3->2"], "record_flows": ["a"],
+                            "sample_interval_ns": 20_000}),
+    }
+
+
+@pytest.mark.parametrize("case", sorted(equality_cases()))
+def test_kernel_reproduces_the_numpy_engine_bit_for_bit(case):
+    """The compiled loop does the numpy engine's arithmetic in the same order: same floats
+    (commit 611f927 recorded them; any change to the model shows here first)."""
+    import json
+    from pathlib import Path
+
+    want = json.loads((Path(__file__).parent / "fluid_numpy_reference.json").read_text())[case]
+    prob, opts = equality_cases()[case]
+    res = run(prob, **opts)
+    got = {"flow_start_ns": res.flow_start_ns.tolist(),
+           "flow_finish_ns": res.flow_finish_ns.tolist(), "link_bytes": res.link_bytes.tolist(),
+           "link_peak_util": res.link_peak_util.tolist(),
+           "link_max_queue_bytes": res.link_max_queue_bytes,
+           "link_pfc_pause_ns": res.link_pfc_pause_ns,
+           "link_pfc_pause_count": res.link_pfc_pause_count,
+           "link_ecn_marked_frac": res.link_ecn_marked_frac, "qp_cnp_count": res.qp_cnp_count,
+           "steps": res.meta["steps"], "endside_fallbacks": res.meta["endside_fallbacks"],
+           "timeseries": res.timeseries}
+    for key, value in want.items():
+        assert got[key] == value, f"{case}: {key} differs from the numpy engine"

@@ -41,6 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 import numpy as np
+from numba import njit
 
 from icefabric.dataplane.cc import register_cc
 
@@ -170,25 +171,120 @@ def dcqcn_init(line_rate_bps: np.ndarray, p: DcqcnParams) -> DcqcnState:
         t_inc_ns=np.full(n, INF), cnp_count=np.zeros(n, np.int64))
 
 
-def _increase(s: DcqcnState, m: np.ndarray, p: DcqcnParams) -> None:
-    """One rate-increase event for the QPs in mask ``m`` (stage counters read before)."""
-    if not m.any():
-        return
-    f = p.fast_recovery_steps
-    t = s.time_stage[m]
-    b = s.byte_stage[m] if p.byte_counter_bytes else t
-    lo, hi = np.minimum(t, b), np.maximum(t, b)
-    if p.hyper_multiplier:  # paper / ns3-rdma: FR if max<F, AI if min<F<=max, HAI if min>=F
+def params_vector(p: DcqcnParams) -> np.ndarray:
+    """``p`` as the float vector the compiled kernel reads (indices ``_G`` … ``_HYPER``)."""
+    return np.array([p.g, p.alpha_update_interval_ns, p.alpha_on_first_cnp,
+                     p.rate_decrease_interval_ns, p.rate_on_first_cnp, p.clamp_target_rate,
+                     p.clamp_after_increase, p.rate_increase_timer_ns,
+                     p.byte_counter_bytes or 0.0, p.fast_recovery_steps, p.rate_ai_bps,
+                     p.rate_hai_bps, p.min_rate_bps, p.max_decrease_fraction,
+                     p.hyper_multiplier], dtype=np.float64)
+
+
+(_G, _A_INT, _A_FIRST, _DEC_INT, _R_FIRST, _CLAMP, _CLAMP_INC, _INC_T, _BC, _FR, _AI, _HAI,
+ _MIN, _MAXDEC, _HYPER) = range(15)
+
+
+#: rows of the compiled kernel's state matrix: the DcqcnState fields in order
+(_LINE, _RC, _RT, _ALPHA, _STARTED, _ALPHA_CNP, _DEC_CNP, _TSTAGE, _BSTAGE, _BCOUNT, _T_ALPHA,
+ _T_DEC, _T_INC, _CNPS) = range(14)
+
+
+def state_matrix(s: DcqcnState) -> np.ndarray:
+    """The state as one float matrix, a row per field (what the compiled kernel takes;
+    flags and counters are exact in float64)."""
+    return np.array([getattr(s, f.name) for f in fields(s)], dtype=np.float64).reshape(
+        len(fields(s)), -1)
+
+
+def _write_back(s: DcqcnState, m: np.ndarray) -> None:
+    for row, f in enumerate(fields(s)):
+        arr = getattr(s, f.name)
+        arr[:] = m[row].astype(arr.dtype)
+
+
+@njit(cache=True)
+def _increase(s, i, pv) -> None:
+    """One rate-increase event of QP ``i`` (stage counters read before they advance)."""
+    f = pv[_FR]
+    t = s[_TSTAGE, i]
+    b = s[_BSTAGE, i] if pv[_BC] > 0 else t
+    lo, hi = min(t, b), max(t, b)
+    if pv[_HYPER] > 0:  # paper / ns3-rdma: FR if max<F, AI if min<F<=max, HAI if min>=F
         hyper = lo >= f
-        additive = (hi >= f) & ~hyper
-        inc = np.where(hyper, (lo - f + 1) * p.rate_hai_bps, np.where(additive, p.rate_ai_bps, 0))
+        inc = (lo - f + 1) * pv[_HAI] if hyper else (pv[_AI] if hi >= f else 0.0)
     else:  # firmware / HPCC ns-3: HAI if min>F, AI if max>=F, else fast recovery
         hyper = lo > f
-        additive = (hi >= f) & ~hyper
-        inc = np.where(hyper, p.rate_hai_bps, np.where(additive, p.rate_ai_bps, 0.0))
-    rt = np.minimum(s.rt_bps[m] + inc, s.line_bps[m])
-    s.rt_bps[m] = rt
-    s.rc_bps[m] = 0.5 * (s.rc_bps[m] + rt)
+        inc = pv[_HAI] if hyper else (pv[_AI] if hi >= f else 0.0)
+    r = min(s[_RT, i] + inc, s[_LINE, i])
+    s[_RT, i] = r
+    s[_RC, i] = 0.5 * (s[_RC, i] + r)
+
+
+@njit(cache=True)
+def _cnp_and_alpha(s, i, cnp, t_ns, pv) -> None:
+    if cnp:
+        s[_CNPS, i] += 1
+        s[_ALPHA_CNP, i] = 1.0
+        s[_DEC_CNP, i] = 1.0
+        if not s[_STARTED, i]:
+            s[_STARTED, i] = 1.0
+            s[_ALPHA, i] = pv[_A_FIRST]
+            s[_ALPHA_CNP, i] = 0.0  # ns-3 clears it: the first α update is a decay
+            s[_RC, i] *= pv[_R_FIRST]
+            s[_RT, i] = s[_RC, i]
+            s[_T_ALPHA, i] = t_ns + pv[_A_INT]
+            # +1 ns: the decrease check follows the α update (ns-3 ScheduleDecreaseRateMlx)
+            s[_T_DEC, i] = t_ns + pv[_DEC_INT] + 1.0
+    # α timer: first expiry uses the latched flag, the rest decay (closed form).
+    if s[_T_ALPHA, i] <= t_ns:
+        g = pv[_G]
+        n = np.floor((t_ns - s[_T_ALPHA, i]) / pv[_A_INT]) + 1.0
+        a = s[_ALPHA, i]
+        a = (1 - g) * a + g if s[_ALPHA_CNP, i] else (1 - g) * a
+        s[_ALPHA, i] = a * (1 - g) ** (n - 1)
+        s[_ALPHA_CNP, i] = 0.0
+        s[_T_ALPHA, i] += n * pv[_A_INT]
+
+
+@njit(cache=True)
+def dcqcn_update_qp(s, i, cnp, t_ns, pv, sent_bytes) -> None:
+    """:func:`dcqcn_update` for QP ``i`` of state matrix ``s`` (:func:`state_matrix`;
+    compiled; ``sent_bytes`` < 0: no byte count)."""
+    _cnp_and_alpha(s, i, cnp, t_ns, pv)
+    if pv[_DEC_INT] <= 0:
+        dec = s[_DEC_CNP, i] > 0
+        s[_T_DEC, i] = INF
+    else:
+        dec = s[_T_DEC, i] <= t_ns and s[_DEC_CNP, i] > 0
+        if s[_T_DEC, i] <= t_ns:
+            n = np.floor((t_ns - s[_T_DEC, i]) / pv[_DEC_INT]) + 1.0
+            s[_T_DEC, i] += n * pv[_DEC_INT]
+    if dec:
+        clamp = pv[_CLAMP] > 0 or (pv[_CLAMP_INC] > 0 and (s[_TSTAGE, i] > 0
+                                                           or s[_BSTAGE, i] > 0))
+        r = s[_RC, i]
+        if clamp:
+            s[_RT, i] = r
+        cut = min(s[_ALPHA, i] / 2.0, pv[_MAXDEC])
+        s[_RC, i] = max(pv[_MIN], r * (1.0 - cut))
+        s[_TSTAGE, i] = 0.0
+        s[_BSTAGE, i] = 0.0
+        s[_BCOUNT, i] = 0.0
+        s[_DEC_CNP, i] = 0.0
+        s[_T_INC, i] = t_ns + pv[_INC_T]
+    for _ in range(64):  # at most a few expiries per call; bounded for safety
+        if not s[_T_INC, i] <= t_ns:
+            break
+        _increase(s, i, pv)
+        s[_TSTAGE, i] += 1
+        s[_T_INC, i] += pv[_INC_T]
+    if pv[_BC] > 0 and sent_bytes >= 0:
+        s[_BCOUNT, i] += sent_bytes if s[_STARTED, i] else 0.0
+        if s[_BCOUNT, i] >= pv[_BC]:
+            _increase(s, i, pv)
+            s[_BSTAGE, i] += 1
+            s[_BCOUNT, i] -= pv[_BC]
 
 
 def dcqcn_update(s: DcqcnState, cnp: np.ndarray, t_ns: float, p: DcqcnParams,
@@ -205,68 +301,18 @@ def dcqcn_update(s: DcqcnState, cnp: np.ndarray, t_ns: float, p: DcqcnParams,
     sent_bytes : array, optional — bytes sent since the previous call (byte counter).
     """
     cnp = np.asarray(cnp, dtype=bool)
-    if cnp.any():
-        s.cnp_count += cnp
-        first = cnp & ~s.started
-        s.alpha_cnp |= cnp
-        s.dec_cnp |= cnp
-        if first.any():
-            s.started |= first
-            s.alpha[first] = p.alpha_on_first_cnp
-            s.alpha_cnp[first] = False  # ns-3 clears it: the first α update is a decay
-            s.rc_bps[first] *= p.rate_on_first_cnp
-            s.rt_bps[first] = s.rc_bps[first]
-            s.t_alpha_ns[first] = t_ns + p.alpha_update_interval_ns
-            # +1 ns: the decrease check follows the α update (ns-3 ScheduleDecreaseRateMlx)
-            s.t_dec_ns[first] = t_ns + p.rate_decrease_interval_ns + 1.0
-    # α timer: first expiry uses the latched flag, the rest decay (closed form).
-    due = s.t_alpha_ns <= t_ns
-    if due.any():
-        n = np.floor((t_ns - s.t_alpha_ns[due]) / p.alpha_update_interval_ns) + 1.0
-        a = s.alpha[due]
-        a = np.where(s.alpha_cnp[due], (1 - p.g) * a + p.g, (1 - p.g) * a)
-        s.alpha[due] = a * (1 - p.g) ** (n - 1)
-        s.alpha_cnp[due] = False
-        s.t_alpha_ns[due] += n * p.alpha_update_interval_ns
-    # decrease check
-    if p.rate_decrease_interval_ns <= 0:
-        dec = s.dec_cnp.copy()
-        s.t_dec_ns[:] = INF
-    else:
-        dued = s.t_dec_ns <= t_ns
-        dec = dued & s.dec_cnp
-        if dued.any():
-            n = np.floor((t_ns - s.t_dec_ns[dued]) / p.rate_decrease_interval_ns) + 1.0
-            s.t_dec_ns[dued] += n * p.rate_decrease_interval_ns
-    if dec.any():
-        clamp = np.full(int(dec.sum()), p.clamp_target_rate)
-        if p.clamp_after_increase:
-            clamp |= (s.time_stage[dec] > 0) | (s.byte_stage[dec] > 0)
-        rc = s.rc_bps[dec]
-        s.rt_bps[dec] = np.where(clamp, rc, s.rt_bps[dec])
-        cut = np.minimum(s.alpha[dec] / 2.0, p.max_decrease_fraction)
-        s.rc_bps[dec] = np.maximum(p.min_rate_bps, rc * (1.0 - cut))
-        s.time_stage[dec] = 0
-        s.byte_stage[dec] = 0
-        s.byte_count[dec] = 0.0
-        s.dec_cnp[dec] = False
-        s.t_inc_ns[dec] = t_ns + p.rate_increase_timer_ns
-    # increase timer (at most a few expiries per call; loop for safety)
-    for _ in range(64):
-        inc = s.t_inc_ns <= t_ns
-        if not inc.any():
-            break
-        _increase(s, inc, p)
-        s.time_stage[inc] += 1
-        s.t_inc_ns[inc] += p.rate_increase_timer_ns
-    if p.byte_counter_bytes and sent_bytes is not None:
-        s.byte_count += np.where(s.started, sent_bytes, 0.0)
-        binc = s.byte_count >= p.byte_counter_bytes
-        if binc.any():
-            _increase(s, binc, p)
-            s.byte_stage[binc] += 1
-            s.byte_count[binc] -= p.byte_counter_bytes
+    sent = (np.full(len(cnp), -1.0) if sent_bytes is None
+            else np.asarray(sent_bytes, dtype=np.float64))
+    m = state_matrix(s)
+    _update_all(m, cnp, float(t_ns), params_vector(p), sent)
+    _write_back(s, m)
     return s
+
+
+@njit(cache=True)
+def _update_all(s, cnp, t_ns, pv, sent) -> None:
+    for i in range(len(cnp)):
+        dcqcn_update_qp(s, i, cnp[i], t_ns, pv, sent[i])
 
 
 def dcqcn_next_event_ns(s: DcqcnState) -> float:

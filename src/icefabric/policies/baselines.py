@@ -24,8 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from icefabric.control.hashing import ecmp_routes
-from icefabric.control.plan import PathPlan, single_path_plan
+from icefabric.control.hashing import ecmp_routes, hash_chooser
+from icefabric.control.plan import PathPlan, single_path_plan_csr
 from icefabric.csr import csr_from_lists, gather, indptr_from_lengths, within
 from icefabric.policies.base import PlanContext, Policy, PolicyError, register_policy
 from icefabric.topology.builders import ServerGroup, star
@@ -37,6 +37,7 @@ from icefabric.units import ms
 @register_policy("ecmp")
 class EcmpPolicy(Policy):
     description = "default RoCEv2: 1 QP/connection, kernel-derived source ports, switch ECMP hash"
+    randomised = True
 
     def __init__(self, reroute_delay_ns: int = ms(1)):
         # ECMP group repair after a link-down: hardware detection plus next-hop group update;
@@ -51,7 +52,19 @@ class EcmpPolicy(Policy):
         sport = self.sports(ctx)
         routes = ecmp_routes(ctx.fabric, ctx.routing, ctx.hash_configs, w.qp_src_nic,
                              w.qp_dst_nic, sport)
-        return single_path_plan(routes, sport, policy=self.name)
+        return single_path_plan_csr(*routes, sport, policy=self.name)
+
+    def plan_draws(self, ctx: PlanContext, sports: np.ndarray) -> list[PathPlan]:
+        """One plan per row of ``sports`` (draws: the same QPs with other source ports),
+        hashed through the switches in one walk."""
+        w, ip = ctx.workload, ctx.fabric.node_ip
+        n, q = sports.shape
+        src, dst = np.tile(w.qp_src_nic, n), np.tile(w.qp_dst_nic, n)
+        choose = hash_chooser(ctx.fabric, ctx.hash_configs, ip[src], ip[dst], sports.ravel())
+        ptr, links = ctx.routing.walk_csr(src, dst, choose)
+        return [single_path_plan_csr(ptr[i * q:(i + 1) * q + 1] - ptr[i * q],
+                                     links[ptr[i * q]:ptr[(i + 1) * q]], sports[i],
+                                     policy=self.name) for i in range(n)]
 
 
 @register_policy("ecmp-multiqp")
@@ -148,4 +161,4 @@ class IdealPolicy(Policy):
         w = ctx.workload
         routes = ctx.routing.walk_csr(w.qp_src_nic, w.qp_dst_nic,
                                       lambda *a: np.zeros(len(a[1]), dtype=np.int64))
-        return single_path_plan(routes, np.full(w.n_qps, -1), policy=self.name)
+        return single_path_plan_csr(*routes, np.full(w.n_qps, -1), policy=self.name)

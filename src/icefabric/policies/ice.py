@@ -194,6 +194,8 @@ class IcePolicy(Policy):
 class StaticDisjointPolicy(Policy):
     description = ("per-host fix: each NIC spreads its own QPs over distinct uplinks of its "
                    "leaf (source ports solved for the first hop only), no global view")
+    # the first hop is solved, the rest hashed from the kernel's ports: drawn like ECMP
+    randomised = True
 
     def __init__(self, reroute_delay_ns: int | None = None):
         from icefabric.units import ms

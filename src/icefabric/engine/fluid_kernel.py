@@ -1,0 +1,1127 @@
+"""Compiled main loop of the fluid engine (:mod:`icefabric.engine.fluid` has the model).
+
+:func:`advance` runs steps, flow starts and completions until the run ends or the caller
+must act (a link failure or reroute is due, an end-side window closed, the sample buffer is
+full). All state lives in flat arrays: :class:`Net` (the routing, replaced on a reroute)
+and :class:`State` (everything that evolves). The running flows' routes, queue entries,
+NIC groups and per-link FIFO lists are gathered into the ``a_*``/``lk_*``/``nic_*`` index
+arrays whenever the running set changes (once per event), so a step costs O(running
+entries + links), not O(all flows).
+
+The arithmetic follows the numpy engine it replaced operation by operation (same sums in
+the same order), so results are those of that engine, to the bit.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+from numba import njit
+
+from icefabric.dataplane.dcqcn import (
+    _ALPHA,
+    _DEC_CNP,
+    _LINE,
+    _RC,
+    _RT,
+    _T_ALPHA,
+    _T_DEC,
+    _T_INC,
+    dcqcn_update_qp,
+)
+
+_TINY = 1e-12
+_INF = np.inf
+
+# advance() return codes
+DONE, FAIL_DUE, ENDSIDE_DUE, SAMPLES_FULL, MAX_STEPS = 0, 1, 2, 3, 4
+
+#: run-wide numbers (cfg vector indices)
+(C_DT, C_DT_QUIET, C_DT_PFC, C_TAU, C_QUIET_TOL, C_COALESCE, C_MAX_TIME, C_MAX_STEPS,
+ C_ACK_RATIO, C_PKT_WIRE, C_FB_BW, C_PFC_ON, C_PFC_DYN, C_RESERVE, C_RESUME, C_XOFF, C_XON,
+ C_DCQCN, C_ACK_QUEUE, C_CAP_MAX, C_ABOVE, C_WO, C_CNP_INT, C_ES_ON, C_SAMPLE_INT,
+ N_CFG) = range(26)
+#: evolving scalars (sf: float, si: int)
+(F_T, F_QUIET, F_MARKS_UNTIL, F_NEXT_SAMPLE, F_ES_NEXT, F_FAIL_T, N_SF) = range(7)
+(I_STEPS, I_DONE, I_HEAP, I_FB_LAST, I_REBUILD, I_HAS_USE, I_NAF, I_NAR, I_NAE, I_NQ,
+ I_NLK, I_NLV, I_NNIC, I_NSMP, I_ES_DUE, I_NNEW, N_SI) = range(17)
+
+#: rows of the state and network banks (one 2-D array per size and dtype: a namedtuple
+#: of a few arrays compiles far faster than one of many)
+ST_BANKS = {
+    "lf": ["up", "pfc_allow", "pfc_use", "pfc_xoff", "pfc_xon", "pause_ns", "pause_cnt",
+           "link_bytes", "peak_util", "max_q", "marked_bytes", "qlink", "serv", "serv_eff",
+           "lk_sum"],
+    "lb": ["pfc_reg"],
+    "li": ["lk_link", "lk_ptr", "lv_ptr", "nic_link", "nic_ptr"],
+    "ef": ["q", "arr", "drain", "dep", "ae_new"],
+    "ei": ["ae", "ae_route", "ae_link", "ae_ing", "q_ent", "lk_ent"],
+    "ff": ["inj", "start", "finish", "flow_cap", "a_rf", "heap_t"],
+    "fb": ["running", "done", "a_sending"],
+    "fi": ["n_deps_left", "heap_f", "a_f", "a_fstart", "new_f"],
+    "kf": ["deliv", "last_cnp", "es_cnps", "a_dem", "a_alloc", "a_x"],
+    "kb": ["a_cnp"],
+    "ki": ["a_r", "a_rflow", "a_estart", "a_ne", "nic_mem"],
+}
+NET_BANKS = {
+    "lf": ["cap", "kmin", "kmax", "pmax", "pfc_alpha", "pfc_gap"],
+    "lb": ["ingress_sw"],
+    "li": ["rev", "sw_of", "level"],
+    "ei": ["links", "hop"],
+    "kf": ["rtt", "w"],
+    "ki": ["first_link", "route_flow"],
+    "ff": ["size_w", "lat", "flow_start"],
+    "fi": ["f_rptr", "dptr"],
+}
+(S_UP, S_PFC_ALLOW, S_PFC_USE, S_PFC_XOFF, S_PFC_XON, S_PAUSE_NS, S_PAUSE_CNT, S_LINK_BYTES,
+ S_PEAK_UTIL, S_MAX_Q, S_MARKED_BYTES, S_QLINK, S_SERV, S_SERV_EFF, S_LK_SUM) = range(15)
+(S_PFC_REG,) = range(1)  # st.lb
+(S_LK_LINK, S_LK_PTR, S_LV_PTR, S_NIC_LINK, S_NIC_PTR) = range(5)  # st.li
+(S_Q, S_ARR, S_DRAIN, S_DEP, S_AE_NEW) = range(5)  # st.ef
+(S_AE, S_AE_ROUTE, S_AE_LINK, S_AE_ING, S_Q_ENT, S_LK_ENT) = range(6)  # st.ei
+(S_INJ, S_START, S_FINISH, S_FLOW_CAP, S_A_RF, S_HEAP_T) = range(6)  # st.ff
+(S_RUNNING, S_DONE, S_A_SENDING) = range(3)  # st.fb
+(S_N_DEPS_LEFT, S_HEAP_F, S_A_F, S_A_FSTART, S_NEW_F) = range(5)  # st.fi
+(S_DELIV, S_LAST_CNP, S_ES_CNPS, S_A_DEM, S_A_ALLOC, S_A_X) = range(6)  # st.kf
+(S_A_CNP,) = range(1)  # st.kb
+(S_A_R, S_A_RFLOW, S_A_ESTART, S_A_NE, S_NIC_MEM) = range(5)  # st.ki
+(N_CAP, N_KMIN, N_KMAX, N_PMAX, N_PFC_ALPHA, N_PFC_GAP) = range(6)  # net.lf
+(N_INGRESS_SW,) = range(1)  # net.lb
+(N_REV, N_SW_OF, N_LEVEL) = range(3)  # net.li
+(N_LINKS, N_HOP) = range(2)  # net.ei
+(N_RTT, N_W) = range(2)  # net.kf
+(N_FIRST_LINK, N_ROUTE_FLOW) = range(2)  # net.ki
+(N_SIZE_W, N_LAT, N_FLOW_START) = range(3)  # net.ff
+(N_F_RPTR, N_DPTR) = range(2)  # net.fi
+
+Net = namedtuple("Net", ["lf", "lb", "li", "ei", "indptr", "kf", "ki", "r_order", "ff", "fi",
+                         "dependants", "pfc_pool", "rec_links", "rec_flows", "dcqcn", "cfg"])
+State = namedtuple("State", ["sf", "si", "lf", "lb", "li", "ef", "ei", "ff", "fb", "fi", "kf",
+                             "kb", "ki", "cc", "cnp_line", "smp"])
+
+
+# --------------------------------------------------------------------------------------
+# start events: a binary heap of (time, flow), popped in (time, flow) order
+# --------------------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def _less(ht, hf, a, b) -> bool:
+    return ht[a] < ht[b] or (ht[a] == ht[b] and hf[a] < hf[b])
+
+
+@njit(cache=True)
+def heap_push(st, t, f) -> None:
+    st_si = st.si
+    st_ff = st.ff
+    st_fi = st.fi
+    ht, hf = st_ff[S_HEAP_T], st_fi[S_HEAP_F]
+    i = st_si[I_HEAP]
+    st_si[I_HEAP] += 1
+    ht[i], hf[i] = t, f
+    while i > 0:
+        p = (i - 1) // 2
+        if not _less(ht, hf, i, p):
+            break
+        ht[i], ht[p] = ht[p], ht[i]
+        hf[i], hf[p] = hf[p], hf[i]
+        i = p
+
+
+@njit(cache=True)
+def _heap_pop(st) -> int:
+    st_si = st.si
+    st_ff = st.ff
+    st_fi = st.fi
+    ht, hf = st_ff[S_HEAP_T], st_fi[S_HEAP_F]
+    f = hf[0]
+    n = st_si[I_HEAP] - 1
+    st_si[I_HEAP] = n
+    ht[0], hf[0] = ht[n], hf[n]
+    i = 0
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            break
+        if c + 1 < n and _less(ht, hf, c + 1, c):
+            c += 1
+        if not _less(ht, hf, c, i):
+            break
+        ht[i], ht[c] = ht[c], ht[i]
+        hf[i], hf[c] = hf[c], hf[i]
+        i = c
+    return f
+
+
+@njit(cache=True)
+def release(net, st, f, t_fin) -> None:
+    """Flow ``f`` finished at ``t_fin``: dependants whose last prerequisite it was start."""
+    st_fi = st.fi
+    net_ff = net.ff
+    net_fi = net.fi
+    net_dependants = net.dependants
+    for j in range(net_fi[N_DPTR, f], net_fi[N_DPTR, f + 1]):
+        g = net_dependants[j]
+        st_fi[S_N_DEPS_LEFT, g] -= 1
+        if st_fi[S_N_DEPS_LEFT, g] == 0:
+            heap_push(st, max(t_fin, net_ff[N_FLOW_START, g]), g)
+
+
+# --------------------------------------------------------------------------------------
+# running set
+# --------------------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def _gather_routes(net, st) -> None:
+    """Running flows, their routes (flow order) and entries (route order, hop order)."""
+    st_si = st.si
+    st_ei = st.ei
+    st_fb = st.fb
+    st_fi = st.fi
+    st_ki = st.ki
+    net_ei = net.ei
+    net_fi = net.fi
+    net_indptr = net.indptr
+    net_r_order = net.r_order
+    si = st_si
+    # running flows in id order: the previous set less finished flows, plus new starts
+    cand = np.concatenate((st_fi[S_A_F, :si[I_NAF]], st_fi[S_NEW_F, :si[I_NNEW]]))
+    cand.sort()
+    si[I_NNEW] = 0
+    nf = nr = ne = 0
+    for f in cand:
+        if not st_fb[S_RUNNING, f]:
+            continue
+        st_fi[S_A_F, nf] = f
+        st_fi[S_A_FSTART, nf] = nr
+        for j in range(net_fi[N_F_RPTR, f], net_fi[N_F_RPTR, f + 1]):
+            k = net_r_order[j]
+            st_ki[S_A_R, nr] = k
+            st_ki[S_A_RFLOW, nr] = nf
+            st_ki[S_A_ESTART, nr] = ne
+            st_ki[S_A_NE, nr] = net_indptr[k + 1] - net_indptr[k]
+            for e in range(net_indptr[k], net_indptr[k + 1]):
+                st_ei[S_AE, ne] = e
+                st_ei[S_AE_ROUTE, ne] = nr
+                st_ei[S_AE_LINK, ne] = net_ei[N_LINKS, e]
+                ne += 1
+            nr += 1
+        nf += 1
+    st_fi[S_A_FSTART, nf] = nr
+    si[I_NAF], si[I_NAR], si[I_NAE] = nf, nr, ne
+
+
+@njit(cache=True)
+def _gather_links(net, st) -> None:
+    """Queue entries (hop >= 1) grouped by link, links ordered by topological level."""
+    st_si = st.si
+    st_li = st.li
+    st_ei = st.ei
+    net_lf = net.lf
+    net_li = net.li
+    net_ei = net.ei
+    si = st_si
+    L = len(net_lf[N_CAP])
+    cnt = np.zeros(L, np.int64)
+    nq = 0
+    for j in range(si[I_NAE]):
+        if net_ei[N_HOP, st_ei[S_AE, j]] > 0:
+            st_ei[S_Q_ENT, nq] = j
+            st_ei[S_AE_ING, j] = st_ei[S_AE_LINK, j - 1]  # the port its bytes arrived on
+            cnt[st_ei[S_AE_LINK, j]] += 1
+            nq += 1
+    si[I_NQ] = nq
+    max_lv = 0
+    for li in range(L):
+        if cnt[li] > 0:
+            max_lv = max(max_lv, net_li[N_LEVEL, li])
+    # links ordered by (level, id): count per level, then place in id order
+    per = np.zeros(max_lv + 2, np.int64)
+    for li in range(L):
+        if cnt[li] > 0:
+            per[net_li[N_LEVEL, li] + 1] += 1
+    for v in range(1, max_lv + 2):
+        per[v] += per[v - 1]
+    nl = per[max_lv + 1]
+    slot = np.full(L, -1, np.int64)
+    at = per[:max_lv + 1].copy()
+    for li in range(L):
+        if cnt[li] > 0:
+            v = net_li[N_LEVEL, li]
+            st_li[S_LK_LINK, at[v]] = li
+            slot[li] = at[v]
+            at[v] += 1
+    nv = 0
+    for v in range(1, max_lv + 1):
+        if per[v + 1] > per[v]:
+            st_li[S_LV_PTR, nv] = per[v]
+            nv += 1
+    st_li[S_LV_PTR, nv] = nl
+    si[I_NLK], si[I_NLV] = nl, nv
+    st_li[S_LK_PTR, 0] = 0
+    for i in range(nl):
+        st_li[S_LK_PTR, i + 1] = st_li[S_LK_PTR, i] + cnt[st_li[S_LK_LINK, i]]
+    fill = st_li[S_LK_PTR, :nl].copy()
+    for i in range(nq):
+        j = st_ei[S_Q_ENT, i]
+        s = slot[st_ei[S_AE_LINK, j]]
+        st_ei[S_LK_ENT, fill[s]] = j
+        fill[s] += 1
+
+
+@njit(cache=True)
+def _gather_nics(net, st) -> None:
+    """Sender NICs (sorted link ids) and their routes, for the NIC's max-min scheduler."""
+    st_si = st.si
+    st_li = st.li
+    st_ki = st.ki
+    net_lf = net.lf
+    net_ki = net.ki
+    L = len(net_lf[N_CAP])
+    cnt = np.zeros(L, np.int64)
+    for i in range(st_si[I_NAR]):
+        cnt[net_ki[N_FIRST_LINK, st_ki[S_A_R, i]]] += 1
+    n = 0
+    slot = np.full(L, -1, np.int64)
+    st_li[S_NIC_PTR, 0] = 0
+    for li in range(L):
+        if cnt[li] > 0:
+            st_li[S_NIC_LINK, n] = li
+            slot[li] = n
+            st_li[S_NIC_PTR, n + 1] = st_li[S_NIC_PTR, n] + cnt[li]
+            n += 1
+    st_si[I_NNIC] = n
+    fill = st_li[S_NIC_PTR, :n].copy()
+    for i in range(st_si[I_NAR]):
+        s = slot[net_ki[N_FIRST_LINK, st_ki[S_A_R, i]]]
+        st_ki[S_NIC_MEM, fill[s]] = i
+        fill[s] += 1
+
+
+@njit(cache=True)
+def rebuild(net, st) -> None:
+    st_sf = st.sf
+    st_si = st.si
+    _gather_routes(net, st)
+    _gather_links(net, st)
+    _gather_nics(net, st)
+    st_si[I_REBUILD] = 0
+    st_sf[F_QUIET] = 0.0
+
+
+# --------------------------------------------------------------------------------------
+# one step
+# --------------------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def _service(net, st) -> None:
+    """Link service rates: capacity less the ACKs of last step's deliveries, and PFC."""
+    st_si = st.si
+    st_lf = st.lf
+    st_ef = st.ef
+    st_ei = st.ei
+    st_ki = st.ki
+    net_lf = net.lf
+    net_li = net.li
+    net_indptr = net.indptr
+    net_cfg = net.cfg
+    L = len(net_lf[N_CAP])
+    ack = np.zeros(L)
+    ratio = net_cfg[C_ACK_RATIO]
+    if ratio > 0:
+        for j in range(st_si[I_NAE]):
+            rv = net_li[N_REV, st_ei[S_AE_LINK, j]]
+            if rv >= 0:
+                r = st_ei[S_AE_ROUTE, j]
+                last = net_indptr[st_ki[S_A_R, r] + 1] - 1
+                ack[rv] += ratio * st_ef[S_DEP, last]
+    for li in range(L):
+        s = net_lf[N_CAP, li] * st_lf[S_UP, li]
+        if ratio > 0:
+            s = max(s - ack[li], 0.0)
+        st_lf[S_SERV, li] = s
+        st_lf[S_SERV_EFF, li] = min(s, st_lf[S_PFC_ALLOW, li])
+
+
+@njit(cache=True)
+def _allocate(net, st) -> None:
+    """Demands and NIC shares of the running routes, then each flow's rate ``a_rf``.
+
+    The NIC shares its capacity max-min among its QPs: sort a NIC's demands, the fair level
+    is the first ``(cap − Σ smaller) / n_rest`` that does not exceed the next demand.
+    """
+    st_si = st.si
+    st_lf = st.lf
+    st_li = st.li
+    st_ff = st.ff
+    st_fb = st.fb
+    st_fi = st.fi
+    st_kf = st.kf
+    st_ki = st.ki
+    st_cc = st.cc
+    net_lf = net.lf
+    net_ff = net.ff
+    net_kf = net.kf
+    net_ki = net.ki
+    net_cfg = net.cfg
+    nr, nf = st_si[I_NAR], st_si[I_NAF]
+    dcqcn = net_cfg[C_DCQCN] > 0
+    for i in range(nf):
+        f = st_fi[S_A_F, i]
+        size = net_ff[N_SIZE_W, f]
+        st_fb[S_A_SENDING, i] = size - st_ff[S_INJ, f] > 1e-9 * max(size, 1.0)
+    for i in range(nr):
+        k = st_ki[S_A_R, i]
+        d = net_lf[N_CAP, net_ki[N_FIRST_LINK, k]]
+        if dcqcn:
+            d = min(d, st_cc[_RC, k] / 8e9)
+        d = min(d, net_kf[N_W, k] * st_ff[S_FLOW_CAP, st_fi[S_A_F, st_ki[S_A_RFLOW, i]]])
+        st_kf[S_A_DEM, i] = d if st_fb[S_A_SENDING, st_ki[S_A_RFLOW, i]] else 0.0
+    nn = st_si[I_NNIC]
+    over = False
+    for g in range(nn):
+        tot = 0.0
+        for j in range(st_li[S_NIC_PTR, g], st_li[S_NIC_PTR, g + 1]):
+            tot += st_kf[S_A_DEM, st_ki[S_NIC_MEM, j]]
+        if not tot <= st_lf[S_SERV_EFF, st_li[S_NIC_LINK, g]] * (1 + 1e-12):
+            over = True
+    if nn == nr or not over:
+        for g in range(nn):
+            c = st_lf[S_SERV_EFF, st_li[S_NIC_LINK, g]]
+            for j in range(st_li[S_NIC_PTR, g], st_li[S_NIC_PTR, g + 1]):
+                i = st_ki[S_NIC_MEM, j]
+                st_kf[S_A_ALLOC, i] = min(st_kf[S_A_DEM, i], c) if nn == nr else st_kf[S_A_DEM, i]
+    else:
+        _waterfill(st, nn)
+    for i in range(nf):
+        rf = _INF
+        for r in range(st_fi[S_A_FSTART, i], st_fi[S_A_FSTART, i + 1]):
+            k = st_ki[S_A_R, r]
+            per = st_kf[S_A_ALLOC, r] / net_kf[N_W, k] if net_kf[N_W, k] > 0 else _INF
+            rf = min(rf, per)
+        if not np.isfinite(rf) or not st_fb[S_A_SENDING, i]:
+            rf = 0.0
+        st_ff[S_A_RF, i] = rf
+    for r in range(nr):
+        st_kf[S_A_X, r] = net_kf[N_W, st_ki[S_A_R, r]] * st_ff[S_A_RF, st_ki[S_A_RFLOW, r]]
+
+
+@njit(cache=True)
+def _waterfill(st, nn) -> None:
+    st_lf = st.lf
+    st_li = st.li
+    st_kf = st.kf
+    st_ki = st.ki
+    # the numpy engine sorted all demands by (NIC, demand) and took one running sum over
+    # them; the same order and sums here
+    cs = 0.0
+    for g in range(nn):
+        a, b = st_li[S_NIC_PTR, g], st_li[S_NIC_PTR, g + 1]
+        mem = st_ki[S_NIC_MEM, a:b]
+        d = st_kf[S_A_DEM][mem]
+        order = np.argsort(d, kind="mergesort")
+        cap = st_lf[S_SERV_EFF, st_li[S_NIC_LINK, g]]
+        cs0 = cs
+        level = _INF
+        n = b - a
+        for p in range(n):
+            dv = d[order[p]]
+            before = cs - cs0
+            n_rest = n - p
+            if level == _INF and before + n_rest * dv >= cap:
+                level = (cap - before) / n_rest
+            cs += dv
+        lv = max(level, 0.0)
+        for p in range(n):
+            st_kf[S_A_ALLOC, mem[p]] = min(d[p], lv)
+
+
+@njit(cache=True)
+def _dt(net, st, t) -> float:
+    st_sf = st.sf
+    st_si = st.si
+    st_ff = st.ff
+    st_fi = st.fi
+    st_ki = st.ki
+    st_cc = st.cc
+    net_ff = net.ff
+    net_cfg = net.cfg
+    cfg, sf = net_cfg, st_sf
+    quiet = sf[F_QUIET]
+    dt = max(quiet, cfg[C_DT]) if quiet else cfg[C_DT]
+    for i in range(st_si[I_NAF]):
+        rf = st_ff[S_A_RF, i]
+        if rf > 0:
+            f = st_fi[S_A_F, i]
+            dt = min(dt, (net_ff[N_SIZE_W, f] - st_ff[S_INJ, f]) / rf)
+    if st_si[I_HEAP] > 0:
+        dt = min(dt, st_ff[S_HEAP_T, 0] - t)
+    if np.isfinite(sf[F_FAIL_T]):
+        dt = min(dt, sf[F_FAIL_T] - t)
+    if cfg[C_DCQCN] > 0 and quiet:
+        # in active steps timers fire at the step end (<= dt_ns late); a quiet jump must
+        # not skip a rate increase
+        nxt = _INF
+        for i in range(st_si[I_NAR]):
+            k = st_ki[S_A_R, i]
+            nxt = min(nxt, st_cc[_T_INC, k])
+            if st_cc[_DEC_CNP, k]:
+                nxt = min(nxt, st_cc[_T_DEC, k])
+        dt = min(dt, nxt - t)
+    dt = min(dt, sf[F_NEXT_SAMPLE] - t)
+    return max(dt, 1e-3)
+
+
+@njit(cache=True)
+def _sweep_level(st, dt, lo, hi) -> None:
+    """FIFO service of the links ``lk_link[lo:hi]`` (one topological level)."""
+    st_lf = st.lf
+    st_li = st.li
+    st_ef = st.ef
+    st_ei = st.ei
+    q, drain, arr, new = st_ef[S_Q], st_ef[S_DRAIN], st_ef[S_ARR], st_ef[S_AE_NEW]
+    passthru = True
+    for i in range(lo, hi):
+        asum = 0.0
+        for p in range(st_li[S_LK_PTR, i], st_li[S_LK_PTR, i + 1]):
+            j = st_ei[S_LK_ENT, p]
+            if q[st_ei[S_AE, j]] != 0.0:
+                passthru = False
+            asum += new[j - 1] * dt
+        st_lf[S_LK_SUM, i] = asum
+        if not asum <= st_lf[S_SERV_EFF, st_li[S_LK_LINK, i]] * dt:
+            passthru = False
+    for i in range(lo, hi):
+        a, b = st_li[S_LK_PTR, i], st_li[S_LK_PTR, i + 1]
+        if passthru:
+            # nothing queued and no link overloaded: arrivals pass through
+            for p in range(a, b):
+                j = st_ei[S_LK_ENT, p]
+                e = st_ei[S_AE, j]
+                a_in = new[j - 1]
+                arr[e] = a_in
+                if a_in * dt > 0:
+                    drain[e] = 0.0
+                new[j] = a_in
+            continue
+        _fifo(st, dt, i)
+
+
+@njit(cache=True)
+def _fifo(st, dt, i) -> None:
+    """One link's FIFO: present content leaves first (entries whose arrivals stopped drain
+    linearly at their last departure rate), then this step's arrivals pro rata."""
+    st_lf = st.lf
+    st_li = st.li
+    st_ef = st.ef
+    st_ei = st.ei
+    q, dep_old, drain = st_ef[S_Q], st_ef[S_DEP], st_ef[S_DRAIN]
+    arr, new = st_ef[S_ARR], st_ef[S_AE_NEW]
+    a, b = st_li[S_LK_PTR, i], st_li[S_LK_PTR, i + 1]
+    asum = st_lf[S_LK_SUM, i]
+    qsum = 0.0
+    tsum = 0.0
+    for p in range(a, b):
+        j = st_ei[S_LK_ENT, p]
+        e = st_ei[S_AE, j]
+        a_in = new[j - 1]
+        arr[e] = a_in
+        qv = q[e]
+        dr = drain[e]
+        if a_in * dt > 0:
+            dr = 0.0
+        elif dr <= 0 and qv > 0:
+            dr = dep_old[e]
+        drain[e] = dr
+        qsum += qv
+        tsum += min(qv, dr * dt)
+    served = min(st_lf[S_SERV_EFF, st_li[S_LK_LINK, i]] * dt, qsum + asum)
+    tscale = served / tsum if tsum > served else 1.0
+    tsum = min(tsum, served)
+    rest = served - tsum
+    qrsum = qsum - tsum
+    from_q = min(rest, qrsum)
+    fq = from_q / qrsum if qrsum > _TINY else 0.0
+    fa = (rest - from_q) / asum if asum > _TINY else 0.0
+    for p in range(a, b):
+        j = st_ei[S_LK_ENT, p]
+        e = st_ei[S_AE, j]
+        qv = q[e]
+        in_b = new[j - 1] * dt
+        take = min(qv, drain[e] * dt) * tscale
+        out_b = take + (qv - take) * fq + in_b * fa
+        new[j] = out_b / dt
+        q[e] = max(qv + in_b - out_b, 0.0)
+
+
+@njit(cache=True)
+def _sweep(net, st, dt) -> float:
+    """Move every running entry's bytes one step; returns the largest departure change."""
+    st_si = st.si
+    st_lf = st.lf
+    st_li = st.li
+    st_ef = st.ef
+    st_ei = st.ei
+    st_ff = st.ff
+    st_fi = st.fi
+    st_kf = st.kf
+    st_ki = st.ki
+    net_lf = net.lf
+    net_ei = net.ei
+    net_indptr = net.indptr
+    ne = st_si[I_NAE]
+    for j in range(ne):
+        first = net_ei[N_HOP, st_ei[S_AE, j]] == 0
+        st_ef[S_AE_NEW, j] = st_kf[S_A_X, st_ei[S_AE_ROUTE, j]] if first else 0.0
+    for v in range(st_si[I_NLV]):
+        _sweep_level(st, dt, st_li[S_LV_PTR, v], st_li[S_LV_PTR, v + 1])
+    ddep = 0.0
+    L = len(net_lf[N_CAP])
+    lb = np.zeros(L)
+    for j in range(ne):
+        e = st_ei[S_AE, j]
+        ddep = max(ddep, abs(st_ef[S_AE_NEW, j] - st_ef[S_DEP, e]))
+        st_ef[S_DEP, e] = st_ef[S_AE_NEW, j]
+        lb[st_ei[S_AE_LINK, j]] += st_ef[S_AE_NEW, j] * dt
+    for li in range(L):
+        st_lf[S_LINK_BYTES, li] += lb[li]
+        util = lb[li] / (net_lf[N_CAP, li] * dt + _TINY)
+        st_lf[S_PEAK_UTIL, li] = max(st_lf[S_PEAK_UTIL, li], util)
+        st_lf[S_QLINK, li] = 0.0
+    for p in range(st_si[I_NQ]):
+        j = st_ei[S_Q_ENT, p]
+        st_lf[S_QLINK, st_ei[S_AE_LINK, j]] += st_ef[S_Q, st_ei[S_AE, j]]
+    for li in range(L):
+        st_lf[S_MAX_Q, li] = max(st_lf[S_MAX_Q, li], st_lf[S_QLINK, li])
+    for i in range(st_si[I_NAF]):
+        st_ff[S_INJ, st_fi[S_A_F, i]] += st_ff[S_A_RF, i] * dt
+    for r in range(st_si[I_NAR]):
+        k = st_ki[S_A_R, r]
+        st_kf[S_DELIV, k] += st_ef[S_DEP, net_indptr[k + 1] - 1] * dt
+    return ddep
+
+
+@njit(cache=True)
+def rev_delay(net, st) -> np.ndarray:
+    """Queueing delay (ns) an ACK meets on the reverse direction of each link."""
+    st_lf = st.lf
+    net_lf = net.lf
+    net_li = net.li
+    L = len(net_lf[N_CAP])
+    out = np.zeros(L)
+    for li in range(L):
+        rv = net_li[N_REV, li]
+        if rv >= 0:
+            out[li] = min(st_lf[S_QLINK, rv] / max(net_lf[N_CAP, rv] * st_lf[S_UP, rv], _TINY), 1e9)
+    return out
+
+
+@njit(cache=True)
+def _red(net, li, q) -> float:
+    """RED marking probability of link ``li`` at queue ``q`` (dataplane/ecn.py)."""
+    net_lf = net.lf
+    net_cfg = net.cfg
+    kmin, kmax = net_lf[N_KMIN, li], net_lf[N_KMAX, li]
+    if not q > kmin:
+        return 0.0
+    if q > kmax:
+        return net_cfg[C_ABOVE]
+    span = max(kmax - kmin, 1e-9)
+    return min(max((q - kmin) / span, 0.0), 1.0) * net_lf[N_PMAX, li]
+
+
+@njit(cache=True)
+def _marks(net, st, t_new, dt) -> bool:
+    """ECN marks of this step into the CNP delay line; returns whether any was made."""
+    st_sf = st.sf
+    st_si = st.si
+    st_lf = st.lf
+    st_ef = st.ef
+    st_ei = st.ei
+    st_ki = st.ki
+    st_cnp_line = st.cnp_line
+    net_lf = net.lf
+    net_kf = net.kf
+    net_cfg = net.cfg
+    L = len(net_lf[N_CAP])
+    pl = np.zeros(L)
+    anyp = False
+    for li in range(L):
+        pl[li] = _red(net, li, st_lf[S_QLINK, li])
+        anyp = anyp or pl[li] > 0
+    if not anyp:
+        return False
+    nr, ne = st_si[I_NAR], st_si[I_NAE]
+    mlink = np.zeros(L)
+    npk = np.zeros(nr)
+    for j in range(ne):
+        mb = st_ef[S_DEP, st_ei[S_AE, j]] * dt * pl[st_ei[S_AE_LINK, j]]
+        mlink[st_ei[S_AE_LINK, j]] += mb
+        npk[st_ei[S_AE_ROUTE, j]] += mb
+    for li in range(L):
+        st_lf[S_MARKED_BYTES, li] += mlink[li]
+    anyk = False
+    for r in range(nr):
+        npk[r] = npk[r] / net_cfg[C_PKT_WIRE]
+        anyk = anyk or npk[r] != 0
+    if not anyk:
+        return False
+    # CNPs ride ACKs: base RTT plus the reverse path's queueing delay
+    rd = rev_delay(net, st) if net_cfg[C_ACK_QUEUE] > 0 else np.zeros(L)
+    rq = np.zeros(nr)
+    for j in range(ne):
+        rq[st_ei[S_AE_ROUTE, j]] += rd[st_ei[S_AE_LINK, j]]
+    bw = net_cfg[C_FB_BW]
+    rows = st_cnp_line.shape[0]
+    now_b = np.int64(t_new // bw) + 1
+    rtt_max = -_INF
+    for r in range(nr):
+        k = st_ki[S_A_R, r]
+        b = max(np.int64((t_new + net_kf[N_RTT, k] + rq[r]) // bw), now_b)
+        st_cnp_line[b % rows, k] += npk[r]
+        rtt_max = max(rtt_max, net_kf[N_RTT, k])
+    st_sf[F_MARKS_UNTIL] = max(st_sf[F_MARKS_UNTIL], t_new + rtt_max)
+    return True
+
+
+@njit(cache=True)
+def _cnps(net, st, t_new, dt, rng) -> None:
+    """Collect the CNPs due now, draw which QPs see one, and run DCQCN on every QP."""
+    st_si = st.si
+    st_kf = st.kf
+    st_kb = st.kb
+    st_ki = st.ki
+    st_cc = st.cc
+    st_cnp_line = st.cnp_line
+    net_dcqcn = net.dcqcn
+    net_cfg = net.cfg
+    nr = st_si[I_NAR]
+    bw = net_cfg[C_FB_BW]
+    rows = st_cnp_line.shape[0]
+    cur_b = np.int64(t_new // bw)
+    cnp_n = np.zeros(nr)
+    anyn = False
+    if cur_b > st_si[I_FB_LAST]:
+        nb = min(cur_b - st_si[I_FB_LAST], rows)
+        for m in range(nb):
+            row = (st_si[I_FB_LAST] + 1 + m) % rows
+            for r in range(nr):
+                v = st_cnp_line[row, st_ki[S_A_R, r]]
+                cnp_n[r] = v if m == 0 else cnp_n[r] + v
+            for r in range(nr):  # other columns belong to flows that ended: never read
+                st_cnp_line[row, st_ki[S_A_R, r]] = 0.0
+        st_si[I_FB_LAST] = cur_b
+        for r in range(nr):
+            anyn = anyn or cnp_n[r] != 0
+    cnp = st_kb[S_A_CNP]
+    for r in range(nr):
+        cnp[r] = False
+    if anyn:
+        for r in range(nr):
+            cnp[r] = rng.random() < 1.0 - np.exp(-cnp_n[r])
+    interval = net_cfg[C_CNP_INT]
+    for r in range(nr):
+        k = st_ki[S_A_R, r]
+        if cnp[r] and interval > 0:
+            if t_new - st_kf[S_LAST_CNP, k] >= interval:
+                st_kf[S_LAST_CNP, k] = t_new
+            else:
+                cnp[r] = False
+    for r in range(nr):
+        k = st_ki[S_A_R, r]
+        dcqcn_update_qp(st_cc, k, cnp[r], t_new, net_dcqcn, st_kf[S_A_X, r] * dt)
+        if cnp[r]:
+            st_kf[S_ES_CNPS, k] += 1
+
+
+@njit(cache=True)
+def _pfc_thresholds(net, st, use) -> None:
+    st_lf = st.lf
+    net_lf = net.lf
+    net_lb = net.lb
+    net_li = net.li
+    net_pfc_pool = net.pfc_pool
+    net_cfg = net.cfg
+    cfg = net_cfg
+    L = len(net_lf[N_CAP])
+    if cfg[C_PFC_DYN] > 0:
+        sw_shared = np.zeros(len(net_pfc_pool))
+        for li in range(L):
+            if net_lb[N_INGRESS_SW, li]:
+                sw_shared[net_li[N_SW_OF, li]] += max(use[li] - cfg[C_RESERVE], 0.0)
+        for li in range(L):
+            s = net_li[N_SW_OF, li]
+            thr = net_lf[N_PFC_ALPHA, li] * max(net_pfc_pool[s] - sw_shared[s], 0.0)
+            st_lf[S_PFC_XOFF, li] = cfg[C_RESERVE] + thr
+            st_lf[S_PFC_XON, li] = cfg[C_RESERVE] + thr - cfg[C_RESUME]
+    else:
+        for li in range(L):
+            st_lf[S_PFC_XOFF, li] = cfg[C_XOFF]
+            st_lf[S_PFC_XON, li] = cfg[C_XON]
+
+
+@njit(cache=True)
+def _pfc(net, st, dt) -> None:
+    """Fluid PFC: throttle each upstream transmitter so its ingress port holds XOFF."""
+    st_si = st.si
+    st_lf = st.lf
+    st_lb = st.lb
+    st_ef = st.ef
+    st_ei = st.ei
+    st_kf = st.kf
+    st_ki = st.ki
+    net_lf = net.lf
+    net_lb = net.lb
+    net_ki = net.ki
+    net_cfg = net.cfg
+    L = len(net_lf[N_CAP])
+    use = np.zeros(L)
+    out = np.zeros(L)
+    for p in range(st_si[I_NQ]):
+        j = st_ei[S_Q_ENT, p]
+        use[st_ei[S_AE_ING, j]] += st_ef[S_Q, st_ei[S_AE, j]]
+        out[st_ei[S_AE_ING, j]] += st_ef[S_DEP, st_ei[S_AE, j]]
+    _pfc_thresholds(net, st, use)
+    st_lf[S_PFC_USE, :] = use
+    st_si[I_HAS_USE] = 1
+    reg = st_lb[S_PFC_REG]
+    if reg.any():
+        nic_dem = np.zeros(L)
+        for r in range(st_si[I_NAR]):
+            nic_dem[net_ki[N_FIRST_LINK, st_ki[S_A_R, r]]] += st_kf[S_A_DEM, r]
+        for li in range(L):
+            if not reg[li]:
+                continue
+            serv = st_lf[S_SERV, li]
+            allow = min(st_lf[S_PFC_ALLOW, li], serv)
+            if not (st_lf[S_QLINK, li] > 1.0 or nic_dem[li] > allow * (1 + 1e-9)):
+                continue
+            frac = min(max(1.0 - allow / serv, 0.0), 1.0) if serv > 0 else 0.0
+            st_lf[S_PAUSE_NS, li] += frac * dt
+            o = min(out[li], serv)
+            if frac > 1e-6 and o > _TINY:
+                gap = net_lf[N_PFC_GAP, li]
+                period = gap / max(o, _TINY) + gap / max(serv - o, _TINY)
+                st_lf[S_PAUSE_CNT, li] += dt / period
+    tau = max(dt, net_cfg[C_TAU])
+    for li in range(L):
+        if net_lb[N_INGRESS_SW, li] and not reg[li] and use[li] >= st_lf[S_PFC_XOFF, li]:
+            st_lf[S_PAUSE_CNT, li] += 1.0
+            reg[li] = True
+        elif reg[li] and use[li] <= st_lf[S_PFC_XON, li]:
+            reg[li] = False
+        st_lf[S_PFC_ALLOW, li] = (max(out[li] + (st_lf[S_PFC_XOFF, li] - use[li]) / tau, 0.0)
+                            if reg[li] else _INF)
+
+
+@njit(cache=True)
+def _horizon(net, st) -> float:
+    """Longest step over which constant rates keep the model exact: until a queue entry
+    empties, a PFC port crosses XOFF/XON, or a queue reaches Kmin (DCQCN)."""
+    st_si = st.si
+    st_lf = st.lf
+    st_lb = st.lb
+    st_ef = st.ef
+    st_ei = st.ei
+    net_lf = net.lf
+    net_cfg = net.cfg
+    cfg = net_cfg
+    h = cfg[C_DT_QUIET]
+    nq = st_si[I_NQ]
+    if nq == 0:
+        return h
+    L = len(net_lf[N_CAP])
+    gp = np.zeros(L)
+    gl = np.zeros(L)
+    for p in range(nq):
+        j = st_ei[S_Q_ENT, p]
+        e = st_ei[S_AE, j]
+        g = st_ef[S_ARR, e] - st_ef[S_DEP, e]
+        if g < -_TINY and st_ef[S_Q, e] > 0:
+            h = min(h, st_ef[S_Q, e] / -g)
+        gp[st_ei[S_AE_ING, j]] += g
+        gl[st_ei[S_AE_LINK, j]] += g
+    pfc = cfg[C_PFC_ON] > 0
+    reg = st_lb[S_PFC_REG]
+    if pfc and reg.any():
+        # a paused port's share of its egress FIFO settles over ~Q/C; long steps would
+        # freeze whatever shares the last event left (FluidConfig.dt_pfc_max_ns)
+        h = min(h, cfg[C_DT_PFC])
+    if pfc and st_si[I_HAS_USE] > 0:
+        h = _pfc_horizon(net, st, gp, h)
+    if cfg[C_DCQCN] > 0:
+        for li in range(L):
+            if st_lf[S_QLINK, li] >= net_lf[N_KMIN, li] * (1 - 1e-9):
+                return 0.0  # marking: DCQCN dynamics, no long steps
+        for li in range(L):
+            if gl[li] > _TINY and st_lf[S_QLINK, li] < net_lf[N_KMIN, li]:
+                # +1 ns: land just above Kmin so that marking starts
+                h = min(h, (net_lf[N_KMIN, li] - st_lf[S_QLINK, li]) / gl[li] + 1.0)
+    return h
+
+
+@njit(cache=True)
+def _pfc_horizon(net, st, gp, h) -> float:
+    st_lf = st.lf
+    st_lb = st.lb
+    net_lf = net.lf
+    net_lb = net.lb
+    net_li = net.li
+    net_pfc_pool = net.pfc_pool
+    net_cfg = net.cfg
+    L = len(net_lf[N_CAP])
+    reg, use = st_lb[S_PFC_REG], st_lf[S_PFC_USE]
+    dyn = net_cfg[C_PFC_DYN] > 0
+    gs = np.zeros(len(net_pfc_pool))
+    if dyn:
+        for li in range(L):
+            if net_lb[N_INGRESS_SW, li]:
+                gs[net_li[N_SW_OF, li]] += gp[li]
+    for li in range(L):
+        if not reg[li] and net_lb[N_INGRESS_SW, li] and gp[li] > _TINY:
+            if dyn:
+                tt = (st_lf[S_PFC_XOFF, li] - use[li]) / (
+                    gp[li] + net_lf[N_PFC_ALPHA, li] * max(gs[net_li[N_SW_OF, li]], 0.0))
+            else:
+                tt = (st_lf[S_PFC_XOFF, li] - use[li]) / max(gp[li], _TINY)
+            h = min(h, max(tt, 0.0))
+        elif reg[li] and gp[li] < -_TINY:
+            h = min(h, max((use[li] - st_lf[S_PFC_XON, li]) / -gp[li], 0.0))
+    return h
+
+
+@njit(cache=True)
+def _sample(net, st, t) -> None:
+    st_si = st.si
+    st_lf = st.lf
+    st_ff = st.ff
+    st_fb = st.fb
+    st_fi = st.fi
+    st_ki = st.ki
+    st_cc = st.cc
+    st_smp = st.smp
+    net_lf = net.lf
+    net_ki = net.ki
+    net_rec_links = net.rec_links
+    net_rec_flows = net.rec_flows
+    net_cfg = net.cfg
+    n = st_si[I_NSMP]
+    nl, nf = len(net_rec_links), len(net_rec_flows)
+    st_smp[n, 0] = t / 1e3  # columns: t, queue of each link, rate and send of each flow
+    for i in range(len(net_rec_links)):
+        st_smp[n, 1 + i] = st_lf[S_QLINK, net_rec_links[i]]
+    for i in range(len(net_rec_flows)):
+        f = net_rec_flows[i]
+        rate = 0.0
+        send = 0.0
+        for p in range(st_si[I_NAF]):
+            if st_fi[S_A_F, p] != f:
+                continue
+            send = st_ff[S_A_RF, p] * 8e9 / 1e9 / net_cfg[C_WO]
+            if st_fb[S_RUNNING, f]:
+                rate = _INF
+                for r in range(st_fi[S_A_FSTART, p], st_fi[S_A_FSTART, p + 1]):
+                    k = st_ki[S_A_R, r]
+                    rate = min(rate, st_cc[_RC, k] / 1e9 if net_cfg[C_DCQCN] > 0
+                               else net_lf[N_CAP, net_ki[N_FIRST_LINK, k]] * 8e9 / 1e9)
+        st_smp[n, 1 + nl + i] = rate
+        st_smp[n, 1 + nl + nf + i] = send
+    st_si[I_NSMP] = n + 1
+
+
+@njit(cache=True)
+def _complete(net, st, t, ddep, any_marks) -> None:
+    """Flows whose bytes were all delivered finish (plus the ACK's way back)."""
+    st_sf = st.sf
+    st_si = st.si
+    st_ef = st.ef
+    st_ei = st.ei
+    st_ff = st.ff
+    st_fb = st.fb
+    st_fi = st.fi
+    st_kf = st.kf
+    st_ki = st.ki
+    st_cc = st.cc
+    net_ff = net.ff
+    net_kf = net.kf
+    net_cfg = net.cfg
+    cfg, sf = net_cfg, st_sf
+    nf = st_si[I_NAF]
+    fin = np.zeros(nf, np.bool_)
+    stopped_q = False
+    rq = np.zeros(st_si[I_NAR])
+    for p in range(st_si[I_NQ]):
+        j = st_ei[S_Q_ENT, p]
+        rq[st_ei[S_AE_ROUTE, j]] += st_ef[S_Q, st_ei[S_AE, j]]
+    anyfin = False
+    for i in range(nf):
+        f = st_fi[S_A_F, i]
+        tol = 1e-6 * max(net_ff[N_SIZE_W, f], 1.0)
+        inj_done = not st_fb[S_A_SENDING, i] or net_ff[N_SIZE_W, f] - st_ff[S_INJ, f] <= tol
+        bl = -_INF
+        for r in range(st_fi[S_A_FSTART, i], st_fi[S_A_FSTART, i + 1]):
+            k = st_ki[S_A_R, r]
+            bl = max(bl, net_kf[N_W, k] * st_ff[S_INJ, f] - st_kf[S_DELIV, k])
+            if st_fb[S_A_SENDING, i] and inj_done and rq[r] > 1.0:
+                # a source that just stopped while its bytes still queue changes the
+                # next step's arrivals: not steady
+                stopped_q = True
+        fin[i] = inj_done and bl <= tol + 1e-6 and st_fb[S_RUNNING, f]
+        anyfin = anyfin or fin[i]
+    dec_pending = False
+    if cfg[C_DCQCN] > 0:
+        for r in range(st_si[I_NAR]):
+            dec_pending = dec_pending or st_cc[_DEC_CNP, st_ki[S_A_R, r]] > 0
+    steady = (ddep < cfg[C_QUIET_TOL] * cfg[C_CAP_MAX] and t > sf[F_MARKS_UNTIL]
+              and not stopped_q and not any_marks and not dec_pending)
+    sf[F_QUIET] = _horizon(net, st) if steady else 0.0
+    if not anyfin:
+        return
+    rd = rev_delay(net, st) if cfg[C_ACK_QUEUE] > 0 else np.zeros(0)
+    left = False
+    for i in range(nf):
+        f = st_fi[S_A_F, i]
+        if not fin[i]:
+            left = left or st_fb[S_RUNNING, f]
+            continue
+        st_fb[S_RUNNING, f] = False
+        st_fb[S_DONE, f] = True
+        st_si[I_DONE] += 1
+        # the ACK of the last byte queues behind data on the reverse path
+        st_ff[S_FINISH, f] = t + net_ff[N_LAT, f] + _ack_queue_ns(net, f, rd)
+        release(net, st, f, st_ff[S_FINISH, f])
+    # finished flows stay in the running arrays (idle) until the next start rebuilds them
+    if not left:
+        st_si[I_REBUILD] = 1
+
+
+@njit(cache=True)
+def _ack_queue_ns(net, f, rd) -> float:
+    net_ei = net.ei
+    net_fi = net.fi
+    net_indptr = net.indptr
+    net_r_order = net.r_order
+    if len(rd) == 0:
+        return 0.0
+    best = 0.0
+    for j in range(net_fi[N_F_RPTR, f], net_fi[N_F_RPTR, f + 1]):
+        k = net_r_order[j]
+        s = 0.0
+        for e in range(net_indptr[k], net_indptr[k + 1]):
+            s += rd[net_ei[N_LINKS, e]]
+        best = max(best, s)
+    return best
+
+
+# --------------------------------------------------------------------------------------
+# main loop
+# --------------------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def _start_due(net, st, t) -> None:
+    """Start every flow due within ``coalesce_ns`` of now."""
+    st_si = st.si
+    st_ff = st.ff
+    st_fb = st.fb
+    st_fi = st.fi
+    st_cc = st.cc
+    net_lf = net.lf
+    net_ff = net.ff
+    net_fi = net.fi
+    net_ki = net.ki
+    net_r_order = net.r_order
+    net_cfg = net.cfg
+    while st_si[I_HEAP] > 0 and st_ff[S_HEAP_T, 0] <= t + net_cfg[C_COALESCE]:
+        f = _heap_pop(st)
+        st_ff[S_START, f] = t
+        if net_ff[N_SIZE_W, f] <= 0:
+            st_ff[S_FINISH, f] = t + net_ff[N_LAT, f]
+            st_fb[S_DONE, f] = True
+            st_si[I_DONE] += 1
+            release(net, st, f, st_ff[S_FINISH, f])
+            continue
+        st_fb[S_RUNNING, f] = True
+        st_fi[S_NEW_F, st_si[I_NNEW]] = f
+        st_si[I_NNEW] += 1
+        if net_cfg[C_DCQCN] > 0:
+            for j in range(net_fi[N_F_RPTR, f], net_fi[N_F_RPTR, f + 1]):
+                k = net_r_order[j]
+                st_cc[_LINE, k] = net_lf[N_CAP, net_ki[N_FIRST_LINK, k]] * 8e9
+                _dcqcn_fresh(st_cc, k)
+        st_si[I_REBUILD] = 1
+
+
+@njit(cache=True)
+def _dcqcn_fresh(s, k) -> None:
+    """A QP that starts at its line rate ``s[_LINE, k]``, no CNP seen, timers idle
+    (dcqcn_init)."""
+    s[1:, k] = 0.0
+    s[_RC, k] = s[_LINE, k]
+    s[_RT, k] = s[_LINE, k]
+    s[_ALPHA, k] = 1.0
+    s[_T_ALPHA:_T_INC + 1, k] = _INF
+
+
+@njit(cache=True)
+def advance(net, st, rng) -> int:
+    """Run until the end, or until the caller has to act (see the return codes)."""
+    st_sf = st.sf
+    st_si = st.si
+    st_lf = st.lf
+    st_lb = st.lb
+    st_ff = st.ff
+    st_smp = st.smp
+    net_ff = net.ff
+    net_cfg = net.cfg
+    cfg, sf, si = net_cfg, st_sf, st_si
+    F = len(net_ff[N_SIZE_W])
+    while si[I_DONE] < F:
+        t = sf[F_T]
+        if sf[F_FAIL_T] <= t + 1e-9:
+            return FAIL_DUE
+        if st_smp.shape[0] and si[I_NSMP] == st_smp.shape[0]:
+            return SAMPLES_FULL
+        _start_due(net, st, t)
+        if si[I_REBUILD]:
+            rebuild(net, st)
+        if si[I_NAR] == 0:
+            nxt = min(st_ff[S_HEAP_T, 0] if si[I_HEAP] > 0 else _INF, sf[F_FAIL_T])
+            if not np.isfinite(nxt):
+                return DONE  # nothing can ever start (a dependency cycle or unrouted flow)
+            sf[F_T] = max(t, nxt)
+            continue
+        si[I_STEPS] += 1
+        if t > cfg[C_MAX_TIME]:
+            return DONE  # stalled (a failed link with no reroute): unfinished flows
+        if si[I_STEPS] > cfg[C_MAX_STEPS]:
+            return MAX_STEPS
+        _service(net, st)
+        _allocate(net, st)
+        dt = _dt(net, st, t)
+        ddep = _sweep(net, st, dt)
+        t_new = t + dt
+        any_marks = False
+        if cfg[C_DCQCN] > 0:
+            any_marks = _marks(net, st, t_new, dt)
+            _cnps(net, st, t_new, dt, rng)
+            if cfg[C_ES_ON] > 0 and t_new >= sf[F_ES_NEXT]:
+                si[I_ES_DUE] = 1
+        if cfg[C_PFC_ON] > 0 and (st_lb[S_PFC_REG].any() or si[I_HAS_USE] == 0
+                                  or st_lf[S_QLINK].max() > 0.0):
+            _pfc(net, st, dt)
+        if t_new >= sf[F_NEXT_SAMPLE] - 1e-6:
+            _sample(net, st, t_new)
+            sf[F_NEXT_SAMPLE] += cfg[C_SAMPLE_INT]
+        sf[F_T] = t_new
+        _complete(net, st, t_new, ddep, any_marks)
+        if si[I_ES_DUE]:
+            return ENDSIDE_DUE
+    return DONE
+
+
+__all__ = ["Net", "State", "advance", "rebuild", "DONE", "FAIL_DUE", "ENDSIDE_DUE",
+           "SAMPLES_FULL", "MAX_STEPS"]

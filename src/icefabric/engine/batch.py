@@ -11,10 +11,11 @@ link's own flows only), so every problem gets exactly its own rates.
 
 Same event rules as :func:`~icefabric.engine.flow.run_flow` (a flow's last byte, its
 completion ``latency_ns`` later, dependents released then, scheduled starts; integer-ns
-times rounded up the same way), with a full rate recomputation at every change instead of
-its incremental refill: finish times agree with ``run_flow`` to the nanosecond or within
-floating-point rounding (tested). Link failures are not supported (the caller runs such
-scenarios draw by draw).
+times rounded up the same way) and the same rate updates per problem (from scratch after a
+start, an incremental refill after finishes). Links that can never limit a rate are left
+out of max-min (:func:`redundant_links`). Start and finish times equal ``run_flow``'s to the
+nanosecond (tested with hypothesis on random problems and on ECMP draws). Link failures are
+not supported (the caller runs such scenarios draw by draw).
 """
 
 from __future__ import annotations

@@ -233,6 +233,18 @@ def apply_draws(rows: list[dict], drawn: DrawnCollectives) -> None:
                  draws=len(busbw), busbw_GBps_draws=busbw)
 
 
+def _gains_over_drawn_ecmp(r: dict, e: dict) -> dict:
+    """Row ``r``'s gain over ECMP's draws (row ``e``): p10 and p90 of the per-draw gain
+    (draw ``d`` against ECMP's draw ``d``, independent draws; a policy run once against
+    every ECMP draw) and the gain over ECMP's lucky p90."""
+    own = np.asarray(r.get("busbw_GBps_draws") or [r["busbw_GBps"]])
+    base = np.asarray(e["busbw_GBps_draws"])
+    n = min(len(own), len(base)) if len(own) > 1 else len(base)
+    lo, _, hi = quantiles(np.resize(own, n) / base[:n] - 1)
+    return {"gain_vs_ecmp_p10": round(lo, 4), "gain_vs_ecmp_p90": round(hi, 4),
+            "gain_vs_ecmp_lucky": round(r["busbw_GBps"] / e["busbw_GBps_p90"] - 1, 4)}
+
+
 def _add_relative(rows: list[dict]) -> None:
     """Gain over ``ecmp``, fraction of ``ideal`` (non-blocking) and of the capacity bound
     (``ideal``'s time or the fabric's cut time, whichever is longer; see
@@ -256,12 +268,7 @@ def _add_relative(rows: list[dict]) -> None:
         r["frac_of_ideal"] = round(r["busbw_GBps"] / i["busbw_GBps"], 4) if i else None
         r["gain_vs_ecmp"] = round(r["busbw_GBps"] / e["busbw_GBps"] - 1, 4) if e else None
         if e and e.get("busbw_GBps_draws") and r is not e:
-            own = np.asarray(r.get("busbw_GBps_draws") or [r["busbw_GBps"]])
-            base = np.asarray(e["busbw_GBps_draws"])
-            n = min(len(own), len(base)) if len(own) > 1 else len(base)
-            lo, _, hi = quantiles(np.resize(own, n) / base[:n] - 1)
-            r.update(gain_vs_ecmp_p10=round(lo, 4), gain_vs_ecmp_p90=round(hi, 4),
-                     gain_vs_ecmp_lucky=round(r["busbw_GBps"] / e["busbw_GBps_p90"] - 1, 4))
+            r.update(_gains_over_drawn_ecmp(r, e))
         best = max((b for p, b in baselines.get(key(r), {}).items() if p != r["policy"]),
                    key=lambda b: b["busbw_GBps"], default=None)
         r["best_baseline"] = best["policy"] if best else None

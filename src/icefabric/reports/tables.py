@@ -171,6 +171,7 @@ def summary_tables(res, fit: Fitter) -> list[RenderableType]:
     bound = _binds(res)
     rows = [r for r in res.rows if r["size_bytes"] == size]
     coll, pol, busbw, ideal, ofb, lucky = [], [], [], [], [], []
+    drawn = res.draws > 1
     gains: dict[str, list[str]] = {b: [] for b in base}
     for (job, c), grp in _groups(rows).items():
         by = {r["policy"]: r for r in grp}
@@ -182,7 +183,7 @@ def summary_tables(res, fit: Fitter) -> list[RenderableType]:
             coll.append(f"{job} {c}" if first else "")
             first = False
             pol.append(p)
-            busbw.append(_ranged(r, 1))
+            busbw.append(_ranged(r, 1 if drawn else 2))
             lucky.append(_gain(r.get("gain_vs_ecmp_lucky")) if p != "ecmp" else "")
             ideal.append(_pct(r.get("frac_of_ideal")))
             ofb.append(_pct(r.get("frac_of_bound")))
@@ -190,7 +191,6 @@ def summary_tables(res, fit: Fitter) -> list[RenderableType]:
                 rb = by.get(b)
                 gains[b].append("" if rb is None or b == p else
                                 f"{r['busbw_GBps'] / rb['busbw_GBps'] - 1:+.1%}")
-    drawn = res.draws > 1
     cols = [Column("job collective", coll, key=True), Column("policy", pol, key=True),
             Column("busbw GB/s\nmed (p10-p90)" if drawn else "busbw\nGB/s", busbw),
             Column("of\nideal", ideal)]

@@ -35,6 +35,7 @@ def test_piped_and_80_columns_show_every_name_in_full(columns):
     # summary first, then the per-size tables
     assert out.index("Summary at 1GiB") < out.index("mixed · all_reduce · cross-hier")
     # progress went to stderr as plain lines, with the time left, never to stdout
-    assert re.search(r"simulating hetero-default: 0/12 next ecmp @ 1MiB", r.stderr)
-    assert re.search(r"simulating hetero-default: 12/12 done in [\d.]+ s", r.stderr)
+    # 6 policies x 2 sizes, then the draws of the 3 randomised ones at each size
+    assert re.search(r"simulating hetero-default: 0/18 next ecmp @ 1MiB", r.stderr)
+    assert re.search(r"simulating hetero-default: 18/18 done in [\d.]+ s", r.stderr)
     assert "simulating" not in out

@@ -73,3 +73,24 @@ def test_save_figures_in_every_format(res, tmp_path):
     assert len(paths) == 6
     with pytest.raises(ValueError, match="unknown figure format"):
         save_figures(res, tmp_path, formats=("jpg",))
+
+
+def test_draws_plot_a_box_per_drawn_policy_and_size(tmp_path):
+    from icefabric.reports.figures import plot_draws
+
+    drawn = run_scenario(load("homog-small"), policies=["ecmp", "ice"], sizes=[1 << 20, 1 << 26],
+                         draws=6)
+    fig = plot_draws(drawn, "job0", "all_reduce")
+    ax = fig.axes[0]
+    boxes = [p for p in ax.patches if p.get_facecolor()[3] < 1]  # the ecmp boxes
+    assert len(boxes) == 2
+    ecmp = [r for r in drawn.rows if r["policy"] == "ecmp"]
+    for box, r in zip(boxes, ecmp):
+        lo, hi = box.get_path().get_extents().y0, box.get_path().get_extents().y1
+        q25, q75 = np.percentile(r["busbw_GBps_draws"], [25, 75])
+        assert lo == pytest.approx(q25) and hi == pytest.approx(q75)
+    assert "ice" in [t.get_text() for t in ax.get_legend().get_texts()]
+    names = {p.rsplit("/", 1)[1] for p in save_figures(drawn, tmp_path)}
+    assert "busbw_draws.png" in names
+    assert "busbw_draws.png" not in {p.rsplit("/", 1)[1] for p in save_figures(
+        run_scenario(load("homog-small"), policies=["ecmp"], sizes=[1 << 20]), tmp_path)}

@@ -89,6 +89,15 @@ def test_ranges_appear_when_rows_carry_quantiles(fluid_run, tmp_path):
     assert "(-25.0% – +50.0%)" in text
 
 
+def test_a_drawn_run_shows_its_ranges_and_the_box_plot(tmp_path):
+    ls = loads(builtin_text("homog-small"))
+    res = run_scenario(ls, policies=["ecmp", "ice"], sizes=[1 << 24], draws=5)
+    text = render([ReportInput(res, "test", ls.text)], tmp_path / "r.html").read_text()
+    r = next(r for r in res.rows if r["policy"] == "ecmp")
+    assert f"{r['busbw_GBps']:g} ({r['busbw_GBps_p10']:g} – {r['busbw_GBps_p90']:g})" in text
+    assert "busbw over the ECMP draws" in text and "over 5 draws" in text
+
+
 def test_sweep_report_in_chromium_shows_medians_over_seeds(tmp_path):
     base = yaml.safe_load(builtin_text("homog-small"))
     spec = parse_sweep({"name": "t", "base": base,

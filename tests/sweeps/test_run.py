@@ -110,3 +110,14 @@ def test_ray_gives_the_same_results_as_local_processes(tmp_path):
         b = json.loads((tmp_path / "ray" / "points" / f"{p.key}.json").read_text())
         assert a["result"]["rows"] == b["result"]["rows"]
 
+
+
+def test_a_point_whose_scenario_sets_draws_carries_the_draw_quantiles(tmp_path):
+    spec = parse_sweep({"name": "drawn", "base": BASE,
+                        "set": {"sizes": ["16MiB"], "policies": ["ecmp", "ice"], "draws": 4},
+                        "axes": {"fabric.links_per_spine": [2]}})
+    res = run_sweep(spec, tmp_path / "d", jobs=1)
+    rows = {r["policy"]: r for r in _table(res.table)}
+    assert rows["ecmp"]["draws"] == "4" and rows["ecmp"]["busbw_GBps_p10"]
+    assert float(rows["ecmp"]["busbw_GBps_p10"]) <= float(rows["ecmp"]["busbw_GBps_p90"])
+    assert rows["ice"]["gain_vs_ecmp_p10"] and not rows["ice"].get("busbw_GBps_p10")

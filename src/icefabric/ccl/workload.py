@@ -19,11 +19,14 @@ turns workload + plan into the engine's :class:`~icefabric.engine.problem.SimPro
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from icefabric.dataplane.roce import default_sports
+
+#: first QP number a NIC hands out before its seeded random offset
+QPN_BASE = 0x100
 
 
 @dataclass
@@ -157,7 +160,7 @@ class WorkloadBuilder:
         self.hop_conn.append(int(conn))
         self.hop_weight.append(float(weight))
 
-    def build(self, *, node_ip: np.ndarray, qpn_seed: int = 0, qpn_base: int = 0x100
+    def build(self, *, node_ip: np.ndarray, qpn_seed: int = 0, qpn_base: int = QPN_BASE
               ) -> Workload:
         conn_nqps = np.array(self.conn_nqps, dtype=np.int64)
         qp_conn = np.repeat(np.arange(len(conn_nqps)), conn_nqps)
@@ -201,16 +204,16 @@ def _allocate_qpns(src_nic, dst_nic, seed, base):
     on everything the host did before — we draw it from ``seed``)."""
     rng = np.random.default_rng(seed)
     nics = np.union1d(src_nic, dst_nic)
-    start = {int(n): int(base + rng.integers(0, 1 << 16)) for n in nics}
-    counter = dict(start)
-    lq = np.empty(len(src_nic), dtype=np.int64)
-    rq = np.empty(len(src_nic), dtype=np.int64)
-    for i, (s, d) in enumerate(zip(src_nic.tolist(), dst_nic.tolist())):
-        lq[i] = counter[s]
-        counter[s] += 1
-        rq[i] = counter[d]
-        counter[d] += 1
-    return lq & 0xFFFFFF, rq & 0xFFFFFF
+    start = np.array([base + rng.integers(0, 1 << 16) for _ in nics], dtype=np.int64)
+    # QP i takes the next number of its source NIC, then of its destination NIC: number
+    # the 2q requests in that order per NIC (a stable sort keeps it).
+    ev = np.stack([src_nic, dst_nic], axis=1).ravel().astype(np.int64)
+    order = np.argsort(ev, kind="stable")
+    first = np.searchsorted(ev[order], ev[order], side="left")
+    nth = np.empty(len(ev), dtype=np.int64)
+    nth[order] = np.arange(len(ev)) - first
+    qpn = start[np.searchsorted(nics, ev)] + nth
+    return qpn[0::2] & 0xFFFFFF, qpn[1::2] & 0xFFFFFF
 
 
 @dataclass
@@ -259,6 +262,12 @@ class Workload:
         reported, else the kernel's, derived from the QP numbers."""
         derived = default_sports(self.qp_lqpn, self.qp_rqpn).astype(np.int64)
         return np.where(self.qp_sport >= 0, self.qp_sport, derived)
+
+    def with_qpns(self, seed: int) -> Workload:
+        """This workload with its QP numbers drawn anew from ``seed``, as a new
+        communicator would get them (source ports a host reported are kept)."""
+        lq, rq = _allocate_qpns(self.qp_src_nic, self.qp_dst_nic, seed, QPN_BASE)
+        return replace(self, qp_lqpn=lq, qp_rqpn=rq)
 
     def conn_qps(self) -> tuple[np.ndarray, np.ndarray]:
         """CSR (indptr, qp ids) of the QPs of every connection (QPs are contiguous)."""

@@ -58,6 +58,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "validate",
     "collect",
     "compare",
+    "calibrate",
     "controller",
     "agent",
     "twin",

@@ -30,16 +30,21 @@ def nccl_tests(
                                "(default: inferred from the log's accelerator and NIC count; "
                                "see `icefab catalog`)."),
     json_out: bool = typer.Option(False, "--json"),
+    draws: int = typer.Option(None, "--draws", "-n", min=1, help="Draws of the randomised "
+                              "policies (default: the scenario's, else DEFAULT_DRAWS)."),
 ):
     """Put measured busbw per size beside the simulated busbw of each policy.
 
     The hosts, ranks per host, NICs per host (NET/IB lines or NCCL_IB_HCA) and NIC speed
     come from the log; the hosts are spread over the fabric's leaves. When the measured
-    figure exceeds every simulated one, a note says why the model can be below it.
+    figure exceeds every simulated one, a note says why the model can be below it. The
+    randomised policies (ECMP family) show their median and p10-p90 over the draws, and
+    whether the measurement falls inside that range.
     """
     import json
 
     from icefabric.collect.nccl_tests import measured_table, read_nccl_tests
+    from icefabric.experiment.draws import effective_draws
     from icefabric.experiment.fromlog import scenario_from_log
     from icefabric.experiment.runner import run_scenario
     from icefabric.scenario.loader import DEFAULT_SCENARIO, ScenarioError, load
@@ -56,7 +61,7 @@ def nccl_tests(
                                     sizes=measured["sizes_bytes"])
         pols = ([p.strip() for p in policies.split(",") if p.strip()] if policies
                 else list(ls.scenario.policies))
-        res = run_scenario(ls, policies=pols)
+        res = run_scenario(ls, policies=pols, draws=effective_draws(draws, ls.scenario))
     except (ScenarioError, ValueError) as e:
         fail(str(e))
     rows = _rows(measured, res.rows, pols)
@@ -65,14 +70,15 @@ def nccl_tests(
         typer.echo(json.dumps({"file": str(file), "collective": measured["collective"],
                                "nranks": measured["nranks"], "scenario": res.scenario,
                                "server": job["server"], "inferred": job["inferred"],
-                               "rows": rows, "notes": notes, "scenario_text": res.scenario_text,
+                               "draws": res.draws, "rows": rows, "notes": notes,
+                               "scenario_text": res.scenario_text,
                                "provenance": {**res.provenance, "command": command_line()}},
                               indent=1))
         return
     for note in job["inferred"]:
         err_console.print(f"inferred: {note}", highlight=False)
     _print_table(file, measured, rows, pols, base.scenario.name, job)
-    for n in notes:
+    for n in res.notes + notes:  # the runner's say how many draws the ranges are over
         console.print(f"note: {n}", highlight=False)
 
 
@@ -86,6 +92,10 @@ def _rows(measured: dict, sim_rows: list[dict], pols: list[str]) -> list[dict]:
             r = sim.get((p, size))
             row[f"{p}_busbw_GBps"] = r["busbw_GBps"] if r else None
             row[f"{p}_vs_measured"] = (round(r["busbw_GBps"] / bw, 4) if r and bw else None)
+            if r and r.get("busbw_GBps_p10") is not None:
+                lo, hi = r["busbw_GBps_p10"], r["busbw_GBps_p90"]
+                row.update({f"{p}_busbw_GBps_p10": lo, f"{p}_busbw_GBps_p90": hi,
+                            f"{p}_measured_inside": lo <= bw <= hi})
         rows.append(row)
     return rows
 
@@ -129,7 +139,9 @@ def _print_table(file: Path, measured: dict, rows: list[dict], pols: list[str],
         cells = []
         for r in rows:
             v, ratio = r[f"{p}_busbw_GBps"], r[f"{p}_vs_measured"]
-            cells.append("-" if v is None else f"{v:.2f} (x{ratio:.2f})")
+            rng = (f" [{r[f'{p}_busbw_GBps_p10']:.1f}-{r[f'{p}_busbw_GBps_p90']:.1f}]"
+                   if f"{p}_busbw_GBps_p10" in r else "")
+            cells.append("-" if v is None else f"{v:.2f}{rng} (x{ratio:.2f})")
         cols.append(Column(p, cells, policy=p))
     fit = Fitter(console.width)
     title = (f"{file.name}: {measured['collective']} on {measured['nranks']} ranks "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import typer
@@ -47,6 +48,14 @@ def simulate(
                                "log's accelerator and NIC count; see `icefab catalog`)."),
     report: Path = typer.Option(None, "--report", help="Also write a self-contained HTML "
                                 "report to this file (see `icefab report`)."),
+    draws: int = typer.Option(None, "--draws", "-n", min=1, help="Draws of QP numbers and "
+                              "switch hash seeds per randomised policy (ECMP family); "
+                              "default: the scenario's `draws`, else "
+                              "icefabric.experiment.draws.DEFAULT_DRAWS (fluid engine: 1)."),
+    seed: int = typer.Option(None, "--seed", help="Base seed (default: the scenario's "
+                             "`seed`); draw 0 uses it, the others are spawned from it."),
+    workers: int = typer.Option(1, "--workers", min=0, help="Processes for the draws "
+                                "(0 = one per core)."),
 ):
     """Run every policy on the scenario's workload and print nccl-tests-style results.
 
@@ -58,10 +67,17 @@ def simulate(
     (``timeseries_<policy>.png``) and the JSON carries PFC pause, ECN and CNP statistics.
     ``--out`` also keeps the scenario as run (``scenario.yaml``) and the traced runs
     (``runs/<policy>.json``), so ``icefab report OUT`` can rebuild the HTML report later.
+    ECMP's outcome depends on the QP numbers and switch hash seeds, drawn anew at every
+    communicator creation: the randomised policies (the ECMP family) run over ``--draws``
+    draws, their rows show the median with the p10-p90 range (JSON:
+    ``busbw_GBps_p10``/``_p90``, every draw in ``busbw_GBps_draws``), and the gains carry
+    ``gain_vs_ecmp_p10``/``_p90``, ``gain_vs_ecmp_lucky`` (over ECMP's p90) and
+    ``gain_vs_best`` (over the best baseline's median, ``best_baseline``).
     A scenario with a ``training:`` job also prints one iteration per policy (time, gain
     over ecmp, breakdown) and carries it as ``training`` in the JSON; ``--out`` draws its
     timeline (``training_timeline.png``) and breakdown (``training_breakdown.png``).
     """
+    from icefabric.experiment.draws import effective_draws
     from icefabric.experiment.runner import run_scenario
     from icefabric.scenario.loader import DEFAULT_SCENARIO, load
     from icefabric.units import parse_size
@@ -78,6 +94,9 @@ def simulate(
             err_console.print(f"warning: {w}", highlight=False)
         for note in job.get("inferred", []):
             err_console.print(f"inferred: {note}", highlight=False)
+    if seed is not None:
+        ls = ls.updated(seed=seed)
+    n_draws = effective_draws(draws, ls.scenario, engine)
     pol = [p.strip() for p in policies.split(",") if p.strip()] if policies else None
     sz = [parse_size(s) for s in sizes.split(",")] if sizes else None
     if engine not in (None, "flow", "fluid"):
@@ -85,7 +104,8 @@ def simulate(
     formats = parse_formats(fmt) if out is not None else ()
     with progress_bar(not quiet, f"simulating {ls.scenario.name}") as update:
         res = run_scenario(ls, policies=pol, sizes=sz, engine=engine, progress=update,
-                           trace=out is not None or report is not None)
+                           trace=out is not None or report is not None, draws=n_draws,
+                           workers=workers or (os.cpu_count() or 1))
     res.provenance["command"] = command_line()
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)

@@ -61,18 +61,27 @@ def maxmin_rates(incidence: sp.spmatrix, capacity_bps: np.ndarray,
     [8.0, 2.0, 2.0]
     """
     A = sp.csc_matrix(incidence, dtype=np.float64)
-    L, F = A.shape
-    cap = np.asarray(capacity_bps, dtype=np.float64)
-    fcap = (np.full(F, np.inf) if rate_cap_bps is None
-            else np.asarray(rate_cap_bps, dtype=np.float64))
-    rate = np.zeros(F)
+    F = A.shape[1]
     if F == 0:
-        return rate
+        return np.zeros(0)
     A.sum_duplicates()
+    fcap = np.full(F, np.inf) if rate_cap_bps is None else rate_cap_bps
+    return maxmin_entries(A.indices, np.repeat(np.arange(F), np.diff(A.indptr)), A.data,
+                          capacity_bps, fcap)
+
+
+def maxmin_entries(link: np.ndarray, flow: np.ndarray, coef: np.ndarray,
+                   capacity_bps: np.ndarray, rate_cap_bps: np.ndarray) -> np.ndarray:
+    """:func:`maxmin_rates` of an incidence given as entries ``(link, flow, coef)``
+    grouped by flow (no duplicate pairs; flows ``0..len(rate_cap_bps)-1``), for callers
+    that already hold them (the batched flow engine)."""
+    cap = np.asarray(capacity_bps, dtype=np.float64)
+    fcap = np.asarray(rate_cap_bps, dtype=np.float64)
+    L, F = len(cap), len(fcap)
+    rate = np.zeros(F)
     # Entries (link, flow, coefficient) sorted by flow; frozen flows' entries are dropped.
-    flow = np.repeat(np.arange(F), np.diff(A.indptr))
-    keep = A.data > 0
-    link, flow, coef = A.indices[keep].astype(np.int64), flow[keep], A.data[keep]
+    keep = coef > 0
+    link, flow, coef = link[keep].astype(np.int64), flow[keep], coef[keep]
     on_links = np.zeros(F, dtype=bool)
     on_links[flow] = True
     rate[~on_links] = fcap[~on_links]

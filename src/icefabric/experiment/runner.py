@@ -15,6 +15,7 @@ import numpy as np
 
 from icefabric.engine.result import CollectiveResult, SimResult
 from icefabric.experiment.bounds import collective_cut_ns
+from icefabric.experiment.draws import DrawnCollectives, draw_all, draw_seeds, quantiles
 from icefabric.pipeline import scenario_plan, scenario_policy, simulate
 from icefabric.provenance import provenance
 from icefabric.scenario.build import build_fabric
@@ -23,6 +24,9 @@ from icefabric.topology.model import Fabric
 from icefabric.units import format_size
 
 SCHEMA_VERSION = 1
+#: What RoCE fabrics run without ICE; ``gain_vs_best`` compares with the best of these
+#: (by median busbw). ``spray`` (needs reordering NICs) and ``ideal`` are references.
+BASELINES = ("ecmp", "ecmp-multiqp", "ecmp-tuned", "static-disjoint")
 
 
 @dataclass
@@ -65,6 +69,7 @@ class ExperimentResult:
     scenario_text: str = ""
     provenance: dict = field(default_factory=dict)
     training: dict | None = None  # the training job's iteration per policy (training.py)
+    draws: int = 1  # draws of every randomised policy (experiment/draws.py)
     runs: dict[str, SimResult] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict:
@@ -112,20 +117,32 @@ def run_policy(ls: LoadedScenario, fabric: Fabric, policy_name: str, size_bytes:
 
 def run_scenario(ls: LoadedScenario, *, policies: list[str] | None = None,
                  sizes: list[int] | None = None, engine: str | None = None,
-                 progress=None, trace: bool = False) -> ExperimentResult:
+                 progress=None, trace: bool = False, draws: int = 1,
+                 workers: int = 1) -> ExperimentResult:
     """Run every policy at every size; rows carry gains over ``ecmp`` and the fraction of
     the ``ideal`` bound (computed when those policies are part of the run). With ``trace``
-    (fluid engine), the largest size records queue and rate time series for plots."""
+    (fluid engine), the largest size records queue and rate time series for plots.
+
+    With ``draws`` > 1, every randomised policy (the ECMP family) also runs over that many
+    draws of QP numbers and hash seeds (:mod:`icefabric.experiment.draws`; draw 0 is the
+    single-draw run): its rows carry the median as ``busbw_GBps`` (and ``time_us``,
+    ``algbw_GBps``), ``busbw_GBps_p10``/``_p90``, the per-draw ``busbw_GBps_draws`` and
+    ``draws``; gains over ECMP get ``gain_vs_ecmp_p10``/``_p90`` (over the draws) and
+    ``gain_vs_ecmp_lucky`` (over ECMP's p90). ``workers`` > 1 runs the draws of different
+    policies and sizes in that many processes."""
     t0 = time.perf_counter()
     scn = ls.scenario
     policies = list(policies or scn.policies)
-    for p in policies:
-        scenario_policy(ls, p)  # fail early on unknown names and options
+    # fail early on unknown names and options
+    randomised = [p for p in policies if scenario_policy(ls, p).randomised]
+    drawn = randomised if draws > 1 else []
     sizes = list(sizes or scn.size_list()) if scn.jobs else []
     fabric = build_fabric(ls)
-    total = len(policies) * (len(sizes) + (scn.training is not None))
+    total = len(policies) * (len(sizes) + (scn.training is not None)) + \
+        len(drawn) * len(sizes)
     rows: list[dict] = []
     largest: dict[str, SimResult] = {}
+    first: dict[str, dict[int, list[CollectiveResult]]] = {}  # draw 0 of every run
     done = 0
     for size in sizes:
         for p in policies:
@@ -139,7 +156,15 @@ def run_scenario(ls: LoadedScenario, *, policies: list[str] | None = None,
                      for c in res.collectives]
             if size == sizes[-1]:
                 largest[p] = res
+            first.setdefault(p, {})[size] = res.collectives
             done += 1
+    seeds = draw_seeds(scn.seed, draws)
+    for d in draw_all(ls, fabric, drawn, sizes, seeds, engine=engine, first=first,
+                      workers=workers):
+        if progress:
+            progress(done, total, f"{d.policy} @ {format_size(d.size_bytes)}, {draws} draws")
+        apply_draws(rows, d)
+        done += 1
     training = None
     if scn.training is not None:
         from icefabric.experiment.training import run_training
@@ -163,10 +188,13 @@ def run_scenario(ls: LoadedScenario, *, policies: list[str] | None = None,
     notes = []
     if scn.failures and "ideal" in policies:
         notes.append("ideal ignores link failures (non-blocking bound)")
+    if drawn:
+        notes.append(f"{', '.join(drawn)}: median [p10-p90] over {draws} draws of QP numbers "
+                     f"and switch hash seeds (seed {scn.seed})")
     return ExperimentResult(scn.name, scn.description, scn.seed, engine or scn.engine,
                             policies, sizes, rows, stats, fabric.describe(),
                             time.perf_counter() - t0, notes, congestion, ls.text,
-                            provenance(), training, largest)
+                            provenance(), training, runs=largest, draws=draws if drawn else 1)
 
 
 def collective_row(c: CollectiveResult) -> dict:
@@ -189,6 +217,34 @@ def congestion_summary(policy: str, res: SimResult) -> dict:
             "endside_fallbacks": int(res.meta.get("endside_fallbacks", 0))}
 
 
+def apply_draws(rows: list[dict], drawn: DrawnCollectives) -> None:
+    """Put one policy's draws at one size into its rows: medians in the nccl-tests columns,
+    the p10-p90 range and every draw's busbw beside them."""
+    by = {(r["job"], r["collective"]): r for r in rows
+          if r["policy"] == drawn.policy and r["size_bytes"] == drawn.size_bytes}
+    for c, res in enumerate(drawn.runs[0]):
+        r = by[(res.job, res.kind)]
+        busbw, t = drawn.busbw_GBps(c), drawn.time_us(c)
+        lo, mid, hi = quantiles(busbw)
+        t_mid = quantiles(t)[1]
+        r.update(time_us=round(t_mid, 3), busbw_GBps=round(mid, 3),
+                 algbw_GBps=round(res.size_bytes / (t_mid * 1e3), 3) if t_mid > 0 else 0.0,
+                 busbw_GBps_p10=round(lo, 3), busbw_GBps_p90=round(hi, 3),
+                 draws=len(busbw), busbw_GBps_draws=busbw)
+
+
+def _gains_over_drawn_ecmp(r: dict, e: dict) -> dict:
+    """Row ``r``'s gain over ECMP's draws (row ``e``): p10 and p90 of the per-draw gain
+    (draw ``d`` against ECMP's draw ``d``, independent draws; a policy run once against
+    every ECMP draw) and the gain over ECMP's lucky p90."""
+    own = np.asarray(r.get("busbw_GBps_draws") or [r["busbw_GBps"]])
+    base = np.asarray(e["busbw_GBps_draws"])
+    n = min(len(own), len(base)) if len(own) > 1 else len(base)
+    lo, _, hi = quantiles(np.resize(own, n) / base[:n] - 1)
+    return {"gain_vs_ecmp_p10": round(lo, 4), "gain_vs_ecmp_p90": round(hi, 4),
+            "gain_vs_ecmp_lucky": round(r["busbw_GBps"] / e["busbw_GBps_p90"] - 1, 4)}
+
+
 def _add_relative(rows: list[dict]) -> None:
     """Gain over ``ecmp``, fraction of ``ideal`` (non-blocking) and of the capacity bound
     (``ideal``'s time or the fabric's cut time, whichever is longer; see
@@ -196,6 +252,10 @@ def _add_relative(rows: list[dict]) -> None:
     key = lambda r: (r["job"], r["collective"], r["size_bytes"])  # noqa: E731
     ecmp = {key(r): r for r in rows if r["policy"] == "ecmp"}
     ideal = {key(r): r for r in rows if r["policy"] == "ideal"}
+    baselines: dict[tuple, dict[str, dict]] = {}
+    for r in rows:
+        if r["policy"] in BASELINES:
+            baselines.setdefault(key(r), {})[r["policy"]] = r
     cut: dict[tuple, float] = {}
     for r in rows:
         if r.get("cut_time_us") is not None:
@@ -207,6 +267,12 @@ def _add_relative(rows: list[dict]) -> None:
         r["ideal_busbw_GBps"] = i["busbw_GBps"] if i else None
         r["frac_of_ideal"] = round(r["busbw_GBps"] / i["busbw_GBps"], 4) if i else None
         r["gain_vs_ecmp"] = round(r["busbw_GBps"] / e["busbw_GBps"] - 1, 4) if e else None
+        if e and e.get("busbw_GBps_draws") and r is not e:
+            r.update(_gains_over_drawn_ecmp(r, e))
+        best = max((b for p, b in baselines.get(key(r), {}).items() if p != r["policy"]),
+                   key=lambda b: b["busbw_GBps"], default=None)
+        r["best_baseline"] = best["policy"] if best else None
+        r["gain_vs_best"] = round(r["busbw_GBps"] / best["busbw_GBps"] - 1, 4) if best else None
         # busbw x time is the same for every policy at one size: rescale to the bound time
         t_bound = max(i["time_us"] if i else 0.0, cut.get(key(r), 0.0))
         b = r["busbw_GBps"] * r["time_us"] / t_bound if t_bound > 0 else None

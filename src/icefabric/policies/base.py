@@ -69,6 +69,11 @@ class Policy(ABC):
     #: engine this policy must run on regardless of the scenario (``ideal`` is a bound:
     #: non-blocking and perfectly fair, so it always uses the max-min flow engine)
     engine_override: str | None = None
+    #: whether the outcome depends on the QP numbers and switch hash seeds (drawn anew at
+    #: every communicator creation / switch boot): such a policy runs over N draws
+    #: (:mod:`icefabric.experiment.draws`). Its plan must depend on the workload's QPs
+    #: only, not on message sizes, so one plan per draw serves every size.
+    randomised: bool = False
 
     def qps_per_connection(self, default: int) -> int:
         """QPs per connection this policy wants the workload built with."""

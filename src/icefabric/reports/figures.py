@@ -68,6 +68,11 @@ def plot_busbw(res, job: str, collective: str, ax=None):
         ax.plot(x, y, label=p, color=color, marker=marker or None, linestyle=ls,
                 linewidth=1.4 + 1.6 * k, markersize=5 + 7 * k,
                 markerfacecolor="none" if i % 2 == 0 else color, zorder=2 + i)
+        band = sorted((r["size_bytes"], r["busbw_GBps_p10"], r["busbw_GBps_p90"])
+                      for r in rows if r["policy"] == p and r.get("busbw_GBps_p10") is not None)
+        if band:  # a drawn policy: its p10-p90 range over the draws
+            bx, lo, hi = zip(*band)
+            ax.fill_between(bx, lo, hi, color=color, alpha=0.15, linewidth=0, zorder=1)
     bound = sorted({(r["size_bytes"], r["bound_busbw_GBps"]) for r in rows
                     if r.get("bound_busbw_GBps") is not None})
     ideal = {r["size_bytes"]: r["busbw_GBps"] for r in rows if r["policy"] == "ideal"}
@@ -95,6 +100,58 @@ def plot_all_busbw(res):
     for ax in list(axes.flat)[n:]:
         ax.axis("off")
     fig.suptitle(f"{res.scenario}: busbw per policy ({res.engine} engine)")
+    fig.tight_layout()
+    return fig
+
+
+def plot_draws(res, job: str, collective: str, ax=None):
+    """busbw over the draws: one box per randomised policy and message size (median,
+    p25-p75 box, whiskers at p10 and p90, every draw outside them as a dot); policies run
+    once are a marker at their value."""
+    fig = ax.figure if ax is not None else plt.figure(figsize=(8, 4))
+    ax = ax or fig.add_subplot()
+    rows = [r for r in res.rows if r["job"] == job and r["collective"] == collective]
+    sizes = sorted({r["size_bytes"] for r in rows})
+    pols = [p for p in res.policies if any(r["policy"] == p for r in rows)]
+    width = 0.8 / max(len(pols), 1)
+    for i, p in enumerate(pols):
+        color, marker, _ = policy_style(p, i)
+        by = {r["size_bytes"]: r for r in rows if r["policy"] == p}
+        pos = [k + (i - (len(pols) - 1) / 2) * width for k in range(len(sizes))]
+        drawn = [(x, by[s]["busbw_GBps_draws"]) for x, s in zip(pos, sizes)
+                 if by.get(s, {}).get("busbw_GBps_draws")]
+        if drawn:
+            bp = ax.boxplot([v for _, v in drawn], positions=[x for x, _ in drawn],
+                            widths=width * 0.85, whis=(10, 90), patch_artist=True,
+                            flierprops={"marker": ".", "markersize": 3,
+                                        "markeredgecolor": color},
+                            medianprops={"color": "black"})
+            for box in bp["boxes"]:
+                box.set(facecolor=color, alpha=0.45, edgecolor=color)
+            ax.plot([], [], color=color, linewidth=6, alpha=0.45, label=f"{p} (draws)")
+        else:
+            pts = [(x, by[s]["busbw_GBps"]) for x, s in zip(pos, sizes) if s in by]
+            ax.plot(*zip(*pts), linestyle="none", marker=marker or "_", color=color,
+                    markersize=7, label=p)
+    ax.set_xticks(range(len(sizes)), [re.sub(r"(\d)([KMG]?i?B)$", r"\1 \2", format_size(s))
+                                      for s in sizes])
+    ax.set_xlim(-0.6, len(sizes) - 0.4)
+    ax.set_ylim(bottom=0)
+    ax.set_xlabel("message size")
+    ax.set_ylabel("busbw (GB/s)")
+    ax.set_title(f"{job} · {collective}")
+    ax.grid(True, axis="y", alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    return fig
+
+
+def plot_all_draws(res):
+    """:func:`plot_draws` for every job and collective, one panel each."""
+    groups = list(dict.fromkeys((r["job"], r["collective"]) for r in res.rows))
+    fig, axes = plt.subplots(len(groups), 1, figsize=(9, 3.6 * len(groups)), squeeze=False)
+    for ax, (job, coll) in zip(axes.flat, groups):
+        plot_draws(res, job, coll, ax=ax)
+    fig.suptitle(f"{res.scenario}: busbw over {res.draws} draws of QP numbers and hash seeds")
     fig.tight_layout()
     return fig
 
@@ -244,6 +301,8 @@ def save_figures(res, out_dir, formats=("png",)) -> list[str]:
     out = Path(out_dir)
     paths = []
     figs = [("busbw", plot_all_busbw(res))] if res.rows else []
+    if res.rows and getattr(res, "draws", 1) > 1:
+        figs.append(("busbw_draws", plot_all_draws(res)))
     figs.append(("link_utilization", plot_link_utilization(res)))
     if getattr(res, "training", None):
         from icefabric.reports.training import training_figures
@@ -261,5 +320,6 @@ def save_figures(res, out_dir, formats=("png",)) -> list[str]:
     return paths
 
 
-__all__ = ["plot_busbw", "plot_all_busbw", "plot_link_utilization", "plot_timeseries",
-           "save_figures", "link_groups", "byte_formatter", "flow_label", "FORMATS"]
+__all__ = ["plot_busbw", "plot_all_busbw", "plot_draws", "plot_all_draws",
+           "plot_link_utilization", "plot_timeseries", "save_figures", "link_groups",
+           "byte_formatter", "flow_label", "FORMATS"]

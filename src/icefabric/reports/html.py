@@ -242,6 +242,14 @@ def result_figures(inp: ReportInput) -> list[Figure]:
 
     res = inp.result
     figs = [figure(plot_all_busbw(res), "busbw per message size")] if res.rows else []
+    if res.rows and res.draws > 1:
+        from icefabric.reports.figures import plot_all_draws
+
+        figs.append(figure(plot_all_draws(res), "busbw over the ECMP draws",
+                           f"One box per randomised policy and size over {res.draws} draws "
+                           "of QP numbers and switch hash seeds: median line, p25-p75 box, "
+                           "whiskers at p10 and p90. Policies that plan every path run once "
+                           "(a marker)."))
     figs += [figure(plot_link_utilization(res), "Link utilisation",
                    "Mean utilisation of every switch-to-switch link at the largest size, one "
                    "row per policy: hot links beside idle ones are hash collisions.")]

@@ -16,9 +16,9 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from icefabric.experiment.runner import BASELINES
 from icefabric.units import format_size
 
-BASELINES = ("ecmp", "ecmp-multiqp", "static-disjoint")
 #: Short names of the built-in policies (others get the initials of their parts).
 SHORT = {"ecmp-multiqp": "mqp", "static-disjoint": "sdisj", "ecmp-tuned": "tuned"}
 
@@ -170,7 +170,8 @@ def summary_tables(res, fit: Fitter) -> list[RenderableType]:
     base = [b for b in BASELINES if b in res.policies]
     bound = _binds(res)
     rows = [r for r in res.rows if r["size_bytes"] == size]
-    coll, pol, busbw, ideal, ofb = [], [], [], [], []
+    coll, pol, busbw, ideal, ofb, lucky = [], [], [], [], [], []
+    drawn = res.draws > 1
     gains: dict[str, list[str]] = {b: [] for b in base}
     for (job, c), grp in _groups(rows).items():
         by = {r["policy"]: r for r in grp}
@@ -182,7 +183,8 @@ def summary_tables(res, fit: Fitter) -> list[RenderableType]:
             coll.append(f"{job} {c}" if first else "")
             first = False
             pol.append(p)
-            busbw.append(f"{r['busbw_GBps']:.2f}")
+            busbw.append(_ranged(r, 1 if drawn else 2))
+            lucky.append(_gain(r.get("gain_vs_ecmp_lucky")) if p != "ecmp" else "")
             ideal.append(_pct(r.get("frac_of_ideal")))
             ofb.append(_pct(r.get("frac_of_bound")))
             for b in base:
@@ -190,12 +192,28 @@ def summary_tables(res, fit: Fitter) -> list[RenderableType]:
                 gains[b].append("" if rb is None or b == p else
                                 f"{r['busbw_GBps'] / rb['busbw_GBps'] - 1:+.1%}")
     cols = [Column("job collective", coll, key=True), Column("policy", pol, key=True),
-            Column("busbw\nGB/s", busbw), Column("of\nideal", ideal)]
+            Column("busbw GB/s\nmed (p10-p90)" if drawn else "busbw\nGB/s", busbw),
+            Column("of\nideal", ideal)]
     if bound:
         cols.append(Column("of\nbound", ofb))
     cols += [Column(f"vs\n{b}", gains[b], policy=b, prefix="vs\n") for b in base]
+    if drawn and "ecmp" in base:
+        cols.append(Column("vs lucky\necmp p90", lucky))
+    what = (f"; ECMP family over {res.draws} draws of QP numbers and hash seeds, gains "
+            "over medians" if drawn else "")
     return fit.fit((f"Summary at {format_size(size)}: busbw, share of the bounds, gain over "
-                    "each baseline", cols), row_policies=res.policies)
+                    f"each baseline{what}", cols), row_policies=res.policies)
+
+
+def _ranged(r: dict, digits: int = 2) -> str:
+    """busbw, with its p10-p90 range where the row has one (drawn policies)."""
+    lo, hi = r.get("busbw_GBps_p10"), r.get("busbw_GBps_p90")
+    text = f"{r['busbw_GBps']:.{digits}f}"
+    return text if lo is None or hi is None else f"{text} [{lo:.{digits}f}-{hi:.{digits}f}]"
+
+
+def _gain(g) -> str:
+    return "" if g is None else f"{g:+.1%}"
 
 
 def collective_tables(res, fit: Fitter, detail: bool = False) -> list[RenderableType]:
@@ -228,8 +246,11 @@ def collective_tables(res, fit: Fitter, detail: bool = False) -> list[Renderable
 
 
 def _busbw_cell(r, gain: bool) -> str:
+    """busbw (with the p10-p90 range of a drawn policy instead of the gain)."""
     if r is None:
         return "-"
+    if r.get("busbw_GBps_p10") is not None:
+        return _ranged(r, 1)
     g = r.get("gain_vs_ecmp")
     return f"{r['busbw_GBps']:.2f}" + (f" ({g:+.0%})" if gain and g is not None else "")
 

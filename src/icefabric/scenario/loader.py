@@ -56,6 +56,11 @@ class LoadedScenario:
     def __init__(self, scenario: Scenario, source: str, lines: dict[tuple, int], text: str):
         self.scenario, self.source, self.lines, self.text = scenario, source, lines, text
 
+    def updated(self, **fields) -> LoadedScenario:
+        """The same scenario with ``fields`` replaced (error positions kept)."""
+        return LoadedScenario(self.scenario.model_copy(update=fields), self.source,
+                              self.lines, self.text)
+
     def error(self, field_path: tuple, message: str) -> ScenarioError:
         """A ScenarioError pointing at the deepest known line of ``field_path``."""
         p = tuple(field_path)

@@ -194,7 +194,12 @@ class Scenario(_Strict):
     name: str = Field(description="scenario name (shown in results)")
     description: str = Field("", description="one or two sentences shown with the results")
     seed: int = Field(0, description="seeds every random choice (hash seeds, ECMP ports), "
-                      "so a run is reproducible")
+                      "so a run is reproducible; draw 0 of the ECMP draws uses it")
+    draws: int | None = Field(
+        None, ge=1, le=10_000,
+        description="draws of QP numbers and switch hash seeds per randomised policy (the "
+        "ECMP family); default icefabric.experiment.draws.DEFAULT_DRAWS; `icefab simulate "
+        "--draws` wins")
     fabric: FabricSpec = Field(description="the network")
     pools: list[PoolSpec] = Field(min_length=1, description="groups of identical servers")
     jobs: list[ScenarioJob] = Field(default_factory=list, description="collective jobs on "

@@ -61,7 +61,8 @@ def run_point(spec_name: str, index: int, labels: dict, scenario: dict, key: str
     t0 = time.perf_counter()
     try:
         ls = loads(yaml.safe_dump(scenario, sort_keys=False), f"<{spec_name} point {key}>")
-        rec["result"] = run_scenario(ls).to_dict()
+        # a point draws ECMP only when its scenario asks (`draws`): seeds are the usual axis
+        rec["result"] = run_scenario(ls, draws=ls.scenario.draws or 1).to_dict()
     except Exception as e:  # noqa: BLE001 — a point's failure is reported, the sweep goes on
         rec["error"] = f"{type(e).__name__}: {e}"
     rec["wall_s"] = round(time.perf_counter() - t0, 3)

@@ -1,0 +1,190 @@
+"""ECMP as the distribution it is: randomised policies over N draws of QP numbers and switch
+hash seeds.
+
+A job's QP numbers are drawn anew at every communicator creation (each NIC hands them out
+from a counter whose start depends on everything the host did before), and with them the
+kernel-derived UDP source ports and the paths the switches hash those onto (domain-facts
+§3, §4). Switches whose hash seed is random (``hash_seeds: random``, or a hash profile that
+draws one, e.g. Cumulus switchd) draw theirs at boot; vendor-fixed seeds (``sonic``,
+``zero``) stay. A randomised policy (:attr:`~icefabric.policies.base.Policy.randomised`:
+the ECMP family) therefore runs over N independent draws; a policy whose plan fixes every
+path runs once.
+
+Draw 0 is the scenario itself (its ``seed``): one draw reproduces the single-draw result.
+Draws 1..N-1 take seeds spawned from it (:class:`numpy.random.SeedSequence`), so the whole
+distribution is reproducible from the one seed.
+
+What does not change between draws is built once: the fabric, each size's workload and
+engine problem, one plan per draw for all sizes (an ECMP plan depends on the QPs only). On
+the flow engine without link failures, all draws of one size run together in the batched
+engine (:func:`icefabric.engine.batch.run_flow_batch`); otherwise draw by draw.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass, replace
+from multiprocessing import get_all_start_methods, get_context
+
+import numpy as np
+
+from icefabric.ccl.workload import Workload
+from icefabric.engine.batch import run_flow_batch
+from icefabric.engine.result import CollectiveResult
+from icefabric.pipeline import Plan, plan, simulate, with_link_events
+from icefabric.pipeline.plans import scenario_link_changes, scenario_policy, scenario_workload
+from icefabric.pipeline.problem import to_problem
+from icefabric.policies.base import PlanContext, Policy
+from icefabric.policies.baselines import EcmpPolicy
+from icefabric.scenario.build import build_fabric
+from icefabric.scenario.loader import LoadedScenario
+from icefabric.topology.model import Fabric
+
+#: Draws per randomised policy when neither ``--draws`` nor the scenario's ``draws`` says.
+#: Measured on the default scenario (BENCHMARKS.md, "ECMP draws"): between two base seeds
+#: its 72 drawn medians move by 1.7 % on average at 100 draws (3.1 % at 50, 0.7 % at 200);
+#: the worst one, a median between two discrete busbw levels, by 9.7 % (3.9 % at 200).
+DEFAULT_DRAWS = 100
+#: Quantiles reported for every drawn metric (the range is p10-p90).
+QUANTILES = (10, 50, 90)
+
+
+def effective_draws(draws: int | None, scenario, engine: str | None = None) -> int:
+    """Draws of a run: ``draws`` (the command line), else the scenario's, else
+    :data:`DEFAULT_DRAWS` on the flow engine and one on the fluid engine (whose runs cost
+    seconds each: ask for draws there explicitly)."""
+    if draws or scenario.draws:
+        return int(draws or scenario.draws)
+    return 1 if (engine or scenario.engine) == "fluid" else DEFAULT_DRAWS
+
+
+def draw_seeds(seed: int, n: int) -> list[int]:
+    """Seeds of ``n`` draws: ``seed`` itself, then ``n - 1`` spawned from it."""
+    rest = np.random.SeedSequence(seed).generate_state(max(n - 1, 0), dtype=np.uint32)
+    return [int(seed)] + [int(s) for s in rest]
+
+
+def quantiles(values) -> tuple[float, float, float]:
+    """p10, p50 and p90 of ``values``."""
+    return tuple(float(q) for q in np.percentile(np.asarray(values, dtype=float), QUANTILES))
+
+
+@dataclass(frozen=True)
+class DrawnCollectives:
+    """Every collective of one randomised policy at one size, over the draws: results
+    ``runs[d][c]`` (draw ``d``, collective ``c`` in workload order)."""
+
+    policy: str
+    size_bytes: int
+    runs: list[list[CollectiveResult]]
+
+    def busbw_GBps(self, c: int) -> list[float]:
+        return [round(r[c].busbw_GBps, 3) for r in self.runs]
+
+    def time_us(self, c: int) -> list[float]:
+        return [round(r[c].time_us, 3) for r in self.runs]
+
+
+def draw_fabrics(ls: LoadedScenario, fabric: Fabric, seeds: list[int]) -> list[Fabric]:
+    """The fabric of every draw: ``fabric`` with the switch hash seeds the scenario's seed
+    policy draws for that draw's seed (the same object where the seeds are fixed)."""
+    out = [fabric]
+    for s in seeds[1:]:
+        other = build_fabric(ls.updated(seed=s))
+        if np.array_equal(other.node_hash_seed, fabric.node_hash_seed) and \
+                np.array_equal(other.node_hash_offset, fabric.node_hash_offset):
+            return [fabric] * len(seeds)  # fixed seeds: no draw changes them
+        out.append(replace(fabric, node_hash_algorithm=other.node_hash_algorithm,
+                           node_hash_profile=other.node_hash_profile,
+                           node_hash_seed=other.node_hash_seed,
+                           node_hash_offset=other.node_hash_offset))
+    return out
+
+
+def run_draws(ls: LoadedScenario, fabric: Fabric, policy: str, sizes: list[int],
+              seeds: list[int], *, engine: str | None = None, first=None
+              ) -> list[DrawnCollectives]:
+    """Policy ``policy`` at every size over the draws ``seeds`` (:func:`draw_seeds`).
+    ``first`` maps size -> the collectives of draw 0 when the caller already ran it."""
+    pol = scenario_policy(ls, policy)
+    opts = ls.scenario.run_options(engine)
+    fabrics = draw_fabrics(ls, fabric, seeds)
+    changes = scenario_link_changes(ls, fabric) if ls.scenario.failures else []
+    plans: list[Plan] | None = None
+    out = []
+    for size in sizes:
+        sw = scenario_workload(ls, fabric, size, pol)
+        if plans is None or not _same_qps(plans[0].workload, sw.workload):
+            plans = draw_plans(fabrics, sw.workload, pol, seeds)
+        # this size's flows on each draw's QPs and paths
+        drawn = [replace(p, workload=replace(sw.workload, qp_lqpn=p.workload.qp_lqpn,
+                                             qp_rqpn=p.workload.qp_rqpn)) for p in plans]
+        todo = list(range(1 if first and size in first else 0, len(drawn)))
+        runs = {0: first[size]} if first and size in first else {}
+        engine_name = pol.engine_override or opts.engine
+        same_routes = all(np.array_equal(p.paths.route_qp, drawn[0].paths.route_qp)
+                          for p in drawn)
+        if engine_name == "flow" and not changes and same_routes and len(todo) > 1:
+            runs.update(zip(todo, _batched(sw.fabric, [drawn[d] for d in todo])))
+        else:
+            for d in todo:
+                p = with_link_events(drawn[d], changes) if changes else drawn[d]
+                runs[d] = simulate(p, opts, scenario=ls.scenario.name).collectives
+        out.append(DrawnCollectives(policy, size, [runs[d] for d in range(len(drawn))]))
+    return out
+
+
+def draw_all(ls: LoadedScenario, fabric: Fabric, policies: list[str], sizes: list[int],
+             seeds: list[int], *, engine: str | None = None, first=None, workers: int = 1
+             ) -> Iterator[DrawnCollectives]:
+    """:func:`run_draws` of every policy (``first``: policy -> size -> draw 0), in
+    ``workers`` processes (forked: the inputs are already in memory) one (policy, size)
+    each, or in this one."""
+    first = first or {}
+    if workers <= 1 or len(policies) * len(sizes) <= 1:
+        for p in policies:
+            yield from run_draws(ls, fabric, p, sizes, seeds, engine=engine,
+                                 first=first.get(p))
+        return
+    ctx = get_context("fork" if "fork" in get_all_start_methods() else "spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        futs = [pool.submit(run_draws, ls, fabric, p, [s], seeds, engine=engine,
+                            first={s: first[p][s]} if s in first.get(p, {}) else None)
+                for p in policies for s in sizes]
+        for f in futs:
+            yield from f.result()
+
+
+def draw_plans(fabrics: list[Fabric], workload: Workload, pol: Policy, seeds: list[int]
+               ) -> list[Plan]:
+    """The plan of every draw: the workload with the draw's QP numbers on the draw's
+    fabric (draw 0: as given). ECMP hashes all draws in one walk where the fabric's hash
+    seeds are fixed."""
+    ws = [workload] + [workload.with_qpns(s) for s in seeds[1:]]
+    if isinstance(pol, EcmpPolicy) and all(f is fabrics[0] for f in fabrics):
+        ctx = PlanContext.create(fabrics[0], workload, seed=seeds[0])
+        paths = pol.plan_draws(ctx, np.stack([w.sports() for w in ws]))
+        return [Plan(fabrics[0], w, pol, p, s) for w, p, s in zip(ws, paths, seeds)]
+    return [plan(f, w, pol, seed=s) for f, w, s in zip(fabrics, ws, seeds)]
+
+
+def _same_qps(a, b) -> bool:
+    return np.array_equal(a.qp_src_nic, b.qp_src_nic) and \
+        np.array_equal(a.qp_dst_nic, b.qp_dst_nic)
+
+
+def _batched(fabric: Fabric, plans: list[Plan]) -> list[list[CollectiveResult]]:
+    """Collective results of every plan (same workload, own QPs and paths), in one batched
+    flow-engine run."""
+    prob, pmap = to_problem(fabric, plans[0].workload, plans[0].paths)
+    ks = np.arange(prob.n_routes)
+    routes = [pmap.routes(ks, p.paths) for p in plans]
+    start, finish = run_flow_batch(prob, routes)
+    out = []
+    for s, f in zip(start, finish):
+        out.append([CollectiveResult(c.name, c.job, c.kind, c.size_bytes, c.nranks,
+                                     int(s[c.flows].min()) if len(c.flows) else 0,
+                                     int(f[c.flows].max()) if len(c.flows) else 0,
+                                     c.algorithm) for c in prob.collectives])
+    return out

@@ -1,0 +1,82 @@
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from icefabric.csr import csr_from_lists
+from icefabric.engine.batch import redundant_links, run_flow_batch
+from icefabric.engine.flow import run_flow
+from icefabric.engine.problem import EngineError, LinkFailure, build_problem
+
+
+@st.composite
+def problems(draw):
+    """A small problem (flows with dependencies, latencies, caps, multi-route flows) and
+    several route sets of it: the same routes with links drawn anew."""
+    L = draw(st.integers(2, 6))
+    cap = draw(st.lists(st.sampled_from([10e9, 25e9, 100e9]), min_size=L, max_size=L))
+    F = draw(st.integers(1, 7))
+    size = draw(st.lists(st.sampled_from([0.0, 1e5, 3e5, 1e6]), min_size=F, max_size=F))
+    deps = [sorted(draw(st.sets(st.integers(0, f - 1), max_size=2))) if f else []
+            for f in range(F)]
+    route_flow = [f for f in range(F) for _ in range(draw(st.integers(1, 2)))]
+    n_sets = draw(st.integers(1, 5))
+    sets = [[draw(st.lists(st.integers(0, L - 1), min_size=1, max_size=3, unique=True))
+             for _ in route_flow] for _ in range(n_sets)]
+    prob = build_problem(
+        link_capacity_bps=cap, link_delay_ns=[0] * L, flow_size_bytes=size,
+        routes=sets[0], route_flow=route_flow,
+        route_weight=[draw(st.sampled_from([0.5, 1.0])) for _ in route_flow], deps=deps,
+        flow_latency_ns=draw(st.lists(st.sampled_from([0, 700]), min_size=F, max_size=F)),
+        flow_start_ns=draw(st.lists(st.sampled_from([0, 5000]), min_size=F, max_size=F)),
+        flow_rate_cap_bps=draw(st.lists(st.sampled_from([np.inf, 5e9]), min_size=F,
+                                        max_size=F)))
+    return prob, [csr_from_lists(s) for s in sets]
+
+
+def _with_routes(prob, routes):
+    from dataclasses import replace
+
+    ptr, links = routes
+    return replace(prob, route_indptr=ptr, route_links=links)
+
+
+@settings(max_examples=150, deadline=None)
+@given(problems())
+def test_batch_equals_one_run_per_route_set(case):
+    prob, routes = case
+    start, finish = run_flow_batch(prob, routes)
+    for n, r in enumerate(routes):
+        one = run_flow(_with_routes(prob, r))
+        np.testing.assert_array_equal(start[n], one.flow_start_ns)
+        np.testing.assert_array_equal(finish[n], one.flow_finish_ns)
+
+
+def test_a_link_that_never_limits_is_left_out_and_rates_stay():
+    # link 1 (fast) carries a subset of link 0's flows: it can never saturate first
+    prob = build_problem(link_capacity_bps=[10e9, 100e9, 10e9], link_delay_ns=[0, 0, 0],
+                         flow_size_bytes=[1e6, 1e6, 1e6], routes=[[0, 1], [0], [2, 1]],
+                         route_flow=[0, 1, 2])
+    routes = [(prob.route_indptr, prob.route_links)]
+    assert redundant_links(prob, routes).tolist() == []  # link 1 also carries flow 2
+    prob2 = build_problem(link_capacity_bps=[10e9, 100e9], link_delay_ns=[0, 0],
+                          flow_size_bytes=[1e6, 2e6], routes=[[0, 1], [0]],
+                          route_flow=[0, 1])
+    assert redundant_links(prob2, [(prob2.route_indptr, prob2.route_links)]).tolist() == [1]
+    _, finish = run_flow_batch(prob2, [(prob2.route_indptr, prob2.route_links)])
+    np.testing.assert_array_equal(finish[0], run_flow(prob2).flow_finish_ns)
+
+
+def test_failures_and_mismatched_routes_are_refused():
+    prob = build_problem(link_capacity_bps=[10e9, 10e9], link_delay_ns=[0, 0],
+                         flow_size_bytes=[1e6], routes=[[0]], route_flow=[0])
+    with pytest.raises(EngineError, match="one link list per route"):
+        run_flow_batch(prob, [csr_from_lists([[0], [1]])])
+    ptr, links = csr_from_lists([[1]])
+    from dataclasses import replace
+
+    failing = replace(prob, failures=(LinkFailure(
+        t_ns=10, links=np.array([0]), reroute_route=np.array([0]), reroute_indptr=ptr,
+        reroute_links=links, reroute_delay_ns=0),))
+    with pytest.raises(EngineError, match="without link failures"):
+        run_flow_batch(failing, [(prob.route_indptr, prob.route_links)])

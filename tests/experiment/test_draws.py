@@ -1,0 +1,138 @@
+import json
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from typer.testing import CliRunner
+
+from icefabric.cli.app import app
+from icefabric.experiment.draws import draw_seeds, run_draws
+from icefabric.experiment.runner import run_scenario
+from icefabric.pipeline import scenario_plan, simulate
+from icefabric.scenario.build import build_fabric
+from icefabric.scenario.loader import load
+
+SIZES = [1 << 20, 16 << 20]
+
+
+@pytest.fixture(scope="module")
+def small():
+    return load("homog-small")
+
+
+@pytest.fixture(scope="module")
+def drawn(small):
+    return run_scenario(small, sizes=SIZES, policies=["ecmp", "ecmp-multiqp", "ice"], draws=8)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 2**32 - 1), st.integers(1, 30))
+def test_draw_seeds_start_with_the_seed_and_repeat(seed, n):
+    s = draw_seeds(seed, n)
+    assert s[0] == seed and len(s) == n
+    assert len(set(s[1:])) == n - 1  # spawned seeds are distinct
+    assert draw_seeds(seed, n) == s and draw_seeds(seed, n + 3)[:n] == s
+
+
+def test_draws_are_reproducible_from_one_seed(small, drawn):
+    again = run_scenario(small, sizes=SIZES, policies=["ecmp", "ecmp-multiqp", "ice"],
+                         draws=8)
+    assert again.rows == drawn.rows
+    other = run_scenario(small.updated(seed=small.scenario.seed + 1), sizes=SIZES,
+                         policies=["ecmp"], draws=8)
+    key = lambda r: (r["job"], r["collective"], r["size_bytes"])  # noqa: E731
+    a = {key(r): r["busbw_GBps_draws"] for r in drawn.rows if r["policy"] == "ecmp"}
+    b = {key(r): r["busbw_GBps_draws"] for r in other.rows}
+    assert a != b  # another base seed, other draws
+
+
+def test_draw_zero_is_the_single_draw_run(small, drawn):
+    one = run_scenario(small, sizes=SIZES, policies=["ecmp", "ecmp-multiqp", "ice"])
+    single = {(r["policy"], r["size_bytes"]): r["busbw_GBps"] for r in one.rows}
+    for r in drawn.rows:
+        if r["policy"] != "ice":
+            assert r["busbw_GBps_draws"][0] == single[(r["policy"], r["size_bytes"])]
+    assert one.draws == 1 and "busbw_GBps_p10" not in one.rows[0]
+
+
+def test_rows_carry_median_range_and_every_draw(drawn):
+    for r in drawn.rows:
+        if r["policy"] == "ice":
+            assert "busbw_GBps_draws" not in r
+            assert r["gain_vs_ecmp_p10"] <= r["gain_vs_ecmp"] <= r["gain_vs_ecmp_p90"]
+            continue
+        v = np.asarray(r["busbw_GBps_draws"])
+        assert r["draws"] == len(v) == 8
+        assert r["busbw_GBps"] == pytest.approx(np.median(v), abs=1e-3)
+        assert r["busbw_GBps_p10"] == pytest.approx(np.percentile(v, 10), abs=1e-3)
+        assert r["busbw_GBps_p10"] <= r["busbw_GBps"] <= r["busbw_GBps_p90"]
+    ecmp = {(r["size_bytes"]): r for r in drawn.rows if r["policy"] == "ecmp"}
+    for r in drawn.rows:
+        if r["policy"] == "ice":
+            e = ecmp[r["size_bytes"]]
+            assert r["gain_vs_ecmp_lucky"] == pytest.approx(
+                r["busbw_GBps"] / e["busbw_GBps_p90"] - 1, abs=1e-4)
+            assert r["best_baseline"] == "ecmp-multiqp"  # the better baseline here
+
+
+def test_workers_give_the_same_rows(small, drawn):
+    par = run_scenario(small, sizes=SIZES, policies=["ecmp", "ecmp-multiqp", "ice"], draws=8,
+                       workers=2)
+    assert par.rows == drawn.rows
+
+
+def test_ecmp_varies_over_draws_and_ice_does_not(small):
+    """ECMP's busbw takes several values over QP-number draws (the reason for draws);
+    ICE plans every path, so its result is the same in every draw."""
+    fabric = build_fabric(small)
+    seeds = draw_seeds(small.scenario.seed, 12)
+    ecmp = run_draws(small, fabric, "ecmp", [64 << 20], seeds)[0]
+    ice = run_draws(small, fabric, "ice", [64 << 20], seeds)[0]
+    assert len(set(ecmp.busbw_GBps(0))) >= 3
+    assert len(set(ice.busbw_GBps(0))) == 1
+
+
+def test_batched_draws_match_draw_by_draw(small):
+    """The batched engine gives every draw what its own run gives."""
+    fabric = build_fabric(small)
+    seeds = draw_seeds(small.scenario.seed, 4)
+    batched = run_draws(small, fabric, "ecmp", [16 << 20], seeds)[0]
+    opts = small.scenario.run_options()
+    for d, s in enumerate(seeds):
+        p = scenario_plan(small.updated(seed=s), fabric, "ecmp", 16 << 20)
+        one = simulate(p, opts).collectives[0]
+        assert batched.runs[d][0].time_ns == one.time_ns
+
+
+def test_simulate_draws_json_and_table():
+    r = CliRunner().invoke(app, ["simulate", "homog-small", "-q", "--draws", "3", "--sizes",
+                                 "4M", "-p", "ecmp,ice", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.output)
+    e = next(x for x in doc["rows"] if x["policy"] == "ecmp")
+    assert doc["draws"] == 3 and len(e["busbw_GBps_draws"]) == 3
+    r = CliRunner().invoke(app, ["simulate", "homog-small", "-q", "--draws", "3", "--sizes",
+                                 "4M", "-p", "ecmp,ice", "--seed", "5"])
+    assert r.exit_code == 0, r.output
+    assert "over 3 draws" in r.output and "seed 5" in r.output
+
+
+def test_compare_shows_the_measurement_beside_the_ecmp_distribution():
+    from tests.cli.test_cli import OCI
+
+    if not OCI.exists():
+        pytest.skip("reference corpus not present")
+    r = CliRunner().invoke(app, ["compare", "nccl-tests", str(OCI), "homog-small", "--json",
+                                 "--draws", "4", "-p", "ecmp"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    row = doc["rows"][0]
+    assert doc["draws"] == 4
+    assert row["ecmp_busbw_GBps_p10"] <= row["ecmp_busbw_GBps"] <= row["ecmp_busbw_GBps_p90"]
+    inside = row["ecmp_busbw_GBps_p10"] <= row["measured_busbw_GBps"] <= \
+        row["ecmp_busbw_GBps_p90"]
+    assert row["ecmp_measured_inside"] is inside
+    r = CliRunner().invoke(app, ["compare", "nccl-tests", str(OCI), "homog-small",
+                                 "--draws", "4", "-p", "ecmp"])
+    assert r.exit_code == 0 and "over 4 draws" in r.output

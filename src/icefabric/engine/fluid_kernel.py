@@ -21,10 +21,13 @@ from numba import njit
 
 from icefabric.dataplane.dcqcn import (
     _ALPHA,
+    _BC,
     _DEC_CNP,
+    _DEC_INT,
     _LINE,
     _RC,
     _RT,
+    _STARTED,
     _T_ALPHA,
     _T_DEC,
     _T_INC,
@@ -770,8 +773,15 @@ def _cnps(net, st, t_new, dt, rng) -> None:
                 st_kf[S_LAST_CNP, k] = t_new
             else:
                 cnp[r] = False
+    # a QP without a CNP whose timers are not due keeps its state: skip the update (its
+    # byte counter runs only after its first CNP)
+    idle_ok = net_dcqcn[_DEC_INT] > 0
+    no_bc = net_dcqcn[_BC] <= 0
     for r in range(nr):
         k = st_ki[S_A_R, r]
+        if (idle_ok and not cnp[r] and st_cc[_T_ALPHA, k] > t_new and st_cc[_T_DEC, k] > t_new
+                and st_cc[_T_INC, k] > t_new and (no_bc or st_cc[_STARTED, k] == 0)):
+            continue
         dcqcn_update_qp(st_cc, k, cnp[r], t_new, net_dcqcn, st_kf[S_A_X, r] * dt)
         if cnp[r]:
             st_kf[S_ES_CNPS, k] += 1

@@ -2,8 +2,10 @@
 
 :func:`advance` runs steps, flow starts and completions until the run ends or the caller
 must act (a link failure or reroute is due, an end-side window closed, the sample buffer is
-full). All state lives in flat arrays: :class:`Net` (the routing, replaced on a reroute)
-and :class:`State` (everything that evolves). The running flows' routes, queue entries,
+full). All state lives in a few 2-D arrays ("banks", one per size and dtype): :class:`Net`
+(the routing, replaced on a reroute) and :class:`State` (everything that evolves). The
+helpers are inlined into :func:`advance` (one compiled function: no reference counting of
+the state per call, which dominated otherwise). The running flows' routes, queue entries,
 NIC groups and per-link FIFO lists are gathered into the ``a_*``/``lk_*``/``nic_*`` index
 arrays whenever the running set changes (once per event), so a step costs O(running
 entries + links), not O(all flows).
@@ -73,7 +75,7 @@ NET_BANKS = {
     "li": ["rev", "sw_of", "level"],
     "ei": ["links", "hop"],
     "kf": ["rtt", "w"],
-    "ki": ["first_link", "route_flow"],
+    "ki": ["first_link"],
     "ff": ["size_w", "lat", "flow_start"],
     "fi": ["f_rptr", "dptr"],
 }
@@ -94,7 +96,7 @@ NET_BANKS = {
 (N_REV, N_SW_OF, N_LEVEL) = range(3)  # net.li
 (N_LINKS, N_HOP) = range(2)  # net.ei
 (N_RTT, N_W) = range(2)  # net.kf
-(N_FIRST_LINK, N_ROUTE_FLOW) = range(2)  # net.ki
+(N_FIRST_LINK,) = range(1)  # net.ki
 (N_SIZE_W, N_LAT, N_FLOW_START) = range(3)  # net.ff
 (N_F_RPTR, N_DPTR) = range(2)  # net.fi
 

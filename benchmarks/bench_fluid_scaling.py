@@ -1,18 +1,23 @@
-"""Fluid engine cost as the fabric grows (issue 4): 64, 256 and 1,024 GPUs.
+"""Fluid engine cost as the fabric grows (issues 4 and 12): 64 to 4,096 GPUs.
 
-    python benchmarks/bench_fluid_scaling.py [--gpus 64,256,1024] [--size 64M]
+    python benchmarks/bench_fluid_scaling.py [--gpus 64,256,1024,4096] [--size 1G]
 
 A 1:1 leaf-spine of HGX H100 servers (4 servers per leaf, scattered placement so every ring
 hop crosses the spines), one NCCL ring AllReduce job over all GPUs, ECMP with DCQCN + PFC
 (the congested case: collisions build queues, so the engine takes small steps) and ICE
-(paced, queues stay empty). Prints wall time, steps and peak RSS per size; BENCHMARKS.md
-records the figures.
+(paced, queues stay empty). Each size runs in its own process, so its peak RSS is its own.
+Prints the engine's wall and CPU time, steps and peak RSS per size; BENCHMARKS.md records
+the figures (target: 1,024 GPUs, 1 GiB, ECMP within 60 s and 4 GiB).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import resource
+import subprocess
+import sys
 import time
 
 from icefabric.ccl.collectives import add_collective
@@ -28,41 +33,56 @@ from icefabric.units import parse_size
 
 def one(gpus: int, policy: str, size: int) -> dict:
     servers = gpus // 8
+    # 1:1: 32 uplinks per leaf; 4 cables per spine while the spines' 128 ports allow it
+    per_spine = max(1, min(4, 128 // max(servers // 4, 1)))
     fab = leaf_spine([ServerGroup(server_profile("hgx-h100"), servers, "h100")],
-                     servers_per_leaf=4, n_spines=8, links_per_spine=4, placement="scattered")
+                     servers_per_leaf=4, n_spines=32 // per_spine, links_per_spine=per_spine,
+                     placement="scattered")
     wb = WorkloadBuilder()
     add_collective(wb, Communicator("ring", fab, fab.nodes_of_kind(ACCEL)), "all_reduce", size)
     wl = wb.build(node_ip=fab.node_ip)
     pol = get_policy(policy)
     pol.ideal_fabric(fab)
     p = plan(fab, wl, pol)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     res = simulate(p, EngineOptions(engine="fluid", endside=False))
-    wall = time.perf_counter() - t0
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     c = res.collectives[0]
     return {"gpus": gpus, "policy": policy, "routes": len(p.paths.route_qp),
-            "links": fab.n_links,
-            "wall_s": wall, "events": res.events, "busbw": c.busbw_GBps,
-            "pause_us": sum(res.link_pfc_pause_ns.values()) / 1e3}
+            "links": fab.n_links, "wall_s": wall, "cpu_s": cpu, "events": res.events,
+            "busbw": c.busbw_GBps, "pause_us": sum(res.link_pfc_pause_ns.values()) / 1e3,
+            "rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
+
+
+def in_child(gpus: int, policy: str, size: str) -> dict:
+    """:func:`one` in a fresh process (its own peak RSS)."""
+    out = subprocess.run([sys.executable, __file__, "--one", f"{gpus},{policy},{size}"],
+                         check=True, capture_output=True, text=True).stdout
+    return json.loads(out.splitlines()[-1])
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--gpus", default="64,256,1024")
-    ap.add_argument("--size", default="64M")
+    ap.add_argument("--gpus", default="64,256,1024,4096")
+    ap.add_argument("--size", default="1G")
     ap.add_argument("--policies", default="ecmp,ice")
+    ap.add_argument("--one", help=argparse.SUPPRESS)  # gpus,policy,size: one run, JSON out
     args = ap.parse_args()
-    size = parse_size(args.size)
-    print(f"{'GPUs':>6} {'policy':>6} {'routes':>7} {'links':>6} {'wall s':>8} {'steps':>7} "
-          f"{'busbw GB/s':>10} {'PFC pause us':>12}")
+    if args.one:
+        g, p, size = args.one.split(",")
+        print(json.dumps(one(int(g), p, parse_size(size))))
+        return
+    print(f"size {args.size}; load average {os.getloadavg()[0]:.2f} at the start")
+    print(f"{'GPUs':>6} {'policy':>6} {'routes':>7} {'links':>6} {'wall s':>8} {'CPU s':>8} "
+          f"{'steps':>7} {'busbw GB/s':>10} {'PFC pause us':>12} {'peak RSS GiB':>12}")
     for g in (int(x) for x in args.gpus.split(",")):
         for p in args.policies.split(","):
-            r = one(g, p, size)
+            r = in_child(g, p, args.size)
             print(f"{r['gpus']:>6} {r['policy']:>6} {r['routes']:>7} {r['links']:>6} "
-                  f"{r['wall_s']:>8.2f} {r['events']:>7} {r['busbw']:>10.1f} "
-                  f"{r['pause_us']:>12.1f}")
-    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
-    print(f"peak RSS {rss:.2f} GiB")
+                  f"{r['wall_s']:>8.2f} {r['cpu_s']:>8.2f} {r['events']:>7} "
+                  f"{r['busbw']:>10.1f} {r['pause_us']:>12.1f} {r['rss_gib']:>12.2f}",
+                  flush=True)
+    print(f"load average {os.getloadavg()[0]:.2f} at the end")
 
 
 if __name__ == "__main__":

@@ -199,6 +199,9 @@ def equality_cases() -> dict:
                                             (1, 2, 900_000)],
                       deps=[[], [], [0]], flow_latency_ns=[3000, 3000, 3000])
     traced = star([100, 100, 25], [(0, 2, 500_000), (1, 2, 500_000)], flow_names=["a", "b"])
+    # more routes than links, several QPs per NIC (max-min NIC scheduler)
+    crowded = star([100, 50, 25], [(s, d, 100_000 * (1 + s + 3 * d + n)) for n in range(3)
+                                   for s in range(3) for d in range(3) if s != d])
     wire = {"wire_overhead": 4132 / 4096, "ack_bytes": 60.0}
     return {
         "victim_dcqcn": (two_switch_victim(), {"cc": "dcqcn", "pfc": "dynamic", "seed": 3}),
@@ -209,6 +212,8 @@ def equality_cases() -> dict:
         "reroute": (failing, {"pfc": "off"}),
         "endside": (paced, {"cc": "dcqcn", "dcqcn": "hpcc_ns3_100g", "pfc": "off",
                             "endside": EndSideParams()}),
+        "crowded_pfc": (crowded, {"pfc": "dynamic", "ack_bytes": 60.0}),
+        "crowded_dcqcn": (crowded, {"cc": "dcqcn", "dcqcn": "hpcc_ns3_100g", "seed": 2}),
         "traced": (traced, {"cc": "dcqcn", "record_links": ["3->2"], "record_flows": ["a"],
                             "sample_interval_ns": 20_000}),
     }

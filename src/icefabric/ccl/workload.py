@@ -204,16 +204,16 @@ def _allocate_qpns(src_nic, dst_nic, seed, base):
     on everything the host did before — we draw it from ``seed``)."""
     rng = np.random.default_rng(seed)
     nics = np.union1d(src_nic, dst_nic)
-    start = {int(n): int(base + rng.integers(0, 1 << 16)) for n in nics}
-    counter = dict(start)
-    lq = np.empty(len(src_nic), dtype=np.int64)
-    rq = np.empty(len(src_nic), dtype=np.int64)
-    for i, (s, d) in enumerate(zip(src_nic.tolist(), dst_nic.tolist())):
-        lq[i] = counter[s]
-        counter[s] += 1
-        rq[i] = counter[d]
-        counter[d] += 1
-    return lq & 0xFFFFFF, rq & 0xFFFFFF
+    start = np.array([base + rng.integers(0, 1 << 16) for _ in nics], dtype=np.int64)
+    # QP i takes the next number of its source NIC, then of its destination NIC: number
+    # the 2q requests in that order per NIC (a stable sort keeps it).
+    ev = np.stack([src_nic, dst_nic], axis=1).ravel().astype(np.int64)
+    order = np.argsort(ev, kind="stable")
+    first = np.searchsorted(ev[order], ev[order], side="left")
+    nth = np.empty(len(ev), dtype=np.int64)
+    nth[order] = np.arange(len(ev)) - first
+    qpn = start[np.searchsorted(nics, ev)] + nth
+    return qpn[0::2] & 0xFFFFFF, qpn[1::2] & 0xFFFFFF
 
 
 @dataclass

@@ -51,10 +51,18 @@ def hash_chooser(fabric: Fabric, configs: dict[int, HashConfig], src_ip, dst_ip,
     return choose
 
 
+def ecmp_routes(fabric: Fabric, routing: Routing, configs: dict[int, HashConfig],
+                src_nic: np.ndarray, dst_nic: np.ndarray, sport: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """The NIC-to-NIC path every QP takes under hash-based ECMP, as CSR (indptr, links)."""
+    ip = fabric.node_ip
+    choose = hash_chooser(fabric, configs, ip[src_nic], ip[dst_nic], sport)
+    return routing.walk_csr(src_nic, dst_nic, choose)
+
+
 def ecmp_paths(fabric: Fabric, routing: Routing, configs: dict[int, HashConfig],
                src_nic: np.ndarray, dst_nic: np.ndarray, sport: np.ndarray
                ) -> list[np.ndarray]:
-    """The NIC-to-NIC path every QP takes under hash-based ECMP."""
-    ip = fabric.node_ip
-    choose = hash_chooser(fabric, configs, ip[src_nic], ip[dst_nic], sport)
-    return routing.walk(src_nic, dst_nic, choose)
+    """:func:`ecmp_routes` as one array of link ids per QP."""
+    ptr, flat = ecmp_routes(fabric, routing, configs, src_nic, dst_nic, sport)
+    return np.split(flat, ptr[1:-1]) if len(ptr) > 1 else []

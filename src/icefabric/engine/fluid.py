@@ -317,25 +317,24 @@ class FluidSim:
 
     # ---------------- kernel inputs ----------------
     def _cfg_vector(self) -> np.ndarray:
-        cfg, pf = self.cfg, self.pfc
+        cfg, pf, dcqcn = self.cfg, self.pfc, self.cc == "dcqcn"
+        values = {
+            fk.C_DT: cfg.dt_ns, fk.C_DT_QUIET: cfg.dt_quiet_max_ns,
+            fk.C_DT_PFC: cfg.dt_pfc_max_ns, fk.C_TAU: cfg.pfc_tau_ns,
+            fk.C_QUIET_TOL: cfg.quiet_tol, fk.C_COALESCE: cfg.coalesce_ns,
+            fk.C_MAX_TIME: cfg.max_time_ns, fk.C_MAX_STEPS: cfg.max_steps,
+            fk.C_ACK_RATIO: self.ack_ratio, fk.C_PKT_WIRE: cfg.packet_bytes * cfg.wire_overhead,
+            fk.C_FB_BW: _FB_BW, fk.C_PFC_ON: self.pfc_on, fk.C_PFC_DYN: pf.mode == "dynamic",
+            fk.C_RESERVE: pf.reserve_bytes, fk.C_RESUME: pf.resume_offset_bytes,
+            fk.C_XOFF: pf.xoff_bytes, fk.C_XON: pf.xon_bytes, fk.C_DCQCN: dcqcn,
+            fk.C_ACK_QUEUE: self.ack_queue, fk.C_CAP_MAX: float(self.cap.max()),
+            fk.C_ABOVE: self.p_above, fk.C_WO: cfg.wire_overhead,
+            fk.C_CNP_INT: self.dp.cnp_interval_ns if dcqcn else 0.0,
+            fk.C_ES_ON: cfg.endside is not None and dcqcn,
+            fk.C_SAMPLE_INT: cfg.sample_interval_ns}
         v = np.zeros(fk.N_CFG)
-        v[fk.C_DT], v[fk.C_DT_QUIET], v[fk.C_DT_PFC] = cfg.dt_ns, cfg.dt_quiet_max_ns, \
-            cfg.dt_pfc_max_ns
-        v[fk.C_TAU], v[fk.C_QUIET_TOL], v[fk.C_COALESCE] = cfg.pfc_tau_ns, cfg.quiet_tol, \
-            cfg.coalesce_ns
-        v[fk.C_MAX_TIME], v[fk.C_MAX_STEPS] = cfg.max_time_ns, cfg.max_steps
-        v[fk.C_ACK_RATIO] = self.ack_ratio
-        v[fk.C_PKT_WIRE] = cfg.packet_bytes * cfg.wire_overhead
-        v[fk.C_FB_BW] = _FB_BW
-        v[fk.C_PFC_ON], v[fk.C_PFC_DYN] = self.pfc_on, pf.mode == "dynamic"
-        v[fk.C_RESERVE], v[fk.C_RESUME] = pf.reserve_bytes, pf.resume_offset_bytes
-        v[fk.C_XOFF], v[fk.C_XON] = pf.xoff_bytes, pf.xon_bytes
-        v[fk.C_DCQCN], v[fk.C_ACK_QUEUE] = self.cc == "dcqcn", self.ack_queue
-        v[fk.C_CAP_MAX], v[fk.C_ABOVE], v[fk.C_WO] = float(self.cap.max()), self.p_above, \
-            cfg.wire_overhead
-        v[fk.C_CNP_INT] = self.dp.cnp_interval_ns if self.cc == "dcqcn" else 0.0
-        v[fk.C_ES_ON] = cfg.endside is not None and self.cc == "dcqcn"
-        v[fk.C_SAMPLE_INT] = cfg.sample_interval_ns
+        for i, x in values.items():
+            v[i] = x
         return v
 
     def _net(self) -> fk.Net:
@@ -345,7 +344,7 @@ class FluidSim:
                 "pfc_alpha": self.pfc_alpha, "pfc_gap": self.pfc_gap,
                 "ingress_sw": self.ingress_sw, "rev": self.rev, "sw_of": self.pfc_sw_of,
                 "level": R.level, "rtt": self.rtt_ns, "w": self.w,
-                "first_link": R.first_link, "route_flow": p.route_flow,
+                "first_link": R.first_link,
                 "size_w": self.size_w, "lat": p.flow_latency_ns,
                 "flow_start": p.flow_start_ns, "f_rptr": self.f_rptr, "dptr": self.dptr,
                 "links": R.links, "hop": R.hop}
@@ -383,7 +382,9 @@ class FluidSim:
         st = fk.State(
             sf=sf, si=si, **_banks(fk.ST_BANKS, cols, sizes), **self._entry_banks(),
             cc=state_matrix(dcqcn_init(line, self.dp)), cnp_line=np.zeros((fb_rows, Kr)),
-            smp=np.zeros((n_smp, 1 + len(net.rec_links) + 2 * len(net.rec_flows))))
+            cnp_dirty=np.zeros(fb_rows, bool),
+            smp=np.zeros((n_smp, 1 + len(net.rec_links) + 2 * len(net.rec_flows))),
+            tmp=np.zeros((fk.N_TMP, max(L, Kr, F, len(self.pfc_pool), 1))))
         for f in np.flatnonzero(self.n_deps_left == 0):
             fk.heap_push(st, float(self.p.flow_start_ns[f]), int(f))
         return st

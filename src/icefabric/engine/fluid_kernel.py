@@ -2,8 +2,10 @@
 
 :func:`advance` runs steps, flow starts and completions until the run ends or the caller
 must act (a link failure or reroute is due, an end-side window closed, the sample buffer is
-full). All state lives in flat arrays: :class:`Net` (the routing, replaced on a reroute)
-and :class:`State` (everything that evolves). The running flows' routes, queue entries,
+full). All state lives in a few 2-D arrays ("banks", one per size and dtype): :class:`Net`
+(the routing, replaced on a reroute) and :class:`State` (everything that evolves). The
+helpers are inlined into :func:`advance` (one compiled function: no reference counting of
+the state per call, which dominated otherwise). The running flows' routes, queue entries,
 NIC groups and per-link FIFO lists are gathered into the ``a_*``/``lk_*``/``nic_*`` index
 arrays whenever the running set changes (once per event), so a step costs O(running
 entries + links), not O(all flows).
@@ -21,10 +23,13 @@ from numba import njit
 
 from icefabric.dataplane.dcqcn import (
     _ALPHA,
+    _BC,
     _DEC_CNP,
+    _DEC_INT,
     _LINE,
     _RC,
     _RT,
+    _STARTED,
     _T_ALPHA,
     _T_DEC,
     _T_INC,
@@ -62,7 +67,7 @@ ST_BANKS = {
     "fi": ["n_deps_left", "heap_f", "a_f", "a_fstart", "new_f"],
     "kf": ["deliv", "last_cnp", "es_cnps", "a_dem", "a_alloc", "a_x"],
     "kb": ["a_cnp"],
-    "ki": ["a_r", "a_rflow", "a_estart", "a_ne", "nic_mem"],
+    "ki": ["a_r", "a_rflow", "a_estart", "a_ne", "nic_mem", "wf_order"],
 }
 NET_BANKS = {
     "lf": ["cap", "kmin", "kmax", "pmax", "pfc_alpha", "pfc_gap"],
@@ -70,7 +75,7 @@ NET_BANKS = {
     "li": ["rev", "sw_of", "level"],
     "ei": ["links", "hop"],
     "kf": ["rtt", "w"],
-    "ki": ["first_link", "route_flow"],
+    "ki": ["first_link"],
     "ff": ["size_w", "lat", "flow_start"],
     "fi": ["f_rptr", "dptr"],
 }
@@ -85,20 +90,23 @@ NET_BANKS = {
 (S_N_DEPS_LEFT, S_HEAP_F, S_A_F, S_A_FSTART, S_NEW_F) = range(5)  # st.fi
 (S_DELIV, S_LAST_CNP, S_ES_CNPS, S_A_DEM, S_A_ALLOC, S_A_X) = range(6)  # st.kf
 (S_A_CNP,) = range(1)  # st.kb
-(S_A_R, S_A_RFLOW, S_A_ESTART, S_A_NE, S_NIC_MEM) = range(5)  # st.ki
+(S_A_R, S_A_RFLOW, S_A_ESTART, S_A_NE, S_NIC_MEM, S_WF_ORDER) = range(6)  # st.ki
 (N_CAP, N_KMIN, N_KMAX, N_PMAX, N_PFC_ALPHA, N_PFC_GAP) = range(6)  # net.lf
 (N_INGRESS_SW,) = range(1)  # net.lb
 (N_REV, N_SW_OF, N_LEVEL) = range(3)  # net.li
 (N_LINKS, N_HOP) = range(2)  # net.ei
 (N_RTT, N_W) = range(2)  # net.kf
-(N_FIRST_LINK, N_ROUTE_FLOW) = range(2)  # net.ki
+(N_FIRST_LINK,) = range(1)  # net.ki
 (N_SIZE_W, N_LAT, N_FLOW_START) = range(3)  # net.ff
 (N_F_RPTR, N_DPTR) = range(2)  # net.fi
 
 Net = namedtuple("Net", ["lf", "lb", "li", "ei", "indptr", "kf", "ki", "r_order", "ff", "fi",
                          "dependants", "pfc_pool", "rec_links", "rec_flows", "dcqcn", "cfg"])
 State = namedtuple("State", ["sf", "si", "lf", "lb", "li", "ef", "ei", "ff", "fb", "fi", "kf",
-                             "kb", "ki", "cc", "cnp_line", "smp"])
+                             "kb", "ki", "cc", "cnp_line", "cnp_dirty", "smp", "tmp"])
+#: rows of ``tmp``: per-step scratch (length >= links, routes, flows and nodes), so a step
+#: allocates nothing; each function notes which rows it uses
+N_TMP = 6
 
 
 # --------------------------------------------------------------------------------------
@@ -106,7 +114,15 @@ State = namedtuple("State", ["sf", "si", "lf", "lb", "li", "ef", "ei", "ff", "fb
 # --------------------------------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
+def _zeroed(buf, n):
+    """``buf`` (a scratch row) with its first ``n`` slots set to zero."""
+    for i in range(n):
+        buf[i] = 0.0
+    return buf
+
+
+@njit(cache=True, inline="always")
 def _less(ht, hf, a, b) -> bool:
     return ht[a] < ht[b] or (ht[a] == ht[b] and hf[a] < hf[b])
 
@@ -129,7 +145,7 @@ def heap_push(st, t, f) -> None:
         i = p
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _heap_pop(st) -> int:
     st_si = st.si
     st_ff = st.ff
@@ -154,7 +170,7 @@ def _heap_pop(st) -> int:
     return f
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def release(net, st, f, t_fin) -> None:
     """Flow ``f`` finished at ``t_fin``: dependants whose last prerequisite it was start."""
     st_fi = st.fi
@@ -173,7 +189,7 @@ def release(net, st, f, t_fin) -> None:
 # --------------------------------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _gather_routes(net, st) -> None:
     """Running flows, their routes (flow order) and entries (route order, hop order)."""
     st_si = st.si
@@ -213,7 +229,7 @@ def _gather_routes(net, st) -> None:
     si[I_NAF], si[I_NAR], si[I_NAE] = nf, nr, ne
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _gather_links(net, st) -> None:
     """Queue entries (hop >= 1) grouped by link, links ordered by topological level."""
     st_si = st.si
@@ -223,7 +239,7 @@ def _gather_links(net, st) -> None:
     net_li = net.li
     net_ei = net.ei
     si = st_si
-    L = len(net_lf[N_CAP])
+    L = net_lf.shape[1]
     cnt = np.zeros(L, np.int64)
     nq = 0
     for j in range(si[I_NAE]):
@@ -271,7 +287,7 @@ def _gather_links(net, st) -> None:
         fill[s] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _gather_nics(net, st) -> None:
     """Sender NICs (sorted link ids) and their routes, for the NIC's max-min scheduler."""
     st_si = st.si
@@ -279,7 +295,7 @@ def _gather_nics(net, st) -> None:
     st_ki = st.ki
     net_lf = net.lf
     net_ki = net.ki
-    L = len(net_lf[N_CAP])
+    L = net_lf.shape[1]
     cnt = np.zeros(L, np.int64)
     for i in range(st_si[I_NAR]):
         cnt[net_ki[N_FIRST_LINK, st_ki[S_A_R, i]]] += 1
@@ -316,7 +332,7 @@ def rebuild(net, st) -> None:
 # --------------------------------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _service(net, st) -> None:
     """Link service rates: capacity less the ACKs of last step's deliveries, and PFC."""
     st_si = st.si
@@ -328,8 +344,8 @@ def _service(net, st) -> None:
     net_li = net.li
     net_indptr = net.indptr
     net_cfg = net.cfg
-    L = len(net_lf[N_CAP])
-    ack = np.zeros(L)
+    L = net_lf.shape[1]
+    ack = _zeroed(st.tmp[0], L)
     ratio = net_cfg[C_ACK_RATIO]
     if ratio > 0:
         for j in range(st_si[I_NAE]):
@@ -346,7 +362,7 @@ def _service(net, st) -> None:
         st_lf[S_SERV_EFF, li] = min(s, st_lf[S_PFC_ALLOW, li])
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _allocate(net, st) -> None:
     """Demands and NIC shares of the running routes, then each flow's rate ``a_rf``.
 
@@ -409,37 +425,55 @@ def _allocate(net, st) -> None:
         st_kf[S_A_X, r] = net_kf[N_W, st_ki[S_A_R, r]] * st_ff[S_A_RF, st_ki[S_A_RFLOW, r]]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _waterfill(st, nn) -> None:
     st_lf = st.lf
     st_li = st.li
-    st_kf = st.kf
-    st_ki = st.ki
-    # the numpy engine sorted all demands by (NIC, demand) and took one running sum over
-    # them; the same order and sums here
+    dem, alloc = st.kf[S_A_DEM], st.kf[S_A_ALLOC]
+    mem, order = st.ki[S_NIC_MEM], st.ki[S_WF_ORDER]
+    # the numpy engine sorted all demands by (NIC, demand) (stable) and took one running
+    # sum over them; the same order and sums here, without allocating
     cs = 0.0
     for g in range(nn):
         a, b = st_li[S_NIC_PTR, g], st_li[S_NIC_PTR, g + 1]
-        mem = st_ki[S_NIC_MEM, a:b]
-        d = st_kf[S_A_DEM][mem]
-        order = np.argsort(d, kind="mergesort")
+        _stable_order(dem, mem, order, a, b)
         cap = st_lf[S_SERV_EFF, st_li[S_NIC_LINK, g]]
         cs0 = cs
         level = _INF
         n = b - a
         for p in range(n):
-            dv = d[order[p]]
+            dv = dem[order[a + p]]
             before = cs - cs0
             n_rest = n - p
             if level == _INF and before + n_rest * dv >= cap:
                 level = (cap - before) / n_rest
             cs += dv
         lv = max(level, 0.0)
+        for p in range(a, b):
+            alloc[mem[p]] = min(dem[mem[p]], lv)
+
+
+@njit(cache=True, inline="always")
+def _stable_order(key, mem, order, a, b) -> None:
+    """``order[a:b]`` = ``mem[a:b]`` sorted by ``key`` (stable): insertion sort for a NIC's
+    few QPs, merge sort beyond."""
+    n = b - a
+    if n > 48:
+        idx = np.argsort(key[mem[a:b]], kind="mergesort")
         for p in range(n):
-            st_kf[S_A_ALLOC, mem[p]] = min(d[p], lv)
+            order[a + p] = mem[a + idx[p]]
+        return
+    for p in range(n):
+        m = mem[a + p]
+        kv = key[m]
+        q = p
+        while q > 0 and key[order[a + q - 1]] > kv:
+            order[a + q] = order[a + q - 1]
+            q -= 1
+        order[a + q] = m
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _dt(net, st, t) -> float:
     st_sf = st.sf
     st_si = st.si
@@ -475,7 +509,7 @@ def _dt(net, st, t) -> float:
     return max(dt, 1e-3)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _sweep_level(st, dt, lo, hi) -> None:
     """FIFO service of the links ``lk_link[lo:hi]`` (one topological level)."""
     st_lf = st.lf
@@ -483,6 +517,7 @@ def _sweep_level(st, dt, lo, hi) -> None:
     st_ef = st.ef
     st_ei = st.ei
     q, drain, arr, new = st_ef[S_Q], st_ef[S_DRAIN], st_ef[S_ARR], st_ef[S_AE_NEW]
+    dep_old = st_ef[S_DEP]
     passthru = True
     for i in range(lo, hi):
         asum = 0.0
@@ -507,19 +542,14 @@ def _sweep_level(st, dt, lo, hi) -> None:
                     drain[e] = 0.0
                 new[j] = a_in
             continue
-        _fifo(st, dt, i)
+        _fifo(st_lf, st_li, st_ei, (q, drain, arr, new, dep_old), dt, i)
 
 
-@njit(cache=True)
-def _fifo(st, dt, i) -> None:
+@njit(cache=True, inline="always")
+def _fifo(st_lf, st_li, st_ei, views, dt, i) -> None:
     """One link's FIFO: present content leaves first (entries whose arrivals stopped drain
     linearly at their last departure rate), then this step's arrivals pro rata."""
-    st_lf = st.lf
-    st_li = st.li
-    st_ef = st.ef
-    st_ei = st.ei
-    q, dep_old, drain = st_ef[S_Q], st_ef[S_DEP], st_ef[S_DRAIN]
-    arr, new = st_ef[S_ARR], st_ef[S_AE_NEW]
+    q, drain, arr, new, dep_old = views  # made once per level, not once per link
     a, b = st_li[S_LK_PTR, i], st_li[S_LK_PTR, i + 1]
     asum = st_lf[S_LK_SUM, i]
     qsum = 0.0
@@ -557,7 +587,7 @@ def _fifo(st, dt, i) -> None:
         q[e] = max(qv + in_b - out_b, 0.0)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _sweep(net, st, dt) -> float:
     """Move every running entry's bytes one step; returns the largest departure change."""
     st_si = st.si
@@ -579,8 +609,8 @@ def _sweep(net, st, dt) -> float:
     for v in range(st_si[I_NLV]):
         _sweep_level(st, dt, st_li[S_LV_PTR, v], st_li[S_LV_PTR, v + 1])
     ddep = 0.0
-    L = len(net_lf[N_CAP])
-    lb = np.zeros(L)
+    L = net_lf.shape[1]
+    lb = _zeroed(st.tmp[0], L)
     for j in range(ne):
         e = st_ei[S_AE, j]
         ddep = max(ddep, abs(st_ef[S_AE_NEW, j] - st_ef[S_DEP, e]))
@@ -604,14 +634,15 @@ def _sweep(net, st, dt) -> float:
     return ddep
 
 
-@njit(cache=True)
-def rev_delay(net, st) -> np.ndarray:
-    """Queueing delay (ns) an ACK meets on the reverse direction of each link."""
+@njit(cache=True, inline="always")
+def rev_delay(net, st, out) -> np.ndarray:
+    """Queueing delay (ns) an ACK meets on the reverse direction of each link, written
+    to ``out``."""
     st_lf = st.lf
     net_lf = net.lf
     net_li = net.li
-    L = len(net_lf[N_CAP])
-    out = np.zeros(L)
+    L = net_lf.shape[1]
+    _zeroed(out, L)
     for li in range(L):
         rv = net_li[N_REV, li]
         if rv >= 0:
@@ -619,7 +650,7 @@ def rev_delay(net, st) -> np.ndarray:
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _red(net, li, q) -> float:
     """RED marking probability of link ``li`` at queue ``q`` (dataplane/ecn.py)."""
     net_lf = net.lf
@@ -633,7 +664,7 @@ def _red(net, li, q) -> float:
     return min(max((q - kmin) / span, 0.0), 1.0) * net_lf[N_PMAX, li]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _marks(net, st, t_new, dt) -> bool:
     """ECN marks of this step into the CNP delay line; returns whether any was made."""
     st_sf = st.sf
@@ -646,8 +677,8 @@ def _marks(net, st, t_new, dt) -> bool:
     net_lf = net.lf
     net_kf = net.kf
     net_cfg = net.cfg
-    L = len(net_lf[N_CAP])
-    pl = np.zeros(L)
+    L = net_lf.shape[1]
+    pl = st.tmp[0]
     anyp = False
     for li in range(L):
         pl[li] = _red(net, li, st_lf[S_QLINK, li])
@@ -655,10 +686,13 @@ def _marks(net, st, t_new, dt) -> bool:
     if not anyp:
         return False
     nr, ne = st_si[I_NAR], st_si[I_NAE]
-    mlink = np.zeros(L)
-    npk = np.zeros(nr)
+    mlink = _zeroed(st.tmp[1], L)
+    npk = _zeroed(st.tmp[2], nr)
     for j in range(ne):
-        mb = st_ef[S_DEP, st_ei[S_AE, j]] * dt * pl[st_ei[S_AE_LINK, j]]
+        p = pl[st_ei[S_AE_LINK, j]]
+        if p == 0.0:
+            continue  # adds nothing
+        mb = st_ef[S_DEP, st_ei[S_AE, j]] * dt * p
         mlink[st_ei[S_AE_LINK, j]] += mb
         npk[st_ei[S_AE_ROUTE, j]] += mb
     for li in range(L):
@@ -670,24 +704,32 @@ def _marks(net, st, t_new, dt) -> bool:
     if not anyk:
         return False
     # CNPs ride ACKs: base RTT plus the reverse path's queueing delay
-    rd = rev_delay(net, st) if net_cfg[C_ACK_QUEUE] > 0 else np.zeros(L)
-    rq = np.zeros(nr)
-    for j in range(ne):
-        rq[st_ei[S_AE_ROUTE, j]] += rd[st_ei[S_AE_LINK, j]]
+    rd = st.tmp[3]
+    if net_cfg[C_ACK_QUEUE] > 0:
+        rev_delay(net, st, rd)
+    else:
+        _zeroed(rd, L)
     bw = net_cfg[C_FB_BW]
     rows = st_cnp_line.shape[0]
     now_b = np.int64(t_new // bw) + 1
     rtt_max = -_INF
     for r in range(nr):
         k = st_ki[S_A_R, r]
-        b = max(np.int64((t_new + net_kf[N_RTT, k] + rq[r]) // bw), now_b)
-        st_cnp_line[b % rows, k] += npk[r]
         rtt_max = max(rtt_max, net_kf[N_RTT, k])
+        if npk[r] == 0.0:
+            continue
+        rq = 0.0  # the reverse path's queueing, over the route's entries in order
+        e0 = st_ki[S_A_ESTART, r]
+        for j in range(e0, e0 + st_ki[S_A_NE, r]):
+            rq += rd[st_ei[S_AE_LINK, j]]
+        b = max(np.int64((t_new + net_kf[N_RTT, k] + rq) // bw), now_b) % rows
+        st_cnp_line[b, k] += npk[r]
+        st.cnp_dirty[b] = True
     st_sf[F_MARKS_UNTIL] = max(st_sf[F_MARKS_UNTIL], t_new + rtt_max)
     return True
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _cnps(net, st, t_new, dt, rng) -> None:
     """Collect the CNPs due now, draw which QPs see one, and run DCQCN on every QP."""
     st_si = st.si
@@ -702,12 +744,15 @@ def _cnps(net, st, t_new, dt, rng) -> None:
     bw = net_cfg[C_FB_BW]
     rows = st_cnp_line.shape[0]
     cur_b = np.int64(t_new // bw)
-    cnp_n = np.zeros(nr)
+    cnp_n = _zeroed(st.tmp[0], nr)
     anyn = False
     if cur_b > st_si[I_FB_LAST]:
         nb = min(cur_b - st_si[I_FB_LAST], rows)
         for m in range(nb):
             row = (st_si[I_FB_LAST] + 1 + m) % rows
+            if not st.cnp_dirty[row]:
+                continue  # nothing was written since it was last read: all zero
+            st.cnp_dirty[row] = False
             for r in range(nr):
                 v = st_cnp_line[row, st_ki[S_A_R, r]]
                 cnp_n[r] = v if m == 0 else cnp_n[r] + v
@@ -730,14 +775,21 @@ def _cnps(net, st, t_new, dt, rng) -> None:
                 st_kf[S_LAST_CNP, k] = t_new
             else:
                 cnp[r] = False
+    # a QP without a CNP whose timers are not due keeps its state: skip the update (its
+    # byte counter runs only after its first CNP)
+    idle_ok = net_dcqcn[_DEC_INT] > 0
+    no_bc = net_dcqcn[_BC] <= 0
     for r in range(nr):
         k = st_ki[S_A_R, r]
+        if (idle_ok and not cnp[r] and st_cc[_T_ALPHA, k] > t_new and st_cc[_T_DEC, k] > t_new
+                and st_cc[_T_INC, k] > t_new and (no_bc or st_cc[_STARTED, k] == 0)):
+            continue
         dcqcn_update_qp(st_cc, k, cnp[r], t_new, net_dcqcn, st_kf[S_A_X, r] * dt)
         if cnp[r]:
             st_kf[S_ES_CNPS, k] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _pfc_thresholds(net, st, use) -> None:
     st_lf = st.lf
     net_lf = net.lf
@@ -746,9 +798,9 @@ def _pfc_thresholds(net, st, use) -> None:
     net_pfc_pool = net.pfc_pool
     net_cfg = net.cfg
     cfg = net_cfg
-    L = len(net_lf[N_CAP])
+    L = net_lf.shape[1]
     if cfg[C_PFC_DYN] > 0:
-        sw_shared = np.zeros(len(net_pfc_pool))
+        sw_shared = _zeroed(st.tmp[3], len(net_pfc_pool))
         for li in range(L):
             if net_lb[N_INGRESS_SW, li]:
                 sw_shared[net_li[N_SW_OF, li]] += max(use[li] - cfg[C_RESERVE], 0.0)
@@ -763,7 +815,7 @@ def _pfc_thresholds(net, st, use) -> None:
             st_lf[S_PFC_XON, li] = cfg[C_XON]
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _pfc(net, st, dt) -> None:
     """Fluid PFC: throttle each upstream transmitter so its ingress port holds XOFF."""
     st_si = st.si
@@ -777,19 +829,19 @@ def _pfc(net, st, dt) -> None:
     net_lb = net.lb
     net_ki = net.ki
     net_cfg = net.cfg
-    L = len(net_lf[N_CAP])
-    use = np.zeros(L)
-    out = np.zeros(L)
+    L = net_lf.shape[1]
+    use = _zeroed(st.tmp[0], L)
+    out = _zeroed(st.tmp[1], L)
     for p in range(st_si[I_NQ]):
         j = st_ei[S_Q_ENT, p]
         use[st_ei[S_AE_ING, j]] += st_ef[S_Q, st_ei[S_AE, j]]
         out[st_ei[S_AE_ING, j]] += st_ef[S_DEP, st_ei[S_AE, j]]
     _pfc_thresholds(net, st, use)
-    st_lf[S_PFC_USE, :] = use
+    st_lf[S_PFC_USE, :] = use[:L]
     st_si[I_HAS_USE] = 1
     reg = st_lb[S_PFC_REG]
     if reg.any():
-        nic_dem = np.zeros(L)
+        nic_dem = _zeroed(st.tmp[2], L)
         for r in range(st_si[I_NAR]):
             nic_dem[net_ki[N_FIRST_LINK, st_ki[S_A_R, r]]] += st_kf[S_A_DEM, r]
         for li in range(L):
@@ -817,7 +869,7 @@ def _pfc(net, st, dt) -> None:
                             if reg[li] else _INF)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _horizon(net, st) -> float:
     """Longest step over which constant rates keep the model exact: until a queue entry
     empties, a PFC port crosses XOFF/XON, or a queue reaches Kmin (DCQCN)."""
@@ -833,9 +885,9 @@ def _horizon(net, st) -> float:
     nq = st_si[I_NQ]
     if nq == 0:
         return h
-    L = len(net_lf[N_CAP])
-    gp = np.zeros(L)
-    gl = np.zeros(L)
+    L = net_lf.shape[1]
+    gp = _zeroed(st.tmp[2], L)
+    gl = _zeroed(st.tmp[3], L)
     for p in range(nq):
         j = st_ei[S_Q_ENT, p]
         e = st_ei[S_AE, j]
@@ -863,7 +915,7 @@ def _horizon(net, st) -> float:
     return h
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _pfc_horizon(net, st, gp, h) -> float:
     st_lf = st.lf
     st_lb = st.lb
@@ -872,10 +924,10 @@ def _pfc_horizon(net, st, gp, h) -> float:
     net_li = net.li
     net_pfc_pool = net.pfc_pool
     net_cfg = net.cfg
-    L = len(net_lf[N_CAP])
+    L = net_lf.shape[1]
     reg, use = st_lb[S_PFC_REG], st_lf[S_PFC_USE]
     dyn = net_cfg[C_PFC_DYN] > 0
-    gs = np.zeros(len(net_pfc_pool))
+    gs = _zeroed(st.tmp[4], len(net_pfc_pool))
     if dyn:
         for li in range(L):
             if net_lb[N_INGRESS_SW, li]:
@@ -893,7 +945,7 @@ def _pfc_horizon(net, st, gp, h) -> float:
     return h
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _sample(net, st, t) -> None:
     st_si = st.si
     st_lf = st.lf
@@ -932,7 +984,7 @@ def _sample(net, st, t) -> None:
     st_si[I_NSMP] = n + 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _complete(net, st, t, ddep, any_marks) -> None:
     """Flows whose bytes were all delivered finish (plus the ACK's way back)."""
     st_sf = st.sf
@@ -950,9 +1002,9 @@ def _complete(net, st, t, ddep, any_marks) -> None:
     net_cfg = net.cfg
     cfg, sf = net_cfg, st_sf
     nf = st_si[I_NAF]
-    fin = np.zeros(nf, np.bool_)
+    fin = _zeroed(st.tmp[1], nf)  # 1.0: finishes now
     stopped_q = False
-    rq = np.zeros(st_si[I_NAR])
+    rq = _zeroed(st.tmp[0], st_si[I_NAR])
     for p in range(st_si[I_NQ]):
         j = st_ei[S_Q_ENT, p]
         rq[st_ei[S_AE_ROUTE, j]] += st_ef[S_Q, st_ei[S_AE, j]]
@@ -970,7 +1022,7 @@ def _complete(net, st, t, ddep, any_marks) -> None:
                 # next step's arrivals: not steady
                 stopped_q = True
         fin[i] = inj_done and bl <= tol + 1e-6 and st_fb[S_RUNNING, f]
-        anyfin = anyfin or fin[i]
+        anyfin = anyfin or fin[i] > 0
     dec_pending = False
     if cfg[C_DCQCN] > 0:
         for r in range(st_si[I_NAR]):
@@ -980,11 +1032,13 @@ def _complete(net, st, t, ddep, any_marks) -> None:
     sf[F_QUIET] = _horizon(net, st) if steady else 0.0
     if not anyfin:
         return
-    rd = rev_delay(net, st) if cfg[C_ACK_QUEUE] > 0 else np.zeros(0)
+    rd = st.tmp[5, :0]
+    if cfg[C_ACK_QUEUE] > 0:
+        rd = rev_delay(net, st, st.tmp[5])
     left = False
     for i in range(nf):
         f = st_fi[S_A_F, i]
-        if not fin[i]:
+        if not fin[i] > 0:
             left = left or st_fb[S_RUNNING, f]
             continue
         st_fb[S_RUNNING, f] = False
@@ -998,7 +1052,7 @@ def _complete(net, st, t, ddep, any_marks) -> None:
         st_si[I_REBUILD] = 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _ack_queue_ns(net, f, rd) -> float:
     net_ei = net.ei
     net_fi = net.fi
@@ -1021,7 +1075,7 @@ def _ack_queue_ns(net, f, rd) -> float:
 # --------------------------------------------------------------------------------------
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _start_due(net, st, t) -> None:
     """Start every flow due within ``coalesce_ns`` of now."""
     st_si = st.si
@@ -1055,7 +1109,7 @@ def _start_due(net, st, t) -> None:
         st_si[I_REBUILD] = 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _dcqcn_fresh(s, k) -> None:
     """A QP that starts at its line rate ``s[_LINE, k]``, no CNP seen, timers idle
     (dcqcn_init)."""
@@ -1078,7 +1132,7 @@ def advance(net, st, rng) -> int:
     net_ff = net.ff
     net_cfg = net.cfg
     cfg, sf, si = net_cfg, st_sf, st_si
-    F = len(net_ff[N_SIZE_W])
+    F = net_ff.shape[1]
     while si[I_DONE] < F:
         t = sf[F_T]
         if sf[F_FAIL_T] <= t + 1e-9:

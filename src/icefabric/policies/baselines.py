@@ -24,9 +24,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from icefabric.control.hashing import ecmp_paths, hash_chooser
-from icefabric.control.plan import PathPlan, single_path_plan, single_path_plan_csr
-from icefabric.csr import csr_from_lists
+from icefabric.control.hashing import ecmp_routes, hash_chooser
+from icefabric.control.plan import PathPlan, single_path_plan_csr
+from icefabric.csr import csr_from_lists, gather, indptr_from_lengths, within
 from icefabric.policies.base import PlanContext, Policy, PolicyError, register_policy
 from icefabric.topology.builders import ServerGroup, star
 from icefabric.topology.catalog import SwitchProfile
@@ -50,9 +50,9 @@ class EcmpPolicy(Policy):
     def plan(self, ctx: PlanContext) -> PathPlan:
         w = ctx.workload
         sport = self.sports(ctx)
-        paths = ecmp_paths(ctx.fabric, ctx.routing, ctx.hash_configs, w.qp_src_nic,
-                           w.qp_dst_nic, sport)
-        return single_path_plan(paths, sport, policy=self.name)
+        routes = ecmp_routes(ctx.fabric, ctx.routing, ctx.hash_configs, w.qp_src_nic,
+                             w.qp_dst_nic, sport)
+        return single_path_plan_csr(*routes, sport, policy=self.name)
 
     def plan_draws(self, ctx: PlanContext, sports: np.ndarray) -> list[PathPlan]:
         """One plan per row of ``sports`` (draws: the same QPs with other source ports),
@@ -100,22 +100,25 @@ class SprayPolicy(Policy):
         src_leaf, dst_leaf = f.nic_leaf[w.qp_src_nic], f.nic_leaf[w.qp_dst_nic]
         up = rt.nic_uplink(w.qp_src_nic) if w.n_qps else np.zeros(0, np.int64)
         down = rt.nic_downlink(w.qp_dst_nic) if w.n_qps else np.zeros(0, np.int64)
-        cache: dict[tuple[int, int], list[np.ndarray]] = {}
-        routes, r_qp, r_w = [], [], []
-        for q in range(w.n_qps):
-            key = (int(src_leaf[q]), int(dst_leaf[q]))
-            paths = cache.get(key)
-            if paths is None:
-                paths = cache[key] = rt.all_paths(*key)
-            n = len(paths) if n_routes is None else int(n_routes[q])
-            for i in range(n):
-                routes.append(np.concatenate([[up[q]], paths[i % len(paths)], [down[q]]]))
-                r_qp.append(q)
-                r_w.append(1.0 / n)
-        indptr, links = csr_from_lists(routes)
-        return PathPlan(sport=np.full(w.n_qps, -1, dtype=np.int64),
-                        route_qp=np.asarray(r_qp, dtype=np.int64),
-                        route_weight=np.asarray(r_w), route_indptr=indptr, route_links=links,
+        # every shortest path of each (source leaf, destination leaf) pair, as one CSR
+        keys, pair = np.unique(np.stack([src_leaf, dst_leaf]), axis=1, return_inverse=True)
+        pair_paths = [rt.all_paths(int(a), int(b)) for a, b in keys.T.tolist()]
+        n_paths = np.array([len(p) for p in pair_paths], dtype=np.int64)
+        path_ptr, path_links = csr_from_lists([p for ps in pair_paths for p in ps])
+        first = indptr_from_lengths(n_paths)[:-1]
+        k = n_paths[pair.ravel()]
+        n = k if n_routes is None else np.where(k > 0, np.asarray(n_routes, np.int64), 0)
+        # route i of QP q: uplink, path i mod k of its pair, downlink (QP by QP, in order)
+        r_qp = np.repeat(np.arange(w.n_qps), n)
+        path = first[pair.ravel()][r_qp] + within(n) % np.maximum(k[r_qp], 1)
+        plen = np.diff(path_ptr)[path]
+        indptr = indptr_from_lengths(plen + 2)
+        links = np.empty(int(indptr[-1]), dtype=np.int64)
+        links[indptr[:-1]] = up[r_qp]
+        links[indptr[1:] - 1] = down[r_qp]
+        links[gather(indptr[:-1] + 1, plen)] = path_links[gather(path_ptr[path], plen)]
+        return PathPlan(sport=np.full(w.n_qps, -1, dtype=np.int64), route_qp=r_qp,
+                        route_weight=1.0 / n[r_qp], route_indptr=indptr, route_links=links,
                         rate_bps=np.full(w.n_qps, np.inf), policy=self.name)
 
     def replan(self, ctx: PlanContext, previous: PathPlan) -> PathPlan:
@@ -156,6 +159,6 @@ class IdealPolicy(Policy):
 
     def plan(self, ctx: PlanContext) -> PathPlan:
         w = ctx.workload
-        paths = ctx.routing.walk(w.qp_src_nic, w.qp_dst_nic,
-                                 lambda *a: np.zeros(len(a[1]), dtype=np.int64))
-        return single_path_plan(paths, np.full(w.n_qps, -1), policy=self.name)
+        routes = ctx.routing.walk_csr(w.qp_src_nic, w.qp_dst_nic,
+                                      lambda *a: np.zeros(len(a[1]), dtype=np.int64))
+        return single_path_plan_csr(*routes, np.full(w.n_qps, -1), policy=self.name)

@@ -154,17 +154,15 @@ class IcePolicy(Policy):
         uplink and another spine), solved with the primary ports excluded."""
         f, rt = ctx.fabric, ctx.routing
         cands = Candidates(rt, d)
-        alt = []
-        for q in range(d.n_qps):
-            c = cands.of(q)
-            p = paths[q]
+        alt = list(paths)
+        order = np.argsort(cands.pair, kind="stable")
+        bounds = np.flatnonzero(np.diff(cands.pair[order])) + 1
+        for qs in np.split(order, bounds):  # the QPs of one (source leaf, dest leaf) pair
+            c = cands.of(int(qs[0]))
             if c.shape[1] == 0 or c.shape[0] < 2:
-                alt.append(p)
                 continue
-            overlap = np.isin(c, p).sum(axis=1)
-            # Prefer disjoint paths; among them rotate by QP id to spread the backups.
-            best = np.flatnonzero(overlap == overlap.min())
-            alt.append(c[best[q % len(best)]])
+            for q, choice in zip(qs.tolist(), _least_overlap(c, [paths[q] for q in qs], qs)):
+                alt[q] = c[choice]
         ip = f.node_ip
         excl = (ip[d.src_nic], ip[d.dst_nic], sport)
         r = realize_paths(f, rt, ctx.hash_configs, d.src_nic, d.dst_nic, alt, mode="model",
@@ -278,3 +276,16 @@ def describe_plan(fabric, workload, plan: PathPlan) -> dict:
     return {"policy": plan.policy, "n_qps": plan.n_qps,
             "max_util": round(float(util.max(initial=0.0)), 4), "meta": meta,
             "jobs": jobs, "links": links}
+
+
+def _least_overlap(cands: np.ndarray, paths: list[np.ndarray], qps: np.ndarray) -> np.ndarray:
+    """For each path, the candidate (row of ``cands``) sharing the fewest links with it;
+    among equals, the ``qp % ties``-th, so that backups spread (rotation by QP id)."""
+    if len({len(p) for p in paths}) == 1:
+        overlap = (cands[None, :, :, None] == np.asarray(paths)[:, None, None, :]).any(-1)
+        overlap = overlap.sum(-1)
+    else:  # paths of different lengths (rare): one at a time
+        overlap = np.array([np.isin(cands, p).sum(axis=1) for p in paths])
+    best = overlap == overlap.min(axis=1, keepdims=True)
+    nth = qps % best.sum(axis=1)
+    return np.argmax(best & (np.cumsum(best, axis=1) == (nth + 1)[:, None]), axis=1)

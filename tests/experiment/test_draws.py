@@ -136,3 +136,20 @@ def test_compare_shows_the_measurement_beside_the_ecmp_distribution():
     r = CliRunner().invoke(app, ["compare", "nccl-tests", str(OCI), "homog-small",
                                  "--draws", "4", "-p", "ecmp"])
     assert r.exit_code == 0 and "over 4 draws" in r.output
+
+
+def test_default_draws_are_one_on_fluid_and_on_large_fabrics():
+    """A default run draws ECMP 100 times on the default scenario, once on the fluid
+    engine and above 16 servers; the command line and the scenario's ``draws`` win."""
+    from icefabric.experiment.draws import DEFAULT_DRAWS, effective_draws
+    from icefabric.scenario.loader import load
+
+    small = load("hetero-default").scenario
+    from pathlib import Path
+
+    large = load(Path(__file__).parents[2] / "benchmarks" / "alltoall-384.yaml").scenario
+    assert effective_draws(None, small) == DEFAULT_DRAWS == 100
+    assert effective_draws(None, small, "fluid") == 1
+    assert effective_draws(None, large) == 1
+    assert effective_draws(7, large) == 7
+    assert effective_draws(None, large.model_copy(update={"draws": 3})) == 3

@@ -51,7 +51,8 @@ def simulate(
     draws: int = typer.Option(None, "--draws", "-n", min=1, help="Draws of QP numbers and "
                               "switch hash seeds per randomised policy (ECMP family); "
                               "default: the scenario's `draws`, else "
-                              "icefabric.experiment.draws.DEFAULT_DRAWS (fluid engine: 1)."),
+                              "icefabric.experiment.draws.DEFAULT_DRAWS (1 on the fluid engine "
+                              "and above 16 servers)."),
     seed: int = typer.Option(None, "--seed", help="Base seed (default: the scenario's "
                              "`seed`); draw 0 uses it, the others are spawned from it."),
     workers: int = typer.Option(1, "--workers", min=0, help="Processes for the draws "
@@ -97,6 +98,10 @@ def simulate(
     if seed is not None:
         ls = ls.updated(seed=seed)
     n_draws = effective_draws(draws, ls.scenario, engine)
+    if n_draws == 1 and not (draws or ls.scenario.draws) and not quiet:
+        err_console.print("note: ECMP runs one draw of QP numbers and hash seeds (the "
+                          "default on the fluid engine and above 16 servers); --draws N "
+                          "shows its distribution", highlight=False)
     pol = [p.strip() for p in policies.split(",") if p.strip()] if policies else None
     sz = [parse_size(s) for s in sizes.split(",")] if sizes else None
     if engine not in (None, "flow", "fluid"):

@@ -51,13 +51,23 @@ DEFAULT_DRAWS = 100
 QUANTILES = (10, 50, 90)
 
 
+#: Servers above which a default run draws once: every draw is a whole run of each
+#: randomised policy, which costs seconds at that scale (BENCHMARKS.md, "AllToAll over 384
+#: ranks": 10 s of CPU for one ECMP run of 48 servers), and the more flows share the
+#: fabric, the less one draw differs from another. Ask for draws there explicitly.
+DRAWS_MAX_SERVERS = 16
+
+
 def effective_draws(draws: int | None, scenario, engine: str | None = None) -> int:
     """Draws of a run: ``draws`` (the command line), else the scenario's, else
-    :data:`DEFAULT_DRAWS` on the flow engine and one on the fluid engine (whose runs cost
-    seconds each: ask for draws there explicitly)."""
+    :data:`DEFAULT_DRAWS` on the flow engine up to :data:`DRAWS_MAX_SERVERS` servers, and
+    one on the fluid engine (whose runs cost seconds each) or on larger fabrics."""
     if draws or scenario.draws:
         return int(draws or scenario.draws)
-    return 1 if (engine or scenario.engine) == "fluid" else DEFAULT_DRAWS
+    if (engine or scenario.engine) == "fluid" or \
+            sum(p.count for p in scenario.pools) > DRAWS_MAX_SERVERS:
+        return 1
+    return DEFAULT_DRAWS
 
 
 def draw_seeds(seed: int, n: int) -> list[int]:

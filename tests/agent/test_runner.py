@@ -177,6 +177,7 @@ def test_agent_takes_the_plan_of_a_controller_that_lost_its_database(controller,
             controller.core.enrol(AgentEnrol(host=h))
             for rep in reps:
                 controller.core.put_report(h, rep)
+    # (the controller plans both jobs first: seconds on a loaded machine)
     _run_until(a, lambda: len((controller.core.plan_summary or {}).get("jobs", [])) == 2
-               and a.version == controller.core.plan_version)
+               and a.version == controller.core.plan_version, timeout_s=60.0)
     assert a.version < 41 and a.plan.qps  # versions started again: the agent followed

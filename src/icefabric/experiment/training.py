@@ -17,8 +17,14 @@ import numpy as np
 
 from icefabric.ccl.bandwidth import busbw_factor
 from icefabric.engine.result import SimResult
-from icefabric.experiment.draws import (QUANTILES, batched_runs, draw_fabrics, draw_plans,
-                                        draw_seeds, quantiles)
+from icefabric.experiment.draws import (
+    QUANTILES,
+    batched_runs,
+    draw_fabrics,
+    draw_plans,
+    draw_seeds,
+    quantiles,
+)
 from icefabric.pipeline import plan, simulate, with_link_events
 from icefabric.pipeline.plans import scenario_link_changes, scenario_policy
 from icefabric.policies.base import Policy

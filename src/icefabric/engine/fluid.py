@@ -384,7 +384,7 @@ class FluidSim:
             cc=state_matrix(dcqcn_init(line, self.dp)), cnp_line=np.zeros((fb_rows, Kr)),
             cnp_dirty=np.zeros(fb_rows, bool),
             smp=np.zeros((n_smp, 1 + len(net.rec_links) + 2 * len(net.rec_flows))),
-            tmp=np.zeros((fk.N_TMP, max(L, Kr, F, len(self.pfc_pool), 1))))
+            tmp_rows=tuple(np.zeros((fk.N_TMP, max(L, Kr, F, len(self.pfc_pool), 1)))))
         for f in np.flatnonzero(self.n_deps_left == 0):
             fk.heap_push(st, float(self.p.flow_start_ns[f]), int(f))
         return st

@@ -103,9 +103,10 @@ NET_BANKS = {
 Net = namedtuple("Net", ["lf", "lb", "li", "ei", "indptr", "kf", "ki", "r_order", "ff", "fi",
                          "dependants", "pfc_pool", "rec_links", "rec_flows", "dcqcn", "cfg"])
 State = namedtuple("State", ["sf", "si", "lf", "lb", "li", "ef", "ei", "ff", "fb", "fi", "kf",
-                             "kb", "ki", "cc", "cnp_line", "cnp_dirty", "smp", "tmp"])
-#: rows of ``tmp``: per-step scratch (length >= links, routes, flows and nodes), so a step
-#: allocates nothing; each function notes which rows it uses
+                             "kb", "ki", "cc", "cnp_line", "cnp_dirty", "smp", "tmp_rows"])
+#: ``tmp_rows``: per-step scratch rows (length >= links, routes, flows and nodes), so a step
+#: allocates nothing; views made once by the caller (making a view costs two atomic
+#: reference-count updates, which per step and per link added up)
 N_TMP = 6
 
 
@@ -345,7 +346,7 @@ def _service(net, st) -> None:
     net_indptr = net.indptr
     net_cfg = net.cfg
     L = net_lf.shape[1]
-    ack = _zeroed(st.tmp[0], L)
+    ack = _zeroed(st.tmp_rows[0], L)
     ratio = net_cfg[C_ACK_RATIO]
     if ratio > 0:
         for j in range(st_si[I_NAE]):
@@ -510,14 +511,12 @@ def _dt(net, st, t) -> float:
 
 
 @njit(cache=True, inline="always")
-def _sweep_level(st, dt, lo, hi) -> None:
+def _sweep_level(st, dt, lo, hi, views) -> None:
     """FIFO service of the links ``lk_link[lo:hi]`` (one topological level)."""
     st_lf = st.lf
     st_li = st.li
-    st_ef = st.ef
     st_ei = st.ei
-    q, drain, arr, new = st_ef[S_Q], st_ef[S_DRAIN], st_ef[S_ARR], st_ef[S_AE_NEW]
-    dep_old = st_ef[S_DEP]
+    q, drain, arr, new, dep_old = views
     passthru = True
     for i in range(lo, hi):
         asum = 0.0
@@ -542,7 +541,7 @@ def _sweep_level(st, dt, lo, hi) -> None:
                     drain[e] = 0.0
                 new[j] = a_in
             continue
-        _fifo(st_lf, st_li, st_ei, (q, drain, arr, new, dep_old), dt, i)
+        _fifo(st_lf, st_li, st_ei, views, dt, i)
 
 
 @njit(cache=True, inline="always")
@@ -603,14 +602,15 @@ def _sweep(net, st, dt) -> float:
     net_ei = net.ei
     net_indptr = net.indptr
     ne = st_si[I_NAE]
+    views = (st_ef[S_Q], st_ef[S_DRAIN], st_ef[S_ARR], st_ef[S_AE_NEW], st_ef[S_DEP])
     for j in range(ne):
         first = net_ei[N_HOP, st_ei[S_AE, j]] == 0
         st_ef[S_AE_NEW, j] = st_kf[S_A_X, st_ei[S_AE_ROUTE, j]] if first else 0.0
     for v in range(st_si[I_NLV]):
-        _sweep_level(st, dt, st_li[S_LV_PTR, v], st_li[S_LV_PTR, v + 1])
+        _sweep_level(st, dt, st_li[S_LV_PTR, v], st_li[S_LV_PTR, v + 1], views)
     ddep = 0.0
     L = net_lf.shape[1]
-    lb = _zeroed(st.tmp[0], L)
+    lb = _zeroed(st.tmp_rows[0], L)
     for j in range(ne):
         e = st_ei[S_AE, j]
         ddep = max(ddep, abs(st_ef[S_AE_NEW, j] - st_ef[S_DEP, e]))
@@ -678,7 +678,7 @@ def _marks(net, st, t_new, dt) -> bool:
     net_kf = net.kf
     net_cfg = net.cfg
     L = net_lf.shape[1]
-    pl = st.tmp[0]
+    pl = st.tmp_rows[0]
     anyp = False
     for li in range(L):
         pl[li] = _red(net, li, st_lf[S_QLINK, li])
@@ -686,8 +686,8 @@ def _marks(net, st, t_new, dt) -> bool:
     if not anyp:
         return False
     nr, ne = st_si[I_NAR], st_si[I_NAE]
-    mlink = _zeroed(st.tmp[1], L)
-    npk = _zeroed(st.tmp[2], nr)
+    mlink = _zeroed(st.tmp_rows[1], L)
+    npk = _zeroed(st.tmp_rows[2], nr)
     for j in range(ne):
         p = pl[st_ei[S_AE_LINK, j]]
         if p == 0.0:
@@ -704,7 +704,7 @@ def _marks(net, st, t_new, dt) -> bool:
     if not anyk:
         return False
     # CNPs ride ACKs: base RTT plus the reverse path's queueing delay
-    rd = st.tmp[3]
+    rd = st.tmp_rows[3]
     if net_cfg[C_ACK_QUEUE] > 0:
         rev_delay(net, st, rd)
     else:
@@ -744,7 +744,7 @@ def _cnps(net, st, t_new, dt, rng) -> None:
     bw = net_cfg[C_FB_BW]
     rows = st_cnp_line.shape[0]
     cur_b = np.int64(t_new // bw)
-    cnp_n = _zeroed(st.tmp[0], nr)
+    cnp_n = _zeroed(st.tmp_rows[0], nr)
     anyn = False
     if cur_b > st_si[I_FB_LAST]:
         nb = min(cur_b - st_si[I_FB_LAST], rows)
@@ -800,7 +800,7 @@ def _pfc_thresholds(net, st, use) -> None:
     cfg = net_cfg
     L = net_lf.shape[1]
     if cfg[C_PFC_DYN] > 0:
-        sw_shared = _zeroed(st.tmp[3], len(net_pfc_pool))
+        sw_shared = _zeroed(st.tmp_rows[3], len(net_pfc_pool))
         for li in range(L):
             if net_lb[N_INGRESS_SW, li]:
                 sw_shared[net_li[N_SW_OF, li]] += max(use[li] - cfg[C_RESERVE], 0.0)
@@ -830,8 +830,8 @@ def _pfc(net, st, dt) -> None:
     net_ki = net.ki
     net_cfg = net.cfg
     L = net_lf.shape[1]
-    use = _zeroed(st.tmp[0], L)
-    out = _zeroed(st.tmp[1], L)
+    use = _zeroed(st.tmp_rows[0], L)
+    out = _zeroed(st.tmp_rows[1], L)
     for p in range(st_si[I_NQ]):
         j = st_ei[S_Q_ENT, p]
         use[st_ei[S_AE_ING, j]] += st_ef[S_Q, st_ei[S_AE, j]]
@@ -841,7 +841,7 @@ def _pfc(net, st, dt) -> None:
     st_si[I_HAS_USE] = 1
     reg = st_lb[S_PFC_REG]
     if reg.any():
-        nic_dem = _zeroed(st.tmp[2], L)
+        nic_dem = _zeroed(st.tmp_rows[2], L)
         for r in range(st_si[I_NAR]):
             nic_dem[net_ki[N_FIRST_LINK, st_ki[S_A_R, r]]] += st_kf[S_A_DEM, r]
         for li in range(L):
@@ -886,8 +886,8 @@ def _horizon(net, st) -> float:
     if nq == 0:
         return h
     L = net_lf.shape[1]
-    gp = _zeroed(st.tmp[2], L)
-    gl = _zeroed(st.tmp[3], L)
+    gp = _zeroed(st.tmp_rows[2], L)
+    gl = _zeroed(st.tmp_rows[3], L)
     for p in range(nq):
         j = st_ei[S_Q_ENT, p]
         e = st_ei[S_AE, j]
@@ -927,7 +927,7 @@ def _pfc_horizon(net, st, gp, h) -> float:
     L = net_lf.shape[1]
     reg, use = st_lb[S_PFC_REG], st_lf[S_PFC_USE]
     dyn = net_cfg[C_PFC_DYN] > 0
-    gs = _zeroed(st.tmp[4], len(net_pfc_pool))
+    gs = _zeroed(st.tmp_rows[4], len(net_pfc_pool))
     if dyn:
         for li in range(L):
             if net_lb[N_INGRESS_SW, li]:
@@ -1002,9 +1002,9 @@ def _complete(net, st, t, ddep, any_marks) -> None:
     net_cfg = net.cfg
     cfg, sf = net_cfg, st_sf
     nf = st_si[I_NAF]
-    fin = _zeroed(st.tmp[1], nf)  # 1.0: finishes now
+    fin = _zeroed(st.tmp_rows[1], nf)  # 1.0: finishes now
     stopped_q = False
-    rq = _zeroed(st.tmp[0], st_si[I_NAR])
+    rq = _zeroed(st.tmp_rows[0], st_si[I_NAR])
     for p in range(st_si[I_NQ]):
         j = st_ei[S_Q_ENT, p]
         rq[st_ei[S_AE_ROUTE, j]] += st_ef[S_Q, st_ei[S_AE, j]]
@@ -1032,9 +1032,9 @@ def _complete(net, st, t, ddep, any_marks) -> None:
     sf[F_QUIET] = _horizon(net, st) if steady else 0.0
     if not anyfin:
         return
-    rd = st.tmp[5, :0]
+    rd = st.tmp_rows[5][:0]
     if cfg[C_ACK_QUEUE] > 0:
-        rd = rev_delay(net, st, st.tmp[5])
+        rd = rev_delay(net, st, st.tmp_rows[5])
     left = False
     for i in range(nf):
         f = st_fi[S_A_F, i]
@@ -1120,6 +1120,15 @@ def _dcqcn_fresh(s, k) -> None:
     s[_T_ALPHA:_T_INC + 1, k] = _INF
 
 
+@njit(cache=True, inline="always")
+def _pfc_active(st_lb, st_lf) -> bool:
+    """Some port is paused or some queue holds bytes (else PFC has nothing to do)."""
+    for li in range(st_lb.shape[1]):
+        if st_lb[S_PFC_REG, li] or st_lf[S_QLINK, li] > 0.0:
+            return True
+    return False
+
+
 @njit(cache=True)
 def advance(net, st, rng) -> int:
     """Run until the end, or until the caller has to act (see the return codes)."""
@@ -1164,8 +1173,7 @@ def advance(net, st, rng) -> int:
             _cnps(net, st, t_new, dt, rng)
             if cfg[C_ES_ON] > 0 and t_new >= sf[F_ES_NEXT]:
                 si[I_ES_DUE] = 1
-        if cfg[C_PFC_ON] > 0 and (st_lb[S_PFC_REG].any() or si[I_HAS_USE] == 0
-                                  or st_lf[S_QLINK].max() > 0.0):
+        if cfg[C_PFC_ON] > 0 and (si[I_HAS_USE] == 0 or _pfc_active(st_lb, st_lf)):
             _pfc(net, st, dt)
         if t_new >= sf[F_NEXT_SAMPLE] - 1e-6:
             _sample(net, st, t_new)

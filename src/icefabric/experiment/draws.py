@@ -32,8 +32,8 @@ import numpy as np
 from icefabric.ccl.workload import Workload
 from icefabric.engine.batch import run_flow_batch
 from icefabric.engine.problem import SimProblem
-from icefabric.engine.result import CollectiveResult
-from icefabric.pipeline import Plan, plan, simulate, with_link_events
+from icefabric.engine.result import CollectiveResult, SimResult
+from icefabric.pipeline import EngineOptions, Plan, plan, simulate, with_link_events
 from icefabric.pipeline.plans import scenario_link_changes, scenario_policy, scenario_workload
 from icefabric.pipeline.problem import to_problem
 from icefabric.policies.base import PlanContext, Policy
@@ -133,17 +133,28 @@ def run_draws(ls: LoadedScenario, fabric: Fabric, policy: str, sizes: list[int],
                                              qp_rqpn=p.workload.qp_rqpn)) for p in plans]
         todo = list(range(1 if first and size in first else 0, len(drawn)))
         runs = {0: first[size]} if first and size in first else {}
-        engine_name = pol.engine_override or opts.engine
         same_routes = all(np.array_equal(p.paths.route_qp, drawn[0].paths.route_qp)
                           for p in drawn)
-        if engine_name == "flow" and not changes and same_routes and len(todo) > 1:
+        if batchable(pol, opts, changes) and same_routes and len(todo) > 1:
             runs.update(zip(todo, _batched(sw.fabric, [drawn[d] for d in todo])))
         else:
             for d in todo:
-                p = with_link_events(drawn[d], changes) if changes else drawn[d]
-                runs[d] = simulate(p, opts, scenario=ls.scenario.name).collectives
+                runs[d] = simulate_draw(ls, drawn[d], opts, changes).collectives
         out.append(DrawnCollectives(policy, size, [runs[d] for d in range(len(drawn))]))
     return out
+
+
+def batchable(pol: Policy, opts: EngineOptions, changes: list) -> bool:
+    """Whether draws of ``pol`` can run together in the batched flow engine (which has no
+    link failures)."""
+    return (pol.engine_override or opts.engine) == "flow" and not changes
+
+
+def simulate_draw(ls: LoadedScenario, p: Plan, opts: EngineOptions, changes: list
+                  ) -> SimResult:
+    """One draw's plan through the scenario's link events (``changes``) and engine."""
+    return simulate(with_link_events(p, changes) if changes else p, opts,
+                    scenario=ls.scenario.name)
 
 
 def draw_all(ls: LoadedScenario, fabric: Fabric, policies: list[str], sizes: list[int],

@@ -19,13 +19,15 @@ from icefabric.ccl.bandwidth import busbw_factor
 from icefabric.engine.result import SimResult
 from icefabric.experiment.draws import (
     QUANTILES,
+    batchable,
     batched_runs,
     draw_fabrics,
     draw_plans,
     draw_seeds,
     quantiles,
+    simulate_draw,
 )
-from icefabric.pipeline import plan, simulate, with_link_events
+from icefabric.pipeline import plan
 from icefabric.pipeline.plans import scenario_link_changes, scenario_policy
 from icefabric.policies.base import Policy
 from icefabric.scenario.build import build_training
@@ -55,7 +57,7 @@ def run_training(ls: LoadedScenario, fabric: Fabric, policies: list[str], *,
         if progress:
             progress(i, len(policies), f"training {p}")
         pol = scenario_policy(ls, p)
-        res, tw = run_training_policy(ls, fabric, p, engine=engine)
+        res, tw = run_training_policy(ls, fabric, pol, engine=engine)
         drawn = {}
         if draws > 1 and pol.randomised:
             res, drawn = _median_draw(_Draws(ls, fabric, pol, tw, seeds, engine), res)
@@ -67,18 +69,17 @@ def run_training(ls: LoadedScenario, fabric: Fabric, policies: list[str], *,
             "timeline": timelines}, runs
 
 
-def run_training_policy(ls: LoadedScenario, fabric: Fabric, policy: str, *,
+def run_training_policy(ls: LoadedScenario, fabric: Fabric, pol: Policy, *,
                         engine: str | None = None) -> tuple[SimResult, TrainingWorkload]:
-    """One iteration under ``policy`` through the pipeline (plan, the scenario's link
+    """One iteration under ``pol`` through the pipeline (plan, the scenario's link
     failures as the policy reacts, the engine), with the connections split as the policy
-    wants; the ideal bound runs on its non-blocking twin."""
-    pol = scenario_policy(ls, policy)
+    wants; the ideal bound runs on its non-blocking twin (without the failures)."""
     fab = pol.ideal_fabric(fabric)
     tw = build_training(ls, fab, qps_per_connection=pol.qps_per_connection(1))
     p = plan(fab, tw.workload, pol, seed=ls.scenario.seed)
-    if fab is fabric and ls.scenario.failures:
-        p = with_link_events(p, scenario_link_changes(ls, fabric))
-    return simulate(p, ls.scenario.run_options(engine), scenario=ls.scenario.name), tw
+    changes = scenario_link_changes(ls, fabric) if fab is fabric and ls.scenario.failures \
+        else []
+    return simulate_draw(ls, p, ls.scenario.run_options(engine), changes), tw
 
 
 @dataclass(frozen=True)
@@ -103,18 +104,14 @@ def _median_draw(d: _Draws, first: SimResult) -> tuple[SimResult, dict]:
     plans = draw_plans(draw_fabrics(d.ls, d.fabric, d.seeds), d.training.workload, d.policy,
                        d.seeds)
 
-    def run(p) -> SimResult:
-        p = with_link_events(p, changes) if changes else p
-        return simulate(p, opts, scenario=d.ls.scenario.name)
-
-    if (d.policy.engine_override or opts.engine) == "flow" and not changes:
+    if batchable(d.policy, opts, changes):
         spans = batched_runs(d.fabric, plans[1:])[2].max(axis=1).tolist()
     else:
-        spans = [run(p).makespan_ns for p in plans[1:]]
+        spans = [simulate_draw(d.ls, p, opts, changes).makespan_ns for p in plans[1:]]
     ms = np.asarray([first.makespan_ns] + spans, dtype=float) / 1e6
     k = int(np.argsort(ms, kind="stable")[(len(ms) - 1) // 2])
     q = quantiles(ms)
-    return (first if k == 0 else run(plans[k])), {
+    return (first if k == 0 else simulate_draw(d.ls, plans[k], opts, changes)), {
         "draws": len(ms), "median_draw": k,
         **{f"iteration_ms_p{n}": round(v, 4) for n, v in zip(QUANTILES, q)},
         "iteration_ms_draws": ms.round(4).tolist()}

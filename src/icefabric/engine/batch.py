@@ -26,11 +26,8 @@ import numpy as np
 import scipy.sparse as sp
 
 from icefabric.csr import gather
-from icefabric.engine.flow import _entries
-from icefabric.engine.maxmin import maxmin_entries
+from icefabric.engine.batch_kernel import Dag, Net, run_draws
 from icefabric.engine.problem import EngineError, SimProblem
-
-_NEVER = np.iinfo(np.int64).max
 
 
 def run_flow_batch(problem: SimProblem,
@@ -47,167 +44,38 @@ def run_flow_batch(problem: SimProblem,
     if any(len(ip) != P.n_routes + 1 for ip, _ in routes):
         raise EngineError("every route set must have one link list per route of the problem")
     N, F = len(routes), P.n_flows
-    b = _Rates(_block_incidence(P, routes, redundant_links(P, routes)),
-               np.tile(P.link_capacity_bps.astype(np.float64), N),
-               np.tile(P.flow_rate_cap_bps, N), N, F)
-    prob = b.prob
-    flow = np.tile(np.arange(F), N)
-    lat = P.flow_latency_ns[flow]
-    fstart = P.flow_start_ns[flow]
-    ndeps0 = np.diff(P.dep_indptr).astype(np.int64)
+    start = np.full((N, F), -1, dtype=np.int64)
+    finish = np.full((N, F), -1, dtype=np.int64)
+    stuck = run_draws(_net(P, routes), _dag(P), N, start, finish)
+    if stuck:
+        raise EngineError(f"{stuck} flows never finished in the batch (dependency cycle?)")
+    return start, finish
+
+
+def _net(P: SimProblem, routes) -> Net:
+    """The kernel's view of every draw's routing: the block incidence (column-wise and
+    row-wise) with ids local to a draw, and the capacities."""
+    Ac = _block_incidence(P, routes, redundant_links(P, routes))
+    Ar = Ac.tocsr()
+    i64 = np.int64
+    return Net(Ac.indptr.astype(i64), (Ac.indices % P.n_links).astype(i64),
+               Ac.data.astype(np.float64), Ar.indptr.astype(i64),
+               (Ar.indices % P.n_flows).astype(i64),
+               P.link_capacity_bps.astype(np.float64),
+               P.flow_rate_cap_bps.astype(np.float64))
+
+
+def _dag(P: SimProblem) -> Dag:
+    """The kernel's view of the flows: sizes, latencies, starts, dependencies and the
+    dependents of every flow (the reverse CSR)."""
+    F = P.n_flows
+    ndeps = np.diff(P.dep_indptr).astype(np.int64)
     order = np.argsort(P.dep_indices, kind="stable")
-    dependents = np.repeat(np.arange(F), ndeps0)[order]
+    dependents = np.repeat(np.arange(F, dtype=np.int64), ndeps)[order]
     dptr = np.zeros(F + 1, dtype=np.int64)
     np.cumsum(np.bincount(P.dep_indices, minlength=F), out=dptr[1:])
-
-    ndeps = np.tile(ndeps0, N)
-    remaining = np.tile(P.flow_size_bytes.astype(np.float64), N)
-    rate, active = b.rate, b.active
-    start = np.full(N * F, -1, dtype=np.int64)
-    finish = np.full(N * F, -1, dtype=np.int64)
-    start_at = np.where(ndeps == 0, fstart, _NEVER)
-    complete_at = np.full(N * F, _NEVER, dtype=np.int64)
-    t = np.zeros(N, dtype=np.int64)
-    t_adv = np.zeros(N, dtype=np.int64)
-    t_data = np.full(N, _NEVER, dtype=np.int64)
-    while True:
-        dirty = b.dirty()
-        if dirty.any():
-            _advance(remaining, rate, prob, t - t_adv, dirty, active)
-            t_adv[dirty] = t[dirty]
-            b.recompute()
-            t_data[dirty] = _next_data_done(remaining, rate, active, prob, t)[dirty]
-        t_event = np.minimum(start_at, complete_at).reshape(N, F).min(axis=1)
-        t_next = np.minimum(t_data, t_event)
-        live = t_next < _NEVER
-        if not live.any():
-            break
-        t[live] = t_next[live]
-        data = live & (t == t_data)
-        if data.any():
-            _advance(remaining, rate, prob, t - t_adv, data, active)
-            t_adv[data] = t[data]
-            run = active & (rate > 0) & data[prob]
-            r = rate[run]
-            fin = np.flatnonzero(run)[(remaining[run] <= np.maximum(r, 1.0) * 1e-9 / 8 + 1e-9)
-                                      | np.isinf(r)]
-            remaining[fin] = 0.0
-            active[fin] = False
-            complete_at[fin] = t[prob[fin]] + lat[fin]
-            b.finished(fin)
-            sliver = data & ~b.dirty()  # rounding left a sliver: wait for it
-            t_data[sliver] = _next_data_done(remaining, rate, active, prob, t)[sliver]
-        _discrete_events(t[prob], start_at, complete_at, start, finish, remaining, b,
-                         lat, fstart, ndeps, (dependents, dptr, F))
-    if (finish < 0).any():
-        raise EngineError(f"{int((finish < 0).sum())} flows never finished in the batch "
-                          f"(dependency cycle?)")
-    return start.reshape(N, F), finish.reshape(N, F)
-
-
-class _Rates:
-    """Max-min rates of the running flows of every problem, recomputed like ``run_flow``
-    does: from scratch after a flow started, else (only flows finished) by re-filling the
-    flows at or above the lowest level at which a link they left was saturated
-    (:func:`icefabric.engine.flow._rates_after_finish`, per problem)."""
-
-    def __init__(self, Ac: sp.csc_matrix, cap: np.ndarray, fcap: np.ndarray, N: int, F: int):
-        self.Ac, self.Ar, self.cap, self.fcap = Ac, Ac.tocsr(), cap, fcap
-        self.N, self.F, self.L = N, F, len(cap) // N
-        self.prob = np.repeat(np.arange(N), F)
-        self.rate = np.zeros(N * F)
-        self.active = np.zeros(N * F, dtype=bool)
-        self.load = np.zeros(len(cap))
-        self.restart = np.ones(N, dtype=bool)  # a flow started: recompute from scratch
-        self.freed: list[np.ndarray] = []  # flows that finished since the last rates
-
-    def dirty(self) -> np.ndarray:
-        d = self.restart.copy()
-        for f in self.freed:
-            d[self.prob[f]] = True
-        return d
-
-    def started(self, flows: np.ndarray) -> None:
-        self.restart[self.prob[flows]] = True
-
-    def finished(self, flows: np.ndarray) -> None:
-        if len(flows):
-            self.freed.append(flows)
-
-    def recompute(self) -> None:
-        N, F, L = self.N, self.F, self.L
-        fin = np.concatenate(self.freed) if self.freed else np.zeros(0, np.int64)
-        fin = fin[~self.restart[self.prob[fin]]]
-        refill = self._refill(fin)
-        gone = np.concatenate([fin, refill])
-        links, vals, n = _entries(self.Ac, gone)
-        self.load -= np.bincount(links, vals * np.repeat(_finite(self.rate[gone]), n),
-                                 minlength=len(self.load))
-        self.rate[gone] = 0.0
-        full = np.flatnonzero(self.restart)
-        self.rate.reshape(N, F)[full] = 0.0
-        self.load.reshape(N, L)[full] = 0.0
-        mine = self.active.reshape(N, F)[full]
-        rows, cols = np.nonzero(mine)
-        idx = np.concatenate([full[rows] * F + cols, refill])
-        if len(idx):
-            links, coef, n = _entries(self.Ac, idx)
-            used = np.zeros(len(self.cap), dtype=bool)  # the links in play, numbered 0..
-            used[links] = True
-            ids = np.flatnonzero(used)
-            local = np.cumsum(used) - 1
-            spare = np.maximum(self.cap[ids] - self.load[ids], 0.0)
-            self.rate[idx] = maxmin_entries(local[links], np.repeat(np.arange(len(idx)), n),
-                                            coef, spare, self.fcap[idx])
-            self.load += np.bincount(links, coef * np.repeat(_finite(self.rate[idx]), n),
-                                     minlength=len(self.load))
-        self.restart[:] = False
-        self.freed = []
-
-    def _refill(self, fin: np.ndarray) -> np.ndarray:
-        """Running flows whose rate may change now that ``fin`` left (problems without a
-        start only)."""
-        if not len(fin):
-            return np.zeros(0, np.int64)
-        links, _, _ = _entries(self.Ac, fin)
-        touched = np.unique(links)
-        sat = touched[self.load[touched] >= self.cap[touched] * (1 - 1e-6)]
-        if not len(sat):
-            return np.zeros(0, np.int64)
-        flows, _, n = _entries(self.Ar, sat)
-        first = (np.cumsum(n) - n)[n > 0]
-        top = np.maximum.reduceat(self.rate[flows], first)  # highest rate on each link
-        lam = np.full(self.N, np.inf)
-        np.minimum.at(lam, sat[n > 0] // self.L, top)
-        return np.flatnonzero(self.active & (self.rate >= lam[self.prob] * (1 - 1e-9)))
-
-
-def _discrete_events(tf, start_at, complete_at, start, finish, remaining, b: _Rates,
-                     lat, fstart, ndeps, deps) -> None:
-    """Starts and completions due at every problem's time ``tf`` (per flat flow), including
-    those they trigger at the same time."""
-    dependents, dptr, F = deps
-    while True:
-        s = np.flatnonzero(start_at <= tf)
-        c = np.flatnonzero(complete_at <= tf)
-        if not len(s) and not len(c):
-            return
-        start[s] = tf[s]
-        start_at[s] = _NEVER
-        empty = s[remaining[s] <= 0]
-        complete_at[empty] = tf[empty] + lat[empty]
-        go = s[remaining[s] > 0]
-        b.active[go] = True
-        b.started(go)
-        finish[c] = tf[c]
-        complete_at[c] = _NEVER
-        f = c % F
-        n = dptr[f + 1] - dptr[f]
-        if n.sum():
-            g = np.repeat(c - f, n) + dependents[gather(dptr[f], n)]
-            np.subtract.at(ndeps, g, 1)
-            ready = np.unique(g[ndeps[g] == 0])
-            start_at[ready] = np.maximum(tf[ready], fstart[ready])
+    return Dag(P.flow_size_bytes.astype(np.float64), P.flow_latency_ns.astype(np.int64),
+               P.flow_start_ns.astype(np.int64), ndeps, dptr, dependents)
 
 
 def _block_incidence(P: SimProblem, routes, drop: np.ndarray) -> sp.csc_matrix:
@@ -263,32 +131,3 @@ def redundant_links(P: SimProblem, routes) -> np.ndarray:
             dropped[a] = True
             drop.append(int(fixed[a]))
     return np.asarray(drop, dtype=np.int64)
-
-
-def _advance(remaining, rate, prob, dt, which, active) -> None:
-    """Move every running flow of the problems ``which`` forward by its problem's ``dt``."""
-    m = np.flatnonzero(active)
-    m = m[which[prob[m]] & (rate[m] > 0) & (dt[prob[m]] > 0)]
-    if not len(m):
-        return
-    r, rem = rate[m], remaining[m]
-    step = np.minimum(np.where(np.isfinite(r), r * dt[prob[m]] / 8e9, rem), rem)
-    remaining[m] = np.maximum(rem - step, 0.0)
-
-
-def _finite(x: np.ndarray) -> np.ndarray:
-    return np.where(np.isfinite(x), x, 0.0)
-
-
-def _next_data_done(remaining, rate, active, prob, t) -> np.ndarray:
-    """Per problem: when the first of its running flows sends its last byte."""
-    run = np.flatnonzero(active)
-    r = rate[run]
-    run, r = run[r > 0], r[r > 0]
-    dt = np.where(np.isinf(r), 0.0, remaining[run] * 8e9 / np.where(np.isinf(r), 1.0, r))
-    first = np.full(len(t), np.inf)
-    np.minimum.at(first, prob[run], dt)
-    out = np.full(len(t), _NEVER, dtype=np.int64)
-    ok = np.isfinite(first)
-    out[ok] = t[ok] + np.ceil(first[ok] - 1e-6).astype(np.int64)
-    return out

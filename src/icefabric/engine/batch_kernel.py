@@ -37,19 +37,31 @@ _SAT_EPS = 1e-6  # a link within this fraction of its capacity is saturated (flo
 Net = namedtuple("Net", ["c_ptr", "c_link", "c_coef", "r_ptr", "r_flow", "cap", "fcap"])
 #: the flows: size, latency, earliest start, dependency counts, dependents (CSR)
 Dag = namedtuple("Dag", ["size", "lat", "fstart", "ndeps", "dptr", "dependents"])
-#: one draw's evolving state (``ndeps`` counts the dependencies not yet complete)
-State = namedtuple("State", ["remaining", "rate", "load", "active", "start", "finish",
-                             "start_at", "complete_at", "ndeps"])
+#: one draw's evolving state. ``run[:n[0]]``: the running flows, ascending (what every
+#: step touches, so a step costs what runs, not all flows); ``pend[:n[1]]``: flows with a
+#: start or completion due; ``ndeps``: dependencies not yet complete
+State = namedtuple("State", ["remaining", "rate", "load", "start", "finish", "start_at",
+                             "complete_at", "ndeps", "run", "pend", "n"])
+#: buffers reused by every draw: per-link rows ``lf`` (float) and ``li`` (int), max-min
+#: entries ``e_*``, per-flow rows ``ff``/``fi``, the finished flows ``fin`` and the
+#: flows to re-fill ``refill``; ``nacc[0]``: links in ``li[_ACC_LIST]``
+Scratch = namedtuple("Scratch", ["lf", "li", "e_link", "e_who", "e_coef", "ff", "fi",
+                                 "fin", "refill", "nacc"])
+_ACC, _SUM, _SHARE, _DEC, _REM = range(5)  # rows of Scratch.lf
+_ACC_MARK, _ACC_LIST, _USE_MARK, _USE_LIST, _BELOW = range(5)  # rows of Scratch.li
+_RATE, _M, _PMIN, _FCAP = range(4)  # rows of Scratch.ff
+_RUN, _PEND = 0, 1  # State.n
 
 
 @njit(cache=True)
 def run_draws(net, dag, n_draws, start, finish) -> int:
     """Run every draw; fill ``start`` and ``finish`` (shape (draws, F)); return how many
     flows never finished (a dependency cycle)."""
+    sc = _scratch(net, dag, n_draws)
     stuck = 0
     for n in range(n_draws):
         st = _new_state(net, dag)
-        _run_one(n, net, dag, st)
+        _run_one(n, net, dag, st, sc)
         start[n, :] = st.start
         finish[n, :] = st.finish
         stuck += np.sum(st.finish < 0)
@@ -57,23 +69,37 @@ def run_draws(net, dag, n_draws, start, finish) -> int:
 
 
 @njit(cache=True)
-def _new_state(net, dag):
-    F = len(dag.size)
-    start_at = np.full(F, NEVER, dtype=np.int64)
-    for f in range(F):
-        if dag.ndeps[f] == 0:
-            start_at[f] = dag.fstart[f]
-    return State(dag.size.copy(), np.zeros(F), np.zeros(len(net.cap)),
-                 np.zeros(F, dtype=np.bool_), np.full(F, -1, dtype=np.int64),
-                 np.full(F, -1, dtype=np.int64), start_at,
-                 np.full(F, NEVER, dtype=np.int64), dag.ndeps.copy())
+def _scratch(net, dag, n_draws):
+    F, L = len(dag.size), len(net.cap)
+    E = 0
+    for n in range(n_draws):
+        E = max(E, net.c_ptr[(n + 1) * F] - net.c_ptr[n * F])
+    return Scratch(np.zeros((5, L)), np.zeros((5, L), dtype=np.int64),
+                   np.empty(E, dtype=np.int64), np.empty(E, dtype=np.int64), np.empty(E),
+                   np.zeros((4, F)), np.zeros(F, dtype=np.int64),
+                   np.empty(F, dtype=np.int64), np.empty(F, dtype=np.int64),
+                   np.zeros(1, dtype=np.int64))
 
 
 @njit(cache=True)
-def _run_one(n, net, dag, st) -> None:
+def _new_state(net, dag):
+    F = len(dag.size)
+    st = State(dag.size.copy(), np.zeros(F), np.zeros(len(net.cap)),
+               np.full(F, -1, dtype=np.int64), np.full(F, -1, dtype=np.int64),
+               np.full(F, NEVER, dtype=np.int64), np.full(F, NEVER, dtype=np.int64),
+               dag.ndeps.copy(), np.empty(F, dtype=np.int64), np.empty(F, dtype=np.int64),
+               np.zeros(2, dtype=np.int64))
+    for f in range(F):
+        if dag.ndeps[f] == 0:
+            st.start_at[f] = dag.fstart[f]
+            _push(st, f)
+    return st
+
+
+@njit(cache=True)
+def _run_one(n, net, dag, st, sc) -> None:
     """Draw ``n`` from time 0 until nothing is left to happen."""
-    fin = np.empty(len(dag.size), dtype=np.int64)  # flows finished since the last rates
-    nfin = 0
+    nfin = 0  # flows finished since the last rates (``sc.fin``)
     restart = True  # a flow started: rates from scratch
     t = t_adv = 0  # ``remaining`` is up to date at t_adv
     t_data = NEVER
@@ -82,22 +108,27 @@ def _run_one(n, net, dag, st) -> None:
             _advance(st, t - t_adv)
             t_adv = t
             if restart:
-                _rates_from_scratch(n, net, st)
+                _rates_from_scratch(n, net, st, sc, nfin)
             else:
-                _rates_after_finish(n, net, st, fin[:nfin])
+                _rates_after_finish(n, net, st, sc, nfin)
             restart, nfin = False, 0
             t_data = _next_data_done(st, t)
-        t_next = min(t_data, min(st.start_at.min(), st.complete_at.min()))
+        t_next = min(t_data, _next_event(st))
         if t_next == NEVER:
             return
         t = t_next
         if t == t_data:
             _advance(st, t - t_adv)
             t_adv = t
-            nfin = _last_bytes(st, dag.lat, t, fin)
+            nfin = _last_bytes(st, dag.lat, t, sc.fin)
             if nfin == 0:  # rounding left a sliver: wait for it
                 t_data = _next_data_done(st, t)
         restart |= _discrete_events(st, dag, t)
+
+
+# --------------------------------------------------------------------------------------
+# time: bytes sent, last bytes, starts and completions
+# --------------------------------------------------------------------------------------
 
 
 @njit(cache=True)
@@ -105,9 +136,10 @@ def _advance(st, dt) -> None:
     """Move every running flow forward by ``dt`` ns (never past its last byte)."""
     if dt <= 0:
         return
-    for f in range(len(st.rate)):
+    for i in range(st.n[_RUN]):
+        f = st.run[i]
         r = st.rate[f]
-        if st.active[f] and r > 0:
+        if r > 0:
             rem = st.remaining[f]
             step = min(r * dt / 8e9 if np.isfinite(r) else rem, rem)
             st.remaining[f] = max(rem - step, 0.0)
@@ -117,11 +149,11 @@ def _advance(st, dt) -> None:
 def _next_data_done(st, t):
     """When the first running flow sends its last byte (``NEVER`` if none runs)."""
     first = np.inf
-    for f in range(len(st.rate)):
+    for i in range(st.n[_RUN]):
+        f = st.run[i]
         r = st.rate[f]
-        if st.active[f] and r > 0:
-            dt = 0.0 if np.isinf(r) else st.remaining[f] * 8e9 / r
-            first = min(first, dt)
+        if r > 0:
+            first = min(first, 0.0 if np.isinf(r) else st.remaining[f] * 8e9 / r)
     if not np.isfinite(first):
         return NEVER
     return t + np.int64(np.ceil(first - 1e-6))
@@ -129,45 +161,61 @@ def _next_data_done(st, t):
 
 @njit(cache=True)
 def _last_bytes(st, lat, t, fin) -> int:
-    """Flows whose last byte left by ``t`` stop and complete ``lat`` later; they go to
-    ``fin`` (ascending); return how many."""
-    k = 0
-    for f in range(len(st.rate)):
+    """Running flows whose last byte left by ``t`` stop and complete ``lat`` later; they
+    go to ``fin`` (ascending); return how many."""
+    k = kept = 0
+    for i in range(st.n[_RUN]):
+        f = st.run[i]
         r = st.rate[f]
-        if st.active[f] and r > 0 and (
-                st.remaining[f] <= max(r, 1.0) * 1e-9 / 8 + 1e-9 or np.isinf(r)):
+        if r > 0 and (st.remaining[f] <= max(r, 1.0) * 1e-9 / 8 + 1e-9 or np.isinf(r)):
             st.remaining[f] = 0.0
-            st.active[f] = False
             st.complete_at[f] = t + lat[f]
+            _push(st, f)
             fin[k] = f
             k += 1
+        else:
+            st.run[kept] = f
+            kept += 1
+    st.n[_RUN] = kept
     return k
 
 
 @njit(cache=True)
+def _next_event(st):
+    """The earliest start or completion due (``NEVER`` if none)."""
+    t = NEVER
+    for i in range(st.n[_PEND]):
+        f = st.pend[i]
+        t = min(t, st.start_at[f], st.complete_at[f])
+    return t
+
+
+@njit(cache=True)
 def _discrete_events(st, dag, t) -> bool:
-    """Starts and completions due at ``t``, with those they trigger at ``t``, in rounds;
-    return whether a flow with bytes to send started."""
+    """Starts and completions due at ``t``, with those they trigger at ``t``; return
+    whether a flow with bytes to send started. (All happen at ``t``: their order changes
+    nothing.)"""
     started = False
-    busy = True
-    while busy:
-        busy = False
-        for f in range(len(dag.size)):
-            if st.start_at[f] <= t:
-                busy = True
-                st.start[f] = t
-                st.start_at[f] = NEVER
-                if st.remaining[f] <= 0:  # nothing to send: completes after its latency
-                    st.complete_at[f] = t + dag.lat[f]
-                else:
-                    st.active[f] = True
-                    started = True
-        for f in range(len(dag.size)):
-            if st.complete_at[f] <= t:
-                busy = True
-                st.finish[f] = t
-                st.complete_at[f] = NEVER
-                _release(st, dag, f, t)
+    i = 0
+    while i < st.n[_PEND]:
+        f = st.pend[i]
+        if st.start_at[f] <= t:
+            st.start[f] = t
+            st.start_at[f] = NEVER
+            if st.remaining[f] <= 0:  # nothing to send: completes after its latency
+                st.complete_at[f] = t + dag.lat[f]
+            else:
+                _insert_running(st, f)
+                started = True
+        if st.complete_at[f] <= t:
+            st.finish[f] = t
+            st.complete_at[f] = NEVER
+            _release(st, dag, f, t)
+        if st.start_at[f] == NEVER and st.complete_at[f] == NEVER:
+            st.n[_PEND] -= 1  # nothing due any more: swap the last one in
+            st.pend[i] = st.pend[st.n[_PEND]]
+        else:
+            i += 1
     return started
 
 
@@ -179,128 +227,199 @@ def _release(st, dag, f, t) -> None:
         st.ndeps[g] -= 1
         if st.ndeps[g] == 0:
             st.start_at[g] = max(t, dag.fstart[g])
+            _push(st, g)
 
 
 @njit(cache=True)
-def _rates_from_scratch(n, net, st) -> None:
-    st.rate[:] = 0.0
+def _push(st, f) -> None:
+    st.pend[st.n[_PEND]] = f
+    st.n[_PEND] += 1
+
+
+@njit(cache=True)
+def _insert_running(st, f) -> None:
+    """Add ``f`` to the running flows, keeping them ascending (max-min sums over them in
+    this order)."""
+    i = st.n[_RUN]
+    while i > 0 and st.run[i - 1] > f:
+        st.run[i] = st.run[i - 1]
+        i -= 1
+    st.run[i] = f
+    st.n[_RUN] += 1
+
+
+# --------------------------------------------------------------------------------------
+# rates
+# --------------------------------------------------------------------------------------
+
+
+@njit(cache=True)
+def _rates_from_scratch(n, net, st, sc, nfin) -> None:
+    """Max-min rates of the running flows on the whole capacity. Every other flow's rate
+    is already 0 but those that just finished."""
+    for i in range(st.n[_RUN]):
+        st.rate[st.run[i]] = 0.0
+    for i in range(nfin):
+        st.rate[sc.fin[i]] = 0.0
     st.load[:] = 0.0
-    _fill(n, net, st, np.flatnonzero(st.active))
+    _fill(n, net, st, sc, st.run[:st.n[_RUN]])
 
 
 @njit(cache=True)
-def _rates_after_finish(n, net, st, fin) -> None:
+def _rates_after_finish(n, net, st, sc, nfin) -> None:
     """Rates after flows ``fin`` left (no start): in progressive filling nothing changes
     below ``lam``, the lowest level at which a link they left was saturated (the highest
     rate on it), so only the flows at or above it are re-filled, on what the others leave
     (:func:`icefabric.engine.flow._rates_after_finish`)."""
-    refill = _refill(n, net, st, fin)
-    gone = np.concatenate((fin, refill))
-    lost = _link_sums(n, net, st, gone)
-    for x in range(len(lost)):
-        st.load[x] -= lost[x]
-    st.rate[gone] = 0.0
-    _fill(n, net, st, refill)
+    fin = sc.fin[:nfin]
+    refill = sc.refill[:_refill(n, net, st, sc, fin)]
+    _accumulate(n, net, st, sc, fin)
+    _accumulate(n, net, st, sc, refill)
+    _apply(st, sc, -1.0)
+    st.rate[fin] = 0.0
+    st.rate[refill] = 0.0
+    _fill(n, net, st, sc, refill)
 
 
 @njit(cache=True)
-def _refill(n, net, st, fin):
-    """Running flows whose rate may change now that ``fin`` left (ascending)."""
+def _refill(n, net, st, sc, fin) -> int:
+    """Running flows whose rate may change now that ``fin`` left, into ``sc.refill``
+    (ascending); return how many."""
     F, L = len(st.rate), len(st.load)
-    touched = np.zeros(L, dtype=np.bool_)
+    mark, seen = sc.li[_ACC_MARK], sc.li[_ACC_LIST]
+    k = 0
+    lam = np.inf
+    sat = False
     for f in fin:
         for p in range(net.c_ptr[n * F + f], net.c_ptr[n * F + f + 1]):
-            touched[net.c_link[p]] = True
-    lam = np.inf
-    for link in range(L):
-        if touched[link] and st.load[link] >= net.cap[link] * (1 - _SAT_EPS):
-            lo, hi = net.r_ptr[n * L + link], net.r_ptr[n * L + link + 1]
-            if hi > lo:
-                top = st.rate[net.r_flow[lo]]
-                for p in range(lo + 1, hi):
-                    top = max(top, st.rate[net.r_flow[p]])
+            x = net.c_link[p]
+            if mark[x]:
+                continue
+            mark[x] = 1
+            seen[k] = x
+            k += 1
+            lo, hi = net.r_ptr[n * L + x], net.r_ptr[n * L + x + 1]
+            if st.load[x] >= net.cap[x] * (1 - _SAT_EPS) and hi > lo:
+                sat = True
+                top = st.rate[net.r_flow[lo]]  # the highest rate on the link
+                for q in range(lo + 1, hi):
+                    top = max(top, st.rate[net.r_flow[q]])
                 lam = min(lam, top)
-    if lam == np.inf:
-        return np.zeros(0, dtype=np.int64)
-    return np.flatnonzero(st.active & (st.rate >= lam * (1 - _REL_EPS)))
+    mark[seen[:k]] = 0
+    if not sat:
+        return 0
+    k = 0
+    for i in range(st.n[_RUN]):
+        f = st.run[i]
+        if st.rate[f] >= lam * (1 - _REL_EPS):
+            sc.refill[k] = f
+            k += 1
+    return k
 
 
 @njit(cache=True)
-def _link_sums(n, net, st, flows):
-    """Per link, the sum of ``coef * rate`` over the entries of ``flows`` (infinite rates
-    count 0), accumulated in entry order."""
+def _accumulate(n, net, st, sc, flows) -> None:
+    """Add ``coef * rate`` of every entry of ``flows`` (infinite rates count 0) to its
+    link's sum in ``sc.lf[_ACC]``, in entry order (as ``np.bincount`` summed)."""
     F = len(st.rate)
-    out = np.zeros(len(st.load))
+    acc, mark, seen = sc.lf[_ACC], sc.li[_ACC_MARK], sc.li[_ACC_LIST]
     for f in flows:
         r = st.rate[f] if np.isfinite(st.rate[f]) else 0.0
         for p in range(net.c_ptr[n * F + f], net.c_ptr[n * F + f + 1]):
-            out[net.c_link[p]] += net.c_coef[p] * r
-    return out
+            x = net.c_link[p]
+            if not mark[x]:
+                mark[x] = 1
+                seen[sc.nacc[0]] = x
+                sc.nacc[0] += 1
+            acc[x] += net.c_coef[p] * r
 
 
 @njit(cache=True)
-def _fill(n, net, st, flows) -> None:
+def _apply(st, sc, sign) -> None:
+    """Add (``sign`` 1) or subtract (-1) the accumulated sums to the link loads, each
+    summed first (``load -= np.bincount(...)``), and clear them."""
+    acc, mark, seen = sc.lf[_ACC], sc.li[_ACC_MARK], sc.li[_ACC_LIST]
+    for i in range(sc.nacc[0]):
+        x = seen[i]
+        if sign > 0:
+            st.load[x] += acc[x]
+        else:
+            st.load[x] -= acc[x]
+        acc[x] = 0.0
+        mark[x] = 0
+    sc.nacc[0] = 0
+
+
+@njit(cache=True)
+def _fill(n, net, st, sc, flows) -> None:
     """Max-min rates of ``flows`` (ascending) on what the other running flows leave."""
     if len(flows) == 0:
         return
     F = len(st.rate)
-    m = 0
-    for f in flows:
-        m += net.c_ptr[n * F + f + 1] - net.c_ptr[n * F + f]
-    link = np.empty(m, dtype=np.int64)
-    who = np.empty(m, dtype=np.int64)  # position in ``flows``
-    coef = np.empty(m)
-    k = 0
+    use, used, rem = sc.li[_USE_MARK], sc.li[_USE_LIST], sc.lf[_REM]
+    k = nu = 0
     for i, f in enumerate(flows):
         for p in range(net.c_ptr[n * F + f], net.c_ptr[n * F + f + 1]):
-            if net.c_coef[p] > 0:
-                link[k], who[k], coef[k] = net.c_link[p], i, net.c_coef[p]
+            x = net.c_link[p]
+            if net.c_coef[p] > 0:  # (maxmin_entries drops the others)
+                sc.e_link[k], sc.e_who[k], sc.e_coef[k] = x, i, net.c_coef[p]
                 k += 1
-    spare = np.maximum(net.cap - st.load, 0.0)
-    st.rate[flows] = _maxmin(link[:k], who[:k], coef[:k], spare, net.fcap[flows])
-    gained = _link_sums(n, net, st, flows)
-    for x in range(len(gained)):
-        st.load[x] += gained[x]
+            if not use[x]:
+                use[x] = 1
+                used[nu] = x
+                nu += 1
+                rem[x] = max(net.cap[x] - st.load[x], 0.0)
+    _maxmin(sc, k, used[:nu], flows, net.fcap)
+    for i in range(len(flows)):
+        st.rate[flows[i]] = sc.ff[_RATE, i]
+    use[used[:nu]] = 0
+    _accumulate(n, net, st, sc, flows)
+    _apply(st, sc, 1.0)
 
 
 @njit(cache=True)
-def _maxmin(link, who, coef, rem, fcap):
-    """:func:`icefabric.dataplane.fairness.maxmin_entries` on entries ``(link, who,
-    coef)`` grouped by flow (``who`` ascending, ``coef`` > 0), over the links' spare
-    capacity ``rem`` (consumed). Each round freezes every bottleneck link's flows (no flow
-    of it is held lower elsewhere) and every flow at its cap."""
-    F, L = len(fcap), len(rem)
-    rate = fcap.copy()  # a flow on no link runs at its cap
-    m = np.zeros(F)
-    path_min = np.zeros(F)
-    while len(who):
-        s = np.zeros(L)
-        for e in range(len(who)):
+def _maxmin(sc, k, used, flows, fcap) -> None:
+    """:func:`icefabric.dataplane.fairness.maxmin_entries` on the first ``k`` entries
+    ``sc.e_*`` (grouped by flow, ``e_who`` the position in ``flows``) over the spare
+    capacity ``sc.lf[_REM]`` of the links ``used`` (consumed); rates into
+    ``sc.ff[_RATE]``. Each round freezes the flows of every bottleneck link (no flow of
+    it is held lower elsewhere) and every flow at its cap."""
+    rate, m, pmin, fc = sc.ff[_RATE], sc.ff[_M], sc.ff[_PMIN], sc.ff[_FCAP]
+    s, share, dec, rem = sc.lf[_SUM], sc.lf[_SHARE], sc.lf[_DEC], sc.lf[_REM]
+    below, freeze = sc.li[_BELOW], sc.fi
+    link, who, coef = sc.e_link, sc.e_who, sc.e_coef
+    for i in range(len(flows)):
+        fc[i] = fcap[flows[i]]
+        rate[i] = fc[i]  # a flow on no link runs at its cap
+    while k:
+        for x in used:
+            s[x], below[x], dec[x] = 0.0, 0, 0.0
+        for e in range(k):
             s[link[e]] += coef[e]
-        share = np.full(L, np.inf)
-        for x in range(L):
-            if s[x] > 0:
-                share[x] = rem[x] / s[x]
-        path_min[who] = np.inf
-        for e in range(len(who)):
-            path_min[who[e]] = min(path_min[who[e]], share[link[e]])
-        below = np.zeros(L, dtype=np.int64)
-        for e in range(len(who)):
-            f = who[e]
-            m[f] = min(path_min[f], fcap[f])
-            if m[f] < share[link[e]] * (1 - _REL_EPS):
+            pmin[who[e]] = np.inf
+        for x in used:
+            share[x] = rem[x] / s[x] if s[x] > 0 else np.inf
+        for e in range(k):
+            pmin[who[e]] = min(pmin[who[e]], share[link[e]])
+        for e in range(k):
+            w = who[e]
+            m[w] = min(pmin[w], fc[w])
+            freeze[w] = 0
+            if m[w] < share[link[e]] * (1 - _REL_EPS):  # held lower elsewhere
                 below[link[e]] += 1
-        freeze = np.zeros(F, dtype=np.bool_)
-        for e in range(len(who)):
-            f = who[e]
-            if below[link[e]] == 0 or fcap[f] <= path_min[f] * (1 + _REL_EPS):
-                freeze[f] = True
-        done = freeze[who]
-        rate[who[done]] = m[who[done]]
-        dec = np.zeros(L)
-        for e in np.flatnonzero(done):
-            dec[link[e]] += coef[e] * rate[who[e]]
-        rem = np.maximum(rem - dec, 0.0)
-        keep = ~done
-        link, who, coef = link[keep], who[keep], coef[keep]
-    return rate
+        for e in range(k):
+            w = who[e]
+            if below[link[e]] == 0 or fc[w] <= pmin[w] * (1 + _REL_EPS):
+                freeze[w] = 1
+        for e in range(k):
+            if freeze[who[e]]:
+                rate[who[e]] = m[who[e]]
+                dec[link[e]] += coef[e] * rate[who[e]]
+        for x in used:
+            rem[x] = max(rem[x] - dec[x], 0.0)
+        kept = 0
+        for e in range(k):
+            if not freeze[who[e]]:
+                link[kept], who[kept], coef[kept] = link[e], who[e], coef[e]
+                kept += 1
+        k = kept

@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from icefabric.csr import csr_from_lists
-from icefabric.engine.batch import redundant_links, run_flow_batch
+from icefabric.engine.batch import redundant_links, run_flow_batch, stack_routes
 from icefabric.engine.flow import run_flow
 from icefabric.engine.problem import EngineError, LinkFailure, build_problem
 
@@ -45,7 +45,7 @@ def _with_routes(prob, routes):
 @given(problems())
 def test_batch_equals_one_run_per_route_set(case):
     prob, routes = case
-    start, finish = run_flow_batch(prob, routes)
+    start, finish = run_flow_batch(prob, stack_routes(routes))
     for n, r in enumerate(routes):
         one = run_flow(_with_routes(prob, r))
         np.testing.assert_array_equal(start[n], one.flow_start_ns)
@@ -58,12 +58,13 @@ def test_a_link_that_never_limits_is_left_out_and_rates_stay():
                          flow_size_bytes=[1e6, 1e6, 1e6], routes=[[0, 1], [0], [2, 1]],
                          route_flow=[0, 1, 2])
     routes = [(prob.route_indptr, prob.route_links)]
-    assert redundant_links(prob, routes).tolist() == []  # link 1 also carries flow 2
+    assert redundant_links(prob, stack_routes(routes)).tolist() == []  # link 1 also carries flow 2
     prob2 = build_problem(link_capacity_bps=[10e9, 100e9], link_delay_ns=[0, 0],
                           flow_size_bytes=[1e6, 2e6], routes=[[0, 1], [0]],
                           route_flow=[0, 1])
-    assert redundant_links(prob2, [(prob2.route_indptr, prob2.route_links)]).tolist() == [1]
-    _, finish = run_flow_batch(prob2, [(prob2.route_indptr, prob2.route_links)])
+    routes2 = stack_routes([(prob2.route_indptr, prob2.route_links)])
+    assert redundant_links(prob2, routes2).tolist() == [1]
+    _, finish = run_flow_batch(prob2, routes2)
     np.testing.assert_array_equal(finish[0], run_flow(prob2).flow_finish_ns)
 
 
@@ -71,7 +72,7 @@ def test_failures_and_mismatched_routes_are_refused():
     prob = build_problem(link_capacity_bps=[10e9, 10e9], link_delay_ns=[0, 0],
                          flow_size_bytes=[1e6], routes=[[0]], route_flow=[0])
     with pytest.raises(EngineError, match="one link list per route"):
-        run_flow_batch(prob, [csr_from_lists([[0], [1]])])
+        run_flow_batch(prob, stack_routes([csr_from_lists([[0], [1]])]))
     ptr, links = csr_from_lists([[1]])
     from dataclasses import replace
 
@@ -79,4 +80,4 @@ def test_failures_and_mismatched_routes_are_refused():
         t_ns=10, links=np.array([0]), reroute_route=np.array([0]), reroute_indptr=ptr,
         reroute_links=links, reroute_delay_ns=0),))
     with pytest.raises(EngineError, match="without link failures"):
-        run_flow_batch(failing, [(prob.route_indptr, prob.route_links)])
+        run_flow_batch(failing, stack_routes([(prob.route_indptr, prob.route_links)]))

@@ -1,13 +1,11 @@
-"""The flow engine over many route sets of one problem at once (ECMP draws).
+"""The flow engine over many route sets of one problem (ECMP draws).
 
 ECMP draws (:mod:`icefabric.experiment.draws`) run the same flows, sizes, dependencies and
-capacities over N different routings. Running :func:`~icefabric.engine.flow.run_flow` N
-times costs N times its per-event Python overhead; here the N problems advance in lockstep
-instead: iteration ``i`` processes the ``i``-th event of every problem, each at its own
-time, and one max-min computation serves them all. The problems are the diagonal blocks of
-one link-by-flow incidence, and max-min fairness separates over independent blocks (each
-progressive-filling round of :func:`~icefabric.dataplane.fairness.maxmin_rates` looks at a
-link's own flows only), so every problem gets exactly its own rates.
+capacities over N different routings. Each draw is a small problem (tens of running
+flows), so :func:`run_flow_batch` runs them one after the other in compiled code
+(:mod:`icefabric.engine.batch_kernel`), where Python's per-event overhead (``run_flow``)
+or numpy's per-call overhead (a lockstep of all draws, which this replaced) would cost
+more than the work.
 
 Same event rules as :func:`~icefabric.engine.flow.run_flow` (a flow's last byte, its
 completion ``latency_ns`` later, dependents released then, scheduled starts; integer-ns
@@ -21,48 +19,61 @@ not supported (the caller runs such scenarios draw by draw).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
-import scipy.sparse as sp
 
-from icefabric.csr import gather
-from icefabric.engine.batch_kernel import Dag, Net, run_draws
+from icefabric.csr import gather, indptr_from_lengths
+from icefabric.engine.batch_kernel import Dag, Routes, run_draws
 from icefabric.engine.problem import EngineError, SimProblem
 
 
-def run_flow_batch(problem: SimProblem,
-                   routes: Sequence[tuple[np.ndarray, np.ndarray]]
-                   ) -> tuple[np.ndarray, np.ndarray]:
-    """Run ``problem`` once per route set; return ``(start_ns, finish_ns)``, shape (N, F).
+@dataclass(frozen=True)
+class RouteSets:
+    """``n`` route sets of a problem's K routes (same flows and weights, links drawn
+    anew) as one CSR of link lists, set-major: row ``i*K + k`` is route ``k`` in set
+    ``i``."""
 
-    ``routes[n]`` is ``(indptr, links)``: the link list of every route of ``problem`` (same
-    route count, flows and weights) in draw ``n``.
-    """
+    indptr: np.ndarray
+    links: np.ndarray
+    n: int
+
+
+def run_flow_batch(problem: SimProblem, routes: RouteSets) -> tuple[np.ndarray, np.ndarray]:
+    """Run ``problem`` once per route set; return ``(start_ns, finish_ns)``, shape (N, F)."""
     P = problem
     if P.failures:
         raise EngineError("run_flow_batch runs problems without link failures only")
-    if any(len(ip) != P.n_routes + 1 for ip, _ in routes):
+    if len(routes.indptr) != routes.n * P.n_routes + 1:
         raise EngineError("every route set must have one link list per route of the problem")
-    N, F = len(routes), P.n_flows
+    N, F = routes.n, P.n_flows
     start = np.full((N, F), -1, dtype=np.int64)
     finish = np.full((N, F), -1, dtype=np.int64)
-    stuck = run_draws(_net(P, routes), _dag(P), N, start, finish)
+    stuck = run_draws(_routes(P, routes), _dag(P), start, finish)
     if stuck:
         raise EngineError(f"{stuck} flows never finished in the batch (dependency cycle?)")
     return start, finish
 
 
-def _net(P: SimProblem, routes) -> Net:
-    """The kernel's view of every draw's routing: the block incidence (column-wise and
-    row-wise) with ids local to a draw, and the capacities."""
-    Ac = _block_incidence(P, routes, redundant_links(P, routes))
-    Ar = Ac.tocsr()
+def stack_routes(route_sets: Sequence[tuple[np.ndarray, np.ndarray]]) -> RouteSets:
+    """Route sets given as one CSR ``(indptr, links)`` each, laid end to end."""
+    lengths = np.concatenate([np.diff(ip) for ip, _ in route_sets])
+    return RouteSets(indptr_from_lengths(lengths),
+                     np.concatenate([lk for _, lk in route_sets]), len(route_sets))
+
+
+def _routes(P: SimProblem, routes) -> Routes:
+    """The kernel's view of the draws' routes: the CSR, the routes of every flow, the
+    links that may limit a rate, and the capacities."""
+    order = np.argsort(P.route_flow, kind="stable")
+    keep = np.ones(P.n_links, dtype=bool)
+    keep[redundant_links(P, routes)] = False
     i64 = np.int64
-    return Net(Ac.indptr.astype(i64), (Ac.indices % P.n_links).astype(i64),
-               Ac.data.astype(np.float64), Ar.indptr.astype(i64),
-               (Ar.indices % P.n_flows).astype(i64),
-               P.link_capacity_bps.astype(np.float64),
-               P.flow_rate_cap_bps.astype(np.float64))
+    return Routes(routes.indptr.astype(i64), routes.links.astype(i64),
+                  P.route_weight.astype(np.float64),
+                  indptr_from_lengths(np.bincount(P.route_flow, minlength=P.n_flows)),
+                  order.astype(i64), keep, P.link_capacity_bps.astype(np.float64),
+                  P.flow_rate_cap_bps.astype(np.float64))
 
 
 def _dag(P: SimProblem) -> Dag:
@@ -78,43 +89,16 @@ def _dag(P: SimProblem) -> Dag:
                P.flow_start_ns.astype(np.int64), ndeps, dptr, dependents)
 
 
-def _block_incidence(P: SimProblem, routes, drop: np.ndarray) -> sp.csc_matrix:
-    """Link-by-flow incidence with problem ``n``'s links and flows offset by ``n*L``,
-    ``n*F``: the problems as diagonal blocks. Links ``drop`` are left out."""
-    L, F = P.n_links, P.n_flows
-    lens = [np.diff(ip) for ip, _ in routes]
-    rows = np.concatenate([links + n * L for n, (_, links) in enumerate(routes)])
-    cols = np.concatenate([np.repeat(P.route_flow + n * F, k) for n, k in enumerate(lens)])
-    vals = np.concatenate([np.repeat(P.route_weight, k) for k in lens])
-    keep = ~np.isin(rows % L, drop)
-    A = sp.coo_matrix((vals[keep], (rows[keep], cols[keep])),
-                      shape=(len(routes) * L, len(routes) * F)).tocsc()
-    A.sum_duplicates()
-    return A
-
-
 def redundant_links(P: SimProblem, routes) -> np.ndarray:
-    """Links that can never limit a rate in any of the route sets: every flow crossing
-    such a link ``l`` also crosses a kept link ``m`` (with at least the same coefficient)
-    of no more capacity, in every route set, so ``m`` saturates no later than ``l``, and
-    at the latest together with it. Leaving ``l`` out of max-min gives the same rates
-    (typically most intra-server links: a GPU's PCIe path carries the flows of its NIC)
-    and saves most of the work. Only links on routes that are the same in every route set
-    are considered."""
-    ip0, l0 = routes[0]
-    same = np.ones(P.n_routes, dtype=bool)
-    for ip, links in routes[1:]:
-        same &= np.diff(ip) == np.diff(ip0)
-        ok = np.flatnonzero(same)
-        n = np.diff(ip0)[ok]
-        diff = links[gather(ip[ok], n)] != l0[gather(ip0[ok], n)]
-        same[ok] = np.bincount(np.repeat(np.arange(len(ok)), n), diff, len(ok)) == 0
-    varying = np.zeros(P.n_links, dtype=bool)
-    for ip, links in routes:
-        varying[links[gather(ip[:-1][~same], np.diff(ip)[~same])]] = True
-    A = P.incidence().tocsr()
-    A = A[np.flatnonzero(~varying)]  # fixed links x flows
-    fixed = np.flatnonzero(~varying)
+    """Links that can never limit a rate in any of the route sets (``routes`` as
+    :class:`RouteSets`): every flow crossing such a link ``l`` also
+    crosses a kept link ``m`` (with at least the same coefficient) of no more capacity,
+    in every route set, so ``m`` saturates no later than ``l``, and at the latest together
+    with it. Leaving ``l`` out of max-min gives the same rates (typically most
+    intra-server links: a GPU's PCIe path carries the flows of its NIC) and saves most of
+    the work. Only links on routes that are the same in every route set are considered."""
+    fixed = np.flatnonzero(~_varying_links(P, routes))
+    A = P.incidence().tocsr()[fixed]  # fixed links x flows
     pattern = (A > 0).astype(np.float64)
     overlap = (pattern @ pattern.T).tocoo()
     count = np.asarray(pattern.sum(axis=1)).ravel()
@@ -131,3 +115,21 @@ def redundant_links(P: SimProblem, routes) -> np.ndarray:
             dropped[a] = True
             drop.append(int(fixed[a]))
     return np.asarray(drop, dtype=np.int64)
+
+
+def _varying_links(P: SimProblem, routes) -> np.ndarray:
+    """Links on a route whose link list is not the same in every route set."""
+    indptr, links, K = routes.indptr, routes.links, P.n_routes
+    lens = np.diff(indptr).reshape(routes.n, K)
+    same = (lens == lens[0]).all(axis=0)
+    ok = np.flatnonzero(same)
+    n = lens[0, ok]
+    rows = (np.arange(len(lens))[:, None] * K + ok).ravel()  # draw-major
+    mine = links[gather(indptr[rows], np.tile(n, len(lens)))]
+    diff = mine != np.tile(links[gather(indptr[ok], n)], len(lens))
+    same[ok] = np.bincount(np.tile(np.repeat(np.arange(len(ok)), n), len(lens)), diff,
+                           len(ok)) == 0
+    rows = (np.arange(len(lens))[:, None] * K + np.flatnonzero(~same)).ravel()
+    varying = np.zeros(P.n_links, dtype=bool)
+    varying[links[gather(indptr[rows], np.diff(indptr)[rows])]] = True
+    return varying

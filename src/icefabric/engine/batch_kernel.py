@@ -16,9 +16,11 @@ Max-min is progressive filling by bottleneck rounds, as
 :func:`icefabric.dataplane.fairness.maxmin_entries` (Bertsekas & Gallager, *Data
 Networks*, 2nd ed., §6.5.2).
 
-Incidence arrays (block-diagonal over the draws, local ids within a draw):
-``c_ptr[n*F + f]`` starts flow ``f`` of draw ``n``'s entries ``(c_link, c_coef)`` (links
-ascending); ``r_ptr[n*L + l]`` starts link ``l``'s flows ``r_flow``.
+The draws' routes come as one CSR, draw-major (:class:`Routes`); each draw's link-by-flow
+incidence is built from it in turn (:func:`_incidence`) as :class:`Net`: ``c_ptr[f]``
+starts flow ``f``'s entries ``(c_link, c_coef)`` (links ascending, a link crossed by
+several routes of the flow once, their weights summed in route order as
+``scipy.sparse`` sums duplicates) and ``r_ptr[l]`` starts link ``l``'s flows ``r_flow``.
 """
 
 from __future__ import annotations
@@ -32,8 +34,13 @@ NEVER = np.iinfo(np.int64).max
 _REL_EPS = 1e-9  # fairness._REL_EPS: bottleneck and cap tolerance
 _SAT_EPS = 1e-6  # a link within this fraction of its capacity is saturated (flow.py)
 
-#: every draw's routing: see the module docstring; ``cap`` (L,) and ``fcap`` (F,) are
-#: the same in every draw
+#: every draw's routes: row ``n*K + k`` of the CSR ``(indptr, links)`` is route ``k`` in
+#: draw ``n``; per route its ``weight``; the routes of every flow ``fr_ptr``/``fr_route``
+#: (ascending); links ``keep`` (the others never limit a rate); capacities ``cap`` (L,)
+#: and flow rate caps ``fcap`` (F,)
+Routes = namedtuple("Routes", ["indptr", "links", "weight", "fr_ptr", "fr_route", "keep",
+                               "cap", "fcap"])
+#: one draw's incidence (see the module docstring)
 Net = namedtuple("Net", ["c_ptr", "c_link", "c_coef", "r_ptr", "r_flow", "cap", "fcap"])
 #: the flows: size, latency, earliest start, dependency counts, dependents (CSR)
 Dag = namedtuple("Dag", ["size", "lat", "fstart", "ndeps", "dptr", "dependents"])
@@ -43,10 +50,10 @@ Dag = namedtuple("Dag", ["size", "lat", "fstart", "ndeps", "dptr", "dependents"]
 State = namedtuple("State", ["remaining", "rate", "load", "start", "finish", "start_at",
                              "complete_at", "ndeps", "run", "pend", "n"])
 #: buffers reused by every draw: per-link rows ``lf`` (float) and ``li`` (int), max-min
-#: entries ``e_*``, per-flow rows ``ff``/``fi``, the finished flows ``fin`` and the
+#: entries ``e_*``, per-flow rows ``ff``, the finished flows ``fin`` and the
 #: flows to re-fill ``refill``; ``nacc[0]``: links in ``li[_ACC_LIST]``
-Scratch = namedtuple("Scratch", ["lf", "li", "e_link", "e_who", "e_coef", "ff", "fi",
-                                 "fin", "refill", "nacc"])
+Scratch = namedtuple("Scratch", ["lf", "li", "e_link", "e_who", "e_coef", "ff", "fin",
+                                 "refill", "nacc"])
 _ACC, _SUM, _SHARE, _DEC, _REM = range(5)  # rows of Scratch.lf
 _ACC_MARK, _ACC_LIST, _USE_MARK, _USE_LIST, _BELOW = range(5)  # rows of Scratch.li
 _RATE, _M, _PMIN, _FCAP = range(4)  # rows of Scratch.ff
@@ -54,14 +61,17 @@ _RUN, _PEND = 0, 1  # State.n
 
 
 @njit(cache=True)
-def run_draws(net, dag, n_draws, start, finish) -> int:
+def run_draws(rt, dag, start, finish) -> int:
     """Run every draw; fill ``start`` and ``finish`` (shape (draws, F)); return how many
     flows never finished (a dependency cycle)."""
-    sc = _scratch(net, dag, n_draws)
+    n_draws = len(start)
+    net = _net_buffers(rt, len(dag.size), n_draws)
+    sc = _scratch(len(net.cap), len(dag.size), len(net.c_link))
     stuck = 0
     for n in range(n_draws):
+        _incidence(rt, n, net)
         st = _new_state(net, dag)
-        _run_one(n, net, dag, st, sc)
+        _run_one(net, dag, st, sc)
         start[n, :] = st.start
         finish[n, :] = st.finish
         stuck += np.sum(st.finish < 0)
@@ -69,15 +79,74 @@ def run_draws(net, dag, n_draws, start, finish) -> int:
 
 
 @njit(cache=True)
-def _scratch(net, dag, n_draws):
-    F, L = len(dag.size), len(net.cap)
+def _net_buffers(rt, F, n_draws):
+    """A :class:`Net` large enough for the draw with the most route links."""
+    K = len(rt.weight)
     E = 0
     for n in range(n_draws):
-        E = max(E, net.c_ptr[(n + 1) * F] - net.c_ptr[n * F])
+        E = max(E, rt.indptr[(n + 1) * K] - rt.indptr[n * K])
+    L = len(rt.cap)
+    return Net(np.zeros(F + 1, dtype=np.int64), np.empty(E, dtype=np.int64), np.empty(E),
+               np.zeros(L + 1, dtype=np.int64), np.empty(E, dtype=np.int64), rt.cap, rt.fcap)
+
+
+@njit(cache=True)
+def _incidence(rt, n, net) -> None:
+    """Draw ``n``'s incidence into ``net``: per flow, the kept links of its routes, each
+    once (ascending; weights of a link crossed by several routes summed in route order),
+    then per link its flows."""
+    K, F = len(rt.weight), len(net.c_ptr) - 1
+    e = 0
+    for f in range(F):
+        first = e
+        net.c_ptr[f] = e
+        for q in range(rt.fr_ptr[f], rt.fr_ptr[f + 1]):
+            r = rt.fr_route[q]
+            for p in range(rt.indptr[n * K + r], rt.indptr[n * K + r + 1]):
+                x = rt.links[p]
+                if rt.keep[x]:
+                    e = _insert_entry(net, first, e, x, rt.weight[r])
+    net.c_ptr[F] = e
+    # per link its flows: a counting sort of the entries by link
+    r_ptr = net.r_ptr
+    r_ptr[:] = 0
+    for i in range(e):
+        r_ptr[net.c_link[i] + 1] += 1
+    for x in range(len(r_ptr) - 1):
+        r_ptr[x + 1] += r_ptr[x]
+    for f in range(F):
+        for i in range(net.c_ptr[f], net.c_ptr[f + 1]):
+            x = net.c_link[i]
+            net.r_flow[r_ptr[x]] = f
+            r_ptr[x] += 1
+    for x in range(len(r_ptr) - 1, 0, -1):
+        r_ptr[x] = r_ptr[x - 1]
+    r_ptr[0] = 0
+
+
+@njit(cache=True)
+def _insert_entry(net, first, e, x, w) -> int:
+    """Add weight ``w`` on link ``x`` to the flow's entries ``first..e-1`` (ascending by
+    link); return the new end."""
+    i = e
+    while i > first and net.c_link[i - 1] > x:
+        i -= 1
+    if i > first and net.c_link[i - 1] == x:
+        net.c_coef[i - 1] += w
+        return e
+    for j in range(e, i, -1):
+        net.c_link[j] = net.c_link[j - 1]
+        net.c_coef[j] = net.c_coef[j - 1]
+    net.c_link[i] = x
+    net.c_coef[i] = w
+    return e + 1
+
+
+@njit(cache=True)
+def _scratch(L, F, E):
     return Scratch(np.zeros((5, L)), np.zeros((5, L), dtype=np.int64),
                    np.empty(E, dtype=np.int64), np.empty(E, dtype=np.int64), np.empty(E),
-                   np.zeros((4, F)), np.zeros(F, dtype=np.int64),
-                   np.empty(F, dtype=np.int64), np.empty(F, dtype=np.int64),
+                   np.zeros((4, F)), np.empty(F, dtype=np.int64), np.empty(F, dtype=np.int64),
                    np.zeros(1, dtype=np.int64))
 
 
@@ -97,8 +166,8 @@ def _new_state(net, dag):
 
 
 @njit(cache=True)
-def _run_one(n, net, dag, st, sc) -> None:
-    """Draw ``n`` from time 0 until nothing is left to happen."""
+def _run_one(net, dag, st, sc) -> None:
+    """One draw from time 0 until nothing is left to happen."""
     nfin = 0  # flows finished since the last rates (``sc.fin``)
     restart = True  # a flow started: rates from scratch
     t = t_adv = 0  # ``remaining`` is up to date at t_adv
@@ -108,9 +177,9 @@ def _run_one(n, net, dag, st, sc) -> None:
             _advance(st, t - t_adv)
             t_adv = t
             if restart:
-                _rates_from_scratch(n, net, st, sc, nfin)
+                _rates_from_scratch(net, st, sc, nfin)
             else:
-                _rates_after_finish(n, net, st, sc, nfin)
+                _rates_after_finish(net, st, sc, nfin)
             restart, nfin = False, 0
             t_data = _next_data_done(st, t)
         t_next = min(t_data, _next_event(st))
@@ -254,7 +323,7 @@ def _insert_running(st, f) -> None:
 
 
 @njit(cache=True)
-def _rates_from_scratch(n, net, st, sc, nfin) -> None:
+def _rates_from_scratch(net, st, sc, nfin) -> None:
     """Max-min rates of the running flows on the whole capacity. Every other flow's rate
     is already 0 but those that just finished."""
     for i in range(st.n[_RUN]):
@@ -262,43 +331,42 @@ def _rates_from_scratch(n, net, st, sc, nfin) -> None:
     for i in range(nfin):
         st.rate[sc.fin[i]] = 0.0
     st.load[:] = 0.0
-    _fill(n, net, st, sc, st.run[:st.n[_RUN]])
+    _fill(net, st, sc, st.run[:st.n[_RUN]])
 
 
 @njit(cache=True)
-def _rates_after_finish(n, net, st, sc, nfin) -> None:
+def _rates_after_finish(net, st, sc, nfin) -> None:
     """Rates after flows ``fin`` left (no start): in progressive filling nothing changes
     below ``lam``, the lowest level at which a link they left was saturated (the highest
     rate on it), so only the flows at or above it are re-filled, on what the others leave
     (:func:`icefabric.engine.flow._rates_after_finish`)."""
     fin = sc.fin[:nfin]
-    refill = sc.refill[:_refill(n, net, st, sc, fin)]
-    _accumulate(n, net, st, sc, fin)
-    _accumulate(n, net, st, sc, refill)
+    refill = sc.refill[:_refill(net, st, sc, fin)]
+    _accumulate(net, st, sc, fin)
+    _accumulate(net, st, sc, refill)
     _apply(st, sc, -1.0)
     st.rate[fin] = 0.0
     st.rate[refill] = 0.0
-    _fill(n, net, st, sc, refill)
+    _fill(net, st, sc, refill)
 
 
 @njit(cache=True)
-def _refill(n, net, st, sc, fin) -> int:
+def _refill(net, st, sc, fin) -> int:
     """Running flows whose rate may change now that ``fin`` left, into ``sc.refill``
     (ascending); return how many."""
-    F, L = len(st.rate), len(st.load)
     mark, seen = sc.li[_ACC_MARK], sc.li[_ACC_LIST]
     k = 0
     lam = np.inf
     sat = False
     for f in fin:
-        for p in range(net.c_ptr[n * F + f], net.c_ptr[n * F + f + 1]):
+        for p in range(net.c_ptr[f], net.c_ptr[f + 1]):
             x = net.c_link[p]
             if mark[x]:
                 continue
             mark[x] = 1
             seen[k] = x
             k += 1
-            lo, hi = net.r_ptr[n * L + x], net.r_ptr[n * L + x + 1]
+            lo, hi = net.r_ptr[x], net.r_ptr[x + 1]
             if st.load[x] >= net.cap[x] * (1 - _SAT_EPS) and hi > lo:
                 sat = True
                 top = st.rate[net.r_flow[lo]]  # the highest rate on the link
@@ -318,14 +386,13 @@ def _refill(n, net, st, sc, fin) -> int:
 
 
 @njit(cache=True)
-def _accumulate(n, net, st, sc, flows) -> None:
+def _accumulate(net, st, sc, flows) -> None:
     """Add ``coef * rate`` of every entry of ``flows`` (infinite rates count 0) to its
     link's sum in ``sc.lf[_ACC]``, in entry order (as ``np.bincount`` summed)."""
-    F = len(st.rate)
     acc, mark, seen = sc.lf[_ACC], sc.li[_ACC_MARK], sc.li[_ACC_LIST]
     for f in flows:
         r = st.rate[f] if np.isfinite(st.rate[f]) else 0.0
-        for p in range(net.c_ptr[n * F + f], net.c_ptr[n * F + f + 1]):
+        for p in range(net.c_ptr[f], net.c_ptr[f + 1]):
             x = net.c_link[p]
             if not mark[x]:
                 mark[x] = 1
@@ -351,15 +418,14 @@ def _apply(st, sc, sign) -> None:
 
 
 @njit(cache=True)
-def _fill(n, net, st, sc, flows) -> None:
+def _fill(net, st, sc, flows) -> None:
     """Max-min rates of ``flows`` (ascending) on what the other running flows leave."""
     if len(flows) == 0:
         return
-    F = len(st.rate)
     use, used, rem = sc.li[_USE_MARK], sc.li[_USE_LIST], sc.lf[_REM]
     k = nu = 0
     for i, f in enumerate(flows):
-        for p in range(net.c_ptr[n * F + f], net.c_ptr[n * F + f + 1]):
+        for p in range(net.c_ptr[f], net.c_ptr[f + 1]):
             x = net.c_link[p]
             if net.c_coef[p] > 0:  # (maxmin_entries drops the others)
                 sc.e_link[k], sc.e_who[k], sc.e_coef[k] = x, i, net.c_coef[p]
@@ -373,7 +439,7 @@ def _fill(n, net, st, sc, flows) -> None:
     for i in range(len(flows)):
         st.rate[flows[i]] = sc.ff[_RATE, i]
     use[used[:nu]] = 0
-    _accumulate(n, net, st, sc, flows)
+    _accumulate(net, st, sc, flows)
     _apply(st, sc, 1.0)
 
 
@@ -384,10 +450,9 @@ def _maxmin(sc, k, used, flows, fcap) -> None:
     capacity ``sc.lf[_REM]`` of the links ``used`` (consumed); rates into
     ``sc.ff[_RATE]``. Each round freezes the flows of every bottleneck link (no flow of
     it is held lower elsewhere) and every flow at its cap."""
-    rate, m, pmin, fc = sc.ff[_RATE], sc.ff[_M], sc.ff[_PMIN], sc.ff[_FCAP]
+    rate, fc = sc.ff[_RATE], sc.ff[_FCAP]
     s, share, dec, rem = sc.lf[_SUM], sc.lf[_SHARE], sc.lf[_DEC], sc.lf[_REM]
-    below, freeze = sc.li[_BELOW], sc.fi
-    link, who, coef = sc.e_link, sc.e_who, sc.e_coef
+    below = sc.li[_BELOW]
     for i in range(len(flows)):
         fc[i] = fcap[flows[i]]
         rate[i] = fc[i]  # a flow on no link runs at its cap
@@ -395,31 +460,59 @@ def _maxmin(sc, k, used, flows, fcap) -> None:
         for x in used:
             s[x], below[x], dec[x] = 0.0, 0, 0.0
         for e in range(k):
-            s[link[e]] += coef[e]
-            pmin[who[e]] = np.inf
+            s[sc.e_link[e]] += sc.e_coef[e]
         for x in used:
             share[x] = rem[x] / s[x] if s[x] > 0 else np.inf
-        for e in range(k):
-            pmin[who[e]] = min(pmin[who[e]], share[link[e]])
-        for e in range(k):
-            w = who[e]
-            m[w] = min(pmin[w], fc[w])
-            freeze[w] = 0
-            if m[w] < share[link[e]] * (1 - _REL_EPS):  # held lower elsewhere
-                below[link[e]] += 1
-        for e in range(k):
-            w = who[e]
-            if below[link[e]] == 0 or fc[w] <= pmin[w] * (1 + _REL_EPS):
-                freeze[w] = 1
-        for e in range(k):
-            if freeze[who[e]]:
-                rate[who[e]] = m[who[e]]
-                dec[link[e]] += coef[e] * rate[who[e]]
+        _mark_below(sc, k)
+        k = _freeze(sc, k)
         for x in used:
             rem[x] = max(rem[x] - dec[x], 0.0)
-        kept = 0
-        for e in range(k):
-            if not freeze[who[e]]:
-                link[kept], who[kept], coef[kept] = link[e], who[e], coef[e]
+
+
+@njit(cache=True)
+def _mark_below(sc, k) -> None:
+    """Per flow (a run of entries), the smallest share on its path ``_PMIN`` and its level
+    ``_M`` (that or its cap); per link, how many of its flows are held lower elsewhere."""
+    link, who = sc.e_link, sc.e_who
+    share, below = sc.lf[_SHARE], sc.li[_BELOW]
+    m, pmin, fc = sc.ff[_M], sc.ff[_PMIN], sc.ff[_FCAP]
+    e = 0
+    while e < k:
+        w, end = who[e], e
+        p = np.inf
+        while end < k and who[end] == w:
+            p = min(p, share[link[end]])
+            end += 1
+        pmin[w] = p
+        m[w] = min(p, fc[w])
+        for j in range(e, end):
+            if m[w] < share[link[j]] * (1 - _REL_EPS):
+                below[link[j]] += 1
+        e = end
+
+
+@njit(cache=True)
+def _freeze(sc, k) -> int:
+    """Freeze every flow on a bottleneck link (none of its flows held lower elsewhere) or
+    at its cap: its rate is its level, its use comes off its links' spare (``_DEC``); the
+    other flows' entries move to the front; return how many."""
+    link, who, coef = sc.e_link, sc.e_who, sc.e_coef
+    rate, m, pmin, fc = sc.ff[_RATE], sc.ff[_M], sc.ff[_PMIN], sc.ff[_FCAP]
+    below, dec = sc.li[_BELOW], sc.lf[_DEC]
+    kept = e = 0
+    while e < k:
+        w, end = who[e], e
+        frozen = fc[w] <= pmin[w] * (1 + _REL_EPS)
+        while end < k and who[end] == w:
+            frozen |= below[link[end]] == 0
+            end += 1
+        if frozen:
+            rate[w] = m[w]
+            for j in range(e, end):
+                dec[link[j]] += coef[j] * rate[w]
+        else:
+            for j in range(e, end):
+                link[kept], who[kept], coef[kept] = link[j], w, coef[j]
                 kept += 1
-        k = kept
+        e = end
+    return kept

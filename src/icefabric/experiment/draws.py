@@ -30,7 +30,7 @@ from multiprocessing import get_all_start_methods, get_context
 import numpy as np
 
 from icefabric.ccl.workload import Workload
-from icefabric.engine.batch import run_flow_batch
+from icefabric.engine.batch import RouteSets, run_flow_batch
 from icefabric.engine.problem import SimProblem
 from icefabric.engine.result import CollectiveResult, SimResult
 from icefabric.pipeline import EngineOptions, Plan, plan, simulate, with_link_events
@@ -203,7 +203,8 @@ def batched_runs(fabric: Fabric, plans: list[Plan]) -> tuple[SimProblem, np.ndar
     flows)."""
     prob, pmap = to_problem(fabric, plans[0].workload, plans[0].paths)
     ks = np.arange(prob.n_routes)
-    start, finish = run_flow_batch(prob, [pmap.routes(ks, p.paths) for p in plans])
+    indptr, links = pmap.routes_of_plans(ks, [p.paths for p in plans])
+    start, finish = run_flow_batch(prob, RouteSets(indptr, links, len(plans)))
     return prob, start, finish
 
 

@@ -31,12 +31,34 @@ from icefabric.engine.problem import EngineError, SimProblem
 @dataclass(frozen=True)
 class RouteSets:
     """``n`` route sets of a problem's K routes (same flows and weights, links drawn
-    anew) as one CSR of link lists, set-major: row ``i*K + k`` is route ``k`` in set
-    ``i``."""
+    anew). Route ``k`` in set ``i`` is row ``pre[k]`` of ``fixed``, then row
+    ``i*M + mid_row[k]`` of ``mid``, then row ``post[k]`` of ``fixed`` (``-1``: none):
+    ``mid`` (CSR, M rows per set) holds what is drawn, e.g. the plans' fabric routes,
+    and ``fixed`` (CSR) what every set shares, e.g. the paths inside servers. Given so,
+    nothing of size N x K is built (the kernel reads the segments)."""
 
-    indptr: np.ndarray
-    links: np.ndarray
+    fixed_indptr: np.ndarray
+    fixed_links: np.ndarray
+    pre: np.ndarray
+    mid_row: np.ndarray
+    post: np.ndarray
+    mid_indptr: np.ndarray
+    mid_links: np.ndarray
     n: int
+
+    @classmethod
+    def stacked(cls, route_sets: Sequence[tuple[np.ndarray, np.ndarray]]) -> RouteSets:
+        """Route sets given as one CSR ``(indptr, links)`` of the K routes each."""
+        K = len(route_sets[0][0]) - 1
+        none = np.full(K, -1, dtype=np.int64)
+        lengths = np.concatenate([np.diff(ip) for ip, _ in route_sets])
+        return cls(np.zeros(1, np.int64), np.zeros(0, np.int64), none,
+                   np.arange(K, dtype=np.int64), none, indptr_from_lengths(lengths),
+                   np.concatenate([lk for _, lk in route_sets]), len(route_sets))
+
+    @property
+    def mid_per_set(self) -> int:
+        return (len(self.mid_indptr) - 1) // max(self.n, 1)
 
 
 def run_flow_batch(problem: SimProblem, routes: RouteSets) -> tuple[np.ndarray, np.ndarray]:
@@ -44,7 +66,8 @@ def run_flow_batch(problem: SimProblem, routes: RouteSets) -> tuple[np.ndarray, 
     P = problem
     if P.failures:
         raise EngineError("run_flow_batch runs problems without link failures only")
-    if len(routes.indptr) != routes.n * P.n_routes + 1:
+    if len(routes.mid_row) != P.n_routes or \
+            len(routes.mid_indptr) != routes.n * routes.mid_per_set + 1:
         raise EngineError("every route set must have one link list per route of the problem")
     N, F = routes.n, P.n_flows
     start = np.full((N, F), -1, dtype=np.int64)
@@ -55,21 +78,16 @@ def run_flow_batch(problem: SimProblem, routes: RouteSets) -> tuple[np.ndarray, 
     return start, finish
 
 
-def stack_routes(route_sets: Sequence[tuple[np.ndarray, np.ndarray]]) -> RouteSets:
-    """Route sets given as one CSR ``(indptr, links)`` each, laid end to end."""
-    lengths = np.concatenate([np.diff(ip) for ip, _ in route_sets])
-    return RouteSets(indptr_from_lengths(lengths),
-                     np.concatenate([lk for _, lk in route_sets]), len(route_sets))
-
-
-def _routes(P: SimProblem, routes) -> Routes:
-    """The kernel's view of the draws' routes: the CSR, the routes of every flow, the
+def _routes(P: SimProblem, rs: RouteSets) -> Routes:
+    """The kernel's view of the draws' routes: the segments, the routes of every flow, the
     links that may limit a rate, and the capacities."""
     order = np.argsort(P.route_flow, kind="stable")
     keep = np.ones(P.n_links, dtype=bool)
-    keep[redundant_links(P, routes)] = False
+    keep[redundant_links(P, rs)] = False
     i64 = np.int64
-    return Routes(routes.indptr.astype(i64), routes.links.astype(i64),
+    return Routes(rs.fixed_indptr.astype(i64), rs.fixed_links.astype(i64),
+                  rs.pre.astype(i64), rs.mid_row.astype(i64), rs.post.astype(i64),
+                  rs.mid_indptr.astype(i64), rs.mid_links.astype(i64), rs.mid_per_set,
                   P.route_weight.astype(np.float64),
                   indptr_from_lengths(np.bincount(P.route_flow, minlength=P.n_flows)),
                   order.astype(i64), keep, P.link_capacity_bps.astype(np.float64),
@@ -117,19 +135,26 @@ def redundant_links(P: SimProblem, routes) -> np.ndarray:
     return np.asarray(drop, dtype=np.int64)
 
 
-def _varying_links(P: SimProblem, routes) -> np.ndarray:
-    """Links on a route whose link list is not the same in every route set."""
-    indptr, links, K = routes.indptr, routes.links, P.n_routes
-    lens = np.diff(indptr).reshape(routes.n, K)
+def _varying_links(P: SimProblem, rs: RouteSets) -> np.ndarray:
+    """Links on a route whose link list is not the same in every route set (its drawn
+    segment differs): its fixed segments' and its drawn segment's in every set."""
+    indptr, links, M = rs.mid_indptr, rs.mid_links, rs.mid_per_set
+    lens = np.diff(indptr).reshape(rs.n, M)
     same = (lens == lens[0]).all(axis=0)
     ok = np.flatnonzero(same)
     n = lens[0, ok]
-    rows = (np.arange(len(lens))[:, None] * K + ok).ravel()  # draw-major
-    mine = links[gather(indptr[rows], np.tile(n, len(lens)))]
-    diff = mine != np.tile(links[gather(indptr[ok], n)], len(lens))
-    same[ok] = np.bincount(np.tile(np.repeat(np.arange(len(ok)), n), len(lens)), diff,
+    rows = (np.arange(rs.n)[:, None] * M + ok).ravel()  # set-major
+    diff = links[gather(indptr[rows], np.tile(n, rs.n))] != \
+        np.tile(links[gather(indptr[ok], n)], rs.n)
+    same[ok] = np.bincount(np.tile(np.repeat(np.arange(len(ok)), n), rs.n), diff,
                            len(ok)) == 0
-    rows = (np.arange(len(lens))[:, None] * K + np.flatnonzero(~same)).ravel()
+    drawn = np.flatnonzero(rs.mid_row >= 0)
+    k = drawn[~same[rs.mid_row[drawn]]]
+    rows = (np.arange(rs.n)[:, None] * M + np.unique(rs.mid_row[k])).ravel()
     varying = np.zeros(P.n_links, dtype=bool)
     varying[links[gather(indptr[rows], np.diff(indptr)[rows])]] = True
+    for ends in (rs.pre[k], rs.post[k]):
+        ends = ends[ends >= 0]
+        varying[rs.fixed_links[gather(rs.fixed_indptr[ends], np.diff(rs.fixed_indptr)[ends])]] \
+            = True
     return varying

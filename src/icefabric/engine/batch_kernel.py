@@ -16,8 +16,8 @@ Max-min is progressive filling by bottleneck rounds, as
 :func:`icefabric.dataplane.fairness.maxmin_entries` (Bertsekas & Gallager, *Data
 Networks*, 2nd ed., §6.5.2).
 
-The draws' routes come as one CSR, draw-major (:class:`Routes`); each draw's link-by-flow
-incidence is built from it in turn (:func:`_incidence`) as :class:`Net`: ``c_ptr[f]``
+The draws' routes come as segments (:class:`Routes`); each draw's link-by-flow incidence
+is built from them in turn (:func:`_incidence`) as :class:`Net`: ``c_ptr[f]``
 starts flow ``f``'s entries ``(c_link, c_coef)`` (links ascending, a link crossed by
 several routes of the flow once, their weights summed in route order as
 ``scipy.sparse`` sums duplicates) and ``r_ptr[l]`` starts link ``l``'s flows ``r_flow``.
@@ -34,12 +34,14 @@ NEVER = np.iinfo(np.int64).max
 _REL_EPS = 1e-9  # fairness._REL_EPS: bottleneck and cap tolerance
 _SAT_EPS = 1e-6  # a link within this fraction of its capacity is saturated (flow.py)
 
-#: every draw's routes: row ``n*K + k`` of the CSR ``(indptr, links)`` is route ``k`` in
-#: draw ``n``; per route its ``weight``; the routes of every flow ``fr_ptr``/``fr_route``
-#: (ascending); links ``keep`` (the others never limit a rate); capacities ``cap`` (L,)
-#: and flow rate caps ``fcap`` (F,)
-Routes = namedtuple("Routes", ["indptr", "links", "weight", "fr_ptr", "fr_route", "keep",
-                               "cap", "fcap"])
+#: every draw's routes (:class:`icefabric.engine.batch.RouteSets`): route ``k`` in draw
+#: ``n`` is row ``pre[k]`` of the CSR ``fixed_*``, row ``n*n_mid + mid_row[k]`` of the CSR
+#: ``mid_*``, row ``post[k]`` of ``fixed_*`` (-1: none); per route its ``weight``; the
+#: routes of every flow ``fr_ptr``/``fr_route`` (ascending); links ``keep`` (the others
+#: never limit a rate); capacities ``cap`` (L,) and flow rate caps ``fcap`` (F,)
+Routes = namedtuple("Routes", ["fixed_ptr", "fixed_links", "pre", "mid_row", "post",
+                               "mid_ptr", "mid_links", "n_mid", "weight", "fr_ptr",
+                               "fr_route", "keep", "cap", "fcap"])
 #: one draw's incidence (see the module docstring)
 Net = namedtuple("Net", ["c_ptr", "c_link", "c_coef", "r_ptr", "r_flow", "cap", "fcap"])
 #: the flows: size, latency, earliest start, dependency counts, dependents (CSR)
@@ -81,13 +83,29 @@ def run_draws(rt, dag, start, finish) -> int:
 @njit(cache=True)
 def _net_buffers(rt, F, n_draws):
     """A :class:`Net` large enough for the draw with the most route links."""
-    K = len(rt.weight)
+    fixed = 0
+    for k in range(len(rt.pre)):
+        fixed += _seg_len(rt.fixed_ptr, rt.pre[k]) + _seg_len(rt.fixed_ptr, rt.post[k])
     E = 0
     for n in range(n_draws):
-        E = max(E, rt.indptr[(n + 1) * K] - rt.indptr[n * K])
+        mid = 0
+        for k in range(len(rt.pre)):
+            mid += _seg_len(rt.mid_ptr, _mid(rt, n, k))
+        E = max(E, fixed + mid)
     L = len(rt.cap)
     return Net(np.zeros(F + 1, dtype=np.int64), np.empty(E, dtype=np.int64), np.empty(E),
                np.zeros(L + 1, dtype=np.int64), np.empty(E, dtype=np.int64), rt.cap, rt.fcap)
+
+
+@njit(cache=True)
+def _mid(rt, n, k):
+    """Row of route ``k``'s drawn segment in draw ``n`` (-1: none)."""
+    return n * rt.n_mid + rt.mid_row[k] if rt.mid_row[k] >= 0 else -1
+
+
+@njit(cache=True)
+def _seg_len(ptr, row):
+    return ptr[row + 1] - ptr[row] if row >= 0 else 0
 
 
 @njit(cache=True)
@@ -95,26 +113,43 @@ def _incidence(rt, n, net) -> None:
     """Draw ``n``'s incidence into ``net``: per flow, the kept links of its routes, each
     once (ascending; weights of a link crossed by several routes summed in route order),
     then per link its flows."""
-    K, F = len(rt.weight), len(net.c_ptr) - 1
+    F = len(net.c_ptr) - 1
     e = 0
     for f in range(F):
         first = e
         net.c_ptr[f] = e
         for q in range(rt.fr_ptr[f], rt.fr_ptr[f + 1]):
-            r = rt.fr_route[q]
-            for p in range(rt.indptr[n * K + r], rt.indptr[n * K + r + 1]):
-                x = rt.links[p]
-                if rt.keep[x]:
-                    e = _insert_entry(net, first, e, x, rt.weight[r])
+            k = rt.fr_route[q]
+            w = rt.weight[k]
+            e = _segment(net, first, e, rt.fixed_ptr, rt.fixed_links, rt.pre[k], rt.keep, w)
+            e = _segment(net, first, e, rt.mid_ptr, rt.mid_links, _mid(rt, n, k), rt.keep, w)
+            e = _segment(net, first, e, rt.fixed_ptr, rt.fixed_links, rt.post[k], rt.keep, w)
     net.c_ptr[F] = e
-    # per link its flows: a counting sort of the entries by link
+    _link_flows(net, e)
+
+
+@njit(cache=True)
+def _segment(net, first, e, ptr, links, row, keep, w) -> int:
+    """Add the kept links of CSR row ``row`` (-1: none) with weight ``w`` to the flow's
+    entries ``first..e-1``; return their new end."""
+    if row < 0:
+        return e
+    for p in range(ptr[row], ptr[row + 1]):
+        if keep[links[p]]:
+            e = _insert_entry(net, first, e, links[p], w)
+    return e
+
+
+@njit(cache=True)
+def _link_flows(net, e) -> None:
+    """Per link its flows (``r_ptr``/``r_flow``): a counting sort of the ``e`` entries."""
     r_ptr = net.r_ptr
     r_ptr[:] = 0
     for i in range(e):
         r_ptr[net.c_link[i] + 1] += 1
     for x in range(len(r_ptr) - 1):
         r_ptr[x + 1] += r_ptr[x]
-    for f in range(F):
+    for f in range(len(net.c_ptr) - 1):
         for i in range(net.c_ptr[f], net.c_ptr[f + 1]):
             x = net.c_link[i]
             net.r_flow[r_ptr[x]] = f

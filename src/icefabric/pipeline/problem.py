@@ -12,7 +12,6 @@ are built by gathering the segments of all routes at once (no per-hop Python loo
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,22 +59,7 @@ class ProblemMap:
 
     def routes(self, ks: np.ndarray, plan: PathPlan) -> tuple[np.ndarray, np.ndarray]:
         """CSR of problem routes ``ks`` with their plan routes taken from ``plan``."""
-        return _concat(self, self.pre[ks], self.plan_route[ks], self.post[ks],
-                       (plan.route_indptr, plan.route_links))
-
-    def routes_of_plans(self, ks: np.ndarray, plans: Sequence[PathPlan]
-                        ) -> tuple[np.ndarray, np.ndarray]:
-        """:meth:`routes` for every plan of ``plans`` (same routes, own links), laid end
-        to end plan by plan, in one pass (ECMP draws: one call instead of one per draw)."""
-        n_routes = np.array([len(p.route_indptr) - 1 for p in plans], dtype=np.int64)
-        first = np.repeat(np.cumsum(n_routes) - n_routes, len(ks))  # of each plan's routes
-        rte = np.tile(self.plan_route[ks], len(plans))
-        rte = np.where(rte >= 0, rte + first, -1)
-        indptr = indptr_from_lengths(np.concatenate([np.diff(p.route_indptr)
-                                                     for p in plans]))
-        links = np.concatenate([p.route_links for p in plans])
-        return _concat(self, np.tile(self.pre[ks], len(plans)), rte,
-                       np.tile(self.post[ks], len(plans)), (indptr, links))
+        return _concat(self, self.pre[ks], self.plan_route[ks], self.post[ks], plan)
 
 
 def _server_paths(fabric: Fabric, a: np.ndarray, b: np.ndarray):
@@ -97,11 +81,11 @@ def _segments(indptr: np.ndarray, rows: np.ndarray) -> tuple[np.ndarray, np.ndar
     return start, length
 
 
-def _concat(m: ProblemMap, pre, rte, post, plan_routes) -> tuple[np.ndarray, np.ndarray]:
-    """Link lists ``server path pre + plan route rte + server path post`` (CSR; plan
-    routes ``(indptr, links)``); ``-1`` for an absent segment."""
+def _concat(m: ProblemMap, pre, rte, post, plan: PathPlan) -> tuple[np.ndarray, np.ndarray]:
+    """Link lists ``server path pre + plan route rte + server path post`` (CSR); ``-1``
+    for an absent segment."""
     segs = [(m.sp_links, *_segments(m.sp_indptr, pre)),
-            (plan_routes[1], *_segments(plan_routes[0], rte)),
+            (plan.route_links, *_segments(plan.route_indptr, rte)),
             (m.sp_links, *_segments(m.sp_indptr, post))]
     indptr = indptr_from_lengths(sum(length for _, _, length in segs))
     out = np.empty(int(indptr[-1]), dtype=np.int64)

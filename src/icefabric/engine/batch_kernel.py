@@ -97,13 +97,13 @@ def _net_buffers(rt, F, n_draws):
                np.zeros(L + 1, dtype=np.int64), np.empty(E, dtype=np.int64), rt.cap, rt.fcap)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _mid(rt, n, k):
     """Row of route ``k``'s drawn segment in draw ``n`` (-1: none)."""
     return n * rt.n_mid + rt.mid_row[k] if rt.mid_row[k] >= 0 else -1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _seg_len(ptr, row):
     return ptr[row + 1] - ptr[row] if row >= 0 else 0
 
@@ -128,7 +128,7 @@ def _incidence(rt, n, net) -> None:
     _link_flows(net, e)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _segment(net, first, e, ptr, links, row, keep, w) -> int:
     """Add the kept links of CSR row ``row`` (-1: none) with weight ``w`` to the flow's
     entries ``first..e-1``; return their new end."""
@@ -159,7 +159,7 @@ def _link_flows(net, e) -> None:
     r_ptr[0] = 0
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _insert_entry(net, first, e, x, w) -> int:
     """Add weight ``w`` on link ``x`` to the flow's entries ``first..e-1`` (ascending by
     link); return the new end."""
@@ -323,7 +323,7 @@ def _discrete_events(st, dag, t) -> bool:
     return started
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _release(st, dag, f, t) -> None:
     """``f`` completed at ``t``: its dependents with no dependency left may start."""
     for p in range(dag.dptr[f], dag.dptr[f + 1]):
@@ -334,13 +334,13 @@ def _release(st, dag, f, t) -> None:
             _push(st, g)
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _push(st, f) -> None:
     st.pend[st.n[_PEND]] = f
     st.n[_PEND] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _insert_running(st, f) -> None:
     """Add ``f`` to the running flows, keeping them ascending (max-min sums over them in
     this order)."""

@@ -62,7 +62,9 @@ class RouteSets:
 
 
 def run_flow_batch(problem: SimProblem, routes: RouteSets) -> tuple[np.ndarray, np.ndarray]:
-    """Run ``problem`` once per route set; return ``(start_ns, finish_ns)``, shape (N, F)."""
+    """Run ``problem`` once per route set; return ``(start_ns, finish_ns)``, shape (N, F).
+    The problem's own routes must be one of the sets (e.g. the first draw's): links are
+    left out of max-min on its incidence (:func:`redundant_links`)."""
     P = problem
     if P.failures:
         raise EngineError("run_flow_batch runs problems without link failures only")

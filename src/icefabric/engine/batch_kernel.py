@@ -1,6 +1,6 @@
 """Compiled loop of the batched flow engine (:mod:`icefabric.engine.batch` sets it up).
 
-Each draw is a small problem (tens of running flows), so its events cost microseconds in
+Each draw is a small problem (a hundred or so running flows), so its events cost microseconds in
 compiled code, where numpy's per-call overhead over a lockstep of all draws cost more than
 the work (BENCHMARKS.md, "ECMP draws"). :func:`run_draws` runs every draw to its end, one
 after the other, with the event rules and rate updates of

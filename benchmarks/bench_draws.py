@@ -115,6 +115,12 @@ def stability(base: list[str], ns: str, seeds: str, save: str = "") -> None:
                   f"{np.mean(list(change.values())):5.2%}  {over} of {len(change)} medians "
                   f"moved 3 % or more ({len(pairs)} seed pairs); worst: seeds {a}/{b} "
                   f"{' '.join(map(str, k))} B", flush=True)
+            largest = max(k[3] for k in per_draw[a])
+            parts = {"ECMP family": [v for x, v in change.items()
+                                     if x[2][0] != "static-disjoint"],
+                     f"at {largest} B": [v for x, v in change.items() if x[2][3] == largest]}
+            for part, c in parts.items():
+                print(f"{'':>25}{part}: worst {max(c):5.1%}  mean {np.mean(c):5.2%}")
     worst_levels(per_draw, pairs, counts[-1])
 
 

@@ -107,7 +107,8 @@ def test_coupled_ring_agrees_with_its_explicit_step_dag(fabric, kind):
 @pytest.mark.parametrize("pxn", [True, False])
 def test_alltoall_pairs_match_the_per_pair_helpers(pxn):
     """The rank-pair arrays of AllToAll agree with the scalar helpers, pair by pair, on
-    mixed servers (8 x 400G and 16 x 200G ports) across leaves."""
+    mixed servers (8 x 400G and 16 x 200G ports) across leaves: channel 0 of every pair
+    first, then channel 1 of the pairs whose GPUs have two ports, which carries half."""
     f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 2, "h"),
                     ServerGroup(server_profile("bm-gpu-h100-8"), 2, "o")], servers_per_leaf=1,
                    n_spines=4)
@@ -117,14 +118,39 @@ def test_alltoall_pairs_match_the_per_pair_helpers(pxn):
     w = wb.build(node_ip=f.node_ip)
     n = c.nranks
     pairs = [(a, b) for a in range(n) for b in range(n) if a != b]
-    assert w.hop_src.tolist() == [int(c.ranks[a]) for a, _ in pairs]
-    for i, (a, b) in enumerate(pairs):
-        if c.rank_server[a] == c.rank_server[b]:
-            assert (w.hop_conn[i], w.hop_src_nic[i]) == (-1, -1)
+    net = [c.rank_server[a] != c.rank_server[b] for a, b in pairs]
+    ports = [max(int(f.accel_port_count(c.ranks[b])),
+                 0 if pxn else int(f.accel_port_count(c.ranks[a]))) if m else 1
+             for (a, b), m in zip(pairs, net)]
+    hops = [(i, ch) for ch in (0, 1) for i in range(len(pairs)) if ports[i] > ch]
+    assert w.hop_src.tolist() == [int(c.ranks[pairs[i][0]]) for i, _ in hops]
+    assert w.hop_flow.tolist() == [i for i, _ in hops]
+    for h, (i, ch) in enumerate(hops):
+        a, b = pairs[i]
+        assert w.hop_weight[h] == 1.0 / ports[i]
+        if not net[i]:
+            assert (w.hop_conn[h], w.hop_src_nic[h]) == (-1, -1)
             assert w.flow_latency_ns[i] == c.intra_delay_ns(a) + c.step_overhead_ns
             continue
-        dn = int(f.accel_nic[c.ranks[b]])
-        sn = c.nic(a, int(f.node_index[dn])) if pxn else int(f.accel_nic[c.ranks[a]])
-        assert (w.hop_src_nic[i], w.hop_dst_nic[i]) == (sn, dn)
-        assert w.flow_latency_ns[i] == c.hop_delay_ns(sn, dn) + c.step_overhead_ns
-    assert w.n_conns == sum(c.rank_server[a] != c.rank_server[b] for a, b in pairs)
+        dn = int(f.accel_port(c.ranks[b], ch))
+        sn = c.nic(a, int(f.node_index[dn])) if pxn else int(f.accel_port(c.ranks[a], ch))
+        assert (w.hop_src_nic[h], w.hop_dst_nic[h]) == (sn, dn)
+        if ch == 0:
+            assert w.flow_latency_ns[i] == c.hop_delay_ns(sn, dn) + c.step_overhead_ns
+    assert w.n_conns == sum(p for p, m in zip(ports, net) if m)
+
+
+def test_alltoall_uses_every_port_of_a_16_port_server():
+    """On 16-port servers every port carries an equal share of AllToAll traffic (NCCL
+    alternates a GPU's p2p channels over its two ports), with or without PXN."""
+    f = leaf_spine([ServerGroup(server_profile("bm-gpu-h100-8"), 2, "o")],
+                   servers_per_leaf=1, n_spines=4)
+    for algo in ("pxn", "direct"):
+        wb = WorkloadBuilder()
+        add_collective(wb, comm(f), "alltoall", 64 << 20, algorithm=algo)
+        w = wb.build(node_ip=f.node_ip)
+        sent = np.zeros(f.n_nodes)
+        on = w.hop_src_nic >= 0
+        np.add.at(sent, w.hop_src_nic[on], w.flow_size_bytes[w.hop_flow[on]] * w.hop_weight[on])
+        per_port = sent[list(f.servers[0].nics) + list(f.servers[1].nics)]
+        assert per_port.min() == pytest.approx(per_port.max()) and per_port.min() > 0, algo

@@ -19,6 +19,7 @@ from icefabric.control.planning import (
 )
 from icefabric.topology.builders import ServerGroup, leaf_spine
 from icefabric.topology.catalog import server_profile
+from icefabric.topology.model import LINK_FABRIC
 
 from .conftest import nics_of
 
@@ -130,6 +131,45 @@ def test_auto_keeps_a_colouring_at_the_cut_bound():
     assert leaf_cut_bound(f, d) == pytest.approx(2.0)
     assert a.method == "edge_coloring" and a.max_util == pytest.approx(2.0)
     assert "tried" not in a.meta
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(0, 10_000))
+def test_quantised_cut_bound_never_exceeds_the_optimum(seed):
+    """With one rate for every QP the bound rounds up to whole multiples of rate/capacity;
+    it stays a lower bound of the MILP optimum (several jobs and phases included)."""
+    from icefabric.topology.routing import Routing
+
+    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 4, "h")], servers_per_leaf=1,
+                   n_spines=3, links_per_spine=1)
+    rng = np.random.default_rng(seed)
+    nics = nics_of(f, range(4))
+    src, dst = rng.choice(nics, 12), rng.choice(nics, 12)
+    keep = f.nic_leaf[src] != f.nic_leaf[dst]
+    n = int(keep.sum())
+    if n == 0:
+        return
+    d = demand_from_pairs(f, src[keep], dst[keep], rate_bps=400e9,
+                          job=rng.integers(0, 2, n), phase=rng.integers(0, 2, n))
+    m = plan_paths(f, Routing(f), d, method="milp")
+    assert m.meta["optimal"]
+    assert leaf_cut_bound(f, d) <= m.max_util + 1e-9
+
+
+def test_cut_bound_counts_whole_qps_per_link():
+    """Five QPs at line rate leaving a leaf over three uplinks: the mean is 5/3 of a link,
+    but some uplink carries two whole QPs, so the bound is 2 (and auto stops there)."""
+    from icefabric.topology.routing import Routing
+
+    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 2, "h")], servers_per_leaf=1,
+                   n_spines=3, links_per_spine=1)
+    up = f.link_capacity_bps[(f.link_src == f.nic_leaf[f.servers[0].nics[0]])
+                             & (f.link_kind == LINK_FABRIC)]
+    src, dst = nics_of(f, [0])[:5], nics_of(f, [1])[:5]
+    d = demand_from_pairs(f, src, dst, rate_bps=float(up[0]))
+    assert len(up) == 3 and leaf_cut_bound(f, d) == pytest.approx(2.0)
+    a = plan_paths(f, Routing(f), d, method="auto")
+    assert a.max_util == pytest.approx(2.0) and "tried" not in a.meta
 
 
 def test_weighted_hetero_greedy_respects_capacities(hetero_fabric, routing_of):

@@ -202,7 +202,10 @@ def alltoall(wb: WorkloadBuilder, comm: Communicator, size_bytes: int, *, after=
              pxn: bool = True, name: str = "") -> list[int]:
     """AllToAll as NCCL runs it: every rank sends ``size/n`` to every other rank at once.
     Inter-node messages use the destination's rail; with PXN the source first crosses
-    NVLink to its local GPU on that rail (domain-facts §5.1)."""
+    NVLink to its local GPU on that rail (domain-facts §5.1). A GPU with several ports
+    (16-port servers) spreads each peer's channels over them
+    (:meth:`~icefabric.topology.model.Fabric.accel_port`): one connection per port, each
+    carrying an equal share of the pair's bytes."""
     n = comm.nranks
     coll = wb.collective(CollectiveCall(name or f"{comm.job}:alltoall:{size_bytes}", comm.job,
                                         "alltoall", size_bytes, n, "pxn" if pxn else "direct",
@@ -212,22 +215,42 @@ def alltoall(wb: WorkloadBuilder, comm: Communicator, size_bytes: int, *, after=
     a, b = np.nonzero(~np.eye(n, dtype=bool))
     src, dst = comm.ranks[a].astype(np.int64), comm.ranks[b].astype(np.int64)
     net = comm.rank_server[a] != comm.rank_server[b]
-    dn = np.where(net, f_.accel_nic[dst], -1)
+    ports = f_.accel_port_count(dst) if pxn else \
+        np.maximum(f_.accel_port_count(src), f_.accel_port_count(dst))
+    ports = np.where(net, ports, 1)
+    sn, dn = _alltoall_nics(comm, a, b, net, 0, pxn)
+    lat = np.array([comm.intra_delay_ns(r) for r in range(n)], dtype=np.int64)[a]
+    lat[net] = comm.hop_delays_ns(sn[net], dn[net])
+    flows = wb.flows(np.full(len(a), size_bytes / n), coll=coll, deps=after,
+                     latency_ns=lat + comm.step_overhead_ns)
+    for c in range(int(ports.max(initial=1))):
+        if c:
+            sn, dn = _alltoall_nics(comm, a, b, net, c, pxn)
+        on = ports > c
+        link = on & net
+        conn = np.full(len(a), -1, dtype=np.int64)
+        keys = [(comm.job, "p2p", x, y) + ((c,) if c else ())
+                for x, y in zip(a[link].tolist(), b[link].tolist())]
+        conn[link] = wb.connections(keys, sn[link], dn[link], comm.qps_per_connection,
+                                    comm.job)
+        wb.hops(flows[on], src[on], dst[on], src_nic=sn[on], dst_nic=dn[on], conn=conn[on],
+                weight=1.0 / ports[on])
+    return flows.tolist()
+
+
+def _alltoall_nics(comm: Communicator, a: np.ndarray, b: np.ndarray, net: np.ndarray,
+                   channel: int, pxn: bool) -> tuple[np.ndarray, np.ndarray]:
+    """Source and destination NICs of channel ``channel`` of every AllToAll pair of ranks
+    ``a`` -> ``b`` (-1 within a server): the destination GPU's port for it, and with PXN
+    the source server's NIC on the same rail, else the source GPU's own port for it."""
+    f_ = comm.fabric
+    dn = np.where(net, f_.accel_port(comm.ranks[b], channel), -1)
     sn = np.full(len(a), -1, dtype=np.int64)
     if pxn:
         sn[net] = comm.nics(a[net], f_.node_index[dn[net]])
     else:
-        sn[net] = f_.accel_nic[src[net]]
-    intra = np.array([comm.intra_delay_ns(r) for r in range(n)], dtype=np.int64)
-    lat = intra[a]
-    lat[net] = comm.hop_delays_ns(sn[net], dn[net])
-    flows = wb.flows(np.full(len(a), size_bytes / n), coll=coll, deps=after,
-                     latency_ns=lat + comm.step_overhead_ns)
-    conn = np.full(len(a), -1, dtype=np.int64)
-    keys = [(comm.job, "p2p", x, y) for x, y in zip(a[net].tolist(), b[net].tolist())]
-    conn[net] = wb.connections(keys, sn[net], dn[net], comm.qps_per_connection, comm.job)
-    wb.hops(flows, src, dst, src_nic=sn, dst_nic=dn, conn=conn)
-    return flows.tolist()
+        sn[net] = f_.accel_port(comm.ranks[a[net]], channel)
+    return sn, dn
 
 
 ALGORITHMS = {

@@ -142,13 +142,15 @@ class WorkloadBuilder:
         return np.array(out, dtype=np.int64)
 
     def hops(self, flows: np.ndarray, src: np.ndarray, dst: np.ndarray, *,
-             src_nic: np.ndarray, dst_nic: np.ndarray, conn: np.ndarray) -> None:
-        """:meth:`hop` of many hops (weight 1); -1 NICs and connection for intra-server."""
+             src_nic: np.ndarray, dst_nic: np.ndarray, conn: np.ndarray,
+             weight: np.ndarray | float = 1.0) -> None:
+        """:meth:`hop` of many hops; -1 NICs and connection for intra-server."""
         for lst, v in ((self.hop_flow, flows), (self.hop_src, src), (self.hop_dst, dst),
                        (self.hop_src_nic, src_nic), (self.hop_dst_nic, dst_nic),
                        (self.hop_conn, conn)):
             lst += np.asarray(v, dtype=np.int64).tolist()
-        self.hop_weight += [1.0] * len(flows)
+        self.hop_weight += np.broadcast_to(np.asarray(weight, dtype=np.float64),
+                                           (len(flows),)).tolist()
 
     def hop(self, flow: int, src: int, dst: int, *, src_nic: int = -1, dst_nic: int = -1,
             conn: int = -1, weight: float = 1.0) -> None:

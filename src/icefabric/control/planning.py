@@ -730,7 +730,10 @@ def leaf_cut_bound(fabric: Fabric, demand: Demand) -> float:
 
     The busiest uplink of a leaf is at least as loaded as their capacity-weighted mean,
     and a job's peak phase on one link is at least its share of the peak phase over all
-    of them, so ``max u >= sum_j max_p out(leaf, p) / sum cap`` for every leaf.
+    of them, so ``max u >= sum_j max_p out(leaf, p) / sum cap`` for every leaf. When every
+    QP wants the same rate ``r`` and a leaf's fabric links share one capacity ``c``, every
+    ``u`` of those links is a whole multiple of ``r / c`` (a job's peak on a link is a count
+    of its QPs there), so the leaf's bound rounds up to the next multiple.
 
     Examples
     --------
@@ -763,8 +766,30 @@ def leaf_cut_bound(fabric: Fabric, demand: Demand) -> float:
         cap = np.bincount(cap_side[fab], fabric.link_capacity_bps[fab],
                           minlength=fabric.n_nodes)
         ok = cap > 0
-        best = max(best, float((need[ok] / cap[ok]).max(initial=0.0)))
+        bound = need[ok] / cap[ok]
+        quantum = _utilisation_quantum(fabric, demand, cap_side)[ok]
+        whole = quantum > 0
+        bound[whole] = np.ceil(bound[whole] / quantum[whole] - 1e-9) * quantum[whole]
+        best = max(best, float(bound.max(initial=0.0)))
     return best
+
+
+def _utilisation_quantum(fabric: Fabric, demand: Demand, side: np.ndarray) -> np.ndarray:
+    """Per node: ``r / c`` when every QP wants one rate ``r`` and the node's fabric links
+    (``side``: ``link_src`` for the links leaving it, ``link_dst`` for those entering) all
+    have one capacity ``c``; 0 where the utilisation of those links is not quantised."""
+    out = np.zeros(fabric.n_nodes)
+    if len(demand.ent_rate_bps) == 0 or not demand.is_uniform():
+        return out
+    fab = fabric.link_kind == LINK_FABRIC
+    node, cap = side[fab], fabric.link_capacity_bps[fab].astype(np.float64)
+    lo = np.full(fabric.n_nodes, np.inf)
+    hi = np.zeros(fabric.n_nodes)
+    np.minimum.at(lo, node, cap)
+    np.maximum.at(hi, node, cap)
+    same = (hi > 0) & (lo == hi)
+    out[same] = float(demand.ent_rate_bps[0]) / hi[same]
+    return out
 
 
 def _auto(fabric, routing, demand, **kw) -> PathAssignment:

@@ -163,12 +163,37 @@ class Fabric:
     @cached_property
     def accel_nic(self) -> np.ndarray:
         """For every accelerator node: its own (first) NIC node id (-1 elsewhere)."""
-        out = np.full(self.n_nodes, -1, dtype=np.int64)
+        return self._accel_ports[0][:, 0].copy()
+
+    @cached_property
+    def _accel_ports(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every accelerator's own NICs (ports) in order, -1 padded, and how many it has."""
+        width = max((len(s.profile.nics_of_accel(i)) for s in self.servers
+                     for i in range(len(s.accels))), default=1)
+        table = np.full((self.n_nodes, width), -1, dtype=np.int64)
+        count = np.ones(self.n_nodes, dtype=np.int64)
         for srv in self.servers:
-            p = srv.profile
             for i, a in enumerate(srv.accels):
-                out[a] = srv.nics[p.nic_of_accel(i)]
-        return out
+                own = [srv.nics[j] for j in srv.profile.nics_of_accel(i)]
+                table[a, :len(own)], count[a] = own, len(own)
+        return table, count
+
+    def accel_port_count(self, accel) -> np.ndarray:
+        """How many NICs (ports) each accelerator of ``accel`` owns."""
+        return self._accel_ports[1][np.asarray(accel)]
+
+    def accel_port(self, accel, channel) -> np.ndarray:
+        """The NIC (port) accelerator ``accel`` sends channel ``channel`` of a
+        point-to-point connection through: its own ports in turn.
+
+        NCCL's ``ncclTopoGetLocalNet`` (``src/graph/topo.cc``, 2.19 on) gives channel ``c``
+        of a GPU the local net ``localNets[(base + c) % localNetCount]`` when
+        ``localNetCount / localGpuCount`` NICs share one GPU (two ports per GPU on 16-port
+        servers), so p2p channels alternate between a GPU's ports. ``base`` (derived from the
+        GPU's device index) only relabels the ports; it is taken as 0."""
+        a = np.asarray(accel)
+        table, count = self._accel_ports
+        return table[a, np.asarray(channel) % count[a]]
 
     @cached_property
     def server_of_name(self) -> dict[str, int]:

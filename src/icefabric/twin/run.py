@@ -332,8 +332,7 @@ def run_twin(scenario: str | LoadedScenario, controller_url: str, admin_token: s
     t0 = time.perf_counter()
     ls = load(scenario) if not isinstance(scenario, LoadedScenario) else scenario
     if failures is not None:
-        ls = LoadedScenario(ls.scenario.model_copy(update={"failures": list(failures)}),
-                            ls.source, ls.lines, ls.text)
+        ls = ls.updated(failures=list(failures))
     scn = ls.scenario
     size = int(size_bytes or scn.size_list()[-1])
     with httpx.Client(base_url=controller_url, trust_env=False, timeout=30.0,

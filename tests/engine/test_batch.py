@@ -4,7 +4,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from icefabric.csr import csr_from_lists
-from icefabric.engine.batch import redundant_links, run_flow_batch
+from icefabric.engine.batch import RouteSets, redundant_links, run_flow_batch
 from icefabric.engine.flow import run_flow
 from icefabric.engine.problem import EngineError, LinkFailure, build_problem
 
@@ -45,11 +45,37 @@ def _with_routes(prob, routes):
 @given(problems())
 def test_batch_equals_one_run_per_route_set(case):
     prob, routes = case
-    start, finish = run_flow_batch(prob, routes)
+    start, finish = run_flow_batch(prob, RouteSets.stacked(routes))
     for n, r in enumerate(routes):
         one = run_flow(_with_routes(prob, r))
         np.testing.assert_array_equal(start[n], one.flow_start_ns)
         np.testing.assert_array_equal(finish[n], one.flow_finish_ns)
+
+
+@settings(max_examples=100, deadline=None)
+@given(problems(), st.data())
+def test_fixed_segments_around_the_drawn_ones_are_the_same_routes(case, data):
+    # route k = fixed row pre[k] + its drawn links + fixed row post[k] (as server paths
+    # around a plan's fabric routes); every draw must equal run_flow on the whole routes
+    prob, routes = case
+    K, L = prob.n_routes, prob.n_links
+    fixed = data.draw(st.lists(st.lists(st.integers(0, L - 1), max_size=2), min_size=1,
+                               max_size=3))
+    pre, post = (np.array(data.draw(st.lists(st.integers(-1, len(fixed) - 1), min_size=K,
+                                             max_size=K))) for _ in range(2))
+    f_ptr, f_links = csr_from_lists(fixed)
+    rs = RouteSets.stacked(routes)
+    rs = RouteSets(f_ptr, f_links, pre, rs.mid_row, post, rs.mid_indptr, rs.mid_links, rs.n)
+    whole = [csr_from_lists([(fixed[pre[k]] if pre[k] >= 0 else [])
+                             + links[ptr[k]:ptr[k + 1]].tolist()
+                             + (fixed[post[k]] if post[k] >= 0 else []) for k in range(K)])
+             for ptr, links in routes]
+    prob = _with_routes(prob, whole[0])  # the problem's own routes are the first set's
+    start, finish = run_flow_batch(prob, rs)
+    for n, r in enumerate(whole):
+        one = run_flow(_with_routes(prob, r))
+        np.testing.assert_array_equal(start[n], one.flow_start_ns, err_msg=f"draw {n}")
+        np.testing.assert_array_equal(finish[n], one.flow_finish_ns, err_msg=f"draw {n}")
 
 
 def test_a_link_that_never_limits_is_left_out_and_rates_stay():
@@ -58,12 +84,14 @@ def test_a_link_that_never_limits_is_left_out_and_rates_stay():
                          flow_size_bytes=[1e6, 1e6, 1e6], routes=[[0, 1], [0], [2, 1]],
                          route_flow=[0, 1, 2])
     routes = [(prob.route_indptr, prob.route_links)]
-    assert redundant_links(prob, routes).tolist() == []  # link 1 also carries flow 2
+    # link 1 also carries flow 2
+    assert redundant_links(prob, RouteSets.stacked(routes)).tolist() == []
     prob2 = build_problem(link_capacity_bps=[10e9, 100e9], link_delay_ns=[0, 0],
                           flow_size_bytes=[1e6, 2e6], routes=[[0, 1], [0]],
                           route_flow=[0, 1])
-    assert redundant_links(prob2, [(prob2.route_indptr, prob2.route_links)]).tolist() == [1]
-    _, finish = run_flow_batch(prob2, [(prob2.route_indptr, prob2.route_links)])
+    routes2 = RouteSets.stacked([(prob2.route_indptr, prob2.route_links)])
+    assert redundant_links(prob2, routes2).tolist() == [1]
+    _, finish = run_flow_batch(prob2, routes2)
     np.testing.assert_array_equal(finish[0], run_flow(prob2).flow_finish_ns)
 
 
@@ -71,7 +99,7 @@ def test_failures_and_mismatched_routes_are_refused():
     prob = build_problem(link_capacity_bps=[10e9, 10e9], link_delay_ns=[0, 0],
                          flow_size_bytes=[1e6], routes=[[0]], route_flow=[0])
     with pytest.raises(EngineError, match="one link list per route"):
-        run_flow_batch(prob, [csr_from_lists([[0], [1]])])
+        run_flow_batch(prob, RouteSets.stacked([csr_from_lists([[0], [1]])]))
     ptr, links = csr_from_lists([[1]])
     from dataclasses import replace
 
@@ -79,4 +107,4 @@ def test_failures_and_mismatched_routes_are_refused():
         t_ns=10, links=np.array([0]), reroute_route=np.array([0]), reroute_indptr=ptr,
         reroute_links=links, reroute_delay_ns=0),))
     with pytest.raises(EngineError, match="without link failures"):
-        run_flow_batch(failing, [(prob.route_indptr, prob.route_links)])
+        run_flow_batch(failing, RouteSets.stacked([(prob.route_indptr, prob.route_links)]))

@@ -30,12 +30,13 @@ from multiprocessing import get_all_start_methods, get_context
 import numpy as np
 
 from icefabric.ccl.workload import Workload
-from icefabric.engine.batch import run_flow_batch
+from icefabric.csr import indptr_from_lengths
+from icefabric.engine.batch import RouteSets, run_flow_batch
 from icefabric.engine.problem import SimProblem
 from icefabric.engine.result import CollectiveResult, SimResult
 from icefabric.pipeline import EngineOptions, Plan, plan, simulate, with_link_events
 from icefabric.pipeline.plans import scenario_link_changes, scenario_policy, scenario_workload
-from icefabric.pipeline.problem import to_problem
+from icefabric.pipeline.problem import ProblemMap, to_problem
 from icefabric.policies.base import PlanContext, Policy
 from icefabric.policies.baselines import EcmpPolicy
 from icefabric.scenario.build import build_fabric
@@ -202,9 +203,17 @@ def batched_runs(fabric: Fabric, plans: list[Plan]) -> tuple[SimProblem, np.ndar
     engine problem of the first and the flows' ``(start_ns, finish_ns)``, shape (plans,
     flows)."""
     prob, pmap = to_problem(fabric, plans[0].workload, plans[0].paths)
-    ks = np.arange(prob.n_routes)
-    start, finish = run_flow_batch(prob, [pmap.routes(ks, p.paths) for p in plans])
+    start, finish = run_flow_batch(prob, _route_sets(pmap, plans))
     return prob, start, finish
+
+
+def _route_sets(pmap: ProblemMap, plans: list[Plan]) -> RouteSets:
+    """The problem's routes in every plan: the paths inside servers (fixed) around each
+    plan's fabric routes (drawn)."""
+    lengths = np.concatenate([np.diff(p.paths.route_indptr) for p in plans])
+    return RouteSets(pmap.sp_indptr, pmap.sp_links, pmap.pre, pmap.plan_route, pmap.post,
+                     indptr_from_lengths(lengths),
+                     np.concatenate([p.paths.route_links for p in plans]), len(plans))
 
 
 def _batched(fabric: Fabric, plans: list[Plan]) -> list[list[CollectiveResult]]:

@@ -253,16 +253,13 @@ class FluidSim:
         self.dp = (cfg.dcqcn if isinstance(cfg.dcqcn, DcqcnParams)
                    else DcqcnParams.profile(cfg.dcqcn))
         # end-side rules run on the routes (QPs) of paced flows, once per CNP window
-        self.es_state = EndSideState.initial(K)
+        self.es_state = EndSideState.initial(K) if cfg.endside is not None else None
         self.endside_fallbacks = 0
         self.rng = np.random.default_rng(cfg.seed)
         # per-route feedback delay: the mark is made at dequeue; the CNP rides the ACK back
         self.rtt_ns = 2.0 * problem.route_delay_ns().astype(np.float64)
         # reverse direction of every link (ACK path); -1 when the cable is simplex
-        lut = {(int(a), int(b)): i for i, (a, b) in
-               enumerate(zip(problem.link_src, problem.link_dst, strict=True))}
-        self.rev = np.array([lut.get((int(b), int(a)), -1) for a, b in
-                             zip(problem.link_src, problem.link_dst, strict=True)], np.int64)
+        self.rev = _reverse_links(problem.link_src, problem.link_dst)
         self.ack_ratio = cfg.ack_bytes / max(cfg.packet_bytes * cfg.wire_overhead, 1.0)
         self.ack_queue = cfg.ack_queueing
 
@@ -381,8 +378,14 @@ class FluidSim:
             cnp_dirty=np.zeros(fb_rows, bool),
             smp=np.zeros((n_smp, 1 + len(net.rec_links) + 2 * len(net.rec_flows))),
             tmp_rows=tuple(np.zeros((fk.N_TMP, max(L, Kr, F, len(self.pfc_pool), 1)))))
-        for f in np.flatnonzero(self.n_deps_left == 0):
-            fk.heap_push(st, float(self.p.flow_start_ns[f]), int(f))
+        # flows without prerequisites wait in the start heap: in (time, flow) order, which
+        # a binary heap with these keys pops in whatever its layout, and a sorted array is one
+        ready = np.flatnonzero(self.n_deps_left == 0)
+        t0 = self.p.flow_start_ns[ready].astype(np.float64)
+        order = np.argsort(t0, kind="stable")  # ties in flow order (``ready`` ascends)
+        st.f[fk.S_HEAP_T, :len(ready)] = t0[order]
+        st.i[fk.S_HEAP_F, :len(ready)] = ready[order]
+        st.si[fk.I_HEAP] = len(ready)
         return st
 
     def _width(self) -> int:
@@ -545,6 +548,19 @@ class FluidSim:
                   "endside_fallbacks": self.endside_fallbacks,
                   "wire_overhead": cfg.wire_overhead,
                   "unfinished_flows": int(np.sum(fin_ns < 0))})
+
+
+def _reverse_links(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """The link from ``dst`` back to ``src`` of every link (the last such link when cables
+    are parallel), -1 when there is none."""
+    n = int(max(src.max(initial=0), dst.max(initial=0))) + 1
+    key = src.astype(np.int64) * n + dst
+    order = np.argsort(key, kind="stable")
+    ks = key[order]
+    back = dst.astype(np.int64) * n + src
+    pos = np.searchsorted(ks, back, side="right") - 1  # the last of equal keys
+    ok = (pos >= 0) & (ks[np.maximum(pos, 0)] == back)
+    return np.where(ok, order[np.maximum(pos, 0)], -1).astype(np.int64)
 
 
 def _banks(layout: dict[str, list[str]], cols: dict, width: int) -> dict:

@@ -38,6 +38,18 @@ from icefabric.dataplane.dcqcn import (
 _TINY = 1e-12
 _INF = np.inf
 
+def kernel_cached() -> bool:
+    """Whether :func:`advance` is compiled in this process or in numba's cache for this
+    source (reads the cache's small index file; True when unsure): the first run after an
+    install compiles it instead, which takes a while (issue 12)."""
+    if advance.overloads:
+        return True
+    try:
+        return bool(advance._cache._cache_file._load_index())
+    except Exception:  # numba's internals moved: say nothing rather than guess
+        return True
+
+
 # advance() return codes
 DONE, FAIL_DUE, ENDSIDE_DUE, SAMPLES_FULL, MAX_STEPS = 0, 1, 2, 3, 4
 
@@ -141,7 +153,7 @@ def _less(ht, hf, a, b) -> bool:
     return ht[a] < ht[b] or (ht[a] == ht[b] and hf[a] < hf[b])
 
 
-@njit(cache=True)
+@step_fn
 def heap_push(st, t, f) -> None:
     st_si = st.si
     stf = st.f
@@ -364,7 +376,7 @@ def _gather_nics(net, st) -> None:
         fill[s] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, no_cpython_wrapper=True)  # allocates: reference counting on
 def rebuild(net, st) -> None:
     st_sf = st.sf
     st_si = st.si

@@ -41,3 +41,22 @@ def test_piped_and_80_columns_show_every_name_in_full(columns):
     assert "simulating" not in out
     # the draws note prints its brackets (not read as console markup)
     assert re.search(r"median\s+\[p10-p90\]\s+over\s+100\s+draws", out), out[-400:]
+
+
+def test_a_cold_kernel_cache_is_announced_once(tmp_path, monkeypatch, capsys):
+    """The first fluid run after an install compiles the kernel (BENCHMARKS.md "Cold
+    start"): an empty numba cache is detected without compiling, and the CLI says so."""
+    from icefabric.cli import common
+
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    code = "from icefabric.engine.fluid_kernel import kernel_cached; print(kernel_cached())"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.stdout.strip() == "False", f"an empty cache counted as warm: {r.stderr}"
+    import icefabric.engine.fluid_kernel as fk
+
+    monkeypatch.setattr(fk, "kernel_cached", lambda: False)
+    common.note_fluid_compile(quiet=False)
+    assert "compiling the fluid engine's kernel once" in capsys.readouterr().err
+    common.note_fluid_compile(quiet=True)
+    assert capsys.readouterr().err == "", "--quiet must silence the note"

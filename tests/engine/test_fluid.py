@@ -240,3 +240,50 @@ def test_kernel_reproduces_the_numpy_engine_bit_for_bit(case):
            "timeseries": res.timeseries}
     for key, value in want.items():
         assert got[key] == value, f"{case}: {key} differs from the numpy engine"
+
+
+def test_bank_row_constants_follow_the_layouts():
+    """Every ``S_*``/``N_*`` row constant is its name's position in the merged banks (a
+    misnumbered row would silently alias another quantity)."""
+    from icefabric.engine import fluid_kernel as fk
+
+    for prefix, layout in (("S_", fk.ST_BANKS), ("N_", fk.NET_BANKS)):
+        for bank, names in layout.items():
+            got = [getattr(fk, prefix + n.upper()) for n in names]
+            assert got == list(range(len(names))), f"{prefix}* rows of bank {bank!r}"
+
+
+hyp = pytest.importorskip("hypothesis")
+st_ = hyp.strategies
+
+
+@hyp.given(st_.integers(0, 130), st_.integers(0, 5), st_.integers(0, 2**32 - 1))
+@hyp.settings(max_examples=60, deadline=None)
+def test_nic_order_is_numpys_stable_argsort(n, a, seed):
+    """The NIC scheduler's hand-written stable sort (insertion below 49 QPs, merge sort
+    above) gives ``np.argsort(kind="mergesort")``'s permutation, ties included."""
+    from icefabric.engine import fluid_kernel as fk
+
+    rng = np.random.default_rng(seed)
+    key = np.append(rng.choice([0.0, 0.5, 1.0, 2.0, 7.5], n), 9.0)
+    # slots before ``a`` belong to another NIC (its QP ``n``)
+    mem = np.concatenate([np.full(a, n), rng.permutation(n)]).astype(np.int64)
+    order = np.full(a + n, -1, np.int64)
+    fk._stable_order(key, mem, order, a, a + n, np.zeros(a + n + 1, np.int64))
+    want = mem[a:][np.argsort(key[mem[a:]], kind="mergesort")]
+    assert order[a:].tolist() == want.tolist(), "stable order differs from numpy's"
+    assert (order[:a] == -1).all(), "wrote outside its NIC's slots"
+
+
+@hyp.given(st_.lists(st_.integers(0, 10_000), max_size=60, unique=True),
+           st_.lists(st_.integers(10_001, 20_000), max_size=60, unique=True))
+@hyp.settings(max_examples=60, deadline=None)
+def test_running_set_merge_sorts_new_starts_into_the_running_flows(running, new):
+    """``_gather_routes``' running set: the (sorted) running flows merged with the new
+    starts, which come in heap order and are sorted first."""
+    from icefabric.engine import fluid_kernel as fk
+
+    run_ = np.array(sorted(running) + [-5], np.int64)  # a stale slot past the count
+    got = fk._merge_sorted(run_, len(running), fk._heapsort(np.array(new[::-1] + [3]),
+                                                            len(new)))
+    assert got.tolist() == sorted(running + new), "merged running set out of order"

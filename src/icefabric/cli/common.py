@@ -19,6 +19,18 @@ def fail(message: str, code: int = 2):
     raise typer.Exit(code)
 
 
+def note_fluid_compile(quiet: bool) -> None:
+    """One stderr line when the fluid engine's compiled kernel is not in numba's cache yet:
+    the first run after an install compiles it once (BENCHMARKS.md, "Cold start")."""
+    if quiet:
+        return
+    from icefabric.engine.fluid_kernel import kernel_cached
+
+    if not kernel_cached():
+        err_console.print("note: compiling the fluid engine's kernel once (about 20 s; "
+                          "later runs load it from numba's cache)", highlight=False)
+
+
 #: Without a terminal, a plain progress line at most this often (seconds).
 PLAIN_EVERY_S = 2.0
 

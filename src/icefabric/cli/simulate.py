@@ -12,6 +12,7 @@ from icefabric.cli.common import (
     console,
     err_console,
     fail,
+    note_fluid_compile,
     parse_formats,
     progress_bar,
 )
@@ -107,6 +108,8 @@ def simulate(
     if engine not in (None, "flow", "fluid"):
         fail(f"--engine must be flow or fluid, not {engine!r}")
     formats = parse_formats(fmt) if out is not None else ()
+    if (engine or ls.scenario.engine) == "fluid":
+        note_fluid_compile(quiet)
     with progress_bar(not quiet, f"simulating {ls.scenario.name}") as update:
         res = run_scenario(ls, policies=pol, sizes=sz, engine=engine, progress=update,
                            trace=out is not None or report is not None, draws=n_draws,

@@ -253,16 +253,13 @@ class FluidSim:
         self.dp = (cfg.dcqcn if isinstance(cfg.dcqcn, DcqcnParams)
                    else DcqcnParams.profile(cfg.dcqcn))
         # end-side rules run on the routes (QPs) of paced flows, once per CNP window
-        self.es_state = EndSideState.initial(K)
+        self.es_state = EndSideState.initial(K) if cfg.endside is not None else None
         self.endside_fallbacks = 0
         self.rng = np.random.default_rng(cfg.seed)
         # per-route feedback delay: the mark is made at dequeue; the CNP rides the ACK back
         self.rtt_ns = 2.0 * problem.route_delay_ns().astype(np.float64)
         # reverse direction of every link (ACK path); -1 when the cable is simplex
-        lut = {(int(a), int(b)): i for i, (a, b) in
-               enumerate(zip(problem.link_src, problem.link_dst, strict=True))}
-        self.rev = np.array([lut.get((int(b), int(a)), -1) for a, b in
-                             zip(problem.link_src, problem.link_dst, strict=True)], np.int64)
+        self.rev = _reverse_links(problem.link_src, problem.link_dst)
         self.ack_ratio = cfg.ack_bytes / max(cfg.packet_bytes * cfg.wire_overhead, 1.0)
         self.ack_queue = cfg.ack_queueing
 
@@ -349,10 +346,8 @@ class FluidSim:
                 "flow_start": p.flow_start_ns, "f_rptr": self.f_rptr, "dptr": self.dptr,
                 "links": R.links, "hop": R.hop}
         return fk.Net(
-            **_banks(fk.NET_BANKS, cols, {"lf": self.L, "lb": self.L, "li": self.L,
-                                          "kf": self.K, "ki": self.K, "ff": self.F,
-                                          "fi": self.F + 1, "ei": len(R.links)}),
-            indptr=R.indptr,
+            **_banks(fk.NET_BANKS, cols, self._width()),
+            dims=np.array([self.L, self.F], np.int64), indptr=R.indptr,
             r_order=self.r_order.astype(np.int64), dependants=self.dependants.astype(np.int64),
             pfc_pool=np.asarray(self.pfc_pool, np.float64),
             rec_links=np.array([p.link_names.index(n) for n in self.cfg.record_links],
@@ -376,26 +371,28 @@ class FluidSim:
                 "start": np.full(F, -1.0), "finish": np.full(F, -1.0),
                 "n_deps_left": self.n_deps_left, "flow_cap": self.flow_cap,
                 "last_cnp": np.full(Kr, -np.inf)}
-        sizes = {"lf": L, "lb": L, "li": L + 1, "ff": F + 1, "fb": F + 1, "fi": F + 1,
-                 "kf": Kr, "kb": Kr, "ki": Kr}
         n_smp = 1024 if sampling else 0
         st = fk.State(
-            sf=sf, si=si, **_banks(fk.ST_BANKS, cols, sizes), **self._entry_banks(),
+            sf=sf, si=si, **_banks(fk.ST_BANKS, cols, self._width()),
             cc=state_matrix(dcqcn_init(line, self.dp)), cnp_line=np.zeros((fb_rows, Kr)),
             cnp_dirty=np.zeros(fb_rows, bool),
             smp=np.zeros((n_smp, 1 + len(net.rec_links) + 2 * len(net.rec_flows))),
             tmp_rows=tuple(np.zeros((fk.N_TMP, max(L, Kr, F, len(self.pfc_pool), 1)))))
-        for f in np.flatnonzero(self.n_deps_left == 0):
-            fk.heap_push(st, float(self.p.flow_start_ns[f]), int(f))
+        # flows without prerequisites wait in the start heap: in (time, flow) order, which
+        # a binary heap with these keys pops in whatever its layout, and a sorted array is one
+        ready = np.flatnonzero(self.n_deps_left == 0)
+        t0 = self.p.flow_start_ns[ready].astype(np.float64)
+        order = np.argsort(t0, kind="stable")  # ties in flow order (``ready`` ascends)
+        st.f[fk.S_HEAP_T, :len(ready)] = t0[order]
+        st.i[fk.S_HEAP_F, :len(ready)] = ready[order]
+        st.si[fk.I_HEAP] = len(ready)
         return st
 
-    def _entry_banks(self, q: np.ndarray | None = None) -> dict:
-        """Banks with one slot per (route, hop) entry (rebuilt when routes change)."""
-        E = len(self.routes.links)
-        ef = np.zeros((len(fk.ST_BANKS["ef"]), E))
-        if q is not None:
-            ef[fk.S_Q] = q
-        return {"ef": ef, "ei": np.zeros((len(fk.ST_BANKS["ei"]), E), np.int64)}
+    def _width(self) -> int:
+        """Width of the kernel's banks: the widest row (links + 1, flows + 1, routes,
+        (route, hop) entries, switch buffer pools)."""
+        return max(self.L + 1, self.F + 1, self.K, len(self.routes.links),
+                   len(self.pfc_pool), 1)
 
     # ---------------- main loop ----------------
     def run(self) -> SimResult:
@@ -435,12 +432,12 @@ class FluidSim:
         """End of a CNP window: paced QPs whose CNPs persist fall back to DCQCN alone."""
         es = self.cfg.endside
         paced = np.isfinite(self.p.flow_rate_cap_bps[self.p.route_flow])
-        cnps = st.kf[fk.S_ES_CNPS]
+        cnps = st.f[fk.S_ES_CNPS, :self.K]
         self.es_state, ev = endside_step(self.es_state, np.where(paced, cnps, 0),
                                          np.zeros(self.K, bool), 0, es)
         fell = ev == EV_FALLBACK
         if fell.any():
-            st.ff[fk.S_FLOW_CAP, self.p.route_flow[fell]] = np.inf
+            st.f[fk.S_FLOW_CAP, self.p.route_flow[fell]] = np.inf
             self.endside_fallbacks += int(fell.sum())
         cnps[:] = 0
         st.sf[fk.F_ES_NEXT] = st.sf[fk.F_T] + float(es.cnp_window_ns)
@@ -453,30 +450,40 @@ class FluidSim:
         network, is resent from the source (go-back-N after the receiver sees the gap).
         """
         if kind == "down":
-            st.lf[fk.S_UP, np.asarray(fl.links, np.int64)] = 1.0 if fl.up else 0.0
+            st.f[fk.S_UP, np.asarray(fl.links, np.int64)] = 1.0 if fl.up else 0.0
             return net, st
         R = self.routes
         lists = [R.links[R.indptr[k]:R.indptr[k + 1]] for k in range(self.K)]
-        old_q = [st.ef[fk.S_Q, R.indptr[k]:R.indptr[k + 1]] for k in range(self.K)]
+        old_q = [st.f[fk.S_Q, R.indptr[k]:R.indptr[k + 1]] for k in range(self.K)]
         for i, k in enumerate(np.asarray(fl.reroute_route, np.int64)):
             lists[k] = np.asarray(fl.new_route(i), np.int64)
             lost = float(old_q[k].sum())
             f = self.p.route_flow[k]
             w = self.w[k]
             if w > 0:
-                st.ff[fk.S_INJ, f] = max(st.ff[fk.S_INJ, f] - lost / w, 0.0)
-            st.kf[fk.S_DELIV, k] = min(st.kf[fk.S_DELIV, k], st.ff[fk.S_INJ, f] * w)
+                st.f[fk.S_INJ, f] = max(st.f[fk.S_INJ, f] - lost / w, 0.0)
+            st.f[fk.S_DELIV, k] = min(st.f[fk.S_DELIV, k], st.f[fk.S_INJ, f] * w)
             old_q[k] = np.zeros(len(lists[k]))
         lengths = np.array([len(x) for x in lists])
         indptr = np.concatenate(([0], np.cumsum(lengths)))
         self.routes = R = _Routes(self.L, indptr, np.concatenate(lists), self.link_intra)
         self.rtt_ns = 2.0 * np.add.reduceat(self.p.link_delay_ns[R.links],
                                             indptr[:-1]).astype(np.float64)
-        net.li[fk.N_LEVEL] = R.level
-        net.kf[fk.N_RTT] = self.rtt_ns
-        net.ki[fk.N_FIRST_LINK] = R.first_link
-        net = net._replace(indptr=R.indptr, ei=np.array([R.links, R.hop], np.int64))
-        return net, st._replace(**self._entry_banks(np.concatenate(old_q)))
+        q = np.concatenate(old_q)
+        E = len(q)
+        # the entry rows start afresh (the kernel rebuilds its lists); wider banks if the
+        # new routes have more entries
+        net = net._replace(i=_widened(net.i, E), indptr=R.indptr)
+        st = st._replace(f=_widened(st.f, E), i=_widened(st.i, E))
+        net.i[fk.N_LEVEL, :self.L] = R.level
+        net.f[fk.N_RTT, :self.K] = self.rtt_ns
+        net.i[fk.N_FIRST_LINK, :self.K] = R.first_link
+        net.i[[fk.N_LINKS, fk.N_HOP]] = 0
+        net.i[fk.N_LINKS, :E], net.i[fk.N_HOP, :E] = R.links, R.hop
+        st.f[fk.S_Q:fk.S_AE_NEW + 1] = 0.0
+        st.f[fk.S_Q, :E] = q
+        st.i[fk.S_AE:fk.S_LK_ENT + 1] = 0
+        return net, st
 
     def _timeseries(self, st: fk.State) -> dict:
         n = int(st.si[fk.I_NSMP])
@@ -496,7 +503,7 @@ class FluidSim:
         p, cfg = self.p, self.cfg
         names = list(p.link_names)
         F = self.F
-        finish, start = st.ff[fk.S_FINISH, :F], st.ff[fk.S_START, :F]
+        finish, start = st.f[fk.S_FINISH, :F], st.f[fk.S_START, :F]
         fin_ns = np.where(finish >= 0, np.round(finish), -1).astype(np.int64)
         st_ns = np.where(start >= 0, np.round(start), -1).astype(np.int64)
         colls = []
@@ -508,9 +515,10 @@ class FluidSim:
             colls.append(CollectiveResult(c.name, c.job, c.kind, c.size_bytes, c.nranks, s0,
                                           f1, c.algorithm))
         eg = self.egress_sw
-        max_q, pause_ns, pause_cnt = (st.lf[fk.S_MAX_Q], st.lf[fk.S_PAUSE_NS],
-                                      st.lf[fk.S_PAUSE_CNT])
-        link_bytes, marked = st.lf[fk.S_LINK_BYTES], st.lf[fk.S_MARKED_BYTES]
+        L = self.L
+        max_q, pause_ns, pause_cnt = (st.f[fk.S_MAX_Q, :L], st.f[fk.S_PAUSE_NS, :L],
+                                      st.f[fk.S_PAUSE_CNT, :L])
+        link_bytes, marked = st.f[fk.S_LINK_BYTES, :L], st.f[fk.S_MARKED_BYTES, :L]
         maxq = {names[i]: float(max_q[i]) for i in np.flatnonzero(eg & (max_q > 1.0))}
         paused = np.flatnonzero(pause_ns > 0.5)
         pause = {names[i]: int(round(pause_ns[i])) for i in paused}
@@ -532,7 +540,7 @@ class FluidSim:
             collectives=colls, link_names=names,
             link_capacity_bps=p.link_capacity_bps.copy(),
             link_bytes=link_bytes / cfg.wire_overhead,
-            link_peak_util=np.minimum(st.lf[fk.S_PEAK_UTIL], 1.0),
+            link_peak_util=np.minimum(st.f[fk.S_PEAK_UTIL, :L], 1.0),
             wall_s=wall, events=steps, link_max_queue_bytes=maxq, link_pfc_pause_ns=pause,
             link_pfc_pause_count=pcnt, link_ecn_marked_frac=ecn, qp_cnp_count=cnps,
             timeseries=self._timeseries(st),
@@ -542,19 +550,40 @@ class FluidSim:
                   "unfinished_flows": int(np.sum(fin_ns < 0))})
 
 
-def _banks(layout: dict[str, list[str]], cols: dict, sizes: dict[str, int]) -> dict:
-    """Stack named columns into the kernel's banks of the given sizes (unnamed rows start
-    at zero)."""
+def _reverse_links(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """The link from ``dst`` back to ``src`` of every link (the last such link when cables
+    are parallel), -1 when there is none."""
+    n = int(max(src.max(initial=0), dst.max(initial=0))) + 1
+    key = src.astype(np.int64) * n + dst
+    order = np.argsort(key, kind="stable")
+    ks = key[order]
+    back = dst.astype(np.int64) * n + src
+    pos = np.searchsorted(ks, back, side="right") - 1  # the last of equal keys
+    ok = (pos >= 0) & (ks[np.maximum(pos, 0)] == back)
+    return np.where(ok, order[np.maximum(pos, 0)], -1).astype(np.int64)
+
+
+def _banks(layout: dict[str, list[str]], cols: dict, width: int) -> dict:
+    """Stack named columns into the kernel's banks (``f``, ``i``, ``b``) of ``width``
+    columns (unnamed rows and the slots past a column's length start at zero)."""
     dtypes = {"f": np.float64, "b": np.bool_, "i": np.int64}
     out = {}
-    for bank, size in sizes.items():
-        names = layout[bank]
-        m = np.zeros((len(names), size), dtypes[bank[1]])
+    for bank, names in layout.items():
+        m = np.zeros((len(names), width), dtypes[bank])
         for row, name in enumerate(names):
             if name in cols:
                 v = np.asarray(cols[name])
                 m[row, :len(v)] = v
         out[bank] = m
+    return out
+
+
+def _widened(bank: np.ndarray, width: int) -> np.ndarray:
+    """``bank`` with at least ``width`` columns (new ones zero)."""
+    if bank.shape[1] >= width:
+        return bank
+    out = np.zeros((bank.shape[0], width), bank.dtype)
+    out[:, :bank.shape[1]] = bank
     return out
 
 

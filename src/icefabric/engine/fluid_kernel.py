@@ -2,13 +2,12 @@
 
 :func:`advance` runs steps, flow starts and completions until the run ends or the caller
 must act (a link failure or reroute is due, an end-side window closed, the sample buffer is
-full). All state lives in a few 2-D arrays ("banks", one per size and dtype): :class:`Net`
-(the routing, replaced on a reroute) and :class:`State` (everything that evolves). The
-helpers are inlined into :func:`advance` (one compiled function: no reference counting of
-the state per call, which dominated otherwise). The running flows' routes, queue entries,
-NIC groups and per-link FIFO lists are gathered into the ``a_*``/``lk_*``/``nic_*`` index
-arrays whenever the running set changes (once per event), so a step costs O(running
-entries + links), not O(all flows).
+full). All state lives in a few 2-D arrays ("banks", one per dtype): :class:`Net` (the
+routing, replaced on a reroute) and :class:`State` (everything that evolves). The per-step
+helpers are compiled without reference counting (see ``step_fn``). The running flows'
+routes, queue entries, NIC groups and per-link FIFO lists are gathered into the
+``a_*``/``lk_*``/``nic_*`` index rows whenever the running set changes (once per event), so
+a step costs O(running entries + links), not O(all flows).
 
 The arithmetic follows the numpy engine it replaced operation by operation (same sums in
 the same order), so results are those of that engine, to the bit.
@@ -39,6 +38,18 @@ from icefabric.dataplane.dcqcn import (
 _TINY = 1e-12
 _INF = np.inf
 
+def kernel_cached() -> bool:
+    """Whether :func:`advance` is compiled in this process or in numba's cache for this
+    source (reads the cache's small index file; True when unsure): the first run after an
+    install compiles it instead, which takes a while (issue 12)."""
+    if advance.overloads:
+        return True
+    try:
+        return bool(advance._cache._cache_file._load_index())
+    except Exception:  # numba's internals moved: say nothing rather than guess
+        return True
+
+
 # advance() return codes
 DONE, FAIL_DUE, ENDSIDE_DUE, SAMPLES_FULL, MAX_STEPS = 0, 1, 2, 3, 4
 
@@ -52,62 +63,76 @@ DONE, FAIL_DUE, ENDSIDE_DUE, SAMPLES_FULL, MAX_STEPS = 0, 1, 2, 3, 4
 (I_STEPS, I_DONE, I_HEAP, I_FB_LAST, I_REBUILD, I_HAS_USE, I_NAF, I_NAR, I_NAE, I_NQ,
  I_NLK, I_NLV, I_NNIC, I_NSMP, I_ES_DUE, I_NNEW, N_SI) = range(17)
 
-#: rows of the state and network banks (one 2-D array per size and dtype: a namedtuple
-#: of a few arrays compiles far faster than one of many)
+#: rows of the state and network banks: one 2-D array per dtype (``f`` float, ``i`` int,
+#: ``b`` bool), each row as wide as the widest extent (links + 1, flows + 1, routes, entries,
+#: nodes) and indexed by what its group says. A namedtuple of a few arrays compiles far
+#: faster than one of many (every helper copies and reference-counts the tuple's arrays):
+#: with one array per size and dtype the first run compiled for ~3x longer.
 ST_BANKS = {
-    "lf": ["up", "pfc_allow", "pfc_use", "pfc_xoff", "pfc_xon", "pause_ns", "pause_cnt",
-           "link_bytes", "peak_util", "max_q", "marked_bytes", "qlink", "serv", "serv_eff",
-           "lk_sum"],
-    "lb": ["pfc_reg"],
-    "li": ["lk_link", "lk_ptr", "lv_ptr", "nic_link", "nic_ptr"],
-    "ef": ["q", "arr", "drain", "dep", "ae_new"],
-    "ei": ["ae", "ae_route", "ae_link", "ae_ing", "q_ent", "lk_ent"],
-    "ff": ["inj", "start", "finish", "flow_cap", "a_rf", "heap_t"],
-    "fb": ["running", "done", "a_sending"],
-    "fi": ["n_deps_left", "heap_f", "a_f", "a_fstart", "new_f"],
-    "kf": ["deliv", "last_cnp", "es_cnps", "a_dem", "a_alloc", "a_x"],
-    "kb": ["a_cnp"],
-    "ki": ["a_r", "a_rflow", "a_estart", "a_ne", "nic_mem", "wf_order"],
+    "f": ["up", "pfc_allow", "pfc_use", "pfc_xoff", "pfc_xon", "pause_ns", "pause_cnt",  # links
+          "link_bytes", "peak_util", "max_q", "marked_bytes", "qlink", "serv", "serv_eff",
+          "lk_sum",
+          "q", "arr", "drain", "dep", "ae_new",  # entries
+          "inj", "start", "finish", "flow_cap", "a_rf", "heap_t",  # flows
+          "deliv", "last_cnp", "es_cnps", "a_dem", "a_alloc", "a_x"],  # routes
+    "i": ["lk_link", "lk_ptr", "lv_ptr", "nic_link", "nic_ptr",  # links (+1)
+          "ae", "ae_route", "ae_link", "ae_ing", "q_ent", "lk_ent",  # entries
+          "n_deps_left", "heap_f", "a_f", "a_fstart", "new_f",  # flows (+1)
+          "a_r", "a_rflow", "a_estart", "a_ne", "nic_mem", "wf_order",  # routes
+          "wf_tmp"],
+    "b": ["pfc_reg",  # links
+          "running", "done", "a_sending",  # flows
+          "a_cnp"],  # routes
 }
 NET_BANKS = {
-    "lf": ["cap", "kmin", "kmax", "pmax", "pfc_alpha", "pfc_gap"],
-    "lb": ["ingress_sw"],
-    "li": ["rev", "sw_of", "level"],
-    "ei": ["links", "hop"],
-    "kf": ["rtt", "w"],
-    "ki": ["first_link"],
-    "ff": ["size_w", "lat", "flow_start"],
-    "fi": ["f_rptr", "dptr"],
+    "f": ["cap", "kmin", "kmax", "pmax", "pfc_alpha", "pfc_gap",  # links
+          "rtt", "w",  # routes
+          "size_w", "lat", "flow_start"],  # flows
+    "i": ["rev", "sw_of", "level",  # links
+          "links", "hop",  # entries
+          "first_link",  # routes
+          "f_rptr", "dptr"],  # flows (+1)
+    "b": ["ingress_sw"],  # links
 }
 (S_UP, S_PFC_ALLOW, S_PFC_USE, S_PFC_XOFF, S_PFC_XON, S_PAUSE_NS, S_PAUSE_CNT, S_LINK_BYTES,
- S_PEAK_UTIL, S_MAX_Q, S_MARKED_BYTES, S_QLINK, S_SERV, S_SERV_EFF, S_LK_SUM) = range(15)
-(S_PFC_REG,) = range(1)  # st.lb
-(S_LK_LINK, S_LK_PTR, S_LV_PTR, S_NIC_LINK, S_NIC_PTR) = range(5)  # st.li
-(S_Q, S_ARR, S_DRAIN, S_DEP, S_AE_NEW) = range(5)  # st.ef
-(S_AE, S_AE_ROUTE, S_AE_LINK, S_AE_ING, S_Q_ENT, S_LK_ENT) = range(6)  # st.ei
-(S_INJ, S_START, S_FINISH, S_FLOW_CAP, S_A_RF, S_HEAP_T) = range(6)  # st.ff
-(S_RUNNING, S_DONE, S_A_SENDING) = range(3)  # st.fb
-(S_N_DEPS_LEFT, S_HEAP_F, S_A_F, S_A_FSTART, S_NEW_F) = range(5)  # st.fi
-(S_DELIV, S_LAST_CNP, S_ES_CNPS, S_A_DEM, S_A_ALLOC, S_A_X) = range(6)  # st.kf
-(S_A_CNP,) = range(1)  # st.kb
-(S_A_R, S_A_RFLOW, S_A_ESTART, S_A_NE, S_NIC_MEM, S_WF_ORDER) = range(6)  # st.ki
-(N_CAP, N_KMIN, N_KMAX, N_PMAX, N_PFC_ALPHA, N_PFC_GAP) = range(6)  # net.lf
-(N_INGRESS_SW,) = range(1)  # net.lb
-(N_REV, N_SW_OF, N_LEVEL) = range(3)  # net.li
-(N_LINKS, N_HOP) = range(2)  # net.ei
-(N_RTT, N_W) = range(2)  # net.kf
-(N_FIRST_LINK,) = range(1)  # net.ki
-(N_SIZE_W, N_LAT, N_FLOW_START) = range(3)  # net.ff
-(N_F_RPTR, N_DPTR) = range(2)  # net.fi
+ S_PEAK_UTIL, S_MAX_Q, S_MARKED_BYTES, S_QLINK, S_SERV, S_SERV_EFF, S_LK_SUM,
+ S_Q, S_ARR, S_DRAIN, S_DEP, S_AE_NEW,
+ S_INJ, S_START, S_FINISH, S_FLOW_CAP, S_A_RF, S_HEAP_T,
+ S_DELIV, S_LAST_CNP, S_ES_CNPS, S_A_DEM, S_A_ALLOC, S_A_X) = range(32)  # st.f
+(S_LK_LINK, S_LK_PTR, S_LV_PTR, S_NIC_LINK, S_NIC_PTR,
+ S_AE, S_AE_ROUTE, S_AE_LINK, S_AE_ING, S_Q_ENT, S_LK_ENT,
+ S_N_DEPS_LEFT, S_HEAP_F, S_A_F, S_A_FSTART, S_NEW_F,
+ S_A_R, S_A_RFLOW, S_A_ESTART, S_A_NE, S_NIC_MEM, S_WF_ORDER, S_WF_TMP) = range(23)  # st.i
+(S_PFC_REG, S_RUNNING, S_DONE, S_A_SENDING, S_A_CNP) = range(5)  # st.b
+(N_CAP, N_KMIN, N_KMAX, N_PMAX, N_PFC_ALPHA, N_PFC_GAP, N_RTT, N_W, N_SIZE_W, N_LAT,
+ N_FLOW_START) = range(11)  # net.f
+(N_REV, N_SW_OF, N_LEVEL, N_LINKS, N_HOP, N_FIRST_LINK, N_F_RPTR, N_DPTR) = range(8)  # net.i
+(N_INGRESS_SW,) = range(1)  # net.b
+#: ``net.dims``: the number of links and of flows (the banks are wider)
+D_L, D_F = range(2)
 
-Net = namedtuple("Net", ["lf", "lb", "li", "ei", "indptr", "kf", "ki", "r_order", "ff", "fi",
-                         "dependants", "pfc_pool", "rec_links", "rec_flows", "dcqcn", "cfg"])
-State = namedtuple("State", ["sf", "si", "lf", "lb", "li", "ef", "ei", "ff", "fb", "fi", "kf",
-                             "kb", "ki", "cc", "cnp_line", "cnp_dirty", "smp", "tmp_rows"])
+Net = namedtuple("Net", ["f", "i", "b", "dims", "indptr", "r_order", "dependants", "pfc_pool",
+                         "rec_links", "rec_flows", "dcqcn", "cfg"])
+State = namedtuple("State", ["sf", "si", "f", "i", "b", "cc", "cnp_line", "cnp_dirty", "smp",
+                             "tmp_rows"])
 #: ``tmp_rows``: per-step scratch rows (length >= links, routes, flows and nodes), so a step
 #: allocates nothing; views made once by the caller (making a view costs two atomic
 #: reference-count updates, which per step and per link added up)
 N_TMP = 6
+
+
+#: How the helpers compile. The first run after an install compiles the kernel (then it
+#: loads from numba's cache), so compile time is part of the user's wait (issue 12):
+#: - ``step_fn``: a per-step helper, compiled on its own (many small functions compile in
+#:   about half the time of the same code inlined into one giant) and without reference
+#:   counting (``_nrt=False``): it reads and writes arrays its caller owns and returns no
+#:   array, so the atomic reference-count updates of every state array at every call
+#:   (which otherwise dominated a step) buy nothing. numba refuses any allocation there,
+#:   and the functions they call inherit the setting (so they may not allocate either).
+#: - ``inline_fn``: a few lines inlined into its caller (and helpers returning an array,
+#:   which a function without reference counting may not hand to one with it).
+step_fn = njit(cache=True, no_cpython_wrapper=True, _nrt=False)
+inline_fn = njit(cache=True, inline="always")
 
 
 # --------------------------------------------------------------------------------------
@@ -115,7 +140,7 @@ N_TMP = 6
 # --------------------------------------------------------------------------------------
 
 
-@njit(cache=True, inline="always")
+@inline_fn
 def _zeroed(buf, n):
     """``buf`` (a scratch row) with its first ``n`` slots set to zero."""
     for i in range(n):
@@ -123,17 +148,17 @@ def _zeroed(buf, n):
     return buf
 
 
-@njit(cache=True, inline="always")
+@inline_fn
 def _less(ht, hf, a, b) -> bool:
     return ht[a] < ht[b] or (ht[a] == ht[b] and hf[a] < hf[b])
 
 
-@njit(cache=True)
+@step_fn
 def heap_push(st, t, f) -> None:
     st_si = st.si
-    st_ff = st.ff
-    st_fi = st.fi
-    ht, hf = st_ff[S_HEAP_T], st_fi[S_HEAP_F]
+    stf = st.f
+    sti = st.i
+    ht, hf = stf[S_HEAP_T], sti[S_HEAP_F]
     i = st_si[I_HEAP]
     st_si[I_HEAP] += 1
     ht[i], hf[i] = t, f
@@ -146,12 +171,12 @@ def heap_push(st, t, f) -> None:
         i = p
 
 
-@njit(cache=True, inline="always")
+@inline_fn
 def _heap_pop(st) -> int:
     st_si = st.si
-    st_ff = st.ff
-    st_fi = st.fi
-    ht, hf = st_ff[S_HEAP_T], st_fi[S_HEAP_F]
+    stf = st.f
+    sti = st.i
+    ht, hf = stf[S_HEAP_T], sti[S_HEAP_F]
     f = hf[0]
     n = st_si[I_HEAP] - 1
     st_si[I_HEAP] = n
@@ -171,18 +196,18 @@ def _heap_pop(st) -> int:
     return f
 
 
-@njit(cache=True, inline="always")
+@inline_fn
 def release(net, st, f, t_fin) -> None:
     """Flow ``f`` finished at ``t_fin``: dependants whose last prerequisite it was start."""
-    st_fi = st.fi
-    net_ff = net.ff
-    net_fi = net.fi
+    sti = st.i
+    ntf = net.f
+    nti = net.i
     net_dependants = net.dependants
-    for j in range(net_fi[N_DPTR, f], net_fi[N_DPTR, f + 1]):
+    for j in range(nti[N_DPTR, f], nti[N_DPTR, f + 1]):
         g = net_dependants[j]
-        st_fi[S_N_DEPS_LEFT, g] -= 1
-        if st_fi[S_N_DEPS_LEFT, g] == 0:
-            heap_push(st, max(t_fin, net_ff[N_FLOW_START, g]), g)
+        sti[S_N_DEPS_LEFT, g] -= 1
+        if sti[S_N_DEPS_LEFT, g] == 0:
+            heap_push(st, max(t_fin, ntf[N_FLOW_START, g]), g)
 
 
 # --------------------------------------------------------------------------------------
@@ -190,75 +215,111 @@ def release(net, st, f, t_fin) -> None:
 # --------------------------------------------------------------------------------------
 
 
-@njit(cache=True, inline="always")
+@inline_fn
 def _gather_routes(net, st) -> None:
     """Running flows, their routes (flow order) and entries (route order, hop order)."""
     st_si = st.si
-    st_ei = st.ei
-    st_fb = st.fb
-    st_fi = st.fi
-    st_ki = st.ki
-    net_ei = net.ei
-    net_fi = net.fi
+    sti = st.i
+    stb = st.b
+    nti = net.i
     net_indptr = net.indptr
     net_r_order = net.r_order
     si = st_si
-    # running flows in id order: the previous set less finished flows, plus new starts
-    cand = np.concatenate((st_fi[S_A_F, :si[I_NAF]], st_fi[S_NEW_F, :si[I_NNEW]]))
-    cand.sort()
+    # running flows in id order: the previous set (already in id order) less finished
+    # flows, merged with the new starts (sorted here)
+    cand = _merge_sorted(sti[S_A_F], si[I_NAF], _heapsort(sti[S_NEW_F], si[I_NNEW]))
     si[I_NNEW] = 0
     nf = nr = ne = 0
     for f in cand:
-        if not st_fb[S_RUNNING, f]:
+        if not stb[S_RUNNING, f]:
             continue
-        st_fi[S_A_F, nf] = f
-        st_fi[S_A_FSTART, nf] = nr
-        for j in range(net_fi[N_F_RPTR, f], net_fi[N_F_RPTR, f + 1]):
+        sti[S_A_F, nf] = f
+        sti[S_A_FSTART, nf] = nr
+        for j in range(nti[N_F_RPTR, f], nti[N_F_RPTR, f + 1]):
             k = net_r_order[j]
-            st_ki[S_A_R, nr] = k
-            st_ki[S_A_RFLOW, nr] = nf
-            st_ki[S_A_ESTART, nr] = ne
-            st_ki[S_A_NE, nr] = net_indptr[k + 1] - net_indptr[k]
+            sti[S_A_R, nr] = k
+            sti[S_A_RFLOW, nr] = nf
+            sti[S_A_ESTART, nr] = ne
+            sti[S_A_NE, nr] = net_indptr[k + 1] - net_indptr[k]
             for e in range(net_indptr[k], net_indptr[k + 1]):
-                st_ei[S_AE, ne] = e
-                st_ei[S_AE_ROUTE, ne] = nr
-                st_ei[S_AE_LINK, ne] = net_ei[N_LINKS, e]
+                sti[S_AE, ne] = e
+                sti[S_AE_ROUTE, ne] = nr
+                sti[S_AE_LINK, ne] = nti[N_LINKS, e]
                 ne += 1
             nr += 1
         nf += 1
-    st_fi[S_A_FSTART, nf] = nr
+    sti[S_A_FSTART, nf] = nr
     si[I_NAF], si[I_NAR], si[I_NAE] = nf, nr, ne
 
 
-@njit(cache=True, inline="always")
+@inline_fn
+def _heapsort(a, n):
+    """``a[:n]`` sorted in place (ascending); returns that slice. Hand-written: numba's
+    ``ndarray.sort`` costs seconds of compilation (issue 12: first run)."""
+    v = a[:n]
+    for start in range(n // 2 - 1, -1, -1):
+        _sift_down(v, start, n)
+    for end in range(n - 1, 0, -1):
+        v[0], v[end] = v[end], v[0]
+        _sift_down(v, 0, end)
+    return v
+
+
+@inline_fn
+def _sift_down(v, i, n) -> None:
+    while True:
+        c = 2 * i + 1
+        if c >= n:
+            return
+        if c + 1 < n and v[c + 1] > v[c]:
+            c += 1
+        if not v[c] > v[i]:
+            return
+        v[i], v[c] = v[c], v[i]
+        i = c
+
+
+@inline_fn
+def _merge_sorted(a, na, b):
+    """The ascending ``a[:na]`` and ``b`` merged into a new ascending array."""
+    out = np.empty(na + len(b), np.int64)
+    i = j = 0
+    for p in range(len(out)):
+        if j >= len(b) or (i < na and a[i] <= b[j]):
+            out[p] = a[i]
+            i += 1
+        else:
+            out[p] = b[j]
+            j += 1
+    return out
+
+
+@inline_fn
 def _gather_links(net, st) -> None:
     """Queue entries (hop >= 1) grouped by link, links ordered by topological level."""
     st_si = st.si
-    st_li = st.li
-    st_ei = st.ei
-    net_lf = net.lf
-    net_li = net.li
-    net_ei = net.ei
+    sti = st.i
+    nti = net.i
     si = st_si
-    L = net_lf.shape[1]
+    L = net.dims[D_L]
     cnt = np.zeros(L, np.int64)
     nq = 0
     for j in range(si[I_NAE]):
-        if net_ei[N_HOP, st_ei[S_AE, j]] > 0:
-            st_ei[S_Q_ENT, nq] = j
-            st_ei[S_AE_ING, j] = st_ei[S_AE_LINK, j - 1]  # the port its bytes arrived on
-            cnt[st_ei[S_AE_LINK, j]] += 1
+        if nti[N_HOP, sti[S_AE, j]] > 0:
+            sti[S_Q_ENT, nq] = j
+            sti[S_AE_ING, j] = sti[S_AE_LINK, j - 1]  # the port its bytes arrived on
+            cnt[sti[S_AE_LINK, j]] += 1
             nq += 1
     si[I_NQ] = nq
     max_lv = 0
     for li in range(L):
         if cnt[li] > 0:
-            max_lv = max(max_lv, net_li[N_LEVEL, li])
+            max_lv = max(max_lv, nti[N_LEVEL, li])
     # links ordered by (level, id): count per level, then place in id order
     per = np.zeros(max_lv + 2, np.int64)
     for li in range(L):
         if cnt[li] > 0:
-            per[net_li[N_LEVEL, li] + 1] += 1
+            per[nti[N_LEVEL, li] + 1] += 1
     for v in range(1, max_lv + 2):
         per[v] += per[v - 1]
     nl = per[max_lv + 1]
@@ -266,58 +327,56 @@ def _gather_links(net, st) -> None:
     at = per[:max_lv + 1].copy()
     for li in range(L):
         if cnt[li] > 0:
-            v = net_li[N_LEVEL, li]
-            st_li[S_LK_LINK, at[v]] = li
+            v = nti[N_LEVEL, li]
+            sti[S_LK_LINK, at[v]] = li
             slot[li] = at[v]
             at[v] += 1
     nv = 0
     for v in range(1, max_lv + 1):
         if per[v + 1] > per[v]:
-            st_li[S_LV_PTR, nv] = per[v]
+            sti[S_LV_PTR, nv] = per[v]
             nv += 1
-    st_li[S_LV_PTR, nv] = nl
+    sti[S_LV_PTR, nv] = nl
     si[I_NLK], si[I_NLV] = nl, nv
-    st_li[S_LK_PTR, 0] = 0
+    sti[S_LK_PTR, 0] = 0
     for i in range(nl):
-        st_li[S_LK_PTR, i + 1] = st_li[S_LK_PTR, i] + cnt[st_li[S_LK_LINK, i]]
-    fill = st_li[S_LK_PTR, :nl].copy()
+        sti[S_LK_PTR, i + 1] = sti[S_LK_PTR, i] + cnt[sti[S_LK_LINK, i]]
+    fill = sti[S_LK_PTR, :nl].copy()
     for i in range(nq):
-        j = st_ei[S_Q_ENT, i]
-        s = slot[st_ei[S_AE_LINK, j]]
-        st_ei[S_LK_ENT, fill[s]] = j
+        j = sti[S_Q_ENT, i]
+        s = slot[sti[S_AE_LINK, j]]
+        sti[S_LK_ENT, fill[s]] = j
         fill[s] += 1
 
 
-@njit(cache=True, inline="always")
+@inline_fn
 def _gather_nics(net, st) -> None:
     """Sender NICs (sorted link ids) and their routes, for the NIC's max-min scheduler."""
     st_si = st.si
-    st_li = st.li
-    st_ki = st.ki
-    net_lf = net.lf
-    net_ki = net.ki
-    L = net_lf.shape[1]
+    sti = st.i
+    nti = net.i
+    L = net.dims[D_L]
     cnt = np.zeros(L, np.int64)
     for i in range(st_si[I_NAR]):
-        cnt[net_ki[N_FIRST_LINK, st_ki[S_A_R, i]]] += 1
+        cnt[nti[N_FIRST_LINK, sti[S_A_R, i]]] += 1
     n = 0
     slot = np.full(L, -1, np.int64)
-    st_li[S_NIC_PTR, 0] = 0
+    sti[S_NIC_PTR, 0] = 0
     for li in range(L):
         if cnt[li] > 0:
-            st_li[S_NIC_LINK, n] = li
+            sti[S_NIC_LINK, n] = li
             slot[li] = n
-            st_li[S_NIC_PTR, n + 1] = st_li[S_NIC_PTR, n] + cnt[li]
+            sti[S_NIC_PTR, n + 1] = sti[S_NIC_PTR, n] + cnt[li]
             n += 1
     st_si[I_NNIC] = n
-    fill = st_li[S_NIC_PTR, :n].copy()
+    fill = sti[S_NIC_PTR, :n].copy()
     for i in range(st_si[I_NAR]):
-        s = slot[net_ki[N_FIRST_LINK, st_ki[S_A_R, i]]]
-        st_ki[S_NIC_MEM, fill[s]] = i
+        s = slot[nti[N_FIRST_LINK, sti[S_A_R, i]]]
+        sti[S_NIC_MEM, fill[s]] = i
         fill[s] += 1
 
 
-@njit(cache=True)
+@njit(cache=True, no_cpython_wrapper=True)  # allocates: reference counting on
 def rebuild(net, st) -> None:
     st_sf = st.sf
     st_si = st.si
@@ -333,37 +392,35 @@ def rebuild(net, st) -> None:
 # --------------------------------------------------------------------------------------
 
 
-@njit(cache=True, inline="always")
+@step_fn
 def _service(net, st) -> None:
     """Link service rates: capacity less the ACKs of last step's deliveries, and PFC."""
     st_si = st.si
-    st_lf = st.lf
-    st_ef = st.ef
-    st_ei = st.ei
-    st_ki = st.ki
-    net_lf = net.lf
-    net_li = net.li
+    stf = st.f
+    sti = st.i
+    ntf = net.f
+    nti = net.i
     net_indptr = net.indptr
     net_cfg = net.cfg
-    L = net_lf.shape[1]
+    L = net.dims[D_L]
     ack = _zeroed(st.tmp_rows[0], L)
     ratio = net_cfg[C_ACK_RATIO]
     if ratio > 0:
         for j in range(st_si[I_NAE]):
-            rv = net_li[N_REV, st_ei[S_AE_LINK, j]]
+            rv = nti[N_REV, sti[S_AE_LINK, j]]
             if rv >= 0:
-                r = st_ei[S_AE_ROUTE, j]
-                last = net_indptr[st_ki[S_A_R, r] + 1] - 1
-                ack[rv] += ratio * st_ef[S_DEP, last]
+                r = sti[S_AE_ROUTE, j]
+                last = net_indptr[sti[S_A_R, r] + 1] - 1
+                ack[rv] += ratio * stf[S_DEP, last]
     for li in range(L):
-        s = net_lf[N_CAP, li] * st_lf[S_UP, li]
+        s = ntf[N_CAP, li] * stf[S_UP, li]
         if ratio > 0:
             s = max(s - ack[li], 0.0)
-        st_lf[S_SERV, li] = s
-        st_lf[S_SERV_EFF, li] = min(s, st_lf[S_PFC_ALLOW, li])
+        stf[S_SERV, li] = s
+        stf[S_SERV_EFF, li] = min(s, stf[S_PFC_ALLOW, li])
 
 
-@njit(cache=True, inline="always")
+@step_fn
 def _allocate(net, st) -> None:
     """Demands and NIC shares of the running routes, then each flow's rate ``a_rf``.
 
@@ -371,74 +428,68 @@ def _allocate(net, st) -> None:
     is the first ``(cap − Σ smaller) / n_rest`` that does not exceed the next demand.
     """
     st_si = st.si
-    st_lf = st.lf
-    st_li = st.li
-    st_ff = st.ff
-    st_fb = st.fb
-    st_fi = st.fi
-    st_kf = st.kf
-    st_ki = st.ki
+    stf = st.f
+    sti = st.i
+    stb = st.b
     st_cc = st.cc
-    net_lf = net.lf
-    net_ff = net.ff
-    net_kf = net.kf
-    net_ki = net.ki
+    ntf = net.f
+    nti = net.i
     net_cfg = net.cfg
     nr, nf = st_si[I_NAR], st_si[I_NAF]
     dcqcn = net_cfg[C_DCQCN] > 0
     for i in range(nf):
-        f = st_fi[S_A_F, i]
-        size = net_ff[N_SIZE_W, f]
-        st_fb[S_A_SENDING, i] = size - st_ff[S_INJ, f] > 1e-9 * max(size, 1.0)
+        f = sti[S_A_F, i]
+        size = ntf[N_SIZE_W, f]
+        stb[S_A_SENDING, i] = size - stf[S_INJ, f] > 1e-9 * max(size, 1.0)
     for i in range(nr):
-        k = st_ki[S_A_R, i]
-        d = net_lf[N_CAP, net_ki[N_FIRST_LINK, k]]
+        k = sti[S_A_R, i]
+        d = ntf[N_CAP, nti[N_FIRST_LINK, k]]
         if dcqcn:
             d = min(d, st_cc[_RC, k] / 8e9)
-        d = min(d, net_kf[N_W, k] * st_ff[S_FLOW_CAP, st_fi[S_A_F, st_ki[S_A_RFLOW, i]]])
-        st_kf[S_A_DEM, i] = d if st_fb[S_A_SENDING, st_ki[S_A_RFLOW, i]] else 0.0
+        d = min(d, ntf[N_W, k] * stf[S_FLOW_CAP, sti[S_A_F, sti[S_A_RFLOW, i]]])
+        stf[S_A_DEM, i] = d if stb[S_A_SENDING, sti[S_A_RFLOW, i]] else 0.0
     nn = st_si[I_NNIC]
     over = False
     for g in range(nn):
         tot = 0.0
-        for j in range(st_li[S_NIC_PTR, g], st_li[S_NIC_PTR, g + 1]):
-            tot += st_kf[S_A_DEM, st_ki[S_NIC_MEM, j]]
-        if not tot <= st_lf[S_SERV_EFF, st_li[S_NIC_LINK, g]] * (1 + 1e-12):
+        for j in range(sti[S_NIC_PTR, g], sti[S_NIC_PTR, g + 1]):
+            tot += stf[S_A_DEM, sti[S_NIC_MEM, j]]
+        if not tot <= stf[S_SERV_EFF, sti[S_NIC_LINK, g]] * (1 + 1e-12):
             over = True
     if nn == nr or not over:
         for g in range(nn):
-            c = st_lf[S_SERV_EFF, st_li[S_NIC_LINK, g]]
-            for j in range(st_li[S_NIC_PTR, g], st_li[S_NIC_PTR, g + 1]):
-                i = st_ki[S_NIC_MEM, j]
-                st_kf[S_A_ALLOC, i] = min(st_kf[S_A_DEM, i], c) if nn == nr else st_kf[S_A_DEM, i]
+            c = stf[S_SERV_EFF, sti[S_NIC_LINK, g]]
+            for j in range(sti[S_NIC_PTR, g], sti[S_NIC_PTR, g + 1]):
+                i = sti[S_NIC_MEM, j]
+                stf[S_A_ALLOC, i] = min(stf[S_A_DEM, i], c) if nn == nr else stf[S_A_DEM, i]
     else:
         _waterfill(st, nn)
     for i in range(nf):
         rf = _INF
-        for r in range(st_fi[S_A_FSTART, i], st_fi[S_A_FSTART, i + 1]):
-            k = st_ki[S_A_R, r]
-            per = st_kf[S_A_ALLOC, r] / net_kf[N_W, k] if net_kf[N_W, k] > 0 else _INF
+        for r in range(sti[S_A_FSTART, i], sti[S_A_FSTART, i + 1]):
+            k = sti[S_A_R, r]
+            per = stf[S_A_ALLOC, r] / ntf[N_W, k] if ntf[N_W, k] > 0 else _INF
             rf = min(rf, per)
-        if not np.isfinite(rf) or not st_fb[S_A_SENDING, i]:
+        if not np.isfinite(rf) or not stb[S_A_SENDING, i]:
             rf = 0.0
-        st_ff[S_A_RF, i] = rf
+        stf[S_A_RF, i] = rf
     for r in range(nr):
-        st_kf[S_A_X, r] = net_kf[N_W, st_ki[S_A_R, r]] * st_ff[S_A_RF, st_ki[S_A_RFLOW, r]]
+        stf[S_A_X, r] = ntf[N_W, sti[S_A_R, r]] * stf[S_A_RF, sti[S_A_RFLOW, r]]
 
 
-@njit(cache=True, inline="always")
+@step_fn
 def _waterfill(st, nn) -> None:
-    st_lf = st.lf
-    st_li = st.li
-    dem, alloc = st.kf[S_A_DEM], st.kf[S_A_ALLOC]
-    mem, order = st.ki[S_NIC_MEM], st.ki[S_WF_ORDER]
+    stf = st.f
+    sti = st.i
+    dem, alloc = stf[S_A_DEM], stf[S_A_ALLOC]
+    mem, order, tmp = sti[S_NIC_MEM], sti[S_WF_ORDER], sti[S_WF_TMP]
     # the numpy engine sorted all demands by (NIC, demand) (stable) and took one running
     # sum over them; the same order and sums here, without allocating
     cs = 0.0
     for g in range(nn):
-        a, b = st_li[S_NIC_PTR, g], st_li[S_NIC_PTR, g + 1]
-        _stable_order(dem, mem, order, a, b)
-        cap = st_lf[S_SERV_EFF, st_li[S_NIC_LINK, g]]
+        a, b = sti[S_NIC_PTR, g], sti[S_NIC_PTR, g + 1]
+        _stable_order(dem, mem, order, a, b, tmp)
+        cap = stf[S_SERV_EFF, sti[S_NIC_LINK, g]]
         cs0 = cs
         level = _INF
         n = b - a
@@ -454,15 +505,15 @@ def _waterfill(st, nn) -> None:
             alloc[mem[p]] = min(dem[mem[p]], lv)
 
 
-@njit(cache=True, inline="always")
-def _stable_order(key, mem, order, a, b) -> None:
+@inline_fn
+def _stable_order(key, mem, order, a, b, tmp) -> None:
     """``order[a:b]`` = ``mem[a:b]`` sorted by ``key`` (stable): insertion sort for a NIC's
-    few QPs, merge sort beyond."""
+    few QPs, merge sort (``tmp`` its scratch) beyond."""
     n = b - a
     if n > 48:
-        idx = np.argsort(key[mem[a:b]], kind="mergesort")
-        for p in range(n):
-            order[a + p] = mem[a + idx[p]]
+        for p in range(a, b):
+            order[p] = mem[p]
+        _merge_sort_by(key, order, a, b, tmp)
         return
     for p in range(n):
         m = mem[a + p]
@@ -474,26 +525,54 @@ def _stable_order(key, mem, order, a, b) -> None:
         order[a + q] = m
 
 
-@njit(cache=True, inline="always")
+@step_fn
+def _merge_sort_by(key, order, a, b, tmp) -> None:
+    """``order[a:b]`` sorted by ``key`` with a stable bottom-up merge sort (the permutation
+    ``np.argsort(kind="mergesort")`` gives), ``tmp`` as scratch. Hand-written: numba's
+    argsort costs seconds of compilation, and the step kernel does not allocate."""
+    n = b - a
+    src, dst = order[a:b], tmp[:n]
+    in_tmp = False
+    width = 1
+    while width < n:
+        for lo in range(0, n, 2 * width):
+            mid, hi = min(lo + width, n), min(lo + 2 * width, n)
+            i, j = lo, mid
+            for p in range(lo, hi):
+                # a right element goes first only if strictly smaller: stable
+                if j < hi and (i >= mid or key[src[j]] < key[src[i]]):
+                    dst[p] = src[j]
+                    j += 1
+                else:
+                    dst[p] = src[i]
+                    i += 1
+        src, dst = dst, src
+        in_tmp = not in_tmp
+        width *= 2
+    if in_tmp:  # the last pass wrote to the scratch
+        for p in range(n):
+            order[a + p] = tmp[p]
+
+
+@step_fn
 def _dt(net, st, t) -> float:
     st_sf = st.sf
     st_si = st.si
-    st_ff = st.ff
-    st_fi = st.fi
-    st_ki = st.ki
+    stf = st.f
+    sti = st.i
     st_cc = st.cc
-    net_ff = net.ff
+    ntf = net.f
     net_cfg = net.cfg
     cfg, sf = net_cfg, st_sf
     quiet = sf[F_QUIET]
     dt = max(quiet, cfg[C_DT]) if quiet else cfg[C_DT]
     for i in range(st_si[I_NAF]):
-        rf = st_ff[S_A_RF, i]
+        rf = stf[S_A_RF, i]
         if rf > 0:
-            f = st_fi[S_A_F, i]
-            dt = min(dt, (net_ff[N_SIZE_W, f] - st_ff[S_INJ, f]) / rf)
+            f = sti[S_A_F, i]
+            dt = min(dt, (ntf[N_SIZE_W, f] - stf[S_INJ, f]) / rf)
     if st_si[I_HEAP] > 0:
-        dt = min(dt, st_ff[S_HEAP_T, 0] - t)
+        dt = min(dt, stf[S_HEAP_T, 0] - t)
     if np.isfinite(sf[F_FAIL_T]):
         dt = min(dt, sf[F_FAIL_T] - t)
     if cfg[C_DCQCN] > 0 and quiet:
@@ -501,7 +580,7 @@ def _dt(net, st, t) -> float:
         # not skip a rate increase
         nxt = _INF
         for i in range(st_si[I_NAR]):
-            k = st_ki[S_A_R, i]
+            k = sti[S_A_R, i]
             nxt = min(nxt, st_cc[_T_INC, k])
             if st_cc[_DEC_CNP, k]:
                 nxt = min(nxt, st_cc[_T_DEC, k])
@@ -510,52 +589,51 @@ def _dt(net, st, t) -> float:
     return max(dt, 1e-3)
 
 
-@njit(cache=True, inline="always")
+@step_fn
 def _sweep_level(st, dt, lo, hi, views) -> None:
     """FIFO service of the links ``lk_link[lo:hi]`` (one topological level)."""
-    st_lf = st.lf
-    st_li = st.li
-    st_ei = st.ei
+    stf = st.f
+    sti = st.i
     q, drain, arr, new, dep_old = views
     passthru = True
     for i in range(lo, hi):
         asum = 0.0
-        for p in range(st_li[S_LK_PTR, i], st_li[S_LK_PTR, i + 1]):
-            j = st_ei[S_LK_ENT, p]
-            if q[st_ei[S_AE, j]] != 0.0:
+        for p in range(sti[S_LK_PTR, i], sti[S_LK_PTR, i + 1]):
+            j = sti[S_LK_ENT, p]
+            if q[sti[S_AE, j]] != 0.0:
                 passthru = False
             asum += new[j - 1] * dt
-        st_lf[S_LK_SUM, i] = asum
-        if not asum <= st_lf[S_SERV_EFF, st_li[S_LK_LINK, i]] * dt:
+        stf[S_LK_SUM, i] = asum
+        if not asum <= stf[S_SERV_EFF, sti[S_LK_LINK, i]] * dt:
             passthru = False
     for i in range(lo, hi):
-        a, b = st_li[S_LK_PTR, i], st_li[S_LK_PTR, i + 1]
+        a, b = sti[S_LK_PTR, i], sti[S_LK_PTR, i + 1]
         if passthru:
             # nothing queued and no link overloaded: arrivals pass through
             for p in range(a, b):
-                j = st_ei[S_LK_ENT, p]
-                e = st_ei[S_AE, j]
+                j = sti[S_LK_ENT, p]
+                e = sti[S_AE, j]
                 a_in = new[j - 1]
                 arr[e] = a_in
                 if a_in * dt > 0:
                     drain[e] = 0.0
                 new[j] = a_in
             continue
-        _fifo(st_lf, st_li, st_ei, views, dt, i)
+        _fifo(stf, sti, views, dt, i)
 
 
-@njit(cache=True, inline="always")
-def _fifo(st_lf, st_li, st_ei, views, dt, i) -> None:
+@step_fn
+def _fifo(stf, sti, views, dt, i) -> None:
     """One link's FIFO: present content leaves first (entries whose arrivals stopped drain
     linearly at their last departure rate), then this step's arrivals pro rata."""
     q, drain, arr, new, dep_old = views  # made once per level, not once per link
-    a, b = st_li[S_LK_PTR, i], st_li[S_LK_PTR, i + 1]
-    asum = st_lf[S_LK_SUM, i]
+    a, b = sti[S_LK_PTR, i], sti[S_LK_PTR, i + 1]
+    asum = stf[S_LK_SUM, i]
     qsum = 0.0
     tsum = 0.0
     for p in range(a, b):
-        j = st_ei[S_LK_ENT, p]
-        e = st_ei[S_AE, j]
+        j = sti[S_LK_ENT, p]
+        e = sti[S_AE, j]
         a_in = new[j - 1]
         arr[e] = a_in
         qv = q[e]
@@ -567,7 +645,7 @@ def _fifo(st_lf, st_li, st_ei, views, dt, i) -> None:
         drain[e] = dr
         qsum += qv
         tsum += min(qv, dr * dt)
-    served = min(st_lf[S_SERV_EFF, st_li[S_LK_LINK, i]] * dt, qsum + asum)
+    served = min(stf[S_SERV_EFF, sti[S_LK_LINK, i]] * dt, qsum + asum)
     tscale = served / tsum if tsum > served else 1.0
     tsum = min(tsum, served)
     rest = served - tsum
@@ -576,8 +654,8 @@ def _fifo(st_lf, st_li, st_ei, views, dt, i) -> None:
     fq = from_q / qrsum if qrsum > _TINY else 0.0
     fa = (rest - from_q) / asum if asum > _TINY else 0.0
     for p in range(a, b):
-        j = st_ei[S_LK_ENT, p]
-        e = st_ei[S_AE, j]
+        j = sti[S_LK_ENT, p]
+        e = sti[S_AE, j]
         qv = q[e]
         in_b = new[j - 1] * dt
         take = min(qv, drain[e] * dt) * tscale
@@ -586,102 +664,93 @@ def _fifo(st_lf, st_li, st_ei, views, dt, i) -> None:
         q[e] = max(qv + in_b - out_b, 0.0)
 
 
-@njit(cache=True, inline="always")
+@step_fn
 def _sweep(net, st, dt) -> float:
     """Move every running entry's bytes one step; returns the largest departure change."""
     st_si = st.si
-    st_lf = st.lf
-    st_li = st.li
-    st_ef = st.ef
-    st_ei = st.ei
-    st_ff = st.ff
-    st_fi = st.fi
-    st_kf = st.kf
-    st_ki = st.ki
-    net_lf = net.lf
-    net_ei = net.ei
+    stf = st.f
+    sti = st.i
+    ntf = net.f
+    nti = net.i
     net_indptr = net.indptr
     ne = st_si[I_NAE]
-    views = (st_ef[S_Q], st_ef[S_DRAIN], st_ef[S_ARR], st_ef[S_AE_NEW], st_ef[S_DEP])
+    views = (stf[S_Q], stf[S_DRAIN], stf[S_ARR], stf[S_AE_NEW], stf[S_DEP])
     for j in range(ne):
-        first = net_ei[N_HOP, st_ei[S_AE, j]] == 0
-        st_ef[S_AE_NEW, j] = st_kf[S_A_X, st_ei[S_AE_ROUTE, j]] if first else 0.0
+        first = nti[N_HOP, sti[S_AE, j]] == 0
+        stf[S_AE_NEW, j] = stf[S_A_X, sti[S_AE_ROUTE, j]] if first else 0.0
     for v in range(st_si[I_NLV]):
-        _sweep_level(st, dt, st_li[S_LV_PTR, v], st_li[S_LV_PTR, v + 1], views)
+        _sweep_level(st, dt, sti[S_LV_PTR, v], sti[S_LV_PTR, v + 1], views)
     ddep = 0.0
-    L = net_lf.shape[1]
+    L = net.dims[D_L]
     lb = _zeroed(st.tmp_rows[0], L)
     for j in range(ne):
-        e = st_ei[S_AE, j]
-        ddep = max(ddep, abs(st_ef[S_AE_NEW, j] - st_ef[S_DEP, e]))
-        st_ef[S_DEP, e] = st_ef[S_AE_NEW, j]
-        lb[st_ei[S_AE_LINK, j]] += st_ef[S_AE_NEW, j] * dt
+        e = sti[S_AE, j]
+        ddep = max(ddep, abs(stf[S_AE_NEW, j] - stf[S_DEP, e]))
+        stf[S_DEP, e] = stf[S_AE_NEW, j]
+        lb[sti[S_AE_LINK, j]] += stf[S_AE_NEW, j] * dt
     for li in range(L):
-        st_lf[S_LINK_BYTES, li] += lb[li]
-        util = lb[li] / (net_lf[N_CAP, li] * dt + _TINY)
-        st_lf[S_PEAK_UTIL, li] = max(st_lf[S_PEAK_UTIL, li], util)
-        st_lf[S_QLINK, li] = 0.0
+        stf[S_LINK_BYTES, li] += lb[li]
+        util = lb[li] / (ntf[N_CAP, li] * dt + _TINY)
+        stf[S_PEAK_UTIL, li] = max(stf[S_PEAK_UTIL, li], util)
+        stf[S_QLINK, li] = 0.0
     for p in range(st_si[I_NQ]):
-        j = st_ei[S_Q_ENT, p]
-        st_lf[S_QLINK, st_ei[S_AE_LINK, j]] += st_ef[S_Q, st_ei[S_AE, j]]
+        j = sti[S_Q_ENT, p]
+        stf[S_QLINK, sti[S_AE_LINK, j]] += stf[S_Q, sti[S_AE, j]]
     for li in range(L):
-        st_lf[S_MAX_Q, li] = max(st_lf[S_MAX_Q, li], st_lf[S_QLINK, li])
+        stf[S_MAX_Q, li] = max(stf[S_MAX_Q, li], stf[S_QLINK, li])
     for i in range(st_si[I_NAF]):
-        st_ff[S_INJ, st_fi[S_A_F, i]] += st_ff[S_A_RF, i] * dt
+        stf[S_INJ, sti[S_A_F, i]] += stf[S_A_RF, i] * dt
     for r in range(st_si[I_NAR]):
-        k = st_ki[S_A_R, r]
-        st_kf[S_DELIV, k] += st_ef[S_DEP, net_indptr[k + 1] - 1] * dt
+        k = sti[S_A_R, r]
+        stf[S_DELIV, k] += stf[S_DEP, net_indptr[k + 1] - 1] * dt
     return ddep
 
 
-@njit(cache=True, inline="always")
+@inline_fn
 def rev_delay(net, st, out) -> np.ndarray:
     """Queueing delay (ns) an ACK meets on the reverse direction of each link, written
     to ``out``."""
-    st_lf = st.lf
-    net_lf = net.lf
-    net_li = net.li
-    L = net_lf.shape[1]
+    stf = st.f
+    ntf = net.f
+    nti = net.i
+    L = net.dims[D_L]
     _zeroed(out, L)
     for li in range(L):
-        rv = net_li[N_REV, li]
+        rv = nti[N_REV, li]
         if rv >= 0:
-            out[li] = min(st_lf[S_QLINK, rv] / max(net_lf[N_CAP, rv] * st_lf[S_UP, rv], _TINY), 1e9)
+            out[li] = min(stf[S_QLINK, rv] / max(ntf[N_CAP, rv] * stf[S_UP, rv], _TINY), 1e9)
     return out
 
 
-@njit(cache=True, inline="always")
+@inline_fn
 def _red(net, li, q) -> float:
     """RED marking probability of link ``li`` at queue ``q`` (dataplane/ecn.py)."""
-    net_lf = net.lf
+    ntf = net.f
     net_cfg = net.cfg
-    kmin, kmax = net_lf[N_KMIN, li], net_lf[N_KMAX, li]
+    kmin, kmax = ntf[N_KMIN, li], ntf[N_KMAX, li]
     if not q > kmin:
         return 0.0
     if q > kmax:
         return net_cfg[C_ABOVE]
     span = max(kmax - kmin, 1e-9)
-    return min(max((q - kmin) / span, 0.0), 1.0) * net_lf[N_PMAX, li]
+    return min(max((q - kmin) / span, 0.0), 1.0) * ntf[N_PMAX, li]
 
 
-@njit(cache=True, inline="always")
+@step_fn
 def _marks(net, st, t_new, dt) -> bool:
     """ECN marks of this step into the CNP delay line; returns whether any was made."""
     st_sf = st.sf
     st_si = st.si
-    st_lf = st.lf
-    st_ef = st.ef
-    st_ei = st.ei
-    st_ki = st.ki
+    stf = st.f
+    sti = st.i
     st_cnp_line = st.cnp_line
-    net_lf = net.lf
-    net_kf = net.kf
+    ntf = net.f
     net_cfg = net.cfg
-    L = net_lf.shape[1]
+    L = net.dims[D_L]
     pl = st.tmp_rows[0]
     anyp = False
     for li in range(L):
-        pl[li] = _red(net, li, st_lf[S_QLINK, li])
+        pl[li] = _red(net, li, stf[S_QLINK, li])
         anyp = anyp or pl[li] > 0
     if not anyp:
         return False
@@ -689,14 +758,14 @@ def _marks(net, st, t_new, dt) -> bool:
     mlink = _zeroed(st.tmp_rows[1], L)
     npk = _zeroed(st.tmp_rows[2], nr)
     for j in range(ne):
-        p = pl[st_ei[S_AE_LINK, j]]
+        p = pl[sti[S_AE_LINK, j]]
         if p == 0.0:
             continue  # adds nothing
-        mb = st_ef[S_DEP, st_ei[S_AE, j]] * dt * p
-        mlink[st_ei[S_AE_LINK, j]] += mb
-        npk[st_ei[S_AE_ROUTE, j]] += mb
+        mb = stf[S_DEP, sti[S_AE, j]] * dt * p
+        mlink[sti[S_AE_LINK, j]] += mb
+        npk[sti[S_AE_ROUTE, j]] += mb
     for li in range(L):
-        st_lf[S_MARKED_BYTES, li] += mlink[li]
+        stf[S_MARKED_BYTES, li] += mlink[li]
     anyk = False
     for r in range(nr):
         npk[r] = npk[r] / net_cfg[C_PKT_WIRE]
@@ -714,28 +783,28 @@ def _marks(net, st, t_new, dt) -> bool:
     now_b = np.int64(t_new // bw) + 1
     rtt_max = -_INF
     for r in range(nr):
-        k = st_ki[S_A_R, r]
-        rtt_max = max(rtt_max, net_kf[N_RTT, k])
+        k = sti[S_A_R, r]
+        rtt_max = max(rtt_max, ntf[N_RTT, k])
         if npk[r] == 0.0:
             continue
         rq = 0.0  # the reverse path's queueing, over the route's entries in order
-        e0 = st_ki[S_A_ESTART, r]
-        for j in range(e0, e0 + st_ki[S_A_NE, r]):
-            rq += rd[st_ei[S_AE_LINK, j]]
-        b = max(np.int64((t_new + net_kf[N_RTT, k] + rq) // bw), now_b) % rows
+        e0 = sti[S_A_ESTART, r]
+        for j in range(e0, e0 + sti[S_A_NE, r]):
+            rq += rd[sti[S_AE_LINK, j]]
+        b = max(np.int64((t_new + ntf[N_RTT, k] + rq) // bw), now_b) % rows
         st_cnp_line[b, k] += npk[r]
         st.cnp_dirty[b] = True
     st_sf[F_MARKS_UNTIL] = max(st_sf[F_MARKS_UNTIL], t_new + rtt_max)
     return True
 
 
-@njit(cache=True, inline="always")
+@step_fn
 def _cnps(net, st, t_new, dt, rng) -> None:
     """Collect the CNPs due now, draw which QPs see one, and run DCQCN on every QP."""
     st_si = st.si
-    st_kf = st.kf
-    st_kb = st.kb
-    st_ki = st.ki
+    stf = st.f
+    stb = st.b
+    sti = st.i
     st_cc = st.cc
     st_cnp_line = st.cnp_line
     net_dcqcn = net.dcqcn
@@ -754,14 +823,14 @@ def _cnps(net, st, t_new, dt, rng) -> None:
                 continue  # nothing was written since it was last read: all zero
             st.cnp_dirty[row] = False
             for r in range(nr):
-                v = st_cnp_line[row, st_ki[S_A_R, r]]
+                v = st_cnp_line[row, sti[S_A_R, r]]
                 cnp_n[r] = v if m == 0 else cnp_n[r] + v
             for r in range(nr):  # other columns belong to flows that ended: never read
-                st_cnp_line[row, st_ki[S_A_R, r]] = 0.0
+                st_cnp_line[row, sti[S_A_R, r]] = 0.0
         st_si[I_FB_LAST] = cur_b
         for r in range(nr):
             anyn = anyn or cnp_n[r] != 0
-    cnp = st_kb[S_A_CNP]
+    cnp = stb[S_A_CNP]
     for r in range(nr):
         cnp[r] = False
     if anyn:
@@ -769,10 +838,10 @@ def _cnps(net, st, t_new, dt, rng) -> None:
             cnp[r] = rng.random() < 1.0 - np.exp(-cnp_n[r])
     interval = net_cfg[C_CNP_INT]
     for r in range(nr):
-        k = st_ki[S_A_R, r]
+        k = sti[S_A_R, r]
         if cnp[r] and interval > 0:
-            if t_new - st_kf[S_LAST_CNP, k] >= interval:
-                st_kf[S_LAST_CNP, k] = t_new
+            if t_new - stf[S_LAST_CNP, k] >= interval:
+                stf[S_LAST_CNP, k] = t_new
             else:
                 cnp[r] = False
     # a QP without a CNP whose timers are not due keeps its state: skip the update (its
@@ -780,125 +849,122 @@ def _cnps(net, st, t_new, dt, rng) -> None:
     idle_ok = net_dcqcn[_DEC_INT] > 0
     no_bc = net_dcqcn[_BC] <= 0
     for r in range(nr):
-        k = st_ki[S_A_R, r]
+        k = sti[S_A_R, r]
         if (idle_ok and not cnp[r] and st_cc[_T_ALPHA, k] > t_new and st_cc[_T_DEC, k] > t_new
                 and st_cc[_T_INC, k] > t_new and (no_bc or st_cc[_STARTED, k] == 0)):
             continue
-        dcqcn_update_qp(st_cc, k, cnp[r], t_new, net_dcqcn, st_kf[S_A_X, r] * dt)
+        dcqcn_update_qp(st_cc, k, cnp[r], t_new, net_dcqcn, stf[S_A_X, r] * dt)
         if cnp[r]:
-            st_kf[S_ES_CNPS, k] += 1
+            stf[S_ES_CNPS, k] += 1
 
 
-@njit(cache=True, inline="always")
+@step_fn
 def _pfc_thresholds(net, st, use) -> None:
-    st_lf = st.lf
-    net_lf = net.lf
-    net_lb = net.lb
-    net_li = net.li
+    stf = st.f
+    ntf = net.f
+    ntb = net.b
+    nti = net.i
     net_pfc_pool = net.pfc_pool
     net_cfg = net.cfg
     cfg = net_cfg
-    L = net_lf.shape[1]
+    L = net.dims[D_L]
     if cfg[C_PFC_DYN] > 0:
         sw_shared = _zeroed(st.tmp_rows[3], len(net_pfc_pool))
         for li in range(L):
-            if net_lb[N_INGRESS_SW, li]:
-                sw_shared[net_li[N_SW_OF, li]] += max(use[li] - cfg[C_RESERVE], 0.0)
+            if ntb[N_INGRESS_SW, li]:
+                sw_shared[nti[N_SW_OF, li]] += max(use[li] - cfg[C_RESERVE], 0.0)
         for li in range(L):
-            s = net_li[N_SW_OF, li]
-            thr = net_lf[N_PFC_ALPHA, li] * max(net_pfc_pool[s] - sw_shared[s], 0.0)
-            st_lf[S_PFC_XOFF, li] = cfg[C_RESERVE] + thr
-            st_lf[S_PFC_XON, li] = cfg[C_RESERVE] + thr - cfg[C_RESUME]
+            s = nti[N_SW_OF, li]
+            thr = ntf[N_PFC_ALPHA, li] * max(net_pfc_pool[s] - sw_shared[s], 0.0)
+            stf[S_PFC_XOFF, li] = cfg[C_RESERVE] + thr
+            stf[S_PFC_XON, li] = cfg[C_RESERVE] + thr - cfg[C_RESUME]
     else:
         for li in range(L):
-            st_lf[S_PFC_XOFF, li] = cfg[C_XOFF]
-            st_lf[S_PFC_XON, li] = cfg[C_XON]
+            stf[S_PFC_XOFF, li] = cfg[C_XOFF]
+            stf[S_PFC_XON, li] = cfg[C_XON]
 
 
-@njit(cache=True, inline="always")
+@step_fn
 def _pfc(net, st, dt) -> None:
     """Fluid PFC: throttle each upstream transmitter so its ingress port holds XOFF."""
     st_si = st.si
-    st_lf = st.lf
-    st_lb = st.lb
-    st_ef = st.ef
-    st_ei = st.ei
-    st_kf = st.kf
-    st_ki = st.ki
-    net_lf = net.lf
-    net_lb = net.lb
-    net_ki = net.ki
+    stf = st.f
+    stb = st.b
+    sti = st.i
+    ntf = net.f
+    ntb = net.b
+    nti = net.i
     net_cfg = net.cfg
-    L = net_lf.shape[1]
+    L = net.dims[D_L]
     use = _zeroed(st.tmp_rows[0], L)
     out = _zeroed(st.tmp_rows[1], L)
     for p in range(st_si[I_NQ]):
-        j = st_ei[S_Q_ENT, p]
-        use[st_ei[S_AE_ING, j]] += st_ef[S_Q, st_ei[S_AE, j]]
-        out[st_ei[S_AE_ING, j]] += st_ef[S_DEP, st_ei[S_AE, j]]
+        j = sti[S_Q_ENT, p]
+        use[sti[S_AE_ING, j]] += stf[S_Q, sti[S_AE, j]]
+        out[sti[S_AE_ING, j]] += stf[S_DEP, sti[S_AE, j]]
     _pfc_thresholds(net, st, use)
-    st_lf[S_PFC_USE, :] = use[:L]
+    for li in range(L):  # a loop: slice assignment compiles a shape check (seconds)
+        stf[S_PFC_USE, li] = use[li]
     st_si[I_HAS_USE] = 1
-    reg = st_lb[S_PFC_REG]
-    if reg.any():
+    reg = stb[S_PFC_REG]
+    if _any_paused(stb, L):
         nic_dem = _zeroed(st.tmp_rows[2], L)
         for r in range(st_si[I_NAR]):
-            nic_dem[net_ki[N_FIRST_LINK, st_ki[S_A_R, r]]] += st_kf[S_A_DEM, r]
+            nic_dem[nti[N_FIRST_LINK, sti[S_A_R, r]]] += stf[S_A_DEM, r]
         for li in range(L):
             if not reg[li]:
                 continue
-            serv = st_lf[S_SERV, li]
-            allow = min(st_lf[S_PFC_ALLOW, li], serv)
-            if not (st_lf[S_QLINK, li] > 1.0 or nic_dem[li] > allow * (1 + 1e-9)):
+            serv = stf[S_SERV, li]
+            allow = min(stf[S_PFC_ALLOW, li], serv)
+            if not (stf[S_QLINK, li] > 1.0 or nic_dem[li] > allow * (1 + 1e-9)):
                 continue
             frac = min(max(1.0 - allow / serv, 0.0), 1.0) if serv > 0 else 0.0
-            st_lf[S_PAUSE_NS, li] += frac * dt
+            stf[S_PAUSE_NS, li] += frac * dt
             o = min(out[li], serv)
             if frac > 1e-6 and o > _TINY:
-                gap = net_lf[N_PFC_GAP, li]
+                gap = ntf[N_PFC_GAP, li]
                 period = gap / max(o, _TINY) + gap / max(serv - o, _TINY)
-                st_lf[S_PAUSE_CNT, li] += dt / period
+                stf[S_PAUSE_CNT, li] += dt / period
     tau = max(dt, net_cfg[C_TAU])
     for li in range(L):
-        if net_lb[N_INGRESS_SW, li] and not reg[li] and use[li] >= st_lf[S_PFC_XOFF, li]:
-            st_lf[S_PAUSE_CNT, li] += 1.0
+        if ntb[N_INGRESS_SW, li] and not reg[li] and use[li] >= stf[S_PFC_XOFF, li]:
+            stf[S_PAUSE_CNT, li] += 1.0
             reg[li] = True
-        elif reg[li] and use[li] <= st_lf[S_PFC_XON, li]:
+        elif reg[li] and use[li] <= stf[S_PFC_XON, li]:
             reg[li] = False
-        st_lf[S_PFC_ALLOW, li] = (max(out[li] + (st_lf[S_PFC_XOFF, li] - use[li]) / tau, 0.0)
+        stf[S_PFC_ALLOW, li] = (max(out[li] + (stf[S_PFC_XOFF, li] - use[li]) / tau, 0.0)
                             if reg[li] else _INF)
 
 
-@njit(cache=True, inline="always")
+@step_fn
 def _horizon(net, st) -> float:
     """Longest step over which constant rates keep the model exact: until a queue entry
     empties, a PFC port crosses XOFF/XON, or a queue reaches Kmin (DCQCN)."""
     st_si = st.si
-    st_lf = st.lf
-    st_lb = st.lb
-    st_ef = st.ef
-    st_ei = st.ei
-    net_lf = net.lf
+    stf = st.f
+    stb = st.b
+    sti = st.i
+    ntf = net.f
     net_cfg = net.cfg
     cfg = net_cfg
     h = cfg[C_DT_QUIET]
     nq = st_si[I_NQ]
     if nq == 0:
         return h
-    L = net_lf.shape[1]
+    L = net.dims[D_L]
     gp = _zeroed(st.tmp_rows[2], L)
     gl = _zeroed(st.tmp_rows[3], L)
     for p in range(nq):
-        j = st_ei[S_Q_ENT, p]
-        e = st_ei[S_AE, j]
-        g = st_ef[S_ARR, e] - st_ef[S_DEP, e]
-        if g < -_TINY and st_ef[S_Q, e] > 0:
-            h = min(h, st_ef[S_Q, e] / -g)
-        gp[st_ei[S_AE_ING, j]] += g
-        gl[st_ei[S_AE_LINK, j]] += g
+        j = sti[S_Q_ENT, p]
+        e = sti[S_AE, j]
+        g = stf[S_ARR, e] - stf[S_DEP, e]
+        if g < -_TINY and stf[S_Q, e] > 0:
+            h = min(h, stf[S_Q, e] / -g)
+        gp[sti[S_AE_ING, j]] += g
+        gl[sti[S_AE_LINK, j]] += g
     pfc = cfg[C_PFC_ON] > 0
-    reg = st_lb[S_PFC_REG]
-    if pfc and reg.any():
+    stb[S_PFC_REG]
+    if pfc and _any_paused(stb, L):
         # a paused port's share of its egress FIFO settles over ~Q/C; long steps would
         # freeze whatever shares the last event left (FluidConfig.dt_pfc_max_ns)
         h = min(h, cfg[C_DT_PFC])
@@ -906,57 +972,55 @@ def _horizon(net, st) -> float:
         h = _pfc_horizon(net, st, gp, h)
     if cfg[C_DCQCN] > 0:
         for li in range(L):
-            if st_lf[S_QLINK, li] >= net_lf[N_KMIN, li] * (1 - 1e-9):
+            if stf[S_QLINK, li] >= ntf[N_KMIN, li] * (1 - 1e-9):
                 return 0.0  # marking: DCQCN dynamics, no long steps
         for li in range(L):
-            if gl[li] > _TINY and st_lf[S_QLINK, li] < net_lf[N_KMIN, li]:
+            if gl[li] > _TINY and stf[S_QLINK, li] < ntf[N_KMIN, li]:
                 # +1 ns: land just above Kmin so that marking starts
-                h = min(h, (net_lf[N_KMIN, li] - st_lf[S_QLINK, li]) / gl[li] + 1.0)
+                h = min(h, (ntf[N_KMIN, li] - stf[S_QLINK, li]) / gl[li] + 1.0)
     return h
 
 
-@njit(cache=True, inline="always")
+@step_fn
 def _pfc_horizon(net, st, gp, h) -> float:
-    st_lf = st.lf
-    st_lb = st.lb
-    net_lf = net.lf
-    net_lb = net.lb
-    net_li = net.li
+    stf = st.f
+    stb = st.b
+    ntf = net.f
+    ntb = net.b
+    nti = net.i
     net_pfc_pool = net.pfc_pool
     net_cfg = net.cfg
-    L = net_lf.shape[1]
-    reg, use = st_lb[S_PFC_REG], st_lf[S_PFC_USE]
+    L = net.dims[D_L]
+    reg, use = stb[S_PFC_REG], stf[S_PFC_USE]
     dyn = net_cfg[C_PFC_DYN] > 0
     gs = _zeroed(st.tmp_rows[4], len(net_pfc_pool))
     if dyn:
         for li in range(L):
-            if net_lb[N_INGRESS_SW, li]:
-                gs[net_li[N_SW_OF, li]] += gp[li]
+            if ntb[N_INGRESS_SW, li]:
+                gs[nti[N_SW_OF, li]] += gp[li]
     for li in range(L):
-        if not reg[li] and net_lb[N_INGRESS_SW, li] and gp[li] > _TINY:
+        if not reg[li] and ntb[N_INGRESS_SW, li] and gp[li] > _TINY:
             if dyn:
-                tt = (st_lf[S_PFC_XOFF, li] - use[li]) / (
-                    gp[li] + net_lf[N_PFC_ALPHA, li] * max(gs[net_li[N_SW_OF, li]], 0.0))
+                tt = (stf[S_PFC_XOFF, li] - use[li]) / (
+                    gp[li] + ntf[N_PFC_ALPHA, li] * max(gs[nti[N_SW_OF, li]], 0.0))
             else:
-                tt = (st_lf[S_PFC_XOFF, li] - use[li]) / max(gp[li], _TINY)
+                tt = (stf[S_PFC_XOFF, li] - use[li]) / max(gp[li], _TINY)
             h = min(h, max(tt, 0.0))
         elif reg[li] and gp[li] < -_TINY:
-            h = min(h, max((use[li] - st_lf[S_PFC_XON, li]) / -gp[li], 0.0))
+            h = min(h, max((use[li] - stf[S_PFC_XON, li]) / -gp[li], 0.0))
     return h
 
 
-@njit(cache=True, inline="always")
+@step_fn
 def _sample(net, st, t) -> None:
     st_si = st.si
-    st_lf = st.lf
-    st_ff = st.ff
-    st_fb = st.fb
-    st_fi = st.fi
-    st_ki = st.ki
+    stf = st.f
+    stb = st.b
+    sti = st.i
     st_cc = st.cc
     st_smp = st.smp
-    net_lf = net.lf
-    net_ki = net.ki
+    ntf = net.f
+    nti = net.i
     net_rec_links = net.rec_links
     net_rec_flows = net.rec_flows
     net_cfg = net.cfg
@@ -964,41 +1028,36 @@ def _sample(net, st, t) -> None:
     nl, nf = len(net_rec_links), len(net_rec_flows)
     st_smp[n, 0] = t / 1e3  # columns: t, queue of each link, rate and send of each flow
     for i in range(len(net_rec_links)):
-        st_smp[n, 1 + i] = st_lf[S_QLINK, net_rec_links[i]]
+        st_smp[n, 1 + i] = stf[S_QLINK, net_rec_links[i]]
     for i in range(len(net_rec_flows)):
         f = net_rec_flows[i]
         rate = 0.0
         send = 0.0
         for p in range(st_si[I_NAF]):
-            if st_fi[S_A_F, p] != f:
+            if sti[S_A_F, p] != f:
                 continue
-            send = st_ff[S_A_RF, p] * 8e9 / 1e9 / net_cfg[C_WO]
-            if st_fb[S_RUNNING, f]:
+            send = stf[S_A_RF, p] * 8e9 / 1e9 / net_cfg[C_WO]
+            if stb[S_RUNNING, f]:
                 rate = _INF
-                for r in range(st_fi[S_A_FSTART, p], st_fi[S_A_FSTART, p + 1]):
-                    k = st_ki[S_A_R, r]
+                for r in range(sti[S_A_FSTART, p], sti[S_A_FSTART, p + 1]):
+                    k = sti[S_A_R, r]
                     rate = min(rate, st_cc[_RC, k] / 1e9 if net_cfg[C_DCQCN] > 0
-                               else net_lf[N_CAP, net_ki[N_FIRST_LINK, k]] * 8e9 / 1e9)
+                               else ntf[N_CAP, nti[N_FIRST_LINK, k]] * 8e9 / 1e9)
         st_smp[n, 1 + nl + i] = rate
         st_smp[n, 1 + nl + nf + i] = send
     st_si[I_NSMP] = n + 1
 
 
-@njit(cache=True, inline="always")
+@step_fn
 def _complete(net, st, t, ddep, any_marks) -> None:
     """Flows whose bytes were all delivered finish (plus the ACK's way back)."""
     st_sf = st.sf
     st_si = st.si
-    st_ef = st.ef
-    st_ei = st.ei
-    st_ff = st.ff
-    st_fb = st.fb
-    st_fi = st.fi
-    st_kf = st.kf
-    st_ki = st.ki
+    stf = st.f
+    sti = st.i
+    stb = st.b
     st_cc = st.cc
-    net_ff = net.ff
-    net_kf = net.kf
+    ntf = net.f
     net_cfg = net.cfg
     cfg, sf = net_cfg, st_sf
     nf = st_si[I_NAF]
@@ -1006,27 +1065,27 @@ def _complete(net, st, t, ddep, any_marks) -> None:
     stopped_q = False
     rq = _zeroed(st.tmp_rows[0], st_si[I_NAR])
     for p in range(st_si[I_NQ]):
-        j = st_ei[S_Q_ENT, p]
-        rq[st_ei[S_AE_ROUTE, j]] += st_ef[S_Q, st_ei[S_AE, j]]
+        j = sti[S_Q_ENT, p]
+        rq[sti[S_AE_ROUTE, j]] += stf[S_Q, sti[S_AE, j]]
     anyfin = False
     for i in range(nf):
-        f = st_fi[S_A_F, i]
-        tol = 1e-6 * max(net_ff[N_SIZE_W, f], 1.0)
-        inj_done = not st_fb[S_A_SENDING, i] or net_ff[N_SIZE_W, f] - st_ff[S_INJ, f] <= tol
+        f = sti[S_A_F, i]
+        tol = 1e-6 * max(ntf[N_SIZE_W, f], 1.0)
+        inj_done = not stb[S_A_SENDING, i] or ntf[N_SIZE_W, f] - stf[S_INJ, f] <= tol
         bl = -_INF
-        for r in range(st_fi[S_A_FSTART, i], st_fi[S_A_FSTART, i + 1]):
-            k = st_ki[S_A_R, r]
-            bl = max(bl, net_kf[N_W, k] * st_ff[S_INJ, f] - st_kf[S_DELIV, k])
-            if st_fb[S_A_SENDING, i] and inj_done and rq[r] > 1.0:
+        for r in range(sti[S_A_FSTART, i], sti[S_A_FSTART, i + 1]):
+            k = sti[S_A_R, r]
+            bl = max(bl, ntf[N_W, k] * stf[S_INJ, f] - stf[S_DELIV, k])
+            if stb[S_A_SENDING, i] and inj_done and rq[r] > 1.0:
                 # a source that just stopped while its bytes still queue changes the
                 # next step's arrivals: not steady
                 stopped_q = True
-        fin[i] = inj_done and bl <= tol + 1e-6 and st_fb[S_RUNNING, f]
+        fin[i] = inj_done and bl <= tol + 1e-6 and stb[S_RUNNING, f]
         anyfin = anyfin or fin[i] > 0
     dec_pending = False
     if cfg[C_DCQCN] > 0:
         for r in range(st_si[I_NAR]):
-            dec_pending = dec_pending or st_cc[_DEC_CNP, st_ki[S_A_R, r]] > 0
+            dec_pending = dec_pending or st_cc[_DEC_CNP, sti[S_A_R, r]] > 0
     steady = (ddep < cfg[C_QUIET_TOL] * cfg[C_CAP_MAX] and t > sf[F_MARKS_UNTIL]
               and not stopped_q and not any_marks and not dec_pending)
     sf[F_QUIET] = _horizon(net, st) if steady else 0.0
@@ -1037,35 +1096,34 @@ def _complete(net, st, t, ddep, any_marks) -> None:
         rd = rev_delay(net, st, st.tmp_rows[5])
     left = False
     for i in range(nf):
-        f = st_fi[S_A_F, i]
+        f = sti[S_A_F, i]
         if not fin[i] > 0:
-            left = left or st_fb[S_RUNNING, f]
+            left = left or stb[S_RUNNING, f]
             continue
-        st_fb[S_RUNNING, f] = False
-        st_fb[S_DONE, f] = True
+        stb[S_RUNNING, f] = False
+        stb[S_DONE, f] = True
         st_si[I_DONE] += 1
         # the ACK of the last byte queues behind data on the reverse path
-        st_ff[S_FINISH, f] = t + net_ff[N_LAT, f] + _ack_queue_ns(net, f, rd)
-        release(net, st, f, st_ff[S_FINISH, f])
+        stf[S_FINISH, f] = t + ntf[N_LAT, f] + _ack_queue_ns(net, f, rd)
+        release(net, st, f, stf[S_FINISH, f])
     # finished flows stay in the running arrays (idle) until the next start rebuilds them
     if not left:
         st_si[I_REBUILD] = 1
 
 
-@njit(cache=True, inline="always")
+@inline_fn
 def _ack_queue_ns(net, f, rd) -> float:
-    net_ei = net.ei
-    net_fi = net.fi
+    nti = net.i
     net_indptr = net.indptr
     net_r_order = net.r_order
     if len(rd) == 0:
         return 0.0
     best = 0.0
-    for j in range(net_fi[N_F_RPTR, f], net_fi[N_F_RPTR, f + 1]):
+    for j in range(nti[N_F_RPTR, f], nti[N_F_RPTR, f + 1]):
         k = net_r_order[j]
         s = 0.0
         for e in range(net_indptr[k], net_indptr[k + 1]):
-            s += rd[net_ei[N_LINKS, e]]
+            s += rd[nti[N_LINKS, e]]
         best = max(best, s)
     return best
 
@@ -1075,41 +1133,39 @@ def _ack_queue_ns(net, f, rd) -> float:
 # --------------------------------------------------------------------------------------
 
 
-@njit(cache=True, inline="always")
+@step_fn
 def _start_due(net, st, t) -> None:
     """Start every flow due within ``coalesce_ns`` of now."""
     st_si = st.si
-    st_ff = st.ff
-    st_fb = st.fb
-    st_fi = st.fi
+    stf = st.f
+    stb = st.b
+    sti = st.i
     st_cc = st.cc
-    net_lf = net.lf
-    net_ff = net.ff
-    net_fi = net.fi
-    net_ki = net.ki
+    ntf = net.f
+    nti = net.i
     net_r_order = net.r_order
     net_cfg = net.cfg
-    while st_si[I_HEAP] > 0 and st_ff[S_HEAP_T, 0] <= t + net_cfg[C_COALESCE]:
+    while st_si[I_HEAP] > 0 and stf[S_HEAP_T, 0] <= t + net_cfg[C_COALESCE]:
         f = _heap_pop(st)
-        st_ff[S_START, f] = t
-        if net_ff[N_SIZE_W, f] <= 0:
-            st_ff[S_FINISH, f] = t + net_ff[N_LAT, f]
-            st_fb[S_DONE, f] = True
+        stf[S_START, f] = t
+        if ntf[N_SIZE_W, f] <= 0:
+            stf[S_FINISH, f] = t + ntf[N_LAT, f]
+            stb[S_DONE, f] = True
             st_si[I_DONE] += 1
-            release(net, st, f, st_ff[S_FINISH, f])
+            release(net, st, f, stf[S_FINISH, f])
             continue
-        st_fb[S_RUNNING, f] = True
-        st_fi[S_NEW_F, st_si[I_NNEW]] = f
+        stb[S_RUNNING, f] = True
+        sti[S_NEW_F, st_si[I_NNEW]] = f
         st_si[I_NNEW] += 1
         if net_cfg[C_DCQCN] > 0:
-            for j in range(net_fi[N_F_RPTR, f], net_fi[N_F_RPTR, f + 1]):
+            for j in range(nti[N_F_RPTR, f], nti[N_F_RPTR, f + 1]):
                 k = net_r_order[j]
-                st_cc[_LINE, k] = net_lf[N_CAP, net_ki[N_FIRST_LINK, k]] * 8e9
+                st_cc[_LINE, k] = ntf[N_CAP, nti[N_FIRST_LINK, k]] * 8e9
                 _dcqcn_fresh(st_cc, k)
         st_si[I_REBUILD] = 1
 
 
-@njit(cache=True, inline="always")
+@inline_fn
 def _dcqcn_fresh(s, k) -> None:
     """A QP that starts at its line rate ``s[_LINE, k]``, no CNP seen, timers idle
     (dcqcn_init)."""
@@ -1120,11 +1176,19 @@ def _dcqcn_fresh(s, k) -> None:
     s[_T_ALPHA:_T_INC + 1, k] = _INF
 
 
-@njit(cache=True, inline="always")
-def _pfc_active(st_lb, st_lf) -> bool:
+@inline_fn
+def _any_paused(stb, L) -> bool:
+    for li in range(L):
+        if stb[S_PFC_REG, li]:
+            return True
+    return False
+
+
+@inline_fn
+def _pfc_active(stb, stf, L) -> bool:
     """Some port is paused or some queue holds bytes (else PFC has nothing to do)."""
-    for li in range(st_lb.shape[1]):
-        if st_lb[S_PFC_REG, li] or st_lf[S_QLINK, li] > 0.0:
+    for li in range(L):
+        if stb[S_PFC_REG, li] or stf[S_QLINK, li] > 0.0:
             return True
     return False
 
@@ -1134,14 +1198,12 @@ def advance(net, st, rng) -> int:
     """Run until the end, or until the caller has to act (see the return codes)."""
     st_sf = st.sf
     st_si = st.si
-    st_lf = st.lf
-    st_lb = st.lb
-    st_ff = st.ff
+    stf = st.f
+    stb = st.b
     st_smp = st.smp
-    net_ff = net.ff
     net_cfg = net.cfg
     cfg, sf, si = net_cfg, st_sf, st_si
-    F = net_ff.shape[1]
+    F = net.dims[D_F]
     while si[I_DONE] < F:
         t = sf[F_T]
         if sf[F_FAIL_T] <= t + 1e-9:
@@ -1152,7 +1214,7 @@ def advance(net, st, rng) -> int:
         if si[I_REBUILD]:
             rebuild(net, st)
         if si[I_NAR] == 0:
-            nxt = min(st_ff[S_HEAP_T, 0] if si[I_HEAP] > 0 else _INF, sf[F_FAIL_T])
+            nxt = min(stf[S_HEAP_T, 0] if si[I_HEAP] > 0 else _INF, sf[F_FAIL_T])
             if not np.isfinite(nxt):
                 return DONE  # nothing can ever start (a dependency cycle or unrouted flow)
             sf[F_T] = max(t, nxt)
@@ -1173,7 +1235,7 @@ def advance(net, st, rng) -> int:
             _cnps(net, st, t_new, dt, rng)
             if cfg[C_ES_ON] > 0 and t_new >= sf[F_ES_NEXT]:
                 si[I_ES_DUE] = 1
-        if cfg[C_PFC_ON] > 0 and (si[I_HAS_USE] == 0 or _pfc_active(st_lb, st_lf)):
+        if cfg[C_PFC_ON] > 0 and (si[I_HAS_USE] == 0 or _pfc_active(stb, stf, net.dims[D_L])):
             _pfc(net, st, dt)
         if t_new >= sf[F_NEXT_SAMPLE] - 1e-6:
             _sample(net, st, t_new)

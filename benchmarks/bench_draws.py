@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
@@ -56,12 +57,13 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--stability", default="100,200,400,800")
     ap.add_argument("--seeds", default="7:1007,8:1008,9:1009")
+    ap.add_argument("--save", default="", help="directory for the runs' JSON")
     args = ap.parse_args()
     base = [sys.executable, "-m", "icefabric", "simulate", args.scenario, "--json", "-q"]
     if args.rounds:
         cost(base, args.draws, args.rounds)
     if args.stability:
-        stability(base, args.stability, args.seeds)
+        stability(base, args.stability, args.seeds, args.save)
 
 
 def cost(base: list[str], draws: int, rounds: int) -> None:
@@ -81,7 +83,7 @@ def cost(base: list[str], draws: int, rounds: int) -> None:
           f"({cpu[draws] / max(cpu[1], 1e-9):.2f}x)")
 
 
-def stability(base: list[str], ns: str, seeds: str) -> None:
+def stability(base: list[str], ns: str, seeds: str, save: str = "") -> None:
     """Median changes between base seeds, for every N of ``ns``, over every seed pair of
     ``seeds`` ("7:1007,8:1008"). One run per seed at the largest N: draw ``d``'s seed is
     the ``d``-th word of ``SeedSequence(seed)`` (a prefix-stable stream), so the first N
@@ -93,8 +95,10 @@ def stability(base: list[str], ns: str, seeds: str) -> None:
     pairs = [tuple(int(s) for s in p.split(":")) for p in seeds.split(",")]
     per_draw = {}
     for s in sorted({s for p in pairs for s in p}):
-        per_draw[s] = drawn(json.loads(run(base + ["--draws", str(counts[-1]), "--seed",
-                                                   str(s)])["out"]))
+        out = run(base + ["--draws", str(counts[-1]), "--seed", str(s)])["out"]
+        if save:
+            Path(save, f"draws{counts[-1]}_seed{s}.json").write_text(out)
+        per_draw[s] = drawn(json.loads(out))
     check = drawn(json.loads(run(base + ["--draws", str(counts[0]), "--seed",
                                          str(pairs[0][0])])["out"]))
     assert all(v == per_draw[pairs[0][0]][k][:counts[0]] for k, v in check.items()), \
@@ -103,11 +107,34 @@ def stability(base: list[str], ns: str, seeds: str) -> None:
           f"runs; a direct {counts[0]}-draw run matched its prefix)")
     for n in counts:
         for name, est in (("sample median", _median), ("Harrell-Davis", _harrell_davis)):
-            change = [abs(est(per_draw[b][k][:n]) / est(per_draw[a][k][:n]) - 1)
-                      for a, b in pairs for k in per_draw[a]]
-            print(f"draws {n:>4} {name:>13}: worst {max(change):5.1%}  mean "
-                  f"{np.mean(change):5.2%}  ({len(change)} medians, {len(pairs)} seed pairs)",
-                  flush=True)
+            change = {(a, b, k): abs(est(per_draw[b][k][:n]) / est(per_draw[a][k][:n]) - 1)
+                      for a, b in pairs for k in per_draw[a]}
+            a, b, k = max(change, key=change.get)
+            over = sum(c >= 0.03 for c in change.values())
+            print(f"draws {n:>4} {name:>13}: worst {change[a, b, k]:5.1%}  mean "
+                  f"{np.mean(list(change.values())):5.2%}  {over} of {len(change)} medians "
+                  f"moved 3 % or more ({len(pairs)} seed pairs); worst: seeds {a}/{b} "
+                  f"{' '.join(map(str, k))} B", flush=True)
+            largest = max(k[3] for k in per_draw[a])
+            parts = {"ECMP family": [v for x, v in change.items()
+                                     if x[2][0] != "static-disjoint"],
+                     f"at {largest} B": [v for x, v in change.items() if x[2][3] == largest]}
+            for part, c in parts.items():
+                print(f"{'':>25}{part}: worst {max(c):5.1%}  mean {np.mean(c):5.2%}")
+    worst_levels(per_draw, pairs, counts[-1])
+
+
+def worst_levels(per_draw: dict, pairs: list, n: int) -> None:
+    """Why the worst medians move: their busbw levels and each level's share of draws."""
+    change = {k: max(abs(_median(per_draw[b][k][:n]) / _median(per_draw[a][k][:n]) - 1)
+                     for a, b in pairs) for k in per_draw[pairs[0][0]]}
+    for k in sorted(change, key=change.get, reverse=True)[:4]:
+        x = np.concatenate([per_draw[s][k][:n] for p in pairs for s in p])
+        levels, counts = np.unique(np.round(x, 1), return_counts=True)
+        top = np.argsort(counts)[::-1][:4]
+        shares = ", ".join(f"{levels[i]:g} GB/s {counts[i] / len(x):.0%}" for i in sorted(top))
+        print(f"  {' '.join(map(str, k))} B: median moves up to {change[k]:.1%} at {n} draws;"
+              f" main levels {shares}")
 
 
 def drawn(doc: dict) -> dict[tuple, list[float]]:

@@ -60,3 +60,22 @@ def test_a_cold_kernel_cache_is_announced_once(tmp_path, monkeypatch, capsys):
     assert "compiling the fluid engine's kernel once" in capsys.readouterr().err
     common.note_fluid_compile(quiet=True)
     assert capsys.readouterr().err == "", "--quiet must silence the note"
+
+
+def test_a_cold_draws_kernel_is_announced(tmp_path, monkeypatch, capsys):
+    """The first run with ECMP draws after an install compiles the batched flow engine's
+    kernel (BENCHMARKS.md "ECMP draws"): detected without compiling, said once."""
+    from icefabric.cli import common
+
+    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
+    code = "from icefabric.engine.batch_kernel import kernel_cached; print(kernel_cached())"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
+                       timeout=120)
+    assert r.stdout.strip() == "False", f"an empty cache counted as warm: {r.stderr}"
+    import icefabric.engine.batch_kernel as bk
+
+    monkeypatch.setattr(bk, "kernel_cached", lambda: False)
+    common.note_draws_compile(quiet=False)
+    assert "compiling the kernel that runs the draws once" in capsys.readouterr().err
+    common.note_draws_compile(quiet=True)
+    assert capsys.readouterr().err == "", "--quiet must silence the note"

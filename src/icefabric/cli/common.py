@@ -22,13 +22,23 @@ def fail(message: str, code: int = 2):
 def note_fluid_compile(quiet: bool) -> None:
     """One stderr line when the fluid engine's compiled kernel is not in numba's cache yet:
     the first run after an install compiles it once (BENCHMARKS.md, "Cold start")."""
-    if quiet:
-        return
-    from icefabric.engine.fluid_kernel import kernel_cached
+    from icefabric.engine import fluid_kernel
 
-    if not kernel_cached():
-        err_console.print("note: compiling the fluid engine's kernel once (about 20 s; "
-                          "later runs load it from numba's cache)", highlight=False)
+    _note_compile(quiet, "the fluid engine's kernel", fluid_kernel.kernel_cached)
+
+
+def note_draws_compile(quiet: bool) -> None:
+    """The same for the batched flow engine's kernel, which runs ECMP draws
+    (BENCHMARKS.md, "ECMP draws")."""
+    from icefabric.engine import batch_kernel
+
+    _note_compile(quiet, "the kernel that runs the draws", batch_kernel.kernel_cached)
+
+
+def _note_compile(quiet: bool, what: str, cached) -> None:
+    if not quiet and not cached():
+        err_console.print(f"note: compiling {what} once (about 20 s; later runs load it "
+                          "from numba's cache)", highlight=False)
 
 
 #: Without a terminal, a plain progress line at most this often (seconds).

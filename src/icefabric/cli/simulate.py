@@ -12,6 +12,7 @@ from icefabric.cli.common import (
     console,
     err_console,
     fail,
+    note_draws_compile,
     note_fluid_compile,
     parse_formats,
     progress_bar,
@@ -110,6 +111,8 @@ def simulate(
     formats = parse_formats(fmt) if out is not None else ()
     if (engine or ls.scenario.engine) == "fluid":
         note_fluid_compile(quiet)
+    elif n_draws > 1 and not ls.scenario.failures:  # the draws run in the batched kernel
+        note_draws_compile(quiet)
     with progress_bar(not quiet, f"simulating {ls.scenario.name}") as update:
         res = run_scenario(ls, policies=pol, sizes=sz, engine=engine, progress=update,
                            trace=out is not None or report is not None, draws=n_draws,

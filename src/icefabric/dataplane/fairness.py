@@ -74,7 +74,8 @@ def maxmin_entries(link: np.ndarray, flow: np.ndarray, coef: np.ndarray,
                    capacity_bps: np.ndarray, rate_cap_bps: np.ndarray) -> np.ndarray:
     """:func:`maxmin_rates` of an incidence given as entries ``(link, flow, coef)``
     grouped by flow (no duplicate pairs; flows ``0..len(rate_cap_bps)-1``), for callers
-    that already hold them (the batched flow engine)."""
+    that already hold them. (The batched flow engine's compiled copy,
+    ``engine/batch_kernel._maxmin``, follows it operation by operation.)"""
     cap = np.asarray(capacity_bps, dtype=np.float64)
     fcap = np.asarray(rate_cap_bps, dtype=np.float64)
     L, F = len(cap), len(fcap)

@@ -1,7 +1,7 @@
 """The flow engine over many route sets of one problem (ECMP draws).
 
 ECMP draws (:mod:`icefabric.experiment.draws`) run the same flows, sizes, dependencies and
-capacities over N different routings. Each draw is a small problem (tens of running
+capacities over N different routings. Each draw is a small problem (a hundred or so running
 flows), so :func:`run_flow_batch` runs them one after the other in compiled code
 (:mod:`icefabric.engine.batch_kernel`), where Python's per-event overhead (``run_flow``)
 or numpy's per-call overhead (a lockstep of all draws, which this replaced) would cost

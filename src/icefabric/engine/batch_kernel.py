@@ -1,6 +1,6 @@
 """Compiled loop of the batched flow engine (:mod:`icefabric.engine.batch` sets it up).
 
-Each draw is a small problem (tens of running flows), so its events cost microseconds in
+Each draw is a small problem (a hundred or so running flows), so its events cost microseconds in
 compiled code, where numpy's per-call overhead over a lockstep of all draws cost more than
 the work (BENCHMARKS.md, "ECMP draws"). :func:`run_draws` runs every draw to its end, one
 after the other, with the event rules and rate updates of
@@ -29,6 +29,8 @@ from collections import namedtuple
 
 import numpy as np
 from numba import njit
+
+from icefabric.engine.jit import compiled_or_cached
 
 NEVER = np.iinfo(np.int64).max
 _REL_EPS = 1e-9  # fairness._REL_EPS: bottleneck and cap tolerance
@@ -60,6 +62,13 @@ _ACC, _SUM, _SHARE, _DEC, _REM = range(5)  # rows of Scratch.lf
 _ACC_MARK, _ACC_LIST, _USE_MARK, _USE_LIST, _BELOW = range(5)  # rows of Scratch.li
 _RATE, _M, _PMIN, _FCAP = range(4)  # rows of Scratch.ff
 _RUN, _PEND = 0, 1  # State.n
+
+
+def kernel_cached() -> bool:
+    """Whether :func:`run_draws` is compiled in this process or in numba's cache for this
+    source: the first run with draws after an install compiles it instead (BENCHMARKS.md,
+    "ECMP draws": about 20 s)."""
+    return compiled_or_cached(run_draws)
 
 
 @njit(cache=True)

@@ -34,6 +34,7 @@ from icefabric.dataplane.dcqcn import (
     _T_INC,
     dcqcn_update_qp,
 )
+from icefabric.engine.jit import compiled_or_cached
 
 _TINY = 1e-12
 _INF = np.inf
@@ -42,12 +43,7 @@ def kernel_cached() -> bool:
     """Whether :func:`advance` is compiled in this process or in numba's cache for this
     source (reads the cache's small index file; True when unsure): the first run after an
     install compiles it instead, which takes a while (issue 12)."""
-    if advance.overloads:
-        return True
-    try:
-        return bool(advance._cache._cache_file._load_index())
-    except Exception:  # numba's internals moved: say nothing rather than guess
-        return True
+    return compiled_or_cached(advance)
 
 
 # advance() return codes

@@ -44,9 +44,11 @@ from icefabric.scenario.loader import LoadedScenario
 from icefabric.topology.model import Fabric
 
 #: Draws per randomised policy when neither ``--draws`` nor the scenario's ``draws`` says.
-#: Measured on the default scenario (BENCHMARKS.md, "ECMP draws"): between two base seeds
-#: its 72 drawn medians move by 1.7 % on average at 100 draws (3.1 % at 50, 0.7 % at 200);
-#: the worst one, a median between two discrete busbw levels, by 9.7 % (3.9 % at 200).
+#: Measured on the default scenario (BENCHMARKS.md, "ECMP draws"; 3 pairs of base seeds,
+#: 72 drawn medians each): at 100 draws a median moves by 1.7 % on average (1.1 % at 200,
+#: 0.65 % at 800), but a median whose distribution has about half its draws on one
+#: discrete busbw level flips between that level and the next, by up to 11.7 % at any N
+#: up to 800 (``static-disjoint``'s AllToAll); more draws cost more than they settle.
 DEFAULT_DRAWS = 100
 #: Quantiles reported for every drawn metric (the range is p10-p90).
 QUANTILES = (10, 50, 90)

@@ -148,6 +148,22 @@ def test_link_failure_reroute_completes():
     assert res.flow_finish_ns[0] == pytest.approx(50_000 + 2_500_000 * 8 / 100, rel=1e-3)
 
 
+def test_a_replan_sets_the_pacers_to_its_rates():
+    """A re-plan's rates replace the pacers when its paths take over: one flow on a 400G
+    link paced at 100G, re-paced at 200G 50 us in (a pure re-plan, no link goes down)."""
+    ip, li = csr_from_lists([])
+    replan = LinkFailure(t_ns=50_000, links=np.zeros(0, np.int64),
+                         reroute_route=np.zeros(0, np.int64), reroute_indptr=ip,
+                         reroute_links=li, flow_rate_cap_bps=np.array([200e9]))
+    kw = dict(link_capacity_bps=[400e9], link_delay_ns=[0], flow_size_bytes=[5_000_000],
+              routes=[[0]], route_flow=[0], flow_rate_cap_bps=[100e9])
+    kept = run(build_problem(**kw), pfc="off").flow_finish_ns[0]
+    res = run(build_problem(**kw, failures=[replan]), pfc="off")
+    # 625 kB at 100G in the first 50 us, the rest at 200G
+    assert res.flow_finish_ns[0] == pytest.approx(50_000 + 4_375_000 * 8 / 200, rel=2e-3)
+    assert kept == pytest.approx(5_000_000 * 8 / 100, rel=2e-3)
+
+
 def test_timeseries_and_unknown_option():
     prob = star([100, 100, 25], [(0, 2, 500_000), (1, 2, 500_000)], flow_names=["a", "b"])
     res = run(prob, cc="dcqcn", record_links=["4->2" if False else "3->2"], record_flows=["a"],

@@ -63,3 +63,43 @@ def test_trace_records_switch_queues_and_the_largest_flows(two_servers):
     assert sorted(ts["queue_bytes"]) == sorted(egress)
     assert sorted(ts["rate_gbps"]) == ["j:all_reduce:16777216#0", "j:all_reduce:16777216#1"]
     assert res.meta["fabric_links"] == np.flatnonzero(f.link_kind == LINK_FABRIC).tolist()
+
+
+def test_a_replan_after_a_link_failure_repaces_the_fluid_flows(tiny_profile):
+    """ICE re-plans its rates with its paths after a cable fails (98G -> 49G per channel
+    when both share the leaf's one remaining uplink): the fluid engine switches the pacers
+    with the paths, so the shared uplink is not overrun and DCQCN has nothing to mark."""
+    from icefabric.pipeline.plans import LinkChange, with_link_events
+    from icefabric.pipeline.problem import flow_caps
+
+    f = leaf_spine([ServerGroup(tiny_profile, 2, "t")], servers_per_leaf=1, n_spines=1,
+                   links_per_spine=2)
+    wb = WorkloadBuilder()
+    add_collective(wb, Communicator("j", f, f.nodes_of_kind(ACCEL), channels=2),
+                   "all_reduce", SIZE)
+    wl = wb.build(node_ip=f.node_ip)
+    p = plan(f, wl, get_policy("ice"))
+    up = np.flatnonzero((f.link_kind == LINK_FABRIC) & (f.link_src == f.nic_leaf[
+        wl.qp_src_nic[0]]))[0]
+    cable = np.array([up, f.link_id(int(f.link_dst[up]), int(f.link_src[up]))])
+    after = with_link_events(p, [LinkChange(20_000, False, f.node_names[f.link_src[up]],
+                                            f.node_names[f.link_dst[up]], cable)])
+    seen = {}
+
+    def capture(prob, engine, **kw):
+        seen["failures"] = prob.failures
+        raise EngineError("captured")
+
+    import icefabric.pipeline.simulation as sim
+    orig = sim.run_engine
+    sim.run_engine = capture
+    try:
+        with pytest.raises(EngineError, match="captured"):
+            simulate(after, EngineOptions(engine="fluid"))
+    finally:
+        sim.run_engine = orig
+    np.testing.assert_allclose(seen["failures"][0].flow_rate_cap_bps,
+                               flow_caps(wl, after.final), rtol=0)
+    res = simulate(after, EngineOptions(engine="fluid"))
+    assert (res.flow_finish_ns > 20_000).all()
+    assert sum(res.qp_cnp_count.values()) == 0

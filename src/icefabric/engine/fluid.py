@@ -423,7 +423,7 @@ class FluidSim:
         out = []
         for fl in sorted(self.p.failures, key=lambda x: x.t_ns):
             out.append((float(fl.t_ns), "down", fl))
-            if len(fl.reroute_route):
+            if len(fl.reroute_route) or fl.flow_rate_cap_bps is not None:
                 out.append((float(fl.t_ns + fl.reroute_delay_ns), "reroute", fl))
         out.sort(key=lambda x: x[0])
         return out
@@ -443,6 +443,14 @@ class FluidSim:
         st.sf[fk.F_ES_NEXT] = st.sf[fk.F_T] + float(es.cnp_window_ns)
         st.si[fk.I_ES_DUE] = 0
 
+    def _repace(self, cap_bps: np.ndarray, st: fk.State) -> None:
+        """Pacers set to a re-plan's rates; a flow the end-side rules handed back to DCQCN
+        stays unpaced (its agent already saw the plan contradicted)."""
+        cap = st.f[fk.S_FLOW_CAP, :self.F]
+        released = np.isinf(cap) & np.isfinite(self.flow_cap)
+        self.flow_cap = np.asarray(cap_bps, np.float64) / _BYTES_PER_NS
+        cap[:] = np.where(released, np.inf, self.flow_cap)
+
     def _apply_failure(self, kind: str, fl, net: fk.Net, st: fk.State):
         """Links go down (or up); affected routes move to their new links.
 
@@ -451,6 +459,10 @@ class FluidSim:
         """
         if kind == "down":
             st.f[fk.S_UP, np.asarray(fl.links, np.int64)] = 1.0 if fl.up else 0.0
+            return net, st
+        if fl.flow_rate_cap_bps is not None:
+            self._repace(fl.flow_rate_cap_bps, st)
+        if not len(fl.reroute_route):
             return net, st
         R = self.routes
         lists = [R.links[R.indptr[k]:R.indptr[k + 1]] for k in range(self.K)]

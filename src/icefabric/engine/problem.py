@@ -77,6 +77,8 @@ class LinkFailure:
     (the detection/convergence time of whoever reroutes: switch ECMP rehash, ICE agent
     backup port, controller re-plan). Routes through a down link carry nothing meanwhile.
     An empty ``links`` with reroutes is a pure re-route (e.g. a plan change).
+    ``flow_rate_cap_bps`` (F,), when given, replaces every flow's pacer cap at the same
+    moment: the rates of a re-plan (ICE re-computes its pacing with its paths).
     """
 
     t_ns: int
@@ -86,6 +88,7 @@ class LinkFailure:
     reroute_links: np.ndarray
     reroute_delay_ns: int = 0
     up: bool = False  # True: the links come back (recovery) instead of failing
+    flow_rate_cap_bps: np.ndarray | None = None
 
     def new_route(self, i: int) -> np.ndarray:
         return self.reroute_links[self.reroute_indptr[i]:self.reroute_indptr[i + 1]]

@@ -129,6 +129,17 @@ def _routes(fabric: Fabric, W: Workload, plan: PathPlan):
     return r_hop, r_qp, r_weight, pmap
 
 
+def flow_caps(workload: Workload, plan: PathPlan) -> np.ndarray:
+    """Every flow's pacer cap (bits/s; inf: none) under ``plan``'s QP rates: a flow
+    cannot exceed ``rate / share`` of any QP it runs on."""
+    cap = np.full(workload.n_flows, np.inf)
+    hq = HopQps.of(workload)
+    rate = plan.rate_bps[hq.qp]
+    ok = np.isfinite(rate)
+    np.minimum.at(cap, hq.flow[ok], rate[ok] / hq.share[ok])
+    return cap
+
+
 def to_problem(fabric: Fabric, workload: Workload, plan: PathPlan, *, paced: bool = False,
                scenario: str = "") -> tuple[SimProblem, ProblemMap]:
     """The engine problem of ``workload`` under ``plan`` (see module doc).
@@ -139,12 +150,7 @@ def to_problem(fabric: Fabric, workload: Workload, plan: PathPlan, *, paced: boo
     W = workload
     r_hop, r_qp, r_weight, pmap = _routes(fabric, W, plan)
     indptr, links = pmap.routes(np.arange(len(r_hop)), plan)
-    cap = np.full(W.n_flows, np.inf)
-    if paced:
-        hq = HopQps.of(W)
-        rate = plan.rate_bps[hq.qp]
-        ok = np.isfinite(rate)
-        np.minimum.at(cap, hq.flow[ok], rate[ok] / hq.share[ok])
+    cap = flow_caps(W, plan) if paced else np.full(W.n_flows, np.inf)
     d_indptr, d_idx = csr_from_lists(W.flow_deps)
     colls = tuple(CollectiveSpec(c.name, c.job, c.kind, c.size_bytes, c.nranks,
                                  np.asarray(c.flows, dtype=np.int64), c.algorithm)

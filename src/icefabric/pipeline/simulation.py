@@ -2,7 +2,8 @@
 options meet the engines.
 
 Pacing: on the fluid engine every QP's pacer (``rate_bps`` of the plan) caps its flows and
-the end-side rules watch paced QPs. The flow engine has no queues to keep empty: it gives
+the end-side rules watch paced QPs; a re-plan after a link event sets the pacers to its own
+rates when its paths take over. The flow engine has no queues to keep empty: it gives
 every flow its max-min rate, recomputed whenever flows start or finish, which is what the
 pacers approximate, so it runs the plan unpaced.
 """
@@ -18,7 +19,7 @@ from icefabric.engine.problem import EngineError, SimProblem
 from icefabric.engine.registry import run_engine
 from icefabric.engine.result import SimResult
 from icefabric.pipeline.plans import Plan
-from icefabric.pipeline.problem import failure_reroutes, to_problem
+from icefabric.pipeline.problem import failure_reroutes, flow_caps, to_problem
 from icefabric.topology.model import LINK_FABRIC, Fabric
 
 
@@ -28,12 +29,16 @@ def simulate(plan: Plan, options: EngineOptions, *, scenario: str = "") -> SimRe
     pol = plan.policy
     engine = pol.engine_override or options.engine
     opts = options.model_copy(update={"engine": engine})
-    prob, pmap = to_problem(plan.fabric, plan.workload, plan.paths, paced=engine == "fluid",
+    paced = engine == "fluid"
+    prob, pmap = to_problem(plan.fabric, plan.workload, plan.paths, paced=paced,
                             scenario=scenario)
     prev, failures = plan.paths, []
     for ev in plan.events:
-        failures.append(failure_reroutes(pmap, prev, ev.paths, t_ns=ev.t_ns, down_links=ev.links,
-                                         delay_ns=pol.reroute_delay_ns, up=ev.up))
+        fl = failure_reroutes(pmap, prev, ev.paths, t_ns=ev.t_ns, down_links=ev.links,
+                              delay_ns=pol.reroute_delay_ns, up=ev.up)
+        if paced and pol.proactive_rates:  # the re-plan's rates take over with its paths
+            fl = replace(fl, flow_rate_cap_bps=flow_caps(plan.workload, ev.paths))
+        failures.append(fl)
         prev = ev.paths
     prob = replace(prob, failures=tuple(failures))
     args = opts.engine_args(buffer_bytes=switch_buffer_bytes(plan.fabric),

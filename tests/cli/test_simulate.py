@@ -43,39 +43,26 @@ def test_piped_and_80_columns_show_every_name_in_full(columns):
     assert re.search(r"median\s+\[p10-p90\]\s+over\s+100\s+draws", out), out[-400:]
 
 
-def test_a_cold_kernel_cache_is_announced_once(tmp_path, monkeypatch, capsys):
-    """The first fluid run after an install compiles the kernel (BENCHMARKS.md "Cold
-    start"): an empty numba cache is detected without compiling, and the CLI says so."""
+@pytest.mark.parametrize("module, note, says", [
+    ("fluid_kernel", "note_fluid_compile", "compiling the fluid engine's kernel once"),
+    ("batch_kernel", "note_draws_compile", "compiling the kernel that runs the draws once"),
+])
+def test_a_cold_kernel_cache_is_announced(module, note, says, tmp_path, monkeypatch, capsys):
+    """The first fluid run, or run with ECMP draws, after an install compiles a numba
+    kernel (BENCHMARKS.md "Cold start", "ECMP draws"): an empty cache is detected without
+    compiling, and the CLI says so once (not with --quiet)."""
+    import importlib
+
     from icefabric.cli import common
 
     env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
-    code = "from icefabric.engine.fluid_kernel import kernel_cached; print(kernel_cached())"
+    code = f"from icefabric.engine.{module} import kernel_cached; print(kernel_cached())"
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
                        timeout=120)
     assert r.stdout.strip() == "False", f"an empty cache counted as warm: {r.stderr}"
-    import icefabric.engine.fluid_kernel as fk
-
-    monkeypatch.setattr(fk, "kernel_cached", lambda: False)
-    common.note_fluid_compile(quiet=False)
-    assert "compiling the fluid engine's kernel once" in capsys.readouterr().err
-    common.note_fluid_compile(quiet=True)
-    assert capsys.readouterr().err == "", "--quiet must silence the note"
-
-
-def test_a_cold_draws_kernel_is_announced(tmp_path, monkeypatch, capsys):
-    """The first run with ECMP draws after an install compiles the batched flow engine's
-    kernel (BENCHMARKS.md "ECMP draws"): detected without compiling, said once."""
-    from icefabric.cli import common
-
-    env = {**os.environ, "NUMBA_CACHE_DIR": str(tmp_path)}
-    code = "from icefabric.engine.batch_kernel import kernel_cached; print(kernel_cached())"
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env,
-                       timeout=120)
-    assert r.stdout.strip() == "False", f"an empty cache counted as warm: {r.stderr}"
-    import icefabric.engine.batch_kernel as bk
-
-    monkeypatch.setattr(bk, "kernel_cached", lambda: False)
-    common.note_draws_compile(quiet=False)
-    assert "compiling the kernel that runs the draws once" in capsys.readouterr().err
-    common.note_draws_compile(quiet=True)
+    monkeypatch.setattr(importlib.import_module(f"icefabric.engine.{module}"),
+                        "kernel_cached", lambda: False)
+    getattr(common, note)(quiet=False)
+    assert says in capsys.readouterr().err
+    getattr(common, note)(quiet=True)
     assert capsys.readouterr().err == "", "--quiet must silence the note"

@@ -99,12 +99,8 @@ def _routes(P: SimProblem, rs: RouteSets) -> Routes:
 def _dag(P: SimProblem) -> Dag:
     """The kernel's view of the flows: sizes, latencies, starts, dependencies and the
     dependents of every flow (the reverse CSR)."""
-    F = P.n_flows
     ndeps = np.diff(P.dep_indptr).astype(np.int64)
-    order = np.argsort(P.dep_indices, kind="stable")
-    dependents = np.repeat(np.arange(F, dtype=np.int64), ndeps)[order]
-    dptr = np.zeros(F + 1, dtype=np.int64)
-    np.cumsum(np.bincount(P.dep_indices, minlength=F), out=dptr[1:])
+    dptr, dependents = P.dependents()
     return Dag(P.flow_size_bytes.astype(np.float64), P.flow_latency_ns.astype(np.int64),
                P.flow_start_ns.astype(np.int64), ndeps, dptr, dependents)
 

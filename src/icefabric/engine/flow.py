@@ -61,12 +61,7 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
     data_done = np.full(F, -1, dtype=np.int64)
     finish = np.full(F, -1, dtype=np.int64)
     ndeps = np.diff(P.dep_indptr).astype(np.int64)
-    # dependents CSR (reverse of deps)
-    order = np.argsort(P.dep_indices, kind="stable")
-    dependents = np.repeat(np.arange(F), ndeps)[order]
-    dcounts = np.bincount(P.dep_indices, minlength=F)
-    dptr = np.zeros(F + 1, dtype=np.int64)
-    np.cumsum(dcounts, out=dptr[1:])
+    dptr, dependents = P.dependents()
 
     seq = itertools.count()
     heap: list[tuple[int, int, int, int]] = []

@@ -226,13 +226,8 @@ class FluidSim:
         cnt = np.bincount(problem.route_flow, minlength=F)
         self.f_rptr = np.concatenate(([0], np.cumsum(cnt)))
         # dependants (reverse CSR) and remaining-dep counters
-        nd = np.diff(problem.dep_indptr)
-        dep_of = np.repeat(np.arange(F), nd)
-        order = np.argsort(problem.dep_indices, kind="stable")
-        self.dependants = dep_of[order]
-        c2 = np.bincount(problem.dep_indices, minlength=F)
-        self.dptr = np.concatenate(([0], np.cumsum(c2)))
-        self.n_deps_left = nd.copy()
+        self.dptr, self.dependants = problem.dependents()
+        self.n_deps_left = np.diff(problem.dep_indptr)
         # switch structure for PFC/ECN
         if problem.node_is_switch is not None:
             sw = np.asarray(problem.node_is_switch, bool)

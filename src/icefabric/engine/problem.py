@@ -32,7 +32,7 @@ from functools import cached_property
 import numpy as np
 import scipy.sparse as sp
 
-from icefabric.csr import csr_from_lists
+from icefabric.csr import csr_from_lists, indptr_from_lengths
 from icefabric.errors import IceFabricError
 
 
@@ -138,6 +138,14 @@ class SimProblem:
 
     def deps(self, f: int) -> np.ndarray:
         return self.dep_indices[self.dep_indptr[f]:self.dep_indptr[f + 1]]
+
+    def dependents(self) -> tuple[np.ndarray, np.ndarray]:
+        """The reverse of the dependencies as a CSR ``(indptr, flows)``: the flows waiting
+        for flow ``f`` are ``flows[indptr[f]:indptr[f+1]]``, in ascending order."""
+        F = self.n_flows
+        order = np.argsort(self.dep_indices, kind="stable")
+        flows = np.repeat(np.arange(F, dtype=np.int64), np.diff(self.dep_indptr))[order]
+        return indptr_from_lengths(np.bincount(self.dep_indices, minlength=F)), flows
 
     def incidence(self) -> sp.csr_matrix:
         """``A[l, f]``: fraction of flow ``f``'s rate carried by link ``l`` (summed over its

@@ -63,6 +63,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from icefabric.csr import indptr_from_lengths
 from icefabric.dataplane.dcqcn import DcqcnParams, dcqcn_init, params_vector, state_matrix
 from icefabric.dataplane.ecn import RedParams
 from icefabric.dataplane.endside import EV_FALLBACK, EndSideState, endside_step
@@ -223,8 +224,7 @@ class FluidSim:
         self.flow_cap = problem.flow_rate_cap_bps / _BYTES_PER_NS
         # routes of each flow (CSR by flow)
         self.r_order = np.argsort(problem.route_flow, kind="stable")
-        cnt = np.bincount(problem.route_flow, minlength=F)
-        self.f_rptr = np.concatenate(([0], np.cumsum(cnt)))
+        self.f_rptr = indptr_from_lengths(np.bincount(problem.route_flow, minlength=F))
         # dependants (reverse CSR) and remaining-dep counters
         self.dptr, self.dependants = problem.dependents()
         self.n_deps_left = np.diff(problem.dep_indptr)

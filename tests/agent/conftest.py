@@ -53,9 +53,10 @@ def records(log: Path) -> list[dict]:
     return [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
 
 
-def rtr_labels(log: Path) -> dict[int, int]:
-    """Flow label each QP got at INIT->RTR (successful calls)."""
-    return {r["qpn"]: r["flow_label"] for r in records(log)
+def rtr_labels(log: Path, field: str = "flow_label") -> dict[int, int]:
+    """Flow label (or another recorded ``field``) each QP got at INIT->RTR (successful
+    calls)."""
+    return {r["qpn"]: r[field] for r in records(log)
             if r["call"] == "modify_qp" and r["state"] == IBV_QPS_RTR and r["rc"] == 0}
 
 

@@ -47,7 +47,8 @@ def connect(native, tmp_path, sock, n, *, program="ccl_dlopen", hold=True, threa
             rqpn_base=0x500, **env):
     log = tmp_path / f"log{time.monotonic_ns()}"
     hold_file = tmp_path / f"release{time.monotonic_ns()}"
-    e = native.env(log, SIP, ICE_SHIM_SOCKET=str(sock), ICE_JOB=JOB, **env)
+    e = native.env(log, SIP, real_verbs=program == "ccl_real", ICE_SHIM_SOCKET=str(sock),
+                   ICE_JOB=JOB, **env)
     proc = native.run(program, n, DIP, e, threads=threads, rqpn_base=rqpn_base,
                       hold_ms=30_000 if hold else 0, hold_file=hold_file)
     lines = []
@@ -128,6 +129,31 @@ def test_planned_port_and_rate_are_written_at_connection(native, tmp_path, actua
     finally:
         release(proc, hold)
     assert wait_for(lambda: not actuator.live)  # GONE, then the connection closed
+
+
+def test_real_libibverbs_carries_label_and_static_rate_to_the_kernel(native, tmp_path,
+                                                                    actuator, agent_sock):
+    """The installed libibverbs between the shim and a faked kernel (native/fakekernel.c):
+    NCCL's dlopen + dlvsym, the real ibv_modify_qp and ibv_cmd_modify_qp marshalling, the
+    GID query through the uverbs ioctl; the kernel records the MODIFY_QP commands it gets."""
+    actuator.apply(plan_of([0xC000, 0xD123], [100e9, None]))
+    proc, log, hold, qps = connect(native, tmp_path, agent_sock, 2, program="ccl_real")
+    try:
+        assert [r["index"] for r in records(log) if r["call"] == "query_gid"] == [3, 3]
+        labels = rtr_labels(log)  # struct ib_uverbs_qp_dest as the kernel received it
+        assert [int(flow_label_to_udp_sport(labels[q])) for q in qps] == [0xC000, 0xD123]
+        assert [rtr_labels(log, "static_rate")[q] for q in qps] == [16, 0]  # 100G, none
+        assert wait_for(lambda: len(actuator.live) == 2 and all(
+            q.sport is not None for q in actuator.live.values()))
+        # A live rate: the kernel refuses IB_QP_RATE_LIMIT on an RC QP (EINVAL); reported.
+        res = actuator.apply(plan_of([0xC000, 0xD123], [50e9, None], version=2))
+        live = [(r["qpn"], r["rate_limit"], r["rc"]) for r in records(log)
+                if r["call"] == "modify_qp" and r["mask"] == IBV_QP_RATE_LIMIT]
+        assert live == [(qps[0], 50_000_000, errno.EINVAL)]
+        assert len(res.failed) == 1 and "no live per-QP rate for RC QPs (EINVAL)" in \
+            res.messages[0]
+    finally:
+        release(proc, hold)
 
 
 def test_without_a_plan_nothing_changes(native, tmp_path, actuator, agent_sock):

@@ -14,7 +14,7 @@ import threading
 import pytest
 
 from icefabric.agent.actuators import get_actuator
-from icefabric.agent.actuators.verbs import rate_kbps
+from icefabric.agent.actuators.verbs import srate_of
 from icefabric.agent.client import ControllerClient
 from icefabric.agent.runner import Agent
 from icefabric.controller.settings import Settings
@@ -93,12 +93,10 @@ def _run(native, tmp_path, sock, fabric, reports, url):
         labels = rtr_labels(log)
         assert [int(flow_label_to_udp_sport(labels[q])) for q in qpns] == \
             [q.sport for q in planned]
-        paced = {r["qpn"]: r["rate_limit"] for r in records(log)
-                 if r.get("mask") == IBV_QP_RATE_LIMIT}
-        # (Host plans carry per-QP rates once the planner puts them there; until then a QP
-        # with no planned rate is left to DCQCN and gets no rate-limit call.)
-        assert paced == {qpn: rate_kbps(q.rate_bps, unset=0) for qpn, q in zip(qpns, planned)
-                         if q.rate_bps is not None}
+        # The planned rates are static-rate steps already; they go out at RTR.
+        assert [rtr_labels(log, "static_rate")[q] for q in qpns] == [srate_of(q.rate_bps)
+                                                            for q in planned]
+        assert not any(r.get("mask") == IBV_QP_RATE_LIMIT for r in records(log))
         # The agent reports them; the controller plans with the real QP numbers.
         assert wait_for(lambda: [(q.lqpn, q.rqpn) for q in pair_plan(a, sip, dip)] ==
                         [(qpns[0], 0x500), (qpns[1], 0x501)], 30)

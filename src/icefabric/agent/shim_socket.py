@@ -2,7 +2,7 @@
 
 Each CCL process that runs the shim holds one stream connection; every message is one text
 line ``KIND key=value ...`` (the list is in ``native/icefab_verbs.c``). The shim asks
-(``QP``) and waits a bounded time for ``PLAN``/``NONE``; it tells (``RTR``, ``RATE``,
+(``QP``) and waits a bounded time for ``PLAN``/``NONE``; it tells (``RTR``,
 ``GONE``, ``DONE``); the agent pushes ``SET`` to change a live QP. A connection that sends
 something else is closed: the shim then fails open.
 """
@@ -20,8 +20,8 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 MAX_LINE = 512
-INT_FIELDS = frozenset({"seq", "pid", "port", "lqpn", "rqpn", "ok", "sport", "planned", "kbps",
-                        "err", "sport_err", "rate_err", "rate_kbps"})
+INT_FIELDS = frozenset({"seq", "pid", "port", "lqpn", "rqpn", "ok", "sport", "planned",
+                        "sport_err", "rate_err", "rate_kbps", "srate"})
 
 
 class ShimProtocolError(ValueError):

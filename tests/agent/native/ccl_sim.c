@@ -2,7 +2,8 @@
  * ncclIbQpRtr()/ncclIbQpRts() do on RoCE (is_global = 1, flow_label = 0, sgid_index 3),
  * from T threads, holds them until HOLD_FILE exists or HOLD_MS pass, then destroys them.
  * Built linked against libibverbs (-DCCL_LINKED) and as NCCL does it, with dlopen() and
- * dlvsym(handle, name, "IBVERBS_1.1") (NCCL src/misc/ibvsymbols.cc).
+ * dlvsym(handle, name, "IBVERBS_1.1") (NCCL src/misc/ibvsymbols.cc); -DCCL_REALVERBS takes
+ * its QPs from the faked kernel (fakekernel.c) under the real libibverbs.
  *
  * usage: ccl_sim N_QPS PEER_IP RQPN_BASE THREADS HOLD_MS [HOLD_FILE]
  * prints "qp LQPN RQPN rtr=RC rts=RC" per QP, then "connect_ns_per_qp X cpu_ns_per_qp Y"
@@ -99,7 +100,12 @@ static void load_verbs(void)
         fprintf(stderr, "dlopen: %s\n", dlerror());
         exit(2);
     }
+#ifdef CCL_REALVERBS
+    /* the real libibverbs with the kernel faked (fakekernel.c): its QPs come from there */
+    create_qp = dlsym(RTLD_DEFAULT, "fakekernel_create_qp");
+#else
     create_qp = dlvsym(h, "ibv_create_qp", "IBVERBS_1.1");
+#endif
     modify_qp = dlvsym(h, "ibv_modify_qp", "IBVERBS_1.1");
     destroy_qp = dlvsym(h, "ibv_destroy_qp", "IBVERBS_1.1");
     if (!create_qp || !modify_qp || !destroy_qp) {

@@ -7,12 +7,18 @@
   agent's default job) and the ordinal is the lowest free one for that NIC pair, in
   connection order. If the current plan has that QP, the reply carries its source port and
   rate; the shim writes the flow label that makes the kernel derive the port (domain-facts
-  §4.2) and paces the QP at RTS.
+  §4.2) and the rate as the address vector's ``static_rate`` (the ``IBV_RATE_*`` step the
+  planner already rounded to, :func:`icefabric.dataplane.roce.static_rate`), which the NIC
+  applies from RTR on.
 * Live QPs are added to the host's communicator reports (:meth:`VerbsActuator.with_qps`), so
   the controller plans with the QP numbers of the real stack.
 * A later plan (re-plan, failover) is pushed to the live QPs: ``SET`` makes the shim call
   ``mlx5dv_modify_qp_udp_sport`` and the verbs rate limit; what the device refuses is
-  reported in the plan's ack (failed QPs and why), never hidden.
+  reported in the plan's ack (failed QPs and why), never hidden, and such QPs are retried
+  by the next plan. The verbs rate limit is refused for RC QPs by the kernel core on
+  ConnectX (EINVAL) and by some drivers with EOPNOTSUPP: both mean "no live per-QP rate";
+  the QP keeps the static rate it got at RTR. ``LiveQp.rate_via`` says per QP which
+  mechanism set the rate in force (``static_rate`` at RTR, ``rate_limit`` live).
 
 Known limit: the shim sees QPs, not their direction in the collective, so a QP that only
 receives (NCCL's receive side) also takes an ordinal of its NIC pair.
@@ -33,6 +39,7 @@ from pathlib import Path
 
 from icefabric.agent.actuators.base import Actuator, ApplyResult, QpKey, qp_key
 from icefabric.agent.shim_socket import ShimConn, ShimProtocolError, ShimServer, format_line
+from icefabric.dataplane.roce import IBV_RATE_GBPS, static_rate
 from icefabric.schemas_service import CommReport, HostPlan, QpEntry, QpPlan
 
 log = logging.getLogger(__name__)
@@ -47,14 +54,25 @@ def rate_kbps(rate_bps: float | None, *, unset: int) -> int:
     return unset if rate_bps is None else max(1, round(rate_bps / 1000))
 
 
+#: a driver's ways of saying "no live per-QP rate limit for this QP"
+NO_RATE_LIMIT = (errno.EOPNOTSUPP, errno.EINVAL)
+
+
+def srate_of(rate_bps: float | None) -> int:
+    """The ``IBV_RATE_*`` sent for a planned rate (0 = none)."""
+    return 0 if rate_bps is None else int(static_rate(rate_bps)[0])
+
+
 def why(what: str, err: int) -> str:
     """Operator text for a shim's error number on ``sport`` or ``rate``."""
     if err == errno.ENOSYS:
         return "libmlx5 (mlx5dv_modify_qp_udp_sport) is not in the CCL process"
     if err == errno.EOPNOTSUPP and what == "sport":
         return "the device cannot change a live QP's source port (EOPNOTSUPP)"
-    if err == errno.EOPNOTSUPP:
-        return "the driver has no per-QP rate limit for RC QPs (EOPNOTSUPP): DCQCN governs"
+    if err in NO_RATE_LIMIT and what == "rate":
+        name = "EINVAL" if err == errno.EINVAL else "EOPNOTSUPP"  # Linux: ENOTSUP == 95
+        return (f"no live per-QP rate for RC QPs ({name}): the QP keeps "
+                "its RTR static rate (DEVX packet pacing is not used)")
     if err == errno.ENOENT:
         return "the QP was destroyed"
     return f"{what}: {os.strerror(err)}"
@@ -73,7 +91,9 @@ class LiveQp:
     job: str | None
     ordinal: int
     sport: int | None = None
-    rate_kbps: int | None = None
+    rate_kbps: int | None = None  # in force (0 / None = not paced)
+    rate_via: str | None = None  # "static_rate" (at RTR) or "rate_limit" (live)
+    static_kbps: int = 0  # the static rate set at RTR (0 = none)
 
     @property
     def plan_key(self) -> PlanKey:
@@ -127,9 +147,7 @@ class VerbsActuator(Actuator):
             with self.lock:
                 qp = self.live.get(key)
                 if kind == "RTR" and qp is not None:
-                    qp.sport = int(f["sport"])
-                elif kind == "RATE":
-                    self._on_rate(qp, int(f["kbps"]), int(f["err"]))
+                    self._on_rtr(qp, f)
                 elif kind == "GONE" and qp is not None:
                     self._forget(key)
                 elif kind == "DONE":
@@ -160,14 +178,15 @@ class VerbsActuator(Actuator):
         if plan is None:
             return format_line("NONE", seq=int(f["seq"]))
         return format_line("PLAN", seq=int(f["seq"]), sport=max(plan.sport, -1),
-                           rate_kbps=rate_kbps(plan.rate_bps, unset=-1))
+                           srate=srate_of(plan.rate_bps))
 
-    def _on_rate(self, qp: LiveQp | None, kbps: int, err: int) -> None:
-        if qp is not None and err == 0:
-            qp.rate_kbps = kbps
-        elif qp is not None:
-            log.warning("%s QP %d: rate %d kbit/s not applied: %s", qp.dev, qp.lqpn, kbps,
-                        why("rate", err))
+    @staticmethod
+    def _on_rtr(qp: LiveQp, f: dict) -> None:
+        qp.sport = int(f["sport"])
+        gbps = IBV_RATE_GBPS.get(int(f.get("srate", 0)))
+        if gbps is not None:
+            qp.static_kbps = qp.rate_kbps = round(gbps * 1e6)
+            qp.rate_via = "static_rate"
 
     def _forget(self, key: LiveKey) -> None:
         qp = self.live.pop(key)
@@ -222,12 +241,16 @@ class VerbsActuator(Actuator):
     def _push(self, changes: list[tuple[LiveQp, int, float | None]]) -> list[tuple[LiveQp, str]]:
         """Send ``SET`` for what differs from what is in force; wait for the answers.
         Returns ``(qp, reason)`` for every change the shim could not make."""
-        sent = []
+        sent, errors = [], []
         for qp, sport, rate_bps in changes:
             want_rate = rate_kbps(rate_bps, unset=0)
             s = sport if sport >= 0 and sport != qp.sport else -1
-            unpaced = want_rate == 0 and qp.rate_kbps in (None, 0)
-            r = -1 if unpaced or want_rate == qp.rate_kbps else want_rate
+            r = -1 if want_rate == (qp.rate_kbps or 0) else want_rate
+            if r >= 0 and qp.static_kbps and not 0 < r <= qp.static_kbps:
+                # The NIC paces at the lower of the RTR static rate and a live rate limit.
+                errors.append((qp, f"the static rate set at RTR ({qp.static_kbps} kbit/s) "
+                                   "cannot be raised or removed live"))
+                r = -1
             if s < 0 and r < 0:
                 continue
             fut: Future = Future()
@@ -237,7 +260,6 @@ class VerbsActuator(Actuator):
                                             rate_kbps=r)):
                 fut.set_result((errno.ENOENT, errno.ENOENT))
             sent.append((qp, s, r, fut))
-        errors = []
         for qp, s, r, fut in sent:
             try:
                 sport_err, rate_err = fut.result(timeout=self.push_timeout_s)
@@ -249,7 +271,7 @@ class VerbsActuator(Actuator):
             elif s >= 0:
                 errors.append((qp, why("sport", sport_err)))
             if r >= 0 and rate_err == 0:
-                qp.rate_kbps = r
-            elif r >= 0 and not (r == 0 and rate_err == errno.EOPNOTSUPP):
+                qp.rate_kbps, qp.rate_via = r, "rate_limit"
+            elif r >= 0:
                 errors.append((qp, why("rate", rate_err)))
         return errors

@@ -15,7 +15,7 @@ from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import load
 from icefabric.schemas_service import AgentEnrol, FabricUpload, HostPlan
 from icefabric.topology.serialize import fabric_to_dict
-from icefabric.twin.run import host_reports
+from icefabric.twin.run import host_reports, job_hosts
 from icefabric.twin.serve import ThreadedController, free_port
 
 ADMIN = "agent-test-admin"
@@ -45,6 +45,7 @@ def test_agents_get_plans_and_keep_them_when_controller_is_gone(controller, tmp_
     sw = scenario_workload(ls, fabric, 1 << 20)
     reports = host_reports(fabric, sw.jobs, sw.workload)
     controller.core.set_fabric(FabricUpload(topology=fabric_to_dict(fabric)))
+    _create_jobs(controller, reports)
     agents = {h: Agent(h, ControllerClient(controller.url), get_actuator("twin"),
                        enrol_token=ADMIN, collector=lambda h=h: reports[h], poll_wait_s=0.5,
                        state_file=tmp_path / f"{h}.json")
@@ -120,7 +121,13 @@ def _loaded(controller):
     sw = scenario_workload(ls, fabric, 1 << 20)
     reports = host_reports(fabric, sw.jobs, sw.workload)
     controller.core.set_fabric(FabricUpload(topology=fabric_to_dict(fabric)))
+    _create_jobs(controller, reports)
     return reports
+
+
+def _create_jobs(controller, reports):
+    for job, hosts in job_hosts(reports).items():
+        controller.core.create_job(job, hosts)
 
 
 def _run_until(agent, cond, timeout_s=20.0):
@@ -132,7 +139,7 @@ def _run_until(agent, cond, timeout_s=20.0):
         time.sleep(0.02)
     stop.set()
     t.join(10)
-    assert cond()
+    assert cond(), (agent.errors, agent.last_error, agent.version)
 
 
 def test_agent_resends_a_failed_ack_and_ends_jobs_it_no_longer_sees(controller):

@@ -150,7 +150,7 @@ def build_shim_cmd(out: Path = typer.Option(None, help="output file (default: th
 
 def _once(agent, host: str, controller: str, reported: bool) -> None:
     """One iteration with clear messages: enrol, report, wait for a plan."""
-    from icefabric.agent.client import AuthError, ControllerUnavailable, Rejected
+    from icefabric.agent.client import AuthError, BadResponse, ControllerUnavailable, Rejected
 
     if not reported:
         typer.echo(f"{host}: no --reports given: only a plan the controller already has for "
@@ -168,8 +168,12 @@ def _once(agent, host: str, controller: str, reported: bool) -> None:
         fail(f"the controller refused the enrolment token: {e}")
     except Rejected as e:
         hint = (" (load one with `icefab controller fabric load SCENARIO`)"
-                if "fabric" in str(e) else "")
+                if "fabric" in str(e) else
+                " (create it with `icefab controller job create JOB --hosts ...`)"
+                if "not registered" in str(e) else "")
         fail(f"the controller rejected {host}'s request: {e}{hint}")
+    except BadResponse as e:
+        fail(f"refused what the controller answered: {e}")
     if agent.plan is None:
         msg = (f"{host}: no plan yet (plan version {agent.version}); the controller plans a "
                "job once every host of it has "

@@ -188,3 +188,19 @@ def test_agent_takes_the_plan_of_a_controller_that_lost_its_database(controller,
     _run_until(a, lambda: len((controller.core.plan_summary or {}).get("jobs", [])) == 2
                and a.version == controller.core.plan_version, timeout_s=60.0)
     assert a.version < 41 and a.plan.qps  # versions started again: the agent followed
+
+
+def test_a_refused_report_does_not_hold_up_the_other_jobs(controller):
+    """A job its scheduler has not created yet is refused (404): logged, sent again
+    each iteration, and the host still gets the plan of its other jobs."""
+    reports = _loaded(controller)
+    ghost = reports["h100-1"][0].model_copy(update={"job": "ghost"})
+    controller.core.enrol(AgentEnrol(host="h100-2"))
+    for rep in reports["h100-2"]:
+        controller.core.put_report("h100-2", rep)
+    a = Agent("h100-1", ControllerClient(controller.url), get_actuator("twin"),
+              enrol_token=ADMIN, collector=lambda: [ghost, *reports["h100-1"]],
+              poll_wait_s=0.2, backoff=Backoff(0.01, 0.05))
+    _run_until(a, lambda: a.plan is not None and a.plan.qps, timeout_s=60.0)
+    assert {q.job for q in a.plan.qps} == {"gpt"}
+    assert "not registered" in a.report_errors["ghost"] and "ghost" not in a.reported

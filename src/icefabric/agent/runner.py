@@ -100,6 +100,7 @@ class Agent:
         self._ack: PlanAck | None = None
         self._resync = False
         self.reported: dict[str, str] = {}  # job -> the report sent
+        self.report_errors: dict[str, str] = {}  # job -> why the controller refused it
         self.events: list[Event] = []
         self.errors = 0
         self.last_error = ""
@@ -151,15 +152,26 @@ class Agent:
         self._save_state()
 
     def report(self) -> None:
-        """Send new or changed reports; end the jobs the collector no longer lists."""
+        """Send new or changed reports; end the jobs the collector no longer lists. A
+        report the controller refuses (e.g. a job its scheduler has not created yet) is
+        logged and sent again next iteration; it does not hold up the other jobs' plans."""
         now = {rep.job: rep for rep in self.collector()}
         for job in [j for j in self.reported if j not in now]:
             self.client.end_report(self.host, job)
             del self.reported[job]
+        for job in [j for j in self.report_errors if j not in now]:
+            del self.report_errors[job]
         for job, rep in now.items():
             doc = rep.model_dump_json()
             if self.reported.get(job) != doc:
-                self.client.put_report(self.host, rep)
+                try:
+                    self.client.put_report(self.host, rep)
+                except Rejected as e:
+                    if self.report_errors.get(job) != str(e):
+                        log.warning("%s: report of job %s refused: %s", self.host, job, e)
+                    self.report_errors[job] = str(e)
+                    continue
+                self.report_errors.pop(job, None)
                 self.reported[job] = doc
 
     def flush_events(self) -> None:

@@ -167,13 +167,11 @@ def _once(agent, host: str, controller: str, reported: bool) -> None:
     except AuthError as e:
         fail(f"the controller refused the enrolment token: {e}")
     except Rejected as e:
-        hint = (" (load one with `icefab controller fabric load SCENARIO`)"
-                if "fabric" in str(e) else
-                " (create it with `icefab controller job create JOB --hosts ...`)"
-                if "not registered" in str(e) else "")
-        fail(f"the controller rejected {host}'s request: {e}{hint}")
+        fail(f"the controller rejected {host}'s request: {e}{_hint(str(e))}")
     except BadResponse as e:
         fail(f"refused what the controller answered: {e}")
+    for job, why in agent.report_errors.items():
+        fail(f"the controller rejected {host}'s report of job {job}: {why}{_hint(why)}")
     if agent.plan is None:
         msg = (f"{host}: no plan yet (plan version {agent.version}); the controller plans a "
                "job once every host of it has "
@@ -184,6 +182,14 @@ def _once(agent, host: str, controller: str, reported: bool) -> None:
         return
     typer.echo(f"{host}: plan version {agent.version} applied with the "
                f"{agent.actuator.name} actuator ({len(agent.plan.qps)} QPs)")
+
+
+def _hint(why: str) -> str:
+    if "fabric" in why:
+        return " (load one with `icefab controller fabric load SCENARIO`)"
+    if "not registered" in why:
+        return " (create it with `icefab controller job create JOB --hosts ...`)"
+    return ""
 
 
 def register(app: typer.Typer) -> None:

@@ -644,7 +644,7 @@ class ControllerCore:
             elif e.kind == "cnp_rate":
                 self.metrics.cnp_reports.inc()
             elif e.kind == "plan_rejected":
-                log.warning("%s refused the plan it was served: %s", host, e.message)
+                log.warning("%s refused the plan it was served: %r", host, e.message)
         self.repo.add_events(host, [e.model_dump(mode="json") for e in events])
         self.metrics.events.inc(len(events))
         if changes:

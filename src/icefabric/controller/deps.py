@@ -53,31 +53,23 @@ async def get_host_principal(p: PrincipalDep, core: CoreDep,
 HostDep = Annotated[Principal, Depends(get_host_principal)]
 
 
-async def get_enroller(p: PrincipalDep) -> Principal:
-    if p.kind not in ("enrol", "admin"):
-        raise HTTPException(403, "enrolment needs the enrolment token")
-    return p
+def _kinds(kinds: tuple[str, ...], refusal: str):
+    """A dependency that lets only principals of ``kinds`` through (403 ``refusal``)."""
+
+    async def check(p: PrincipalDep) -> Principal:
+        if p.kind not in kinds:
+            raise HTTPException(403, refusal)
+        return p
+
+    return Depends(check)
 
 
-EnrolDep = Annotated[Principal, Depends(get_enroller)]
-
-
-async def get_observer(p: PrincipalDep) -> Principal:
-    if p.kind not in ("agent", "admin"):
-        raise HTTPException(403, "events need an agent or admin token")
-    return p
-
-
-ObserverDep = Annotated[Principal, Depends(get_observer)]
-
-
-async def get_scheduler(p: PrincipalDep) -> Principal:
-    if p.kind not in ("scheduler", "admin"):
-        raise HTTPException(403, "jobs are created by their scheduler or the admin")
-    return p
-
-
-SchedulerDep = Annotated[Principal, Depends(get_scheduler)]
+EnrolDep = Annotated[Principal, _kinds(("enrol", "admin"),
+                                       "enrolment needs the enrolment token")]
+ObserverDep = Annotated[Principal, _kinds(("agent", "admin"),
+                                          "events need an agent or admin token")]
+SchedulerDep = Annotated[Principal, _kinds(("scheduler", "admin"),
+                                           "jobs are created by their scheduler or the admin")]
 
 # Error responses every authenticated route may return (documented in OpenAPI).
 from icefabric.schemas_service import ErrorBody  # noqa: E402

@@ -35,6 +35,7 @@ def test_hccl_cfg_lines_per_nic_pair_in_qp_order(tmp_path):
     assert parse_cfg((tmp_path / FILE_NAME).read_text()) == {
         ("10.0.0.1", "10.0.1.1"): [50000, 50001], ("10.0.0.2", "10.0.1.2"): [60000]}
     assert [p.name for p in tmp_path.iterdir()] == [FILE_NAME]  # no temp files left
+    assert (tmp_path / FILE_NAME).stat().st_mode & 0o777 == 0o644  # HCCL's users read it
 
 
 def test_hccl_cfg_caps_ports_per_pair():

@@ -22,9 +22,7 @@ from icefabric.dataplane.roce import flow_label_to_udp_sport
 from icefabric.pipeline.plans import scenario_workload
 from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import loads
-from icefabric.schemas_service import FabricUpload
-from icefabric.topology.serialize import fabric_to_dict
-from icefabric.twin.run import host_reports
+from icefabric.twin.run import host_reports, register_jobs, upload_fabric
 from icefabric.twin.serve import ThreadedController
 
 from .conftest import IBV_QP_RATE_LIMIT, records, rtr_labels, wait_for
@@ -67,10 +65,10 @@ def test_controller_plan_reaches_qps_at_connection_and_live(native, tmp_path, ag
 def _run(native, tmp_path, sock, fabric, reports, url):
     import httpx
 
-    httpx.put(f"{url}/v1/fabric", content=FabricUpload(topology=fabric_to_dict(fabric),
-                                                        plan_seed=7).model_dump_json(),
-              headers={"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"},
-              trust_env=False).raise_for_status()
+    with httpx.Client(base_url=url, trust_env=False,
+                      headers={"Authorization": f"Bearer {ADMIN}"}) as admin:
+        upload_fabric(admin, fabric, 7)
+        register_jobs(admin, reports)
     verbs = get_actuator("verbs", socket_path=sock, push_timeout_s=5.0).start()
     a = Agent("h100-0", ControllerClient(url), verbs, enrol_token=ADMIN, poll_wait_s=0.2,
               collector=lambda: verbs.with_qps(reports["h100-0"]))

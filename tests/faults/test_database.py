@@ -10,6 +10,7 @@ import pytest
 from icefabric.controller.settings import Settings
 from icefabric.schemas_service import AgentEnrol, FabricUpload
 from icefabric.topology.serialize import fabric_to_dict
+from icefabric.twin.run import job_hosts
 from icefabric.twin.serve import SubprocessController, ThreadedController
 
 from .conftest import ADMIN, Fleet, admin, check_plans, scenario_reports
@@ -73,6 +74,8 @@ def test_plan_not_stored_while_the_database_is_down_is_retried(pg_cluster):
     with srv:
         core = srv.core
         core.set_fabric(FabricUpload(topology=fabric_to_dict(fabric)))
+        for job, hosts in job_hosts(reports).items():
+            core.create_job(job, hosts)
         for h, reps in reports.items():
             core.enrol(AgentEnrol(host=h))
             for rep in reps:

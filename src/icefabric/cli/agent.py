@@ -150,7 +150,7 @@ def build_shim_cmd(out: Path = typer.Option(None, help="output file (default: th
 
 def _once(agent, host: str, controller: str, reported: bool) -> None:
     """One iteration with clear messages: enrol, report, wait for a plan."""
-    from icefabric.agent.client import AuthError, ControllerUnavailable, Rejected
+    from icefabric.agent.client import AuthError, BadResponse, ControllerUnavailable, Rejected
 
     if not reported:
         typer.echo(f"{host}: no --reports given: only a plan the controller already has for "
@@ -167,9 +167,11 @@ def _once(agent, host: str, controller: str, reported: bool) -> None:
     except AuthError as e:
         fail(f"the controller refused the enrolment token: {e}")
     except Rejected as e:
-        hint = (" (load one with `icefab controller fabric load SCENARIO`)"
-                if "fabric" in str(e) else "")
-        fail(f"the controller rejected {host}'s request: {e}{hint}")
+        fail(f"the controller rejected {host}'s request: {e}{_hint(str(e))}")
+    except BadResponse as e:
+        fail(f"refused what the controller answered: {e}")
+    for job, why in agent.report_errors.items():
+        fail(f"the controller rejected {host}'s report of job {job}: {why}{_hint(why)}")
     if agent.plan is None:
         msg = (f"{host}: no plan yet (plan version {agent.version}); the controller plans a "
                "job once every host of it has "
@@ -180,6 +182,14 @@ def _once(agent, host: str, controller: str, reported: bool) -> None:
         return
     typer.echo(f"{host}: plan version {agent.version} applied with the "
                f"{agent.actuator.name} actuator ({len(agent.plan.qps)} QPs)")
+
+
+def _hint(why: str) -> str:
+    if "fabric" in why:
+        return " (load one with `icefab controller fabric load SCENARIO`)"
+    if "not registered" in why:
+        return " (create it with `icefab controller job create JOB --hosts ...`)"
+    return ""
 
 
 def register(app: typer.Typer) -> None:

@@ -80,6 +80,9 @@ class HcclCfgActuator(Actuator):
         try:
             with os.fdopen(fd, "w") as f:
                 f.write(text)
+                f.flush()
+                os.fsync(f.fileno())  # the rename must not land before the bytes
+            os.chmod(tmp, 0o644)  # HCCL's processes read it (mkstemp makes it 0600)
             os.replace(tmp, self.path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

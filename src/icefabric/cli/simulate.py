@@ -83,7 +83,7 @@ def simulate(
     from icefabric.experiment.draws import effective_draws
     from icefabric.experiment.runner import run_scenario
     from icefabric.scenario.loader import DEFAULT_SCENARIO, load
-    from icefabric.units import parse_size
+    from icefabric.scenario.schema import message_size
 
     ls = load(scenario or DEFAULT_SCENARIO)
     if from_log:
@@ -105,7 +105,7 @@ def simulate(
                           "default on the fluid engine and above 16 servers); --draws N "
                           "shows its distribution", highlight=False)
     pol = [p.strip() for p in policies.split(",") if p.strip()] if policies else None
-    sz = [parse_size(s) for s in sizes.split(",")] if sizes else None
+    sz = [message_size(s) for s in sizes.split(",")] if sizes else None
     if engine not in (None, "flow", "fluid"):
         fail(f"--engine must be flow or fluid, not {engine!r}")
     formats = parse_formats(fmt) if out is not None else ()

@@ -31,9 +31,8 @@ def twin(
 
     from rich.console import Console
 
-    from icefabric.scenario.schema import FailureSpec
+    from icefabric.scenario.schema import FailureSpec, message_size
     from icefabric.twin.run import run_twin
-    from icefabric.units import parse_size
 
     fails = None
     if fail:
@@ -65,7 +64,7 @@ def twin(
         raise typer.BadParameter(f"--engine must be flow or fluid, not {engine!r}")
     try:
         res = run_twin(scenario, controller, token, engine=engine,
-                       size_bytes=parse_size(size) if size else None, failures=fails)
+                       size_bytes=message_size(size) if size else None, failures=fails)
     finally:
         if server is not None:
             server.stop()

@@ -18,6 +18,7 @@ from icefabric.experiment.bounds import collective_cut_ns
 from icefabric.experiment.draws import DrawnCollectives, draw_all, draw_seeds, quantiles
 from icefabric.pipeline import scenario_plan, scenario_policy, simulate
 from icefabric.provenance import provenance
+from icefabric.scenario.budget import check_budget
 from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import LoadedScenario
 from icefabric.topology.model import Fabric
@@ -137,6 +138,7 @@ def run_scenario(ls: LoadedScenario, *, policies: list[str] | None = None,
     randomised = [p for p in policies if scenario_policy(ls, p).randomised]
     drawn = randomised if draws > 1 else []
     sizes = list(sizes or scn.size_list()) if scn.jobs else []
+    check_budget(ls, draws=draws)
     fabric = build_fabric(ls)
     total = len(policies) * (len(sizes) + (scn.training is not None)) + \
         len(drawn) * len(sizes)
@@ -241,9 +243,18 @@ def _gains_over_drawn_ecmp(r: dict, e: dict) -> dict:
     own = np.asarray(r.get("busbw_GBps_draws") or [r["busbw_GBps"]])
     base = np.asarray(e["busbw_GBps_draws"])
     n = min(len(own), len(base)) if len(own) > 1 else len(base)
+    lucky = _ratio(r["busbw_GBps"], e["busbw_GBps_p90"], 1)
+    if not base[:n].all():  # a draw's busbw rounds to 0: no gain to show
+        return {"gain_vs_ecmp_p10": None, "gain_vs_ecmp_p90": None, "gain_vs_ecmp_lucky": lucky}
     lo, _, hi = quantiles(np.resize(own, n) / base[:n] - 1)
     return {"gain_vs_ecmp_p10": round(lo, 4), "gain_vs_ecmp_p90": round(hi, 4),
-            "gain_vs_ecmp_lucky": round(r["busbw_GBps"] / e["busbw_GBps_p90"] - 1, 4)}
+            "gain_vs_ecmp_lucky": lucky}
+
+
+def _ratio(a: float, b: float, minus: float = 0.0) -> float | None:
+    """``a / b - minus`` to 4 decimals; None when ``b`` is 0 (a size so small that its busbw
+    rounds to 0 GB/s: 8 B, where every nccl-tests log starts)."""
+    return round(a / b - minus, 4) if b else None
 
 
 def _add_relative(rows: list[dict]) -> None:
@@ -266,14 +277,14 @@ def _add_relative(rows: list[dict]) -> None:
         i = ideal.get(key(r))
         e = ecmp.get(key(r))
         r["ideal_busbw_GBps"] = i["busbw_GBps"] if i else None
-        r["frac_of_ideal"] = round(r["busbw_GBps"] / i["busbw_GBps"], 4) if i else None
-        r["gain_vs_ecmp"] = round(r["busbw_GBps"] / e["busbw_GBps"] - 1, 4) if e else None
+        r["frac_of_ideal"] = _ratio(r["busbw_GBps"], i["busbw_GBps"]) if i else None
+        r["gain_vs_ecmp"] = _ratio(r["busbw_GBps"], e["busbw_GBps"], 1) if e else None
         if e and e.get("busbw_GBps_draws") and r is not e:
             r.update(_gains_over_drawn_ecmp(r, e))
         best = max((b for p, b in baselines.get(key(r), {}).items() if p != r["policy"]),
                    key=lambda b: b["busbw_GBps"], default=None)
         r["best_baseline"] = best["policy"] if best else None
-        r["gain_vs_best"] = round(r["busbw_GBps"] / best["busbw_GBps"] - 1, 4) if best else None
+        r["gain_vs_best"] = _ratio(r["busbw_GBps"], best["busbw_GBps"], 1) if best else None
         # busbw x time is the same for every policy at one size: rescale to the bound time
         t_bound = max(i["time_us"] if i else 0.0, cut.get(key(r), 0.0))
         b = r["busbw_GBps"] * r["time_us"] / t_bound if t_bound > 0 else None

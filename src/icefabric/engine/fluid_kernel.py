@@ -82,7 +82,8 @@ ST_BANKS = {
 }
 NET_BANKS = {
     "f": ["cap", "kmin", "kmax", "pmax", "pfc_alpha", "pfc_gap",  # links
-          "rtt", "w",  # routes
+          "w",  # routes
+          "fb_lat",  # entries
           "size_w", "lat", "flow_start"],  # flows
     "i": ["rev", "sw_of", "level",  # links
           "links", "hop",  # entries
@@ -100,7 +101,7 @@ NET_BANKS = {
  S_N_DEPS_LEFT, S_HEAP_F, S_A_F, S_A_FSTART, S_NEW_F,
  S_A_R, S_A_RFLOW, S_A_ESTART, S_A_NE, S_NIC_MEM, S_WF_ORDER, S_WF_TMP) = range(23)  # st.i
 (S_PFC_REG, S_RUNNING, S_DONE, S_A_SENDING, S_A_CNP) = range(5)  # st.b
-(N_CAP, N_KMIN, N_KMAX, N_PMAX, N_PFC_ALPHA, N_PFC_GAP, N_RTT, N_W, N_SIZE_W, N_LAT,
+(N_CAP, N_KMIN, N_KMAX, N_PMAX, N_PFC_ALPHA, N_PFC_GAP, N_W, N_FB_LAT, N_SIZE_W, N_LAT,
  N_FLOW_START) = range(11)  # net.f
 (N_REV, N_SW_OF, N_LEVEL, N_LINKS, N_HOP, N_FIRST_LINK, N_F_RPTR, N_DPTR) = range(8)  # net.i
 (N_INGRESS_SW,) = range(1)  # net.b
@@ -703,18 +704,23 @@ def _sweep(net, st, dt) -> float:
 
 
 @inline_fn
+def _queue_wait(net, st, li) -> float:
+    """Time (ns) link ``li``'s egress queue takes to drain at its line rate: what a packet
+    joining it now waits (at most 1 s; a link that is down would never drain)."""
+    return min(st.f[S_QLINK, li] / max(net.f[N_CAP, li] * st.f[S_UP, li], _TINY), 1e9)
+
+
+@inline_fn
 def rev_delay(net, st, out) -> np.ndarray:
     """Queueing delay (ns) an ACK meets on the reverse direction of each link, written
     to ``out``."""
-    stf = st.f
-    ntf = net.f
     nti = net.i
     L = net.dims[D_L]
     _zeroed(out, L)
     for li in range(L):
         rv = nti[N_REV, li]
         if rv >= 0:
-            out[li] = min(stf[S_QLINK, rv] / max(ntf[N_CAP, rv] * stf[S_UP, rv], _TINY), 1e9)
+            out[li] = _queue_wait(net, st, rv)
     return out
 
 
@@ -734,7 +740,21 @@ def _red(net, li, q) -> float:
 
 @step_fn
 def _marks(net, st, t_new, dt) -> bool:
-    """ECN marks of this step into the CNP delay line; returns whether any was made."""
+    """ECN marks of this step into the CNP delay line; returns whether any was made.
+
+    When the CNP reaches the sender (HPCC ns-3, ``simulation/src/point-to-point/model``):
+    a switch marks a packet as it leaves an egress queue (``SwitchNode::SwitchNotifyDequeue``
+    -> ``SwitchMmu::ShouldSendCN``); the marked packet still crosses, and queues at, every
+    later hop of its route; the receiver sets the CNP flag on the ACK it returns
+    (``RdmaHw::ReceiveUdp``: ``seqh.SetCnp()``), the ACK queues on the reverse path, and the
+    sender reacts when it arrives (``RdmaHw::ReceiveAck`` -> ``cnp_received_mlx``). So a
+    mark made at hop j is due at: now + the path latency from hop j on and back
+    (``fb_lat`` of the entry) + the queue wait of every hop after j (its content over its
+    line rate, at mark time) + the reverse path's queue waits. The delay line holds every
+    delay the run's buffers allow (``FluidSim._state``); a longer one is clamped to its
+    last slot, never wrapped onto an earlier one. Runs after :func:`_cnps` of the step, so
+    the slots after the step's bucket are free.
+    """
     st_sf = st.sf
     st_si = st.si
     stf = st.f
@@ -750,48 +770,50 @@ def _marks(net, st, t_new, dt) -> bool:
         anyp = anyp or pl[li] > 0
     if not anyp:
         return False
-    nr, ne = st_si[I_NAR], st_si[I_NAE]
     mlink = _zeroed(st.tmp_rows[1], L)
-    npk = _zeroed(st.tmp_rows[2], nr)
-    for j in range(ne):
-        p = pl[sti[S_AE_LINK, j]]
-        if p == 0.0:
-            continue  # adds nothing
-        mb = stf[S_DEP, sti[S_AE, j]] * dt * p
-        mlink[sti[S_AE_LINK, j]] += mb
-        npk[sti[S_AE_ROUTE, j]] += mb
+    fw = st.tmp_rows[2]  # queue wait of each link (forward direction)
     for li in range(L):
-        stf[S_MARKED_BYTES, li] += mlink[li]
-    anyk = False
-    for r in range(nr):
-        npk[r] = npk[r] / net_cfg[C_PKT_WIRE]
-        anyk = anyk or npk[r] != 0
-    if not anyk:
-        return False
-    # CNPs ride ACKs: base RTT plus the reverse path's queueing delay
+        fw[li] = _queue_wait(net, st, li)
+    # CNPs ride ACKs: the reverse path's queueing delay
     rd = st.tmp_rows[3]
     if net_cfg[C_ACK_QUEUE] > 0:
         rev_delay(net, st, rd)
     else:
         _zeroed(rd, L)
     bw = net_cfg[C_FB_BW]
+    pkt = net_cfg[C_PKT_WIRE]
     rows = st_cnp_line.shape[0]
-    now_b = np.int64(t_new // bw) + 1
-    rtt_max = -_INF
-    for r in range(nr):
-        k = sti[S_A_R, r]
-        rtt_max = max(rtt_max, ntf[N_RTT, k])
-        if npk[r] == 0.0:
-            continue
+    cur_b = np.int64(t_new // bw)
+    anyk = False
+    until = st_sf[F_MARKS_UNTIL]
+    for r in range(st_si[I_NAR]):
+        e0, e1 = sti[S_A_ESTART, r], sti[S_A_ESTART, r] + sti[S_A_NE, r]
         rq = 0.0  # the reverse path's queueing, over the route's entries in order
-        e0 = sti[S_A_ESTART, r]
-        for j in range(e0, e0 + sti[S_A_NE, r]):
+        hit = False
+        for j in range(e0, e1):
             rq += rd[sti[S_AE_LINK, j]]
-        b = max(np.int64((t_new + ntf[N_RTT, k] + rq) // bw), now_b) % rows
-        st_cnp_line[b, k] += npk[r]
-        st.cnp_dirty[b] = True
-    st_sf[F_MARKS_UNTIL] = max(st_sf[F_MARKS_UNTIL], t_new + rtt_max)
-    return True
+            hit = hit or pl[sti[S_AE_LINK, j]] > 0
+        if not hit:
+            continue
+        k = sti[S_A_R, r]
+        down = 0.0  # queue wait at the hops after entry j
+        for j in range(e1 - 1, e0 - 1, -1):
+            li = sti[S_AE_LINK, j]
+            e = sti[S_AE, j]
+            mb = stf[S_DEP, e] * dt * pl[li]
+            if mb != 0.0:
+                mlink[li] += mb
+                due = t_new + ntf[N_FB_LAT, e] + down + rq
+                b = min(max(np.int64(due // bw), cur_b + 1), cur_b + rows)
+                st_cnp_line[b % rows, k] += mb / pkt
+                st.cnp_dirty[b % rows] = True
+                until = max(until, b * bw)
+                anyk = True
+            down += fw[li]
+    for li in range(L):
+        stf[S_MARKED_BYTES, li] += mlink[li]
+    st_sf[F_MARKS_UNTIL] = until  # no quiet (long) step before the last of them is due
+    return anyk
 
 
 @step_fn
@@ -894,10 +916,12 @@ def _pfc(net, st, dt) -> None:
     L = net.dims[D_L]
     use = _zeroed(st.tmp_rows[0], L)
     out = _zeroed(st.tmp_rows[1], L)
+    inn = _zeroed(st.tmp_rows[4], L)
     for p in range(st_si[I_NQ]):
         j = sti[S_Q_ENT, p]
         use[sti[S_AE_ING, j]] += stf[S_Q, sti[S_AE, j]]
         out[sti[S_AE_ING, j]] += stf[S_DEP, sti[S_AE, j]]
+        inn[sti[S_AE_ING, j]] += stf[S_ARR, sti[S_AE, j]]
     _pfc_thresholds(net, st, use)
     for li in range(L):  # a loop: slice assignment compiles a shape check (seconds)
         stf[S_PFC_USE, li] = use[li]
@@ -922,11 +946,17 @@ def _pfc(net, st, dt) -> None:
                 period = gap / max(o, _TINY) + gap / max(serv - o, _TINY)
                 stf[S_PAUSE_CNT, li] += dt / period
     tau = max(dt, net_cfg[C_TAU])
+    # as in ns-3, a port is checked for pause only when bytes arrive on it
+    # (SwitchNode::SendToDev -> CheckAndSendPfc) and for resume only when its own bytes
+    # leave (SwitchNotifyDequeue -> CheckAndSendResume): a threshold that moves because
+    # other ports filled or drained the shared pool acts at the port's next packet (an
+    # empty port has no packet left to wait for: its last dequeue resumed it)
     for li in range(L):
-        if ntb[N_INGRESS_SW, li] and not reg[li] and use[li] >= stf[S_PFC_XOFF, li]:
+        if (ntb[N_INGRESS_SW, li] and not reg[li] and use[li] >= stf[S_PFC_XOFF, li]
+                and inn[li] > 0):
             stf[S_PAUSE_CNT, li] += 1.0
             reg[li] = True
-        elif reg[li] and use[li] <= stf[S_PFC_XON, li]:
+        elif reg[li] and use[li] <= stf[S_PFC_XON, li] and (out[li] > 0 or use[li] <= 0):
             reg[li] = False
         stf[S_PFC_ALLOW, li] = (max(out[li] + (stf[S_PFC_XOFF, li] - use[li]) / tau, 0.0)
                             if reg[li] else _INF)
@@ -1227,8 +1257,8 @@ def advance(net, st, rng) -> int:
         t_new = t + dt
         any_marks = False
         if cfg[C_DCQCN] > 0:
+            _cnps(net, st, t_new, dt, rng)  # first: frees the slots _marks writes to
             any_marks = _marks(net, st, t_new, dt)
-            _cnps(net, st, t_new, dt, rng)
             if cfg[C_ES_ON] > 0 and t_new >= sf[F_ES_NEXT]:
                 si[I_ES_DUE] = 1
         if cfg[C_PFC_ON] > 0 and (si[I_HAS_USE] == 0 or _pfc_active(stb, stf, net.dims[D_L])):

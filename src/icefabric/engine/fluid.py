@@ -24,16 +24,19 @@ link capacities, queues and PFC/ECN thresholds are wire quantities, as on hardwa
   charged to the ingress port (the link a packet arrived on). When a port reaches XOFF the
   upstream transmitter is paused. In the fluid limit the on/off pause train is replaced by
   its time average: the paused transmitter is throttled to the rate that holds the port at
-  its threshold (``outflow + (threshold − use)/τ``), released below XON. Throttling a
-  switch port makes its own queue grow, which pauses *its* upstream ports in turn, so
-  pauses spread hop by hop and stall innocent flows that share a paused transmitter.
+  its threshold (``outflow + (threshold − use)/τ``), released below XON (as in ns-3, a port
+  is checked for pause only when bytes arrive on it, for resume only when its bytes
+  leave). Throttling a switch port makes its own queue grow, which pauses *its* upstream
+  ports in turn, so pauses spread hop by hop and stall innocent flows that share a paused
+  transmitter.
   Pause time is the throttled fraction of time; pause episodes are estimated from the
   hysteresis gap (one XOFF→XON→XOFF cycle per gap drained and refilled).
 * **ECN/DCQCN.** Switch egress queues mark with RED on the instantaneous queue
   (:mod:`icefabric.dataplane.ecn`). Marked bytes of each route, divided by the packet
-  size, reach the sender one round trip later plus the queueing delay of the reverse
-  path (CNPs ride ACKs, which share the data FIFO); the QP sees a CNP in a step with
-  probability ``1 − exp(−marked packets)`` (drawn from a seeded generator, so a run is
+  size, reach the sender when ns-3 delivers them: the path latency from the marking hop
+  on and back, plus the queue wait at every later hop and on the reverse path (CNPs ride
+  ACKs, which share the data FIFO; ``fluid_kernel._marks``); the QP sees a CNP in a step
+  with probability ``1 − exp(−marked packets)`` (drawn from a seeded generator, so a run is
   reproducible), and the DCQCN kernel (:mod:`icefabric.dataplane.dcqcn`) updates its rate.
 * **Completion.** A flow finishes when every route delivered its bytes, plus
   ``flow_latency_ns`` (the ACK of the last byte, as ``SimProblem`` defines) plus the

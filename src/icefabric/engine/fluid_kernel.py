@@ -10,7 +10,8 @@ routes, queue entries, NIC groups and per-link FIFO lists are gathered into the
 a step costs O(running entries + links), not O(all flows).
 
 The arithmetic follows the numpy engine it replaced operation by operation (same sums in
-the same order), so results are those of that engine, to the bit.
+the same order), so results were those of that engine, to the bit, until the model itself
+changed (issue 28: CNP timing; tests/engine/fluid_regression.json).
 """
 
 from __future__ import annotations

@@ -181,7 +181,9 @@ def _first_cnp_due(delay_ns):
 def test_a_cnp_arrives_after_the_queues_downstream_of_the_mark(delay_ns):
     """The first CNP reaches the sender in the step holding its hand-computed due time.
     With 100 ns links the delay (about 7.4 us) exceeds four base RTTs (2.4 us), the length
-    of the delay line this engine used to have: it must not wrap round and arrive early."""
+    of the delay line this engine used to have: it must not wrap round and arrive early.
+    The line starts shorter than the delay and doubles twice before the CNP is due, the
+    second time with marks pending (they must keep their due times)."""
     steps = cnp_timeline(chain(delay_ns))
     t_mark, due = _first_cnp_due(delay_ns)
     first_mark = next(t for t, marked, _ in steps if marked[1] > 0)
@@ -201,8 +203,9 @@ def test_a_delay_longer_than_the_line_is_clamped_not_wrapped(monkeypatch):
     monkeypatch.setattr(fluid, "_FB_MAX_BYTES", 8)  # one slot per route: the cap binds
     prob = chain(100)
     sim = fluid.FluidSim(prob, fluid.FluidConfig(packet_bytes=1000.0))
-    slots = sim._feedback_slots()
-    assert slots == int(np.ceil(sim.fb_lat.max() / 250.0)) + 8, "unqueued latency still fits"
+    first, slots = sim._feedback_slots()
+    assert first == slots == int(np.ceil(sim.fb_lat.max() / 250.0)) + 8, (
+        "the line cannot grow, and the unqueued latency still fits")
     steps = cnp_timeline(prob)
     t_mark, due = _first_cnp_due(100)
     last = (t_mark // 250 + slots) * 250  # the line's last slot at mark time

@@ -327,11 +327,13 @@ class FluidSim:
         rest = c[R.indptr[1:]][route] - c[:-1]  # this entry's hop and the later ones
         return rest + np.bincount(route, back, minlength=len(R.lengths))[route]
 
-    def _feedback_slots(self) -> int:
-        """Slots of the CNP delay line: enough for the longest feedback delay the switch
-        buffers allow (path latency, plus a full buffer at line rate at every later hop and
-        every reverse hop), at most ``_FB_MAX_BYTES`` of memory but never fewer than the
-        unqueued path latency needs. Queues beyond a buffer (PFC off) are clamped."""
+    def _feedback_slots(self) -> tuple[int, int]:
+        """Slots of the CNP delay line: (to start with, at most). It starts with what the
+        unqueued path latency needs and doubles in the kernel when a delay needs more, up
+        to the longest feedback delay the switch buffers allow (path latency, plus a full
+        buffer at line rate at every later hop and every reverse hop) within
+        ``_FB_MAX_BYTES`` of memory. Longer delays (queues past a buffer with PFC off) are
+        clamped."""
         R = self.routes
         wait = self.pfc.buffer_bytes / self.cap
         per = wait[R.links] + (np.where(self.rev >= 0, wait[self.rev], 0.0)[R.links]
@@ -339,8 +341,11 @@ class FluidSim:
         route = np.repeat(np.arange(len(R.lengths)), R.lengths)
         lat = float(self.fb_lat.max(initial=0.0))
         bound = lat + float(np.bincount(route, per, minlength=1).max(initial=0.0))
-        cap_slots = _FB_MAX_BYTES // (8 * max(self.K, 1))
-        return int(max(min(np.ceil(bound / _FB_BW), cap_slots), np.ceil(lat / _FB_BW))) + 8
+        first = int(np.ceil(lat / _FB_BW)) + 8
+        most = first
+        while most < np.ceil(bound / _FB_BW) + 8 and 2 * most * 8 * self.K <= _FB_MAX_BYTES:
+            most *= 2
+        return first, most
 
     # ---------------- kernel inputs ----------------
     def _cfg_vector(self) -> np.ndarray:
@@ -396,7 +401,8 @@ class FluidSim:
         si = np.zeros(fk.N_SI, np.int64)
         si[fk.I_FB_LAST] = -1
         line = self.cap[self.routes.first_link] * _BYTES_PER_NS
-        fb_rows = self._feedback_slots()
+        fb_first, fb_rows = self._feedback_slots()
+        si[fk.I_FB_ROWS] = fb_first
         cols = {"up": np.ones(L), "pfc_allow": np.full(L, np.inf),
                 "start": np.full(F, -1.0), "finish": np.full(F, -1.0),
                 "n_deps_left": self.n_deps_left, "flow_cap": self.flow_cap,

@@ -45,7 +45,8 @@ def test_function_error_header_and_cann_message_of_one_failure():
 def test_hccl_function_error_names_its_hcclresult():
     log = parse_hccl_log(read_text(project_file("hccl-vllm-ascend-672-init-config.log")))
     assert log.errors[0].name == "HCCL_E_RUNTIME"  # 15 in CANN hccl_types.h
-    assert [e.pid for e in log.errors[2:]] == [None, 540989]  # "EE9999: Inner Error!" has none
+    # "EE9999: Inner Error!" prints no PID: it is the header's (the line above), like its rank
+    assert [(e.pid, e.rank, e.device) for e in log.errors[2:]] == [(540989, 1, 0)] * 2
 
 
 def test_links_in_vllm_worker_lines():

@@ -127,7 +127,8 @@ def placement_facts(log: NcclLog) -> dict[str, Any]:
                            for c, edges in edge_map.items()}
     if groups:
         f["host_ranks"] = [_clean(h.model_dump()) for h in host_ranks(placement)]
-        f["host_from"] = {str(r): _source(placement.host_from(r)) for r in sorted(placement.group_of)}
+        f["host_from"] = {str(r): _source(placement.host_from(r))
+                          for r in sorted(placement.group_of)}
     if placement.device_of:
         f["device_from"] = {str(r): _source(placement.device_from(r))
                             for r in sorted(placement.device_of)}

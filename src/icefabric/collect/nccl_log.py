@@ -711,6 +711,10 @@ def rank_devices(log: NcclLog, conflicts: list[ParseWarning] | None = None,
     for the rank adds a warning naming both lines to ``conflicts``.
     """
     out: dict[int, dict[str, Any]] = defaultdict(dict)
+    order = {s: i for i, s in enumerate(log.sources)}
+
+    def earlier(ref: LineRef, at: At) -> bool:
+        return (order.get(ref.source, 0), ref.line) < (order.get(at[0], 0), at[1])
 
     def put(rank: int, ref: LineRef, **values: Any) -> None:
         d = out[rank]
@@ -721,7 +725,11 @@ def rank_devices(log: NcclLog, conflicts: list[ParseWarning] | None = None,
                 d[k] = v
                 if k in ("host", "device"):
                     d[f"{k}_at"] = (ref.source, ref.line)
-            elif d[k] != v and k in ("host", "device") and conflicts is not None:
+            elif k not in ("host", "device"):
+                continue
+            elif d[k] == v and earlier(ref, d[f"{k}_at"]):
+                d[f"{k}_at"] = (ref.source, ref.line)  # cite the first line showing it
+            elif d[k] != v and conflicts is not None:
                 conflicts.append(contradiction(f"rank {rank}: {k}", (d[k], d[f"{k}_at"]),
                                                (v, (ref.source, ref.line))))
 
@@ -1155,8 +1163,9 @@ def _rings(sub: NcclLog, nranks: int | None, placement: Placement,
                            edges=edges))
         guessed = [e for e in edges or [] if e.status == "inferred"]
         if guessed:
+            ends = sorted({r for e in guessed for r in (e.a, e.b)})
             facts.append(InferredFact(
-                fact="ring_cross_node_edges", ranks=sorted({r for e in guessed for r in (e.a, e.b)}),
+                fact="ring_cross_node_edges", ranks=ends,
                 value=f"channel {c}: " + " ".join(f"{e.a}->{e.b}" for e in guessed),
                 rule=RULE_EDGES, source=guessed[0].source, line=guessed[0].line))
     return models, facts

@@ -20,6 +20,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 from icefabric.schemas import CommunicatorReport
+from icefabric.qpid import QpId
 
 SERVICE_SCHEMA_VERSION = "1.0"
 
@@ -254,6 +255,11 @@ class QpPlan(_Model):
     @property
     def key(self) -> QpKey:
         return (self.src_ip, self.dst_ip, self.lqpn, self.rqpn)
+
+    @property
+    def qp_id(self) -> QpId:
+        """The data QP this entry plans (matched with live QPs before they connect)."""
+        return QpId.of(self.job, self.src_ip, self.dst_ip, self.ordinal)
 
 
 #: a list of QP plans (how a host's QPs are stored and checked)

@@ -22,7 +22,7 @@ from icefabric.agent.shim_socket import ShimConn
 from icefabric.dataplane.roce import flow_label_to_udp_sport
 from icefabric.schemas_service import CommReport, HostPlan, QpPlan, RankEntry
 
-from .conftest import IBV_QP_RATE_LIMIT, records, rtr_labels, wait_for
+from .conftest import IBV_QP_RATE_LIMIT, IBV_QPS_RTR, records, rtr_labels, wait_for
 
 SIP, DIP, JOB = "10.0.0.1", "10.0.0.2", "train1"
 
@@ -94,6 +94,31 @@ def test_qps_take_the_lowest_free_ordinal_of_their_job_and_nic_pair(agent_sock):
     b.close()
 
 
+def test_receive_side_qps_take_no_ordinal_and_no_plan(agent_sock):
+    """NCCL >= 2.29.2's receive side (REMOTE_WRITE|REMOTE_READ|REMOTE_ATOMIC at INIT) reaches
+    RTR first on a NIC pair that also carries the host's data QPs (REMOTE_WRITE)."""
+    act = VerbsActuator(agent_sock)
+    a, b = socket.socketpair()
+    conn = ShimConn(a)
+    conn.job = JOB
+    act.apply(plan_of([49200, 49300]))
+
+    def ask(lqpn, acc):
+        return act._on_message(conn, "QP", {"seq": lqpn, "dev": "mlx5_0", "port": 1,
+                                            "lqpn": lqpn, "rqpn": 7, "sip": SIP, "dip": DIP,
+                                            "acc": acc})
+
+    assert [ask(10, 14), ask(11, 14)] == [b"NONE seq=10\n", b"NONE seq=11\n"]
+    assert ask(12, 2) == b"PLAN seq=12 sport=49200 srate=0\n"
+    assert ask(13, -1) == b"PLAN seq=13 sport=49300 srate=0\n"  # flags unknown: data
+    rep = CommReport(job=JOB, library="nccl", collectives=[{"kind": "all_reduce"}],
+                     size_bytes=1 << 20, ranks=[RankEntry(rank=0, host="h0", device=0),
+                                                RankEntry(rank=1, host="h1", device=0)])
+    assert [(e.lqpn, e.ordinal) for e in act.with_qps([rep])[0].qps] == [(12, 0), (13, 1)]
+    a.close()
+    b.close()
+
+
 def test_rate_conversion():
     assert rate_kbps(None, unset=-1) == -1 and rate_kbps(None, unset=0) == 0
     assert rate_kbps(25e9, unset=0) == 25_000_000 and rate_kbps(10.0, unset=0) == 1
@@ -118,7 +143,7 @@ def test_planned_port_and_rate_are_written_at_connection(native, tmp_path, actua
         assert wait_for(lambda: len(actuator.live) == 3 and all(
             q.sport is not None for q in actuator.live.values()))
         assert [(q.rate_kbps, q.rate_via) for q in sorted(
-            actuator.live.values(), key=lambda q: q.ordinal)] == [
+            actuator.live.values(), key=lambda q: q.qp_id)] == [
             (50_000_000, "static_rate"), (None, None), (10_000_000, "static_rate")]
         rep = CommReport(job=JOB, library="nccl", collectives=[{"kind": "all_reduce"}],
                          size_bytes=1 << 20, ranks=[RankEntry(rank=0, host="h0", device=0),
@@ -156,6 +181,27 @@ def test_real_libibverbs_carries_label_and_static_rate_to_the_kernel(native, tmp
         release(proc, hold)
 
 
+def test_receive_side_and_flush_qps_never_take_a_data_qps_port(native, tmp_path, actuator,
+                                                               agent_sock):
+    """On one NIC pair, NCCL's receive side (its QPs and the GPU-flush QP, connected to
+    itself) connects before the send side: only the send side's data QPs get the plan."""
+    actuator.apply(plan_of([49200, 49300]))
+    recv, rlog, rhold, rqps = connect(native, tmp_path, agent_sock, 2, CCL_SIM_SIDE="accept")
+    send, slog, shold, sqps = connect(native, tmp_path, agent_sock, 2, rqpn_base=0x900)
+    try:
+        flush = [r["qpn"] for r in records(rlog)
+                 if r.get("state") == IBV_QPS_RTR and r["dest_qpn"] == r["qpn"]]
+        assert len(flush) == 1 and set(rtr_labels(rlog).values()) == {0}  # the kernel's
+        assert [int(flow_label_to_udp_sport(rtr_labels(slog)[q])) for q in sqps] == \
+            [49200, 49300]
+        assert wait_for(lambda: len(actuator.live) == 4)
+        assert flush[0] not in {q.lqpn for q in actuator.live.values()}  # never reported
+        assert sorted(q.lqpn for q in actuator.live.values() if q.qp_id is None) == rqps
+    finally:
+        release(recv, rhold)
+        release(send, shold)
+
+
 def test_without_a_plan_nothing_changes(native, tmp_path, actuator, agent_sock):
     actuator.apply(plan_of([49200], job="other-job"))
     proc, log, hold, qps = connect(native, tmp_path, agent_sock, 2, hold=False)
@@ -169,7 +215,7 @@ def test_replan_reaches_live_qps_through_mlx5dv(native, tmp_path, actuator, agen
     proc, log, hold, qps = connect(native, tmp_path, agent_sock, 2)
     try:
         assert wait_for(lambda: [(q.sport, q.rate_kbps) for q in sorted(
-            actuator.live.values(), key=lambda q: q.ordinal)] == [(49200, None),
+            actuator.live.values(), key=lambda q: q.qp_id)] == [(49200, None),
                                                                   (49300, 40_000_000)])
         plan = plan_of([49200, 50001], [30e9, None], version=2)
         res = actuator.apply(plan)
@@ -181,7 +227,7 @@ def test_replan_reaches_live_qps_through_mlx5dv(native, tmp_path, actuator, agen
         # QP 1's RTR static rate cannot be lifted live: reported, not acked.
         assert res.failed == {plan.qps[1].key} and len(res.messages) == 1
         assert "static rate set at RTR (40000000 kbit/s) cannot be raised" in res.messages[0]
-        by_ordinal = sorted(actuator.live.values(), key=lambda q: q.ordinal)
+        by_ordinal = sorted(actuator.live.values(), key=lambda q: q.qp_id)
         assert [(q.sport, q.rate_kbps, q.rate_via) for q in by_ordinal] == [
             (49200, 30_000_000, "rate_limit"), (50001, 40_000_000, "static_rate")]
         # The autonomous backup-port switch goes the same way.

@@ -20,7 +20,7 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 MAX_LINE = 512
-INT_FIELDS = frozenset({"seq", "pid", "port", "lqpn", "rqpn", "ok", "sport", "planned",
+INT_FIELDS = frozenset({"seq", "pid", "port", "lqpn", "rqpn", "acc", "ok", "sport", "planned",
                         "sport_err", "rate_err", "rate_kbps", "srate"})
 
 
@@ -50,12 +50,14 @@ def format_line(kind: str, **fields: str | int) -> bytes:
 
 
 class ShimConn:
-    """One shim process: its identity (``pid``, ``job``) and a thread-safe ``send``."""
+    """One shim process: its identity (``pid``, ``job``, the launcher's ``rank``) and a
+    thread-safe ``send``."""
 
     def __init__(self, sock: socket.socket):
         self.sock = sock
         self.pid = 0
         self.job: str | None = None
+        self.rank: int | None = None
         self._wlock = threading.Lock()
 
     def send(self, data: bytes) -> bool:
@@ -124,6 +126,8 @@ class ShimServer:
                     conn.pid = int(fields.get("pid", 0))
                     job = str(fields.get("job", "-"))
                     conn.job = None if job == "-" else job
+                    rank = str(fields.get("rank", "-"))
+                    conn.rank = int(rank) if rank.isdigit() else None
                     continue
                 out = self.handler(conn, kind, fields)
                 if out is not None:

@@ -29,6 +29,21 @@ Set ICE_SHIM_SOCKET too when the socket is not /run/icefab/verbs.sock.
 """
 
 
+def _higher(specs: list[str]):
+    """``--hccl-higher`` values as :class:`HigherSetting`s."""
+    import shlex
+
+    from icefabric.agent.actuators.hccl_cfg import HigherSetting
+
+    out = []
+    for spec in specs:
+        name, _, cmd = spec.partition("=")
+        if not name or not cmd.strip():
+            raise typer.BadParameter(f"--hccl-higher {spec!r}: expected NAME=COMMAND")
+        out.append(HigherSetting(name, tuple(shlex.split(cmd))))
+    return out
+
+
 @agent_app.command("run", epilog=VERBS_LAUNCH)
 def run(
     controller: str = typer.Option(..., help="controller URL, e.g. http://127.0.0.1:8000"),
@@ -38,6 +53,10 @@ def run(
     actuator: str = typer.Option("dry-run", help="dry-run | hccl-cfg | verbs | twin"),
     hccl_dir: Path = typer.Option(Path("."), help="hccl-cfg: directory of "
                                                   "MultiQpSrcPort.cfg"),
+    hccl_higher: list[str] = typer.Option(None, help="hccl-cfg: NAME=COMMAND of a port source "
+                                                     "HCCL reads first (hccn_tool multi_qp or "
+                                                     "NSLB), printing 'srcIP,dstIP' lines; "
+                                                     "its QPs are reported, not acked"),
     shim_socket: Path = typer.Option(Path("/run/icefab/verbs.sock"),
                                      help="verbs: the socket the shims connect to"),
     reports: Path = typer.Option(None, help="JSON list of CommReport, or one collector "
@@ -77,7 +96,7 @@ def run(
                                 collectives=collective)
         except ValueError as e:
             raise typer.BadParameter(f"--reports: {e}") from None
-    opts: dict = {"hccl-cfg": {"directory": hccl_dir},
+    opts: dict = {"hccl-cfg": {"directory": hccl_dir, "higher": _higher(hccl_higher or [])},
                   "verbs": {"socket_path": shim_socket,
                             "default_job": job or _single_job(reps)}}.get(actuator, {})
     try:

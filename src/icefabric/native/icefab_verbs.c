@@ -47,7 +47,7 @@
  * ICE_SHIM_DISABLE=1, ICE_SHIM_DEBUG=1 (one line per event on stderr).
  *
  * Wire format (one text line each, see icefabric/agent/shim_socket.py):
- *   shim -> agent  HELLO pid= job=          QP seq= dev= port= lqpn= rqpn= sip= dip=
+ *   shim -> agent  HELLO pid= job= rank=    QP seq= dev= port= lqpn= rqpn= sip= dip= acc=
  *                  RTR dev= lqpn= ok= sport= planned= srate=
  *                  DONE dev= lqpn= sport_err= rate_err=    GONE dev= lqpn=
  *   agent -> shim  PLAN seq= sport= srate=   NONE seq=   SET dev= lqpn= sport= rate_kbps=
@@ -161,6 +161,7 @@ int icefab_parse_plan(const char *line, long seq, int *sport, int *srate)
 static struct {
     char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
     char job[128];
+    char rank[16]; /* the launcher's rank of this process, "-" if none is set */
     long timeout_ms, retry_ms;
     int disabled, debug;
 } cfg;
@@ -178,6 +179,16 @@ static void load_cfg(void)
     snprintf(cfg.socket_path, sizeof(cfg.socket_path), "%s", s && *s ? s : "/run/icefab/verbs.sock");
     /* job names are single tokens on the wire */
     snprintf(cfg.job, sizeof(cfg.job), "%s", j && *j && !strpbrk(j, " \n=") ? j : "-");
+    /* torchrun/PyTorch, Open MPI, Slurm, MPICH/Intel MPI (PMI) */
+    static const char *ranks[] = {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK"};
+    snprintf(cfg.rank, sizeof(cfg.rank), "-");
+    for (size_t i = 0; i < sizeof(ranks) / sizeof(ranks[0]); i++) {
+        const char *r = getenv(ranks[i]);
+        if (r && *r && strspn(r, "0123456789") == strlen(r) && strlen(r) < sizeof(cfg.rank)) {
+            snprintf(cfg.rank, sizeof(cfg.rank), "%s", r);
+            break;
+        }
+    }
     cfg.timeout_ms = env_long("ICE_SHIM_TIMEOUT_MS", 100);
     cfg.retry_ms = env_long("ICE_SHIM_RETRY_MS", 10000);
     cfg.disabled = env_long("ICE_SHIM_DISABLE", 0) != 0;
@@ -247,25 +258,33 @@ static void load_libs(void)
 
 /* ---- live QPs of this process ---- */
 
+/* The RC QPs of this process from RESET->INIT on: the access flags they got then (NCCL >=
+ * 2.29 tells its receive-side QPs by them, see describe_rtr) and, once the agent has been
+ * asked at INIT->RTR, `known` (only those can be changed later or are reported GONE). */
 struct live_qp {
     struct ibv_qp *qp;
     char dev[IBV_SYSFS_NAME_MAX];
     uint32_t lqpn;
+    int acc; /* qp_access_flags at INIT; -1 = not seen */
+    int known;
 };
 
 static pthread_mutex_t table_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct live_qp *table;
 static size_t table_len, table_cap;
 
+/* The entry of `qp`, or the known QP `lqpn` of device `dev` (table_mu held). */
 static struct live_qp *find_qp(const char *dev, uint32_t lqpn, struct ibv_qp *qp)
 {
     for (size_t i = 0; i < table_len; i++)
-        if (qp ? table[i].qp == qp : (table[i].lqpn == lqpn && !strcmp(table[i].dev, dev)))
+        if (qp ? table[i].qp == qp
+               : (table[i].known && table[i].lqpn == lqpn && !strcmp(table[i].dev, dev)))
             return &table[i];
     return NULL;
 }
 
-static void remember_qp(struct ibv_qp *qp)
+/* Record `qp`: at INIT with its access flags (acc >= 0), at RTR as known to the agent. */
+static void remember_qp(struct ibv_qp *qp, int acc)
 {
     pthread_mutex_lock(&table_mu);
     struct live_qp *e = find_qp(NULL, 0, qp);
@@ -277,14 +296,30 @@ static void remember_qp(struct ibv_qp *qp)
             table_cap = cap;
         }
     }
-    if (!e && table_len < table_cap)
+    if (!e && table_len < table_cap) {
         e = &table[table_len++];
+        memset(e, 0, sizeof(*e));
+        e->acc = -1;
+    }
     if (e) {
         e->qp = qp;
         snprintf(e->dev, sizeof(e->dev), "%s", qp->context->device->name);
         e->lqpn = qp->qp_num;
+        if (acc >= 0)
+            e->acc = acc;
+        else
+            e->known = 1;
     }
     pthread_mutex_unlock(&table_mu);
+}
+
+static int access_flags_of(struct ibv_qp *qp)
+{
+    pthread_mutex_lock(&table_mu);
+    struct live_qp *e = find_qp(NULL, 0, qp);
+    int acc = e ? e->acc : -1;
+    pthread_mutex_unlock(&table_mu);
+    return acc;
 }
 
 /* ---- the agent connection ---- */
@@ -440,7 +475,8 @@ static int connect_locked(void)
     }
     agent_fd = fd;
     char hello[LINE_MAX_LEN];
-    snprintf(hello, sizeof(hello), "HELLO pid=%d job=%s\n", (int)getpid(), cfg.job);
+    snprintf(hello, sizeof(hello), "HELLO pid=%d job=%s rank=%s\n", (int)getpid(), cfg.job,
+             cfg.rank);
     send_locked(hello);
     return 0;
 }
@@ -501,14 +537,20 @@ static void resolve_direct(void)
         real_destroy = (destroy_fn)next_verb("ibv_destroy_qp");
 }
 
-/* "dev= port= lqpn= rqpn= sip= dip=" of an RC QP going INIT->RTR on a RoCEv2 IPv4 GID;
- * 0 for any other call (which then passes through untouched). */
+/* "dev= port= lqpn= rqpn= sip= dip= acc=" of an RC QP going INIT->RTR on a
+ * RoCEv2 IPv4 GID; 0 for any other call (which then passes through untouched), and for a
+ * QP connected to itself: NCCL's GPU-flush QP (src/transport/net_ib/connect.cc,
+ * ncclIbAccept: remoteQpNum = the flush QP's own number), which carries only local RDMA
+ * reads.  acc is the QP's access flags at INIT: NCCL >= 2.29.2 gives its receive-side QPs
+ * (ncclIbAccept, CTS writes and ACKs only) REMOTE_WRITE|REMOTE_ATOMIC|REMOTE_READ and its
+ * send-side (data) QPs REMOTE_WRITE alone (ncclIbConnect); older NCCL and RCCL give both
+ * REMOTE_WRITE, so the agent cannot tell them apart (docs/verbs-shim.md). */
 static int describe_rtr(struct ibv_qp *qp, const struct ibv_qp_attr *attr, int mask,
                         char *out, size_t n)
 {
     const int need = IBV_QP_STATE | IBV_QP_AV | IBV_QP_DEST_QPN;
     if (qp->qp_type != IBV_QPT_RC || (mask & need) != need || attr->qp_state != IBV_QPS_RTR ||
-        !attr->ah_attr.is_global || !gid_ex)
+        !attr->ah_attr.is_global || !gid_ex || attr->dest_qp_num == qp->qp_num)
         return 0;
     uint8_t port = attr->ah_attr.port_num ? attr->ah_attr.port_num : 1;
     struct ibv_gid_entry local;
@@ -519,8 +561,9 @@ static int describe_rtr(struct ibv_qp *qp, const struct ibv_qp_attr *attr, int m
     if (!icefab_gid_to_ipv4(local.gid.raw, sip, sizeof(sip)) ||
         !icefab_gid_to_ipv4(attr->ah_attr.grh.dgid.raw, dip, sizeof(dip)))
         return 0;
-    snprintf(out, n, "dev=%s port=%u lqpn=%u rqpn=%u sip=%s dip=%s",
-             qp->context->device->name, port, qp->qp_num, attr->dest_qp_num, sip, dip);
+    snprintf(out, n, "dev=%s port=%u lqpn=%u rqpn=%u sip=%s dip=%s acc=%d",
+             qp->context->device->name, port, qp->qp_num, attr->dest_qp_num, sip, dip,
+             access_flags_of(qp));
     return 1;
 }
 
@@ -558,7 +601,7 @@ static int modify_rtr(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, con
     if (!planned)
         rc = real_modify(qp, attr, mask);
     if (rc == 0 && asked) { /* only QPs the agent knows can be changed later */
-        remember_qp(qp);
+        remember_qp(qp, -1);
         uint32_t used = planned && fl ? fl : attr->ah_attr.grh.flow_label;
         if (!used)
             used = icefab_calc_flow_label(qp->qp_num, attr->dest_qp_num);
@@ -579,7 +622,11 @@ static int shim_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
     char desc[DESC_LEN];
     if (!cfg.disabled && describe_rtr(qp, attr, mask, desc, sizeof(desc)))
         return modify_rtr(qp, attr, mask, desc);
-    return real_modify(qp, attr, mask);
+    int rc = real_modify(qp, attr, mask);
+    if (rc == 0 && !cfg.disabled && qp->qp_type == IBV_QPT_RC && (mask & IBV_QP_STATE) &&
+        attr->qp_state == IBV_QPS_INIT && (mask & IBV_QP_ACCESS_FLAGS))
+        remember_qp(qp, (int)attr->qp_access_flags);
+    return rc;
 }
 
 static int shim_destroy_qp(struct ibv_qp *qp)
@@ -593,7 +640,7 @@ static int shim_destroy_qp(struct ibv_qp *qp)
     pthread_mutex_lock(&table_mu);
     struct live_qp *e = find_qp(NULL, 0, qp);
     if (e) {
-        known = 1;
+        known = e->known;
         snprintf(dev, sizeof(dev), "%s", e->dev);
         lqpn = e->lqpn;
         *e = table[--table_len];

@@ -17,6 +17,7 @@ from icefabric.cli.app import app
 from icefabric.scenario.loader import builtin_text
 from icefabric.sweeps.run import run_sweep
 from icefabric.sweeps.spec import parse_sweep, points
+from tests.optional import need_extra
 
 BASE = yaml.safe_load(builtin_text("homog-small"))
 SMALL = {"name": "small", "base": BASE,
@@ -99,7 +100,7 @@ def test_killed_half_way_the_rerun_finishes_only_the_missing_points(tmp_path):
 
 @pytest.mark.slow
 def test_ray_gives_the_same_results_as_local_processes(tmp_path):
-    pytest.importorskip("ray", reason="the ray extra is installed by .ci/run")
+    need_extra("ray", "ray")
     spec = parse_sweep(dict(SMALL, axes={"fabric.links_per_spine": [2, 4]}))
     local = run_sweep(spec, tmp_path / "local", jobs=2)
     ray = run_sweep(spec, tmp_path / "ray", ray_address="local")  # a private local instance

@@ -86,3 +86,13 @@ def _ci_test_command() -> str:
 
 def test_the_readme_test_command_is_the_one_ci_runs():
     assert _readme_test_command() == _ci_test_command()
+
+
+def test_the_license_file_is_the_license_pyproject_names():
+    import tomllib
+
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert meta["license"] == {"text": "Apache-2.0"}
+    text = (ROOT / "LICENSE").read_text()
+    assert " ".join(text.split()[:6]) == "Apache License Version 2.0, January 2004"
+    assert "END OF TERMS AND CONDITIONS" in text

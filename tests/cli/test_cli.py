@@ -218,3 +218,18 @@ def test_a_log_without_a_job_is_one_line(tmp_path):
     junk.write_text("nothing to see here\n")
     r = runner.invoke(app, ["simulate", "homog-small", "--from-log", str(junk)])
     _one_error_line(r, "no usable job in", "junk.log", "no NCCL/RCCL communicator found")
+
+
+def test_scenario_check_names_a_bad_policy_and_describes_a_training_scenario(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nfabric: {kind: leaf-spine, spines: 2}\n"
+                   "pools: [{name: h, server: hgx-h100, count: 2}]\n"
+                   "jobs: [{name: j, pools: [h], collectives: [{kind: all_reduce}]}]\n"
+                   "policies: [ecmp, icee]\n")
+    r = runner.invoke(app, ["scenario", "check", str(bad)])
+    assert r.exit_code == 2 and "bad.yaml:5: policies[1]: unknown policy 'icee'" in r.output
+    r = runner.invoke(app, ["scenario", "check", "training-hetero"])
+    assert r.exit_code == 0, r.output
+    flat = " ".join(r.output.split())
+    assert "training llama: llama3-8b · tp 8 × pp 2 × dp 4" in flat
+    assert "'flows': 0" not in flat and "'qps': 224" in flat

@@ -65,7 +65,11 @@ def test_queue_plot_units_and_readable_flow_labels():
 
 
 def test_save_figures_in_every_format(res, tmp_path):
-    paths = save_figures(res, tmp_path, formats=("png", "svg", "pdf"))
+    heard = []
+    paths = save_figures(res, tmp_path, formats=("png", "svg", "pdf"),
+                         progress=lambda *a: heard.append(a))
+    # progress before each figure is drawn, then once when all are written
+    assert heard == [(0, 2, "busbw"), (1, 2, "link_utilization"), (2, 2, "done")]
     for name in ("busbw", "link_utilization"):
         assert (tmp_path / f"{name}.svg").read_text().lstrip().startswith("<?xml")
         assert (tmp_path / f"{name}.pdf").read_bytes()[:4] == b"%PDF"

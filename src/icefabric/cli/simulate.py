@@ -123,7 +123,8 @@ def simulate(
         res.to_json(out / "result.json")
         from icefabric.reports.figures import save_figures
 
-        save_figures(res, out, formats=formats)
+        with progress_bar(not quiet, f"plotting into {out}") as update:
+            save_figures(res, out, formats=formats, progress=update)
         _save_inputs(out, ls.text, res)
     if report is not None:
         from icefabric.reports.html import ReportError, ReportInput

@@ -133,3 +133,14 @@ def test_sweep_report_in_chromium_shows_medians_over_seeds(tmp_path):
         assert int(cells[5]) == len(gains) == 3
         assert _pct(cells[6]) == pytest.approx(gains[1], abs=5e-4)  # median of three
         assert gains[0] - 5e-4 <= _pct(cells[7]) <= _pct(cells[8]) <= gains[2] + 5e-4
+    busbw = page.tables["sweep-busbw"]
+    assert busbw["head"][-2:] == ["busbw (GB/s)", "vs ecmp"]
+    assert {c[1] for c in busbw["rows"]} == {"ecmp", "spray", "ice"}
+    for cells in busbw["rows"]:
+        lps, policy = cells[0], cells[1]
+        bws = sorted(r["busbw_GBps"] for rec in recs for r in rec["result"]["rows"]
+                     if rec["labels"]["fabric.links_per_spine"] == lps
+                     and r["policy"] == policy)
+        assert cells[5].startswith(f"{bws[1]:.1f} (")  # the absolute median over seeds
+        assert (cells[6] == "–") == (policy == "ecmp")
+    assert "trust: " in page.blocks["trust"]

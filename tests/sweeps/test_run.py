@@ -60,6 +60,12 @@ def test_a_failing_point_is_reported_and_retried_on_rerun(tmp_path):
                                  str(tmp_path / "o"), "-j", "1"])
     assert r.exit_code == 1
     assert "1 points run, 0 reused, 1 failed" in r.output
+    # the table of the finished point: its absolute busbw, median (p10-p90) over seeds
+    rec = json.loads(next((tmp_path / "o" / "points").glob("*.json")).read_text())
+    bw = next(r["busbw_GBps"] for r in rec["result"]["rows"] if r["policy"] == "ecmp")
+    flat = " ".join(r.output.split())
+    assert "busbw and gain over ECMP, median (p10-p90) over seeds" in flat
+    assert f"{bw:.1f} ({bw:.1f} – {bw:.1f})" in flat
     assert "failed: policies=[\"ecmp\",\"no-such-policy\"]" in r.output
     assert "no-such-policy" in r.output.split("failed:")[-1]
     r = CliRunner().invoke(app, ["sweep", _write(tmp_path, data), "--out",

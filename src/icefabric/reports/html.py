@@ -382,6 +382,24 @@ def sweep_figures(spec, summary: list[dict]) -> list[Figure]:
             for g in groups]
 
 
+def sweep_rows(spec, rows: list[dict]) -> list[list[str]]:
+    """Per point (axes but the seed), policy, job, collective and size: the absolute busbw
+    and the gain over ECMP, each median (p10–p90) over the seeds; shared by the report and
+    the table ``icefab sweep`` prints at its end."""
+    from icefabric.sweeps.spec import SEED_AXIS
+    from icefabric.sweeps.table import summarize_busbw_and_gain
+
+    axes = [a for a in spec.axis_names if a != SEED_AXIS]
+    out = []
+    for r in summarize_busbw_and_gain(spec, rows):
+        bw = f"{_gbps(r['median'])} ({_gbps(r['low'])} – {_gbps(r['high'])})"
+        gain = ("–" if r["gain"] is None or r["policy"] == "ecmp" else
+                f"{_pct(r['gain'])} ({_pct(r['gain_low'])} – {_pct(r['gain_high'])})")
+        out.append([str(r[a]) for a in axes] + [r["policy"], r["job"], r["collective"],
+                                                 format_size(r["size_bytes"]), bw, gain])
+    return out
+
+
 def _named_settings(axis) -> str:
     """What the labels of a named axis stand for ("" for a field-path axis)."""
     if all(list(s) == [axis.name] for s in axis.settings):
@@ -406,13 +424,18 @@ def sweep_section(out_dir: str | Path) -> dict:
                                            format_size(r["size_bytes"]), str(r["n"]),
                                            _pct(r["median"]), _pct(r["low"]), _pct(r["high"])]
                    for r in summary if r["policy"] != "ecmp"], text_cols=len(axes) + 4)
+    busbw = Table("sweep-busbw", "busbw (GB/s) per point and policy: median (p10–p90) over "
+                  "seeds, with the gain over ECMP beside it",
+                  axes + ["policy", "job", "collective", "size", "busbw (GB/s)", "vs ecmp"],
+                  sweep_rows(spec, rows), text_cols=len(axes) + 4)
     axes_table = Table("sweep-axes", "Axes", ["axis", "values", "each value sets"],
                        [[a.name, ", ".join(a.labels), _named_settings(a)] for a in spec.axes],
                        css="facts")
     csv_text = (Path(out_dir) / "results.csv").read_text() \
         if (Path(out_dir) / "results.csv").exists() else ""
     wall = sum(r.get("wall_s", 0.0) for r in recs)
-    return {"spec": spec, "done": len(recs), "total": len(grid), "tables": [axes_table, table],
+    return {"spec": spec, "done": len(recs), "total": len(grid),
+            "tables": [axes_table, table, busbw],
             "figures": sweep_figures(spec, summary), "cpu_s": f"{wall:.0f}",
             "base_text": yaml.safe_dump(spec.base, sort_keys=False),
             "set_text": yaml.safe_dump(spec.fixed, sort_keys=False) if spec.fixed else "",

@@ -88,13 +88,18 @@ def check(path: str = typer.Argument(..., help="Scenario file or built-in name."
 
 
 def docs(out: Path = typer.Option(None, "--out", "-o", help="Write to this file (the "
-                                  "repository keeps it as docs/scenarios.md) instead of "
-                                  "stdout.")):
+                                  "repository keeps it as docs/scenarios.md, and with "
+                                  "--sweeps as docs/sweeps.md) instead of stdout."),
+         sweeps: bool = typer.Option(False, "--sweeps", help="The sweep file reference "
+                                     "instead.")):
     """Print the scenario file reference (every field, type, default, unit, example),
-    generated from the schema."""
-    from icefabric.scenario.docs import scenario_docs
+    generated from the schema; with --sweeps the sweep file reference."""
+    if sweeps:
+        from icefabric.sweeps.docs import sweep_docs as make
+    else:
+        from icefabric.scenario.docs import scenario_docs as make
 
-    text = scenario_docs()
+    text = make()
     if out is None:
         typer.echo(text, nl=False)
     else:

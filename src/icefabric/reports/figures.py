@@ -58,6 +58,8 @@ def plot_busbw(res, job: str, collective: str, ax=None):
     ax = ax or fig.add_subplot()
     rows = [r for r in res.rows if r["job"] == job and r["collective"] == collective]
     drawn = [p for p in res.policies if any(r["policy"] == p for r in rows)]
+    if len({r["size_bytes"] for r in rows}) == 1:  # a line of one point says nothing
+        return _busbw_bars(ax, rows, drawn, f"{job} · {collective}")
     for i, p in enumerate(drawn):
         pts = sorted((r["size_bytes"], r["busbw_GBps"]) for r in rows if r["policy"] == p)
         x, y = zip(*pts)
@@ -87,6 +89,23 @@ def plot_busbw(res, job: str, collective: str, ax=None):
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     return fig
+
+
+def _busbw_bars(ax, rows: list[dict], policies: list[str], title: str):
+    """One size: a bar per policy, with its p10-p90 range over the draws as an error bar."""
+    by = {r["policy"]: r for r in rows}
+    y = np.array([by[p]["busbw_GBps"] for p in policies])
+    lo = np.array([by[p].get("busbw_GBps_p10", by[p]["busbw_GBps"]) for p in policies])
+    hi = np.array([by[p].get("busbw_GBps_p90", by[p]["busbw_GBps"]) for p in policies])
+    x = np.arange(len(policies))
+    ax.bar(x, y, color=[policy_style(p, i)[0] for i, p in enumerate(policies)],
+           yerr=np.stack([y - lo, hi - y]), capsize=4, ecolor="0.3")
+    ax.set_xticks(x, policies, rotation=30, ha="right", fontsize=8)
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("busbw (GB/s)")
+    ax.set_title(f"{title} at {format_size(rows[0]['size_bytes'])}")
+    ax.grid(True, axis="y", alpha=0.3)
+    return ax.figure
 
 
 def plot_all_busbw(res):

@@ -122,10 +122,15 @@ def _admin(method: str, controller: str, path: str, token_file: Path | None, **k
     return r.json()
 
 
-def _print(rows: list[list[str]], heads: list[str], title: str) -> None:
+def _show(got: list[dict], json_out: bool, title: str, heads: list[str], row) -> None:
+    """A view's documents as JSON, or as a table of ``row(document)`` cells."""
+    if json_out:
+        typer.echo(json.dumps(got, indent=1))
+        return
     from icefabric.cli.common import console
     from icefabric.reports.tables import Column, Fitter
 
+    rows = [row(d) for d in got]
     cols = [Column(h, [r[i] for r in rows], key=i == 0) for i, h in enumerate(heads)]
     for r in Fitter(console.width).fit((title, cols)):
         console.print(r)
@@ -169,15 +174,13 @@ def plans(limit: int = typer.Option(20, min=1, max=1000, help="newest N versions
           json_out: bool = JSON) -> None:
     """Plan versions, newest first (GET /v1/plans)."""
     got = _admin("GET", controller, "/v1/plans", admin_token_file, params={"limit": limit})
-    if json_out:
-        typer.echo(json.dumps(got, indent=1))
-        return
-    _print([[str(p["version"]), _when(p["created_at"]), p["policy"], p["reason"],
-             ",".join(p["jobs"]) or "-", str(p["qps"]), str(p["hosts"]),
-             ",".join(f"{d['a']}-{d['b']}" for d in p["down_links"]) or "-",
-             f"{p['planning_ms']:.1f}"] for p in got],
-           ["version", "created", "policy", "reason", "jobs", "QPs", "hosts", "down links",
-            "planning ms"], f"plans at {controller}, newest first")
+    _show(got, json_out, f"plans at {controller}, newest first",
+          ["version", "created", "policy", "reason", "jobs", "QPs", "hosts", "down links",
+           "planning ms"],
+          lambda p: [str(p["version"]), _when(p["created_at"]), p["policy"], p["reason"],
+                     ",".join(p["jobs"]) or "-", str(p["qps"]), str(p["hosts"]),
+                     ",".join(f"{d['a']}-{d['b']}" for d in p["down_links"]) or "-",
+                     f"{p['planning_ms']:.1f}"])
 
 
 @controller_app.command("hosts")
@@ -185,13 +188,10 @@ def hosts(controller: str = CONTROLLER, admin_token_file: Path = TOKEN_FILE,
           json_out: bool = JSON) -> None:
     """Enrolled host agents and the plan version each applied (GET /v1/agents)."""
     got = _admin("GET", controller, "/v1/agents", admin_token_file)
-    if json_out:
-        typer.echo(json.dumps(got, indent=1))
-        return
-    _print([[h["host"], h["actuator"], str(len(h["nics"])), str(h["applied_version"]),
-             "yes" if h["connected"] else "no", _when(h["last_seen"])] for h in got],
-           ["host", "actuator", "NICs", "applied plan", "connected", "last seen"],
-           f"hosts enrolled at {controller}")
+    _show(got, json_out, f"hosts enrolled at {controller}",
+          ["host", "actuator", "NICs", "applied plan", "connected", "last seen"],
+          lambda h: [h["host"], h["actuator"], str(len(h["nics"])), str(h["applied_version"]),
+                     "yes" if h["connected"] else "no", _when(h["last_seen"])])
 
 
 @controller_app.command("events")
@@ -200,14 +200,11 @@ def events(limit: int = typer.Option(50, min=1, max=10000, help="newest N events
            json_out: bool = JSON) -> None:
     """Events agents and operators posted, newest first (GET /v1/events)."""
     got = _admin("GET", controller, "/v1/events", admin_token_file, params={"limit": limit})
-    if json_out:
-        typer.echo(json.dumps(got, indent=1))
-        return
-    _print([[_when(e["t"]), e["host"], e["kind"],
-             f"{e['link']['a']}-{e['link']['b']}" if e.get("link") else e.get("nic") or "-",
-             e.get("message") or ""] for e in got],
-           ["time", "from", "kind", "link / NIC", "message"],
-           f"events at {controller}, newest first")
+    _show(got, json_out, f"events at {controller}, newest first",
+          ["time", "from", "kind", "link / NIC", "message"],
+          lambda e: [_when(e["t"]), e["host"], e["kind"],
+                     f"{e['link']['a']}-{e['link']['b']}" if e.get("link")
+                     else e.get("nic") or "-", e.get("message") or ""])
 
 
 def _when(t: float) -> str:

@@ -45,7 +45,7 @@ class BadResponse(ValueError):
 
 def _parse(model: type[BaseModel], r: httpx.Response):
     """``r``'s body as ``model``, or :class:`BadResponse` naming the first fields at fault
-    (their values are not echoed: they may be anything)."""
+    (a value appears only as its repr: no raw newline reaches a log line)."""
     try:
         return model.model_validate_json(r.content)
     except ValidationError as e:

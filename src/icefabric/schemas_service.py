@@ -19,8 +19,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
-from icefabric.schemas import CommunicatorReport
 from icefabric.qpid import QpId
+from icefabric.schemas import CommunicatorReport
 
 SERVICE_SCHEMA_VERSION = "1.0"
 

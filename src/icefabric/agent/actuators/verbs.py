@@ -9,9 +9,9 @@
   connection order. A receive-side QP (NCCL >= 2.29.2 tells it by its access flags,
   :func:`is_receive_side`) takes no ordinal and no plan. If the current plan has that QP,
   the reply carries its source port and rate; the shim writes the flow label that makes
-  the kernel derive the port (domain-facts §4.2) and the rate as the address vector's ``static_rate`` (the ``IBV_RATE_*`` step the
-  planner already rounded to, :func:`icefabric.dataplane.roce.static_rate`), which the NIC
-  applies from RTR on.
+  the kernel derive the port (domain-facts §4.2) and the rate as the address vector's
+  ``static_rate`` (the ``IBV_RATE_*`` step the planner already rounded to,
+  :func:`icefabric.dataplane.roce.static_rate`), which the NIC applies from RTR on.
 * Live QPs are added to the host's communicator reports (:meth:`VerbsActuator.with_qps`), so
   the controller plans with the QP numbers of the real stack.
 * A later plan (re-plan, failover) is pushed to the live QPs: ``SET`` makes the shim call

@@ -19,8 +19,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
-from icefabric.schemas import CommunicatorReport
 from icefabric.qpid import QpId
+from icefabric.schemas import CommunicatorReport
 
 SERVICE_SCHEMA_VERSION = "1.0"
 
@@ -160,10 +160,13 @@ class RankEntry(_Model):
 
 
 class QpEntry(_Model):
-    """One RC QP created on the reporting host: its 5-tuple and numbers.
+    """One data QP created on the reporting host: its 5-tuple and numbers.
 
-    ``ordinal`` numbers the QPs of one communicator between the same NIC pair in creation
-    order; (job, src_ip, dst_ip, ordinal) names a QP across reports and plans.
+    ``ordinal`` numbers the job's data QPs between the same NIC pair in connection order;
+    with the job and the pair it names the QP across reports and plans
+    (:class:`icefabric.qpid.QpId`). ``rate_kbps``/``rate_via``: the pacing rate in force
+    and the mechanism that set it (``static_rate`` at INIT->RTR, ``rate_limit`` live;
+    None = not paced).
     """
 
     src_ip: Ipv4
@@ -173,6 +176,8 @@ class QpEntry(_Model):
     lqpn: Qpn
     rqpn: Qpn
     ordinal: int = Field(0, ge=0, le=1_000_000)
+    rate_kbps: int | None = Field(None, ge=1, le=2**32 - 1)
+    rate_via: Literal["static_rate", "rate_limit"] | None = None
 
     _sip = field_validator("src_ip")(_check_ip)
     _dip = field_validator("dst_ip")(_check_ip)

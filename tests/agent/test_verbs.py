@@ -151,6 +151,8 @@ def test_planned_port_and_rate_are_written_at_connection(native, tmp_path, actua
         entries = actuator.with_qps([rep])[0].qps
         assert [(e.lqpn, e.rqpn, e.ordinal, e.sport) for e in entries] == \
             [(q, 0x500 + i, i, s) for i, (q, s) in enumerate(zip(qps, sports))]
+        assert [(e.rate_kbps, e.rate_via) for e in entries] == [
+            (50_000_000, "static_rate"), (None, None), (10_000_000, "static_rate")]
     finally:
         release(proc, hold)
     assert wait_for(lambda: not actuator.live)  # GONE, then the connection closed

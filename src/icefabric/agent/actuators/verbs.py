@@ -7,11 +7,11 @@
   :class:`~icefabric.qpid.QpId`: the job comes from the process's ``ICE_JOB`` (else the
   agent's default job) and the ordinal is the lowest free one for that NIC pair, in
   connection order. A receive-side QP (NCCL >= 2.29.2 tells it by its access flags,
-  :func:`is_receive_side`) takes no ordinal and no plan. If the current plan has that QP, the reply carries its source port and
-  rate; the shim writes the flow label that makes the kernel derive the port (domain-facts
-  §4.2) and the rate as the address vector's ``static_rate`` (the ``IBV_RATE_*`` step the
-  planner already rounded to, :func:`icefabric.dataplane.roce.static_rate`), which the NIC
-  applies from RTR on.
+  :func:`is_receive_side`) takes no ordinal and no plan. If the current plan has that QP,
+  the reply carries its source port and rate; the shim writes the flow label that makes
+  the kernel derive the port (domain-facts §4.2) and the rate as the address vector's
+  ``static_rate`` (the ``IBV_RATE_*`` step the planner already rounded to,
+  :func:`icefabric.dataplane.roce.static_rate`), which the NIC applies from RTR on.
 * Live QPs are added to the host's communicator reports (:meth:`VerbsActuator.with_qps`), so
   the controller plans with the QP numbers of the real stack.
 * A later plan (re-plan, failover) is pushed to the live QPs: ``SET`` makes the shim call
@@ -20,7 +20,8 @@
   by the next plan. The verbs rate limit is refused for RC QPs by the kernel core on
   ConnectX (EINVAL) and by some drivers with EOPNOTSUPP: both mean "no live per-QP rate";
   the QP keeps the static rate it got at RTR. ``LiveQp.rate_via`` says per QP which
-  mechanism set the rate in force (``static_rate`` at RTR, ``rate_limit`` live).
+  mechanism set the rate in force (``static_rate`` at RTR, ``rate_limit`` live), and the
+  host's reports carry it per QP (``QpEntry.rate_via``).
 
 Known limit: older NCCL and RCCL give both sides of a connection the same access flags, so
 there a QP that only receives also takes an ordinal of its NIC pair (docs/verbs-shim.md).
@@ -230,7 +231,8 @@ class VerbsActuator(Actuator):
             if qps:
                 r = r.model_copy(update={"qps": [
                     QpEntry(src_ip=q.src_ip, dst_ip=q.dst_ip, sport=q.sport, lqpn=q.lqpn,
-                            rqpn=q.rqpn, ordinal=q.qp_id.ordinal) for q in qps]})
+                            rqpn=q.rqpn, ordinal=q.qp_id.ordinal, rate_kbps=q.rate_kbps or None,
+                            rate_via=q.rate_via if q.rate_kbps else None) for q in qps]})
             out.append(r)
         return out
 

@@ -19,9 +19,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
 
-from icefabric.schemas import CommunicatorReport
+from icefabric.schemas import CclError, CommunicatorReport
 
 SERVICE_SCHEMA_VERSION = "1.0"
+#: most CCL errors one CommReport carries (a failing job prints a handful per rank)
+MAX_REPORT_ERRORS = 256
 
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][\w.:/-]*$")]
 Ipv4 = Annotated[str, Field(min_length=7, max_length=15, description="dotted IPv4 address")]
@@ -184,6 +186,10 @@ class CommReport(_Message):
     qps: list[QpEntry] = Field(default_factory=list, max_length=200_000)
     collector: CommunicatorReport | None = Field(
         None, description="the collector's report this one was made from (rings, QPs ...)")
+    errors: list[CclError] = Field(
+        default_factory=list, max_length=MAX_REPORT_ERRORS,
+        description="errors this host's CCL printed for the job (HCCL EI0009, EJ0001 ...): "
+                    "any error marks the job failing")
 
 
 class ReportAccepted(_Message):
@@ -192,6 +198,7 @@ class ReportAccepted(_Message):
     hosts_reported: int
     hosts_expected: int
     complete: bool
+    failing: bool = Field(False, description="some host reported CCL errors for the job")
 
 
 # -- plans ----------------------------------------------------------------------------------
@@ -286,6 +293,13 @@ class EventsAccepted(_Message):
     plan_version: int
 
 
+class JobError(_Model):
+    """One CCL error of a job, with the host that reported it."""
+
+    host: str
+    error: CclError
+
+
 class JobView(_Message):
     job: str
     job_order: int
@@ -295,6 +309,8 @@ class JobView(_Message):
     complete: bool
     qps: int
     size_bytes: int
+    failing: bool = Field(False, description="some host reported CCL errors for the job")
+    errors: list[JobError] = Field(default_factory=list)
 
 
 class LinkView(_Message):

@@ -8,7 +8,7 @@ from fastapi import APIRouter, Path, Query
 from icefabric.controller.core import Conflict, NotFound
 from icefabric.controller.deps import ERRORS, AdminDep, CoreDep
 from icefabric.controller.routes.agents import agent_view
-from icefabric.schemas_service import AgentView, JobView, LinkView, PlanSummary
+from icefabric.schemas_service import AgentView, JobError, JobView, LinkView, PlanSummary
 
 router = APIRouter(prefix="/v1", tags=["views"], responses=ERRORS)
 
@@ -18,7 +18,9 @@ def _job(core, js) -> JobView:
     return JobView(job=js.job, job_order=rep.job_order, library=rep.library,
                    hosts_expected=js.hosts_expected, hosts_reported=sorted(js.reports),
                    complete=js.complete, qps=sum(len(r.qps) for r in js.reports.values()),
-                   size_bytes=rep.size_bytes)
+                   size_bytes=rep.size_bytes, failing=js.failing,
+                   errors=[JobError(host=h, error=e) for h, r in sorted(js.reports.items())
+                           for e in r.errors])
 
 
 @router.get("/jobs", response_model=list[JobView])

@@ -44,11 +44,6 @@ RULE_BLOCKS = (
     "nRanks = nNodes x localRanks and ranks numbered host by host (src/init.cc): block k holds "
     "ranks k*localRanks .. (k+1)*localRanks-1")
 RULE_NNODES = "every rank is placed; hosts counted"
-RULE_CONNECTION = (
-    "the channel's connection line of the pair: SHM and P2P connect only ranks with the same "
-    "host hash (src/transport/shm.cc shmCanConnect, src/graph/paths.cc ncclTopoCheckP2p; P2P "
-    "across hosts only with MNNVL), NET is what is left (src/transport/net.cc; within a host "
-    "only when P2P and SHM are disabled, which then contradicts the hosts and is warned)")
 RULE_EDGES = (
     "consecutive ranks of the rank-0 ring order (src/graph/rings.cc) that the host map puts on "
     "different hosts")
@@ -387,11 +382,14 @@ def ring_edges(ring: list[int], links: dict[tuple[int, int], tuple[bool, At]],
     """The cross-host edges of one whole ring, each seen or inferred.
 
     An edge is ``seen`` when the channel's connection line of the pair says how it goes
-    (``links``: (a, b) -> (crosses, line); NET crosses, P2P/SHM stays on the host --
-    ``RULE_CONNECTION``), else ``inferred`` when the hosts of both ranks are known (the
-    ring-dump line ``ring_at`` cited, ``RULE_EDGES``). None when some pair is neither, or the
-    ring is not a permutation of ``0..n-1`` (cut, see :func:`cross_node_edges`). A connection
-    line that disagrees with the hosts gives a warning naming the lines of both.
+    (``links``: (a, b) -> (crosses, line)): SHM and P2P connect only ranks with the same host
+    hash (NCCL ``src/transport/shm.cc`` shmCanConnect, ``src/graph/paths.cc``
+    ncclTopoCheckP2p; P2P crosses hosts only with MNNVL) and NET is what is left
+    (``src/transport/net.cc``; within a host only with P2P and SHM disabled). Else it is
+    ``inferred`` when the hosts of both ranks are known (``RULE_EDGES``, the ring's line
+    ``ring_at`` cited). None when some pair is neither, or the ring is not a permutation of
+    ``0..n-1`` (cut, see :func:`cross_node_edges`). A connection line that disagrees with the
+    hosts gives a warning naming the lines of both.
     """
     if not ring or sorted(ring) != list(range(len(ring))):
         return None, []

@@ -273,8 +273,10 @@ def _segments(line: str, known_hosts: list[str]) -> list[tuple[dict[str, str] | 
 
     Two processes writing at once can glue their lines together; every NCCL prefix found
     starts a new piece, so the second line's facts are still read. A glued prefix swallows the
-    tail of the previous message into its host name (``...via P2P/IPChost-a:12:34 [1]``), so
-    when a host already seen ends that name, the split is moved to where that host starts.
+    tail of the previous message into its host name (``...via P2P/IPChost-a:12:34 [1]``), or
+    the rest of a prefix cut short (``h:1:2 [1] NCCh:1:3 [3] NCCL INFO``, modelscope/ms-swift
+    #3934), so when a host seen before or earlier on the line ends that name, the split is
+    moved to where that host starts.
     """
     line = _MPI_TAG.sub("", line)
     found = list(_PREFIX.finditer(line))

@@ -14,7 +14,14 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from icefabric.schemas import FactSource, InferredFact, ParseWarning, RingEdge
+from icefabric.schemas import (
+    FactSource,
+    HostRanks,
+    InferredFact,
+    ParseWarning,
+    RankInfo,
+    RingEdge,
+)
 
 RULE_DEVICE = (
     "the [dev] prefix is the printing thread's current CUDA/HIP device (src/debug.cc: "
@@ -145,12 +152,34 @@ class Placement:
         g = self.group_of.get(rank)
         return None if g is None or g.startswith("#") else g
 
+    def hosts_ranks(self) -> list[HostRanks]:
+        """Every host's full rank set, hosts by lowest rank: the ranks a line shows on it
+        (``seen``) and the ranks a rule places there (``inferred``)."""
+        out = []
+        for key, ranks in sorted(self.groups().items(), key=lambda kv: kv[1][0]):
+            seen = [r for r in ranks if r in self.seen.hosts]
+            out.append(HostRanks(host=None if key.startswith("#") else key,
+                                 node=self.node_of.get(ranks[0]), ranks=ranks, seen=seen,
+                                 inferred=[r for r in ranks if r not in self.seen.hosts]))
+        return out
+
     def groups(self) -> dict[str, list[int]]:
         """Host key -> its ranks, hosts ordered by their lowest rank."""
         out: dict[str, list[int]] = defaultdict(list)
         for r in sorted(self.group_of):
             out[self.group_of[r]].append(r)
         return dict(out)
+
+
+def printed_placement(ranks: list[RankInfo]) -> list[HostRanks]:
+    """For an artefact that prints every rank's host and device outright (a rank table,
+    nccl-tests' ``# Rank r ... on HOST device d`` lines): mark them ``seen`` on ``ranks`` and
+    return each host's ranks (all seen)."""
+    hosts = {r.rank: r.host for r in ranks if r.host is not None}
+    for r in ranks:
+        r.host_from = FactSource(status="seen") if r.host is not None else None
+        r.device_from = FactSource(status="seen") if r.device is not None else None
+    return Placement(group_of=dict(hosts), seen=Seen(hosts=hosts)).hosts_ranks()
 
 
 def rank_ranges(values: list[int]) -> str:

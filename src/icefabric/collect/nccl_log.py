@@ -51,7 +51,6 @@ from icefabric.schemas import (
     CommunicatorReport,
     Connection,
     HostNics,
-    HostRanks,
     InferredFact,
     Nic,
     ParseWarning,
@@ -1069,7 +1068,7 @@ def _report(log: NcclLog, group: dict[str, Any], mine) -> CommunicatorReport:
         sources=list(log.sources),
         warnings=list(log.warnings) + conflicts + placement.warnings,
         inferred=library_inference(log) + placement.inferred + ring_facts,
-        hosts_ranks=host_ranks(placement),
+        hosts_ranks=placement.hosts_ranks(),
     )
 
 
@@ -1100,18 +1099,6 @@ def _rank_infos(read: dict[int, dict[str, Any]], placement: Placement,
                  host_from=placement.host_from(r), device_from=placement.device_from(r))
         for r in ranks
     ]
-
-
-def host_ranks(placement: Placement) -> list[HostRanks]:
-    """Every host's full rank set, hosts by lowest rank: the ranks a line shows on it and the
-    ranks a rule places there."""
-    out = []
-    for key, ranks in sorted(placement.groups().items(), key=lambda kv: kv[1][0]):
-        seen = [r for r in ranks if r in placement.seen.hosts]
-        out.append(HostRanks(host=None if key.startswith("#") else key,
-                             node=placement.node_of.get(ranks[0]), ranks=ranks, seen=seen,
-                             inferred=[r for r in ranks if r not in placement.seen.hosts]))
-    return out
 
 
 def connection_links(log: NcclLog) -> dict[int, dict[tuple[int, int], tuple[bool, At]]]:

@@ -289,16 +289,19 @@ def _segments(line: str, known_hosts: list[str]) -> list[tuple[dict[str, str] | 
         return [(None, line)]
     if len(found) == 1 and found[0].start() == 0:
         return [(found[0].groupdict(), line[found[0].end():].rstrip())]
-    # Hosts a glued name may end with: those seen before, and those of the prefixes (whole or
-    # cut after "[dev] ", as in "h:1:2 [1] NCCh:1:3 [3] NCCL INFO ...") earlier on this line.
-    hosts = sorted(set(known_hosts) | {m[1] for m in _HOST_PID.finditer(line)}, key=len,
-                   reverse=True)
+    # Hosts a glued name may end with: those of the prefixes (whole or cut after "[dev] ", as
+    # in "h:1:2 [1] NCCh:1:3 [3] NCCL INFO ...") earlier on this line, and, when the line holds
+    # two whole prefixes, the hosts seen before. A lone prefix after other text (a timestamp)
+    # keeps its host.
+    cut = [(m.start(), m[1]) for m in _HOST_PID.finditer(line)]
+    known = set(known_hosts) if len(found) > 1 else set()
     cuts: list[tuple[int, int, dict[str, str]]] = []
     for m in found:
         fields = m.groupdict()
         start = m.start()
         if start > 0:
             host = m["host"]
+            hosts = sorted(known | {h for at, h in cut if at < start}, key=len, reverse=True)
             for h in hosts:
                 if h and host != h and host.endswith(h):
                     start = m.start() + len(host) - len(h)

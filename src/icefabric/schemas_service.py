@@ -20,9 +20,11 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
 from icefabric.qpid import QpId
-from icefabric.schemas import CommunicatorReport
+from icefabric.schemas import CclError, CommunicatorReport
 
 SERVICE_SCHEMA_VERSION = "1.0"
+#: most CCL errors one CommReport carries (a failing job prints a handful per rank)
+MAX_REPORT_ERRORS = 256
 
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][\w.:/-]*$")]
 Ipv4 = Annotated[str, Field(min_length=7, max_length=15, description="dotted IPv4 address")]
@@ -205,6 +207,10 @@ class CommReport(_Message):
     qps: list[QpEntry] = Field(default_factory=list, max_length=200_000)
     collector: CommunicatorReport | None = Field(
         None, description="the collector's report this one was made from (rings, QPs ...)")
+    errors: list[CclError] = Field(
+        default_factory=list, max_length=MAX_REPORT_ERRORS,
+        description="errors this host's CCL printed for the job (HCCL EI0009, EJ0001 ...): "
+                    "any error marks the job failing")
 
 
 class ReportAccepted(_Message):
@@ -213,6 +219,7 @@ class ReportAccepted(_Message):
     hosts_reported: int
     hosts_expected: int
     complete: bool
+    failing: bool = Field(False, description="some host reported CCL errors for the job")
 
 
 # -- plans ----------------------------------------------------------------------------------
@@ -359,6 +366,13 @@ class JobCreate(_Message):
     hosts: list[Name] = Field(min_length=1, max_length=100_000)
 
 
+class JobError(_Model):
+    """One CCL error of a job, with the host that reported it."""
+
+    host: str
+    error: CclError
+
+
 class JobView(_Message):
     """A registered job; ``job_order``, ``library`` and ``size_bytes`` come from its
     reports (0 and "" before the first)."""
@@ -371,6 +385,8 @@ class JobView(_Message):
     complete: bool
     qps: int
     size_bytes: int = 0
+    failing: bool = Field(False, description="some host reported CCL errors for the job")
+    errors: list[JobError] = Field(default_factory=list)
 
 
 class LinkView(_Message):

@@ -7,7 +7,7 @@ from fastapi import APIRouter, Path, Response
 
 from icefabric.controller.core import NotFound
 from icefabric.controller.deps import ERRORS, AdminDep, CoreDep, SchedulerDep
-from icefabric.schemas_service import JobCreate, JobView
+from icefabric.schemas_service import JobCreate, JobError, JobView
 
 router = APIRouter(prefix="/v1/jobs", tags=["jobs"], responses=ERRORS)
 
@@ -23,7 +23,9 @@ def _view(core, job: str) -> JobView:
     return JobView(job=job, job_order=rep.job_order, library=rep.library,
                    hosts_expected=hosts, hosts_reported=sorted(js.reports),
                    complete=js.complete, qps=sum(len(r.qps) for r in js.reports.values()),
-                   size_bytes=rep.size_bytes)
+                   size_bytes=rep.size_bytes, failing=js.failing,
+                   errors=[JobError(host=h, error=e) for h, r in sorted(js.reports.items())
+                           for e in r.errors])
 
 
 @router.put("/{job}", response_model=JobView, responses={201: {"model": JobView}})

@@ -20,7 +20,8 @@ def put_report(body: CommReport, core: CoreDep, _: HostDep,
         raise Invalid(f"body job {body.job!r} does not match the path ({job!r})")
     js = core.put_report(host, body)
     return ReportAccepted(job=job, host=host, hosts_reported=len(js.reports),
-                          hosts_expected=len(js.hosts_expected), complete=js.complete)
+                          hosts_expected=len(js.hosts_expected), complete=js.complete,
+                          failing=js.failing)
 
 
 @router.delete("/{host}/communicators/{job}", status_code=204)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from icefabric.collect._text import read_text
+from icefabric.collect._text import MAX_LINE_CHARS, read_text
 from icefabric.collect.nccl_log import (
     build_reports,
     parse_nccl_log,
@@ -284,3 +284,34 @@ def test_old_init_complete_without_cudadev():
     (rec,) = log.init_lines
     assert (rec["rank"], rec["nranks"], rec["cudaDev"], rec["phase"]) == (3, 8, None, "COMPLETE")
     assert build_reports(log)[0].nranks == 8
+
+
+def test_a_line_past_the_cap_is_skipped_with_a_warning_naming_it():
+    pre = "h:1:1 [0] NCCL INFO "
+    text = (f"{pre}Channel 00/02 :" + " 1" * MAX_LINE_CHARS + "\n"
+            f"{pre}comm 0x1 rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0 MNNVL 0\n")
+    log = parse_nccl_log(text, "big.log")
+    assert not log.ring_orders and len(log.comm_topology_lines) == 1
+    assert [w.message for w in log.warnings] == [
+        f"line 1: line of {len(text.splitlines()[0]):,} characters, more than the 8,192 any "
+        "CCL prints; skipped"]
+
+
+def test_rank_counts_beyond_any_job_are_dropped_before_use():
+    pre = "h:1:1 [0] NCCL INFO "
+    log = parse_nccl_log(f"{pre}comm 0x1 rank 0 nRanks 99999999999999999999 nNodes 2 "
+                         f"localRanks 8 localRank 0 MNNVL 0\n{pre}Channel 00/02 : 0 1\n")
+    assert not log.comm_topology_lines and log.ring_orders[0]["ranks"] == [0, 1]
+    assert log.warnings[0].message == ("line 1: nRanks 99999999999999999999 is beyond any job "
+                                       "(1,048,576); line ignored")
+
+
+def test_patterns_ending_a_line_read_what_they_read_before():
+    """The linear forms of the end-of-line patterns (no lazy group before ``\\s*$``)."""
+    pre = "h:1:1 [0] NCCL INFO "
+    log = parse_nccl_log(f"{pre}Channel 00/0 : 0[0] -> 1[1] via NET/IB/0   \n"
+                         f"{pre}NCCL_IB_HCA set by environment to mlx5_0.  \n"
+                         f"{pre}Using network IB \n")
+    assert log.connections[0]["via"] == "NET/IB/0"
+    assert log.env == {"NCCL_IB_HCA": "mlx5_0"}
+    assert log.networks[0]["network"] == "IB"

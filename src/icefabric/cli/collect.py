@@ -58,12 +58,13 @@ def _nothing(what: str, reader: str, texts: list[tuple[str, str]], detail: str =
     from icefabric.collect.detect import readers_for
 
     names = ", ".join(name for name, _ in texts)
-    _err(f"error: no {what} found in {names}{detail}")
+    hints = []  # in the same line: an error is one line
     for name, text in texts:
         fits = [r for r in readers_for(text) if r != reader]
         if fits:
-            _err(f"  {name} holds {' and '.join(fits)} content: try "
-                 + " or ".join(f"`icefab collect {r} {name}`" for r in fits))
+            hints.append(f"{name} holds {' and '.join(fits)} content: try "
+                         + " or ".join(f"`icefab collect {r} {name}`" for r in fits))
+    _err(f"error: no {what} found in {names}{detail}" + "".join(f"; {h}" for h in hints))
     raise typer.Exit(NOTHING_USABLE)
 
 

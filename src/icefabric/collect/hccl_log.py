@@ -33,7 +33,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from icefabric.collect._text import lines_of, to_text, warn
+from icefabric.collect._text import numbered_lines, to_text, warn
 from icefabric.schemas import CclError, CommunicatorReport, ParseWarning, RankInfo
 
 _PLOG = re.compile(
@@ -64,7 +64,8 @@ _CANN_NAMED = re.compile(
     rf"(?P<name>\w+)\((?P<code>{_CODE})\): (?P<msg>.*?)\s*$"
 )
 _FUNCTION = re.compile(
-    r"(?P<where>\S+) (?P<lib>HCCL|OPS) function error: (?P<call>.+?), error code is (?P<code>\d+)"
+    r"(?<!\S)(?P<where>\S+) (?P<lib>HCCL|OPS) function error: (?P<call>.+?), "
+    r"error code is (?P<code>\d+)"
 )
 _LINK = re.compile(
     r"\bcre\w*Link para:rank\[(?P<rank>\d+)\]-localUserrank\[(?P<urank>\d+)\]-"
@@ -168,7 +169,7 @@ def parse_hccl_logs(texts: list[tuple[str | None, str | bytes]]) -> HcclLog:
     for source, text in texts:
         if source:
             out.sources.append(source)
-        for lineno, raw in enumerate(lines_of(to_text(text)), start=1):
+        for lineno, raw in numbered_lines(to_text(text), source, out.warnings):
             try:
                 _parse_line(out, raw, source, lineno)
             except Exception as exc:  # noqa: BLE001 - a collector must never crash on bad input

@@ -31,7 +31,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from icefabric.collect._text import GARBLED, lines_of, looks_garbled, read_text, to_text, warn
+from icefabric.collect._text import (
+    GARBLED,
+    MAX_RANK,
+    looks_garbled,
+    numbered_lines,
+    read_text,
+    to_text,
+    warn,
+)
 from icefabric.collect.infer import (
     RULE_BUS_ID,
     RULE_EDGES,
@@ -66,8 +74,10 @@ _MPI_TAG = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")
 # Hostnames may be redacted (``<cluster_name>``) or empty (``:22901:22901 [0]``).
 # WARN lines carry the source location before the level: "host:pid:tid [dev] file.cc:123 NCCL
 # WARN ..." (src/debug.cc).
+# The host starts a token ((?<![^\s:])): a search from inside a long run of other characters
+# would rescan the run from every position (quadratic), and the leftmost match is the same.
 _PREFIX = re.compile(
-    r"(?P<host>[^\s:]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:[\w./-]+:\d+ )?"
+    r"(?<![^\s:])(?P<host>[^\s:]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:[\w./-]+:\d+ )?"
     r"(?:NCCL|RCCL) (?P<level>INFO|WARN|TRACE|ABORT) ?"
 )
 # The host:pid:tid [dev] part alone, at a word start (a prefix cut before "NCCL INFO").
@@ -86,7 +96,7 @@ _TEST_DEVICE = re.compile(
 _VERSION = re.compile(r"\b(?P<lib>NCCL|RCCL) version :? ?(?P<v>\d+\.\d+\.\d+\S*)")
 _VERSION_HINT = re.compile(r"\bnccl==(?P<v>\d+\.\d+\.\d+\S*)")
 _BANNER = re.compile(
-    r"^(?P<key>RCCL version|HIP version|ROCm version|Hostname|Librccl path)\s*: (?P<val>.*?)\s*$"
+    r"^(?P<key>RCCL version|HIP version|ROCm version|Hostname|Librccl path)\s*: (?P<val>.*?)$"
 )
 _NETIB = re.compile(
     r"^NET/IB ?: Using(?P<devs>.*?) ?(?P<ro>\[RO\])? ?; OOB (?P<oob>\S+)"
@@ -104,10 +114,12 @@ _NET_SOCKET = re.compile(r"^NET/Socket ?: Using (?:\[\d+\])?(?P<if>\S+)")
 _SIDEBAND = re.compile(r"^NET/IB ?: Using interface (?P<if>\S+) for sideband")
 _NET_IFACE = re.compile(r"^NET ?: Using interface (?P<if>\S+)")
 _BOOTSTRAP = re.compile(r"^Bootstrap ?: Using (?:\[\d+\])?(?P<if>\S+)")
-_NETWORK = re.compile(r"^Using (?:internal )?[Nn]etwork (?P<net>.+?)\s*$")
-_ASSIGNED = re.compile(r"^Assigned NET plugin (?P<net>.+?) to comm\s*$")
+_NETWORK = re.compile(r"^Using (?:internal )?[Nn]etwork (?P<net>.+?)$")
+_ASSIGNED = re.compile(r"^Assigned NET plugin (?P<net>.+?) to comm$")
 _OFI = re.compile(r"^NET/OFI Selected Provider is (?P<p>\S+)")
-_ENV = re.compile(r"^(?P<k>[A-Z][A-Z0-9_]+) set by environment to (?P<v>.*?)\.?\s*$")
+_ENV = re.compile(r"^(?P<k>[A-Z][A-Z0-9_]+) set by environment to (?P<v>.*?)\.?$")
+# Messages are stripped before they are matched, so patterns end in "$", not "\s*$": a lazy
+# group followed by "\s*$" rescans every run of spaces inside a line (quadratic).
 # Older releases (2.3/2.4) print "comm %p rank %d nranks %d - COMPLETE" without cudaDev.
 _INIT = re.compile(
     r"^(?:\[Rank \d+\] )?(?:(?P<fn>\w+) )?comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) "
@@ -147,7 +159,7 @@ _TREE_ITEM_24 = re.compile(
 _CONN = re.compile(
     r"^(?:Channel|Ring) (?P<ch>\d+)(?:/(?P<sub>\d+))? : "
     r"(?P<a>\d+)(?:\[(?P<adev>[0-9a-fA-Fx:.]+)\])? -> (?P<b>\d+)(?:\[(?P<bdev>[0-9a-fA-Fx:.]+)\])?"
-    r"(?: \[(?P<dir>send|receive)\])? via (?P<via>.+?)\s*$"
+    r"(?: \[(?P<dir>send|receive)\])? via (?P<via>.+?)$"
 )
 _VIA_NET = re.compile(
     r"^(?:NET|COLLNET)/(?P<plugin>.+?)/(?P<dev>\d+)(?:\((?P<proxy>\d+)\))?(?P<flags>(?:/\w+|\(\w+\))*)$"
@@ -370,10 +382,41 @@ def parse_nccl_logs(texts: list[tuple[str | None, str | bytes]]) -> NcclLog:
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# Fields checked against MAX_RANK before any record sizes something.
+_RANK_KEYS = ("rank", "nranks", "nRanks", "nNodes", "localRanks", "localRank", "prev", "next",
+              "up", "down", "from", "to", "proxy_rank", "channel", "nchannels", "head",
+              "ranks", "coll", "collnet", "nvls", "p2p", "p2p_per_peer")
+_RANKED_RECORDS = ("init_lines", "comm_topology_lines", "ring_orders", "ring_ranks", "trees",
+                   "tree_ranks", "connections", "channel_counts", "nvls_heads", "test_devices",
+                   "nranks_fields")
+
+
+def _out_of_range(rec: dict[str, Any]) -> str | None:
+    """The first rank, count or channel of ``rec`` beyond :data:`MAX_RANK` (``key value``)."""
+    ref = rec.get("ref")
+    fields = [(k, rec.get(k)) for k in _RANK_KEYS] + [("nRanks", getattr(ref, "nranks", None))]
+    for key, v in fields:
+        for x in v if isinstance(v, list) else [v]:
+            if isinstance(x, int) and abs(x) > MAX_RANK:
+                return f"{key} {x}"
+    return None
+
+
+def _drop_out_of_range(log: NcclLog) -> None:
+    for name in _RANKED_RECORDS:
+        kept = []
+        for rec in getattr(log, name):
+            bad = _out_of_range(rec)
+            if bad is None:
+                kept.append(rec)
+            else:
+                log.warnings.append(warn(f"{bad} is beyond any job ({MAX_RANK:,}); line "
+                                         "ignored", rec["ref"].line, rec["ref"].source))
+        setattr(log, name, kept)
 
 
 def _parse_into(log: NcclLog, text: str, source: str | None) -> None:
-    for lineno, raw in enumerate(lines_of(text), start=1):
+    for lineno, raw in numbered_lines(text, source, log.warnings):
         if "\x1b" in raw:
             # Colour codes from frameworks' loggers are presentation, not damage.
             raw = _ANSI.sub("", raw)
@@ -387,6 +430,7 @@ def _parse_into(log: NcclLog, text: str, source: str | None) -> None:
         except Exception as exc:  # noqa: BLE001 - a collector must never crash on bad input
             log.warnings.append(warn(f"could not read line ({type(exc).__name__}: {exc})",
                                      lineno, source))
+    _drop_out_of_range(log)
 
 
 def _parse_segment(log: NcclLog, m: dict[str, str] | None, msg: str, lineno: int,
@@ -460,7 +504,7 @@ def _strip_rccl_suffix(log: NcclLog, msg: str, ref: LineRef) -> str:
     ref.comm, ref.nranks, ref.bus_id = sfx["comm"], int(sfx["n"]), sfx["bus"]
     log.rccl_markers.append({"what": "comm %p nRanks %02d suffix", "ref": ref})
     log.nranks_fields.append({"rank": None, "nranks": ref.nranks, "ref": ref})
-    return msg[: sfx.start()]
+    return msg[: sfx.start()].rstrip()
 
 
 def _parse_message(log: NcclLog, msg: str, ref: LineRef) -> bool:  # noqa: C901 - a dispatcher

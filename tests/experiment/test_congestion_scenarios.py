@@ -35,4 +35,4 @@ def test_rate_mismatch():
     assert pauses_us(res, "ice") < 1.0
     # The planned ~6.1 Gb/s shares go out at the 5 Gb/s static-rate step: no pauses, but
     # below ECMP's busbw here (0.59 vs 0.67 of ideal); unpaced, ICE would pause for ms.
-    assert 0.5 < frac["ice"] < 0.9 and frac["ecmp"] < 0.9
+    assert frac["ice"] > 0.5 and frac["ecmp"] < 0.9

@@ -98,6 +98,12 @@ def build_kit(d: Path) -> NativeKit:
     _cc("-DCCL_LINKED", "-o", str(d / "ccl_linked"), str(NATIVE / "ccl_sim.c"),
         str(d / "libibverbs.so.1"), f"-Wl,-rpath,{d}", "-lpthread")
     _cc("-o", str(d / "ccl_dlopen"), str(NATIVE / "ccl_sim.c"), "-ldl", "-lpthread")
+    for lib in ("next", "wrap"):
+        _cc(f"-DLIB_{lib.upper()}", "-fPIC", "-shared", f"-Wl,-soname,lib{lib}.so",
+            f"-Wl,--version-script={NATIVE / 'rtld_next.map'}", "-o", str(d / f"lib{lib}.so"),
+            str(NATIVE / "rtld_next.c"), "-ldl")
+    _cc("-o", str(d / "rtld_next"), str(NATIVE / "rtld_next.c"), "-Wl,--no-as-needed",
+        str(d / "libwrap.so"), str(d / "libnext.so"), f"-Wl,-rpath,{d}", "-ldl")
     return NativeKit(d, shim)
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from icefabric.agent import autonomy
 from icefabric.agent.actuators import get_actuator
+from icefabric.agent.actuators.base import Actuator, ApplyResult
 from icefabric.agent.actuators.hccl_cfg import FILE_NAME, parse_cfg, render_cfg
 from icefabric.dataplane.endside import EndSideParams
 from icefabric.schemas_service import HostPlan, QpPlan
@@ -30,7 +31,7 @@ def test_hccl_cfg_lines_per_nic_pair_in_qp_order(tmp_path):
     assert warnings == []
     act = get_actuator("hccl-cfg", directory=tmp_path)
     res = act.apply(plan(qps))
-    assert res.applied == 3 and res.failed == 0
+    assert res.applied == 3 and res.failed == set()
     assert parse_cfg((tmp_path / FILE_NAME).read_text()) == {
         ("10.0.0.1", "10.0.1.1"): [50000, 50001], ("10.0.0.2", "10.0.1.2"): [60000]}
     assert [p.name for p in tmp_path.iterdir()] == [FILE_NAME]  # no temp files left
@@ -55,6 +56,28 @@ def test_dry_run_prints_verbs_calls_for_changes_only():
     n = len(act.calls)
     act.apply(plan(p1.qps, version=2))  # nothing changed -> header only
     assert len(act.calls) == n + 1
+
+
+def test_a_failed_apply_is_retried_by_the_next_identical_plan():
+    class Flaky(Actuator):
+        """Fails QP 7 on its first attempt."""
+
+        def __init__(self):
+            super().__init__()
+            self.seen: list[list[int]] = []
+
+        def _apply(self, plan, changed):
+            self.seen.append([q.lqpn for q in changed])
+            bad = {q.key for q in changed if q.lqpn == 7 and len(self.seen) == 1}
+            return ApplyResult(0, bad, ["qp 7: device busy"] if bad else [])
+
+    act = Flaky()
+    p = plan([qp("10.0.0.1", "10.0.1.1", 5, 0, 50000), qp("10.0.0.1", "10.0.1.1", 7, 1, 50001)])
+    first = act.apply(p)
+    assert (first.applied, first.failed) == (1, {("10.0.0.1", "10.0.1.1", 7, 8)})
+    second = act.apply(plan(p.qps, version=2))  # the same settings again
+    assert act.seen == [[5, 7], [7]] and (second.applied, second.failed) == (2, set())
+    assert act.apply(plan(p.qps, version=3)).applied == 2 and act.seen[-1] == []
 
 
 def test_twin_actuator_records_applied_settings_and_backup_switch():

@@ -3,6 +3,7 @@ modelled in :mod:`icefabric.dataplane.roce`; and where the built shim is found."
 
 import ctypes
 import os
+import subprocess
 
 import numpy as np
 import pytest
@@ -68,6 +69,17 @@ def test_reply_parsing(lib, line, seq, want):
     s, r = ctypes.c_int(-1), ctypes.c_long(-1)
     got = lib.icefab_parse_plan(line, seq, ctypes.byref(s), ctypes.byref(r))
     assert (got, s.value, r.value) == want
+
+
+def test_rtld_next_lookups_of_a_program_without_verbs_are_unchanged(native):
+    """dlvsym(RTLD_NEXT, ...) resolves relative to its caller (glibc); the shim must not
+    make it start after the shim for every process that inherits LD_PRELOAD."""
+    prog = [str(native.dir / "rtld_next")]
+    alone = subprocess.run(prog, capture_output=True, text=True, check=True).stdout
+    shimmed = subprocess.run(prog, capture_output=True, text=True, check=True,
+                             env={**os.environ, "LD_PRELOAD": str(native.shim)}).stdout
+    assert alone == "next=2 default=1\n"  # libwrap's RTLD_NEXT finds libnext's definition
+    assert shimmed == alone
 
 
 def test_only_ipv4_mapped_gids_have_an_address(lib):

@@ -144,7 +144,7 @@ def test_replan_reaches_live_qps_through_mlx5dv(native, tmp_path, actuator, agen
             actuator.live.values(), key=lambda q: q.ordinal)] == [(49200, None),
                                                                   (49300, 40_000_000)])
         res = actuator.apply(plan_of([49200, 50001], [30e9, None], version=2))
-        assert (res.applied, res.failed, res.messages) == (2, 0, [])
+        assert (res.applied, res.failed, res.messages) == (2, set(), [])
         calls = [r for r in records(log) if r["call"] == "mlx5dv_modify_qp_udp_sport"]
         assert [(r["qpn"], r["sport"], r["rc"]) for r in calls] == [(qps[1], 50001, 0)]
         paced = [(r["qpn"], r["rate_limit"]) for r in records(log)
@@ -170,9 +170,13 @@ def test_unsupported_live_port_change_is_reported(native, tmp_path, actuator, ag
     proc, log, hold, qps = connect(native, tmp_path, agent_sock, 2, **env)
     try:
         assert wait_for(lambda: all(q.sport for q in actuator.live.values()))
-        res = actuator.apply(plan_of([50000, 50001], version=2))
-        assert res.failed == 2 and len(res.messages) == 1
+        plan = plan_of([50000, 50001], version=2)
+        res = actuator.apply(plan)
+        assert res.failed == {q.key for q in plan.qps} and len(res.messages) == 1
         assert res.messages[0].startswith("2 QP(s) on mlx5_0: ") and msg in res.messages[0]
+        # Nothing applied is recorded as applied: the same plan again retries both QPs.
+        again = actuator.apply(plan)
+        assert again.failed == res.failed and again.messages == res.messages
     finally:
         release(proc, hold)
 
@@ -186,7 +190,7 @@ def test_unsupported_rate_limit_leaves_the_qp_working(native, tmp_path, actuator
         assert wait_for(lambda: len(actuator.live) == 1)
         assert next(iter(actuator.live.values())).rate_kbps is None
         res = actuator.apply(plan_of([49200], [20e9], version=2))
-        assert res.failed == 1 and "no per-QP rate limit" in res.messages[0]
+        assert len(res.failed) == 1 and "no per-QP rate limit" in res.messages[0]
     finally:
         release(proc, hold)
 

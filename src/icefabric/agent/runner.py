@@ -182,7 +182,7 @@ class Agent:
         self._save_state()
         for m in res.messages:
             log.warning("%s: %s", self.host, m)
-        self._ack = PlanAck(version=plan.version, applied=res.applied, failed=res.failed,
+        self._ack = PlanAck(version=plan.version, applied=res.applied, failed=len(res.failed),
                             message="; ".join(res.messages)[:1000])
         self.send_ack()
 

@@ -52,6 +52,7 @@
 #include <fcntl.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
+#include <stddef.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -517,6 +518,17 @@ static int describe_rtr(struct ibv_qp *qp, const struct ibv_qp_attr *attr, int m
     return 1;
 }
 
+/* The caller's attributes, copying only the bytes its struct is known to hold: NCCL and
+ * RCCL declare their own struct ibv_qp_attr (NCCL src/include/ibvcore.h) which ends before
+ * rate_limit (136 bytes, rdma-core's is 144); rate_limit is read only when the mask says
+ * the caller set it (then its struct has the field). */
+static void copy_attr(struct ibv_qp_attr *dst, const struct ibv_qp_attr *src, int mask)
+{
+    memset(dst, 0, sizeof(*dst));
+    memcpy(dst, src, (mask & IBV_QP_RATE_LIMIT) ? sizeof(*dst)
+                                                : offsetof(struct ibv_qp_attr, rate_limit));
+}
+
 static int modify_rtr(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, const char *desc)
 {
     int sport;
@@ -525,7 +537,8 @@ static int modify_rtr(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, con
     uint32_t fl = icefab_flow_label_for_sport(sport);
     int rc = -1, planned = fl != 0;
     if (planned) {
-        struct ibv_qp_attr mine = *attr;
+        struct ibv_qp_attr mine;
+        copy_attr(&mine, attr, mask);
         mine.ah_attr.grh.flow_label = fl;
         rc = real_modify(qp, &mine, mask);
         if (rc != 0) {
@@ -611,9 +624,21 @@ int ibv_destroy_qp(struct ibv_qp *qp)
     return shim_destroy_qp(qp);
 }
 
-/* Programs that dlopen() libibverbs (NCCL, RCCL) get the verbs through dlvsym(). */
+/* Programs that dlopen() libibverbs (NCCL, RCCL) get the verbs through dlvsym().
+ *
+ * RTLD_NEXT and RTLD_DEFAULT lookups are passed straight through as a tail call: glibc
+ * resolves them relative to its caller's return address (dlfcn/dlvsym.c passes
+ * RETURN_ADDRESS(0) to _dl_vsym), so a jump keeps the program's own caller in place, while
+ * a call from here would make every RTLD_NEXT lookup of every process that inherits
+ * LD_PRELOAD start after the shim.  The shim acts only on real library handles.
+ * Plain dlsym() is not hooked: NCCL's net_ib path uses dlvsym (src/misc/ibvsymbols.cc);
+ * its GPU-initiated DOCA path (src/transport/net_ib/gdaki/doca-gpunetio/src/
+ * doca_verbs_ibv_wrapper.cpp) takes ibv_modify_qp with dlsym() and is not steered
+ * (docs/verbs-shim.md). */
 void *dlvsym(void *handle, const char *name, const char *version)
 {
+    if (handle == RTLD_NEXT || handle == RTLD_DEFAULT)
+        return real_dlvsym()(handle, name, version); /* a sibling call (-O2) */
     void *p = real_dlvsym()(handle, name, version);
     if (!p)
         return p;

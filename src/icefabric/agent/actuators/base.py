@@ -14,15 +14,19 @@ def qp_key(q: QpPlan) -> QpKey:
 
 @dataclass
 class ApplyResult:
+    """What an apply did: ``failed`` names the QPs whose settings did not take (they are
+    retried by the next plan, even an identical one), ``messages`` say why."""
+
     applied: int = 0
-    failed: int = 0
+    failed: set[QpKey] = field(default_factory=set)
     messages: list[str] = field(default_factory=list)
 
 
 class Actuator(ABC):
     """Applies plans; remembers what it applied (``state``) so it can skip unchanged QPs.
 
-    ``state`` maps a QP key to ``(sport, rate_bps)`` currently in force.
+    ``state`` maps a QP key to ``(sport, rate_bps)`` currently in force: only what applied
+    is recorded, so a QP whose apply failed stays "changed" and the next plan retries it.
     """
 
     name = ""
@@ -32,20 +36,15 @@ class Actuator(ABC):
 
     def apply(self, plan: HostPlan) -> ApplyResult:
         """Bring every QP of ``plan`` to its planned source port and rate."""
-        res = ApplyResult()
-        changed = []
-        for q in plan.qps:
-            k = qp_key(q)
-            want = (q.sport, q.rate_bps)
-            if self.state.get(k) != want:
-                changed.append(q)
+        changed = [q for q in plan.qps if self.state.get(qp_key(q)) != (q.sport, q.rate_bps)]
         try:
             res = self._apply(plan, changed)
         except OSError as e:
-            return ApplyResult(0, len(changed), [f"{type(e).__name__}: {e}"])
+            return ApplyResult(0, {qp_key(q) for q in changed}, [f"{type(e).__name__}: {e}"])
         for q in changed:
-            self.state[qp_key(q)] = (q.sport, q.rate_bps)
-        res.applied = len(plan.qps) - res.failed
+            if qp_key(q) not in res.failed:
+                self.state[qp_key(q)] = (q.sport, q.rate_bps)
+        res.applied = len(plan.qps) - len(res.failed)
         return res
 
     def set_sport(self, key: QpKey, sport: int) -> bool:

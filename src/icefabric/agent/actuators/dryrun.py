@@ -42,13 +42,13 @@ class DryRunActuator(Actuator):
     def _apply(self, plan: HostPlan, changed: list[QpPlan]) -> ApplyResult:
         self._emit(f"# plan v{plan.version} ({plan.policy}) for {plan.host}: "
                    f"{len(changed)} of {len(plan.qps)} QPs change")
-        bad = 0
+        bad = set()
         for q in changed:
             try:
                 self._calls_for(q, (q.src_ip, q.dst_ip, q.lqpn, q.rqpn), q.sport, q.rate_bps)
             except ValueError as e:
                 self._emit(f"# skipped: {e}")
-                bad += 1
+                bad.add(q.key)
         return ApplyResult(0, bad)
 
     def _set_one(self, key: QpKey, sport: int, rate_bps) -> bool:

@@ -13,7 +13,7 @@ import os
 import tempfile
 from pathlib import Path
 
-from icefabric.agent.actuators.base import Actuator, ApplyResult
+from icefabric.agent.actuators.base import Actuator, ApplyResult, qp_key
 from icefabric.schemas_service import HostPlan, QpPlan
 
 FILE_NAME = "MultiQpSrcPort.cfg"
@@ -72,8 +72,7 @@ class HcclCfgActuator(Actuator):
     def _apply(self, plan: HostPlan, changed: list[QpPlan]) -> ApplyResult:
         text, warnings = render_cfg(plan.qps)
         self._write(text)
-        failed = sum(1 for q in plan.qps if q.sport < 0)
-        return ApplyResult(0, failed, warnings)
+        return ApplyResult(0, {qp_key(q) for q in plan.qps if q.sport < 0}, warnings)
 
     def _write(self, text: str) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)

@@ -205,7 +205,8 @@ class VerbsActuator(Actuator):
             targets = [(self.live_for(q), q) for q in changed]
         errors = self._push([(qp, q.sport, q.rate_bps) for qp, q in targets if qp is not None])
         counts = Counter(f"{qp.dev}: {msg}" for qp, msg in errors)
-        return ApplyResult(0, len({id(qp) for qp, _ in errors}),
+        failed = {id(qp) for qp, _ in errors}
+        return ApplyResult(0, {qp_key(q) for qp, q in targets if id(qp) in failed},
                            [f"{n} QP(s) on {m}" for m, n in counts.items()])
 
     def live_for(self, q: QpPlan) -> LiveQp | None:

@@ -21,6 +21,7 @@ BITS_PER_BYTE = 8
 KiB = 1 << 10
 MiB = 1 << 20
 GiB = 1 << 30
+TiB = 1 << 40
 
 
 def us(x: float) -> Ns:
@@ -76,29 +77,29 @@ class UnitError(IceFabricError, ValueError):
 
 
 _SIZE_SUFFIX = {"": 1, "B": 1, "K": KiB, "KB": KiB, "KIB": KiB, "M": MiB, "MB": MiB,
-                "MIB": MiB, "G": GiB, "GB": GiB, "GIB": GiB}
+                "MIB": MiB, "G": GiB, "GB": GiB, "GIB": GiB, "T": TiB, "TB": TiB, "TIB": TiB}
 
 
 def parse_size(text: str | int) -> int:
     """Parse ``"1MiB"``, ``"64K"``, ``"1G"`` or an integer into bytes (binary multiples,
     as nccl-tests' ``-b/-e`` flags do)."""
-    if isinstance(text, int):
+    if isinstance(text, int) and text >= 0:
         return text
     s = str(text).strip().upper().replace(" ", "")
-    num = s.rstrip("KMGIB")
+    num = s.rstrip("KMGTIB")
     suffix = s[len(num):]
     try:
         value = float(num)
     except ValueError:
         value = -1.0
-    if value < 0 or suffix not in _SIZE_SUFFIX:
+    if not (0 <= value < math.inf) or suffix not in _SIZE_SUFFIX:  # nan fails too
         raise UnitError(f"cannot parse size {text!r}; use e.g. 1048576, 1MiB, 64K, 1G")
     return int(value * _SIZE_SUFFIX[suffix])
 
 
 def format_size(size_bytes: int) -> str:
     """Human size with binary suffix: 1048576 -> '1MiB'."""
-    for unit, mult in (("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
+    for unit, mult in (("TiB", TiB), ("GiB", GiB), ("MiB", MiB), ("KiB", KiB)):
         if size_bytes >= mult and size_bytes % mult == 0:
             return f"{size_bytes // mult}{unit}"
     return f"{size_bytes}B"

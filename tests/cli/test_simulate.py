@@ -66,3 +66,29 @@ def test_a_cold_kernel_cache_is_announced(module, note, says, tmp_path, monkeypa
     assert says in capsys.readouterr().err
     getattr(common, note)(quiet=True)
     assert capsys.readouterr().err == "", "--quiet must silence the note"
+
+
+def test_sizes_from_8_bytes_print_tables():
+    from typer.testing import CliRunner
+
+    from icefabric.cli.app import app
+
+    r = CliRunner().invoke(app, ["simulate", "homog-small", "--sizes", "8,1K", "-p",
+                                 "ecmp,spray,ideal", "-n", "3", "-q"], env={"COLUMNS": "100"})
+    assert r.exit_code == 0, r.output
+    table = r.stdout[r.stdout.index("32 ranks: busbw GB/s"):].splitlines()
+    assert [line.split()[:2] for line in table[3:5]] == [["8B", "0.0"], ["1KiB", "0.0"]]
+
+
+@pytest.mark.parametrize("sizes, says", [("0", "message size '0' must be between 1 B and "
+                                                "1TiB"),
+                                         ("-8", "cannot parse size '-8'"),
+                                         ("inf", "cannot parse size 'inf'")])
+def test_sizes_outside_the_domain_are_one_line(sizes, says):
+    from typer.testing import CliRunner
+
+    from icefabric.cli.app import app
+
+    r = CliRunner().invoke(app, ["simulate", "homog-small", "--sizes", sizes, "-q"])
+    assert r.exit_code == 2 and len(r.stderr.splitlines()) == 1, r.output
+    assert r.stderr.startswith(f"error: {says}"), r.stderr

@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from icefabric.collect._text import read_text
-from icefabric.collect.detect import readers_for
+from icefabric.collect.detect import ccl_sections, mixed_sections, readers_for
 
-from .conftest import corpus_file, project_file
+from .conftest import PROJECT_CORPUS, corpus_file, project_file
 
 
 @pytest.mark.parametrize(("path", "expected"), [
@@ -34,3 +34,17 @@ def test_rank_table_and_nothing():
             '[{"device_id": "0", "rank_id": "0"}]}]}'
     assert readers_for(table) == ["ranktable"]
     assert readers_for("hello\nworld\n") == []
+
+
+def test_a_file_of_several_libraries_outputs_is_named_section_by_section():
+    ref = PROJECT_CORPUS / "reference"
+    parts = [(ref / f).read_text() for f in ("nccl-tests-185-roce-h100-2.19.3.log",
+                                             "rccl-929-mi250x-16r-rccltests.log",
+                                             "hccl-gpustack-2021-commroot-fail.log")]
+    n1, n2 = parts[0].count("\n"), parts[1].count("\n")
+    rccl, hccl = ccl_sections(parts[1])["RCCL"], ccl_sections(parts[2])["HCCL"]
+    assert ccl_sections(parts[0]) == {"NCCL 2.19.3": 5}
+    assert mixed_sections("".join(parts)) == (
+        f"it holds the output of NCCL 2.19.3 (line 5), RCCL (line {n1 + rccl}) and HCCL (line "
+        f"{n1 + n2 + hccl}); give each job's log in a file of its own")
+    assert mixed_sections(parts[0]) is None and mixed_sections(parts[2]) is None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from icefabric.collect._text import read_text
+from icefabric.collect._text import MAX_LINE_CHARS, read_text
 from icefabric.collect.nccl_log import (
     build_reports,
     parse_nccl_log,
@@ -76,6 +76,16 @@ def test_glued_lines_from_two_processes_are_both_read():
              "host-a:101:201 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via P2P/IPC")
     log = parse_nccl_log(glued)
     assert [(c["from"], c["to"]) for c in log.connections] == [(0, 1), (1, 0)]
+
+
+def test_a_prefix_cut_short_and_glued_keeps_the_host_of_the_next():
+    # modelscope/ms-swift#3934: "g183:161258:166018 [1] NCCg183:161260:166021 [3] NCCL INFO"
+    log = parse_nccl_log("g183:1:2 [1] NCCg183:1:3 [3] NCCL INFO comm 0x1 rank 3 nRanks 16 "
+                         "nNodes 2 localRanks 8 localRank 3 MNNVL 0\n"
+                         "2024-01-01 12:00:00 gpu-g183:4:5 [0] NCCL INFO Channel 00/0 : "
+                         "0[0] -> 1[1] via P2P/IPC")
+    assert log.comm_topology_lines[0]["host"] == "g183"
+    assert log.connections[0]["ref"].host == "gpu-g183"  # text before a lone prefix: kept
 
 
 def test_truncated_ring_line_is_partial_with_warning_free_flag():
@@ -274,3 +284,34 @@ def test_old_init_complete_without_cudadev():
     (rec,) = log.init_lines
     assert (rec["rank"], rec["nranks"], rec["cudaDev"], rec["phase"]) == (3, 8, None, "COMPLETE")
     assert build_reports(log)[0].nranks == 8
+
+
+def test_a_line_past_the_cap_is_skipped_with_a_warning_naming_it():
+    pre = "h:1:1 [0] NCCL INFO "
+    text = (f"{pre}Channel 00/02 :" + " 1" * MAX_LINE_CHARS + "\n"
+            f"{pre}comm 0x1 rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0 MNNVL 0\n")
+    log = parse_nccl_log(text, "big.log")
+    assert not log.ring_orders and len(log.comm_topology_lines) == 1
+    assert [w.message for w in log.warnings] == [
+        f"line 1: line of {len(text.splitlines()[0]):,} characters, more than the 8,192 any "
+        "CCL prints; skipped"]
+
+
+def test_rank_counts_beyond_any_job_are_dropped_before_use():
+    pre = "h:1:1 [0] NCCL INFO "
+    log = parse_nccl_log(f"{pre}comm 0x1 rank 0 nRanks 99999999999999999999 nNodes 2 "
+                         f"localRanks 8 localRank 0 MNNVL 0\n{pre}Channel 00/02 : 0 1\n")
+    assert not log.comm_topology_lines and log.ring_orders[0]["ranks"] == [0, 1]
+    assert log.warnings[0].message == ("line 1: nRanks 99999999999999999999 is beyond any job "
+                                       "(1,048,576); line ignored")
+
+
+def test_patterns_ending_a_line_read_what_they_read_before():
+    """The linear forms of the end-of-line patterns (no lazy group before ``\\s*$``)."""
+    pre = "h:1:1 [0] NCCL INFO "
+    log = parse_nccl_log(f"{pre}Channel 00/0 : 0[0] -> 1[1] via NET/IB/0   \n"
+                         f"{pre}NCCL_IB_HCA set by environment to mlx5_0.  \n"
+                         f"{pre}Using network IB \n")
+    assert log.connections[0]["via"] == "NET/IB/0"
+    assert log.env == {"NCCL_IB_HCA": "mlx5_0"}
+    assert log.networks[0]["network"] == "IB"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from icefabric.collect._text import read_text
-from icefabric.collect.nccl_topo import parse_nccl_topo
+from icefabric.collect.nccl_topo import MAX_XML_DEPTH, parse_nccl_topo
 
 from .conftest import corpus_file
 
@@ -65,3 +65,12 @@ def test_graph_dump_gives_channel_rails():
     assert [x["pattern"] for x in g.graphs] == ["4", "1"]
     assert g.channel_nics("0") == [[0, 0], [1, 1]]
     assert g.graphs[1]["channels"] == [[("net", "0"), ("gpu", "0")]]
+
+
+def test_nesting_past_the_depth_limit_stops_the_reading_with_a_warning():
+    text = '<system version="1">\n' + "<pci>" * 100_000 + "</pci>" * 100_000 + "</system>\n"
+    topo = parse_nccl_topo(text, "deep.xml")
+    assert not topo.well_formed
+    assert [w.message for w in topo.warnings] == [
+        f"line 2: elements nested deeper than {MAX_XML_DEPTH} (a topology dump nests about "
+        "8); the rest is not read"]

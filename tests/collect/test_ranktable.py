@@ -41,6 +41,10 @@ def test_server_list_layout():
     assert rep.library == "hccl" and rep.nranks == 4 and rep.nnodes == 2
     assert rep.hosts() == ["10.0.0.10", "10.0.0.11"]
     assert [n.name for n in rep.nics[0].nics] == ["192.168.100.101", "192.168.101.101"]
+    # a rank table prints every rank's server and device: all seen
+    assert [(h.host, h.ranks, h.seen, h.inferred) for h in rep.hosts_ranks] == [
+        ("10.0.0.10", [0, 1], [0, 1], []), ("10.0.0.11", [2, 3], [2, 3], [])]
+    assert {(r.host_from.status, r.device_from.status) for r in rep.ranks} == {("seen", "seen")}
 
 
 def test_group_list_layout_and_int_values():
@@ -86,3 +90,24 @@ def test_rank_tables_of_one_job_merge_and_clashes_are_named():
     again = parse_ranktables([("a.json", json.dumps(first)), ("c.json", json.dumps(first))])
     (w,) = again.warnings
     assert w.source == "c.json" and "[0, 1]" in w.message
+
+
+def test_entries_with_numbers_out_of_range_or_bad_ips_are_skipped():
+    data = {"version": "1.0", "server_count": "-2", "server_list": [{"server_id": "s0", "device": [
+        {"device_id": "-3", "device_ip": "10.0.0.1", "rank_id": "0"},
+        {"device_id": "1", "device_ip": "999.1.1.1", "rank_id": "1"},
+        {"device_id": "2", "device_ip": "10.0.0.3", "rank_id": "-1"},
+        {"device_id": "3", "device_ip": "10.0.0.4", "rank_id": "3"}]}]}
+    t = parse_ranktable(json.dumps(data), "rt.json")
+    assert [(r.rank, r.device_id) for r in t.ranks] == [(3, 3)]
+    assert [w.message for w in t.warnings] == [
+        "server_count '-2' is not a count",
+        "entry 0 device_id -3 is not a device number (0 to 4095); skipped",
+        "entry 1 device_ip '999.1.1.1' is not an IP address; skipped",
+        "entry 2 rank_id -1 is not a rank (0 to 1,048,576); skipped"]
+
+
+def test_json_nested_past_the_parser_is_a_warning_not_a_crash():
+    t = parse_ranktable('{"server_list": ' + "[" * 100_000 + "]" * 100_000 + "}", "deep.json")
+    assert not t.ranks
+    assert t.warnings[0].message.startswith("JSON nested deeper than")

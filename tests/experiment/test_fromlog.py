@@ -116,3 +116,35 @@ def test_compare_explains_a_measurement_above_the_model(tmp_path):
     assert doc["rows"][0]["measured_busbw_GBps"] == 346.28 and doc["notes"]
     above = next(n for n in doc["notes"] if "above every simulated policy" in n)
     assert "NCCL_ALGO=Ring" in above and "at 2GiB-16GiB" in above
+
+
+def _log_from_8_bytes(tmp_path: Path) -> Path:
+    """The OCI run with the two first rows every nccl-tests log has (8 B and 1 KiB), whose
+    busbw prints as 0.00 and 0.05 GB/s."""
+    lines = OCI.read_text().splitlines()
+    first = next(i for i, s in enumerate(lines) if s.strip().startswith("1073741824"))
+    small = ["           8             2     float     sum      -1    40.12    0.00    0.00"
+             "      0    39.87    0.00    0.00      0",
+             "        1024           256     float     sum      -1    42.50    0.02    0.05"
+             "      0    42.10    0.02    0.05      0"]
+    path = tmp_path / "from-8B.log"
+    path.write_text("\n".join(lines[:first] + small + lines[first:first + 1]
+                              + lines[first + 5:]) + "\n")
+    return path
+
+
+def test_compare_and_from_log_on_a_log_starting_at_8_bytes(tmp_path):
+    log = _log_from_8_bytes(tmp_path)
+    r = CliRunner().invoke(app, ["compare", "nccl-tests", str(log), "homog-small", "-p",
+                                 "ecmp,ideal", "-n", "3"], env={"COLUMNS": "100"})
+    assert r.exit_code == 0, r.output
+    rows = {line.split()[0]: line.split()[1:] for line in r.stdout.splitlines()
+            if line.split()[:1] in (["8B"], ["1KiB"], ["1GiB"])}
+    assert rows["8B"][0] == "0.00" and "(x" not in " ".join(rows["8B"])  # no ratio to 0
+    assert rows["1KiB"][0] == "0.05" and "(x" in " ".join(rows["1KiB"])
+    r = CliRunner().invoke(app, ["simulate", "homog-small", "--from-log", str(log), "-p",
+                                 "ecmp,ideal", "-n", "3", "-q"], env={"COLUMNS": "100"})
+    assert r.exit_code == 0, r.output
+    table = r.stdout[r.stdout.index("16 ranks: busbw GB/s"):].splitlines()
+    assert [line.split()[:2] for line in table[3:5]] == [["8B", "0.0"], ["1KiB", "0.0"]]
+    assert table[5].split()[0] == "1GiB" and float(table[5].split()[1]) > 50

@@ -60,3 +60,17 @@ failures:
     t0 = {r["policy"]: r["time_us"] for r in base.rows}
     assert all(t[p] >= t0[p] for p in t)
     assert np.isfinite(list(t.values())).all()
+
+
+def test_tiny_sizes_report_a_zero_busbw_and_no_gain():
+    """8 B (where every nccl-tests log starts) has a busbw that rounds to 0 GB/s: the row
+    shows it, and the gains and shares that would divide by it are None."""
+    res = run_scenario(load("homog-small"), policies=["ecmp", "spray", "ideal"],
+                       sizes=[8, 1 << 20], draws=3)
+    tiny = [r for r in res.rows if r["size_bytes"] == 8]
+    assert len(tiny) == 3 and all(r["busbw_GBps"] == 0.0 and r["time_us"] > 0 for r in tiny)
+    spray = next(r for r in tiny if r["policy"] == "spray")
+    assert spray["gain_vs_ecmp"] is None and spray["frac_of_ideal"] is None
+    assert spray["gain_vs_ecmp_p10"] is None and spray["gain_vs_ecmp_lucky"] is None
+    big = next(r for r in res.rows if r["size_bytes"] == 1 << 20 and r["policy"] == "spray")
+    assert big["gain_vs_ecmp"] is not None and big["frac_of_ideal"] > 0

@@ -26,7 +26,7 @@ def test_every_field_of_every_section_is_documented():
 def test_rows_carry_unit_default_limits_and_example():
     text = scenario_docs()
     row = next(line for line in text.splitlines() if line.startswith("| `host_delay_ns` |"))
-    assert row.split(" | ")[2:5] == ["`500`", "ns", "≥ 0"]
+    assert row.split(" | ")[2:5] == ["`500`", "ns", "≥ 0, ≤ 10000000"]
     spines = next(line for line in text.splitlines() if line.startswith("| `spines` |"))
     assert "`8`" in spines  # the built-in default's value as the example
     nic = next(line for line in text.splitlines() if line.startswith("| `nic_gbps` |"))

@@ -58,12 +58,13 @@ def _nothing(what: str, reader: str, texts: list[tuple[str, str]], detail: str =
     from icefabric.collect.detect import readers_for
 
     names = ", ".join(name for name, _ in texts)
-    _err(f"error: no {what} found in {names}{detail}")
+    hints = []  # in the same line: an error is one line
     for name, text in texts:
         fits = [r for r in readers_for(text) if r != reader]
         if fits:
-            _err(f"  {name} holds {' and '.join(fits)} content: try "
-                 + " or ".join(f"`icefab collect {r} {name}`" for r in fits))
+            hints.append(f"{name} holds {' and '.join(fits)} content: try "
+                         + " or ".join(f"`icefab collect {r} {name}`" for r in fits))
+    _err(f"error: no {what} found in {names}{detail}" + "".join(f"; {h}" for h in hints))
     raise typer.Exit(NOTHING_USABLE)
 
 
@@ -152,13 +153,15 @@ def hccl_log_cmd(files: list[Path] = FilesArg, as_json: bool = JsonOpt) -> None:
     console = _console()
     if log.errors:
         t = Table(title="HCCL errors")
-        for col in ("file:line", "kind", "code", "rank", "device", "pid", "time", "message"):
+        for col in ("file:line", "kind", "code", "rank", "device", "pid", "time", "message",
+                    "solution"):
             t.add_column(col)
         for e in log.errors:
             code = f"{e.code} ({e.name})" if e.name else e.code
             t.add_row(f"{cell(Path(e.source).name if e.source else None)}:{e.line}", e.kind,
                       cell(code), *map(cell, (e.rank, e.device, e.pid, e.time,
-                                              _shorten(e.message, 160))))
+                                              _shorten(e.message, 160),
+                                              e.solution and _shorten(e.solution, 100))))
         console.print(t)
     if log.links:
         t = Table(title="links HCCL could not set up")

@@ -182,7 +182,9 @@ def _print_table(file: Path, measured: dict, rows: list[dict], pols: list[str],
             v, ratio = r[f"{p}_busbw_GBps"], r[f"{p}_vs_measured"]
             rng = (f" [{r[f'{p}_busbw_GBps_p10']:.1f}-{r[f'{p}_busbw_GBps_p90']:.1f}]"
                    if f"{p}_busbw_GBps_p10" in r else "")
-            cells.append("-" if v is None else f"{v:.2f}{rng} (x{ratio:.2f})")
+            # no ratio where the measured busbw is 0.00 (8 B, where nccl-tests starts)
+            x = "" if ratio is None else f" (x{ratio:.2f})"
+            cells.append("-" if v is None else f"{v:.2f}{rng}{x}")
         cols.append(Column(p, cells, policy=p))
     fit = Fitter(console.width)
     title = (f"{file.name}: {measured['collective']} on {measured['nranks']} ranks "

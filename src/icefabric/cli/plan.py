@@ -31,7 +31,7 @@ def register(app: typer.Typer) -> None:
         from icefabric.policies.ice import describe_plan
         from icefabric.scenario.build import build_fabric
         from icefabric.scenario.loader import load
-        from icefabric.units import parse_size
+        from icefabric.scenario.schema import message_size
 
         ls = load(scenario)
         if from_log:
@@ -43,7 +43,7 @@ def register(app: typer.Typer) -> None:
             if missing:
                 fail(f"no such log file: {', '.join(missing)}")
             ls, _ = scenario_from_log(ls, from_log, server=server)
-        sz = parse_size(size) if size else ls.scenario.size_list()[-1]
+        sz = message_size(size) if size else ls.scenario.size_list()[-1]
         pol = scenario_policy(ls, policy, **({"sport_mode": sport_mode} if policy == "ice"
                                              else {}))
         p = scenario_plan(ls, build_fabric(ls), pol, sz, failures=False)

@@ -59,6 +59,11 @@ def simulate(
                              "`seed`); draw 0 uses it, the others are spawned from it."),
     workers: int = typer.Option(1, "--workers", min=0, help="Processes for the draws "
                                 "(0 = one per core)."),
+    ray: str = typer.Option(None, "--ray", help="Run the draws as Ray tasks instead, one "
+                            "per policy and size: `auto` (the cluster this machine belongs "
+                            "to), HOST:PORT, ray://..., or `local` (a private one for this "
+                            "run). Needs `pip install 'ice-fabric[ray]'` here and ice-fabric "
+                            "on every node; results equal a local run's."),
 ):
     """Run every policy on the scenario's workload and print nccl-tests-style results.
 
@@ -80,10 +85,10 @@ def simulate(
     over ecmp, breakdown) and carries it as ``training`` in the JSON; ``--out`` draws its
     timeline (``training_timeline.png``) and breakdown (``training_breakdown.png``).
     """
-    from icefabric.experiment.draws import effective_draws
+    from icefabric.experiment.draws import DrawSpread, effective_draws
     from icefabric.experiment.runner import run_scenario
     from icefabric.scenario.loader import DEFAULT_SCENARIO, load
-    from icefabric.units import parse_size
+    from icefabric.scenario.schema import message_size
 
     ls = load(scenario or DEFAULT_SCENARIO)
     if from_log:
@@ -105,7 +110,7 @@ def simulate(
                           "default on the fluid engine and above 16 servers); --draws N "
                           "shows its distribution", highlight=False)
     pol = [p.strip() for p in policies.split(",") if p.strip()] if policies else None
-    sz = [parse_size(s) for s in sizes.split(",")] if sizes else None
+    sz = [message_size(s) for s in sizes.split(",")] if sizes else None
     if engine not in (None, "flow", "fluid"):
         fail(f"--engine must be flow or fluid, not {engine!r}")
     formats = parse_formats(fmt) if out is not None else ()
@@ -116,7 +121,7 @@ def simulate(
     with progress_bar(not quiet, f"simulating {ls.scenario.name}") as update:
         res = run_scenario(ls, policies=pol, sizes=sz, engine=engine, progress=update,
                            trace=out is not None or report is not None, draws=n_draws,
-                           workers=workers or (os.cpu_count() or 1))
+                           spread=DrawSpread(workers or (os.cpu_count() or 1), ray))
     res.provenance["command"] = command_line()
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)

@@ -31,9 +31,8 @@ def twin(
 
     from rich.console import Console
 
-    from icefabric.scenario.schema import FailureSpec
+    from icefabric.scenario.schema import FailureSpec, message_size
     from icefabric.twin.run import run_twin
-    from icefabric.units import parse_size
 
     fails = None
     if fail:
@@ -65,7 +64,7 @@ def twin(
         raise typer.BadParameter(f"--engine must be flow or fluid, not {engine!r}")
     try:
         res = run_twin(scenario, controller, token, engine=engine,
-                       size_bytes=parse_size(size) if size else None, failures=fails)
+                       size_bytes=message_size(size) if size else None, failures=fails)
     finally:
         if server is not None:
             server.stop()
@@ -88,7 +87,8 @@ def twin(
             con.print(fit.legend())
         for f in res.failures:
             con.print(f"link {'up' if f['up'] else 'down'} {f['link'][0]}-{f['link'][1]} at "
-                      f"{f['t_ns'] / 1e3:.0f} us: reported by {f['reported_by']} agents, "
+                      f"{f['t_ns'] / 1e3:.0f} us: seen by {f['seen_by']} agents, "
+                      f"reported by {f['reported_by']}, "
                       f"{f['backup_ports_used']} QPs to backup ports, plan "
                       f"v{f['plan_version']}", highlight=False)
         con.print(f"plan versions {res.plan_versions}; QPs on failed links "

@@ -13,7 +13,9 @@ Format sources
   (``torch_npu/csrc/distributed/HCCLUtils.hpp`` ``HCCL_CHECK_ERROR``; ``OPS function error`` for
   operator calls) followed by the CANN error message ``<code>: [PID: <pid>] <time> <text>``
   (older: ``<code>: <time> <text>``; newer: ``[PID: <pid>] <time> <Name>(<code>): <text>``).
-  HcclResult values: ``hccl_types.h`` (CANN).
+  HcclResult values: ``hccl_types.h`` (CANN). A CANN message states its cause after
+  ``Reason:`` and is followed by an indented ``Solution: <text>`` line (EI0009, EJ0001 in
+  https://github.com/vllm-project/vllm-ascend/issues/3162, hiyouga/LlamaFactory#3839).
 * Transport errors name both ends of the failed link: ``Transport init error. Reason:
   [Create][DestLink]Create Dest error! createLink para:rank[r]-localUserrank[u]-localIpAddr[ip],
   dst_rank[d]-remoteUserrank[v]-remote_ip_addr[ip]`` (``creakLink`` in older CANN), as posted in
@@ -31,7 +33,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from icefabric.collect._text import lines_of, to_text, warn
+from icefabric.collect._text import numbered_lines, to_text, warn
 from icefabric.schemas import CclError, CommunicatorReport, ParseWarning, RankInfo
 
 _PLOG = re.compile(
@@ -62,7 +64,8 @@ _CANN_NAMED = re.compile(
     rf"(?P<name>\w+)\((?P<code>{_CODE})\): (?P<msg>.*?)\s*$"
 )
 _FUNCTION = re.compile(
-    r"(?P<where>\S+) (?P<lib>HCCL|OPS) function error: (?P<call>.+?), error code is (?P<code>\d+)"
+    r"(?<!\S)(?P<where>\S+) (?P<lib>HCCL|OPS) function error: (?P<call>.+?), "
+    r"error code is (?P<code>\d+)"
 )
 _LINK = re.compile(
     r"\bcre\w*Link para:rank\[(?P<rank>\d+)\]-localUserrank\[(?P<urank>\d+)\]-"
@@ -166,7 +169,7 @@ def parse_hccl_logs(texts: list[tuple[str | None, str | bytes]]) -> HcclLog:
     for source, text in texts:
         if source:
             out.sources.append(source)
-        for lineno, raw in enumerate(lines_of(to_text(text)), start=1):
+        for lineno, raw in numbered_lines(to_text(text), source, out.warnings):
             try:
                 _parse_line(out, raw, source, lineno)
             except Exception as exc:  # noqa: BLE001 - a collector must never crash on bad input

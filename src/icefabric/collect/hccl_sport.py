@@ -17,7 +17,7 @@ import ipaddress
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from icefabric.collect._text import lines_of, to_text, warn
+from icefabric.collect._text import numbered_lines, to_text, warn
 from icefabric.collect.errors import CollectError
 from icefabric.schemas import ParseWarning
 
@@ -136,7 +136,7 @@ def parse_multi_qp_src_port(text: str | bytes, source: str | None = None
     """Read a ``MultiQpSrcPort.cfg`` back: per-pair port lists and warnings (line numbers)."""
     out: dict[Pair, list[int]] = {}
     warnings: list[ParseWarning] = []
-    for n, raw in enumerate(lines_of(to_text(text)), start=1):
+    for n, raw in numbered_lines(to_text(text), source, warnings):
         line = raw.strip()
         if not line or line.startswith("#"):
             continue

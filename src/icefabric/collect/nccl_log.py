@@ -31,7 +31,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from icefabric.collect._text import GARBLED, lines_of, looks_garbled, read_text, to_text, warn
+from icefabric.collect._text import (
+    GARBLED,
+    MAX_RANK,
+    looks_garbled,
+    numbered_lines,
+    read_text,
+    to_text,
+    warn,
+)
 from icefabric.collect.infer import (
     RULE_BUS_ID,
     RULE_EDGES,
@@ -51,7 +59,6 @@ from icefabric.schemas import (
     CommunicatorReport,
     Connection,
     HostNics,
-    HostRanks,
     InferredFact,
     Nic,
     ParseWarning,
@@ -67,8 +74,10 @@ _MPI_TAG = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")
 # Hostnames may be redacted (``<cluster_name>``) or empty (``:22901:22901 [0]``).
 # WARN lines carry the source location before the level: "host:pid:tid [dev] file.cc:123 NCCL
 # WARN ..." (src/debug.cc).
+# The host starts a token ((?<![^\s:])): a search from inside a long run of other characters
+# would rescan the run from every position (quadratic), and the leftmost match is the same.
 _PREFIX = re.compile(
-    r"(?P<host>[^\s:]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:[\w./-]+:\d+ )?"
+    r"(?<![^\s:])(?P<host>[^\s:]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:[\w./-]+:\d+ )?"
     r"(?:NCCL|RCCL) (?P<level>INFO|WARN|TRACE|ABORT) ?"
 )
 # The host:pid:tid [dev] part alone, at a word start (a prefix cut before "NCCL INFO").
@@ -87,7 +96,7 @@ _TEST_DEVICE = re.compile(
 _VERSION = re.compile(r"\b(?P<lib>NCCL|RCCL) version :? ?(?P<v>\d+\.\d+\.\d+\S*)")
 _VERSION_HINT = re.compile(r"\bnccl==(?P<v>\d+\.\d+\.\d+\S*)")
 _BANNER = re.compile(
-    r"^(?P<key>RCCL version|HIP version|ROCm version|Hostname|Librccl path)\s*: (?P<val>.*?)\s*$"
+    r"^(?P<key>RCCL version|HIP version|ROCm version|Hostname|Librccl path)\s*: (?P<val>.*?)$"
 )
 _NETIB = re.compile(
     r"^NET/IB ?: Using(?P<devs>.*?) ?(?P<ro>\[RO\])? ?; OOB (?P<oob>\S+)"
@@ -105,10 +114,12 @@ _NET_SOCKET = re.compile(r"^NET/Socket ?: Using (?:\[\d+\])?(?P<if>\S+)")
 _SIDEBAND = re.compile(r"^NET/IB ?: Using interface (?P<if>\S+) for sideband")
 _NET_IFACE = re.compile(r"^NET ?: Using interface (?P<if>\S+)")
 _BOOTSTRAP = re.compile(r"^Bootstrap ?: Using (?:\[\d+\])?(?P<if>\S+)")
-_NETWORK = re.compile(r"^Using (?:internal )?[Nn]etwork (?P<net>.+?)\s*$")
-_ASSIGNED = re.compile(r"^Assigned NET plugin (?P<net>.+?) to comm\s*$")
+_NETWORK = re.compile(r"^Using (?:internal )?[Nn]etwork (?P<net>.+?)$")
+_ASSIGNED = re.compile(r"^Assigned NET plugin (?P<net>.+?) to comm$")
 _OFI = re.compile(r"^NET/OFI Selected Provider is (?P<p>\S+)")
-_ENV = re.compile(r"^(?P<k>[A-Z][A-Z0-9_]+) set by environment to (?P<v>.*?)\.?\s*$")
+_ENV = re.compile(r"^(?P<k>[A-Z][A-Z0-9_]+) set by environment to (?P<v>.*?)\.?$")
+# Messages are stripped before they are matched, so patterns end in "$", not "\s*$": a lazy
+# group followed by "\s*$" rescans every run of spaces inside a line (quadratic).
 # Older releases (2.3/2.4) print "comm %p rank %d nranks %d - COMPLETE" without cudaDev.
 _INIT = re.compile(
     r"^(?:\[Rank \d+\] )?(?:(?P<fn>\w+) )?comm (?P<comm>0x[0-9a-fA-F]+) rank (?P<rank>\d+) "
@@ -148,7 +159,7 @@ _TREE_ITEM_24 = re.compile(
 _CONN = re.compile(
     r"^(?:Channel|Ring) (?P<ch>\d+)(?:/(?P<sub>\d+))? : "
     r"(?P<a>\d+)(?:\[(?P<adev>[0-9a-fA-Fx:.]+)\])? -> (?P<b>\d+)(?:\[(?P<bdev>[0-9a-fA-Fx:.]+)\])?"
-    r"(?: \[(?P<dir>send|receive)\])? via (?P<via>.+?)\s*$"
+    r"(?: \[(?P<dir>send|receive)\])? via (?P<via>.+?)$"
 )
 _VIA_NET = re.compile(
     r"^(?:NET|COLLNET)/(?P<plugin>.+?)/(?P<dev>\d+)(?:\((?P<proxy>\d+)\))?(?P<flags>(?:/\w+|\(\w+\))*)$"
@@ -273,8 +284,10 @@ def _segments(line: str, known_hosts: list[str]) -> list[tuple[dict[str, str] | 
 
     Two processes writing at once can glue their lines together; every NCCL prefix found
     starts a new piece, so the second line's facts are still read. A glued prefix swallows the
-    tail of the previous message into its host name (``...via P2P/IPChost-a:12:34 [1]``), so
-    when a host already seen ends that name, the split is moved to where that host starts.
+    tail of the previous message into its host name (``...via P2P/IPChost-a:12:34 [1]``), or
+    the rest of a prefix cut short (``h:1:2 [1] NCCh:1:3 [3] NCCL INFO``, modelscope/ms-swift
+    #3934), so when a host seen before or earlier on the line ends that name, the split is
+    moved to where that host starts.
     """
     line = _MPI_TAG.sub("", line)
     found = list(_PREFIX.finditer(line))
@@ -288,16 +301,19 @@ def _segments(line: str, known_hosts: list[str]) -> list[tuple[dict[str, str] | 
         return [(None, line)]
     if len(found) == 1 and found[0].start() == 0:
         return [(found[0].groupdict(), line[found[0].end():].rstrip())]
-    # Hosts a glued name may end with: those seen before, and those of the prefixes (whole or
-    # cut after "[dev] ", as in "h:1:2 [1] NCCh:1:3 [3] NCCL INFO ...") earlier on this line.
-    hosts = sorted(set(known_hosts) | {m[1] for m in _HOST_PID.finditer(line)}, key=len,
-                   reverse=True)
+    # Hosts a glued name may end with: those of the prefixes (whole or cut after "[dev] ", as
+    # in "h:1:2 [1] NCCh:1:3 [3] NCCL INFO ...") earlier on this line, and, when the line holds
+    # two whole prefixes, the hosts seen before. A lone prefix after other text (a timestamp)
+    # keeps its host.
+    cut = [(m.start(), m[1]) for m in _HOST_PID.finditer(line)]
+    known = set(known_hosts) if len(found) > 1 else set()
     cuts: list[tuple[int, int, dict[str, str]]] = []
     for m in found:
         fields = m.groupdict()
         start = m.start()
         if start > 0:
             host = m["host"]
+            hosts = sorted(known | {h for at, h in cut if at < start}, key=len, reverse=True)
             for h in hosts:
                 if h and host != h and host.endswith(h):
                     start = m.start() + len(host) - len(h)
@@ -366,10 +382,41 @@ def parse_nccl_logs(texts: list[tuple[str | None, str | bytes]]) -> NcclLog:
 
 
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
+# Fields checked against MAX_RANK before any record sizes something.
+_RANK_KEYS = ("rank", "nranks", "nRanks", "nNodes", "localRanks", "localRank", "prev", "next",
+              "up", "down", "from", "to", "proxy_rank", "channel", "nchannels", "head",
+              "ranks", "coll", "collnet", "nvls", "p2p", "p2p_per_peer")
+_RANKED_RECORDS = ("init_lines", "comm_topology_lines", "ring_orders", "ring_ranks", "trees",
+                   "tree_ranks", "connections", "channel_counts", "nvls_heads", "test_devices",
+                   "nranks_fields")
+
+
+def _out_of_range(rec: dict[str, Any]) -> str | None:
+    """The first rank, count or channel of ``rec`` beyond :data:`MAX_RANK` (``key value``)."""
+    ref = rec.get("ref")
+    fields = [(k, rec.get(k)) for k in _RANK_KEYS] + [("nRanks", getattr(ref, "nranks", None))]
+    for key, v in fields:
+        for x in v if isinstance(v, list) else [v]:
+            if isinstance(x, int) and abs(x) > MAX_RANK:
+                return f"{key} {x}"
+    return None
+
+
+def _drop_out_of_range(log: NcclLog) -> None:
+    for name in _RANKED_RECORDS:
+        kept = []
+        for rec in getattr(log, name):
+            bad = _out_of_range(rec)
+            if bad is None:
+                kept.append(rec)
+            else:
+                log.warnings.append(warn(f"{bad} is beyond any job ({MAX_RANK:,}); line "
+                                         "ignored", rec["ref"].line, rec["ref"].source))
+        setattr(log, name, kept)
 
 
 def _parse_into(log: NcclLog, text: str, source: str | None) -> None:
-    for lineno, raw in enumerate(lines_of(text), start=1):
+    for lineno, raw in numbered_lines(text, source, log.warnings):
         if "\x1b" in raw:
             # Colour codes from frameworks' loggers are presentation, not damage.
             raw = _ANSI.sub("", raw)
@@ -383,6 +430,7 @@ def _parse_into(log: NcclLog, text: str, source: str | None) -> None:
         except Exception as exc:  # noqa: BLE001 - a collector must never crash on bad input
             log.warnings.append(warn(f"could not read line ({type(exc).__name__}: {exc})",
                                      lineno, source))
+    _drop_out_of_range(log)
 
 
 def _parse_segment(log: NcclLog, m: dict[str, str] | None, msg: str, lineno: int,
@@ -456,7 +504,7 @@ def _strip_rccl_suffix(log: NcclLog, msg: str, ref: LineRef) -> str:
     ref.comm, ref.nranks, ref.bus_id = sfx["comm"], int(sfx["n"]), sfx["bus"]
     log.rccl_markers.append({"what": "comm %p nRanks %02d suffix", "ref": ref})
     log.nranks_fields.append({"rank": None, "nranks": ref.nranks, "ref": ref})
-    return msg[: sfx.start()]
+    return msg[: sfx.start()].rstrip()
 
 
 def _parse_message(log: NcclLog, msg: str, ref: LineRef) -> bool:  # noqa: C901 - a dispatcher
@@ -1094,7 +1142,7 @@ def _report(log: NcclLog, group: dict[str, Any], mine) -> CommunicatorReport:
         sources=list(log.sources),
         warnings=list(log.warnings) + conflicts + placement.warnings,
         inferred=library_inference(log) + placement.inferred + ring_facts,
-        hosts_ranks=host_ranks(placement),
+        hosts_ranks=placement.hosts_ranks(),
     )
 
 
@@ -1125,18 +1173,6 @@ def _rank_infos(read: dict[int, dict[str, Any]], placement: Placement,
                  host_from=placement.host_from(r), device_from=placement.device_from(r))
         for r in ranks
     ]
-
-
-def host_ranks(placement: Placement) -> list[HostRanks]:
-    """Every host's full rank set, hosts by lowest rank: the ranks a line shows on it and the
-    ranks a rule places there."""
-    out = []
-    for key, ranks in sorted(placement.groups().items(), key=lambda kv: kv[1][0]):
-        seen = [r for r in ranks if r in placement.seen.hosts]
-        out.append(HostRanks(host=None if key.startswith("#") else key,
-                             node=placement.node_of.get(ranks[0]), ranks=ranks, seen=seen,
-                             inferred=[r for r in ranks if r not in placement.seen.hosts]))
-    return out
 
 
 def connection_links(log: NcclLog) -> dict[int, dict[tuple[int, int], tuple[bool, At]]]:

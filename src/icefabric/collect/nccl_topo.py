@@ -25,6 +25,10 @@ _TAG = re.compile(r"<(?P<close>/?)(?P<name>[A-Za-z_][\w.-]*)"
                   r"(?P<attrs>(?:\s+[\w:.-]+\s*=\s*\"[^\"<>]*\")*)"
                   r"\s*(?P<selfclose>/?)>")
 _ATTR = re.compile(r"([\w:.-]+)\s*=\s*\"([^\"]*)\"")
+#: Deepest element nesting read. A dump nests about 8 deep (system, cpu, a few PCIe switch
+#: levels, gpu, nvlink: src/graph/xml.cc); every lookup that walks up the tree is bounded by
+#: this, where a 100,000-deep garbage file once made them quadratic (a hang).
+MAX_XML_DEPTH = 64
 
 
 @dataclass
@@ -159,6 +163,11 @@ def _scan(text: str, source: str | None, warnings: list[ParseWarning]) -> tuple[
                        line=line_of(m.start()))
         stack[-1].children.append(node)
         if not m["selfclose"]:
+            if len(stack) > MAX_XML_DEPTH:
+                warnings.append(warn(f"elements nested deeper than {MAX_XML_DEPTH} (a "
+                                     "topology dump nests about 8); the rest is not read",
+                                     line_of(m.start()), source))
+                return root, False
             stack.append(node)
     if len(stack) > 1:
         warnings.append(warn(f"document ends inside <{stack[-1].tag}> (truncated); "

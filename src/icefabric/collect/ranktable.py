@@ -16,12 +16,15 @@ Numbers are written as strings in both; the reader accepts strings or integers. 
 
 from __future__ import annotations
 
+import ipaddress
 import json
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from icefabric.collect._text import read_text, to_text, warn
+from icefabric.collect._text import MAX_RANK, read_text, to_text, warn
+from icefabric.collect.infer import printed_placement
 from icefabric.schemas import CommunicatorReport, HostNics, Nic, ParseWarning, RankInfo
 
 
@@ -67,6 +70,27 @@ def _as_str(v: Any) -> str | None:
     return None if v is None else str(v)
 
 
+#: NPUs per server: an Atlas 800 holds 8, a SuperPoD node 16; 4,096 leaves room for any.
+MAX_DEVICE = 4096
+
+
+def _entry_error(rank: int | None, device_id: int | None, dev: dict[str, Any]) -> str | None:
+    """Why a rank table entry cannot be a rank (a number out of range, a bad IP), or None."""
+    if device_id is None:
+        return "has no device_id"
+    if not 0 <= device_id < MAX_DEVICE:
+        return f"device_id {device_id} is not a device number (0 to {MAX_DEVICE - 1})"
+    if rank is not None and not 0 <= rank <= MAX_RANK:
+        return f"rank_id {rank} is not a rank (0 to {MAX_RANK:,})"
+    ip = dev.get("device_ip")
+    if ip is not None:
+        try:
+            ipaddress.ip_address(str(ip))
+        except ValueError:
+            return f"device_ip {str(ip)[:40]!r} is not an IP address"
+    return None
+
+
 def parse_ranktable(text: str | bytes, source: str | None = None) -> RankTable:
     """Read an HCCL rank table JSON.
 
@@ -89,11 +113,19 @@ def parse_ranktable(text: str | bytes, source: str | None = None) -> RankTable:
     except json.JSONDecodeError as exc:
         table.warnings.append(warn(f"not valid JSON: {exc.msg}", exc.lineno, source))
         return table
+    except RecursionError:  # a rank table nests 4 deep; the C decoder stops at this limit
+        table.warnings.append(warn(f"JSON nested deeper than {sys.getrecursionlimit():,} "
+                                   "levels; not a rank table", None, source))
+        return table
     if not isinstance(data, dict):
         table.warnings.append(warn("rank table is not a JSON object", None, source))
         return table
     table.version = str(data["version"]) if "version" in data else None
     table.status = data.get("status")
+    count = data.get("server_count")
+    if count is not None and not 0 <= (_as_int(count) or -1) <= MAX_RANK:
+        table.warnings.append(warn(f"server_count {str(count)[:20]!r} is not a count",
+                                   None, source))
     pod_of: dict[str, str] = {}
     for pod in _list(data.get("super_pod_list")):
         if isinstance(pod, dict):
@@ -124,8 +156,9 @@ def parse_ranktable(text: str | bytes, source: str | None = None) -> RankTable:
     next_free = 0
     for pos, (rank, srv, dev) in enumerate(entries):
         device_id = _as_int(dev.get("device_id"))
-        if device_id is None:
-            table.warnings.append(warn(f"entry {pos} has no device_id; skipped", None, source))
+        why = _entry_error(rank, device_id, dev)
+        if why is not None:
+            table.warnings.append(warn(f"entry {pos} {why}; skipped", None, source))
             continue
         if rank is None:
             while next_free in used:
@@ -189,13 +222,15 @@ def report_from_ranktable(table: RankTable) -> CommunicatorReport:
                                for r in table.ranks if r.server_id == s])
         for s in servers
     ]
+    ranks = [RankInfo(rank=r.rank, host=r.server_id, device=r.device_id, nic=r.device_ip)
+             for r in table.ranks]
     return CommunicatorReport(
         library="hccl",
         version=table.version,
         nranks=len(table.ranks) or None,
         nnodes=len(servers) or None,
-        ranks=[RankInfo(rank=r.rank, host=r.server_id, device=r.device_id, nic=r.device_ip)
-               for r in table.ranks],
+        ranks=ranks,
+        hosts_ranks=printed_placement(ranks),
         nics=nics,
         network="RoCE",
         warnings=list(table.warnings),

@@ -170,10 +170,15 @@ def job_from_log(paths: list[str | Path], *, name: str | None = None) -> dict[st
         When no communicator (or not enough of one) was found.
     """
     from icefabric.collect._text import read_text
+    from icefabric.collect.detect import mixed_sections
     from icefabric.collect.nccl_log import build_reports, network_transport, parse_nccl_logs
     from icefabric.collect.nccl_tests import parse_nccl_tests
 
     texts = [read_text(p) for p in paths]
+    for p, text in zip(paths, texts, strict=True):
+        mixed = mixed_sections(text)
+        if mixed:
+            raise JobInferenceError(f"{p}: {mixed}")
     log = parse_nccl_logs([(str(p), t) for p, t in zip(paths, texts, strict=True)])
     reports = build_reports(log)
     if not reports:

@@ -27,13 +27,16 @@ from icefabric.dataplane.pfc import PfcParams
 ROCE_WIRE_OVERHEAD = (4096 + 58) / 4096
 #: RoCEv2 ACK on the wire (headers only)
 ROCE_ACK_BYTES = 58.0
+#: no step, sample or horizon of a run beyond 1,000 s of simulated time (a step below 1 ns
+#: would never finish)
+MAX_TIME_NS = 1e12
 
 
 class RedPerGbps(BaseModel):
     """RED thresholds that scale with each port's speed (HPCC ns-3: 4 KB and 16 KB per Gb/s,
     Pmax 0.2)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     kmin_bytes_per_gbps: float = Field(4000.0, gt=0)
     kmax_bytes_per_gbps: float = Field(16000.0, gt=0)
@@ -48,7 +51,7 @@ class EngineOptions(BaseModel):
     (:class:`icefabric.engine.fluid.FluidConfig`).
     """
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     engine: Literal["flow", "fluid"] = "flow"
     cc: Literal["none", "dcqcn"] = Field(
@@ -72,15 +75,15 @@ class EngineOptions(BaseModel):
                         "of the largest network flows (plots)")
     record_links: tuple[str, ...] = ()
     record_flows: tuple[str, ...] = ()
-    sample_interval_ns: float | None = Field(None, gt=0)
-    dt_ns: float | None = Field(None, gt=0)
-    dt_quiet_max_ns: float | None = Field(None, gt=0)
-    dt_pfc_max_ns: float | None = Field(None, gt=0)
-    pfc_tau_ns: float | None = Field(None, gt=0)
+    sample_interval_ns: float | None = Field(None, ge=1, le=MAX_TIME_NS)
+    dt_ns: float | None = Field(None, ge=1, le=MAX_TIME_NS)
+    dt_quiet_max_ns: float | None = Field(None, ge=1, le=MAX_TIME_NS)
+    dt_pfc_max_ns: float | None = Field(None, ge=1, le=MAX_TIME_NS)
+    pfc_tau_ns: float | None = Field(None, ge=1, le=MAX_TIME_NS)
     quiet_tol: float | None = Field(None, gt=0)
-    coalesce_ns: float | None = Field(None, ge=0)
-    max_steps: int | None = Field(None, gt=0)
-    max_time_ns: float | None = Field(None, gt=0)
+    coalesce_ns: float | None = Field(None, ge=0, le=MAX_TIME_NS)
+    max_steps: int | None = Field(None, gt=0, le=1_000_000_000)
+    max_time_ns: float | None = Field(None, gt=0, le=MAX_TIME_NS)
 
     @field_validator("dcqcn")
     @classmethod

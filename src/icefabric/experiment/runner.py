@@ -15,9 +15,16 @@ import numpy as np
 
 from icefabric.engine.result import CollectiveResult, SimResult
 from icefabric.experiment.bounds import collective_cut_ns
-from icefabric.experiment.draws import DrawnCollectives, draw_all, draw_seeds, quantiles
+from icefabric.experiment.draws import (
+    DrawnCollectives,
+    DrawSpread,
+    draw_all,
+    draw_seeds,
+    quantiles,
+)
 from icefabric.pipeline import scenario_plan, scenario_policy, simulate
 from icefabric.provenance import provenance
+from icefabric.scenario.budget import check_budget
 from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import LoadedScenario
 from icefabric.topology.model import Fabric
@@ -126,7 +133,7 @@ def run_policy(ls: LoadedScenario, fabric: Fabric, policy_name: str, size_bytes:
 def run_scenario(ls: LoadedScenario, *, policies: list[str] | None = None,
                  sizes: list[int] | None = None, engine: str | None = None,
                  progress=None, trace: bool = False, draws: int = 1,
-                 workers: int = 1) -> ExperimentResult:
+                 spread: DrawSpread = DrawSpread()) -> ExperimentResult:
     """Run every policy at every size; rows carry gains over ``ecmp`` and the fraction of
     the ``ideal`` bound (computed when those policies are part of the run). With ``trace``
     (fluid engine), the largest size records queue and rate time series for plots.
@@ -136,8 +143,8 @@ def run_scenario(ls: LoadedScenario, *, policies: list[str] | None = None,
     single-draw run): its rows carry the median as ``busbw_GBps`` (and ``time_us``,
     ``algbw_GBps``), ``busbw_GBps_p10``/``_p90``, the per-draw ``busbw_GBps_draws`` and
     ``draws``; gains over ECMP get ``gain_vs_ecmp_p10``/``_p90`` (over the draws) and
-    ``gain_vs_ecmp_lucky`` (over ECMP's p90). ``workers`` > 1 runs the draws of different
-    policies and sizes in that many processes."""
+    ``gain_vs_ecmp_lucky`` (over ECMP's p90). ``spread`` runs the draws of different
+    policies and sizes in local processes or on a Ray cluster (:class:`DrawSpread`)."""
     t0 = time.perf_counter()
     scn = ls.scenario
     policies = list(policies or scn.policies)
@@ -145,6 +152,7 @@ def run_scenario(ls: LoadedScenario, *, policies: list[str] | None = None,
     randomised = [p for p in policies if scenario_policy(ls, p).randomised]
     drawn = randomised if draws > 1 else []
     sizes = list(sizes or scn.size_list()) if scn.jobs else []
+    check_budget(ls, draws=draws)
     fabric = build_fabric(ls)
     total = len(policies) * (len(sizes) + (scn.training is not None)) + \
         len(drawn) * len(sizes)
@@ -168,7 +176,7 @@ def run_scenario(ls: LoadedScenario, *, policies: list[str] | None = None,
             done += 1
     seeds = draw_seeds(scn.seed, draws)
     for d in draw_all(ls, fabric, drawn, sizes, seeds, engine=engine, first=first,
-                      workers=workers):
+                      spread=spread):
         if progress:
             progress(done, total, f"{d.policy} @ {format_size(d.size_bytes)}, {draws} draws")
         apply_draws(rows, d)
@@ -249,9 +257,17 @@ def _gains_over_draws(r: dict, e: dict, key: str) -> dict:
     own = np.asarray(r.get("busbw_GBps_draws") or [r["busbw_GBps"]])
     base = np.asarray(e["busbw_GBps_draws"])
     n = min(len(own), len(base)) if len(own) > 1 else len(base)
+    lucky = _ratio(r["busbw_GBps"], e["busbw_GBps_p90"], 1)
+    if not base[:n].all():  # a draw's busbw rounds to 0: no gain to show
+        return {f"{key}_p10": None, f"{key}_p90": None, f"{key}_lucky": lucky}
     lo, _, hi = quantiles(np.resize(own, n) / base[:n] - 1)
-    return {f"{key}_p10": round(lo, 4), f"{key}_p90": round(hi, 4),
-            f"{key}_lucky": round(r["busbw_GBps"] / e["busbw_GBps_p90"] - 1, 4)}
+    return {f"{key}_p10": round(lo, 4), f"{key}_p90": round(hi, 4), f"{key}_lucky": lucky}
+
+
+def _ratio(a: float, b: float, minus: float = 0.0) -> float | None:
+    """``a / b - minus`` to 4 decimals; None when ``b`` is 0 (a size so small that its busbw
+    rounds to 0 GB/s: 8 B, where every nccl-tests log starts)."""
+    return round(a / b - minus, 4) if b else None
 
 
 def _add_relative(rows: list[dict]) -> None:
@@ -275,15 +291,15 @@ def _add_relative(rows: list[dict]) -> None:
         i = ideal.get(key(r))
         e = ecmp.get(key(r))
         r["ideal_busbw_GBps"] = i["busbw_GBps"] if i else None
-        r["frac_of_ideal"] = round(r["busbw_GBps"] / i["busbw_GBps"], 4) if i else None
+        r["frac_of_ideal"] = _ratio(r["busbw_GBps"], i["busbw_GBps"]) if i else None
         for name, base in (("gain_vs_deployed", deployed.get(key(r))), ("gain_vs_ecmp", e)):
-            r[name] = round(r["busbw_GBps"] / base["busbw_GBps"] - 1, 4) if base else None
+            r[name] = _ratio(r["busbw_GBps"], base["busbw_GBps"], 1) if base else None
             if base and base.get("busbw_GBps_draws") and r is not base:
                 r.update(_gains_over_draws(r, base, name))
         best = max((b for p, b in baselines.get(key(r), {}).items() if p != r["policy"]),
                    key=lambda b: b["busbw_GBps"], default=None)
         r["best_baseline"] = best["policy"] if best else None
-        r["gain_vs_best"] = round(r["busbw_GBps"] / best["busbw_GBps"] - 1, 4) if best else None
+        r["gain_vs_best"] = _ratio(r["busbw_GBps"], best["busbw_GBps"], 1) if best else None
         # busbw x time is the same for every policy at one size: rescale to the bound time
         t_bound = max(i["time_us"] if i else 0.0, cut.get(key(r), 0.0))
         b = r["busbw_GBps"] * r["time_us"] / t_bound if t_bound > 0 else None

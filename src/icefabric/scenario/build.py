@@ -9,6 +9,7 @@ import numpy as np
 
 from icefabric.ccl.nccl_defaults import NcclModelError, NcclSettings
 from icefabric.dataplane.ecmp import PROFILES, ROLES, role_profile
+from icefabric.scenario.budget import check_budget
 from icefabric.scenario.loader import LoadedScenario
 from icefabric.topology import builders
 from icefabric.topology.builders import ServerGroup, TopologyError
@@ -21,6 +22,9 @@ from icefabric.units import gbps
 
 
 def build_fabric(ls: LoadedScenario) -> Fabric:
+    """The scenario's fabric, once its size is within budget
+    (:func:`icefabric.scenario.budget.check_budget`)."""
+    check_budget(ls)
     scn = ls.scenario
     fs = scn.fabric
     groups = []

@@ -17,8 +17,10 @@ from typing import Any
 import annotated_types
 from pydantic import BaseModel
 
+from icefabric.scenario.budget import DEFAULT_MEMORY_LIMIT, MEMORY_LIMIT_ENV
 from icefabric.scenario.loader import DEFAULT_SCENARIO, builtin_names, builtin_text
 from icefabric.scenario.schema import Scenario
+from icefabric.units import format_size
 
 # Field-name suffix -> unit (longest first), following the project's naming rule.
 _UNITS = (("_bytes_per_gbps", "bytes per Gb/s of port speed"), ("_gbps", "Gb/s"),
@@ -217,6 +219,13 @@ def scenario_docs() -> str:
         "show NAME` prints one to copy, `icefab scenario check FILE` validates a file, and "
         "`icefab catalog` lists the server and switch profiles that `server`, "
         "`leaf_switch` ... name. Examples in the tables come from the built-in scenarios.",
+        "",
+        "Every number has a domain (the limits column; no `.inf` or `.nan`), and before "
+        "anything is built the whole scenario is held to a budget "
+        "(`icefabric.scenario.budget.Budget`: servers, switches, directed links, ranks, "
+        "QPs) and to an estimate of the memory its run needs, at most "
+        f"{format_size(DEFAULT_MEMORY_LIMIT)} unless "
+        f"`{MEMORY_LIMIT_ENV}` (e.g. `64GiB`) raises it on a bigger machine.",
         "",
         f"The built-in default (`icefab scenario show {DEFAULT_SCENARIO}`):",
         "",

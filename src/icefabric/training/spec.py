@@ -28,7 +28,7 @@ from icefabric.training.model import PRESETS, ModelSpec, model_preset
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class ModelChoice(_Strict):

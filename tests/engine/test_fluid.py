@@ -196,8 +196,8 @@ def test_a_cnp_arrives_after_the_queues_downstream_of_the_mark(delay_ns):
 
 
 def test_a_delay_longer_than_the_line_is_clamped_not_wrapped(monkeypatch):
-    """A delay line capped below the delay delivers the CNP at its last slot (late as little
-    as it can), never on a slot that wrapped round to an earlier time."""
+    """A delay line capped below the delay delivers the CNP at its last slot (as late as
+    the line allows), never on a slot that wrapped round to an earlier time."""
     from icefabric.engine import fluid
 
     monkeypatch.setattr(fluid, "_FB_MAX_BYTES", 8)  # one slot per route: the cap binds

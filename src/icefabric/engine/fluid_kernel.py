@@ -752,8 +752,9 @@ def _marks(net, st, t_new, dt) -> bool:
     mark made at hop j is due at: now + the path latency from hop j on and back
     (``fb_lat`` of the entry) + the queue wait of every hop after j (its content over its
     line rate, at mark time) + the reverse path's queue waits. The delay line holds every
-    delay the run's buffers allow (``FluidSim._state``); a longer one is clamped to its
-    last slot, never wrapped onto an earlier one. Runs after :func:`_cnps` of the step, so
+    delay the run's buffers allow (``FluidSim._feedback_slots``; it grows as delays need,
+    :func:`_grow_line`); a longer one is clamped to its last slot, never wrapped onto an
+    earlier one. Runs after :func:`_cnps` of the step, so
     the slots after the step's bucket are free.
     """
     st_sf = st.sf
@@ -825,7 +826,7 @@ def _grow_line(st, cur_b, need) -> int:
     ``b % rows``: after doubling, a pending bucket's row stays or moves up by the old count,
     onto a row never used before, so the moves need no scratch. The line is allocated at
     its largest but only touched as far as it grows (a full-size ring swept by the clock
-    cost a page fault per 4 kB: +50 % run time on the validation set's DCQCN runs)."""
+    cost a page fault per 4 kB: up to +50 % run time on validation DCQCN runs)."""
     rows = st.si[I_FB_ROWS]
     line = st.cnp_line
     dirty = st.cnp_dirty

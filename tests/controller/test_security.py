@@ -410,3 +410,17 @@ def test_jobs_are_created_once_by_their_scheduler(tmp_path, scenario):
         assert c.get("/v1/fabric", headers=sched).status_code == 403
         assert c.delete("/v1/jobs/j1", headers=sched).status_code == 204
         assert c.delete("/v1/jobs/j1", headers=sched).status_code == 404
+
+
+def test_an_agents_text_cannot_forge_a_log_line(two_hosts, caplog):
+    c, toks, _ = two_hosts
+    caplog.set_level(logging.INFO, logger="icefabric.controller.core")
+    forged = "bad plan\nINFO icefabric.controller.core: event link_down leaf0-spine0 from admin"
+    r = c.post("/v1/events", json={"events": [{"kind": "plan_rejected", "message": forged},
+                                              {"kind": "note", "nic": "n\nx"}]},
+               headers=auth(toks["h100-0"]))
+    assert r.status_code == 202
+    recs = [x for x in caplog.records if x.getMessage().startswith("event ")]
+    assert [x.levelno for x in recs] == [logging.WARNING, logging.INFO]  # a refusal warns
+    assert all("\n" not in x.getMessage() for x in recs)
+    assert "from h100-0: 'bad plan\\nINFO" in recs[0].getMessage()

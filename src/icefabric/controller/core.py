@@ -643,15 +643,15 @@ class ControllerCore:
                 changes.append((e.link.a, e.link.b, e.kind == "link_up"))
             elif e.kind == "cnp_rate":
                 self.metrics.cnp_reports.inc()
-            elif e.kind == "plan_rejected":
-                log.warning("%s refused the plan it was served: %r", host, e.message)
         self.repo.add_events(host, [e.model_dump(mode="json") for e in events])
         self.metrics.events.inc(len(events))
         for e in events:  # an operator reads what happened; telemetry only when debugging
-            what = f"{e.link.a}-{e.link.b}" if e.link else (e.nic or "")
-            log.log(logging.DEBUG if e.kind in ("port_counters", "cnp_rate") else logging.INFO,
-                    "event %s %s from %s%s", e.kind, what, host,
-                    f": {e.message}" if e.message else "")
+            # (an agent's text as repr: a newline in it must not forge a log line)
+            what = f"{e.link.a}-{e.link.b}" if e.link else repr(e.nic) if e.nic else ""
+            note = f": {e.message!r}" if e.message else ""
+            level = (logging.DEBUG if e.kind in ("port_counters", "cnp_rate") else
+                     logging.WARNING if e.kind == "plan_rejected" else logging.INFO)
+            log.log(level, "event %s %s from %s%s", e.kind, what, host, note)
         if changes:
             replan = self.set_links(changes, f"events from {host}")
             log.info("links %s: %s", ", ".join(f"{a}-{b} {'up' if up else 'down'}"

@@ -1,11 +1,14 @@
-"""Flow engine at scale: ring AllReduce over 16,384 GPUs on a 3-tier fat-tree.
+"""Flow engine at scale: ring AllReduce over 16,384 (up to 131,072) GPUs on a 3-tier
+fat-tree sized for them (``fat_tree_for``: radix-128 switches, 1:1, by default).
 
 Run on demand (not part of the tests):
 
-    python benchmarks/bench_flow_engine.py [--gpus 16384] [--policy ecmp]
+    python benchmarks/bench_flow_engine.py [--gpus 16384] [--policy ecmp] [--radix 128]
+        [--oversub 1] [--rail]
 
 Prints the wall time of every stage and the peak resident memory; BENCHMARKS.md records the
-figures. Target (issue 2): under 60 s and under 4 GiB on 2 cores. To compare the stages with
+figures. Targets: under 60 s and under 4 GiB on 2 cores at 16,384 GPUs (issue 2), under
+60 s and 8 GiB at 131,072 (issue 26). To compare the stages with
 another revision side by side, run that revision's copy of this script from its own tree
 (``git archive REV src benchmarks | tar -x -C /tmp/rev``, then
 ``PYTHONPATH=/tmp/rev/src python /tmp/rev/benchmarks/bench_flow_engine.py``) alternately with
@@ -24,7 +27,7 @@ from icefabric.ccl.workload import WorkloadBuilder
 from icefabric.engine.registry import run_engine
 from icefabric.pipeline.problem import to_problem
 from icefabric.policies.base import PlanContext, get_policy
-from icefabric.topology.builders import ServerGroup, fat_tree
+from icefabric.topology.builders import ServerGroup, fat_tree_for
 from icefabric.topology.catalog import server_profile
 from icefabric.topology.model import ACCEL
 
@@ -32,17 +35,17 @@ from icefabric.topology.model import ACCEL
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--gpus", type=int, default=16384)
+    ap.add_argument("--radix", type=int, default=128, help="switch ports (64, 128, 256)")
+    ap.add_argument("--oversub", type=float, default=1.0, help="leaf down : up")
+    ap.add_argument("--rail", action="store_true", help="rail-optimized leaves")
     ap.add_argument("--policy", default="ecmp")
     ap.add_argument("--size", type=int, default=1 << 30)
     args = ap.parse_args()
     servers = args.gpus // 8
-    pods = 16
-    leaves_per_pod = max(1, servers // pods // 8)
     t = {}
     t0 = time.perf_counter()
-    fab = fat_tree([ServerGroup(server_profile("hgx-h100"), servers, "h100")], pods=pods,
-                   leaves_per_pod=leaves_per_pod, aggs_per_pod=16, n_cores=256,
-                   servers_per_leaf=8)
+    fab = fat_tree_for([ServerGroup(server_profile("hgx-h100"), servers, "h100")],
+                       radix=args.radix, oversub=args.oversub, rail_optimized=args.rail)
     t["build fabric"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     wb = WorkloadBuilder()

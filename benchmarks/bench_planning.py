@@ -26,7 +26,7 @@ from icefabric.control.failover import replan_after_failure
 from icefabric.control.planning import load_state, paths_to_csr, plan_paths
 from icefabric.control.realize import realize_paths
 from icefabric.policies.base import PlanContext
-from icefabric.topology.builders import ServerGroup, fat_tree
+from icefabric.topology.builders import ServerGroup, fat_tree_for
 from icefabric.topology.catalog import server_profile
 from icefabric.topology.model import ACCEL
 from icefabric.topology.routing import Routing
@@ -35,14 +35,16 @@ from icefabric.topology.routing import Routing
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--gpus", type=int, default=16384)
+    ap.add_argument("--radix", type=int, default=128, help="switch ports (64, 128, 256)")
+    ap.add_argument("--oversub", type=float, default=1.0, help="leaf down : up")
+    ap.add_argument("--rail", action="store_true", help="rail-optimized leaves")
     ap.add_argument("--channels", type=int, default=64)
     args = ap.parse_args()
     servers = args.gpus // 8
-    pods = 16
     t0 = time.perf_counter()
-    fab = fat_tree([ServerGroup(server_profile("hgx-h100"), servers, "h100")], pods=pods,
-                   leaves_per_pod=max(1, servers // pods // 8), aggs_per_pod=16,
-                   n_cores=256, servers_per_leaf=8, placement="scattered")
+    fab = fat_tree_for([ServerGroup(server_profile("hgx-h100"), servers, "h100")],
+                       radix=args.radix, oversub=args.oversub, rail_optimized=args.rail,
+                       placement="scattered")
     wb = WorkloadBuilder()
     comm = Communicator("ring", fab, fab.nodes_of_kind(ACCEL), channels=args.channels)
     add_collective(wb, comm, "all_reduce", 1 << 30)

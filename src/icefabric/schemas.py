@@ -20,7 +20,11 @@ from pydantic import BaseModel, ConfigDict, Field
 # =================================================================================================
 
 # 1.1 added RankInfo.node, Ring.cross_node_edges and CommunicatorReport.inferred (additive).
-COLLECT_SCHEMA_VERSION = "1.1"
+# 1.2 added RankInfo.host_from/device_from, Ring.edges, CommunicatorReport.hosts and .errors
+# (additive).
+COLLECT_SCHEMA_VERSION = "1.2"
+
+FactStatus = Literal["seen", "inferred"]
 
 ConnectionKind = Literal["P2P", "SHM", "NET", "COLLNET", "NVLS", "OTHER"]
 
@@ -37,6 +41,17 @@ class ParseWarning(_Model):
     source: str | None = None
 
 
+class FactSource(_Model):
+    """Where one value of a report comes from: ``seen`` on a line that prints it, or
+    ``inferred`` by ``rule`` from the line ``source``:``line`` (a rule over several lines cites
+    the first)."""
+
+    status: FactStatus
+    source: str | None = None
+    line: int | None = None
+    rule: str | None = None
+
+
 class RankInfo(_Model):
     """Where one rank lives: host, local device index, PCI bus id and NIC (if shown)."""
 
@@ -50,6 +65,20 @@ class RankInfo(_Model):
     node: int | None = Field(
         None, description="index of the rank's host in NCCL's order (hosts numbered by their "
                           "lowest rank); set only when every rank of the communicator is placed")
+    host_from: FactSource | None = Field(
+        None, description="how the rank's host (or node) is known; None when it is not")
+    device_from: FactSource | None = None
+
+
+class RingEdge(_Model):
+    """Two consecutive ranks of a ring on different hosts, and how that is known: ``seen`` on
+    a NET connection line between them, or ``inferred`` from the hosts of both ranks."""
+
+    a: int
+    b: int
+    status: FactStatus
+    source: str | None = None
+    line: int | None = None
 
 
 class Ring(_Model):
@@ -61,6 +90,8 @@ class Ring(_Model):
     cross_node_edges: list[tuple[int, int]] | None = Field(
         None, description="consecutive ranks (a, b) of the ring that sit on different hosts; "
                           "None when some rank's host is unknown (never an empty guess)")
+    edges: list[RingEdge] | None = Field(
+        None, description="cross_node_edges, each marked seen or inferred with its line")
 
 
 class TreeNode(_Model):
@@ -136,7 +167,8 @@ class QueuePair(_Model):
     mtu: int | None = None
 
 
-InferredKind = Literal["host", "node", "nnodes", "device", "ring_cross_node_edges", "library"]
+InferredKind = Literal["host", "node", "nnodes", "device", "ring", "ring_cross_node_edges",
+                       "library"]
 
 
 class InferredFact(_Model):
@@ -150,6 +182,45 @@ class InferredFact(_Model):
     ranks: list[int] = Field(default_factory=list, description="ranks the fact is about")
     value: str = Field(description="what was inferred, in words (host name, device index ...)")
     rule: str
+    source: str | None = None
+    line: int | None = None
+
+
+class HostRanks(_Model):
+    """The full rank set of one host: the ranks a line of their own shows on it (``seen``) and
+    the ranks a rule places there (``inferred``). ``host`` is None for a host the log never
+    names; ``node`` is NCCL's index of the host when every rank is placed."""
+
+    host: str | None = None
+    node: int | None = None
+    ranks: list[int]
+    seen: list[int] = Field(default_factory=list)
+    inferred: list[int] = Field(default_factory=list)
+
+
+CclErrorKind = Literal["cann", "torch_npu", "function", "plog"]
+
+
+class CclError(_Model):
+    """One error report a CCL or its framework printed: a CANN message (``EI0009: [PID: n]
+    <time> <message>`` with its ``Solution:`` line), a torch_npu header (``ERR02200``), an
+    HCCL/OPS function error (``error code is N``, HcclResult ``name``) or a plog ERROR line.
+
+    ``rank`` is the job rank (the ``[rankN]:`` prefix or the header's ``RankID``), ``reason``
+    the text after ``Reason:``; ``source``/``line`` point at the line that printed it.
+    """
+
+    kind: CclErrorKind
+    code: str = Field(max_length=64)
+    message: str = Field(max_length=4096)
+    reason: str | None = Field(None, max_length=4096)
+    solution: str | None = Field(None, max_length=4096)
+    rank: int | None = None
+    pid: int | None = None
+    device: int | None = None
+    time: str | None = Field(None, max_length=64)
+    name: str | None = Field(None, max_length=64)
+    function: str | None = Field(None, max_length=256)
     source: str | None = None
     line: int | None = None
 
@@ -180,6 +251,10 @@ class CommunicatorReport(_Model):
     inferred: list[InferredFact] = Field(
         default_factory=list,
         description="values above that were completed from what the log implies, not read")
+    hosts_ranks: list[HostRanks] = Field(
+        default_factory=list, description="every host's full rank set, hosts by lowest rank")
+    errors: list[CclError] = Field(
+        default_factory=list, description="error reports the artefact holds (a failing job)")
 
     def hosts(self) -> list[str]:
         """Hosts in order of their lowest rank."""

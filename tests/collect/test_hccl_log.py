@@ -45,7 +45,8 @@ def test_function_error_header_and_cann_message_of_one_failure():
 def test_hccl_function_error_names_its_hcclresult():
     log = parse_hccl_log(read_text(project_file("hccl-vllm-ascend-672-init-config.log")))
     assert log.errors[0].name == "HCCL_E_RUNTIME"  # 15 in CANN hccl_types.h
-    assert [e.pid for e in log.errors[2:]] == [None, 540989]  # "EE9999: Inner Error!" has none
+    # "EE9999: Inner Error!" prints no PID: it is the header's (the line above), like its rank
+    assert [(e.pid, e.rank, e.device) for e in log.errors[2:]] == [(540989, 1, 0)] * 2
 
 
 def test_links_in_vllm_worker_lines():
@@ -86,3 +87,44 @@ def test_several_files_keep_their_names():
     log = parse_hccl_logs([(n, read_text(project_file(n))) for n in names])
     assert [e.source for e in log.errors] == [names[0]] * 3 + [names[1]]
     assert log.to_dict()["links"][0]["source"] == names[1]
+
+
+def test_transport_error_gives_rank_code_reason_and_solution():
+    # https://github.com/vllm-project/vllm-ascend/issues/3162: "[rank1]: EI0009: [PID: n] <time>
+    # Transport init error. Reason: ..." then "[rank1]:         Solution: ..."
+    log = parse_hccl_log(read_text(project_file("hccl-vllm-ascend-3162-transport-init.log")))
+    (err,) = log.errors
+    assert (err.rank, err.code) == (1, "EI0009")
+    assert err.reason.startswith("[Create][DestLink]Create Dest error! createLink para:rank[1]")
+    assert err.solution.startswith("Check other NPUs that are not reporting errors")
+
+
+def test_cann_message_takes_rank_device_and_pid_of_the_header_above_it():
+    # hiyouga/LlamaFactory#3839: the EJ0001 line prints no PID and no [rankN]: prefix
+    log = parse_hccl_log(read_text(project_file("hccl-llamafactory-3839-ej0001.log")))
+    header, cann = log.errors
+    assert (header.code, header.rank, header.device, header.pid) == ("ERR02200", 3, 3, 927000)
+    assert (cann.code, cann.rank, cann.device, cann.pid) == ("EJ0001", 3, 3, 927000)
+    assert cann.reason == "Maybe the last training process is running."
+    assert cann.solution == "Wait for 10s after killing the last training process and try again."
+
+
+def test_a_solution_line_away_from_its_message_or_a_header_of_another_pid_is_not_taken():
+    log = parse_hccl_log("\n".join([
+        "[ERROR] 2024-05-21-11:57:54 (PID:1, Device:3, RankID:3) ERR02200 DIST call failed.",
+        "EJ0001: [PID: 2] 2024-05-21-11:57:54.167.645 Failed. Reason: busy.",
+        "unrelated line",
+        "        Solution: Wait."]))
+    cann = log.errors[1]
+    assert (cann.rank, cann.pid, cann.solution) == (None, 2, None)
+
+
+def test_hccl_report_carries_errors_and_the_ranks_they_name():
+    from icefabric.collect.hccl_log import hccl_report
+
+    rep = hccl_report(parse_hccl_log(read_text(project_file("hccl-verl-332-ej0001.log")),
+                                     "verl.log"))
+    assert rep.library == "hccl" and [(r.rank, r.device, r.pid) for r in rep.ranks] == [
+        (2, 0, 468348)]
+    assert [e.code for e in rep.errors] == ["7", "ERR02200", "EJ0001"]
+    assert rep.errors[2].solution.startswith("Wait for 10s")

@@ -10,11 +10,12 @@ from icefabric.collect.infer import (
     RULE_LAST_HOST,
     RULE_LOCAL_RANK,
     RULE_RING_DUMP,
+    RULE_RING_LINKS,
     cross_node_edges,
 )
 from icefabric.collect.nccl_log import build_reports, parse_nccl_log, parse_nccl_logs
 
-from .conftest import project_file
+from .conftest import corpus_file, project_file
 
 
 def _report(*names: str):
@@ -162,3 +163,97 @@ def test_a_ring_cut_with_dots_has_unknown_edges():
     ])
     (rep,) = build_reports(parse_nccl_log(text))
     assert [r.cross_node_edges for r in rep.rings] == [None, [(1, 2), (3, 0)]]
+
+
+def test_every_rank_s_host_is_marked_seen_or_inferred_with_its_line():
+    # NVIDIA/nccl#629: 8 of 16 ranks print Init COMPLETE (cudaDev = rank - first rank of host)
+    rep = _report("nccl-629-16r-initcomplete-partial.log")
+    assert [(h.host, h.ranks, h.seen) for h in rep.hosts_ranks] == [
+        ("A03-R28-I49-2-6000166", list(range(8)), [2, 4, 5]),
+        ("A03-R28-I49-3-9000018", list(range(8, 16)), [8, 9, 12, 14, 15])]
+    by_rank = {r.rank: r for r in rep.ranks}
+    assert by_rank[2].host_from.model_dump() == {"status": "seen", "line": 10, "rule": None,
+                                                 "source": "nccl-629-16r-initcomplete-partial.log"}
+    three = by_rank[3].host_from
+    assert (three.status, three.line, three.rule) == ("inferred", 10, RULE_DEVICE_BLOCK)
+    assert by_rank[13].device_from.status == "inferred" and by_rank[13].device == 5
+    assert all(r.host_from is not None and r.device_from is not None for r in rep.ranks)
+
+
+def test_glued_cut_prefixes_keep_the_host_and_its_block():
+    # modelscope/ms-swift#3934: "g183:161258:166018 [1] NCCg183:161260:166021 [3] NCCL INFO comm"
+    rep = _report("ms-swift-3934-16r-glued.log")
+    assert {r.host for r in rep.ranks} == {"g183", None}
+    assert [(h.host, h.ranks, h.seen) for h in rep.hosts_ranks] == [
+        ("g183", list(range(8)), [3, 4, 7]), (None, list(range(8, 16)), [])]
+
+
+def test_rings_closed_from_per_rank_ring_links_and_their_edges_inferred():
+    # NVIDIA/nccl#1189: channel 2 shows only rank 0's "Ring 02 : 2 -> 0 -> 1"; with nRanks 4
+    # the ring is closed through rank 3, and both hosts are known.
+    rep = _report("nccl-1189-h20-4r-ringlinks.log")
+    rings = {r.channel: r for r in rep.rings}
+    assert rings[2].ranks == [0, 1, 3, 2] and rings[7].ranks == [0, 2, 3, 1]
+    assert [(e.a, e.b, e.status, e.line) for e in rings[2].edges] == [
+        (1, 3, "inferred", 1), (2, 0, "inferred", 1)]
+    closed = [f for f in _facts(rep, "ring") if f.value.startswith("channel 2:")]
+    assert closed[0].rule == RULE_RING_LINKS and closed[0].line == 1
+
+
+def test_ring_links_that_leave_two_ranks_out_or_fork_fix_no_ring():
+    lines = ["h:1:1 [0] NCCL INFO Ring 00 : 5 -> 0 -> 1",  # 6 ranks: 2, 3, 4 unknown
+             "h:1:1 [0] NCCL INFO Ring 01 : 2 -> 0 -> 1",
+             "h:1:2 [1] NCCL INFO Ring 01 : 0 -> 1 -> 2",  # 0 -> 1 -> 2 -> 0: 3 of 6 ranks
+             "h:1:1 [0] NCCL INFO Ring 02 : 3 -> 0 -> 1",
+             "h:1:2 [1] NCCL INFO Ring 02 : 4 -> 1 -> 2",  # 1 after 0 and after 4: no ring
+             "h:1:1 [0] NCCL INFO comm 0x1 rank 0 nRanks 6 nNodes 1 localRanks 6 localRank 0"]
+    (rep,) = build_reports(parse_nccl_log("\n".join(lines)))
+    assert rep.rings == [] and not _facts(rep, "ring")
+
+
+def test_net_connection_lines_are_seen_edges():
+    # aws-samples/aws-efa-eks: both hosts print their NET send/receive lines
+    (rep,) = build_reports(parse_nccl_log(read_text(corpus_file("efa-aws-efa-eks-16r-2.9.9.log"))))
+    ring0 = next(r for r in rep.rings if r.channel == 0)
+    assert [(e.a, e.b, e.status) for e in ring0.edges] == [(1, 8, "seen"), (9, 0, "seen")]
+    assert all(e.line is not None for e in ring0.edges)
+    assert not _facts(rep, "ring_cross_node_edges")  # nothing about them was inferred
+
+
+def _warnings(text: str) -> list[str]:
+    (rep,) = build_reports(parse_nccl_log(text, "x.log"))
+    return [w.message for w in rep.warnings if "contradicts" in w.message]
+
+
+def test_two_lines_showing_two_hosts_for_a_rank_warn_with_both_lines():
+    text = "\n".join([
+        "a:1:1 [1] NCCL INFO comm 0x1 rank 1 nranks 4 cudaDev 1 busId 1000 - Init START",
+        "b:2:2 [1] NCCL INFO comm 0x2 rank 1 nranks 4 cudaDev 1 busId 1000 - Init COMPLETE"])
+    (msg,) = _warnings(text)
+    assert "rank 1: host: b (x.log:2) contradicts a (x.log:1)" in msg
+
+
+def test_a_dev_prefix_against_a_printed_cudadev_warns():
+    text = "\n".join([
+        "h:1:1 [1] NCCL INFO comm 0x1 rank 1 nranks 4 cudaDev 1 busId 1000 - Init START",
+        "h:1:1 [2] NCCL INFO Trees [0] -1/-1/-1->1->0"])
+    (msg,) = _warnings(text)
+    assert "rank 1: device: [2] prefix (x.log:2) contradicts 1 (x.log:1)" in msg
+
+
+def test_a_net_line_between_ranks_of_one_host_warns():
+    text = "\n".join([
+        "h:1:1 [0] NCCL INFO comm 0x1 rank 0 nRanks 2 nNodes 1 localRanks 2 localRank 0 MNNVL 0",
+        "h:1:1 [0] NCCL INFO Channel 00/02 :    0   1",
+        "h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] [send] via NET/IB/0"])
+    (msg,) = _warnings(text)
+    assert "ring edge 0->1: NET connection (x.log:3) contradicts hosts shared (x.log:1)" in msg
+
+
+def test_a_host_block_clashing_with_a_read_host_warns_and_is_not_used():
+    text = "\n".join([
+        "a:1:1 [3] NCCL INFO comm 0x1 rank 3 nRanks 16 nNodes 2 localRanks 8 localRank 3 MNNVL 0",
+        "b:2:2 [0] NCCL INFO comm 0x2 rank 5 nRanks 16 nNodes 2 localRanks 8 localRank 0 MNNVL 0"])
+    (msg,) = _warnings(text)
+    assert msg == ("rank 5: host: a (host block) (x.log:1) contradicts b (x.log:2); "
+                   "no host block used")

@@ -5,8 +5,10 @@ from icefabric.topology.builders import (
     ServerGroup,
     TopologyError,
     fat_tree,
+    fat_tree_for,
     leaf_spine,
     rail_optimized,
+    size_fat_tree,
     star,
 )
 from icefabric.topology.catalog import server_profile
@@ -108,3 +110,67 @@ def test_a_gpu_owns_both_ports_of_a_16_port_server():
     srv = f.servers[0]
     assert [int(f.nic_accel[n]) for n in srv.nics] == [a for a in srv.accels for _ in (0, 1)]
     assert int(f.accel_nic[srv.accels[1]]) == srv.nics[2]  # the first of its two ports
+
+
+@pytest.mark.parametrize("radix,oversub,rail", [(64, 1.0, False), (128, 3.0, True),
+                                                (256, 1.0, False), (128, 1.5, False)])
+def test_sized_fat_tree_holds_131072_nic_ports_within_every_radix(radix, oversub, rail):
+    size = size_fat_tree(16384, 8, radix=radix, oversub=oversub, core_oversub=1.0,
+                         rail_optimized=rail) if radix > 64 else None
+    if size is None:  # k^3/4 = 65,536 NIC ports: a radix-64 fat-tree cannot hold them
+        with pytest.raises(TopologyError, match="radix-64 core reaches at most 64 pods"):
+            size_fat_tree(16384, 8, radix=radix, oversub=oversub, rail_optimized=rail)
+        return
+    rails = 8 if rail else 1
+    leaves = size.pods * size.leaves_per_pod
+    assert leaves * size.servers_per_leaf * 8 // rails >= 131072
+    up = size.n_cores // size.aggs_per_pod * size.links_per_core
+    assert size.servers_per_leaf * 8 // rails + size.aggs_per_pod <= radix  # leaf ports
+    assert size.leaves_per_pod + up <= radix  # aggregation ports
+    assert size.pods * size.links_per_core <= radix  # core ports
+    # whole servers per leaf: never more server ports per uplink than asked (the uplinks'
+    # capacity makes the ratio exact, test_oversubscription_is_exact_per_leaf)
+    assert 0.9 * oversub <= (size.servers_per_leaf * 8 // rails) / size.aggs_per_pod <= \
+        oversub * 1.02
+
+
+def test_fat_tree_for_builds_the_sized_counts_with_parallel_core_cables():
+    f = fat_tree_for([ServerGroup(H100, 256, "h")], radix=64)
+    size = size_fat_tree(256, 8, radix=64)
+    # 4 servers (32 NICs) per leaf, 64 leaves in 2 pods of 32; each aggregation switch's
+    # 32 core cables all go to one core, which takes them from both pods (64 ports)
+    assert (size.pods, size.leaves_per_pod, size.aggs_per_pod) == (2, 32, 32)
+    assert size.links_per_core == 32 and size.n_cores == 32
+    assert len(f.nodes_of_kind(CORE)) == 32 and len(f.nodes_of_kind(LEAF)) == 64
+    fab = f.link_kind == LINK_FABRIC
+    for node in f.switches.tolist():  # no switch uses more ports than its radix
+        ports = np.count_nonzero(f.link_src == node)
+        assert ports <= 64, f.node_names[node]
+    core = f.nodes_of_kind(CORE)[0]
+    agg = f.link_src[fab & (f.link_dst == core)]
+    assert len(agg) == 64 and len(set(agg.tolist())) == 2
+
+
+def test_fat_tree_for_rejects_a_radix_it_does_not_know():
+    with pytest.raises(TopologyError, match="radix must be one of"):
+        fat_tree_for([ServerGroup(H100, 2, "h")], radix=96)
+
+
+def test_two_planes_split_every_server_and_never_meet():
+    oci = server_profile("bm-gpu-h100-8")  # 16 ports of 200G, two per GPU
+    f = fat_tree_for([ServerGroup(oci, 16, "o")], radix=64, rail_optimized=True, planes=2)
+    assert f.meta["planes"] == 2
+    plane_of = {}
+    for name, node in f.node_id.items():
+        if f.node_kind[node] in (LEAF, SPINE, CORE):
+            plane_of[node] = int(name.split("-")[0][1:])
+    for srv in f.servers:
+        for j, nic in enumerate(srv.nics):
+            assert plane_of[int(f.nic_leaf[nic])] == j % 2
+    fab = np.flatnonzero(f.link_kind == LINK_FABRIC)
+    assert all(plane_of[int(f.link_src[k])] == plane_of[int(f.link_dst[k])] for k in fab)
+    # rails: port j of every server in a group shares one leaf per plane
+    assert len({int(f.nic_leaf[s.nics[2]]) for s in f.servers}) == 1
+    with pytest.raises(TopologyError, match=r"multiple of planes \(2\)"):
+        fat_tree_for([ServerGroup(server_profile("hgx-h100", n_nics=3), 2, "h")], radix=64,
+                     planes=2)

@@ -3,7 +3,7 @@ import pytest
 
 from icefabric.topology.builders import ServerGroup, fat_tree, leaf_spine
 from icefabric.topology.catalog import server_profile
-from icefabric.topology.model import LEAF
+from icefabric.topology.model import LEAF, LINK_FABRIC
 from icefabric.topology.routing import Routing, RoutingError, ServerPaths
 
 H100 = server_profile("hgx-h100")
@@ -65,3 +65,33 @@ def test_server_paths_direct_and_pxn():
     assert len(sp.path(s.accels[0], s.nics[0])) == 1  # own NIC over PCIe
     assert len(sp.path(s.accels[0], s.nics[3])) == 3  # NVLink to the NIC owner, then PCIe
     assert len(sp.path(s.accels[0], s.accels[5])) == 2  # through the NVSwitch hub
+
+
+def _reference_groups(f, r):
+    """Every (switch, leaf) group from scipy's BFS and the next-hop rule, link by link."""
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import shortest_path
+
+    fab = (f.link_kind == LINK_FABRIC) & ~r.down
+    links, S = np.flatnonzero(fab), len(r.switches)
+    src, dst = r.sw_index[f.link_src[fab]], r.sw_index[f.link_dst[fab]]
+    adj = coo_matrix((np.ones(len(src)), (src, dst)), shape=(S, S)).tocsr()
+    d = shortest_path(adj.T.tocsr(), unweighted=True, indices=r.sw_index[r.leaves])
+    return d, {(s, i): links[(src == s) & (d[i, dst] == d[i, s] - 1)]
+               for s in range(S) for i in range(len(r.leaves))}
+
+
+@pytest.mark.parametrize("cut", ["none", "both", "one way"])
+def test_groups_toward_twin_leaves_equal_the_next_hop_rule(cut):
+    # two pods of 4 twin leaves (same aggregation switches), parallel core cables
+    f = fat_tree([ServerGroup(H100, 16, "h")], pods=2, leaves_per_pod=4, aggs_per_pod=2,
+                 n_cores=2, links_per_core=2, servers_per_leaf=2)
+    fab = np.flatnonzero(f.link_kind == LINK_FABRIC)
+    k = fab[[3, 17, len(fab) - 2]]
+    back = [f.link_id(int(f.link_dst[x]), int(f.link_src[x])) for x in k]
+    down = {"none": [], "both": list(k) + back, "one way": list(k)}[cut]
+    r = Routing(f, down)
+    d, want = _reference_groups(f, r)
+    assert np.array_equal(r.dist, d)
+    for (s, i), members in want.items():
+        assert np.array_equal(r.group(r.switches[s], r.leaves[i]), members), (s, i)

@@ -13,17 +13,17 @@ from dataclasses import asdict
 from typing import Any
 
 from icefabric.collect.hccl_log import HcclLog, parse_hccl_logs
-from icefabric.collect.infer import cross_node_edges
 from icefabric.collect.nccl_log import (
     NcclLog,
     _is_dev_index,
     host_nics,
+    host_ranks,
     implied_placement,
     library_inference,
     library_of,
     parse_nccl_logs,
+    ring_edge_map,
     rings_by_channel,
-    whole_rings,
 )
 from icefabric.collect.nccl_tests import NcclTestsOutput, parse_nccl_tests_files
 from icefabric.collect.nccl_topo import NcclTopology, is_topology_xml, parse_nccl_topo
@@ -119,22 +119,37 @@ def placement_facts(log: NcclLog) -> dict[str, Any]:
     if groups:
         f["nodes"] = [{"host": None if h.startswith("#") else h, "ranks": rs}
                       for h, rs in sorted(groups.items(), key=lambda kv: kv[1][0])]
-    edges = {}
-    for c, ring in whole_rings(log, nranks).items():
-        e = cross_node_edges(ring, placement.group_of)
-        if e is not None:
-            edges[str(c)] = [list(p) for p in e]
-    if edges:
-        f["ring_net_edges_from_rings"] = edges
+    edge_map = {c: e for c, e in ring_edge_map(log, nranks, placement).items() if e is not None}
+    if edge_map:
+        f["ring_net_edges_from_rings"] = {str(c): [[e.a, e.b] for e in edges]
+                                          for c, edges in edge_map.items()}
+        f["ring_edges"] = {str(c): [_clean(e.model_dump()) for e in edges]
+                           for c, edges in edge_map.items()}
+    if groups:
+        f["host_ranks"] = [_clean(h.model_dump()) for h in host_ranks(placement)]
+        f["host_from"] = {str(r): _source(placement.host_from(r))
+                          for r in sorted(placement.group_of)}
+    if placement.device_of:
+        f["device_from"] = {str(r): _source(placement.device_from(r))
+                            for r in sorted(placement.device_of)}
     if placement.device_of:
         f["rank_to_local_gpu"] = {str(r): d for r, d in sorted(placement.device_of.items())}
     if nnodes is None and placement.nnodes is not None:
         f["nnodes"] = placement.nnodes
-    inferred = library_inference(log) + placement.inferred
+    ring_facts: list = []
+    rings_by_channel(log, nranks, ring_facts)
+    inferred = library_inference(log) + placement.inferred + ring_facts
     if inferred:
         f["inferred"] = [{k: v for k, v in fact.model_dump().items() if k != "rule"}
                          for fact in inferred]
     return f
+
+
+def _source(src) -> str | None:
+    """A fact's provenance in one word and its line: ``"seen 12"``, ``"inferred 3"``."""
+    if src is None:
+        return None
+    return src.status if src.line is None else f"{src.status} {src.line}"
 
 
 def nccl_log_facts(log: NcclLog, tests: NcclTestsOutput | None = None) -> dict[str, Any]:
@@ -201,7 +216,7 @@ def nccl_log_facts(log: NcclLog, tests: NcclTestsOutput | None = None) -> dict[s
             f["collnet_channels"] = cc["collnet"]
         if cc["nvls"] is not None:
             f["nvls_channels"] = cc["nvls"]
-    rings = rings_by_channel(log)
+    rings = rings_by_channel(log, f.get("nranks"))
     if rings:
         f["rings"] = {str(c): r for c, r in rings.items()}
         nch = [r["nchannels"] for r in log.ring_orders if r["nchannels"]]
@@ -300,7 +315,7 @@ def hccl_facts(log: HcclLog) -> dict[str, Any]:
         f["hccl_error"] = {k: e[k] for k in ("pid", "process", "timestamp", "src", "tid",
                                               "errNo", "message") if k in e}
     if log.errors:
-        f["hccl_errors"] = [_clean(asdict(e)) for e in log.errors]
+        f["hccl_errors"] = [_clean(e.model_dump()) for e in log.errors]
     if log.links:
         f["hccl_links"] = [_clean(asdict(k)) for k in log.links]
     if log.rank_size is not None:

@@ -32,7 +32,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from icefabric.collect._text import lines_of, to_text, warn
-from icefabric.schemas import ParseWarning
+from icefabric.schemas import CclError, CommunicatorReport, ParseWarning, RankInfo
 
 _PLOG = re.compile(
     r"^\[(?P<level>ERROR|WARNING|WARN|INFO|DEBUG|EVENT|TRACE)\] (?P<module>[A-Z_]+)"
@@ -69,6 +69,9 @@ _LINK = re.compile(
     r"localIpAddr\[(?P<lip>[^\]]*)\], dst_rank\[(?P<drank>\d+)\]-remoteUserrank\[(?P<durank>\d+)\]"
     r"-remote_ip_addr\[(?P<rip>[^\]]*)\]"
 )
+_REASON = " Reason: "
+_MAX_TEXT = 4096
+_SOLUTION = "Solution:"
 # Substrings that announce a record: a line holding one whose record was not read is damaged
 # (cut, garbled) and worth a warning.
 _ANNOUNCES = {"Link para:": "link", "function error:": "function", "RankID:": "torch_npu"}
@@ -85,26 +88,9 @@ HCCL_RESULT = {
 }
 
 
-@dataclass
-class HcclError:
-    """One error report: CANN message (``EI0006``), torch_npu header (``ERR02200``), HCCL/OPS
-    function error (``error code is 15``) or plog ERROR line (``errNo``).
-
-    ``code`` is as printed (for function errors the HcclResult number, named in ``name``);
-    ``rank`` is the job rank (``[rankN]:`` prefix or ``RankID``), ``device`` the NPU index.
-    """
-
-    kind: str  # "cann" | "torch_npu" | "function" | "plog"
-    code: str
-    message: str
-    rank: int | None = None
-    pid: int | None = None
-    device: int | None = None
-    time: str | None = None
-    name: str | None = None
-    function: str | None = None
-    source: str | None = None
-    line: int | None = None
+#: One error report (the collectors' wire model; ``kind`` "cann" | "torch_npu" | "function" |
+#: "plog"; for function errors ``code`` is the HcclResult number, named in ``name``).
+HcclError = CclError
 
 
 @dataclass
@@ -135,6 +121,10 @@ class HcclLog:
     rank_size: int | None = None
     sources: list[str] = field(default_factory=list)
     warnings: list[ParseWarning] = field(default_factory=list)
+    # The last CANN message and torch_npu header read, with their line: a ``Solution:`` line
+    # belongs to the message above it, and the message to the header above it.
+    _last_cann: tuple[CclError, int] | None = field(default=None, repr=False)
+    _last_header: tuple[CclError, int] | None = field(default=None, repr=False)
 
     def plog_errors(self) -> list[dict[str, Any]]:
         """The plog records of level ERROR."""
@@ -146,7 +136,7 @@ class HcclLog:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready view (the shape of ``icefab collect hccl-log --json``)."""
         return {"rank": self.rank, "rank_size": self.rank_size,
-                "errors": [asdict(e) for e in self.errors],
+                "errors": [e.model_dump() for e in self.errors],
                 "links": [asdict(k) for k in self.links],
                 "plog_lines": len(self.records), "sources": list(self.sources),
                 "warnings": [w.model_dump() for w in self.warnings]}
@@ -188,22 +178,27 @@ def parse_hccl_logs(texts: list[tuple[str | None, str | bytes]]) -> HcclLog:
 def _parse_line(out: HcclLog, raw: str, source: str | None, lineno: int) -> None:
     msg, rank, pid = _strip_prefixes(raw.strip())
     where = {"source": source, "line": lineno}
+    if _solution(out, msg, source, lineno):
+        return
     read = set()
     if _plog(out, msg, where):
         read.add("plog")
     elif _npu_header(out, msg, rank, where):
         read.add("torch_npu")
+        out._last_header = (out.errors[-1], lineno)
     code = None
     err = None if read else _cann(msg, rank, pid, where)
     if err is not None:
+        _from_header(out, err, lineno)
         out.errors.append(err)
+        out._last_cann = (err, lineno)
         code, pid = err.code, err.pid or pid
     f = _FUNCTION.search(msg)
     if f:
         name = HCCL_RESULT.get(int(f["code"])) if f["lib"] == "HCCL" else None
         out.errors.append(HcclError(kind="function", code=f["code"], name=name, rank=rank,
                                     pid=pid, function=f["call"].split("(", 1)[0],
-                                    message=msg[f.start():].strip(), **where))
+                                    message=_cap(msg[f.start():].strip()), **where))
         read.add("function")
     link = _LINK.search(msg)
     if link:
@@ -246,7 +241,7 @@ def _plog(out: HcclLog, msg: str, where: dict[str, Any]) -> bool:
         rec["errNo"] = m["err"]
     out.records.append(rec)
     if m["level"] == "ERROR":
-        out.errors.append(HcclError(kind="plog", code=m["err"] or "-", message=m["msg"],
+        out.errors.append(HcclError(kind="plog", code=m["err"] or "-", message=_cap(m["msg"]),
                                     pid=rec["pid"], time=m["ts"], **where))
     return True
 
@@ -257,7 +252,7 @@ def _npu_header(out: HcclLog, msg: str, rank: int | None, where: dict[str, Any])
         return False
     rank_id = int(m["rank"])
     out.errors.append(HcclError(
-        kind="torch_npu", code=m["code"], message=m["msg"],
+        kind="torch_npu", code=m["code"], message=_cap(m["msg"]),
         rank=rank_id if rank_id >= 0 else rank, pid=int(m["pid"]),
         device=int(m["dev"]) if int(m["dev"]) >= 0 else None, time=m["time"], **where))
     return True
@@ -269,6 +264,59 @@ def _cann(msg: str, rank: int | None, pid: int | None,
     if not m:
         return None
     groups = m.groupdict()
-    return HcclError(kind="cann", code=m["code"], message=m["msg"], rank=rank,
+    _, cut, reason = m["msg"].partition(_REASON)
+    return HcclError(kind="cann", code=m["code"], message=_cap(m["msg"]), rank=rank,
                      pid=int(m["pid"]) if m["pid"] else pid, time=m["time"],
-                     name=groups.get("name"), **where)
+                     name=groups.get("name"), reason=_cap(reason.strip()) if cut else None,
+                     **where)
+
+
+def _cap(text: str) -> str:
+    """Text cut to the longest message a report carries (``CclError.message``)."""
+    return text if len(text) <= _MAX_TEXT else text[: _MAX_TEXT - 1] + "…"
+
+
+def _solution(out: HcclLog, msg: str, source: str | None, lineno: int) -> bool:
+    """A ``Solution:`` line: the CANN message printed on the line just above it gets it
+    (CANN error messages are "<code>: <text>" then an indented "Solution: <text>" line)."""
+    if not msg.startswith(_SOLUTION) or out._last_cann is None:
+        return False
+    err, at = out._last_cann
+    if err.source != source or lineno != at + 1 or err.solution is not None:
+        return False
+    err.solution = _cap(msg[len(_SOLUTION):].strip()) or None
+    return True
+
+
+def _from_header(out: HcclLog, err: HcclError, lineno: int) -> None:
+    """Rank, device and PID of a CANN message from the torch_npu header printed on the line
+    just above it (or above the CANN lines between them): torch_npu raises one error text,
+    the ``(PID, Device, RankID) ERRmmcc`` header followed by CANN's messages
+    (``NPUException.cpp``), so they are one process's."""
+    if out._last_header is None:
+        return
+    head, at = out._last_header
+    if head.source != err.source or lineno != at + 1:
+        return
+    if err.pid is not None and head.pid is not None and err.pid != head.pid:
+        return
+    err.rank = err.rank if err.rank is not None else head.rank
+    err.pid = err.pid if err.pid is not None else head.pid
+    err.device = err.device if err.device is not None else head.device
+    out._last_header = (head, lineno)  # the next CANN line continues the same error text
+
+
+def hccl_report(log: HcclLog) -> CommunicatorReport:
+    """The communicator report of an HCCL log: its errors, and the ranks they name with their
+    device and PID (what a controller needs to tell that the job is failing, and where)."""
+    ranks: dict[int, RankInfo] = {}
+    for e in log.errors:
+        if e.rank is None or e.rank < 0:
+            continue
+        r = ranks.setdefault(e.rank, RankInfo(rank=e.rank))
+        r.device = r.device if r.device is not None else e.device
+        r.pid = r.pid if r.pid is not None else e.pid
+    return CommunicatorReport(library="hccl", nranks=log.rank_size,
+                              ranks=[ranks[r] for r in sorted(ranks)],
+                              sources=list(log.sources), warnings=list(log.warnings),
+                              errors=list(log.errors))

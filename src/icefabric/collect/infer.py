@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from icefabric.schemas import InferredFact
+from icefabric.schemas import FactSource, InferredFact, ParseWarning, RingEdge
 
 RULE_DEVICE = (
     "the [dev] prefix is the printing thread's current CUDA/HIP device (src/debug.cc: "
@@ -23,6 +23,10 @@ RULE_DEVICE = (
 RULE_RING_DUMP = (
     "'Channel cc/NN :' ring orders are printed by rank 0 only (src/graph/rings.cc "
     "ncclBuildRings: if (rank == 0) dumpLine)")
+RULE_RING_LINKS = (
+    "a rank's 'Ring cc : prev -> me -> next' line gives two links of channel cc's ring "
+    "(src/graph/connect.cc); links forming one path over all ranks but one leave one way to "
+    "close the ring: through the rank left out")
 RULE_BUS_ID = (
     "RCCL ends this line with the printing rank's 'busId %lx' (ROCm/rccl src/init.cc), the "
     "busId this host's connection or init lines give that rank")
@@ -40,6 +44,11 @@ RULE_BLOCKS = (
     "nRanks = nNodes x localRanks and ranks numbered host by host (src/init.cc): block k holds "
     "ranks k*localRanks .. (k+1)*localRanks-1")
 RULE_NNODES = "every rank is placed; hosts counted"
+RULE_CONNECTION = (
+    "the channel's connection line of the pair: SHM and P2P connect only ranks with the same "
+    "host hash (src/transport/shm.cc shmCanConnect, src/graph/paths.cc ncclTopoCheckP2p; P2P "
+    "across hosts only with MNNVL), NET is what is left (src/transport/net.cc; within a host "
+    "only when P2P and SHM are disabled, which then contradicts the hosts and is warned)")
 RULE_EDGES = (
     "consecutive ranks of the rank-0 ring order (src/graph/rings.cc) that the host map puts on "
     "different hosts")
@@ -74,6 +83,33 @@ class LocalRankLine:
     line: int
 
 
+#: (source, 1-based line) of a line in the log
+At = tuple[str | None, int]
+
+
+def _at(at: At | None) -> str:
+    return "?" if at is None else f"{at[0] or '-'}:{at[1]}"
+
+
+def contradiction(what: str, first: tuple[object, At | None], other: tuple[object, At | None],
+                  kept: str = "kept the first") -> ParseWarning:
+    """A warning naming both lines that disagree (never a silent pick)."""
+    (v1, at1), (v2, at2) = first, other
+    line, source = (at2[1], at2[0]) if at2 else (None, None)
+    return ParseWarning(message=f"{what}: {v2} ({_at(at2)}) contradicts {v1} ({_at(at1)}); "
+                                f"{kept}", line=line, source=source)
+
+
+@dataclass
+class Seen:
+    """What the log prints outright: rank -> host and rank -> device, with the line of each."""
+
+    hosts: dict[int, str] = field(default_factory=dict)
+    devices: dict[int, int] = field(default_factory=dict)
+    host_at: dict[int, At] = field(default_factory=dict)
+    device_at: dict[int, At] = field(default_factory=dict)
+
+
 @dataclass
 class Placement:
     """Where every rank the log implies sits, plus what had to be inferred for it.
@@ -88,6 +124,26 @@ class Placement:
     device_of: dict[int, int] = field(default_factory=dict)
     nnodes: int | None = None
     inferred: list[InferredFact] = field(default_factory=list)
+    seen: Seen = field(default_factory=Seen)
+    warnings: list[ParseWarning] = field(default_factory=list)
+
+    def host_from(self, rank: int) -> FactSource | None:
+        """How ``rank``'s host is known: the line printing it, or the rule placing it."""
+        return self._source(rank, self.seen.host_at, ("host", "node"))
+
+    def device_from(self, rank: int) -> FactSource | None:
+        """How ``rank``'s local device is known."""
+        return self._source(rank, self.seen.device_at, ("device",))
+
+    def _source(self, rank: int, seen_at: dict[int, At], kinds: tuple[str, ...],
+                ) -> FactSource | None:
+        if rank in seen_at:
+            src, line = seen_at[rank]
+            return FactSource(status="seen", source=src, line=line)
+        fact = next((f for f in self.inferred if f.fact in kinds and rank in f.ranks), None)
+        if fact is None:
+            return None
+        return FactSource(status="inferred", source=fact.source, line=fact.line, rule=fact.rule)
 
     def host_of(self, rank: int) -> str | None:
         """The host name of ``rank`` (None when unknown or not named by the log)."""
@@ -128,15 +184,24 @@ def _fact(kind, ranks, value, rule, source=None, line=None) -> InferredFact:
                         line=line)
 
 
-def infer_devices(printed: list[PrintedRank], read: dict[int, int]) -> Placement:
+def infer_devices(printed: list[PrintedRank], seen: Seen) -> Placement:
     """Device of each rank from the ``[dev]`` prefix of lines its own thread printed.
 
-    ``read`` holds the devices the log prints outright (``cudaDev`` ...); they win and are not
-    inferred. The first line seen for a rank decides.
+    The devices ``seen`` prints outright (``cudaDev`` ...) win and are not inferred; a
+    ``[dev]`` prefix that disagrees with one gives a warning naming both lines. The first line
+    read for a rank decides.
     """
-    out = Placement(device_of=dict(read))
+    out = Placement(device_of=dict(seen.devices), seen=seen)
     for p in printed:
-        if p.dev is None or p.rank in out.device_of:
+        if p.dev is None:
+            continue
+        if p.rank in seen.devices:
+            if p.dev != seen.devices[p.rank] and p.rule is None:
+                out.warnings.append(contradiction(
+                    f"rank {p.rank}: device", (seen.devices[p.rank], seen.device_at.get(p.rank)),
+                    (f"[{p.dev}] prefix", (p.source, p.line)), "kept the printed device"))
+            continue
+        if p.rank in out.device_of:
             continue
         out.device_of[p.rank] = p.dev
         rule = RULE_DEVICE if p.rule is None else f"{p.rule}; {RULE_DEVICE}"
@@ -145,42 +210,44 @@ def infer_devices(printed: list[PrintedRank], read: dict[int, int]) -> Placement
 
 
 def _block_of_host(ranks: set[int], lines: list[LocalRankLine], devices: dict[int, int],
-                   width_hint: int | None) -> tuple[range, str, LocalRankLine | None] | None:
-    """The block of consecutive ranks one host holds, if its lines imply one."""
+                   dev_at: dict[int, At], width_hint: int | None,
+                   ) -> tuple[range, str, At | None] | None:
+    """The block of consecutive ranks one host holds, if its lines imply one, with the rule
+    and the line it rests on (the localRank line, or the line of the lowest rank's device)."""
     if lines:
         bases = {ln.rank - ln.local_rank for ln in lines}
         widths = {ln.local_ranks for ln in lines}
         if len(bases) != 1 or len(widths) != 1:
             return None
         base, width, rule, ref = bases.pop(), widths.pop(), RULE_LOCAL_RANK, lines[0]
+        at: At | None = (ref.source, ref.line)
     else:
         # One rank on its device says nothing about numbering; two or more agreeing do.
-        bases = {r - devices[r] for r in ranks if r in devices}
-        if len(bases) != 1 or not width_hint or sum(r in devices for r in ranks) < 2:
+        with_dev = sorted(r for r in ranks if r in devices)
+        bases = {r - devices[r] for r in with_dev}
+        if len(bases) != 1 or not width_hint or len(with_dev) < 2:
             return None
-        base, width, rule, ref = bases.pop(), width_hint, RULE_DEVICE_BLOCK, None
+        base, width, rule, at = bases.pop(), width_hint, RULE_DEVICE_BLOCK, dev_at.get(with_dev[0])
     block = range(base, base + width)
     if base < 0 or not ranks <= set(block):
         return None
-    return block, rule, ref
+    return block, rule, at
 
 
-def place_ranks(nranks: int | None, nnodes: int | None, read_hosts: dict[int, str],
-                local_lines: list[LocalRankLine], devices: dict[int, int],
-                printed: list[PrintedRank] = ()) -> Placement:
+def place_ranks(nranks: int | None, nnodes: int | None, devices: Placement,
+                local_lines: list[LocalRankLine], printed: list[PrintedRank] = (),
+                ) -> Placement:
     """Hosts of the ranks: the hosts read, completed where the log implies the rest.
 
     Parameters
     ----------
     nranks, nnodes : int or None
         Communicator size and host count, when printed.
-    read_hosts : dict
-        Rank -> host of the lines that print the rank with its host prefix (facts, not
-        inferred).
+    devices : Placement
+        :func:`infer_devices`: the hosts and devices the log prints (``seen``, facts, not
+        inferred) and the devices its ``[dev]`` prefixes imply.
     local_lines : list of LocalRankLine
         The communicator's ``localRank`` lines.
-    devices : dict
-        Rank -> local device index (read or inferred), for hosts without ``localRank`` lines.
     printed : list of PrintedRank
         Lines whose rank is implied by a rule (``rule`` set): their host is inferred too.
 
@@ -188,7 +255,8 @@ def place_ranks(nranks: int | None, nnodes: int | None, read_hosts: dict[int, st
     -------
     Placement
         ``group_of``/``node_of``/``nnodes``, ``device_of`` (``devices`` plus the devices the
-        device-index numbering implies) and the inferred facts.
+        device-index numbering implies), the inferred facts and, for lines that disagree,
+        warnings naming both.
 
     Notes
     -----
@@ -197,16 +265,24 @@ def place_ranks(nranks: int | None, nnodes: int | None, read_hosts: dict[int, st
     (``RULE_DEVICE_BLOCK``); with ``nNodes`` hosts, the ranks left over are on the one host
     left (``RULE_LAST_HOST``) or, with ``nRanks = nNodes x localRanks``, in blocks of
     ``localRanks`` (``RULE_BLOCKS``). A block that would contradict a host read elsewhere is
-    not used.
+    not used, and the contradiction is warned about.
     """
-    out = Placement(device_of=dict(devices))
-    hosts = dict(read_hosts)
+    seen = devices.seen
+    out = Placement(device_of=dict(devices.device_of), seen=seen,
+                    inferred=list(devices.inferred), warnings=list(devices.warnings))
+    hosts = dict(seen.hosts)
     for p in printed:
-        if p.rule is not None and p.host is not None and p.rank not in hosts:
+        if p.rule is None or p.host is None:
+            continue
+        if p.rank not in hosts:
             hosts[p.rank] = p.host
             out.inferred.append(_fact("host", [p.rank], p.host, p.rule, p.source, p.line))
+        elif hosts[p.rank] != p.host:
+            out.warnings.append(contradiction(
+                f"rank {p.rank}: host", (hosts[p.rank], seen.host_at.get(p.rank)),
+                (p.host, (p.source, p.line))))
     out.group_of = dict(hosts)
-    _place_host_blocks(out, hosts, nranks, local_lines, devices)
+    _place_host_blocks(out, hosts, nranks, local_lines)
     if nranks is not None:
         _place_unnamed(out, nranks, nnodes, local_lines)
         if len(out.group_of) == nranks and set(out.group_of) == set(range(nranks)):
@@ -219,7 +295,7 @@ def place_ranks(nranks: int | None, nnodes: int | None, read_hosts: dict[int, st
 
 
 def _place_host_blocks(out: Placement, hosts: dict[int, str], nranks: int | None,
-                       local_lines: list[LocalRankLine], devices: dict[int, int]) -> None:
+                       local_lines: list[LocalRankLine]) -> None:
     """Complete each named host to the block of ranks its lines imply."""
     by_host: dict[str, set[int]] = defaultdict(set)
     for r, h in hosts.items():
@@ -227,30 +303,39 @@ def _place_host_blocks(out: Placement, hosts: dict[int, str], nranks: int | None
     lines_of: dict[str | None, list[LocalRankLine]] = defaultdict(list)
     for ln in local_lines:
         lines_of[ln.host].append(ln)
+    devices = out.device_of
+    dev_at = {**{f.ranks[0]: (f.source, f.line) for f in out.inferred
+                 if f.fact == "device" and f.line is not None}, **out.seen.device_at}
     width_hint = max(devices.values()) + 1 if devices else None
     blocks = []
     for h, ranks in by_host.items():
-        found = _block_of_host(ranks, lines_of.get(h, []), devices, width_hint)
+        found = _block_of_host(ranks, lines_of.get(h, []), devices, dev_at, width_hint)
         if found is not None and (nranks is None or found[0].stop <= nranks):
             blocks.append((h, *found))
     # A block holding a rank read on another host shows the ranks are not numbered host by
     # host: then no block is trusted.
-    if any(hosts.get(r, h) != h for h, block, _, _ in blocks for r in block):
+    clash = next(((h, at, r) for h, block, _, at in blocks for r in block
+                  if hosts.get(r, h) != h), None)
+    if clash is not None:
+        h, at, r = clash
+        out.warnings.append(contradiction(
+            f"rank {r}: host", (hosts[r], out.seen.host_at.get(r)), (f"{h} (host block)", at),
+            "no host block used"))
         return
-    for h, block, rule, ref in blocks:
+    for h, block, rule, at in blocks:
         new = [r for r in block if r not in out.group_of]
         for r in new:
             out.group_of[r] = h
+        src, line = at if at else (None, None)
         if new:
-            out.inferred.append(_fact("host", new, h, rule, ref.source if ref else None,
-                                      ref.line if ref else None))
+            out.inferred.append(_fact("host", new, h, rule, src, line))
         if rule == RULE_DEVICE_BLOCK:
             # The numbering that placed these ranks also gives their devices.
             for r in block:
                 if r not in out.device_of:
                     out.device_of[r] = r - block.start
                     out.inferred.append(_fact("device", [r], f"device {r - block.start}",
-                                              rule))
+                                              rule, src, line))
 
 
 def _place_unnamed(out: Placement, nranks: int, nnodes: int | None,
@@ -292,9 +377,47 @@ def cross_node_edges(ring: list[int], group_of: dict[int, str]) -> list[tuple[in
     means the ring stays on one host. A ring that is not a permutation of ``0..n-1`` was cut
     (older NCCL cut long ring lines without ``...``, NVIDIA/nccl#514), so its edges are unknown.
     """
+    edges, _ = ring_edges(ring, {}, Placement(group_of=group_of))
+    return None if edges is None else [(e.a, e.b) for e in edges]
+
+
+def ring_edges(ring: list[int], links: dict[tuple[int, int], tuple[bool, At]],
+               placement: Placement, ring_at: At | None = None,
+               ) -> tuple[list[RingEdge] | None, list[ParseWarning]]:
+    """The cross-host edges of one whole ring, each seen or inferred.
+
+    An edge is ``seen`` when the channel's connection line of the pair says how it goes
+    (``links``: (a, b) -> (crosses, line); NET crosses, P2P/SHM stays on the host --
+    ``RULE_CONNECTION``), else ``inferred`` when the hosts of both ranks are known (the
+    ring-dump line ``ring_at`` cited, ``RULE_EDGES``). None when some pair is neither, or the
+    ring is not a permutation of ``0..n-1`` (cut, see :func:`cross_node_edges`). A connection
+    line that disagrees with the hosts gives a warning naming the lines of both.
+    """
     if not ring or sorted(ring) != list(range(len(ring))):
-        return None
-    if any(r not in group_of for r in ring):
-        return None
-    pairs = zip(ring, ring[1:] + ring[:1], strict=True)
-    return [(a, b) for a, b in pairs if group_of[a] != group_of[b]]
+        return None, []
+    group_of = placement.group_of
+    edges: list[RingEdge] = []
+    warnings: list[ParseWarning] = []
+    for a, b in zip(ring, ring[1:] + ring[:1], strict=True):
+        placed = a in group_of and b in group_of
+        apart = placed and group_of[a] != group_of[b]
+        link = links.get((a, b))
+        if link is not None:
+            crosses, at = link
+            if placed and crosses != apart:
+                hosts_at = placement.host_from(a), placement.host_from(b)
+                where = next((h for h in hosts_at if h is not None and h.line is not None), None)
+                warnings.append(contradiction(
+                    f"ring edge {a}->{b}",
+                    ("hosts " + ("apart" if apart else "shared"),
+                     (where.source, where.line) if where else None),
+                    ("NET connection" if crosses else "intra-host connection", at),
+                    "kept the connection line"))
+            if crosses:
+                edges.append(RingEdge(a=a, b=b, status="seen", source=at[0], line=at[1]))
+        elif not placed:
+            return None, warnings
+        elif apart:
+            src, line = ring_at if ring_at else (None, None)
+            edges.append(RingEdge(a=a, b=b, status="inferred", source=src, line=line))
+    return edges, warnings

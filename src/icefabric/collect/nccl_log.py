@@ -36,23 +36,29 @@ from icefabric.collect.infer import (
     RULE_BUS_ID,
     RULE_EDGES,
     RULE_RING_DUMP,
+    RULE_RING_LINKS,
+    At,
     LocalRankLine,
     Placement,
     PrintedRank,
-    cross_node_edges,
+    Seen,
+    contradiction,
     infer_devices,
     place_ranks,
+    ring_edges,
 )
 from icefabric.schemas import (
     CommunicatorReport,
     Connection,
     HostNics,
+    HostRanks,
     InferredFact,
     Nic,
     ParseWarning,
     QueuePair,
     RankInfo,
     Ring,
+    RingEdge,
     TreeNode,
 )
 
@@ -65,6 +71,8 @@ _PREFIX = re.compile(
     r"(?P<host>[^\s:]*):(?P<pid>\d+):(?P<tid>\d+) \[(?P<dev>\d+)\] (?:[\w./-]+:\d+ )?"
     r"(?:NCCL|RCCL) (?P<level>INFO|WARN|TRACE|ABORT) ?"
 )
+# The host:pid:tid [dev] part alone, at a word start (a prefix cut before "NCCL INFO").
+_HOST_PID = re.compile(r"(?:^|(?<=\s))([^\s:]+):\d+:\d+ \[\d+\] ")
 _BARE_PREFIX = re.compile(r"(?:^|\s)(?:NCCL|RCCL) (?P<level>INFO|WARN|TRACE) ")
 _WARN_PREFIX = re.compile(
     r"^\[(?P<dev>\d+)\] (?P<where>\S+) \((?P<host>[^)]*)\) (?:NCCL|RCCL) WARN (?P<msg>.*)$"
@@ -278,14 +286,17 @@ def _segments(line: str, known_hosts: list[str]) -> list[tuple[dict[str, str] | 
             return [({"host": None, "pid": None, "tid": None, "dev": None,
                       "level": bare["level"]}, line[bare.end():].rstrip())]
         return [(None, line)]
-    if len(found) == 1:
+    if len(found) == 1 and found[0].start() == 0:
         return [(found[0].groupdict(), line[found[0].end():].rstrip())]
-    hosts = sorted(set(known_hosts) | {found[0]["host"]}, key=len, reverse=True)
+    # Hosts a glued name may end with: those seen before, and those of the prefixes (whole or
+    # cut after "[dev] ", as in "h:1:2 [1] NCCh:1:3 [3] NCCL INFO ...") earlier on this line.
+    hosts = sorted(set(known_hosts) | {m[1] for m in _HOST_PID.finditer(line)}, key=len,
+                   reverse=True)
     cuts: list[tuple[int, int, dict[str, str]]] = []
-    for i, m in enumerate(found):
+    for m in found:
         fields = m.groupdict()
         start = m.start()
-        if i > 0:
+        if start > 0:
             host = m["host"]
             for h in hosts:
                 if h and host != h and host.endswith(h):
@@ -690,50 +701,84 @@ def local_endpoint(conn: dict[str, Any]) -> tuple[int, str] | None:
     return conn["from"], conn["from_dev"]
 
 
-def rank_devices(log: NcclLog) -> dict[int, dict[str, Any]]:
+def rank_devices(log: NcclLog, conflicts: list[ParseWarning] | None = None,
+                 ) -> dict[int, dict[str, Any]]:
     """Per rank: host, local device, nvml device, busId, pid, as far as the log shows.
 
     The first value seen for a field wins; a line that does not show a value (a prefix-less
-    line has no host) never blocks a later line that does.
+    line has no host) never blocks a later line that does. ``host_at``/``device_at`` hold the
+    (source, line) of the host and device kept; a later line showing another host or device
+    for the rank adds a warning naming both lines to ``conflicts``.
     """
     out: dict[int, dict[str, Any]] = defaultdict(dict)
+    order = {s: i for i, s in enumerate(log.sources)}
 
-    def put(rank: int, **values: Any) -> None:
+    def earlier(ref: LineRef, at: At) -> bool:
+        return (order.get(ref.source, 0), ref.line) < (order.get(at[0], 0), at[1])
+
+    def put(rank: int, ref: LineRef, **values: Any) -> None:
         d = out[rank]
         for k, v in values.items():
-            if v is not None and d.get(k) is None:
+            if v is None:
+                continue
+            if d.get(k) is None:
                 d[k] = v
+                if k in ("host", "device"):
+                    d[f"{k}_at"] = (ref.source, ref.line)
+            elif k not in ("host", "device"):
+                continue
+            elif d[k] == v and earlier(ref, d[f"{k}_at"]):
+                d[f"{k}_at"] = (ref.source, ref.line)  # cite the first line showing it
+            elif d[k] != v and conflicts is not None:
+                conflicts.append(contradiction(f"rank {rank}: {k}", (d[k], d[f"{k}_at"]),
+                                               (v, (ref.source, ref.line))))
 
     for rec in log.init_lines:
-        put(rec["rank"], host=rec["host"], device=rec.get("cudaDev"),
+        put(rec["rank"], rec["ref"], host=rec["host"], device=rec.get("cudaDev"),
             nvml_device=rec.get("nvmlDev"), bus_id=rec.get("busId"), pid=rec["ref"].pid)
     for rec in log.comm_topology_lines:
-        put(rec["rank"], host=rec["host"])
+        put(rec["rank"], rec["ref"], host=rec["host"])
     for rec in log.nranks_fields:
         if rec["rank"] is not None:
-            put(rec["rank"], host=rec["ref"].host)
+            put(rec["rank"], rec["ref"], host=rec["ref"].host)
     for rec in log.test_devices:
-        put(rec["rank"], host=rec["host"], device=rec["device"], pid=rec["pid"])
+        put(rec["rank"], rec["ref"], host=rec["host"], device=rec["device"], pid=rec["pid"])
     for rec in log.trees:
         if rec["tree"] == 0 and rec["ref"].host is not None:
-            put(rec["rank"], host=rec["ref"].host)
+            put(rec["rank"], rec["ref"], host=rec["ref"].host)
     for rec in log.ring_ranks:
-        put(rec["rank"], host=rec["ref"].host)
+        put(rec["rank"], rec["ref"], host=rec["ref"].host)
     for conn in log.connections:
-        for rank, dev in ((conn["from"], conn["from_dev"]), (conn["to"], conn["to_dev"])):
-            if dev is not None and not _is_dev_index(dev):
-                put(rank, bus_id=dev)
-        ends = [local_endpoint(conn)]
-        if conn["kind"] in {"P2P", "SHM"}:
-            # Both ends of an intra-node connection share the printing host.
-            ends.append((conn["to"], conn["to_dev"]))
-        for end in ends:
-            if end is not None:
-                put(end[0], host=conn["ref"].host,
-                    device=int(end[1]) if _is_dev_index(end[1]) else None)
-        if conn["kind"] in {"P2P", "SHM"}:
-            put(conn["to"], host=conn["ref"].host)
+        _put_connection(conn, put)
     return dict(out)
+
+
+def _put_connection(conn: dict[str, Any], put) -> None:
+    """What one connection line shows of its ranks: busIds, and the host and device of the
+    end(s) living on the printing host (both ends of an intra-node connection)."""
+    ref = conn["ref"]
+    for rank, dev in ((conn["from"], conn["from_dev"]), (conn["to"], conn["to_dev"])):
+        if dev is not None and not _is_dev_index(dev):
+            put(rank, ref, bus_id=dev)
+    ends = [local_endpoint(conn)]
+    if conn["kind"] in {"P2P", "SHM"}:
+        # Both ends of an intra-node connection share the printing host.
+        ends.append((conn["to"], conn["to_dev"]))
+    for end in ends:
+        if end is not None:
+            put(end[0], ref, host=ref.host,
+                device=int(end[1]) if _is_dev_index(end[1]) else None)
+
+
+def seen_placement(read: dict[int, dict[str, Any]]) -> Seen:
+    """The hosts and devices :func:`rank_devices` read, with their lines."""
+    seen = Seen()
+    for r, d in read.items():
+        if d.get("host") is not None:
+            seen.hosts[r], seen.host_at[r] = d["host"], d["host_at"]
+        if d.get("device") is not None:
+            seen.devices[r], seen.device_at[r] = d["device"], d["device_at"]
+    return seen
 
 
 def host_nics(log: NcclLog) -> dict[str, dict[str, Any]]:
@@ -758,6 +803,33 @@ def host_nics(log: NcclLog) -> dict[str, dict[str, Any]]:
         if entry is not None and entry["oob"] is None:
             entry["oob"] = rec["if"]
     return out
+
+
+def network_transport(log: NcclLog) -> str | None:
+    """The network transport a log's job ran on, from NCCL's own lines, or None when the
+    log does not say: ``"RoCE"``, ``"InfiniBand"`` (``"InfiniBand and RoCE"`` when the
+    NICs mix), ``"EFA/Libfabric (<provider>)"`` or ``"Libfabric (<provider>)"``, or
+    ``"sockets"``.
+
+    Sources: the NIC list ``NET/IB : Using [i]name:port/<IB|RoCE>``
+    (``src/transport/net_ib.cc``, ``ncclIbInit``), ``Using network <name>`` (``src/init.cc``:
+    ``IB``, ``Socket``, a plugin's name such as ``AWS Libfabric``), the aws-ofi-nccl
+    plugin's ``NET/OFI Selected Provider is <provider>``, ``NET/Socket : Using``
+    (``src/transport/net_socket.cc``) and connections ``via NET/Socket/<dev>``.
+    """
+    nets = {n["network"].lower() for n in log.networks}
+    if log.ofi_providers or any("libfabric" in n or "ofi" in n for n in nets):
+        prov = log.ofi_providers[0] if log.ofi_providers else "provider not printed"
+        return f"{'EFA/' if prov == 'efa' else ''}Libfabric ({prov})"
+    links = {n.get("link") for e in host_nics(log).values() for n in e["nics"]} - {None}
+    if links == {"RoCE"}:
+        return "RoCE"
+    if "IB" in links:
+        return "InfiniBand and RoCE" if "RoCE" in links else "InfiniBand"
+    plugins = {c.get("net_plugin") for c in log.connections}
+    if "socket" in nets or "Socket" in plugins or (log.socket_ifs and not links):
+        return "sockets"
+    return None
 
 
 def printed_ranks(log: NcclLog, bus_rank: dict[tuple[str | None, str], int] | None = None,
@@ -827,40 +899,81 @@ def implied_placement(log: NcclLog, nranks: int | None, nnodes: int | None,
     read = rank_devices(log) if read is None else read
     bus_rank = {(d.get("host"), d["bus_id"]): r for r, d in read.items() if d.get("bus_id")}
     printed = printed_ranks(log, bus_rank)
-    devices = infer_devices(printed, {r: d["device"] for r, d in read.items()
-                                      if d.get("device") is not None})
-    hosts = {r: d["host"] for r, d in read.items() if d.get("host") is not None}
-    placement = place_ranks(nranks, nnodes, hosts, local_rank_lines(log), devices.device_of,
-                            printed)
-    placement.inferred = devices.inferred + placement.inferred
-    return placement
+    devices = infer_devices(printed, seen_placement(read))
+    return place_ranks(nranks, nnodes, devices, local_rank_lines(log), printed)
 
 
-def rings_by_channel(log: NcclLog) -> dict[int, list[int]]:
+def rings_by_channel(log: NcclLog, nranks: int | None = None,
+                     facts: list[InferredFact] | None = None) -> dict[int, list[int]]:
     """Ring order per channel from ``Channel cc/NN :`` lines (first complete print wins).
 
-    When only per-rank ``Ring cc : prev -> me -> next`` lines exist (NCCL_DEBUG_SUBSYS=GRAPH
-    on every rank), the ring is reconstructed by following ``next`` from the lowest rank.
+    Without one, the ring comes from the per-rank ``Ring cc : prev -> me -> next`` lines
+    (NCCL_DEBUG_SUBSYS=GRAPH), each giving two links: a closed cycle of links is the ring, and
+    with ``nranks`` known, links forming one path over all ranks but at most one are closed
+    through the rank left out (``RULE_RING_LINKS``; the ring is added to ``facts``). Rings
+    start at their lowest rank.
     """
     rings: dict[int, list[int]] = {}
     for rec in log.ring_orders:
         ch = rec["channel"]
         if ch not in rings or (rec["complete"] and len(rec["ranks"]) > len(rings[ch])):
             rings[ch] = rec["ranks"]
-    nxt: dict[int, dict[int, int]] = defaultdict(dict)
+    links: dict[int, list[dict[str, Any]]] = defaultdict(list)
     for rec in log.ring_ranks:
-        nxt[rec["channel"]][rec["rank"]] = rec["next"]
-    for ch, succ in nxt.items():
-        if ch in rings or not succ:
+        links[rec["channel"]].append(rec)
+    for ch, recs in links.items():
+        if ch in rings:
             continue
-        start = min(succ)
-        order, cur = [start], succ[start]
-        while cur in succ and cur != start and len(order) <= len(succ):
-            order.append(cur)
-            cur = succ[cur]
-        if cur == start and len(order) == len(succ):
-            rings[ch] = order
+        succ: dict[int, int] = {}
+        for rec in recs:
+            for a, b in ((rec["prev"], rec["rank"]), (rec["rank"], rec["next"])):
+                if a < 0 or b < 0 or succ.setdefault(a, b) != b:
+                    break
+            else:
+                continue
+            break  # two successors for one rank: not one ring
+        else:
+            found = _ring_from_links(succ, nranks)
+            if found is None:
+                continue
+            rings[ch], closed = found
+            if closed and facts is not None:
+                ref = recs[0]["ref"]
+                facts.append(InferredFact(
+                    fact="ring", ranks=sorted(rings[ch]),
+                    value=f"channel {ch}: " + " ".join(map(str, rings[ch])),
+                    rule=RULE_RING_LINKS, source=ref.source, line=ref.line))
     return dict(sorted(rings.items()))
+
+
+def _ring_from_links(succ: dict[int, int], nranks: int | None,
+                     ) -> tuple[list[int], bool] | None:
+    """The ring the links ``a -> succ[a]`` show, starting at its lowest rank, and whether it
+    had to be closed through ranks no link shows; None when the links do not fix it."""
+    preds = set(succ.values())
+    starts = [a for a in succ if a not in preds]
+    if len(starts) > 1:
+        return None
+    start = starts[0] if starts else min(succ)
+    path, cur = [start], succ[start]
+    while cur in succ and cur != start and len(path) <= len(succ):
+        path.append(cur)
+        cur = succ[cur]
+    if cur != start:
+        path.append(cur)  # the path's last rank, which no link leaves
+    nodes = set(succ) | preds
+    if len(path) != len(set(path)) or set(path) != nodes:
+        return None  # a repeated rank or links off the path
+    closed = cur != start
+    if closed:
+        missing = sorted(set(range(nranks)) - nodes) if nranks else None
+        if missing is None or len(missing) > 1 or not nodes <= set(range(nranks)):
+            return None
+        path += missing
+    elif nranks is not None and len(path) != nranks:
+        return None
+    low = path.index(min(path))
+    return path[low:] + path[:low], closed
 
 
 def whole_rings(log: NcclLog, nranks: int | None) -> dict[int, list[int]]:
@@ -868,7 +981,7 @@ def whole_rings(log: NcclLog, nranks: int | None) -> dict[int, list[int]]:
     communicator size is known, holding every rank."""
     cut = {r["channel"] for r in log.ring_orders if not r["complete"]} - {
         r["channel"] for r in log.ring_orders if r["complete"]}
-    return {c: ring for c, ring in rings_by_channel(log).items()
+    return {c: ring for c, ring in rings_by_channel(log, nranks).items()
             if c not in cut and (nranks is None or len(ring) == nranks)}
 
 
@@ -945,13 +1058,12 @@ def _report(log: NcclLog, group: dict[str, Any], mine) -> CommunicatorReport:
     if nranks is None and sub.ring_orders:
         nranks = max((len(r["ranks"]) for r in sub.ring_orders if r["complete"]), default=0) or None
     nnodes = next((r["nNodes"] for r in sub.comm_topology_lines), None)
-    read = rank_devices(sub)
+    conflicts: list[ParseWarning] = []
+    read = rank_devices(sub, conflicts)
     placement = implied_placement(sub, nranks, nnodes, read)
     nics = host_nics(log)
     rank_nic, conn_nic = _connection_nics(sub, nics)
-    rings = rings_by_channel(sub)
-    complete = {r["channel"]: r["complete"] for r in sub.ring_orders}
-    ring_models, ring_facts = _rings(sub, rings, complete, whole_rings(sub, nranks), placement)
+    ring_models, ring_facts = _rings(sub, nranks, placement, conflicts)
     # "N coll channels" is the count NCCL settled on (init.cc); ring-order lines come next.
     nch = [c["coll"] for c in log.channel_counts if mine(c["ref"])] or \
         [r["nchannels"] for r in sub.ring_orders if r["nchannels"]]
@@ -963,7 +1075,7 @@ def _report(log: NcclLog, group: dict[str, Any], mine) -> CommunicatorReport:
         nranks=nranks,
         nnodes=nnodes if nnodes is not None else placement.nnodes,
         ranks=_rank_infos(read, placement, rank_nic),
-        nchannels=max(nch) if nch else (len(rings) or None),
+        nchannels=max(nch) if nch else (len(ring_models) or None),
         rings=ring_models,
         trees=[TreeNode(**{k: t[k] for k in ("rank", "channel", "down", "up", "tree")})
                for t in (sub.trees or sub.tree_ranks)],
@@ -980,8 +1092,9 @@ def _report(log: NcclLog, group: dict[str, Any], mine) -> CommunicatorReport:
         network=Counter(networks).most_common(1)[0][0] if networks else None,
         env=dict(log.env),
         sources=list(log.sources),
-        warnings=list(log.warnings),
+        warnings=list(log.warnings) + conflicts + placement.warnings,
         inferred=library_inference(log) + placement.inferred + ring_facts,
+        hosts_ranks=host_ranks(placement),
     )
 
 
@@ -1008,28 +1121,80 @@ def _rank_infos(read: dict[int, dict[str, Any]], placement: Placement,
         RankInfo(rank=r, host=placement.host_of(r), device=placement.device_of.get(r),
                  nvml_device=read.get(r, {}).get("nvml_device"),
                  bus_id=read.get(r, {}).get("bus_id"), pid=read.get(r, {}).get("pid"),
-                 nic=rank_nic.get(r), node=placement.node_of.get(r))
+                 nic=rank_nic.get(r), node=placement.node_of.get(r),
+                 host_from=placement.host_from(r), device_from=placement.device_from(r))
         for r in ranks
     ]
 
 
-def _rings(sub: NcclLog, rings: dict[int, list[int]], complete: dict[int, bool],
-           whole: dict[int, list[int]], placement: Placement,
-           ) -> tuple[list[Ring], list[InferredFact]]:
-    """Ring models with their cross-host edges, and one inferred fact per ring with edges."""
-    line_of = {r["channel"]: r["ref"] for r in sub.ring_orders}
-    models, facts = [], []
+def host_ranks(placement: Placement) -> list[HostRanks]:
+    """Every host's full rank set, hosts by lowest rank: the ranks a line shows on it and the
+    ranks a rule places there."""
+    out = []
+    for key, ranks in sorted(placement.groups().items(), key=lambda kv: kv[1][0]):
+        seen = [r for r in ranks if r in placement.seen.hosts]
+        out.append(HostRanks(host=None if key.startswith("#") else key,
+                             node=placement.node_of.get(ranks[0]), ranks=ranks, seen=seen,
+                             inferred=[r for r in ranks if r not in placement.seen.hosts]))
+    return out
+
+
+def connection_links(log: NcclLog) -> dict[int, dict[tuple[int, int], tuple[bool, At]]]:
+    """Per channel, (from, to) -> (goes over the network, line) of its connection lines
+    (NET/COLLNET cross, P2P/SHM stay on the host; the first line of a pair wins)."""
+    out: dict[int, dict[tuple[int, int], tuple[bool, At]]] = defaultdict(dict)
+    for c in log.connections:
+        if c["kind"] in ("NET", "COLLNET", "P2P", "SHM"):
+            out[c["channel"]].setdefault((c["from"], c["to"]), (
+                c["kind"] in ("NET", "COLLNET"), (c["ref"].source, c["ref"].line)))
+    return out
+
+
+def ring_edge_map(log: NcclLog, nranks: int | None, placement: Placement,
+                  warnings: list[ParseWarning] | None = None,
+                  ) -> dict[int, list[RingEdge] | None]:
+    """Channel -> cross-host edges of each whole ring (None when unknown), each seen on a
+    connection line or inferred from the hosts (:func:`~icefabric.collect.infer.ring_edges`);
+    contradictions go to ``warnings``."""
+    links = connection_links(log)
+    # The line a ring comes from: its ring-dump line, else its first per-rank Ring line.
+    line_of: dict[int, At] = {}
+    for r in log.ring_orders + log.ring_ranks:
+        line_of.setdefault(r["channel"], (r["ref"].source, r["ref"].line))
+    whole = whole_rings(log, nranks)
+    out: dict[int, list[RingEdge] | None] = {}
+    for c, order in rings_by_channel(log, nranks).items():
+        if c not in whole:
+            out[c] = None
+            continue
+        out[c], found = ring_edges(order, links.get(c, {}), placement, line_of.get(c))
+        if warnings is not None:
+            warnings += found
+    return out
+
+
+def _rings(sub: NcclLog, nranks: int | None, placement: Placement,
+           warnings: list[ParseWarning]) -> tuple[list[Ring], list[InferredFact]]:
+    """Ring models with their cross-host edges, and one inferred fact per ring whose edges
+    (some of them) were inferred rather than seen."""
+    facts: list[InferredFact] = []
+    rings = rings_by_channel(sub, nranks, facts)
+    complete = {r["channel"]: r["complete"] for r in sub.ring_orders}
+    edge_map = ring_edge_map(sub, nranks, placement, warnings)
+    models = []
     for c, order in rings.items():
-        edges = cross_node_edges(order, placement.group_of) if c in whole else None
+        edges = edge_map[c]
         models.append(Ring(channel=c, ranks=order, complete=complete.get(c, True),
-                           cross_node_edges=edges))
-        if edges:
-            ref = line_of.get(c)
+                           cross_node_edges=None if edges is None else [(e.a, e.b)
+                                                                        for e in edges],
+                           edges=edges))
+        guessed = [e for e in edges or [] if e.status == "inferred"]
+        if guessed:
+            ends = sorted({r for e in guessed for r in (e.a, e.b)})
             facts.append(InferredFact(
-                fact="ring_cross_node_edges", ranks=sorted({r for e in edges for r in e}),
-                value=f"channel {c}: " + " ".join(f"{a}->{b}" for a, b in edges),
-                rule=RULE_EDGES, source=ref.source if ref else None,
-                line=ref.line if ref else None))
+                fact="ring_cross_node_edges", ranks=ends,
+                value=f"channel {c}: " + " ".join(f"{e.a}->{e.b}" for e in guessed),
+                rule=RULE_EDGES, source=guessed[0].source, line=guessed[0].line))
     return models, facts
 
 

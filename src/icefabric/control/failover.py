@@ -71,9 +71,9 @@ def affected_qps(paths: list[np.ndarray], down: np.ndarray) -> np.ndarray:
 
 
 def _changed_groups(old: Routing, new: Routing) -> np.ndarray:
-    """Boolean mask over group ids (switch index x leaf index) whose members changed."""
-    so, sn = np.diff(old.grp_indptr), np.diff(new.grp_indptr)
-    changed = so != sn
+    """Boolean mask over (switch index x leaf index) pairs whose ECMP members changed."""
+    so = np.diff(old.grp_indptr)[old.grp_id]
+    changed = so != np.diff(new.grp_indptr)[new.grp_id]
     D = old.dist != new.dist  # (leaves, switches): distance to a leaf changed
     if not D.any():
         # Distances unchanged: failures only remove members, so a group changed iff its
@@ -93,14 +93,20 @@ def _changed_groups(old: Routing, new: Routing) -> np.ndarray:
     gid = np.zeros(len(so), bool)
     gid[si * NL + li] = True
     same = np.flatnonzero(~changed & gid)
-    # Equal sizes: compare members (vectorised over the groups of equal size).
+    # Equal sizes: compare members once per distinct (old group, new group) pair.
     if len(same):
-        lo = np.repeat(old.grp_indptr[same], so[same])
-        ln = np.repeat(new.grp_indptr[same], so[same])
-        within = np.arange(len(lo)) - np.repeat(np.cumsum(so[same]) - so[same], so[same])
+        n_new = len(new.grp_indptr)
+        pairs, inv = np.unique(old.grp_id[same].astype(np.int64) * n_new + new.grp_id[same],
+                               return_inverse=True)
+        go, gn = pairs // n_new, pairs % n_new
+        size = np.diff(old.grp_indptr)[go]
+        lo = np.repeat(old.grp_indptr[go], size)
+        ln = np.repeat(new.grp_indptr[gn], size)
+        within = np.arange(len(lo)) - np.repeat(np.cumsum(size) - size, size)
         diff = old.grp_links[lo + within] != new.grp_links[ln + within]
-        g = np.repeat(same, so[same])
-        changed[np.unique(g[diff])] = True
+        bad = np.zeros(len(pairs), bool)
+        bad[np.repeat(np.arange(len(pairs)), size)[diff]] = True
+        changed[same[bad[inv.ravel()]]] = True
     return changed
 
 

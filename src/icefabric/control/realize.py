@@ -87,7 +87,7 @@ def decision_chain(fabric: Fabric, routing: Routing, dst_nic: np.ndarray,
     row = np.repeat(np.arange(Q), lens)
     col = np.arange(len(flat)) - np.repeat(np.cumsum(lens) - lens, lens)
     dl = routing.leaf_index[fabric.nic_leaf[np.asarray(dst_nic, dtype=np.int64)]][row]
-    g = routing.sw_index[fabric.link_src[flat]] * len(routing.leaves) + dl
+    g = routing.grp_id[routing.sw_index[fabric.link_src[flat]] * len(routing.leaves) + dl]
     gk = _group_keys(routing)
     key = g * fabric.n_links + flat
     i = np.minimum(np.searchsorted(gk, key), len(gk) - 1)

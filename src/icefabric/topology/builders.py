@@ -262,24 +262,31 @@ def rail_optimized(groups: list[ServerGroup], **kw) -> Fabric:
 
 def fat_tree(groups: list[ServerGroup], *, pods: int, leaves_per_pod: int, aggs_per_pod: int,
              n_cores: int, servers_per_leaf: int, oversub: float = 1.0,
-             core_oversub: float = 1.0, rail_optimized: bool = False,
-             placement: str = "packed",
+             core_oversub: float = 1.0, rail_optimized: bool = False, planes: int = 1,
+             links_per_core: int = 1, placement: str = "packed",
              leaf: SwitchProfile | str = "tomahawk5-128x400",
              agg: SwitchProfile | str = "tomahawk5-128x400",
              core: SwitchProfile | str = "tomahawk5-128x400", hash_seeds: str = "sonic",
              host_delay_ns: int = 500, fabric_delay_ns: int = 500, seed: int = 0,
              name: str = "fat-tree") -> Fabric:
-    """Three-tier fat-tree with pods (leaf -> aggregation -> core).
+    """Three-tier fat-tree with pods (leaf -> aggregation -> core), optionally rail-optimized
+    and split into independent planes.
 
     Every leaf connects to every aggregation switch of its pod; aggregation switch ``j`` of
     every pod connects to the core plane ``j`` (cores ``j*c .. (j+1)*c-1`` with
-    ``c = n_cores / aggs_per_pod``), as in the k-ary fat-tree (Al-Fares et al., SIGCOMM 2008).
-    Servers fill leaves pod by pod; with ``rail_optimized`` a leaf slot is a rail group of
-    ``n_nics`` leaves. ``oversub`` applies at the leaf, ``core_oversub`` at the aggregation.
+    ``c = n_cores / aggs_per_pod``) by ``links_per_core`` parallel cables to each, as in the
+    k-ary fat-tree (Al-Fares et al., SIGCOMM 2008). Servers fill leaves pod by pod; with
+    ``rail_optimized`` a leaf slot is a rail group of one leaf per NIC of a plane (NVIDIA's
+    rail-optimized SuperPOD, domain-facts §8.2). With ``planes`` > 1 NIC ``j`` of every
+    server sits in network plane ``j % planes``, and each plane is a fat-tree of its own
+    (``pods``, ``leaves_per_pod``, ``aggs_per_pod`` and ``n_cores`` count one plane), as in
+    Alibaba HPN's dual-plane design (two ports of a NIC on two planes; Qian et al.,
+    SIGCOMM 2024). ``oversub`` applies at the leaf, ``core_oversub`` at the aggregation.
     """
-    if min(pods, leaves_per_pod, aggs_per_pod, n_cores, servers_per_leaf) < 1:
-        raise TopologyError("pods, leaves_per_pod, aggs_per_pod, n_cores, servers_per_leaf "
-                            "must be >= 1")
+    if min(pods, leaves_per_pod, aggs_per_pod, n_cores, servers_per_leaf, planes,
+           links_per_core) < 1:
+        raise TopologyError("pods, leaves_per_pod, aggs_per_pod, n_cores, servers_per_leaf, "
+                            "planes, links_per_core must be >= 1")
     if n_cores % aggs_per_pod:
         raise TopologyError(f"n_cores ({n_cores}) must be a multiple of aggs_per_pod "
                             f"({aggs_per_pod}) so every aggregation switch has a core plane")
@@ -289,56 +296,192 @@ def fat_tree(groups: list[ServerGroup], *, pods: int, leaves_per_pod: int, aggs_
     b = _Builder(name, seed, hash_seeds, host_delay_ns, fabric_delay_ns)
     entries = _expand_groups(groups)
     servers = [b.add_server(n, p, pool) for n, p, pool in entries]
+    nics = {s.profile.n_nics for s in servers}
+    if planes > 1 and any(n % planes for n in nics):
+        raise TopologyError(f"{planes} planes need NIC counts that are multiples of "
+                            f"{planes} (servers have {sorted(nics)})")
+    if rail_optimized and len(nics) > 1:
+        raise TopologyError("rail-optimized fabrics need servers with equal NIC counts")
     slots = _place(groups, servers_per_leaf, separate_pools=False, placement=placement)
-    rails = servers[0].profile.n_nics if rail_optimized else 1
+    rails = servers[0].profile.n_nics // planes if rail_optimized else 1
     leaves_needed = len(slots) * rails
     if leaves_needed > pods * leaves_per_pod:
-        raise TopologyError(f"{len(servers)} servers need {leaves_needed} leaves but the "
-                            f"fabric has {pods} pods x {leaves_per_pod} leaves")
-    cores = [b.node(f"core{i}", CORE, index=i, sw=core_p) for i in range(n_cores)]
-    per_plane = n_cores // aggs_per_pod
+        raise TopologyError(f"{len(servers)} servers need {leaves_needed} leaves per plane "
+                            f"but the fabric has {pods} pods x {leaves_per_pod} leaves")
+    if leaves_per_pod + n_cores // aggs_per_pod * links_per_core > agg_p.radix:
+        raise TopologyError(f"aggregation switch needs {leaves_per_pod} + "
+                            f"{n_cores // aggs_per_pod * links_per_core} ports > radix "
+                            f"{agg_p.radix}")
+    if pods * links_per_core > core_p.radix:
+        raise TopologyError(f"{pods} pods x {links_per_core} links exceed core radix "
+                            f"{core_p.radix}")
+    shape = _TreeShape(pods, leaves_per_pod, aggs_per_pod, n_cores, links_per_core, oversub,
+                       core_oversub)
+    for plane in range(planes):
+        _tree_plane(b, servers, slots, shape, _PlaneSpec(plane, planes, rails, leaf_p, agg_p,
+                                                           core_p))
+    return b.build({"builder": "fat_tree", "pods": pods, "leaves": pods * leaves_per_pod *
+                    planes, "aggs": pods * aggs_per_pod * planes, "cores": n_cores * planes,
+                    "oversub": oversub, "rail_optimized": rail_optimized, "planes": planes})
+
+
+@dataclass(frozen=True)
+class _TreeShape:
+    pods: int
+    leaves_per_pod: int
+    aggs_per_pod: int
+    n_cores: int
+    links_per_core: int
+    oversub: float
+    core_oversub: float
+
+
+@dataclass(frozen=True)
+class _PlaneSpec:
+    plane: int
+    planes: int
+    rails: int
+    leaf: SwitchProfile
+    agg: SwitchProfile
+    core: SwitchProfile
+
+    def name(self, base: str) -> str:
+        """Node names of plane 0 of a one-plane fabric stay as they always were."""
+        return base if self.planes == 1 else f"p{self.plane}-{base}"
+
+
+def _tree_plane(b: _Builder, servers: list[Server], slots: list[list[int]], t: _TreeShape,
+                ps: _PlaneSpec) -> None:
+    """Switches and cables of one plane of :func:`fat_tree`."""
+    cores = [b.node(ps.name(f"core{i}"), CORE, index=ps.plane * t.n_cores + i, sw=ps.core)
+             for i in range(t.n_cores)]
+    per_plane = t.n_cores // t.aggs_per_pod
     leaf_ids = []
     agg_ids = []
-    for p in range(pods):
-        aggs = [b.node(f"agg{p}-{j}", SPINE, index=j, pod=p, sw=agg_p)
-                for j in range(aggs_per_pod)]
-        agg_ids.append(aggs)
-        for i in range(leaves_per_pod):
-            leaf_ids.append(b.node(f"leaf{p}-{i}", LEAF, index=i, pod=p, sw=leaf_p))
+    for p in range(t.pods):
+        agg_ids.append([b.node(ps.name(f"agg{p}-{j}"), SPINE,
+                               index=ps.plane * t.aggs_per_pod + j, pod=p, sw=ps.agg)
+                        for j in range(t.aggs_per_pod)])
+        leaf_ids += [b.node(ps.name(f"leaf{p}-{i}"), LEAF, index=i, pod=p, sw=ps.leaf)
+                     for i in range(t.leaves_per_pod)]
     leaf_down = np.zeros(len(leaf_ids))
     leaf_ports = np.zeros(len(leaf_ids), dtype=int)
     for k, slot in enumerate(slots):
         for s in slot:
             srv = servers[s]
-            if rail_optimized and srv.profile.n_nics != rails:
-                raise TopologyError("rail-optimized fabrics need servers with equal NIC counts")
-            for j, nic in enumerate(srv.nics):
-                li = k * rails + (j if rail_optimized else 0)
-                b.duplex(nic, leaf_ids[li], srv.profile.nic_bps, host_delay_ns, LINK_HOST)
+            for r, j in enumerate(range(ps.plane, srv.profile.n_nics, ps.planes)):
+                li = k * ps.rails + (r if ps.rails > 1 else 0)
+                b.duplex(srv.nics[j], leaf_ids[li], srv.profile.nic_bps, b.host_delay_ns,
+                         LINK_HOST)
                 leaf_down[li] += srv.profile.nic_bps
                 leaf_ports[li] += 1
     # Uplink capacity follows the largest leaf so that empty leaves still have links.
-    ref_down = max(leaf_down.max(), 1.0)
-    up_bps = ref_down / oversub / aggs_per_pod
+    up_bps = max(leaf_down.max(), 1.0) / t.oversub / t.aggs_per_pod
     for li, lf in enumerate(leaf_ids):
-        if leaf_ports[li] + aggs_per_pod > leaf_p.radix:
-            raise TopologyError(f"leaf {b.names[lf]} needs {leaf_ports[li]} + {aggs_per_pod} "
-                                f"ports > radix {leaf_p.radix}")
-        for a in agg_ids[li // leaves_per_pod]:
-            b.duplex(lf, a, up_bps, fabric_delay_ns, LINK_FABRIC)
-    core_bps = up_bps * leaves_per_pod / core_oversub / per_plane
-    if leaves_per_pod + per_plane > agg_p.radix:
-        raise TopologyError(f"aggregation switch needs {leaves_per_pod} + {per_plane} ports "
-                            f"> radix {agg_p.radix}")
-    for p in range(pods):
+        if leaf_ports[li] + t.aggs_per_pod > ps.leaf.radix:
+            raise TopologyError(f"leaf {b.names[lf]} needs {leaf_ports[li]} + "
+                                f"{t.aggs_per_pod} ports > radix {ps.leaf.radix}")
+        for a in agg_ids[li // t.leaves_per_pod]:
+            b.duplex(lf, a, up_bps, b.fabric_delay_ns, LINK_FABRIC)
+    core_bps = up_bps * t.leaves_per_pod / t.core_oversub / (per_plane * t.links_per_core)
+    for p in range(t.pods):
         for j, a in enumerate(agg_ids[p]):
             for c in cores[j * per_plane:(j + 1) * per_plane]:
-                b.duplex(a, c, core_bps, fabric_delay_ns, LINK_FABRIC)
-    if pods > core_p.radix:
-        raise TopologyError(f"{pods} pods exceed core radix {core_p.radix}")
-    return b.build({"builder": "fat_tree", "pods": pods, "leaves": len(leaf_ids),
-                    "aggs": pods * aggs_per_pod, "cores": n_cores, "oversub": oversub,
-                    "rail_optimized": rail_optimized})
+                for _ in range(t.links_per_core):
+                    b.duplex(a, c, core_bps, b.fabric_delay_ns, LINK_FABRIC)
+
+
+#: Switch profile (catalog name) that :func:`fat_tree_for` builds each radix with.
+RADIX_SWITCH = {64: "tomahawk4-64x400", 128: "tomahawk5-128x400", 256: "tomahawk5-256x200"}
+
+
+@dataclass(frozen=True)
+class FatTreeSize:
+    """The arguments of :func:`fat_tree` that :func:`size_fat_tree` chose."""
+
+    pods: int
+    leaves_per_pod: int
+    aggs_per_pod: int
+    n_cores: int
+    links_per_core: int
+    servers_per_leaf: int
+    oversub: float
+    core_oversub: float
+    rail_optimized: bool
+    planes: int
+
+    def kwargs(self) -> dict:
+        return {f: getattr(self, f) for f in self.__dataclass_fields__}
+
+
+def _split_ports(radix: int, oversub: float) -> tuple[int, int]:
+    """(down, up) ports of a switch of ``radix`` ports at ``down : up = oversub``."""
+    up = min(radix - 1, max(1, round(radix / (1 + oversub))))
+    return radix - up, up
+
+
+def size_fat_tree(n_servers: int, nics_per_server: int, *, radix: int, oversub: float = 1.0,
+                  core_oversub: float = 1.0, rail_optimized: bool = False,
+                  planes: int = 1) -> FatTreeSize:
+    """The smallest 3-tier fat-tree of ``radix``-port switches that holds ``n_servers``.
+
+    Per plane, a leaf splits its ports ``oversub : 1`` into server ports and one uplink to
+    each aggregation switch of its pod; an aggregation switch splits its ports
+    ``core_oversub : 1`` into leaves and core cables; pods are filled evenly and every core
+    takes ``links_per_core`` cables from one aggregation switch of each pod, as many as its
+    radix allows, so no more cores are built than the cables need (a core of a k-ary
+    fat-tree with fewer than k pods would leave ports empty). Without oversubscription that
+    is Al-Fares et al.'s k-ary fat-tree, ``k^3/4`` NIC ports at most (domain-facts §8.2).
+
+    Raises
+    ------
+    TopologyError — when ``radix`` cannot hold the servers (more pods than a core has ports,
+        or a leaf with fewer server ports than a server has NICs).
+    """
+    if min(n_servers, nics_per_server, radix, planes) < 1 or nics_per_server % planes:
+        raise TopologyError(f"size_fat_tree needs positive counts and NICs per server "
+                            f"({nics_per_server}) that are a multiple of planes ({planes})")
+    if oversub <= 0 or core_oversub <= 0:
+        raise TopologyError("oversub and core_oversub must be positive")
+    nics = nics_per_server // planes
+    down, up = _split_ports(radix, oversub)
+    rails = nics if rail_optimized else 1
+    per_leaf = down if rail_optimized else down // nics
+    if per_leaf < 1:
+        raise TopologyError(f"a radix-{radix} leaf at {oversub}:1 has {down} server ports, "
+                            f"fewer than a server's {nics} NICs")
+    leaves = -(-n_servers // per_leaf) * rails
+    most = _split_ports(radix, core_oversub)[0] // rails * rails
+    pods = -(-leaves // max(most, 1))
+    if most < 1 or pods > radix:
+        cap = radix * most // rails * per_leaf
+        raise TopologyError(f"{n_servers} servers need {pods} pods of {most} leaves, but a "
+                            f"radix-{radix} core reaches at most {radix} pods ({cap} servers "
+                            f"at {oversub}:1 / {core_oversub}:1); raise the radix or the "
+                            f"oversubscription")
+    per_pod = -(-leaves // pods // rails) * rails
+    core_up = min(radix - per_pod, max(1, round(per_pod / core_oversub)))
+    links = max(d for d in range(1, core_up + 1) if core_up % d == 0 and pods * d <= radix)
+    return FatTreeSize(pods, per_pod, up, up * (core_up // links), links, per_leaf, oversub,
+                       core_oversub, rail_optimized, planes)
+
+
+def fat_tree_for(groups: list[ServerGroup], *, radix: int = 128, oversub: float = 1.0,
+                 core_oversub: float = 1.0, rail_optimized: bool = False, planes: int = 1,
+                 **kw) -> Fabric:
+    """:func:`fat_tree` of ``radix``-port switches (:data:`RADIX_SWITCH`) sized by
+    :func:`size_fat_tree` for ``groups`` (all servers with one NIC count); ``kw`` goes to
+    :func:`fat_tree` (placement, hash seeds, delays, name)."""
+    if radix not in RADIX_SWITCH:
+        raise TopologyError(f"radix must be one of {sorted(RADIX_SWITCH)}, not {radix}")
+    nics = {g.profile.n_nics for g in groups}
+    if len(nics) != 1:
+        raise TopologyError("fat_tree_for needs servers with one NIC count")
+    size = size_fat_tree(sum(g.count for g in groups), nics.pop(), radix=radix,
+                         oversub=oversub, core_oversub=core_oversub,
+                         rail_optimized=rail_optimized, planes=planes)
+    sw = RADIX_SWITCH[radix]
+    return fat_tree(groups, **size.kwargs(), leaf=sw, agg=sw, core=sw, **kw)
 
 
 def star(groups: list[ServerGroup], *, switch: SwitchProfile | str = "tomahawk5-128x400",

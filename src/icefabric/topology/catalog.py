@@ -122,6 +122,11 @@ SWITCHES: dict[str, SwitchProfile] = {
             port_bps=gbps(400), buffer_bytes=165 * 2**20, hash_algorithm="crc16_ccitt",
             source="51.2 Tb/s, 128x400G; ~165 MB on-chip buffer [UNCONFIRMED]"),
         SwitchProfile(
+            name="tomahawk5-256x200", asic="Broadcom Tomahawk 5 (BCM78900)", radix=256,
+            port_bps=gbps(200), buffer_bytes=165 * 2**20, hash_algorithm="crc16_ccitt",
+            source="51.2 Tb/s as 256x200G (domain-facts §2.5 table: 64x800G / 128x400G / "
+            "256x200G); ~165 MB on-chip buffer [UNCONFIRMED]"),
+        SwitchProfile(
             name="spectrum4-128x400", asic="NVIDIA Spectrum-4", radix=128, port_bps=gbps(400),
             buffer_bytes=160 * 2**20, hash_algorithm="crc16_ccitt",
             source="51.2 Tb/s, 128x400G; ~160 MB shared buffer [UNCONFIRMED]; Cumulus "

@@ -11,8 +11,6 @@ from __future__ import annotations
 from functools import cached_property
 
 import numpy as np
-import scipy.sparse as sp
-from scipy.sparse.csgraph import shortest_path
 
 from icefabric.csr import indptr_from_lengths
 from icefabric.topology.model import (
@@ -24,6 +22,7 @@ from icefabric.topology.model import (
     Fabric,
     TopologyError,
 )
+from icefabric.topology.routing_kernel import group_signatures, leaf_hops
 
 
 class RoutingError(TopologyError):
@@ -55,39 +54,130 @@ class Routing:
         S = len(self.switches)
         src = self.sw_index[f.link_src[fab]]
         dst = self.sw_index[f.link_dst[fab]]
-        adj = sp.coo_matrix((np.ones(len(src)), (src, dst)), shape=(S, S)).tocsr()
-        # dist[i, s] = hops from switch s to leaf i (BFS on the reversed graph).
+        by_dst = np.argsort(dst, kind="stable")
+        cls, rep = self._twin_classes(src, dst)
         leaf_sw = self.sw_index[self.leaves]
-        self.dist = shortest_path(adj.T.tocsr(), unweighted=True, indices=leaf_sw)
-        self._build_groups(src, dst)
+        hops = leaf_hops(indptr_from_lengths(np.bincount(dst, minlength=S)), src[by_dst],
+                         leaf_sw[rep], S)
+        # dist[i, s] = hops from switch s to leaf i (inf: unreachable); a twin is as far
+        # as its class's first leaf from every switch but the two of them.
+        dist = hops[cls].astype(np.float64)
+        dist[dist < 0] = np.inf
+        dist[np.arange(len(cls)), leaf_sw] = 0
+        twin = np.flatnonzero(rep[cls] != np.arange(len(cls)))
+        dist[twin, leaf_sw[rep[cls[twin]]]] = 2
+        self.dist = dist
+        self._build_groups(hops, src, dst, cls, rep)
 
-    def _build_groups(self, src, dst):
+    def _twin_classes(self, src, dst) -> tuple[np.ndarray, np.ndarray]:
+        """Leaves cabled (both ways) to the same set of switches, e.g. the leaves of a
+        fat-tree pod: ``cls`` per leaf index and ``rep``, each class's first leaf index.
+
+        Twins ``i`` and ``r`` are equally far from every other switch (a path to ``i``
+        ends with a hop from one of those switches, as one to ``r`` does), so routing is
+        computed toward one leaf of each class; toward a twin every other switch uses the
+        group it has toward ``r``, except the twin's neighbours (down to the twin), the
+        twin (no hop) and ``r`` (all of its uplinks)."""
         S, NL = len(self.switches), len(self.leaves)
-        d = self.dist  # [NL, S]
-        links = self.fab_links
-        # A link s->t is a next hop toward leaf i iff dist[i, t] == dist[i, s] - 1.
-        ok = d[:, dst] == d[:, src] - 1  # [NL, n_fab_links]
-        li, k = np.nonzero(ok)
-        key = src[k] * NL + li  # group id = switch_index * NL + leaf_index
-        order = np.lexsort((links[k], key))
-        key, k = key[order], k[order]
-        counts = np.bincount(key, minlength=S * NL)
-        self.grp_indptr = np.zeros(S * NL + 1, dtype=np.int64)
-        np.cumsum(counts, out=self.grp_indptr[1:])
-        self.grp_links = links[k].astype(np.int64)
+        is_leaf = np.zeros(S, bool)
+        is_leaf[self.sw_index[self.leaves]] = True
+
+        def neighbours(at, other):
+            key = np.unique(at[is_leaf[at]].astype(np.int64) * S + other[is_leaf[at]])
+            bounds = np.searchsorted(key // S, self.sw_index[self.leaves], side="right")
+            return np.split(key % S, bounds[:-1])
+
+        seen: dict[bytes, int] = {}
+        cls = np.empty(NL, dtype=np.int64)
+        rep = []
+        for i, (a, b) in enumerate(zip(neighbours(dst, src), neighbours(src, dst),
+                                       strict=True)):
+            twin_key = a.tobytes() if len(a) and np.array_equal(a, b) else None
+            c = seen.get(twin_key) if twin_key is not None else None
+            if c is None:
+                c = len(rep)
+                rep.append(i)
+                if twin_key is not None:
+                    seen[twin_key] = c
+            cls[i] = c
+        return cls, np.array(rep, dtype=np.int64)
+
+    def _build_groups(self, hops, src, dst, cls, rep):
+        """ECMP groups: a link s->t is a next hop toward leaf i iff t is one hop closer to i.
+        ``grp_id[s * NL + i]`` is the group of switch index ``s`` toward leaf index ``i``,
+        ``grp_indptr``/``grp_links`` the members of every group (ordered by link id).
+
+        Toward the first leaf of each twin class (``hops`` rows) equal groups are stored
+        once, told apart by two 64-bit sums of random link weights (both colliding: ~2**-128
+        per pair) and read from one (switch, leaf) that has them; the twins' own groups
+        (:meth:`_twin_classes`) are added after them."""
+        S, NL, C = len(self.switches), len(self.leaves), len(rep)
+        by_src = np.argsort(src, kind="stable")  # by switch, then link id
+        links, to = self.fab_links[by_src], dst[by_src]
+        out_ptr = indptr_from_lengths(np.bincount(src, minlength=S))
+        w = np.random.default_rng(0x1CE).integers(0, 2**64 - 1, size=(2, len(links)),
+                                                   dtype=np.uint64, endpoint=True)
+        sig1, sig2 = group_signatures(hops, out_ptr, to, w[0], w[1])
+        _, first, gid = np.unique(sig1, return_index=True, return_inverse=True)
+        if np.any(sig2[first][gid.ravel()] != sig2):
+            raise TopologyError("two ECMP groups share a 64-bit signature: rebuild with "
+                                "other weights")
+        s_u, c_u = first // C, first % C
+        cnt = out_ptr[s_u + 1] - out_ptr[s_u]
+        row = np.repeat(np.arange(len(first)), cnt)
+        k = np.arange(int(cnt.sum())) + np.repeat(out_ptr[s_u] - np.cumsum(cnt) + cnt, cnt)
+        h_s = hops[c_u[row], s_u[row]]
+        keep = (h_s > 0) & (hops[c_u[row], to[k]] == h_s - 1)
+        grp = gid.reshape(S, C)[:, cls]
+        sizes = [np.bincount(row[keep], minlength=len(first))]
+        members = [links[k[keep]]]
+        twin = np.flatnonzero(rep[cls] != np.arange(NL))
+        if len(twin):
+            leaf_sw = self.sw_index[self.leaves]
+            empty = grp[leaf_sw[rep[0]], rep[0]]
+            n = len(first)
+            # the twin's neighbours: the cables down to it, one group per (switch, twin)
+            to_leaf = np.full(S, -1, dtype=np.int64)
+            to_leaf[leaf_sw[twin]] = twin
+            down = np.flatnonzero(to_leaf[to] >= 0)
+            pair, cnt_d = np.unique(src[by_src][down] * NL + to_leaf[to[down]],
+                                    return_counts=True)
+            grp[pair // NL, pair % NL] = n + np.arange(len(pair))
+            members.append(links[down[np.argsort(src[by_src][down] * NL +
+                                                 to_leaf[to[down]], kind="stable")]])
+            sizes.append(cnt_d)
+            n += len(pair)
+            # the class's first leaf: every uplink; the twin itself: no hop
+            r = np.unique(rep[cls[twin]])
+            first_of = np.full(NL, -1, dtype=np.int64)
+            first_of[r] = n + np.arange(len(r))
+            grp[leaf_sw[rep[cls[twin]]], twin] = first_of[rep[cls[twin]]]
+            members.append(links[np.concatenate([np.arange(out_ptr[x], out_ptr[x + 1])
+                                                 for x in leaf_sw[r]])])
+            sizes.append(out_ptr[leaf_sw[r] + 1] - out_ptr[leaf_sw[r]])
+            grp[leaf_sw[twin], twin] = empty
+        self.grp_id = grp.reshape(-1).astype(np.int32)
+        self.grp_indptr = indptr_from_lengths(np.concatenate(sizes))
+        self.grp_links = np.concatenate(members).astype(np.int64)
+
+    def group_ids(self, switches, dst_leaves) -> np.ndarray:
+        """Ids of the ECMP groups at ``switches`` toward ``dst_leaves`` (equal groups, e.g.
+        a leaf's uplinks toward every remote leaf, share one id)."""
+        return self.grp_id[self.sw_index[switches] * len(self.leaves)
+                           + self.leaf_index[dst_leaves]]
 
     # -- groups ----------------------------------------------------------------------------
     def group(self, switch: int, dst_leaf: int) -> np.ndarray:
         """Next-hop link ids (ECMP members, ordered) at ``switch`` toward ``dst_leaf``."""
-        g = self.sw_index[switch] * len(self.leaves) + self.leaf_index[dst_leaf]
+        g = self.group_ids(switch, dst_leaf)
         return self.grp_links[self.grp_indptr[g]:self.grp_indptr[g + 1]]
 
     def group_sizes(self, switches: np.ndarray, dst_leaves: np.ndarray) -> np.ndarray:
-        g = self.sw_index[switches] * len(self.leaves) + self.leaf_index[dst_leaves]
+        g = self.group_ids(switches, dst_leaves)
         return self.grp_indptr[g + 1] - self.grp_indptr[g]
 
     def group_member(self, switches, dst_leaves, member) -> np.ndarray:
-        g = self.sw_index[switches] * len(self.leaves) + self.leaf_index[dst_leaves]
+        g = self.group_ids(switches, dst_leaves)
         return self.grp_links[self.grp_indptr[g] + member]
 
     # -- fabric paths (NIC to NIC) ---------------------------------------------------------

@@ -34,8 +34,9 @@ class NativeKit:
             ) -> dict[str, str]:
         """The environment of a CCL program: the stand-in libibverbs, or with ``real_verbs``
         the installed one with only the kernel faked (``native/fakekernel.c``)."""
+        launcher = ("LD_LIBRARY_PATH", "RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK")
         env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("ICE_", "FAKE")) and k != "LD_LIBRARY_PATH"}
+               if not k.startswith(("ICE_", "FAKE")) and k not in launcher}
         env.update(FAKEVERBS_LOG=str(log), FAKEVERBS_IP=ip, LD_PRELOAD=str(self.shim),
                    ICE_SHIM_MLX5_LIB=str(self.dir / "libmlx5.so.1"))
         if real_verbs:

@@ -188,8 +188,10 @@ def test_receive_side_and_flush_qps_never_take_a_data_qps_port(native, tmp_path,
     """On one NIC pair, NCCL's receive side (its QPs and the GPU-flush QP, connected to
     itself) connects before the send side: only the send side's data QPs get the plan."""
     actuator.apply(plan_of([49200, 49300]))
-    recv, rlog, rhold, rqps = connect(native, tmp_path, agent_sock, 2, CCL_SIM_SIDE="accept")
-    send, slog, shold, sqps = connect(native, tmp_path, agent_sock, 2, rqpn_base=0x900)
+    recv, rlog, rhold, rqps = connect(native, tmp_path, agent_sock, 2, CCL_SIM_SIDE="accept",
+                                      OMPI_COMM_WORLD_RANK="5")
+    send, slog, shold, sqps = connect(native, tmp_path, agent_sock, 2, rqpn_base=0x900,
+                                      RANK="3", OMPI_COMM_WORLD_RANK="9")
     try:
         flush = [r["qpn"] for r in records(rlog)
                  if r.get("state") == IBV_QPS_RTR and r["dest_qpn"] == r["qpn"]]
@@ -199,6 +201,9 @@ def test_receive_side_and_flush_qps_never_take_a_data_qps_port(native, tmp_path,
         assert wait_for(lambda: len(actuator.live) == 4)
         assert flush[0] not in {q.lqpn for q in actuator.live.values()}  # never reported
         assert sorted(q.lqpn for q in actuator.live.values() if q.qp_id is None) == rqps
+        # each process's launcher rank (RANK before OMPI_COMM_WORLD_RANK ...)
+        assert {(q.qp_id is None, q.conn.rank) for q in actuator.live.values()} == {
+            (True, 5), (False, 3)}
     finally:
         release(recv, rhold)
         release(send, shold)

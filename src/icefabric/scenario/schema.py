@@ -210,10 +210,10 @@ class Scenario(_Strict):
         "simulated as one iteration per policy (see docs/training.md)")
     sizes: SizesSpec | list[int | str] = Field(
         default_factory=SizesSpec, description="message sizes: a range or an explicit list")
-    policies: list[str] = Field(default_factory=lambda: ["ecmp", "ecmp-multiqp", "spray",
-                                                         "ideal"],
+    policies: list[str] = Field(default_factory=lambda: ["ecmp", "ecmp-tuned", "ecmp-multiqp",
+                                                         "spray", "ideal"],
                                 description="policies compared on the same workload: ecmp, "
-                                "ecmp-multiqp, static-disjoint, spray, ice, ideal")
+                                "ecmp-tuned, ecmp-multiqp, static-disjoint, spray, ice, ideal")
     policy_options: dict[str, dict] = Field(default_factory=dict, description="options per "
                                             "policy, e.g. {ice: {qps: auto}}")
     engine: Literal["flow", "fluid"] = Field(

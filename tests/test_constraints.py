@@ -1,5 +1,6 @@
 """constraints.txt pins every package that ``pip install -e '.[dev,ray]'`` brings, direct or
-transitive, at the version installed (so CI and a fresh clone install the same set)."""
+transitive, at the version installed (so CI and a fresh clone install the same set); and the
+README's test command is the one .ci/run runs."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ import re
 from importlib import metadata
 from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
+
+from tests.optional import need_extra
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,10 +56,43 @@ def _closure(root: str, extras: set[str]) -> set[str]:
     return seen
 
 
-def test_every_installed_dependency_is_pinned():
+@pytest.mark.parametrize("extra", ["dev", "ray"])
+def test_every_installed_dependency_is_pinned(extra):
+    if extra != "dev":
+        need_extra(extra, extra)
     pins = _pins()
-    needed = _closure("ice-fabric", {"dev", "ray"})
+    needed = _closure("ice-fabric", {extra})
     missing = sorted(needed - set(pins))
     assert not missing, f"constraints.txt lacks pins for {missing}"
     for name in needed:
         assert metadata.version(name) == pins[name], name
+
+
+def _readme_test_command() -> str:
+    """The command in the README's fenced block after "run the whole test suite"."""
+    text = (ROOT / "README.md").read_text()
+    after = text.split("run the whole test suite", 1)[1]
+    block = after.split("```bash\n", 1)[1].split("\n```", 1)[0]
+    return " ".join(block.replace("\\\n", " ").split())
+
+
+def _ci_test_command() -> str:
+    """The line of .ci/run that installs and runs pytest."""
+    lines = [ln for ln in (ROOT / ".ci" / "run").read_text().splitlines()
+             if "pip install" in ln and "pytest" in ln and not ln.lstrip().startswith("#")]
+    assert len(lines) == 1, f".ci/run should run one install-and-test line, has {lines}"
+    return " ".join(lines[0].split())
+
+
+def test_the_readme_test_command_is_the_one_ci_runs():
+    assert _readme_test_command() == _ci_test_command()
+
+
+def test_the_license_file_is_the_license_pyproject_names():
+    import tomllib
+
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    assert meta["license"] == {"text": "Apache-2.0"}
+    text = (ROOT / "LICENSE").read_text()
+    assert " ".join(text.split()[:6]) == "Apache License Version 2.0, January 2004"
+    assert "END OF TERMS AND CONDITIONS" in text

@@ -28,9 +28,18 @@ def test_simulate_json(tmp_path):
 
 
 def test_simulate_table():
-    r = runner.invoke(app, ["simulate", "homog-small", "--sizes", "16M", "-p", "ecmp,ideal"])
+    r = runner.invoke(app, ["simulate", "homog-small", "--sizes", "16M", "-p",
+                            "ecmp,ecmp-tuned,ice,ideal", "-n", "3"])
     assert r.exit_code == 0, r.output
     assert "busbw" in r.output and "Summary" in r.output
+    # ICE's gain over the deployed ECMP first, over NCCL's default beside it
+    flat = " ".join(r.output.split())
+    assert "(ecmp-tuned = ECMP as deployed, 2 QPs per connection, first;" in flat
+    assert "busbw GB/s (gain over ecmp-tuned)" in flat
+    # the trust line, from the kept calibration run, under the tables
+    from icefabric.experiment.calibration import trust_line
+
+    assert " ".join(trust_line().split()) in flat
 
 
 def test_scenarios_list_and_show():
@@ -80,8 +89,38 @@ def test_compare_nccl_tests_sets_measured_beside_simulated():
     assert 0.8 < first["ideal_vs_measured"] < 0.95
     # every default policy of the scenario ran
     assert all(f"{p}_busbw_GBps" in first for p in ("ecmp", "ice", "ideal"))
-    assert "above every simulated policy, including ideal" in doc["notes"][0]
-    assert "NVLS" in doc["notes"][0]
+    above = next(n for n in doc["notes"] if "above every simulated policy" in n)
+    assert "including ideal" in above and "NVLS" in above
+
+
+def test_compare_says_when_the_measurement_is_far_from_the_models_ecmp_and_how_far_to_trust():
+    r = runner.invoke(app, ["compare", "nccl-tests", str(OCI), "homog-small", "-p",
+                            "ecmp-tuned,ice", "-n", "4", "--json"])
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)
+    # nccl-tests output with NCCL_IB_HCA only: no NIC list, so the transport is unknown
+    assert doc["transport"] is None
+    assert doc["notes"][0].startswith("the log does not show its network transport")
+    hi = max(row["ecmp-tuned_busbw_GBps_p90"] for row in doc["rows"])
+    worst = max(row["measured_busbw_GBps"] for row in doc["rows"]) / hi
+    assert worst > 1.5  # 464.6 GB/s measured against a p90 of about 180
+    far = next(n for n in doc["notes"] if n.startswith("measured busbw is far above the "
+                                                      "model's ecmp-tuned range"))
+    assert f"up to {worst:.1f}x above" in far and "give the real fabric" in far
+    assert doc["trust"].startswith("trust: the model's ECMP against")
+    r = runner.invoke(app, ["compare", "nccl-tests", str(OCI), "homog-small", "-p",
+                            "ecmp-tuned,ice", "-n", "4"])
+    assert r.exit_code == 0, r.output
+    assert doc["trust"].split(":")[0] + ":" in r.stdout and "our median" in r.stdout
+
+
+def test_from_log_warns_when_the_log_is_not_roce():
+    efa = CORPUS / "efa-aws-efa-eks-16r-2.9.9.log"
+    r = runner.invoke(app, ["simulate", "homog-small", "--from-log", str(efa), "--sizes", "16M",
+                            "-p", "ecmp,ice", "-n", "1", "-q"])
+    assert r.exit_code == 0, r.output
+    assert ("warning: the log's transport is EFA/Libfabric (efa), not RoCE" in r.stderr
+            and "SRD" in r.stderr)
 
 
 def test_from_log_errors_are_clear(tmp_path):
@@ -179,3 +218,18 @@ def test_a_log_without_a_job_is_one_line(tmp_path):
     junk.write_text("nothing to see here\n")
     r = runner.invoke(app, ["simulate", "homog-small", "--from-log", str(junk)])
     _one_error_line(r, "no usable job in", "junk.log", "no NCCL/RCCL communicator found")
+
+
+def test_scenario_check_names_a_bad_policy_and_describes_a_training_scenario(tmp_path):
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: x\nfabric: {kind: leaf-spine, spines: 2}\n"
+                   "pools: [{name: h, server: hgx-h100, count: 2}]\n"
+                   "jobs: [{name: j, pools: [h], collectives: [{kind: all_reduce}]}]\n"
+                   "policies: [ecmp, icee]\n")
+    r = runner.invoke(app, ["scenario", "check", str(bad)])
+    assert r.exit_code == 2 and "bad.yaml:5: policies[1]: unknown policy 'icee'" in r.output
+    r = runner.invoke(app, ["scenario", "check", "training-hetero"])
+    assert r.exit_code == 0, r.output
+    flat = " ".join(r.output.split())
+    assert "training llama: llama3-8b · tp 8 × pp 2 × dp 4" in flat
+    assert "'flows': 0" not in flat and "'qps': 224" in flat

@@ -1,7 +1,11 @@
 """The newcomer's controller path, as docs/SERVICE.md walks it: serve -> fabric load ->
-collect a real log -> agent run with that output -> plan applied (dry-run)."""
+collect a real log -> agent run with that output -> plan applied (dry-run) -> an operator
+fails a link (`icefab controller link down`) -> the re-plan reaches the agent; plans, hosts
+and events read back with the operator commands."""
 
+import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -35,7 +39,7 @@ def test_serve_load_collect_agent_applies_the_plan(tmp_path):
     url = f"http://127.0.0.1:{port}"
     server = subprocess.Popen([sys.executable, "-m", "icefabric", "controller", "serve",
                                "--port", str(port), "--db", f"sqlite:///{tmp_path}/ice.db",
-                               "--log-level", "warning"], env=env, stderr=subprocess.PIPE,
+                               "--log-level", "info"], env=env, stderr=subprocess.PIPE,
                               text=True)
     try:
         # an agent before any fabric: a clear message, not a traceback or a silent wait
@@ -68,7 +72,42 @@ def test_serve_load_collect_agent_applies_the_plan(tmp_path):
                     "--reports", str(comms), "--job", "oci", "--size", "1G",
                     "--collective", "all_reduce", env=env)
         assert "plan version 1 applied" in r.stdout and "mlx5dv_modify_qp_udp_sport" in r.stdout
+        _operator_fails_a_link_and_the_agent_gets_the_re_plan(url, env, comms)
     finally:
         server.terminate()
         _, err = server.communicate(timeout=30)
         assert "Traceback" not in err
+    # the controller's INFO lines: the operator's event and every plan version
+    assert "INFO icefabric.controller.core: event link_down leaf0-spine0 from admin" in err
+    assert "links leaf0-spine0 down: re-plan requested" in err
+    assert re.search(r"INFO icefabric\.controller\.core: plan v1 ", err), err[-2000:]
+    assert re.search(r"INFO icefabric\.controller\.core: plan v2 ", err), err[-2000:]
+
+
+def _operator_fails_a_link_and_the_agent_gets_the_re_plan(url, env, comms):
+    r = _icefab("controller", "link", "down", "leaf0", "spine0", "--controller", url, env=env)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.startswith("link leaf0-spine0 down: re-plan requested")
+    deadline = time.time() + 60
+    while True:  # the re-plan runs in the controller's planner
+        plans = json.loads(_icefab("controller", "plans", "--json", "--controller", url,
+                                   env=env).stdout)
+        if plans[0]["version"] == 2 or time.time() > deadline:
+            break
+        time.sleep(0.3)
+    assert plans[0]["down_links"] == [{"a": "leaf0", "b": "spine0"}]
+    assert [p["version"] for p in plans] == [2, 1]
+    r = _icefab("agent", "run", "--controller", url, "--host", HOSTS[1], "--once",
+                "--reports", str(comms), "--job", "oci", "--size", "1G",
+                "--collective", "all_reduce", env=env)
+    assert r.returncode == 0 and "plan version 2 applied" in r.stdout, r.stdout + r.stderr
+    hosts = json.loads(_icefab("controller", "hosts", "--json", "--controller", url,
+                               env=env).stdout)
+    assert {h["host"]: h["applied_version"] for h in hosts}[HOSTS[1]] == 2
+    table = _icefab("controller", "events", "--controller", url, env=env)
+    assert table.returncode == 0 and "link_down" in table.stdout
+    assert "leaf0-spine0" in table.stdout and "admin" in table.stdout
+    r = _icefab("controller", "link", "down", "leaf0", "spine0", "--controller", url, env=env)
+    assert "already down, no re-plan" in r.stdout
+    r = _icefab("controller", "link", "down", "leaf0", "nowhere", "--controller", url, env=env)
+    assert r.returncode == 2 and "no link between leaf0 and nowhere" in r.stderr

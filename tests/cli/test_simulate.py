@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-POLICIES = ("ecmp", "ecmp-multiqp", "static-disjoint", "spray", "ice", "ideal")
+POLICIES = ("ecmp", "ecmp-tuned", "ecmp-multiqp", "static-disjoint", "spray", "ice", "ideal")
 COLLECTIVES = ("all_reduce", "all_gather", "alltoall")
 
 
@@ -35,9 +35,9 @@ def test_piped_and_80_columns_show_every_name_in_full(columns):
     # summary first, then the per-size tables
     assert out.index("Summary at 1GiB") < out.index("mixed · all_reduce · cross-hier")
     # progress went to stderr as plain lines, with the time left, never to stdout
-    # 6 policies x 2 sizes, then the draws of the 3 randomised ones at each size
-    assert re.search(r"simulating hetero-default: 0/18 next ecmp @ 1MiB", r.stderr)
-    assert re.search(r"simulating hetero-default: 18/18 done in [\d.]+ s", r.stderr)
+    # 7 policies x 2 sizes, then the draws of the 4 randomised ones at each size
+    assert re.search(r"simulating hetero-default: 0/22 next ecmp @ 1MiB", r.stderr)
+    assert re.search(r"simulating hetero-default: 22/22 done in [\d.]+ s", r.stderr)
     assert "simulating" not in out
     # the draws note prints its brackets (not read as console markup)
     assert re.search(r"median\s+\[p10-p90\]\s+over\s+100\s+draws", out), out[-400:]

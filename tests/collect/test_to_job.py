@@ -113,3 +113,15 @@ def test_nccl_ib_hca_lists_the_nics_unless_it_excludes():
     assert ib_hca_devices('"=mlx5_0,mlx5_1:1,mlx5_4"') == ["mlx5_0", "mlx5_1:1", "mlx5_4"]
     assert ib_hca_devices("mlx5") == ["mlx5"]
     assert ib_hca_devices("^mlx5_2") == [] and ib_hca_devices("") == []
+
+
+@pytest.mark.parametrize("log, transport", [
+    ("nccl-tests-185-roce-h100-2.19.3.log", "RoCE"),
+    ("nccl-179-ib-2.3.7-oldformat.log", "InfiniBand"),
+    ("nccl-707-ib-roce-mixed-2.7.6.log", "InfiniBand and RoCE"),
+    ("efa-aws-efa-eks-16r-2.9.9.log", "EFA/Libfabric (efa)"),
+    ("nccl-952b-socket-16r-connections.log", "sockets"),
+    ("ncclt-oci-h100-roce-2.21.5.log", None),  # nccl-tests output and NCCL_IB_HCA only
+])
+def test_the_job_says_which_network_transport_its_log_shows(log, transport):
+    assert job_from_log([corpus_file(log)])["transport"] == transport

@@ -93,8 +93,13 @@ def test_reports_plan_longpoll_ack_and_events(loaded, scenario):
     assert loaded.get(f"/v1/plans/{v}", headers=auth(ADMIN)).json()["version"] == v
     links = loaded.get("/v1/links", headers=auth(ADMIN)).json()
     down = [l for l in links if not l["up"]]
-    assert {l["name"] for l in down} == {"leaf0->spine0", "spine0->leaf0"}
+    # both parallel cables between leaf0 and spine0 (a link event names the node pair),
+    # told apart by /k as the simulator's link names (result.json) do
+    assert {l["name"] for l in down} == {"leaf0->spine0", "spine0->leaf0", "leaf0->spine0/1",
+                                         "spine0->leaf0/1"}
     assert all(l["planned_qps"] == 0 for l in down)
+    every = loaded.get("/v1/links", headers=auth(ADMIN), params={"kind": "all"}).json()
+    assert [l["name"] for l in every] == list(fabric.link_names())
     agents = loaded.get("/v1/agents", headers=auth(ADMIN)).json()
     assert len(agents) == len(reports) and any(a["applied_version"] == v for a in agents)
     assert len(loaded.get("/v1/events", headers=auth(ADMIN)).json()) == 2

@@ -28,6 +28,9 @@ _TABLES_JS = """JSON.stringify(Object.fromEntries([...document.querySelectorAll(
     head: t.tHead ? [...t.tHead.rows[0].cells].map(c => c.innerText) : [],
     rows: [...t.tBodies[0].rows].map(r => [...r.cells].map(c => c.innerText))}])))"""
 _IMAGES_JS = "JSON.stringify([...document.images].map(i => i.complete && i.naturalWidth > 0))"
+# Text blocks as the reader sees them (innerText of every div with an id), keyed by id.
+_BLOCKS_JS = """JSON.stringify(Object.fromEntries([...document.querySelectorAll('div[id]')]
+  .map(d => [d.id, d.innerText])))"""
 
 
 def chromium_path() -> str:
@@ -46,6 +49,7 @@ class Page:
     requests: list[str] = field(default_factory=list)
     tables: dict = field(default_factory=dict)
     images_ok: list[bool] = field(default_factory=list)
+    blocks: dict = field(default_factory=dict)
     title: str = ""
 
 
@@ -118,6 +122,8 @@ def open_page(path: Path, profile_dir: Path) -> Page:
                                           expression=_TABLES_JS)["result"]["value"])
         page.images_ok = json.loads(cdp.call("Runtime.evaluate",
                                              expression=_IMAGES_JS)["result"]["value"])
+        page.blocks = json.loads(cdp.call("Runtime.evaluate",
+                                          expression=_BLOCKS_JS)["result"]["value"])
         page.errors = _errors(cdp.events)
         page.requests = [e["params"]["request"]["url"] for e in cdp.events
                          if e.get("method") == "Network.requestWillBeSent"]

@@ -23,3 +23,23 @@ def test_fat_tree_draws_three_switch_tiers():
     tiers = {t.get_text() for t in fig.axes[0].texts}
     assert {"leaves", "spines / aggregation", "cores", "servers"} <= tiers
     plt.close(fig)
+
+
+def test_switch_labels_are_legible_and_fit_their_squares():
+    from icefabric.reports.fabric_figure import SWITCH_MARKER, switch_label
+
+    fab = build_fabric(load("hetero-default"))
+    fig = plot_fabric(fab)
+    fig.canvas.draw()
+    renderer = fig.canvas.get_renderer()
+    side_px = SWITCH_MARKER ** 0.5 * fig.dpi / 72  # the square's side on the canvas
+    switches = {switch_label(fab.node_names[i]) for i in range(len(fab.node_names))
+                if fab.is_switch[i]}
+    labels = [t for t in fig.axes[0].texts if t.get_text() in switches]
+    assert {t.get_text() for t in labels} == switches == {f"sp{i}" for i in range(8)} | {
+        f"lf{i}" for i in range(4)}
+    for t in labels:
+        assert t.get_fontsize() >= 7
+        box = t.get_window_extent(renderer)
+        assert box.width <= side_px and box.height <= side_px, t.get_text()
+    plt.close(fig)

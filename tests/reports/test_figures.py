@@ -65,7 +65,11 @@ def test_queue_plot_units_and_readable_flow_labels():
 
 
 def test_save_figures_in_every_format(res, tmp_path):
-    paths = save_figures(res, tmp_path, formats=("png", "svg", "pdf"))
+    heard = []
+    paths = save_figures(res, tmp_path, formats=("png", "svg", "pdf"),
+                         progress=lambda *a: heard.append(a))
+    # progress before each figure is drawn, then once when all are written
+    assert heard == [(0, 2, "busbw"), (1, 2, "link_utilization"), (2, 2, "done")]
     for name in ("busbw", "link_utilization"):
         assert (tmp_path / f"{name}.svg").read_text().lstrip().startswith("<?xml")
         assert (tmp_path / f"{name}.pdf").read_bytes()[:4] == b"%PDF"
@@ -94,3 +98,23 @@ def test_draws_plot_a_box_per_drawn_policy_and_size(tmp_path):
     assert "busbw_draws.png" in names
     assert "busbw_draws.png" not in {p.rsplit("/", 1)[1] for p in save_figures(
         run_scenario(load("homog-small"), policies=["ecmp"], sizes=[1 << 20]), tmp_path)}
+
+
+def test_one_size_draws_a_bar_per_policy_with_its_range():
+    from icefabric.experiment.runner import run_scenario
+    from icefabric.reports.figures import plot_busbw
+    from icefabric.scenario.loader import builtin_text, loads
+
+    res = run_scenario(loads(builtin_text("homog-small")), policies=["ecmp", "ice", "ideal"],
+                       sizes=[1 << 24], draws=3)
+    fig = plot_busbw(res, "job0", "all_reduce")
+    ax = fig.axes[0]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["ecmp", "ice", "ideal"]
+    heights = [b.get_height() for b in ax.patches]
+    assert heights == pytest.approx([r["busbw_GBps"] for r in res.rows])
+    assert ax.get_title() == "job0 · all_reduce at 16MiB"
+    ecmp = res.rows[0]
+    bars = next(c for c in ax.containers if hasattr(c, "errorbar")).errorbar
+    caps = bars.lines[2][0].get_segments()[0]  # ecmp's p10-p90 range
+    assert caps[:, 1] == pytest.approx([ecmp["busbw_GBps_p10"], ecmp["busbw_GBps_p90"]])
+    plt.close(fig)

@@ -6,6 +6,7 @@ import json
 import pytest
 import yaml
 
+from icefabric.experiment.calibration import load_outcomes
 from icefabric.experiment.runner import ExperimentResult, run_scenario
 from icefabric.reports.html import ReportInput, render, render_sweep
 from icefabric.scenario.loader import builtin_text, loads
@@ -18,8 +19,8 @@ from tests.reports.chromium import open_page
 @pytest.fixture(scope="module")
 def fluid_run():
     ls = loads(builtin_text("homog-small"))
-    res = run_scenario(ls, policies=["ecmp", "spray", "ice", "ideal"], sizes=[1 << 20, 4 << 20],
-                       engine="fluid", trace=True)
+    res = run_scenario(ls, policies=["ecmp", "ecmp-tuned", "spray", "ice", "ideal"],
+                       sizes=[1 << 20, 4 << 20], engine="fluid", trace=True)
     return ls, res
 
 
@@ -46,25 +47,28 @@ def test_report_opens_in_chromium_and_its_tables_equal_the_json(fluid_run, tmp_p
                                            if r.timeseries.get("t_us")])
     largest = {(r["job"], r["collective"], r["policy"]): r for r in doc["rows"]
                if r["size_bytes"] == doc["sizes"][-1]}
-    shown = page.tables["summary-0"]["rows"]
+    summary = page.tables["summary-0"]
+    assert summary["head"][3:] == ["busbw (GB/s)", "of ideal", "vs ecmp-tuned (deployed)",
+                                   "vs ecmp (NCCL default)"]
+    assert "gains-0" not in page.tables  # the gains are the summary's columns, once
+    shown = summary["rows"]
     assert sorted(tuple(c[:3]) for c in shown) == sorted(largest)
     for cells in shown:
         r = largest[tuple(cells[:3])]
-        assert float(cells[3]) == r["busbw_GBps"]
+        assert cells[3] == f"{r['busbw_GBps']:.1f}"  # one decimal
         assert _pct(cells[4]) == pytest.approx(r["frac_of_ideal"], abs=5e-4)
-        assert _pct(cells[5]) == pytest.approx(r["gain_vs_ecmp"], abs=5e-4)
-    gains = page.tables["gains-0"]
-    assert gains["head"] == ["job", "collective", "policy", "vs ecmp"]
-    for cells in gains["rows"]:
-        r = largest[tuple(cells[:3])]
-        assert cells[3] == "–" if r["policy"] == "ecmp" else \
-            _pct(cells[3]) == pytest.approx(r["gain_vs_ecmp"], abs=5e-4)
+        for cell, base, key in ((cells[5], "ecmp-tuned", "gain_vs_deployed"),
+                                (cells[6], "ecmp", "gain_vs_ecmp")):
+            if r["policy"] == base:
+                assert cell == "–"
+            else:
+                assert _pct(cell) == pytest.approx(r[key], abs=5e-4)
     busbw = page.tables["busbw-0-0"]
     assert busbw["head"] == ["size"] + doc["policies"]
     for cells, size in zip(busbw["rows"], doc["sizes"]):
         want = {r["policy"]: r["busbw_GBps"] for r in doc["rows"] if r["size_bytes"] == size}
         assert cells[0] == format_size(size)
-        assert [float(c) for c in cells[1:]] == [want[p] for p in doc["policies"]]
+        assert cells[1:] == [f"{want[p]:.1f}" for p in doc["policies"]]
     cong = page.tables["congestion-0"]["rows"]
     assert [c[0] for c in cong] == [c["policy"] for c in doc["congestion"]]
     assert [float(c[4]) for c in cong] == [c["max_queue_KB"] for c in doc["congestion"]]
@@ -74,6 +78,18 @@ def test_report_opens_in_chromium_and_its_tables_equal_the_json(fluid_run, tmp_p
         for s in doc["link_summary"]]
     facts = dict(page.tables["facts-0"]["rows"])
     assert facts["scenario"] == "homog-small" and facts["engine"] == "fluid"
+    # the headline: ICE's gain over the deployed ECMP first, NCCL's default beside it
+    head = page.blocks["headline"]
+    ice = largest[("job0", "all_reduce", "ice")]
+    assert (f"ICE {ice['busbw_GBps']:.1f} GB/s, {ice['gain_vs_deployed'] * 100:+.1f}% over "
+            f"ecmp-tuned (ECMP as deployed), {ice['gain_vs_ecmp'] * 100:+.1f}% over ecmp "
+            "(NCCL's default)") in head
+    assert f"at {format_size(doc['sizes'][-1])}" in head and "fluid engine" in head
+    # the trust note: from the kept calibration run, stated once at the top
+    outcomes = load_outcomes()
+    tuned = [o.case.measured / o.p50 for o in outcomes if o.case.policy == "ecmp-tuned"]
+    assert page.blocks["trust"].startswith("trust: the model's ECMP against")
+    assert f"measured = {min(tuned):.2f}-{max(tuned):.2f}x our median" in page.blocks["trust"]
 
 
 def test_ranges_appear_when_rows_carry_quantiles(fluid_run, tmp_path):
@@ -85,7 +101,7 @@ def test_ranges_appear_when_rows_carry_quantiles(fluid_run, tmp_path):
     drawn = ExperimentResult.from_json(json.dumps(d))
     text = render([ReportInput(drawn, "test")], tmp_path / "r.html").read_text()
     r = d["rows"][-1]
-    assert f"{r['busbw_GBps']:g} ({r['busbw_GBps'] - 1:g} – {r['busbw_GBps'] + 2:g})" in text
+    assert f"{r['busbw_GBps']:.1f} ({r['busbw_GBps'] - 1:.1f} – {r['busbw_GBps'] + 2:.1f})" in text
     assert "(-25.0% – +50.0%)" in text
 
 
@@ -94,7 +110,7 @@ def test_a_drawn_run_shows_its_ranges_and_the_box_plot(tmp_path):
     res = run_scenario(ls, policies=["ecmp", "ice"], sizes=[1 << 24], draws=5)
     text = render([ReportInput(res, "test", ls.text)], tmp_path / "r.html").read_text()
     r = next(r for r in res.rows if r["policy"] == "ecmp")
-    assert f"{r['busbw_GBps']:g} ({r['busbw_GBps_p10']:g} – {r['busbw_GBps_p90']:g})" in text
+    assert f"{r['busbw_GBps']:.1f} ({r['busbw_GBps_p10']:.1f} – {r['busbw_GBps_p90']:.1f})" in text
     assert "busbw over the ECMP draws" in text and "over 5 draws" in text
 
 
@@ -117,3 +133,14 @@ def test_sweep_report_in_chromium_shows_medians_over_seeds(tmp_path):
         assert int(cells[5]) == len(gains) == 3
         assert _pct(cells[6]) == pytest.approx(gains[1], abs=5e-4)  # median of three
         assert gains[0] - 5e-4 <= _pct(cells[7]) <= _pct(cells[8]) <= gains[2] + 5e-4
+    busbw = page.tables["sweep-busbw"]
+    assert busbw["head"][-2:] == ["busbw (GB/s)", "vs ecmp"]
+    assert {c[1] for c in busbw["rows"]} == {"ecmp", "spray", "ice"}
+    for cells in busbw["rows"]:
+        lps, policy = cells[0], cells[1]
+        bws = sorted(r["busbw_GBps"] for rec in recs for r in rec["result"]["rows"]
+                     if rec["labels"]["fabric.links_per_spine"] == lps
+                     and r["policy"] == policy)
+        assert cells[5].startswith(f"{bws[1]:.1f} (")  # the absolute median over seeds
+        assert (cells[6] == "–") == (policy == "ecmp")
+    assert "trust: " in page.blocks["trust"]

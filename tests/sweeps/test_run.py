@@ -17,6 +17,7 @@ from icefabric.cli.app import app
 from icefabric.scenario.loader import builtin_text
 from icefabric.sweeps.run import run_sweep
 from icefabric.sweeps.spec import parse_sweep, points
+from tests.optional import need_extra
 
 BASE = yaml.safe_load(builtin_text("homog-small"))
 SMALL = {"name": "small", "base": BASE,
@@ -59,6 +60,12 @@ def test_a_failing_point_is_reported_and_retried_on_rerun(tmp_path):
                                  str(tmp_path / "o"), "-j", "1"])
     assert r.exit_code == 1
     assert "1 points run, 0 reused, 1 failed" in r.output
+    # the table of the finished point: its absolute busbw, median (p10-p90) over seeds
+    rec = json.loads(next((tmp_path / "o" / "points").glob("*.json")).read_text())
+    bw = next(r["busbw_GBps"] for r in rec["result"]["rows"] if r["policy"] == "ecmp")
+    flat = " ".join(r.output.split())
+    assert "busbw and gain over ECMP, median (p10-p90) over seeds" in flat
+    assert f"{bw:.1f} ({bw:.1f} – {bw:.1f})" in flat
     assert "failed: policies=[\"ecmp\",\"no-such-policy\"]" in r.output
     assert "no-such-policy" in r.output.split("failed:")[-1]
     r = CliRunner().invoke(app, ["sweep", _write(tmp_path, data), "--out",
@@ -99,7 +106,7 @@ def test_killed_half_way_the_rerun_finishes_only_the_missing_points(tmp_path):
 
 @pytest.mark.slow
 def test_ray_gives_the_same_results_as_local_processes(tmp_path):
-    pytest.importorskip("ray", reason="the ray extra is installed by .ci/run")
+    need_extra("ray", "ray")
     spec = parse_sweep(dict(SMALL, axes={"fabric.links_per_spine": [2, 4]}))
     local = run_sweep(spec, tmp_path / "local", jobs=2)
     ray = run_sweep(spec, tmp_path / "ray", ray_address="local")  # a private local instance

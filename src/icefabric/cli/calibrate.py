@@ -23,7 +23,9 @@ def calibrate(
                               "icefabric.experiment.draws.DEFAULT_DRAWS)."),
     json_out: bool = typer.Option(False, "--json", help="Print one JSON document."),
     write: Path = typer.Option(None, "--write", help="Also put the table into this markdown "
-                               f"file between its markers (the repository's: {DOC})."),
+                               f"file between its markers (the repository's: {DOC}) and keep "
+                               "the run with the package for the trust lines of every "
+                               "output."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress on stderr."),
 ):
     """Rebuild every reproducible calibration point as a scenario, run its draws and show
@@ -31,7 +33,12 @@ def calibrate(
     import json
 
     from icefabric.experiment.calibration import calibrate as run
-    from icefabric.experiment.calibration import render_table, write_table
+    from icefabric.experiment.calibration import (
+        render_table,
+        save_outcomes,
+        trust_line,
+        write_table,
+    )
     from icefabric.experiment.draws import DEFAULT_DRAWS
 
     if not points.exists():
@@ -40,6 +47,7 @@ def calibrate(
         outcomes = run(points, draws or DEFAULT_DRAWS, progress=update)
     if write is not None:
         write_table(write, outcomes)
+        save_outcomes(outcomes)
     if json_out:
         typer.echo(json.dumps({"points": str(points), "cases": [o.to_dict() for o in outcomes]},
                               indent=1))
@@ -47,3 +55,4 @@ def calibrate(
     from rich.markdown import Markdown
 
     console.print(Markdown(render_table(outcomes)))
+    console.print(trust_line(outcomes), highlight=False, markup=False)

@@ -11,6 +11,9 @@ from icefabric.cli.common import command_line, console, err_console, fail
 
 #: Measured busbw above the best simulated figure by more than this is explained.
 ABOVE_MODEL_TOLERANCE = 0.02
+#: A measured figure more than this factor outside an ECMP policy's p10-p90 is "far" from
+#: the model: a different fabric or algorithm, not an unlucky draw.
+FAR_FACTOR = 1.5
 
 
 def register(app: typer.Typer) -> None:
@@ -44,6 +47,7 @@ def nccl_tests(
     import json
 
     from icefabric.collect.nccl_tests import measured_table, read_nccl_tests
+    from icefabric.experiment.calibration import trust_line
     from icefabric.experiment.draws import effective_draws
     from icefabric.experiment.fromlog import scenario_from_log
     from icefabric.experiment.runner import run_scenario
@@ -65,12 +69,15 @@ def nccl_tests(
     except (ScenarioError, ValueError) as e:
         fail(str(e))
     rows = _rows(measured, res.rows, pols)
-    notes = above_model_notes(rows, pols, measured["collective"], job)
+    notes = ([job["transport_warning"]] if job.get("transport_warning") else []) + \
+        above_model_notes(rows, pols, measured["collective"], job) + \
+        far_from_range_notes(rows, pols)
     if json_out:
         typer.echo(json.dumps({"file": str(file), "collective": measured["collective"],
                                "nranks": measured["nranks"], "scenario": res.scenario,
                                "server": job["server"], "inferred": job["inferred"],
                                "draws": res.draws, "rows": rows, "notes": notes,
+                               "transport": job.get("transport"), "trust": trust_line(),
                                "scenario_text": res.scenario_text,
                                "provenance": {**res.provenance, "command": command_line()}},
                               indent=1))
@@ -80,6 +87,7 @@ def nccl_tests(
     _print_table(file, measured, rows, pols, base.scenario.name, job)
     for n in res.notes + notes:  # the runner's say how many draws the ranges are over
         console.print(f"note: {n}", highlight=False, markup=False)
+    console.print(trust_line(), highlight=False, markup=False)
 
 
 def _rows(measured: dict, sim_rows: list[dict], pols: list[str]) -> list[dict]:
@@ -100,6 +108,13 @@ def _rows(measured: dict, sim_rows: list[dict], pols: list[str]) -> list[dict]:
     return rows
 
 
+def _size_span(sizes: list[int]) -> str:
+    """``1GiB-16GiB`` for several sizes (in order), ``1GiB`` for one."""
+    from icefabric.units import format_size
+
+    return format_size(sizes[0]) + (f"-{format_size(sizes[-1])}" if len(sizes) > 1 else "")
+
+
 def above_model_notes(rows: list[dict], pols: list[str], collective: str | None,
                       job: dict) -> list[str]:
     """Why measured busbw can exceed every simulated figure (one note, or none)."""
@@ -110,11 +125,9 @@ def above_model_notes(rows: list[dict], pols: list[str], collective: str | None,
             over.append((row["size_bytes"], row["measured_busbw_GBps"] / best))
     if not over:
         return []
-    from icefabric.units import format_size
 
     lo, hi = min(r for _, r in over), max(r for _, r in over)
-    sizes = f"{format_size(over[0][0])}-{format_size(over[-1][0])}" if len(over) > 1 else (
-        format_size(over[0][0]))
+    sizes = _size_span([s for s, _ in over])
     algo = job.get("env", {}).get("NCCL_ALGO")
     used = (f"the run forced NCCL_ALGO={algo}" if algo else
             "the log does not say which algorithm NCCL chose (no NCCL_ALGO, no tuning lines)")
@@ -126,6 +139,34 @@ def above_model_notes(rows: list[dict], pols: list[str], collective: str | None,
             "(in-network reduction), which send each byte over the NICs fewer times than a "
             "ring, or protocol effects (LL/LL128) that are not modelled; "
             f"{used}."]
+
+
+def far_from_range_notes(rows: list[dict], pols: list[str]) -> list[str]:
+    """A note when the measured busbw lies more than :data:`FAR_FACTOR` outside the p10-p90
+    of the model's ECMP (the deployed one, else NCCL's default), saying what that means."""
+    from icefabric.experiment.runner import DEPLOYED
+
+    pol = next((p for p in (DEPLOYED, "ecmp") if p in pols), None)
+    if pol is None:
+        return []
+    far = []
+    for r in rows:
+        lo, hi = r.get(f"{pol}_busbw_GBps_p10"), r.get(f"{pol}_busbw_GBps_p90")
+        if lo is None:
+            lo = hi = r[f"{pol}_busbw_GBps"]
+        bw = r["measured_busbw_GBps"]
+        if lo and hi and (bw > hi * FAR_FACTOR or bw * FAR_FACTOR < lo):
+            far.append((r["size_bytes"], bw / hi if bw > hi else bw / lo, lo, hi))
+    if not far:
+        return []
+    worst = max(far, key=lambda f: max(f[1], 1 / f[1]))
+    where = "above" if worst[1] > 1 else "below"
+    sizes = _size_span([f[0] for f in far])
+    return [f"measured busbw is far {where} the model's {pol} range at {sizes} (up to "
+            f"{max(worst[1], 1 / worst[1]):.1f}x {where} {worst[2]:.1f}-{worst[3]:.1f} GB/s): "
+            "no draw of ECMP explains it, so the run's fabric, placement or algorithm differ "
+            "from the scenario's (the log does not say how its hosts are cabled); give the "
+            "real fabric as SCENARIO before reading the model's figures for this log"]
 
 
 def _print_table(file: Path, measured: dict, rows: list[dict], pols: list[str],

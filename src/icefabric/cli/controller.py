@@ -1,4 +1,5 @@
-"""``icefab controller serve``: run the ICE controller service (FastAPI + uvicorn)."""
+"""``icefab controller``: run the ICE controller service (FastAPI + uvicorn), load its
+fabric, and drive it as an operator: links down/up, plans, hosts and events."""
 
 from __future__ import annotations
 
@@ -34,6 +35,7 @@ def serve(
     An admin token is required (ICE_ADMIN_TOKEN or --admin-token-file) unless
     --insecure-local."""
     import ipaddress
+    import logging
     import sys
 
     require("service", "uvicorn", "fastapi", "sqlalchemy")
@@ -64,6 +66,9 @@ def serve(
     # The planner thread is CPU-bound; a short GIL switch interval keeps request latency
     # low while it runs (the default 5 ms convoys every I/O wake-up behind it).
     sys.setswitchinterval(0.0005)
+    # the controller's own INFO lines (events, plan versions) beside uvicorn's
+    logging.basicConfig(level=log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     uvicorn.run(app, host=host, port=port, log_level=log_level,
                 access_log=False, timeout_keep_alive=keep_alive_s, backlog=4096)
 
@@ -85,26 +90,127 @@ def fabric_load(
                                           "$ICE_ADMIN_TOKEN)"),
 ) -> None:
     """Load (or replace) the fabric of a running controller: PUT /v1/fabric."""
+    from icefabric.schemas_service import FabricUpload
+
+    topology, seed, name = _topology(source, from_log, server)
+    body = FabricUpload(topology=topology, plan_seed=seed).model_dump(mode="json")
+    info = _admin("PUT", controller, "/v1/fabric", admin_token_file, json=body)
+    typer.echo(f"fabric {name} loaded: version {info['version']}, {info['servers']} servers, "
+               f"{info['links']} links")
+
+
+CONTROLLER = typer.Option("http://127.0.0.1:8000", "--controller", help="controller URL")
+TOKEN_FILE = typer.Option(None, "--admin-token-file", help="file with the admin token (else "
+                          "$ICE_ADMIN_TOKEN)")
+JSON = typer.Option(False, "--json", help="Print the controller's JSON instead of a table.")
+
+
+def _admin(method: str, controller: str, path: str, token_file: Path | None, **kw):
+    """One admin request to a running controller; the parsed JSON reply, or one line."""
     require("service", "httpx")
     import httpx
 
-    from icefabric.schemas_service import FabricUpload
-
-    token = _token(admin_token_file, "ICE_ADMIN_TOKEN", "--admin-token-file")
-    topology, seed, name = _topology(source, from_log, server)
-    body = FabricUpload(topology=topology, plan_seed=seed).model_dump_json()
+    token = _token(token_file, "ICE_ADMIN_TOKEN", "--admin-token-file")
     try:
-        r = httpx.put(f"{controller.rstrip('/')}/v1/fabric", content=body, timeout=60,
-                      headers={"Authorization": f"Bearer {token}",
-                               "Content-Type": "application/json"})
+        r = httpx.request(method, f"{controller.rstrip('/')}{path}", timeout=60,
+                          headers={"Authorization": f"Bearer {token}"}, **kw)
     except httpx.HTTPError as e:
         fail(f"cannot reach the controller at {controller}: {type(e).__name__}; is "
              "`icefab controller serve` running?")
-    if r.status_code != 200:
-        fail(f"controller refused the fabric (HTTP {r.status_code}): {_detail(r)}")
-    info = r.json()
-    typer.echo(f"fabric {name} loaded: version {info['version']}, {info['servers']} servers, "
-               f"{info['links']} links")
+    if r.status_code >= 300:
+        fail(f"controller refused {method} {path} (HTTP {r.status_code}): {_detail(r)}")
+    return r.json()
+
+
+def _show(got: list[dict], json_out: bool, title: str, heads: list[str], row) -> None:
+    """A view's documents as JSON, or as a table of ``row(document)`` cells."""
+    if json_out:
+        typer.echo(json.dumps(got, indent=1))
+        return
+    from icefabric.cli.common import console
+    from icefabric.reports.tables import Column, Fitter
+
+    rows = [row(d) for d in got]
+    cols = [Column(h, [r[i] for r in rows], key=i == 0) for i, h in enumerate(heads)]
+    for r in Fitter(console.width).fit((title, cols)):
+        console.print(r)
+
+
+link_app = typer.Typer(help="Tell the controller a cable went down or came back.",
+                       no_args_is_help=True)
+controller_app.add_typer(link_app, name="link")
+
+
+def _link_event(kind: str, a: str, b: str, controller: str, token_file: Path | None) -> None:
+    body = {"events": [{"kind": kind, "link": {"a": a, "b": b}}]}
+    got = _admin("POST", controller, "/v1/events", token_file, json=body)
+    state = "down" if kind == "link_down" else "up"
+    typer.echo(f"link {a}-{b} {state}: " + (
+        f"re-plan requested (current plan version {got['plan_version']})" if got["replan"]
+        else f"already {state}, no re-plan (plan version {got['plan_version']})"))
+
+
+@link_app.command("down")
+def link_down(a: str = typer.Argument(..., help="one end (node name, as in /v1/links)"),
+              b: str = typer.Argument(..., help="the other end"),
+              controller: str = CONTROLLER, admin_token_file: Path = TOKEN_FILE) -> None:
+    """Every cable between A and B is down: POST /v1/events (admin); the controller
+    re-plans around it and agents fetch the new plan."""
+    _link_event("link_down", a, b, controller, admin_token_file)
+
+
+@link_app.command("up")
+def link_up(a: str = typer.Argument(..., help="one end (node name, as in /v1/links)"),
+            b: str = typer.Argument(..., help="the other end"),
+            controller: str = CONTROLLER, admin_token_file: Path = TOKEN_FILE) -> None:
+    """The cables between A and B are back: POST /v1/events (admin); the controller
+    re-plans with them."""
+    _link_event("link_up", a, b, controller, admin_token_file)
+
+
+@controller_app.command("plans")
+def plans(limit: int = typer.Option(20, min=1, max=1000, help="newest N versions"),
+          controller: str = CONTROLLER, admin_token_file: Path = TOKEN_FILE,
+          json_out: bool = JSON) -> None:
+    """Plan versions, newest first (GET /v1/plans)."""
+    got = _admin("GET", controller, "/v1/plans", admin_token_file, params={"limit": limit})
+    _show(got, json_out, f"plans at {controller}, newest first",
+          ["version", "created", "policy", "reason", "jobs", "QPs", "hosts", "down links",
+           "planning ms"],
+          lambda p: [str(p["version"]), _when(p["created_at"]), p["policy"], p["reason"],
+                     ",".join(p["jobs"]) or "-", str(p["qps"]), str(p["hosts"]),
+                     ",".join(f"{d['a']}-{d['b']}" for d in p["down_links"]) or "-",
+                     f"{p['planning_ms']:.1f}"])
+
+
+@controller_app.command("hosts")
+def hosts(controller: str = CONTROLLER, admin_token_file: Path = TOKEN_FILE,
+          json_out: bool = JSON) -> None:
+    """Enrolled host agents and the plan version each applied (GET /v1/agents)."""
+    got = _admin("GET", controller, "/v1/agents", admin_token_file)
+    _show(got, json_out, f"hosts enrolled at {controller}",
+          ["host", "actuator", "NICs", "applied plan", "connected", "last seen"],
+          lambda h: [h["host"], h["actuator"], str(len(h["nics"])), str(h["applied_version"]),
+                     "yes" if h["connected"] else "no", _when(h["last_seen"])])
+
+
+@controller_app.command("events")
+def events(limit: int = typer.Option(50, min=1, max=10000, help="newest N events"),
+           controller: str = CONTROLLER, admin_token_file: Path = TOKEN_FILE,
+           json_out: bool = JSON) -> None:
+    """Events agents and operators posted, newest first (GET /v1/events)."""
+    got = _admin("GET", controller, "/v1/events", admin_token_file, params={"limit": limit})
+    _show(got, json_out, f"events at {controller}, newest first",
+          ["time", "from", "kind", "link / NIC", "message"],
+          lambda e: [_when(e["t"]), e["host"], e["kind"],
+                     f"{e['link']['a']}-{e['link']['b']}" if e.get("link")
+                     else e.get("nic") or "-", e.get("message") or ""])
+
+
+def _when(t: float) -> str:
+    from datetime import UTC, datetime
+
+    return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
 def _token(path: Path | None, env: str, option: str) -> str:

@@ -55,29 +55,51 @@ def show(name: str = typer.Argument(..., help="Built-in scenario name.")):
 
 
 def check(path: str = typer.Argument(..., help="Scenario file or built-in name.")):
-    """Validate a scenario (schema, references, topology) without running it."""
-    from icefabric.pipeline.plans import scenario_workload
-    from icefabric.scenario.build import build_fabric
+    """Validate a scenario (schema, references, topology, policy names and options)
+    without running it, and say what it holds."""
+    from icefabric.pipeline.plans import scenario_policy, scenario_workload
+    from icefabric.policies.base import PolicyError
+    from icefabric.scenario.build import build_fabric, build_training
     from icefabric.scenario.loader import ScenarioError, load
 
     try:
         ls = load(path)
+        for i, name in enumerate(ls.scenario.policies):
+            try:
+                scenario_policy(ls, name)
+            except PolicyError as e:
+                raise ls.error(("policies", i), str(e)) from None
         fabric = build_fabric(ls)
-        wl = scenario_workload(ls, fabric, ls.scenario.size_list()[0]).workload
+        what = []
+        if ls.scenario.jobs:
+            wl = scenario_workload(ls, fabric, ls.scenario.size_list()[0]).workload
+            what.append(f"workload {wl.summary()}")
+        if ls.scenario.training is not None:
+            from icefabric.reports.training import describe_plan
+
+            tw = build_training(ls, fabric)
+            what.append(f"training {ls.scenario.training.name}: "
+                        f"{describe_plan(tw.summary)}, workload {tw.workload.summary()}")
     except ScenarioError as e:
         fail(str(e))
     console.print(f"ok: {ls.scenario.name}: {fabric.describe()['nodes']}, "
-                  f"workload {wl.summary()}", highlight=False)
+                  f"policies {', '.join(ls.scenario.policies)}; " + "; ".join(what),
+                  highlight=False)
 
 
 def docs(out: Path = typer.Option(None, "--out", "-o", help="Write to this file (the "
-                                  "repository keeps it as docs/scenarios.md) instead of "
-                                  "stdout.")):
+                                  "repository keeps it as docs/scenarios.md, and with "
+                                  "--sweeps as docs/sweeps.md) instead of stdout."),
+         sweeps: bool = typer.Option(False, "--sweeps", help="The sweep file reference "
+                                     "instead.")):
     """Print the scenario file reference (every field, type, default, unit, example),
-    generated from the schema."""
-    from icefabric.scenario.docs import scenario_docs
+    generated from the schema; with --sweeps the sweep file reference."""
+    if sweeps:
+        from icefabric.sweeps.docs import sweep_docs as make
+    else:
+        from icefabric.scenario.docs import scenario_docs as make
 
-    text = scenario_docs()
+    text = make()
     if out is None:
         typer.echo(text, nl=False)
     else:

@@ -123,7 +123,8 @@ def simulate(
         res.to_json(out / "result.json")
         from icefabric.reports.figures import save_figures
 
-        save_figures(res, out, formats=formats)
+        with progress_bar(not quiet, f"plotting into {out}") as update:
+            save_figures(res, out, formats=formats, progress=update)
         _save_inputs(out, ls.text, res)
     if report is not None:
         from icefabric.reports.html import ReportError, ReportInput
@@ -137,6 +138,7 @@ def simulate(
     if json_out:
         typer.echo(res.to_json())
         return
+    from icefabric.experiment.calibration import trust_line
     from icefabric.reports.tables import fabric_summary, render
 
     console.print(f"[bold]{res.scenario}[/] — {res.description}", highlight=False)
@@ -144,6 +146,7 @@ def simulate(
                   highlight=False)
     for r in render(res, console.width, detail=detail):
         console.print(r)
+    console.print(trust_line(), highlight=False, markup=False)
     for n in res.notes:
         console.print(f"note: {n}", highlight=False, markup=False)
     console.print(f"wall time {res.wall_s:.1f} s" + (f"; artefacts in {out}" if out else "")

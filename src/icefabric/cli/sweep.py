@@ -57,6 +57,7 @@ def sweep(
     except KeyboardInterrupt:
         fail(f"interrupted; finished points are kept in {out}/points — rerun the same "
              "command to run only the missing ones", code=130)
+    _print_summary(out)
     console.print(f"{len(run.ran)} points run, {len(run.reused)} reused, "
                   f"{len(run.failed)} failed in {run.wall_s:.1f} s; table {run.table}",
                   highlight=False)
@@ -73,3 +74,27 @@ def sweep(
         console.print(f"report written to {path}", highlight=False)
     if run.failed:
         raise typer.Exit(1)
+
+
+def _print_summary(out: Path) -> None:
+    """The sweep's table: busbw and gain over ECMP per point and policy (as the report)."""
+    from icefabric.reports.html import sweep_rows
+    from icefabric.reports.tables import Column, Fitter
+    from icefabric.sweeps.run import load_sweep_dir
+    from icefabric.sweeps.spec import SEED_AXIS
+    from icefabric.sweeps.table import collect_rows
+
+    spec, _, recs = load_sweep_dir(out)
+    if not recs:
+        return
+    rows = sweep_rows(spec, collect_rows(spec, recs))
+    heads = [a for a in spec.axis_names if a != SEED_AXIS] + [
+        "policy", "job", "collective", "size", "busbw GB/s\nmed (p10-p90)", "vs ecmp"]
+    cols = [Column(h, [r[i] for r in rows], key=i < len(heads) - 2)
+            for i, h in enumerate(heads)]
+    fit = Fitter(console.width)
+    for t in fit.fit((f"sweep {spec.name}: busbw and gain over ECMP, median (p10-p90) over "
+                      "seeds", cols), row_policies={r[len(heads) - 6] for r in rows}):
+        console.print(t)
+    if fit.legend() is not None:
+        console.print(fit.legend())

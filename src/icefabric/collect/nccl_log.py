@@ -849,6 +849,33 @@ def host_nics(log: NcclLog) -> dict[str, dict[str, Any]]:
     return out
 
 
+def network_transport(log: NcclLog) -> str | None:
+    """The network transport a log's job ran on, from NCCL's own lines, or None when the
+    log does not say: ``"RoCE"``, ``"InfiniBand"`` (``"InfiniBand and RoCE"`` when the
+    NICs mix), ``"EFA/Libfabric (<provider>)"`` or ``"Libfabric (<provider>)"``, or
+    ``"sockets"``.
+
+    Sources: the NIC list ``NET/IB : Using [i]name:port/<IB|RoCE>``
+    (``src/transport/net_ib.cc``, ``ncclIbInit``), ``Using network <name>`` (``src/init.cc``:
+    ``IB``, ``Socket``, a plugin's name such as ``AWS Libfabric``), the aws-ofi-nccl
+    plugin's ``NET/OFI Selected Provider is <provider>``, ``NET/Socket : Using``
+    (``src/transport/net_socket.cc``) and connections ``via NET/Socket/<dev>``.
+    """
+    nets = {n["network"].lower() for n in log.networks}
+    if log.ofi_providers or any("libfabric" in n or "ofi" in n for n in nets):
+        prov = log.ofi_providers[0] if log.ofi_providers else "provider not printed"
+        return f"{'EFA/' if prov == 'efa' else ''}Libfabric ({prov})"
+    links = {n.get("link") for e in host_nics(log).values() for n in e["nics"]} - {None}
+    if links == {"RoCE"}:
+        return "RoCE"
+    if "IB" in links:
+        return "InfiniBand and RoCE" if "RoCE" in links else "InfiniBand"
+    plugins = {c.get("net_plugin") for c in log.connections}
+    if "socket" in nets or "Socket" in plugins or (log.socket_ifs and not links):
+        return "sockets"
+    return None
+
+
 def printed_ranks(log: NcclLog, bus_rank: dict[tuple[str | None, str], int] | None = None,
                   ) -> list[PrintedRank]:
     """Lines printed by one rank's own thread during init, in the order of the text.

@@ -159,8 +159,9 @@ def job_from_log(paths: list[str | Path], *, name: str | None = None) -> dict[st
     :func:`job_from_report` of the one with the most ranks, plus ``"warnings"`` (strings
     naming file and line), ``"collective"`` (``all_reduce`` ... when nccl-tests output is in
     the files, else None), ``"sizes_bytes"`` (the sizes of its result rows, or []),
-    ``"accelerator"`` (the device model nccl-tests printed, or None) and ``"env"`` (NCCL
-    variables of the log and the test's command line). When the log lists no NICs,
+    ``"accelerator"`` (the device model nccl-tests printed, or None), ``"env"`` (NCCL
+    variables of the log and the test's command line) and ``"transport"``
+    (:func:`icefabric.collect.nccl_log.network_transport`). When the log lists no NICs,
     ``nics_per_host`` counts the devices of an exact ``NCCL_IB_HCA`` list.
 
     Raises
@@ -170,7 +171,7 @@ def job_from_log(paths: list[str | Path], *, name: str | None = None) -> dict[st
     """
     from icefabric.collect._text import read_text
     from icefabric.collect.detect import mixed_sections
-    from icefabric.collect.nccl_log import build_reports, parse_nccl_logs
+    from icefabric.collect.nccl_log import build_reports, network_transport, parse_nccl_logs
     from icefabric.collect.nccl_tests import parse_nccl_tests
 
     texts = [read_text(p) for p in paths]
@@ -188,6 +189,7 @@ def job_from_log(paths: list[str | Path], *, name: str | None = None) -> dict[st
     # nccl-tests output around the NCCL lines says which collective and sizes were run.
     job["collective"], job["sizes_bytes"], job["accelerator"] = None, [], None
     job["env"] = dict(best.env)
+    job["transport"] = network_transport(log)
     for text in texts:
         run = next((r for r in parse_nccl_tests(text).runs if r.collective or r.rows), None)
         if run is not None:

@@ -565,6 +565,15 @@ class ControllerCore:
             raise Conflict("no fabric loaded")
         self.repo.add_events(host, [e.model_dump(mode="json") for e in events])
         self.metrics.events.inc(len(events))
+        for e in events:  # an operator reads what happened; telemetry only when debugging
+            what = f"{e.link.a}-{e.link.b}" if e.link else (e.nic or "")
+            log.log(logging.DEBUG if e.kind in ("port_counters", "cnp_rate") else logging.INFO,
+                    "event %s %s from %s%s", e.kind, what, host,
+                    f": {e.message}" if e.message else "")
         if changes:
-            return self.set_links(changes, f"events from {host}")
+            replan = self.set_links(changes, f"events from {host}")
+            log.info("links %s: %s", ", ".join(f"{a}-{b} {'up' if up else 'down'}"
+                                               for a, b, up in changes),
+                     "re-plan requested" if replan else "no change, no re-plan")
+            return replan
         return False

@@ -53,6 +53,34 @@ def infer_server(job: dict) -> tuple[str, list[str]]:
     return best.name, [f"server {best.name}: {acc}, {nic_words}"]
 
 
+#: What the model's ECMP means on a transport other than RoCE (why its figures do not apply).
+_NOT_ROCE = {
+    "InfiniBand": "InfiniBand switches route by the subnet manager's forwarding tables "
+                  "(or adaptive routing), not by hashing a UDP port, so the ECMP figures "
+                  "and ICE's source-port steering do not describe this fabric",
+    "EFA": "EFA runs SRD, which sprays every message over many paths (AWS, 'A Cloud-"
+           "Optimized Transport Protocol for Elastic and Scalable HPC', IEEE Micro 2020), so "
+           "there are no per-flow ECMP collisions to model and the ECMP figures do not apply",
+    "Libfabric": "a Libfabric provider decides how traffic is spread; the model's per-QP ECMP "
+                 "may not describe it",
+    "sockets": "NCCL's socket transport runs over TCP through the kernel; the RoCE model "
+               "(ECMP per QP, DCQCN, PFC) does not describe it",
+}
+
+
+def transport_warning(transport: str | None) -> str | None:
+    """One sentence when a log's transport is not RoCE (or unknown), saying what that means
+    for the figures the replay prints; None for RoCE."""
+    if transport == "RoCE":
+        return None
+    if transport is None:
+        return ("the log does not show its network transport (no NET/IB device list or "
+                "'Using network' line); the replay assumes RoCEv2")
+    why = next((v for k, v in _NOT_ROCE.items() if k in transport), "")
+    return (f"the log's transport is {transport}, not RoCE: the replay runs it as RoCEv2 on "
+            f"the scenario's fabric anyway; {why}")
+
+
 def _spread(fabric: dict, n_hosts: int) -> list[str]:
     """Put the hosts on at least two leaves (a log does not say where they are cabled)."""
     spl = max(1, min(fabric["servers_per_leaf"], -(-n_hosts // 2)))
@@ -81,6 +109,10 @@ def scenario_from_log(base: LoadedScenario, paths: list[str | Path], *,
         server, why = infer_server(job)
         job["inferred"] += why
     job["server"] = server
+    note = transport_warning(job.get("transport"))
+    job["transport_warning"] = note
+    if note:
+        job["warnings"] = [note, *job.get("warnings", [])]
     frag = scenario_fragment(job, server=server)
     if job.get("nic_gbps") and SERVERS.get(server) and (
             job["nic_gbps"] * 1e9 != SERVERS[server].nic_bps):

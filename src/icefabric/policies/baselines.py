@@ -14,7 +14,13 @@
   one in most public run commands (NVIDIA/nccl#1454, NVIDIA/nccl-tests#232; #1277 uses 4).
   Round-robin gives each QP ``1/k`` of the bytes like the even split does
   (:mod:`icefabric.ccl.nccl_defaults`), so at flow level it equals ``ecmp-multiqp`` with the
-  same ``k``; what differs is the default ``k`` and what the name stands for.
+  same ``k``; what differs is the default ``k`` and what the name stands for. It is the
+  deployed baseline every table gives ICE's gain over first
+  (:data:`icefabric.experiment.runner.DEPLOYED`): with it the model lands the public ECMP
+  figures it rebuilds inside its p10-p90, with the bare default (``ecmp``) below them
+  (docs/calibration.md). A collision still costs the whole collective with either: NCCL
+  gives every channel a fixed share of the bytes (``src/enqueue.cc``,
+  ``scheduleCollTasksToPlan``; no work stealing), so the slowest channel ends it.
 * ``spray`` — ideal per-packet spraying over every shortest path with reordering-tolerant
   NICs (an upper reference that needs special hardware, e.g. adaptive routing).
 * ``ideal`` — the non-blocking bound: the same servers on one non-blocking switch.
@@ -83,7 +89,7 @@ class EcmpMultiQpPolicy(EcmpPolicy):
 
 @register_policy("ecmp-tuned")
 class EcmpTunedPolicy(EcmpMultiQpPolicy):
-    description = ("ECMP with the commonly deployed NCCL tuning: QPS_PER_CONNECTION=2 (2-4), "
+    description = ("ECMP as RoCE clusters deploy it: NCCL_IB_QPS_PER_CONNECTION=2, "
                    "SPLIT_DATA_ON_QPS=0 round-robin")
 
     def __init__(self, qps: int = 2, **kw):

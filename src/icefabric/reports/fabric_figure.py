@@ -62,6 +62,16 @@ def _edges(fabric: Fabric) -> Counter:
     return cap
 
 
+#: Switch squares (marker area, points^2) and their labels (points): a label fits inside its
+#: square at a size a printed page or a laptop screen shows legibly.
+SWITCH_MARKER, SWITCH_FONT = 480, 7.5
+
+
+def switch_label(name: str) -> str:
+    """A switch's short label (``spine12`` -> ``sp12``, ``leaf3`` -> ``lf3``)."""
+    return name.replace("spine", "sp").replace("leaf", "lf")
+
+
 def plot_fabric(fabric: Fabric, ax=None):
     """Draw ``fabric`` (leaf-spine, rail-optimized or fat-tree) and return the Figure."""
     pos, srv_pos = _positions(fabric)
@@ -85,10 +95,10 @@ def plot_fabric(fabric: Fabric, ax=None):
                 va="center", fontsize=6.5 if n <= 16 else 5, color="white", zorder=3)
     names = fabric.node_names
     for node, (x, y) in pos.items():
-        ax.scatter([x], [y], s=260, marker="s", color="#34495e", zorder=2)
+        ax.scatter([x], [y], s=SWITCH_MARKER, marker="s", color="#34495e", zorder=2)
         if len(pos) <= 48:
-            ax.text(x, y, names[node].replace("spine", "sp").replace("leaf", "lf"),
-                    ha="center", va="center", fontsize=5.5, color="white", zorder=3)
+            ax.text(x, y, switch_label(names[node]), ha="center", va="center",
+                    fontsize=SWITCH_FONT, fontweight="bold", color="white", zorder=3)
     for kind, y in _TIER_Y.items():
         if len(fabric.nodes_of_kind(kind)):
             ax.text(-0.8, y, _TIER_NAME[kind], ha="right", va="center", fontsize=8)

@@ -58,6 +58,8 @@ def plot_busbw(res, job: str, collective: str, ax=None):
     ax = ax or fig.add_subplot()
     rows = [r for r in res.rows if r["job"] == job and r["collective"] == collective]
     drawn = [p for p in res.policies if any(r["policy"] == p for r in rows)]
+    if len({r["size_bytes"] for r in rows}) == 1:  # a line of one point says nothing
+        return _busbw_bars(ax, rows, drawn, f"{job} · {collective}")
     for i, p in enumerate(drawn):
         pts = sorted((r["size_bytes"], r["busbw_GBps"]) for r in rows if r["policy"] == p)
         x, y = zip(*pts)
@@ -87,6 +89,23 @@ def plot_busbw(res, job: str, collective: str, ax=None):
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     return fig
+
+
+def _busbw_bars(ax, rows: list[dict], policies: list[str], title: str):
+    """One size: a bar per policy, with its p10-p90 range over the draws as an error bar."""
+    by = {r["policy"]: r for r in rows}
+    y = np.array([by[p]["busbw_GBps"] for p in policies])
+    lo = np.array([by[p].get("busbw_GBps_p10", by[p]["busbw_GBps"]) for p in policies])
+    hi = np.array([by[p].get("busbw_GBps_p90", by[p]["busbw_GBps"]) for p in policies])
+    x = np.arange(len(policies))
+    ax.bar(x, y, color=[policy_style(p, i)[0] for i, p in enumerate(policies)],
+           yerr=np.stack([y - lo, hi - y]), capsize=4, ecolor="0.3")
+    ax.set_xticks(x, policies, rotation=30, ha="right", fontsize=8)
+    ax.set_ylim(bottom=0)
+    ax.set_ylabel("busbw (GB/s)")
+    ax.set_title(f"{title} at {format_size(rows[0]['size_bytes'])}")
+    ax.grid(True, axis="y", alpha=0.3)
+    return ax.figure
 
 
 def plot_all_busbw(res):
@@ -291,32 +310,41 @@ def _thresholds(ax, th: dict, links: list[str], peak_kib: float) -> list[float]:
     return drawn
 
 
-def save_figures(res, out_dir, formats=("png",)) -> list[str]:
-    """Write every figure in each of ``formats`` (png, svg, pdf); returns the paths."""
+def save_figures(res, out_dir, formats=("png",), progress=None) -> list[str]:
+    """Write every figure in each of ``formats`` (png, svg, pdf); returns the paths.
+    ``progress(done, total, name)`` hears of each figure before it is drawn (a large run's
+    figures take tens of seconds)."""
     from pathlib import Path
 
     bad = [f for f in formats if f not in FORMATS]
     if bad:
         raise ValueError(f"unknown figure format(s) {bad}; use {', '.join(FORMATS)}")
     out = Path(out_dir)
-    paths = []
-    figs = [("busbw", plot_all_busbw(res))] if res.rows else []
+    # (name, how to draw it): drawn one at a time, so progress can follow
+    todo = [("busbw", lambda: plot_all_busbw(res))] if res.rows else []
     if res.rows and getattr(res, "draws", 1) > 1:
-        figs.append(("busbw_draws", plot_all_draws(res)))
-    figs.append(("link_utilization", plot_link_utilization(res)))
+        todo.append(("busbw_draws", lambda: plot_all_draws(res)))
+    todo.append(("link_utilization", lambda: plot_link_utilization(res)))
     if getattr(res, "training", None):
         from icefabric.reports.training import training_figures
 
-        figs += training_figures(res)
+        todo.append(("training", lambda: training_figures(res)))
     for policy, run in getattr(res, "runs", {}).items():
         if run.timeseries and run.timeseries.get("t_us"):
-            figs.append((f"timeseries_{policy}", plot_timeseries(run)))
-    for name, fig in figs:
-        for fmt in formats:
-            p = out / f"{name}.{fmt}"
-            fig.savefig(p, dpi=150 if fmt == "png" else None)
-            paths.append(str(p))
-        plt.close(fig)
+            todo.append((f"timeseries_{policy}", lambda run=run: plot_timeseries(run)))
+    paths = []
+    for i, (name, draw) in enumerate(todo):
+        if progress:
+            progress(i, len(todo), name)
+        made = draw()
+        for fname, fig in (made if isinstance(made, list) else [(name, made)]):
+            for fmt in formats:
+                p = out / f"{fname}.{fmt}"
+                fig.savefig(p, dpi=150 if fmt == "png" else None)
+                paths.append(str(p))
+            plt.close(fig)
+    if progress:
+        progress(len(todo), len(todo), "done")
     return paths
 
 

@@ -7,7 +7,7 @@ congestion statistics and queue/rate time series for fluid runs, and how to repr
 :func:`render_sweep` does the same for a sweep's output folder (gain vs axis with ranges).
 
 Every number in a table is copied from the result rows, formatted only: values as stored
-(busbw in GB/s with the result's three decimals), fractions as percentages with one decimal.
+(busbw in GB/s to one decimal), fractions as percentages with one decimal.
 Ranges: a row that carries quantile columns ``<key>_p10`` and ``<key>_p90`` (per-draw ECMP
 distributions) shows ``value (p10–p90)``; sweeps take the range over their seeds.
 
@@ -31,8 +31,9 @@ import yaml
 
 from icefabric.engine.result import SimResult
 from icefabric.errors import IceFabricError
+from icefabric.experiment.calibration import trust_line
 from icefabric.experiment.runner import ExperimentResult
-from icefabric.reports.tables import BASELINES, largest_run
+from icefabric.reports.tables import BASELINES, DEPLOYED, GAIN_KEY, largest_run
 from icefabric.sweeps.table import RANGE, collect_rows, summarize
 from icefabric.units import format_size
 
@@ -87,6 +88,11 @@ def _num(v) -> str:
     return "–" if v is None else f"{v:g}" if isinstance(v, float) else str(v)
 
 
+def _gbps(v) -> str:
+    """A bandwidth in GB/s to one decimal (the model's figures are not finer than that)."""
+    return "–" if v is None else f"{v:.1f}"
+
+
 def ranged(row: dict, key: str, fmt=_num) -> str:
     """``value`` or ``value (low–high)`` when the row carries ``key``'s p10/p90."""
     lo, hi = (row.get(f"{key}_{q}") for q in RANGE)
@@ -122,15 +128,61 @@ def _largest_rows(res: ExperimentResult) -> list[dict]:
                                  res.policies.index(r["policy"])))
 
 
+def _gain_cell(r: dict, rb: dict | None, base: str) -> str:
+    """``r``'s gain over baseline row ``rb``: with the p10-p90 range over the draws where
+    the row carries it (the deployed and the default ECMP), else the ratio of medians."""
+    if rb is None or rb is r:
+        return "–"
+    if base in GAIN_KEY:
+        return ranged(r, GAIN_KEY[base], _pct)
+    return _pct(r["busbw_GBps"] / rb["busbw_GBps"] - 1)
+
+
 def summary_table(res: ExperimentResult, idx: int) -> Table:
-    """Largest size: busbw, fraction of the ideal bound and gain over ECMP per policy."""
-    out = [[r["job"], r["collective"], r["policy"], ranged(r, "busbw_GBps"),
-            _frac(r.get("frac_of_ideal")), ranged(r, "gain_vs_ecmp", _pct)]
-           for r in _largest_rows(res)]
+    """Largest size: busbw, fraction of the ideal bound and the gain over every baseline
+    that was run, the deployed ECMP first and NCCL's default beside it."""
+    base = [b for b in BASELINES if b in res.policies]
+    largest = _largest_rows(res)
+    by = {(r["job"], r["collective"], r["policy"]): r for r in largest}
+    out = [[r["job"], r["collective"], r["policy"], ranged(r, "busbw_GBps", _gbps),
+            _frac(r.get("frac_of_ideal"))] +
+           [_gain_cell(r, by.get((r["job"], r["collective"], b)), b) for b in base]
+           for r in largest]
+    heads = [f"vs {b}" + (" (deployed)" if b == DEPLOYED else " (NCCL default)"
+                          if b == "ecmp" else "") for b in base]
     return Table(f"summary-{idx}", f"Summary at {format_size(res.sizes[-1])}",
-                 ["job", "collective", "policy", "busbw (GB/s)", "of ideal", "gain vs ecmp"],
-                 out, "ideal: the same workload on a non-blocking fabric (an upper bound).",
-                 text_cols=3)
+                 ["job", "collective", "policy", "busbw (GB/s)", "of ideal", *heads], out,
+                 "ideal: the same workload on a non-blocking fabric (an upper bound). "
+                 f"{DEPLOYED}: ECMP as RoCE clusters deploy it (NCCL_IB_QPS_PER_CONNECTION=2); "
+                 "ecmp: NCCL's default (1 QP per connection). Gains over the ECMP family: "
+                 "median (p10 – p90) over the draws.", text_cols=3)
+
+
+def headline(res: ExperimentResult) -> list[str]:
+    """What ICE buys, at which size, under which assumptions: one sentence per collective
+    at the largest size (gain over the deployed ECMP first, over NCCL's default beside it),
+    then the assumptions the figures rest on."""
+    if not res.rows or "ice" not in res.policies:
+        return []
+    size = format_size(res.sizes[-1])
+    out = []
+    for r in _largest_rows(res):
+        if r["policy"] != "ice":
+            continue
+        gains = [f"{_pct(r[GAIN_KEY[b]])} over {b}" + (" (ECMP as deployed)" if b == DEPLOYED
+                                                         else " (NCCL's default)")
+                 for b in (DEPLOYED, "ecmp") if r.get(GAIN_KEY[b]) is not None]
+        ideal = (f", {_frac(r['frac_of_ideal'])} of ideal" if r.get("frac_of_ideal")
+                 is not None else "")
+        out.append(f"{r['job']} · {r['collective']} at {size}: ICE {_gbps(r['busbw_GBps'])} "
+                   f"GB/s, {', '.join(gains) or 'no ECMP baseline run'}{ideal}.")
+    model = ("flow engine: max-min rates, no queues" if res.engine == "flow" else
+             "fluid engine: queues, ECN, DCQCN, PFC")
+    draws = (f"ECMP medians over {res.draws} draws of QP numbers and switch hash seeds"
+             if res.draws > 1 else "one draw of ECMP's QP numbers and hash seeds")
+    out.append(f"Assumes: scenario {res.scenario}'s fabric, placement and switch hash models; "
+               f"{model}; {draws}.")
+    return out
 
 
 def training_iteration_table(res: ExperimentResult, idx: int) -> Table:
@@ -151,32 +203,13 @@ def busbw_tables(res: ExperimentResult, idx: int) -> list[Table]:
         by = {(r["policy"], r["size_bytes"]): r for r in res.rows
               if (r["job"], r["collective"]) == (job, coll)}
         first = next(iter(by.values()))
-        rows = [[format_size(s)] + [ranged(by[(p, s)], "busbw_GBps") if (p, s) in by else "–"
+        rows = [[format_size(s)] + [ranged(by[(p, s)], "busbw_GBps", _gbps) if (p, s) in by
+                                    else "–"
                                     for p in res.policies] for s in res.sizes]
         out.append(Table(f"busbw-{idx}-{g}", f"{job} · {coll} · {first['algorithm']} · "
                          f"{first['nranks']} ranks: busbw (GB/s)", ["size"] + res.policies,
                          rows))
     return out
-
-
-def gain_table(res: ExperimentResult, idx: int) -> Table | None:
-    """Largest size: each policy's gain over every baseline that was run."""
-    base = [b for b in BASELINES if b in res.policies]
-    if not base or not res.rows:
-        return None
-    largest = _largest_rows(res)
-    by = {(r["job"], r["collective"], r["policy"]): r for r in largest}
-    rows = []
-    for r in largest:
-        cells = [r["job"], r["collective"], r["policy"]]
-        for b in base:
-            rb = by.get((r["job"], r["collective"], b))
-            cells.append("–" if rb is None or b == r["policy"]
-                         else _pct(r["busbw_GBps"] / rb["busbw_GBps"] - 1))
-        rows.append(cells)
-    return Table(f"gains-{idx}", f"Gain over each baseline at {largest_run(res)}",
-                 ["job", "collective", "policy"] + [f"vs {b}" for b in base], rows,
-                 text_cols=3)
 
 
 def plan_table(res: ExperimentResult, idx: int) -> Table:
@@ -301,9 +334,10 @@ def result_section(inp: ReportInput, idx: int) -> dict:
     tables = [summary_table(res, idx), *busbw_tables(res, idx)] if res.rows else []
     if res.training:
         tables.append(training_iteration_table(res, idx))
-    extra = [t for t in (gain_table(res, idx), plan_table(res, idx),
+    extra = [t for t in (plan_table(res, idx),
                          congestion_table(res, idx)) if t is not None]
     return {"id": idx, "title": f"{res.scenario} ({res.engine} engine)", "facts": facts,
+            "headline": headline(res),
             "scenario_text": inp.scenario_text, "tables": tables, "extra_tables": extra,
             "fabric": fabric_picture(inp), "figures": result_figures(inp), "notes": res.notes,
             "reproduce": reproduce_command(res), "recorded": inp.recorded,
@@ -334,7 +368,7 @@ def render(inputs: list[ReportInput], out_path: str | Path, *,
     sections = [result_section(inp, i) for i, inp in enumerate(inputs)]
     title = "ice-fabric report: " + ", ".join(dict.fromkeys(s.result.scenario for s in inputs))
     return _write(out_path, {"title": title, "sections": sections, "sweep": None,
-                             "command": command})
+                             "command": command, "trust": trust_line()})
 
 
 # ---------------------------------------------------------------------------------- sweeps
@@ -346,6 +380,24 @@ def sweep_figures(spec, summary: list[dict]) -> list[Figure]:
                                            if (r["job"], r["collective"], r["size_bytes"]) == g]),
                    f"{g[0]} · {g[1]} · {format_size(g[2])}: gain over ECMP")
             for g in groups]
+
+
+def sweep_rows(spec, rows: list[dict]) -> list[list[str]]:
+    """Per point (axes but the seed), policy, job, collective and size: the absolute busbw
+    and the gain over ECMP, each median (p10–p90) over the seeds; shared by the report and
+    the table ``icefab sweep`` prints at its end."""
+    from icefabric.sweeps.spec import SEED_AXIS
+    from icefabric.sweeps.table import summarize_busbw_and_gain
+
+    axes = [a for a in spec.axis_names if a != SEED_AXIS]
+    out = []
+    for r in summarize_busbw_and_gain(spec, rows):
+        bw = f"{_gbps(r['median'])} ({_gbps(r['low'])} – {_gbps(r['high'])})"
+        gain = ("–" if r["gain"] is None or r["policy"] == "ecmp" else
+                f"{_pct(r['gain'])} ({_pct(r['gain_low'])} – {_pct(r['gain_high'])})")
+        out.append([str(r[a]) for a in axes] + [r["policy"], r["job"], r["collective"],
+                                                 format_size(r["size_bytes"]), bw, gain])
+    return out
 
 
 def _named_settings(axis) -> str:
@@ -372,13 +424,18 @@ def sweep_section(out_dir: str | Path) -> dict:
                                            format_size(r["size_bytes"]), str(r["n"]),
                                            _pct(r["median"]), _pct(r["low"]), _pct(r["high"])]
                    for r in summary if r["policy"] != "ecmp"], text_cols=len(axes) + 4)
+    busbw = Table("sweep-busbw", "busbw (GB/s) per point and policy: median (p10–p90) over "
+                  "seeds, with the gain over ECMP beside it",
+                  axes + ["policy", "job", "collective", "size", "busbw (GB/s)", "vs ecmp"],
+                  sweep_rows(spec, rows), text_cols=len(axes) + 4)
     axes_table = Table("sweep-axes", "Axes", ["axis", "values", "each value sets"],
                        [[a.name, ", ".join(a.labels), _named_settings(a)] for a in spec.axes],
                        css="facts")
     csv_text = (Path(out_dir) / "results.csv").read_text() \
         if (Path(out_dir) / "results.csv").exists() else ""
     wall = sum(r.get("wall_s", 0.0) for r in recs)
-    return {"spec": spec, "done": len(recs), "total": len(grid), "tables": [axes_table, table],
+    return {"spec": spec, "done": len(recs), "total": len(grid),
+            "tables": [axes_table, table, busbw],
             "figures": sweep_figures(spec, summary), "cpu_s": f"{wall:.0f}",
             "base_text": yaml.safe_dump(spec.base, sort_keys=False),
             "set_text": yaml.safe_dump(spec.fixed, sort_keys=False) if spec.fixed else "",
@@ -393,7 +450,8 @@ def render_sweep(out_dir: str | Path, out_path: str | Path, *,
     """Write the HTML report of the sweep stored in ``out_dir``."""
     sweep = sweep_section(out_dir)
     return _write(out_path, {"title": f"ice-fabric sweep: {sweep['spec'].name}",
-                             "sections": [], "sweep": sweep, "command": command})
+                             "sections": [], "sweep": sweep, "command": command,
+                             "trust": trust_line()})
 
 
 __all__ = ["ReportError", "ReportInput", "render", "render_sweep", "environment"]

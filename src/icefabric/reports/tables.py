@@ -16,7 +16,7 @@ from rich.console import Console, RenderableType
 from rich.table import Table
 from rich.text import Text
 
-from icefabric.experiment.runner import BASELINES
+from icefabric.experiment.runner import BASELINES, DEPLOYED
 from icefabric.units import format_size
 
 #: Short names of the built-in policies (others get the initials of their parts).
@@ -183,7 +183,7 @@ def summary_tables(res, fit: Fitter) -> list[RenderableType]:
             coll.append(f"{job} {c}" if first else "")
             first = False
             pol.append(p)
-            busbw.append(_ranged(r, 1 if drawn else 2))
+            busbw.append(_ranged(r))
             lucky.append(_gain(r.get("gain_vs_ecmp_lucky")) if p != "ecmp" else "")
             ideal.append(_pct(r.get("frac_of_ideal")))
             ofb.append(_pct(r.get("frac_of_bound")))
@@ -201,11 +201,13 @@ def summary_tables(res, fit: Fitter) -> list[RenderableType]:
         cols.append(Column("vs lucky\necmp p90", lucky))
     what = (f"; ECMP family over {res.draws} draws of QP numbers and hash seeds, gains "
             "over medians" if drawn else "")
+    first = (f" ({DEPLOYED} = ECMP as deployed, 2 QPs per connection, first; ecmp = NCCL's "
+             "default, 1)" if DEPLOYED in base else "")
     return fit.fit((f"Summary at {format_size(size)}: busbw, share of the bounds, gain over "
-                    f"each baseline{what}", cols), row_policies=res.policies)
+                    f"each baseline{first}{what}", cols), row_policies=res.policies)
 
 
-def _ranged(r: dict, digits: int = 2) -> str:
+def _ranged(r: dict, digits: int = 1) -> str:
     """busbw, with its p10-p90 range where the row has one (drawn policies)."""
     lo, hi = r.get("busbw_GBps_p10"), r.get("busbw_GBps_p90")
     text = f"{r['busbw_GBps']:.{digits}f}"
@@ -217,53 +219,69 @@ def _gain(g) -> str:
 
 
 def collective_tables(res, fit: Fitter, detail: bool = False) -> list[RenderableType]:
-    """Per (job, collective): busbw per size and policy with the gain over ecmp. With
-    ``detail``, one nccl-tests-style table per policy (time, algbw, busbw, gain, share of
-    ideal)."""
+    """Per (job, collective): busbw per size and policy with the gain over the deployed
+    ECMP (else ``ecmp``). With ``detail``, one nccl-tests-style table per policy (time,
+    algbw, busbw, gains over the deployed and the default ECMP, share of ideal)."""
     out: list[RenderableType] = []
     pols = [p for p in res.policies if p != "ideal"]
+    over = gain_baseline(res.policies)
     for _, rows in _groups(res.rows).items():
         title = _title(rows)
         by = {(r["policy"], r["size_bytes"]): r for r in rows}
         sizes = [format_size(s) for s in res.sizes]
         if detail:
+            over_all = [b for b in (DEPLOYED, "ecmp") if b in res.policies]
             for p in res.policies:
-                out += _detail_table(fit, f"{title} · {p}", sizes, res.sizes, by, p)
+                out += _detail_table(fit, f"{title} · {p}", sizes, res.sizes, by, p,
+                                     over_all)
             continue
         variants = []
         for with_gain in (True, False):
             cols = [Column("size", sizes, key=True)]
             for p in pols:
-                cols.append(Column(p, [_busbw_cell(by.get((p, s)), with_gain and p != "ecmp")
+                cols.append(Column(p, [_busbw_cell(by.get((p, s)),
+                                                   over if with_gain and p != over else None)
                                        for s in res.sizes], policy=p))
             if "ideal" in res.policies:
                 cols.append(Column("ideal", [_busbw_cell(by.get(("ideal", s)), False)
                                              for s in res.sizes], dim=True))
-            variants.append((f"{title}: busbw GB/s" + (" (gain over ecmp)" if with_gain else ""),
-                             cols))
+            variants.append((f"{title}: busbw GB/s" + (f" (gain over {over})" if with_gain
+                                                       and over else ""), cols))
         out += fit.fit(*variants)
     return out
 
 
-def _busbw_cell(r, gain: bool) -> str:
-    """busbw (with the p10-p90 range of a drawn policy instead of the gain)."""
+def gain_baseline(policies) -> str | None:
+    """The baseline a single gain column is over: the deployed ECMP when it was run, else
+    NCCL's default ``ecmp``, else none."""
+    return next((b for b in (DEPLOYED, "ecmp") if b in policies), None)
+
+
+#: The result row's gain column over each baseline that has one.
+GAIN_KEY = {DEPLOYED: "gain_vs_deployed", "ecmp": "gain_vs_ecmp"}
+
+
+def _busbw_cell(r, over: str | None) -> str:
+    """busbw (with the p10-p90 range of a drawn policy instead of the gain), and the gain
+    over baseline ``over`` when given."""
     if r is None:
         return "-"
     if r.get("busbw_GBps_p10") is not None:
-        return _ranged(r, 1)
-    g = r.get("gain_vs_ecmp")
-    return f"{r['busbw_GBps']:.2f}" + (f" ({g:+.0%})" if gain and g is not None else "")
+        return _ranged(r)
+    g = r.get(GAIN_KEY[over]) if over else None
+    return f"{r['busbw_GBps']:.1f}" + (f" ({g:+.0%})" if g is not None else "")
 
 
-def _detail_table(fit, title, sizes, size_bytes, by, p) -> list[RenderableType]:
+def _detail_table(fit, title, sizes, size_bytes, by, p, over) -> list[RenderableType]:
     cells: dict[str, list[str]] = defaultdict(list)
     for s in size_bytes:
         r = by.get((p, s))
-        g = r.get("gain_vs_ecmp") if r else None
         cells["time us"].append(f"{r['time_us']:.1f}" if r else "-")
-        cells["algbw"].append(f"{r['algbw_GBps']:.2f}" if r else "-")
-        cells["busbw"].append(f"{r['busbw_GBps']:.2f}" if r else "-")
-        cells["vs ecmp"].append("" if g is None or p == "ecmp" else f"{g:+.1%}")
+        cells["algbw"].append(f"{r['algbw_GBps']:.1f}" if r else "-")
+        cells["busbw"].append(f"{r['busbw_GBps']:.1f}" if r else "-")
+        for b in over:
+            g = r.get(GAIN_KEY[b]) if r else None
+            cells[f"vs {b}"].append("" if g is None or p == b else f"{g:+.1%}")
         cells["of ideal"].append(_pct(r.get("frac_of_ideal")) if r else "-")
     cols = [Column("size", sizes, key=True)] + [Column(h, v) for h, v in cells.items()]
     return fit.fit((title, cols))

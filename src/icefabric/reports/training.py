@@ -18,11 +18,12 @@ COMM = ("tp", "pp", "dp", "ep", "comm")
 def training_header(res) -> str:
     """One line: the training job, its model and plan, and where its stages run."""
     tr = res.training
-    return f"training {tr['job']}: {_plan(tr)}"
+    return f"training {tr['job']}: {describe_plan(tr['summary'])}"
 
 
-def _plan(tr: dict) -> str:
-    s = tr["summary"]
+def describe_plan(s: dict) -> str:
+    """A training job's model, parallel plan and stages in one line, from the training
+    workload's ``summary``."""
     if "tp" not in s:
         return f"{s.get('ranks', '?')} ranks from Chakra traces"
     stages = " | ".join(f"{st['accelerator']} x{st['layers']}L" for st in s["stages"])

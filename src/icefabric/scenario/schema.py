@@ -256,10 +256,10 @@ class Scenario(_Strict):
     sizes: SizesSpec | list[int | str] = Field(
         default_factory=SizesSpec, description="message sizes: a range or an explicit list "
         f"(at most {MAX_SIZES} sizes, each 1 B to {format_size(MAX_MESSAGE_BYTES)})")
-    policies: list[str] = Field(default_factory=lambda: ["ecmp", "ecmp-multiqp", "spray",
-                                                         "ideal"],
+    policies: list[str] = Field(default_factory=lambda: ["ecmp", "ecmp-tuned", "ecmp-multiqp",
+                                                         "spray", "ideal"],
                                 description="policies compared on the same workload: ecmp, "
-                                "ecmp-multiqp, static-disjoint, spray, ice, ideal")
+                                "ecmp-tuned, ecmp-multiqp, static-disjoint, spray, ice, ideal")
     policy_options: dict[str, dict] = Field(default_factory=dict, description="options per "
                                             "policy, e.g. {ice: {qps: auto}}")
     engine: Literal["flow", "fluid"] = Field(

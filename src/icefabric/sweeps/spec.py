@@ -42,6 +42,20 @@ class SweepError(IceFabricError, ValueError):
 
 
 SEED_AXIS = "seed"
+#: The fields of a sweep file and what each holds (docs/sweeps.md is generated from this).
+FIELDS: dict[str, str] = {
+    "name": "the sweep's name (default: the file's stem); names the report",
+    "description": "one paragraph on what the sweep asks (shown in the report)",
+    "base": "**required**: the scenario every point starts from: a built-in scenario name "
+            "(`icefab scenarios`), a scenario file (relative to the sweep file), or the "
+            "scenario itself as a mapping",
+    "set": "field paths set at every point, e.g. `{sizes: [256MiB], policies: [ecmp, ice]}`",
+    "axes": "the grid: per axis either a field path and its list of values "
+            "(`fabric.oversub: [1, 2, 4]`) or a named axis whose labels each set several "
+            "fields (`nic_mix: {400G+100G: {pools[1].nic_gbps: 100}}`; `{}` keeps the base)",
+    "seeds": "each point once per seed, as a list of seeds or a count (counting up from the "
+             "base's `seed`): the p10-p90 ranges of the report",
+}
 _TOKEN = re.compile(r"\.?([A-Za-z_][\w-]*)|\[(\d+)\]")
 
 
@@ -161,10 +175,10 @@ def parse_sweep(data: Any, source: str = "<string>", here: Path | None = None) -
     """Build a SweepSpec from parsed YAML (``here``: folder that relative paths start from)."""
     if not isinstance(data, dict):
         raise SweepError(f"{source}: a sweep file must be a YAML mapping")
-    unknown = set(data) - {"name", "description", "base", "set", "axes", "seeds"}
+    unknown = set(data) - set(FIELDS)
     if unknown:
-        raise SweepError(f"{source}: unknown field(s) {sorted(unknown)}; a sweep has name, "
-                         "description, base, set, axes, seeds")
+        raise SweepError(f"{source}: unknown field(s) {sorted(unknown)}; a sweep has "
+                         f"{', '.join(FIELDS)}")
     if "base" not in data:
         raise SweepError(f"{source}: base: missing (a built-in scenario name or a file path)")
     base, _ = _base(data["base"], here, source)
@@ -199,8 +213,7 @@ def load_sweep(path_or_name: str | Path) -> SweepSpec:
             raise SweepError(f"cannot read sweep file {p}: {e.strerror}") from None
         source = str(p)
     elif str(path_or_name) in builtin_sweeps():
-        text, here, source = _builtin_dir().joinpath(f"{p}.yaml").read_text(), None, \
-            f"<builtin sweep:{p}>"
+        text, here, source = builtin_sweep_text(str(p)), None, f"<builtin sweep:{p}>"
     else:
         raise SweepError(f"no sweep file or built-in sweep named {str(path_or_name)!r}; "
                          f"built-ins: {', '.join(builtin_sweeps())}")
@@ -217,6 +230,11 @@ def _builtin_dir():
 
 def builtin_sweeps() -> list[str]:
     return sorted(f.name[:-5] for f in _builtin_dir().iterdir() if f.name.endswith(".yaml"))
+
+
+def builtin_sweep_text(name: str) -> str:
+    """The file of built-in sweep ``name`` as shipped."""
+    return _builtin_dir().joinpath(f"{name}.yaml").read_text()
 
 
 def points(spec: SweepSpec) -> list[Point]:

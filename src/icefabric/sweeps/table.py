@@ -70,3 +70,18 @@ def summarize(spec: SweepSpec, rows: list[dict], metric: str = "gain_vs_ecmp") -
                    high=round(hi, 4))
         out.append(row)
     return out
+
+
+def summarize_busbw_and_gain(spec: SweepSpec, rows: list[dict]) -> list[dict]:
+    """:func:`summarize` of the absolute busbw, each row with the gain over ECMP of the same
+    group beside it (``gain``, ``gain_low``, ``gain_high``; None where ECMP was not run)."""
+    def key(r):
+        return tuple(v for k, v in r.items() if k not in ("n", "median", "low", "high"))
+
+    gains = {key(g): g for g in summarize(spec, rows, "gain_vs_ecmp")}
+    out = []
+    for b in summarize(spec, rows, "busbw_GBps"):
+        g = gains.get(key(b), {})
+        out.append({**b, "gain": g.get("median"), "gain_low": g.get("low"),
+                    "gain_high": g.get("high")})
+    return out

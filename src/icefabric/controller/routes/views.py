@@ -80,8 +80,8 @@ def list_links(core: CoreDep, _: AdminDep,
             core.path_plan.route_links.max() < f.n_links:
         load = core.path_plan.link_load(f.n_links)
     sel = np.arange(f.n_links) if kind == "all" else np.flatnonzero(f.link_kind == kinds[kind])
-    n = f.node_names
-    return [LinkView(id=int(l), name=f"{n[f.link_src[l]]}->{n[f.link_dst[l]]}",
+    names = f.link_names()  # the simulator's names: parallel cables get /1, /2 ...
+    return [LinkView(id=int(l), name=names[l],
                      kind=names[int(f.link_kind[l])], capacity_bps=float(f.link_capacity_bps[l]),
                      up=not bool(down[l]), planned_qps=int(round(load[l])))
             for l in sel.tolist()]

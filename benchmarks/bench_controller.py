@@ -37,6 +37,7 @@ from icefabric.schemas_service import (
     RankEntry,
 )
 from icefabric.topology.serialize import fabric_to_dict
+from icefabric.twin.run import register_jobs
 from icefabric.twin.serve import SubprocessController
 from icefabric.units import ipv4_str
 
@@ -260,6 +261,9 @@ def main(argv=None):
             topology=fabric_to_dict(fabric)).model_dump_json(), timeout=120, trust_env=False,
             headers={"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"})
         assert r.status_code == 200, r.text
+        with httpx.Client(base_url=url, trust_env=False, timeout=120,
+                          headers={"Authorization": f"Bearer {ADMIN}"}) as admin:
+            register_jobs(admin, {h: [rep] for h, rep in reps.items()})  # (the scheduler)
         upload_s = time.perf_counter() - t
         out = asyncio.run(main_async(args, url, reps))
         out["fabric"] = {"servers": len(fabric.servers), "nodes": fabric.n_nodes,

@@ -51,6 +51,7 @@ from icefabric.scenario.build import build_fabric  # noqa: E402
 from icefabric.scenario.loader import loads  # noqa: E402
 from icefabric.schemas_service import AgentEnrol, FabricUpload  # noqa: E402
 from icefabric.topology.serialize import fabric_to_dict  # noqa: E402
+from icefabric.twin.run import register_jobs  # noqa: E402
 from icefabric.twin.serve import SubprocessController  # noqa: E402
 
 OK = {"enrol": {201}, "report": {200}, "end": {204}, "ack": {204}, "event": {202},
@@ -380,6 +381,9 @@ def main(argv=None):
             topology=fabric_to_dict(fabric)).model_dump_json(), timeout=120, trust_env=False,
             headers={"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"})
         assert r.status_code == 200, r.text
+        with httpx.Client(base_url=url, trust_env=False, timeout=120,
+                          headers={"Authorization": f"Bearer {ADMIN}"}) as admin:
+            register_jobs(admin, {h: [rep] for h, rep in reps.items()})  # (the scheduler)
         out = asyncio.run(soak(args, url, ctl.proc.pid, reps))
         m = httpx.get(f"{url}/metrics", trust_env=False).text
         out["server_side"] = server_percentiles({

@@ -4,7 +4,8 @@ Run on demand (not part of the tests):
 
     python benchmarks/bench_training.py [--gpus 1024] [--policy ecmp] [--global-batch 256]
 
-128 HGX H100 servers on a 1:1 leaf-spine (8 servers per leaf, 16 spines); Megatron plan
+128 HGX H100 servers on a 1:1 leaf-spine (8 servers per leaf, 16 spines; above 2,048 GPUs a
+1:1 fat-tree of radix-128 switches sized by `fat_tree_for`); Megatron plan
 TP 8 (inside servers) x PP 8 x DP 16, sequence parallel, distributed optimizer, 1F1B.
 Prints the wall time of every stage, the iteration time and the peak resident memory;
 BENCHMARKS.md records the figures. Target (issue 13): the whole run under 60 s.
@@ -18,7 +19,7 @@ import time
 
 from icefabric.pipeline import EngineOptions, plan, simulate
 from icefabric.policies.base import get_policy
-from icefabric.topology.builders import ServerGroup, leaf_spine
+from icefabric.topology.builders import ServerGroup, fat_tree_for, leaf_spine
 from icefabric.topology.catalog import server_profile
 from icefabric.topology.model import ACCEL
 from icefabric.training.iteration import build_iteration
@@ -42,9 +43,11 @@ def main() -> None:
         t[stage] = time.perf_counter() - t0
         return out
 
+    group = [ServerGroup(server_profile("hgx-h100"), servers, "h100")]
+    # the 1:1 leaf-spine of radix-128 switches holds 2,048 GPUs; beyond, a sized fat-tree
     fab = timed("build fabric", lambda: leaf_spine(
-        [ServerGroup(server_profile("hgx-h100"), servers, "h100")], servers_per_leaf=8,
-        n_spines=16, links_per_spine=4))
+        group, servers_per_leaf=8, n_spines=16, links_per_spine=4) if args.gpus <= 2048
+        else fat_tree_for(group, radix=128))
     spec = TrainingSpec.model_validate({
         "pools": ["h100"], "model": args.model,
         "parallel": {"tp": 8, "pp": args.pp, "global_batch": args.global_batch}})

@@ -14,19 +14,33 @@ validate them. May import only pydantic, the standard library and ``icefabric.sc
 
 from __future__ import annotations
 
-import ipaddress
+import re
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, field_validator, model_validator
 
-from icefabric.schemas import CommunicatorReport
+from icefabric.qpid import QpId
+from icefabric.schemas import CclError, CommunicatorReport
 
 SERVICE_SCHEMA_VERSION = "1.0"
+#: most CCL errors one CommReport carries (a failing job prints a handful per rank)
+MAX_REPORT_ERRORS = 256
 
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9][\w.:/-]*$")]
 Ipv4 = Annotated[str, Field(min_length=7, max_length=15, description="dotted IPv4 address")]
 Qpn = Annotated[int, Field(ge=0, le=0xFFFFFF, description="24-bit QP number")]
 Port = Annotated[int, Field(ge=0, le=0xFFFF)]
+#: a rate in bits/s: finite, non-negative, at most 10 Tb/s (no NIC comes near)
+RateBps = Annotated[float, Field(ge=0, le=1e13, allow_inf_nan=False)]
+#: a plan or fabric version (what a JSON number and the database's BIGINT both hold)
+Version = Annotated[int, Field(ge=0, le=2**62)]
+#: bounds of a host plan: QPs per host (16 NICs x 4,096 QPs; an 8-rank host in an
+#: all-to-all of 2,048 ranks with 4 QPs per connection needs 65,504; checking that many
+#: takes an agent about a second), ECMP routes of one QP (a spraying NIC's paths) and
+#: hops of one route
+MAX_PLAN_QPS = 65_536
+MAX_QP_ROUTES = 4096
+MAX_ROUTE_HOPS = 64
 
 
 class _Model(BaseModel):
@@ -46,11 +60,15 @@ class _Message(_Model):
         return v
 
 
+# Dotted quad without leading zeros (what ipaddress.IPv4Address accepts), many times faster
+# than it: a plan may carry 65,536 QPs.
+_OCTET = r"(?:25[0-5]|2[0-4]\d|1\d\d|[1-9]?\d)"
+_IPV4 = re.compile(rf"{_OCTET}(?:\.{_OCTET}){{3}}")
+
+
 def _check_ip(v: str) -> str:
-    try:
-        ipaddress.IPv4Address(v)
-    except ValueError:
-        raise ValueError(f"not an IPv4 address: {v!r}") from None
+    if not _IPV4.fullmatch(v):
+        raise ValueError(f"not an IPv4 address: {v!r}")
     return v
 
 
@@ -144,10 +162,13 @@ class RankEntry(_Model):
 
 
 class QpEntry(_Model):
-    """One RC QP created on the reporting host: its 5-tuple and numbers.
+    """One data QP created on the reporting host: its 5-tuple and numbers.
 
-    ``ordinal`` numbers the QPs of one communicator between the same NIC pair in creation
-    order; (job, src_ip, dst_ip, ordinal) names a QP across reports and plans.
+    ``ordinal`` numbers the job's data QPs between the same NIC pair in connection order;
+    with the job and the pair it names the QP across reports and plans
+    (:class:`icefabric.qpid.QpId`). ``rate_kbps``/``rate_via``: the pacing rate in force
+    and the mechanism that set it (``static_rate`` at INIT->RTR, ``rate_limit`` live;
+    None = not paced).
     """
 
     src_ip: Ipv4
@@ -157,6 +178,8 @@ class QpEntry(_Model):
     lqpn: Qpn
     rqpn: Qpn
     ordinal: int = Field(0, ge=0, le=1_000_000)
+    rate_kbps: int | None = Field(None, ge=1, le=2**32 - 1)
+    rate_via: Literal["static_rate", "rate_limit"] | None = None
 
     _sip = field_validator("src_ip")(_check_ip)
     _dip = field_validator("dst_ip")(_check_ip)
@@ -184,6 +207,10 @@ class CommReport(_Message):
     qps: list[QpEntry] = Field(default_factory=list, max_length=200_000)
     collector: CommunicatorReport | None = Field(
         None, description="the collector's report this one was made from (rings, QPs ...)")
+    errors: list[CclError] = Field(
+        default_factory=list, max_length=MAX_REPORT_ERRORS,
+        description="errors this host's CCL printed for the job (HCCL EI0009, EJ0001 ...): "
+                    "any error marks the job failing")
 
 
 class ReportAccepted(_Message):
@@ -192,6 +219,7 @@ class ReportAccepted(_Message):
     hosts_reported: int
     hosts_expected: int
     complete: bool
+    failing: bool = Field(False, description="some host reported CCL errors for the job")
 
 
 # -- plans ----------------------------------------------------------------------------------
@@ -202,23 +230,48 @@ QpKey = tuple[str, str, int, int]
 class QpPlan(_Model):
     """The plan of one QP: source port to set, pacing rate (None = line rate / DCQCN), the
     backup port for local fail-over, and the fabric route(s) it is expected to take (link
-    ids of ``fabric_version``)."""
+    ids of ``fabric_version``).
 
-    src_ip: str
-    dst_ip: str
-    lqpn: int
-    rqpn: int
-    job: str
-    ordinal: int
-    sport: int = Field(description="UDP source port; -1 = leave as is (spraying NIC)")
-    rate_bps: float | None = None
-    routes: list[list[int]]
-    weights: list[float]
-    backup_sport: int | None = None
+    Every field is checked as it arrives: an agent writes these values into files and
+    NICs, so a plan with an address that is not an IPv4 address, a port outside 0-65535,
+    a rate that is negative or not finite, or more routes than a NIC has paths is refused
+    whole (an agent keeps its last good plan). Strict: a number must come as a number
+    (``"80"`` is not a port)."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    src_ip: Ipv4
+    dst_ip: Ipv4
+    lqpn: Qpn
+    rqpn: Qpn
+    job: Name
+    ordinal: int = Field(ge=0, le=1_000_000)
+    sport: int = Field(ge=-1, le=0xFFFF,
+                       description="UDP source port; -1 = leave as is (spraying NIC)")
+    rate_bps: RateBps | None = None
+    routes: list[Annotated[list[Annotated[int, Field(ge=0, le=2**31)]],
+                           Field(max_length=MAX_ROUTE_HOPS)]] = Field(max_length=MAX_QP_ROUTES)
+    weights: list[Annotated[float, Field(ge=0, le=1e6, allow_inf_nan=False)]] = Field(
+        max_length=MAX_QP_ROUTES, description="share of the QP's traffic on each route")
+    backup_sport: Port | None = None
+
+    _sip = field_validator("src_ip")(_check_ip)
+    _dip = field_validator("dst_ip")(_check_ip)
+
+    @model_validator(mode="after")
+    def _one_weight_per_route(self) -> QpPlan:
+        if len(self.weights) != len(self.routes):
+            raise ValueError(f"{len(self.routes)} routes but {len(self.weights)} weights")
+        return self
 
     @property
     def key(self) -> QpKey:
         return (self.src_ip, self.dst_ip, self.lqpn, self.rqpn)
+
+    @property
+    def qp_id(self) -> QpId:
+        """The data QP this entry plans (matched with live QPs before they connect)."""
+        return QpId.of(self.job, self.src_ip, self.dst_ip, self.ordinal)
 
 
 #: a list of QP plans (how a host's QPs are stored and checked)
@@ -226,17 +279,32 @@ QP_PLANS = TypeAdapter(list[QpPlan])
 
 
 class HostPlan(_Message):
-    host: str
-    version: int
-    fabric_version: int
-    policy: str
-    created_at: float
-    down_links: list[LinkRef]
-    qps: list[QpPlan]
+    """One host's plan. Checked whole on arrival: at most :data:`MAX_PLAN_QPS` QPs, each
+    QP (``key``) at most once; an agent also refuses a plan for another host."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+    host: Name
+    version: Version
+    fabric_version: Version
+    policy: str = Field(max_length=64)
+    created_at: float = Field(ge=0, allow_inf_nan=False)
+    down_links: list[LinkRef] = Field(max_length=100_000)
+    qps: list[QpPlan] = Field(max_length=MAX_PLAN_QPS)
+
+    @model_validator(mode="after")
+    def _unique_qps(self) -> HostPlan:
+        seen: set[QpKey] = set()
+        for i, q in enumerate(self.qps):
+            if q.key in seen:
+                raise ValueError(f"qps[{i}]: QP {q.src_ip}->{q.dst_ip} lqpn {q.lqpn} "
+                                 f"rqpn {q.rqpn} is planned twice")
+            seen.add(q.key)
+        return self
 
 
 class PlanAck(_Message):
-    version: int = Field(ge=0, le=2**62)
+    version: Version
     applied: int = Field(ge=0, le=10**9, description="QPs applied")
     failed: int = Field(0, ge=0, le=10**9)
     message: str = Field("", max_length=1024)
@@ -268,7 +336,12 @@ class PlanSummary(_Message):
 
 # -- events and telemetry --------------------------------------------------------------------
 class Event(_Model):
-    kind: Literal["link_down", "link_up", "port_counters", "cnp_rate", "note"]
+    """Something a host or an operator observed. ``link_down``/``link_up`` need ``link``
+    (an agent may report only links of its own host); ``plan_rejected`` says an agent
+    refused a plan it was served (``message``: why) and keeps its last good one."""
+
+    kind: Literal["link_down", "link_up", "port_counters", "cnp_rate", "plan_rejected",
+                  "note"]
     link: LinkRef | None = None
     nic: str | None = Field(None, max_length=128)
     t_ns: int | None = Field(None, ge=0)
@@ -286,15 +359,34 @@ class EventsAccepted(_Message):
     plan_version: int
 
 
+class JobCreate(_Message):
+    """Register a job (its scheduler or the admin): the hosts its ranks run on. Only these
+    hosts may report it."""
+
+    hosts: list[Name] = Field(min_length=1, max_length=100_000)
+
+
+class JobError(_Model):
+    """One CCL error of a job, with the host that reported it."""
+
+    host: str
+    error: CclError
+
+
 class JobView(_Message):
+    """A registered job; ``job_order``, ``library`` and ``size_bytes`` come from its
+    reports (0 and "" before the first)."""
+
     job: str
-    job_order: int
-    library: str
+    job_order: int = 0
+    library: str = ""
     hosts_expected: list[str]
     hosts_reported: list[str]
     complete: bool
     qps: int
-    size_bytes: int
+    size_bytes: int = 0
+    failing: bool = Field(False, description="some host reported CCL errors for the job")
+    errors: list[JobError] = Field(default_factory=list)
 
 
 class LinkView(_Message):

@@ -30,10 +30,18 @@ class NativeKit:
     dir: Path
     shim: Path
 
-    def env(self, log: Path, ip: str, **extra: str) -> dict[str, str]:
-        env = {k: v for k, v in os.environ.items() if not k.startswith(("ICE_", "FAKE"))}
-        env.update(LD_LIBRARY_PATH=str(self.dir), FAKEVERBS_LOG=str(log), FAKEVERBS_IP=ip,
-                   LD_PRELOAD=str(self.shim), ICE_SHIM_MLX5_LIB=str(self.dir / "libmlx5.so.1"))
+    def env(self, log: Path, ip: str, *, real_verbs: bool = False, **extra: str
+            ) -> dict[str, str]:
+        """The environment of a CCL program: the stand-in libibverbs, or with ``real_verbs``
+        the installed one with only the kernel faked (``native/fakekernel.c``)."""
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("ICE_", "FAKE")) and k != "LD_LIBRARY_PATH"}
+        env.update(FAKEVERBS_LOG=str(log), FAKEVERBS_IP=ip, LD_PRELOAD=str(self.shim),
+                   ICE_SHIM_MLX5_LIB=str(self.dir / "libmlx5.so.1"))
+        if real_verbs:
+            env["LD_PRELOAD"] += f" {self.dir / 'libfakekernel.so'}"
+        else:
+            env["LD_LIBRARY_PATH"] = str(self.dir)
         env.update(extra)
         return env
 
@@ -53,9 +61,10 @@ def records(log: Path) -> list[dict]:
     return [json.loads(x) for x in log.read_text().splitlines() if x.strip()]
 
 
-def rtr_labels(log: Path) -> dict[int, int]:
-    """Flow label each QP got at INIT->RTR (successful calls)."""
-    return {r["qpn"]: r["flow_label"] for r in records(log)
+def rtr_labels(log: Path, field: str = "flow_label") -> dict[int, int]:
+    """Flow label (or another recorded ``field``) each QP got at INIT->RTR (successful
+    calls)."""
+    return {r["qpn"]: r[field] for r in records(log)
             if r["call"] == "modify_qp" and r["state"] == IBV_QPS_RTR and r["rc"] == 0}
 
 
@@ -98,6 +107,11 @@ def build_kit(d: Path) -> NativeKit:
     _cc("-DCCL_LINKED", "-o", str(d / "ccl_linked"), str(NATIVE / "ccl_sim.c"),
         str(d / "libibverbs.so.1"), f"-Wl,-rpath,{d}", "-lpthread")
     _cc("-o", str(d / "ccl_dlopen"), str(NATIVE / "ccl_sim.c"), "-ldl", "-lpthread")
+    # The installed libibverbs (libibverbs-dev) over a faked kernel.
+    _cc("-fPIC", "-shared", "-o", str(d / "libfakekernel.so"), str(NATIVE / "fakekernel.c"),
+        "-libverbs", "-ldl", "-lpthread")
+    _cc("-DCCL_REALVERBS", "-o", str(d / "ccl_real"), str(NATIVE / "ccl_sim.c"), "-ldl",
+        "-lpthread")
     for lib in ("next", "wrap"):
         _cc(f"-DLIB_{lib.upper()}", "-fPIC", "-shared", f"-Wl,-soname,lib{lib}.so",
             f"-Wl,--version-script={NATIVE / 'rtld_next.map'}", "-o", str(d / f"lib{lib}.so"),

@@ -7,7 +7,12 @@ import pytest
 from icefabric.agent import autonomy
 from icefabric.agent.actuators import get_actuator
 from icefabric.agent.actuators.base import Actuator, ApplyResult
-from icefabric.agent.actuators.hccl_cfg import FILE_NAME, parse_cfg, render_cfg
+from icefabric.agent.actuators.hccl_cfg import (
+    FILE_NAME,
+    HigherSetting,
+    parse_cfg,
+    render_cfg,
+)
 from icefabric.dataplane.endside import EndSideParams
 from icefabric.schemas_service import HostPlan, QpPlan
 
@@ -35,6 +40,26 @@ def test_hccl_cfg_lines_per_nic_pair_in_qp_order(tmp_path):
     assert parse_cfg((tmp_path / FILE_NAME).read_text()) == {
         ("10.0.0.1", "10.0.1.1"): [50000, 50001], ("10.0.0.2", "10.0.1.2"): [60000]}
     assert [p.name for p in tmp_path.iterdir()] == [FILE_NAME]  # no temp files left
+    assert (tmp_path / FILE_NAME).stat().st_mode & 0o777 == 0o644  # HCCL's users read it
+
+
+def test_hccl_cfg_reports_qps_a_higher_hccl_setting_overrides(tmp_path):
+    """hccn_tool's multi-QP or NSLB configuration wins over MultiQpSrcPort.cfg: the QPs of
+    the pairs it sets are reported as not steered, the others acked."""
+    script = tmp_path / "hccn_query"
+    script.write_text("#!/bin/sh\necho '10.0.0.1,10.0.1.1=61000,61001'\n")
+    script.chmod(0o755)
+    higher = [HigherSetting("hccn_tool multi_qp", (str(script),)),
+              HigherSetting("nslb", ("/nonexistent/hccn_tool",))]  # absent: sets nothing
+    act = get_actuator("hccl-cfg", directory=tmp_path / "cfg", higher=higher)
+    qps = [qp("10.0.0.1", "10.0.1.1", 200, 0, 50000), qp("10.0.0.1", "10.0.1.1", 300, 1, 50001),
+           qp("10.0.0.2", "10.0.1.2", 400, 0, 60000)]
+    res = act.apply(plan(qps))
+    assert res.failed == {q.key for q in qps[:2]} and res.applied == 1
+    assert res.messages == ["2 QP(s) not steered: hccn_tool multi_qp sets their NIC pairs' "
+                            "ports and HCCL reads it before MultiQpSrcPort.cfg"]
+    script.write_text("#!/bin/sh\necho '0.0.0.0,10.0.1.2'\n")  # any source -> 10.0.1.2
+    assert act.apply(plan(qps, version=2)).failed == {qps[2].key}
 
 
 def test_hccl_cfg_caps_ports_per_pair():

@@ -9,9 +9,7 @@ from icefabric.controller.settings import Settings
 from icefabric.pipeline.plans import scenario_workload
 from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import load
-from icefabric.schemas_service import FabricUpload
-from icefabric.topology.serialize import fabric_to_dict
-from icefabric.twin.run import host_reports
+from icefabric.twin.run import host_reports, register_jobs, upload_fabric
 from icefabric.twin.serve import ThreadedController
 
 
@@ -26,9 +24,10 @@ def test_agent_once_dry_run_and_hccl_cfg(tmp_path):
     with ThreadedController(s) as url:
         import httpx
 
-        httpx.put(f"{url}/v1/fabric", content=FabricUpload(topology=fabric_to_dict(
-            fabric), plan_seed=7).model_dump_json(), trust_env=False, headers={
-            "Authorization": "Bearer adm", "Content-Type": "application/json"}).raise_for_status()
+        with httpx.Client(base_url=url, trust_env=False,
+                          headers={"Authorization": "Bearer adm"}) as admin:
+            upload_fabric(admin, fabric, 7)
+            register_jobs(admin, reports)
         runner = CliRunner()
         for host, reps in reports.items():
             f = tmp_path / f"{host}.json"

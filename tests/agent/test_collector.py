@@ -30,6 +30,15 @@ def test_collector_report_becomes_a_service_report(tmp_path):
     assert load_reports(p)[0] == rep
 
 
+def test_ccl_errors_of_the_collector_report_reach_the_service_report():
+    from icefabric.schemas import CclError
+
+    err = CclError(kind="cann", code="EI0009", message="Transport init error.", rank=1)
+    rep = from_collector_report(collector_report(errors=[err] * 300), job="gpt",
+                                size_bytes=1 << 20, collectives=["all_reduce"])
+    assert len(rep.errors) == 256 and rep.errors[0].code == "EI0009"  # MAX_REPORT_ERRORS
+
+
 def test_missing_facts_are_errors_not_guesses():
     bad = collector_report()
     bad.ranks[3].device = None

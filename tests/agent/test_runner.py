@@ -15,7 +15,7 @@ from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import load
 from icefabric.schemas_service import AgentEnrol, FabricUpload, HostPlan
 from icefabric.topology.serialize import fabric_to_dict
-from icefabric.twin.run import host_reports
+from icefabric.twin.run import host_reports, job_hosts
 from icefabric.twin.serve import ThreadedController, free_port
 
 ADMIN = "agent-test-admin"
@@ -45,6 +45,7 @@ def test_agents_get_plans_and_keep_them_when_controller_is_gone(controller, tmp_
     sw = scenario_workload(ls, fabric, 1 << 20)
     reports = host_reports(fabric, sw.jobs, sw.workload)
     controller.core.set_fabric(FabricUpload(topology=fabric_to_dict(fabric)))
+    _create_jobs(controller, reports)
     agents = {h: Agent(h, ControllerClient(controller.url), get_actuator("twin"),
                        enrol_token=ADMIN, collector=lambda h=h: reports[h], poll_wait_s=0.5,
                        state_file=tmp_path / f"{h}.json")
@@ -120,7 +121,13 @@ def _loaded(controller):
     sw = scenario_workload(ls, fabric, 1 << 20)
     reports = host_reports(fabric, sw.jobs, sw.workload)
     controller.core.set_fabric(FabricUpload(topology=fabric_to_dict(fabric)))
+    _create_jobs(controller, reports)
     return reports
+
+
+def _create_jobs(controller, reports):
+    for job, hosts in job_hosts(reports).items():
+        controller.core.create_job(job, hosts)
 
 
 def _run_until(agent, cond, timeout_s=20.0):
@@ -132,7 +139,7 @@ def _run_until(agent, cond, timeout_s=20.0):
         time.sleep(0.02)
     stop.set()
     t.join(10)
-    assert cond()
+    assert cond(), (agent.errors, agent.last_error, agent.version)
 
 
 def test_agent_resends_a_failed_ack_and_ends_jobs_it_no_longer_sees(controller):
@@ -181,3 +188,19 @@ def test_agent_takes_the_plan_of_a_controller_that_lost_its_database(controller,
     _run_until(a, lambda: len((controller.core.plan_summary or {}).get("jobs", [])) == 2
                and a.version == controller.core.plan_version, timeout_s=60.0)
     assert a.version < 41 and a.plan.qps  # versions started again: the agent followed
+
+
+def test_a_refused_report_does_not_hold_up_the_other_jobs(controller):
+    """A job its scheduler has not created yet is refused (404): logged, sent again
+    each iteration, and the host still gets the plan of its other jobs."""
+    reports = _loaded(controller)
+    ghost = reports["h100-1"][0].model_copy(update={"job": "ghost"})
+    controller.core.enrol(AgentEnrol(host="h100-2"))
+    for rep in reports["h100-2"]:
+        controller.core.put_report("h100-2", rep)
+    a = Agent("h100-1", ControllerClient(controller.url), get_actuator("twin"),
+              enrol_token=ADMIN, collector=lambda: [ghost, *reports["h100-1"]],
+              poll_wait_s=0.2, backoff=Backoff(0.01, 0.05))
+    _run_until(a, lambda: a.plan is not None and a.plan.qps, timeout_s=60.0)
+    assert {q.job for q in a.plan.qps} == {"gpt"}
+    assert "not registered" in a.report_errors["ghost"] and "ghost" not in a.reported

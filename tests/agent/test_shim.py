@@ -28,7 +28,7 @@ def lib(native):
     so.icefab_flow_label_for_sport.restype = ctypes.c_uint32
     so.icefab_flow_label_for_sport.argtypes = [ctypes.c_int]
     so.icefab_parse_plan.argtypes = [ctypes.c_char_p, ctypes.c_long,
-                                     ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_long)]
+                                     ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int)]
     so.icefab_gid_to_ipv4.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
     return so
 
@@ -56,17 +56,18 @@ def test_kernel_formulas_match_the_model(lib):
 
 
 @pytest.mark.parametrize("line, seq, want", [
-    (b"PLAN seq=7 sport=49200 rate_kbps=25000000", 7, (1, 49200, 25000000)),
-    (b"PLAN seq=7 sport=-1 rate_kbps=-1", 7, (1, -1, -1)),
+    (b"PLAN seq=7 sport=49200 srate=15", 7, (1, 49200, 15)),
+    (b"PLAN seq=7 sport=-1 srate=0", 7, (1, -1, 0)),
     (b"NONE seq=7", 7, (0, -1, -1)),
-    (b"PLAN seq=6 sport=49200 rate_kbps=1", 7, (-1, -1, -1)),   # an older request's reply
-    (b"PLAN seq=7 sport=70000 rate_kbps=1", 7, (-2, -1, -1)),   # not a port
-    (b"PLAN seq=7 sport=49200", 7, (-2, -1, -1)),               # field missing
-    (b"PLAN seq=7 sport=4x rate_kbps=1", 7, (-2, -1, -1)),      # not a number
+    (b"PLAN seq=6 sport=49200 srate=1", 7, (-1, -1, -1)),   # an older request's reply
+    (b"PLAN seq=7 sport=70000 srate=1", 7, (-2, -1, -1)),   # not a port
+    (b"PLAN seq=7 sport=49200 srate=25", 7, (-2, -1, -1)),  # not an IBV_RATE_*
+    (b"PLAN seq=7 sport=49200", 7, (-2, -1, -1)),           # field missing
+    (b"PLAN seq=7 sport=4x srate=1", 7, (-2, -1, -1)),      # not a number
     (b"garbage", 7, (-1, -1, -1)),
 ])
 def test_reply_parsing(lib, line, seq, want):
-    s, r = ctypes.c_int(-1), ctypes.c_long(-1)
+    s, r = ctypes.c_int(-1), ctypes.c_int(-1)
     got = lib.icefab_parse_plan(line, seq, ctypes.byref(s), ctypes.byref(r))
     assert (got, s.value, r.value) == want
 

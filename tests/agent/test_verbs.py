@@ -22,7 +22,7 @@ from icefabric.agent.shim_socket import ShimConn
 from icefabric.dataplane.roce import flow_label_to_udp_sport
 from icefabric.schemas_service import CommReport, HostPlan, QpPlan, RankEntry
 
-from .conftest import IBV_QP_RATE_LIMIT, records, rtr_labels, wait_for
+from .conftest import IBV_QP_RATE_LIMIT, IBV_QPS_RTR, records, rtr_labels, wait_for
 
 SIP, DIP, JOB = "10.0.0.1", "10.0.0.2", "train1"
 
@@ -47,7 +47,8 @@ def connect(native, tmp_path, sock, n, *, program="ccl_dlopen", hold=True, threa
             rqpn_base=0x500, **env):
     log = tmp_path / f"log{time.monotonic_ns()}"
     hold_file = tmp_path / f"release{time.monotonic_ns()}"
-    e = native.env(log, SIP, ICE_SHIM_SOCKET=str(sock), ICE_JOB=JOB, **env)
+    e = native.env(log, SIP, real_verbs=program == "ccl_real", ICE_SHIM_SOCKET=str(sock),
+                   ICE_JOB=JOB, **env)
     proc = native.run(program, n, DIP, e, threads=threads, rqpn_base=rqpn_base,
                       hold_ms=30_000 if hold else 0, hold_file=hold_file)
     lines = []
@@ -78,17 +79,42 @@ def test_qps_take_the_lowest_free_ordinal_of_their_job_and_nic_pair(agent_sock):
         return act._on_message(c, "QP", {"seq": lqpn, "dev": "mlx5_0", "port": 1,
                                          "lqpn": lqpn, "rqpn": 7, "sip": SIP, "dip": dip})
 
-    assert ask(10) == b"PLAN seq=10 sport=49200 rate_kbps=100000000\n"
-    assert ask(11) == b"PLAN seq=11 sport=49300 rate_kbps=-1\n"
+    assert ask(10) == b"PLAN seq=10 sport=49200 srate=16\n"  # IBV_RATE_100_GBPS
+    assert ask(11) == b"PLAN seq=11 sport=49300 srate=0\n"
     assert ask(12) == b"NONE seq=12\n"  # a third QP: the plan has two
     assert ask(13, dip="10.0.0.9") == b"NONE seq=13\n"  # another pair starts at ordinal 0
     act._on_message(conn, "GONE", {"dev": "mlx5_0", "lqpn": 10})
-    assert ask(14) == b"PLAN seq=14 sport=49200 rate_kbps=100000000\n"  # ordinal 0 reused
+    assert ask(14) == b"PLAN seq=14 sport=49200 srate=16\n"  # ordinal 0 reused
     anon = ShimConn(b)  # no ICE_JOB: the agent's default job, which has no plan
     assert ask(15, c=anon) == b"NONE seq=15\n"
     assert act.live[(id(anon), "mlx5_0", 15)].job == "dflt"
     act._on_close(conn)
     assert {k[0] for k in act.live} == {id(anon)}
+    a.close()
+    b.close()
+
+
+def test_receive_side_qps_take_no_ordinal_and_no_plan(agent_sock):
+    """NCCL >= 2.29.2's receive side (REMOTE_WRITE|REMOTE_READ|REMOTE_ATOMIC at INIT) reaches
+    RTR first on a NIC pair that also carries the host's data QPs (REMOTE_WRITE)."""
+    act = VerbsActuator(agent_sock)
+    a, b = socket.socketpair()
+    conn = ShimConn(a)
+    conn.job = JOB
+    act.apply(plan_of([49200, 49300]))
+
+    def ask(lqpn, acc):
+        return act._on_message(conn, "QP", {"seq": lqpn, "dev": "mlx5_0", "port": 1,
+                                            "lqpn": lqpn, "rqpn": 7, "sip": SIP, "dip": DIP,
+                                            "acc": acc})
+
+    assert [ask(10, 14), ask(11, 14)] == [b"NONE seq=10\n", b"NONE seq=11\n"]
+    assert ask(12, 2) == b"PLAN seq=12 sport=49200 srate=0\n"
+    assert ask(13, -1) == b"PLAN seq=13 sport=49300 srate=0\n"  # flags unknown: data
+    rep = CommReport(job=JOB, library="nccl", collectives=[{"kind": "all_reduce"}],
+                     size_bytes=1 << 20, ranks=[RankEntry(rank=0, host="h0", device=0),
+                                                RankEntry(rank=1, host="h1", device=0)])
+    assert [(e.lqpn, e.ordinal) for e in act.with_qps([rep])[0].qps] == [(12, 0), (13, 1)]
     a.close()
     b.close()
 
@@ -102,7 +128,8 @@ def test_rate_conversion():
 @pytest.mark.parametrize("program", ["ccl_dlopen", "ccl_linked"])
 def test_planned_port_and_rate_are_written_at_connection(native, tmp_path, actuator,
                                                          agent_sock, program):
-    """NCCL's way (dlopen + dlvsym) and a linked program both get the planned flow label."""
+    """NCCL's way (dlopen + dlvsym) and a linked program both get the planned flow label
+    and static rate at INIT->RTR (a rate between two steps takes the lower one)."""
     sports = [0xC000, 0xC123, 0xFFFF]
     rates = [50e9, None, 12.5e9]
     actuator.apply(plan_of(sports, rates))
@@ -110,20 +137,71 @@ def test_planned_port_and_rate_are_written_at_connection(native, tmp_path, actua
     try:
         labels = rtr_labels(log)
         assert [int(flow_label_to_udp_sport(labels[q])) for q in qps] == sports
-        paced = {r["qpn"]: r["rate_limit"] for r in records(log)
-                 if r["call"] == "modify_qp" and r["mask"] == IBV_QP_RATE_LIMIT}
-        assert paced == {qps[0]: 50_000_000, qps[2]: 12_500_000}
+        # IBV_RATE_50_GBPS, none, IBV_RATE_10_GBPS
+        assert [rtr_labels(log, "static_rate")[q] for q in qps] == [20, 0, 3]
+        assert not any(r.get("mask") == IBV_QP_RATE_LIMIT for r in records(log))
         assert wait_for(lambda: len(actuator.live) == 3 and all(
             q.sport is not None for q in actuator.live.values()))
+        assert [(q.rate_kbps, q.rate_via) for q in sorted(
+            actuator.live.values(), key=lambda q: q.qp_id)] == [
+            (50_000_000, "static_rate"), (None, None), (10_000_000, "static_rate")]
         rep = CommReport(job=JOB, library="nccl", collectives=[{"kind": "all_reduce"}],
                          size_bytes=1 << 20, ranks=[RankEntry(rank=0, host="h0", device=0),
                                                     RankEntry(rank=1, host="h1", device=0)])
         entries = actuator.with_qps([rep])[0].qps
         assert [(e.lqpn, e.rqpn, e.ordinal, e.sport) for e in entries] == \
             [(q, 0x500 + i, i, s) for i, (q, s) in enumerate(zip(qps, sports))]
+        assert [(e.rate_kbps, e.rate_via) for e in entries] == [
+            (50_000_000, "static_rate"), (None, None), (10_000_000, "static_rate")]
     finally:
         release(proc, hold)
     assert wait_for(lambda: not actuator.live)  # GONE, then the connection closed
+
+
+def test_real_libibverbs_carries_label_and_static_rate_to_the_kernel(native, tmp_path,
+                                                                    actuator, agent_sock):
+    """The installed libibverbs between the shim and a faked kernel (native/fakekernel.c):
+    NCCL's dlopen + dlvsym, the real ibv_modify_qp and ibv_cmd_modify_qp marshalling, the
+    GID query through the uverbs ioctl; the kernel records the MODIFY_QP commands it gets."""
+    actuator.apply(plan_of([0xC000, 0xD123], [100e9, None]))
+    proc, log, hold, qps = connect(native, tmp_path, agent_sock, 2, program="ccl_real")
+    try:
+        assert [r["index"] for r in records(log) if r["call"] == "query_gid"] == [3, 3]
+        labels = rtr_labels(log)  # struct ib_uverbs_qp_dest as the kernel received it
+        assert [int(flow_label_to_udp_sport(labels[q])) for q in qps] == [0xC000, 0xD123]
+        assert [rtr_labels(log, "static_rate")[q] for q in qps] == [16, 0]  # 100G, none
+        assert wait_for(lambda: len(actuator.live) == 2 and all(
+            q.sport is not None for q in actuator.live.values()))
+        # A live rate: the kernel refuses IB_QP_RATE_LIMIT on an RC QP (EINVAL); reported.
+        res = actuator.apply(plan_of([0xC000, 0xD123], [50e9, None], version=2))
+        live = [(r["qpn"], r["rate_limit"], r["rc"]) for r in records(log)
+                if r["call"] == "modify_qp" and r["mask"] == IBV_QP_RATE_LIMIT]
+        assert live == [(qps[0], 50_000_000, errno.EINVAL)]
+        assert len(res.failed) == 1 and "no live per-QP rate for RC QPs (EINVAL)" in \
+            res.messages[0]
+    finally:
+        release(proc, hold)
+
+
+def test_receive_side_and_flush_qps_never_take_a_data_qps_port(native, tmp_path, actuator,
+                                                               agent_sock):
+    """On one NIC pair, NCCL's receive side (its QPs and the GPU-flush QP, connected to
+    itself) connects before the send side: only the send side's data QPs get the plan."""
+    actuator.apply(plan_of([49200, 49300]))
+    recv, rlog, rhold, rqps = connect(native, tmp_path, agent_sock, 2, CCL_SIM_SIDE="accept")
+    send, slog, shold, sqps = connect(native, tmp_path, agent_sock, 2, rqpn_base=0x900)
+    try:
+        flush = [r["qpn"] for r in records(rlog)
+                 if r.get("state") == IBV_QPS_RTR and r["dest_qpn"] == r["qpn"]]
+        assert len(flush) == 1 and set(rtr_labels(rlog).values()) == {0}  # the kernel's
+        assert [int(flow_label_to_udp_sport(rtr_labels(slog)[q])) for q in sqps] == \
+            [49200, 49300]
+        assert wait_for(lambda: len(actuator.live) == 4)
+        assert flush[0] not in {q.lqpn for q in actuator.live.values()}  # never reported
+        assert sorted(q.lqpn for q in actuator.live.values() if q.qp_id is None) == rqps
+    finally:
+        release(recv, rhold)
+        release(send, shold)
 
 
 def test_without_a_plan_nothing_changes(native, tmp_path, actuator, agent_sock):
@@ -138,19 +216,22 @@ def test_replan_reaches_live_qps_through_mlx5dv(native, tmp_path, actuator, agen
     actuator.apply(plan_of([49200, 49300], [None, 40e9]))
     proc, log, hold, qps = connect(native, tmp_path, agent_sock, 2)
     try:
-        # Wait for the RTR ports and for QP 1's RATE report from RTS: the re-plan's unpacing
-        # of QP 1 is only sent once the agent knows that QP is paced.
         assert wait_for(lambda: [(q.sport, q.rate_kbps) for q in sorted(
-            actuator.live.values(), key=lambda q: q.ordinal)] == [(49200, None),
+            actuator.live.values(), key=lambda q: q.qp_id)] == [(49200, None),
                                                                   (49300, 40_000_000)])
-        res = actuator.apply(plan_of([49200, 50001], [30e9, None], version=2))
-        assert (res.applied, res.failed, res.messages) == (2, set(), [])
+        plan = plan_of([49200, 50001], [30e9, None], version=2)
+        res = actuator.apply(plan)
         calls = [r for r in records(log) if r["call"] == "mlx5dv_modify_qp_udp_sport"]
         assert [(r["qpn"], r["sport"], r["rc"]) for r in calls] == [(qps[1], 50001, 0)]
         paced = [(r["qpn"], r["rate_limit"]) for r in records(log)
                  if r.get("mask") == IBV_QP_RATE_LIMIT]
-        # QP 1 was paced at RTS, then unpaced (0 = no limit); QP 0 paced by the re-plan.
-        assert paced == [(qps[1], 40_000_000), (qps[0], 30_000_000), (qps[1], 0)]
+        assert paced == [(qps[0], 30_000_000)]  # QP 0 paced live by the re-plan
+        # QP 1's RTR static rate cannot be lifted live: reported, not acked.
+        assert res.failed == {plan.qps[1].key} and len(res.messages) == 1
+        assert "static rate set at RTR (40000000 kbit/s) cannot be raised" in res.messages[0]
+        by_ordinal = sorted(actuator.live.values(), key=lambda q: q.qp_id)
+        assert [(q.sport, q.rate_kbps, q.rate_via) for q in by_ordinal] == [
+            (49200, 30_000_000, "rate_limit"), (50001, 40_000_000, "static_rate")]
         # The autonomous backup-port switch goes the same way.
         key = (SIP, DIP, 100, 200)
         assert actuator.set_sport(key, 0xD000)
@@ -181,16 +262,25 @@ def test_unsupported_live_port_change_is_reported(native, tmp_path, actuator, ag
         release(proc, hold)
 
 
-def test_unsupported_rate_limit_leaves_the_qp_working(native, tmp_path, actuator, agent_sock):
+@pytest.mark.parametrize("err", ["EINVAL", "EOPNOTSUPP"])
+def test_unsupported_live_rate_leaves_the_static_rate(native, tmp_path, actuator, agent_sock,
+                                                      err):
+    """mlx5 refuses IBV_QP_RATE_LIMIT on RC QPs with EINVAL (the kernel core's
+    qp_state_table), other drivers with EOPNOTSUPP: alike, the QP keeps its RTR rate."""
     actuator.apply(plan_of([49200], [25e9]))
-    proc, log, hold, qps = connect(native, tmp_path, agent_sock, 1, FAKEVERBS_NO_RATE="1")
+    proc, log, hold, qps = connect(native, tmp_path, agent_sock, 1, FAKEVERBS_NO_RATE=err)
     try:
-        rate_calls = [r for r in records(log) if r.get("mask") == IBV_QP_RATE_LIMIT]
-        assert [(r["rate_limit"], r["rc"]) for r in rate_calls] == [(25_000_000, 95)]
-        assert wait_for(lambda: len(actuator.live) == 1)
-        assert next(iter(actuator.live.values())).rate_kbps is None
+        assert rtr_labels(log, "static_rate") == {qps[0]: 15}  # IBV_RATE_25_GBPS
+        assert wait_for(lambda: len(actuator.live) == 1 and next(
+            iter(actuator.live.values())).rate_kbps == 25_000_000)
         res = actuator.apply(plan_of([49200], [20e9], version=2))
-        assert len(res.failed) == 1 and "no per-QP rate limit" in res.messages[0]
+        rate_calls = [r for r in records(log) if r.get("mask") == IBV_QP_RATE_LIMIT]
+        assert [(r["rate_limit"], r["rc"]) for r in rate_calls] == [
+            (20_000_000, getattr(errno, err))]
+        assert len(res.failed) == 1
+        assert f"no live per-QP rate for RC QPs ({err}): the QP keeps its RTR static rate" \
+            in res.messages[0]
+        assert next(iter(actuator.live.values())).rate_via == "static_rate"
     finally:
         release(proc, hold)
 
@@ -248,7 +338,7 @@ class FakeAgent:
 
 
 @pytest.mark.parametrize("reply, n", [
-    (None, 20), (b"PLAN seq=1 sport=banana rate_kbps=1\n", 20), (b"\x00\xff garbage\n", 20),
+    (None, 20), (b"PLAN seq=1 sport=banana srate=1\n", 20), (b"\x00\xff garbage\n", 20),
     # Never reading: the QP request and thousands of notifications fill the socket buffer;
     # the shim must drop the connection rather than block the CCL on send().
     (b"-", 4000)], ids=["slow", "malformed", "garbage", "not-reading"])

@@ -14,7 +14,7 @@ import threading
 import pytest
 
 from icefabric.agent.actuators import get_actuator
-from icefabric.agent.actuators.verbs import rate_kbps
+from icefabric.agent.actuators.verbs import srate_of
 from icefabric.agent.client import ControllerClient
 from icefabric.agent.runner import Agent
 from icefabric.controller.settings import Settings
@@ -22,9 +22,7 @@ from icefabric.dataplane.roce import flow_label_to_udp_sport
 from icefabric.pipeline.plans import scenario_workload
 from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import loads
-from icefabric.schemas_service import FabricUpload
-from icefabric.topology.serialize import fabric_to_dict
-from icefabric.twin.run import host_reports
+from icefabric.twin.run import host_reports, register_jobs, upload_fabric
 from icefabric.twin.serve import ThreadedController
 
 from .conftest import IBV_QP_RATE_LIMIT, records, rtr_labels, wait_for
@@ -67,10 +65,10 @@ def test_controller_plan_reaches_qps_at_connection_and_live(native, tmp_path, ag
 def _run(native, tmp_path, sock, fabric, reports, url):
     import httpx
 
-    httpx.put(f"{url}/v1/fabric", content=FabricUpload(topology=fabric_to_dict(fabric),
-                                                        plan_seed=7).model_dump_json(),
-              headers={"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"},
-              trust_env=False).raise_for_status()
+    with httpx.Client(base_url=url, trust_env=False,
+                      headers={"Authorization": f"Bearer {ADMIN}"}) as admin:
+        upload_fabric(admin, fabric, 7)
+        register_jobs(admin, reports)
     verbs = get_actuator("verbs", socket_path=sock, push_timeout_s=5.0).start()
     a = Agent("h100-0", ControllerClient(url), verbs, enrol_token=ADMIN, poll_wait_s=0.2,
               collector=lambda: verbs.with_qps(reports["h100-0"]))
@@ -93,12 +91,10 @@ def _run(native, tmp_path, sock, fabric, reports, url):
         labels = rtr_labels(log)
         assert [int(flow_label_to_udp_sport(labels[q])) for q in qpns] == \
             [q.sport for q in planned]
-        paced = {r["qpn"]: r["rate_limit"] for r in records(log)
-                 if r.get("mask") == IBV_QP_RATE_LIMIT}
-        # (Host plans carry per-QP rates once the planner puts them there; until then a QP
-        # with no planned rate is left to DCQCN and gets no rate-limit call.)
-        assert paced == {qpn: rate_kbps(q.rate_bps, unset=0) for qpn, q in zip(qpns, planned)
-                         if q.rate_bps is not None}
+        # The planned rates are static-rate steps already; they go out at RTR.
+        assert [rtr_labels(log, "static_rate")[q] for q in qpns] == [srate_of(q.rate_bps)
+                                                            for q in planned]
+        assert not any(r.get("mask") == IBV_QP_RATE_LIMIT for r in records(log))
         # The agent reports them; the controller plans with the real QP numbers.
         assert wait_for(lambda: [(q.lqpn, q.rqpn) for q in pair_plan(a, sip, dip)] ==
                         [(qpns[0], 0x500), (qpns[1], 0x501)], 30)

@@ -58,6 +58,15 @@ def test_serve_load_collect_agent_applies_the_plan(tmp_path):
         assert r.returncode == 0, r.stderr
         comms = tmp_path / "comms.json"
         comms.write_text(r.stdout)
+        # a job nobody created: a clear message naming the command that creates it
+        r = _icefab("agent", "run", "--controller", url, "--host", HOSTS[0], "--once",
+                    "--reports", str(comms), "--job", "oci", "--size", "1G",
+                    "--collective", "all_reduce", env=env)
+        assert r.returncode == 2 and "job 'oci' is not registered" in r.stderr, r.stderr
+        assert "icefab controller job create" in r.stderr and "Traceback" not in r.stderr
+        r = _icefab("controller", "job", "create", "oci", "--hosts", ",".join(HOSTS),
+                    "--controller", url, env=env)
+        assert r.returncode == 0 and "job oci created on 2 hosts" in r.stdout, r.stderr
         outs = []
         for host in HOSTS:
             r = _icefab("agent", "run", "--controller", url, "--host", host, "--once",

@@ -45,7 +45,28 @@ def test_text_report_shows_trees_inferred_facts_and_cross_host_edges():
     assert "inferred (implied by the log, not printed)" in out
     assert "a host the log does not name" in out and "nccl-1412a-16r-onehost-ringdump.log:1" in out
     assert "the [dev] prefix" in out  # log text is not eaten as rich markup
-    assert "1->8 9->0" in out and "commId" in out and "0x49bbd7790311d5eb" in out
+    assert "1->8 inferred nccl-1412a-16r-onehost-ringdump.log:5, 9->0 inferred" in out
+    assert "commId" in out and "0x49bbd7790311d5eb" in out
+
+
+def test_text_report_shows_each_host_s_ranks_seen_and_inferred():
+    # NVIDIA/nccl#629: 3 of 8 ranks of one host, 5 of 8 of the other print their own lines
+    res = runner.invoke(app, ["collect", "nccl-log",
+                              str(project_file("nccl-629-16r-initcomplete-partial.log"))])
+    assert res.exit_code == 0, res.output
+    rows = [" ".join(line.split("│")[1:-1][i].strip() for i in range(5))
+            for line in res.stdout.splitlines() if line.count("│") == 6]
+    assert "A03-R28-I49-2-6000166 0 0-7 2,4-5 0-1,3,6-7" in rows
+    assert "A03-R28-I49-3-9000018 1 8-15 8-9,12,14-15 10-11,13" in rows
+    assert "inferred 10" in res.stdout and "seen 12" in res.stdout
+
+
+def test_json_report_marks_hosts_devices_and_edges_seen_or_inferred():
+    f = corpus_file("efa-aws-efa-eks-16r-2.9.9.log")
+    (rep,) = json.loads(runner.invoke(app, ["collect", "nccl-log", "--json", str(f)]).stdout)
+    assert {e["status"] for r in rep["rings"] for e in r["edges"]} == {"seen"}
+    assert all(r["host_from"]["status"] == "seen" for r in rep["ranks"])
+    assert [h["ranks"] for h in rep["hosts_ranks"]] == [list(range(8)), list(range(8, 16))]
 
 
 def test_json_report_carries_nodes_edges_and_inferred_lines():
@@ -161,9 +182,12 @@ def test_hccl_log_reads_torch_npu_errors_and_links_from_several_files():
     res = runner.invoke(app, ["collect", "hccl-log", *files])
     assert res.exit_code == 0, res.output
     assert "EI0006" in res.stdout and "ERR01100" in res.stdout and "172.16.0.114" in res.stdout
+    assert "solution" in res.stdout and "Check other NPUs" in res.stdout
     res = runner.invoke(app, ["collect", "hccl-log", "--json", *files])
     data = json.loads(res.stdout)
     assert [e["code"] for e in data["errors"]] == ["6", "ERR01100", "EI0006", "EI0009"]
+    assert data["errors"][3]["rank"] == 1 and data["errors"][3]["reason"].startswith(
+        "[Create][DestLink]") and data["errors"][3]["solution"].startswith("Check other NPUs")
     assert data["links"][0]["remote_rank"] == 0 and data["sources"] == files
 
 

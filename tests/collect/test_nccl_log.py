@@ -78,6 +78,16 @@ def test_glued_lines_from_two_processes_are_both_read():
     assert [(c["from"], c["to"]) for c in log.connections] == [(0, 1), (1, 0)]
 
 
+def test_a_prefix_cut_short_and_glued_keeps_the_host_of_the_next():
+    # modelscope/ms-swift#3934: "g183:161258:166018 [1] NCCg183:161260:166021 [3] NCCL INFO"
+    log = parse_nccl_log("g183:1:2 [1] NCCg183:1:3 [3] NCCL INFO comm 0x1 rank 3 nRanks 16 "
+                         "nNodes 2 localRanks 8 localRank 3 MNNVL 0\n"
+                         "2024-01-01 12:00:00 gpu-g183:4:5 [0] NCCL INFO Channel 00/0 : "
+                         "0[0] -> 1[1] via P2P/IPC")
+    assert log.comm_topology_lines[0]["host"] == "g183"
+    assert log.connections[0]["ref"].host == "gpu-g183"  # text before a lone prefix: kept
+
+
 def test_truncated_ring_line_is_partial_with_warning_free_flag():
     log = parse_nccl_log(P + "Channel 00/02 :    0   1   2 ...")
     assert log.ring_orders[0]["complete"] is False

@@ -41,6 +41,10 @@ def test_server_list_layout():
     assert rep.library == "hccl" and rep.nranks == 4 and rep.nnodes == 2
     assert rep.hosts() == ["10.0.0.10", "10.0.0.11"]
     assert [n.name for n in rep.nics[0].nics] == ["192.168.100.101", "192.168.101.101"]
+    # a rank table prints every rank's server and device: all seen
+    assert [(h.host, h.ranks, h.seen, h.inferred) for h in rep.hosts_ranks] == [
+        ("10.0.0.10", [0, 1], [0, 1], []), ("10.0.0.11", [2, 3], [2, 3], [])]
+    assert {(r.host_from.status, r.device_from.status) for r in rep.ranks} == {("seen", "seen")}
 
 
 def test_group_list_layout_and_int_values():

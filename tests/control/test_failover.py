@@ -38,8 +38,9 @@ def test_failover_moves_only_affected_paths(small_fabric, routing_of):
     assert res.assignment.max_util <= 1.0 + 1e-9  # 200G QPs fit the 15 remaining uplinks
 
 
-def test_fast_path_matches_full_rehash(small_fabric, routing_of):
-    f = small_fabric
+def _one_uplink_down(f, routing_of):
+    """Four servers' QPs planned and ported at 100G, then the first uplink of QP 3's path
+    fails: (routing before, hash configs, demand, paths, realization, routing after)."""
     rt = routing_of(f)
     cfg = fabric_hash_configs(f)
     src, dst = nics_of(f, [0, 1]), nics_of(f, [2, 3])
@@ -48,7 +49,12 @@ def test_fast_path_matches_full_rehash(small_fabric, routing_of):
     r = realize_paths(f, rt, cfg, d.src_nic, d.dst_nic, a.paths)
     up = int(a.paths[3][0])
     down = [up, f.link_id(int(f.link_dst[up]), int(f.link_src[up]))]
-    rt2 = routing_of(f, tuple(sorted(down)))
+    return rt, cfg, d, a, r, routing_of(f, tuple(sorted(down)))
+
+
+def test_fast_path_matches_full_rehash(small_fabric, routing_of):
+    f = small_fabric
+    rt, cfg, d, a, r, rt2 = _one_uplink_down(f, routing_of)
     slow = replan_after_failure(f, rt2, cfg, d, a.paths, r.sport)
     fast = replan_after_failure(f, rt2, cfg, d, a.paths, r.sport, old_routing=rt,
                                 full_paths=r.paths)
@@ -57,3 +63,20 @@ def test_fast_path_matches_full_rehash(small_fabric, routing_of):
     assert fast.ok.all() and slow.ok.all()
     # mod-N groups: losing one of 8 uplinks remaps other QPs of that leaf too
     assert len(fast.remapped) > 0
+
+
+def test_a_qp_without_a_planned_port_is_not_rehashed_nor_verified(small_fabric, routing_of):
+    """realize_paths gives -1 where no port realises a path; a re-plan keeps such a QP
+    unverified instead of hashing port -1 (which the hash model rejects)."""
+    f = small_fabric
+    rt, cfg, d, a, r, rt2 = _one_uplink_down(f, routing_of)
+    first = replan_after_failure(f, rt2, cfg, d, a.paths, r.sport, old_routing=rt,
+                                 full_paths=r.paths)
+    kept = np.setdiff1d(np.arange(d.n_qps), np.r_[first.affected, first.remapped])
+    sport = r.sport.copy()
+    sport[kept[0]] = -1
+    sport[first.affected[0]] = -1  # re-ported: its fallback (-1) is no port either
+    res = replan_after_failure(f, rt2, cfg, d, a.paths, sport, old_routing=rt,
+                               full_paths=r.paths)
+    assert not res.ok[kept[0]] and res.sport[kept[0]] == -1
+    assert res.ok.sum() == d.n_qps - 1 and res.sport[first.affected[0]] >= 0

@@ -8,7 +8,7 @@ from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import load
 from icefabric.schemas_service import FabricUpload
 from icefabric.topology.serialize import fabric_to_dict
-from icefabric.twin.run import host_reports
+from icefabric.twin.run import host_reports, job_hosts
 
 ADMIN = "admin-secret-token-123"
 
@@ -43,12 +43,20 @@ def client(settings):
 
 @pytest.fixture
 def loaded(client, scenario):
-    """A client whose controller has the hetero-default fabric loaded."""
-    ls, fabric, *_ = scenario
+    """A client whose controller has the hetero-default fabric loaded and its jobs
+    created (as their scheduler would)."""
+    ls, fabric, _, reports = scenario
     body = FabricUpload(topology=fabric_to_dict(fabric), plan_seed=ls.scenario.seed)
     r = client.put("/v1/fabric", json=body.model_dump(mode="json"), headers=auth(ADMIN))
     assert r.status_code == 200, r.text
+    create_jobs(client.app.state.core, reports)
     return client
+
+
+def create_jobs(core, reports):
+    """Register every job of ``reports`` on its hosts (what its scheduler does)."""
+    for job, hosts in job_hosts(reports).items():
+        core.create_job(job, hosts)
 
 
 def enrol(client, host):

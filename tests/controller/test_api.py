@@ -70,10 +70,13 @@ def test_reports_plan_longpoll_ack_and_events(loaded, scenario):
                        headers=auth(tokens[host])).status_code == 204
     assert loaded.post(f"/v1/hosts/{host}/plan/ack", json={"version": v + 5, "applied": 3},
                        headers=auth(tokens[host])).status_code == 422
-    # A link-down event from an agent re-plans; the new plan avoids the link.
+    # An agent's telemetry is taken; the operator's link-down event re-plans (a fabric
+    # link: an agent may not report it), and the new plan avoids the link.
     r = loaded.post("/v1/events", json={"events": [
-        {"kind": "link_down", "link": {"a": "leaf0", "b": "spine0"}},
         {"kind": "cnp_rate", "counters": {"cnp_per_s": 12.0}}]}, headers=auth(tokens[host]))
+    assert r.status_code == 202 and r.json()["replan"] is False
+    r = loaded.post("/v1/events", json={"events": [
+        {"kind": "link_down", "link": {"a": "leaf0", "b": "spine0"}}]}, headers=auth(ADMIN))
     assert r.status_code == 202 and r.json()["replan"] is True
     wait_version(loaded, v + 1)
     r = loaded.get(f"/v1/hosts/{host}/plan", params={"after_version": v, "wait_s": 5},
@@ -199,3 +202,32 @@ def test_jobs_that_end_leave_the_plan(loaded, scenario):
     assert core.plan_summary["jobs"] == [] and core.plan_summary["qps"] == 0
     p = loaded.get("/v1/hosts/h100-0/plan", headers=auth(tokens["h100-0"])).json()
     assert p["version"] == v + 2 and p["qps"] == []
+
+
+def test_a_report_with_ccl_errors_marks_the_job_failing(loaded, scenario):
+    # The EJ0001 error torch_npu printed in hiyouga/LlamaFactory#3839 (tests/collect/corpus).
+    from pathlib import Path
+
+    from icefabric.collect.hccl_log import parse_hccl_log
+
+    corpus = Path(__file__).resolve().parents[1] / "collect" / "corpus"
+    errors = parse_hccl_log((corpus / "hccl-llamafactory-3839-ej0001.log").read_text()).errors
+    *_, reports = scenario
+    host, (rep, *_) = next(iter(reports.items()))
+    token = enrol(loaded, host)
+    ok = loaded.put(f"/v1/hosts/{host}/communicators/{rep.job}",
+                    json=rep.model_dump(mode="json"), headers=auth(token)).json()
+    assert ok["failing"] is False
+    bad = rep.model_copy(update={"errors": errors})
+    r = loaded.put(f"/v1/hosts/{host}/communicators/{rep.job}",
+                   json=bad.model_dump(mode="json"), headers=auth(token))
+    assert r.status_code == 200 and r.json()["failing"] is True
+    view = loaded.get(f"/v1/jobs/{rep.job}", headers=auth(ADMIN)).json()
+    assert view["failing"] is True
+    assert [(e["host"], e["error"]["code"], e["error"]["rank"]) for e in view["errors"]] == [
+        (host, "ERR02200", 3), (host, "EJ0001", 3)]
+    assert view["errors"][1]["error"]["reason"] == "Maybe the last training process is running."
+    too_many = rep.model_dump(mode="json") | {"errors": [errors[0].model_dump()] * 257}
+    r = loaded.put(f"/v1/hosts/{host}/communicators/{rep.job}", json=too_many,
+                   headers=auth(token))
+    assert r.status_code == 422

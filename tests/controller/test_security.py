@@ -1,11 +1,14 @@
 """Tokens, per-host isolation, size limits and error bodies."""
 
 import logging
+from collections import namedtuple
 
 import pytest
 from sqlalchemy import create_engine, text
 
 from .conftest import ADMIN, auth, enrol
+
+shutil_usage = namedtuple("usage", "total used free")
 
 
 @pytest.fixture
@@ -155,6 +158,7 @@ ACCESS = {
     ("GET", "/v1/hosts/{host}/plan"): "host", ("POST", "/v1/hosts/{host}/plan/ack"): "host",
     ("POST", "/v1/events"): "agent",
     ("GET", "/v1/jobs"): "admin", ("GET", "/v1/jobs/{job}"): "admin",
+    ("PUT", "/v1/jobs/{job}"): "admin", ("DELETE", "/v1/jobs/{job}"): "admin",
     ("GET", "/v1/plans"): "admin", ("GET", "/v1/plans/current"): "admin",
     ("GET", "/v1/plans/{version}"): "admin", ("GET", "/v1/links"): "admin",
     ("GET", "/v1/agents"): "admin", ("GET", "/v1/events"): "admin",
@@ -174,7 +178,8 @@ def test_every_route_is_scoped(two_hosts):
         "/v1/agents": {"host": "h100-3"},
         "/v1/hosts/{host}/communicators/{job}": reports["h100-3"][0].model_dump(mode="json"),
         "/v1/hosts/{host}/plan/ack": {"version": 0, "applied": 0},
-        "/v1/events": {"events": [{"kind": "note", "message": "x"}]}}
+        "/v1/events": {"events": [{"kind": "note", "message": "x"}]},
+        "/v1/jobs/{job}": {"hosts": ["h100-0", "h100-3"]}}
     job = reports["h100-3"][0].job
     agent = auth(toks["h100-0"])  # the agent of h100-0 ...
     for (method, path), who in ACCESS.items():
@@ -192,6 +197,9 @@ def test_every_route_is_scoped(two_hosts):
         else:
             assert as_agent.status_code == 403, what
             assert as_agent.json()["error"] == "forbidden", what
+            if method in ("PUT", "POST"):  # scope first: 403 whatever the body, never 422
+                junk = c.request(method, url, json={"junk": [1]}, headers=agent)
+                assert junk.status_code == 403, (what, junk.text)
         if who == "host":
             assert "another host" in as_agent.json()["message"], what
             own = c.request(method, path.format(host="h100-0", job=reports["h100-0"][0].job),
@@ -254,3 +262,151 @@ def test_enrolment_is_rate_limited_per_client(tmp_path):
         r = c.post("/v1/agents", json={"host": "h9"}, headers=auth("guess"))
         assert r.status_code == 429
         assert c.get("/healthz").status_code == 200  # other routes are not limited
+
+
+def test_an_agent_reports_only_its_own_hosts_links(two_hosts):
+    """Issue 23: a host on leaf0 took leaf1's uplinks down with its agent token."""
+    c, toks, _ = two_hosts
+    a = auth(toks["h100-0"])
+    core = c.app.state.core
+    for link in ({"a": "leaf1", "b": "spine0"}, {"a": "leaf0", "b": "spine0"},
+                 {"a": "h100-3/nic0", "b": "leaf1"}):  # fabric links, another host's NIC
+        for kind in ("link_down", "link_up"):
+            r = c.post("/v1/events", json={"events": [
+                {"kind": "note", "message": "fine"}, {"kind": kind, "link": link}]}, headers=a)
+            assert r.status_code == 403 and r.json()["error"] == "forbidden", r.text
+            assert "events[1]" in r.json()["message"] and "not a link of host 'h100-0'" in \
+                r.json()["message"]
+    assert core.down == set() and core.repo.recent_events() == []  # nothing of it kept
+    nic = {"a": "h100-0/nic0", "b": "leaf0"}  # its own NIC's cable: taken
+    r = c.post("/v1/events", json={"events": [{"kind": "link_down", "link": nic}]}, headers=a)
+    assert r.status_code == 202 and r.json()["replan"] is True
+    assert core.down == {("h100-0/nic0", "leaf0")}
+    # The operator reports fabric links.
+    r = c.post("/v1/events", json={"events": [{"kind": "link_down", "link": {
+        "a": "leaf1", "b": "spine0"}}]}, headers=auth(ADMIN))
+    assert r.status_code == 202 and ("leaf1", "spine0") in core.down
+
+
+def test_unknown_hosts_are_404(two_hosts):
+    c, toks, _ = two_hosts
+    for method, path in (("GET", "/v1/hosts/nosuchhost/plan"), ("GET", "/v1/agents/nosuchhost"),
+                         ("POST", "/v1/hosts/nosuchhost/plan/ack"),
+                         ("DELETE", "/v1/hosts/nosuchhost/communicators/gpt")):
+        body = {"version": 0, "applied": 0} if method == "POST" else None
+        r = c.request(method, path, json=body, headers=auth(ADMIN))
+        assert r.status_code == 404 and "nosuchhost" in r.json()["message"], (path, r.text)
+        # An agent learns nothing about other hosts, known or not.
+        r = c.request(method, path, json=body, headers=auth(toks["h100-0"]))
+        assert r.status_code == 403, path
+    # A server of the fabric without an agent yet is known (its plan may exist).
+    assert c.get("/v1/hosts/ascend-0/plan", headers=auth(ADMIN)).status_code in (200, 204)
+
+
+def test_readyz_reports_a_store_that_cannot_write(client, monkeypatch):
+    """Issue 23: /readyz said 200 while no write could succeed (full disk)."""
+    from sqlalchemy import event
+
+    from icefabric.controller.store import repo as repo_mod
+
+    repo = client.app.state.core.repo
+    assert client.get("/readyz").status_code == 200
+    if repo.backend == "sqlite":  # the SQLite file's filesystem is full
+        monkeypatch.setattr(repo_mod.shutil, "disk_usage",
+                            lambda p: shutil_usage(total=1 << 30, used=(1 << 30) - (1 << 20),
+                                                   free=1 << 20))
+        r = client.get("/readyz")
+        assert r.status_code == 503 and "only 1 MiB free" in r.json()["message"], r.text
+        monkeypatch.undo()
+    # The database answers reads but refuses every write (SQLite: query_only, as a
+    # read-only file; PostgreSQL: a read-only transaction default, as a hot standby).
+    pragma = ("PRAGMA query_only = 1" if repo.backend == "sqlite"
+              else "SET default_transaction_read_only = on")
+
+    def read_only(dbapi_conn, _):
+        cur = dbapi_conn.cursor()
+        cur.execute(pragma)
+        cur.close()
+        if repo.backend != "sqlite":
+            dbapi_conn.commit()
+
+    event.listen(repo.engine, "connect", read_only)
+    repo.engine.dispose()
+    try:
+        r = client.get("/readyz")
+        assert r.status_code == 503, r.text
+        assert r.json()["error"] == "database_unavailable" and "read" in r.json()["message"]
+        assert client.get("/healthz").status_code == 200  # alive, not ready
+    finally:
+        event.remove(repo.engine, "connect", read_only)
+        repo.engine.dispose()
+    assert client.get("/readyz").status_code == 200
+
+
+def test_job_squatting_is_impossible(loaded, scenario):
+    """Issue 23: the first host to report a job name fixed its ranks for everyone. Now a
+    job's hosts are fixed when its scheduler creates it; no other host can report it,
+    nor claim a name nobody created."""
+    _, _, _, reports = scenario
+    c = loaded
+    toks = {h: enrol(c, h) for h in ("h100-1", "h100-2", "ascend-0")}
+    gpt = reports["h100-1"][0]
+    assert gpt.job == "gpt" and {r.host for r in gpt.ranks} == {"h100-1", "h100-2"}
+    # ascend-0 (another tenant) reports "gpt" with its own ranks first: refused.
+    squat = gpt.model_copy(update={"ranks": [
+        r.model_copy(update={"host": "ascend-0"}) if r.host == "h100-2" else r
+        for r in gpt.ranks], "qps": []})
+    r = c.put("/v1/hosts/ascend-0/communicators/gpt", json=squat.model_dump(mode="json"),
+              headers=auth(toks["ascend-0"]))
+    assert r.status_code == 403 and "not a host of job 'gpt'" in r.json()["message"]
+    # ... and cannot claim a name nobody created either.
+    free = squat.model_copy(update={"job": "mine"})
+    r = c.put("/v1/hosts/ascend-0/communicators/mine", json=free.model_dump(mode="json"),
+              headers=auth(toks["ascend-0"]))
+    assert r.status_code == 404 and "PUT /v1/jobs/mine" in r.json()["message"]
+    # A host of the job cannot pull another host into it.
+    r = c.put("/v1/hosts/h100-1/communicators/gpt", json=squat.model_dump(mode="json"),
+              headers=auth(toks["h100-1"]))
+    assert r.status_code == 409 and "registered hosts" in r.json()["message"]
+    # The honest hosts report it as created, and it is planned.
+    for h in ("h100-1", "h100-2"):
+        rep = reports[h][0]
+        r = c.put(f"/v1/hosts/{h}/communicators/gpt", json=rep.model_dump(mode="json"),
+                  headers=auth(toks[h]))
+        assert r.status_code == 200 and r.json()["hosts_expected"] == 2, r.text
+    assert r.json()["complete"] is True
+    # Agents cannot create or delete jobs; the scheduler token can, and only that.
+    for method in ("PUT", "DELETE"):
+        r = c.request(method, "/v1/jobs/other", json={"hosts": ["ascend-0"]},
+                      headers=auth(toks["ascend-0"]))
+        assert r.status_code == 403
+    view = c.get("/v1/jobs/gpt", headers=auth(ADMIN)).json()
+    assert view["hosts_expected"] == ["h100-1", "h100-2"] and view["complete"]
+
+
+def test_jobs_are_created_once_by_their_scheduler(tmp_path, scenario):
+    from fastapi.testclient import TestClient
+
+    from icefabric.controller.app import create_app
+    from icefabric.controller.settings import Settings
+    from icefabric.schemas_service import FabricUpload
+    from icefabric.topology.serialize import fabric_to_dict
+
+    ls, fabric, *_ = scenario
+    s = Settings(database_url=f"sqlite:///{tmp_path}/j.db", admin_token=ADMIN,
+                 scheduler_token="slurm-hook", policy="ecmp")
+    with TestClient(create_app(s)) as c:
+        c.app.state.core.set_fabric(FabricUpload(topology=fabric_to_dict(fabric)))
+        sched = auth("slurm-hook")
+        r = c.put("/v1/jobs/j1", json={"hosts": ["h100-0", "h100-1"]}, headers=sched)
+        assert r.status_code == 201 and r.json()["hosts_expected"] == ["h100-0", "h100-1"]
+        r = c.put("/v1/jobs/j1", json={"hosts": ["h100-1", "h100-0"]}, headers=sched)
+        assert r.status_code == 200  # the same again: nothing changes
+        r = c.put("/v1/jobs/j1", json={"hosts": ["h100-0", "ascend-0"]}, headers=sched)
+        assert r.status_code == 409 and "delete it first" in r.json()["message"]
+        r = c.put("/v1/jobs/j2", json={"hosts": ["nowhere-9"]}, headers=sched)
+        assert r.status_code == 422 and "nowhere-9" in r.json()["message"]
+        assert c.get("/v1/jobs", headers=sched).status_code == 403  # views: admin only
+        assert c.get("/v1/fabric", headers=sched).status_code == 403
+        assert c.delete("/v1/jobs/j1", headers=sched).status_code == 204
+        assert c.delete("/v1/jobs/j1", headers=sched).status_code == 404

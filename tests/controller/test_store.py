@@ -30,6 +30,10 @@ def test_migration_from_the_previous_version_keeps_its_data(database_url):
             actuator="twin", enrolled_at=1.0, last_seen=2.0, applied_version=3))
         c.execute(t.FabricRow.__table__.insert().values(
             version=1, name="f", document='{"a": 1}', plan_seed=5, created_at=1.0))
+        for host in ("h2", "h1"):  # a job reported before jobs were created
+            c.execute(t.ReportRow.__table__.insert().values(
+                job="gpt", host=host, updated_at=1.0, document='{"ranks": ['
+                '{"rank": 0, "host": "h1"}, {"rank": 1, "host": "h2"}]}'))
     eng.dispose()
     repo = Repository(database_url)
     try:
@@ -37,6 +41,7 @@ def test_migration_from_the_previous_version_keeps_its_data(database_url):
         (h,) = repo.hosts()
         assert (h.host, h.applied_version, h.agent_version) == ("h1", 3, "0.0.9")
         assert repo.load_fabric() == (1, "f", {"a": 1}, 5)
+        assert repo.jobs() == {"gpt": ["h1", "h2"]}  # created on the hosts of its ranks
         repo.add_events("h1", [{"kind": "note", "message": "after the upgrade"}])
         assert repo.recent_events()[0]["message"] == "after the upgrade"
     finally:

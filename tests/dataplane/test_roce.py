@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from icefabric.dataplane.roce import (
+    IBV_RATE_GBPS,
     SPORT_MAX,
     SPORT_MIN,
     NicPortLimits,
@@ -19,6 +20,7 @@ from icefabric.dataplane.roce import (
     qps_split,
     rdma_calc_flow_label,
     rdma_get_udp_sport,
+    static_rate,
 )
 
 qpn = st.integers(0, 0xFFFFFF)
@@ -112,3 +114,30 @@ def test_qps_split_examples():
     assert qps_split(1000, 4).tolist() == [256, 256, 256, 232]
     assert qps_split(1000, 4, align_bytes=1).tolist() == [250, 250, 250, 250]
     assert nccl_qp_for_request(np.arange(5), 2).tolist() == [0, 1, 0, 1, 0]
+
+
+@given(st.floats(2.5e9, 2e12))
+def test_static_rate_is_the_largest_step_not_above_the_plan(rate):
+    e, r = static_rate(rate)
+    steps = np.array(sorted(IBV_RATE_GBPS.values())) * 1e9
+    assert r == steps[steps <= rate].max() and IBV_RATE_GBPS[int(e)] * 1e9 == r
+
+
+def test_static_rate_edges():
+    e, r = static_rate([1e6, float("inf"), 600e9, 800e9, 25e9])
+    assert e.tolist() == [2, 0, 22, 22, 15]  # floor 2.5G; inf = IBV_RATE_MAX (no limit)
+    assert (r / 1e9).tolist() == [2.5, float("inf"), 600.0, 600.0, 25.0]
+
+
+def test_static_rate_table_is_libibverbs_own():
+    """Every enum value names the rate rdma-core's ibv_rate_to_mbps() gives it (which is
+    the signalling rate: the nominal rate plus up to 6.25 % of line coding)."""
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("ibverbs")
+    if name is None:
+        pytest.skip("libibverbs is not installed")
+    lib = ctypes.CDLL(name)
+    coding = {e: lib.ibv_rate_to_mbps(e) / 1000 / g for e, g in IBV_RATE_GBPS.items()}
+    assert all(1.0 <= c <= 1.0625 for c in coding.values()), coding

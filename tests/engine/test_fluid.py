@@ -135,6 +135,85 @@ def test_dcqcn_incast_cuts_rates_and_counts_cnps():
     assert dc.makespan_ns >= pfc_only.makespan_ns * 0.98
 
 
+def chain(delay_ns):
+    """h0 -(100G)-> sA -(50G)-> sB -(25G)-> h2, and the reverse links. One flow: both switch
+    queues fill, sA's at 6.25 B/ns and sB's at 3.125 B/ns (hand-computed from the rates)."""
+    links = [(0, 1, 100), (1, 2, 50), (2, 3, 25), (1, 0, 100), (2, 1, 50), (3, 2, 25)]
+    return build_problem(link_capacity_bps=[c * 1e9 for *_, c in links],
+                         link_delay_ns=[delay_ns] * 6, flow_size_bytes=[50_000_000],
+                         routes=[[0, 1, 2]], route_flow=[0], route_qp=[0],
+                         link_src=[a for a, *_ in links], link_dst=[b for _, b, _ in links],
+                         node_is_switch=[False, True, True, False])
+
+
+def cnp_timeline(prob, **opts):
+    """Step a DCQCN run one kernel step at a time: (step end ns, marked bytes per link,
+    CNPs the QP has seen) after each step, until its first CNP."""
+    from icefabric.dataplane.ecn import RedParams
+    from icefabric.engine import fluid_kernel as fk
+    from icefabric.engine.fluid import FluidConfig, FluidSim
+
+    # every byte past 40 kB is marked; small packets: many marks, a CNP draw is ~certain
+    red = RedParams(kmin_bytes=40_000, kmax_bytes=40_001, pmax=1.0)
+    sim = FluidSim(prob, FluidConfig(cc="dcqcn", dcqcn="hpcc_ns3_100g", red=red, pfc="off",
+                                     packet_bytes=1000.0, **opts))
+    net = sim._net()
+    st = sim._state(net)
+    out = []
+    while not out or out[-1][2] == 0:
+        net.cfg[fk.C_MAX_STEPS] = st.si[fk.I_STEPS] + 1  # exactly one more step
+        assert fk.advance(net, st, sim.rng) == fk.MAX_STEPS, "the flow ended without a CNP"
+        out.append((st.sf[fk.F_T], st.f[fk.S_MARKED_BYTES, :6].copy(), st.cc[-1, 0]))
+    return out
+
+
+def _first_cnp_due(delay_ns):
+    """Hand computation for ``chain``: sA's queue (6.25 B/ns) passes Kmin = 40 kB at 6400 ns;
+    the step lands 1 ns past it and marks. The marked packet then waits behind sB's queue
+    (3.125 B/ns x t, drained at 3.125 B/ns: t ns), crosses sA->sB and sB->h2 (propagation
+    plus a 1000-byte packet at 50 and 25 Gb/s: 160 + 320 ns), and the ACK comes back over
+    the three links (propagation only: no ACK bytes). ns-3 delivers the CNP then."""
+    t_mark = 40_000 / 6.25 + 1
+    return t_mark, t_mark + t_mark + (2 * delay_ns + 160 + 320) + 3 * delay_ns
+
+
+@pytest.mark.parametrize("delay_ns", [1000, 100])
+def test_a_cnp_arrives_after_the_queues_downstream_of_the_mark(delay_ns):
+    """The first CNP reaches the sender in the step holding its hand-computed due time.
+    With 100 ns links the delay (about 7.4 us) exceeds four base RTTs (2.4 us), the length
+    of the delay line this engine used to have: it must not wrap round and arrive early.
+    The line starts shorter than the delay and doubles twice before the CNP is due, the
+    second time with marks pending (they must keep their due times)."""
+    steps = cnp_timeline(chain(delay_ns))
+    t_mark, due = _first_cnp_due(delay_ns)
+    first_mark = next(t for t, marked, _ in steps if marked[1] > 0)
+    assert first_mark == t_mark, "sA's queue should cross Kmin where the rates say"
+    assert not any(marked[2] > 0 for t, marked, _ in steps if t <= t_mark), "sB marks later"
+    (t_prev, *_), (t_cnp, *_) = steps[-2:]
+    bucket = 250.0  # fluid._FB_BW: the delay line's resolution
+    assert t_prev // bucket < due // bucket <= t_cnp // bucket, (
+        f"first CNP in the step ending at {t_cnp} ns, due at {due} ns")
+
+
+def test_a_delay_longer_than_the_line_is_clamped_not_wrapped(monkeypatch):
+    """A delay line capped below the delay delivers the CNP at its last slot (late as little
+    as it can), never on a slot that wrapped round to an earlier time."""
+    from icefabric.engine import fluid
+
+    monkeypatch.setattr(fluid, "_FB_MAX_BYTES", 8)  # one slot per route: the cap binds
+    prob = chain(100)
+    sim = fluid.FluidSim(prob, fluid.FluidConfig(packet_bytes=1000.0))
+    first, slots = sim._feedback_slots()
+    assert first == slots == int(np.ceil(sim.fb_lat.max() / 250.0)) + 8, (
+        "the line cannot grow, and the unqueued latency still fits")
+    steps = cnp_timeline(prob)
+    t_mark, due = _first_cnp_due(100)
+    last = (t_mark // 250 + slots) * 250  # the line's last slot at mark time
+    assert last < due
+    (t_prev, *_), (t_cnp, *_) = steps[-2:]
+    assert t_prev < last <= t_cnp, f"first CNP in the step ending at {t_cnp} ns"
+
+
 def test_link_failure_reroute_completes():
     # two parallel paths 0->1: direct link 0 (400G) and link 1 then 2 (100G)
     ip, li = csr_from_lists([[1, 2]])
@@ -195,8 +274,8 @@ def test_endside_fallback_releases_a_pacer_that_reality_contradicts():
 
 
 def equality_cases() -> dict:
-    """Problems and options whose results the numpy engine recorded before the compiled
-    kernel replaced it (``fluid_numpy_reference.json``): every mechanism at least once."""
+    """Problems and options whose results are recorded in ``fluid_regression.json``: every
+    mechanism at least once."""
     from icefabric.dataplane.endside import EndSideParams
 
     ip, li = csr_from_lists([[1, 2]])
@@ -236,13 +315,15 @@ def equality_cases() -> dict:
 
 
 @pytest.mark.parametrize("case", sorted(equality_cases()))
-def test_kernel_reproduces_the_numpy_engine_bit_for_bit(case):
-    """The compiled loop does the numpy engine's arithmetic in the same order: same floats
-    (commit 611f927 recorded them; any change to the model shows here first)."""
+def test_kernel_reproduces_the_recorded_results_bit_for_bit(case):
+    """Same floats as recorded: the numpy engine's (commit 611f927), which the compiled loop
+    reproduced operation by operation, re-recorded only where the model changed on purpose
+    (issue 28: CNPs due after the queues downstream of the mark). Any change to the model
+    shows here first."""
     import json
     from pathlib import Path
 
-    want = json.loads((Path(__file__).parent / "fluid_numpy_reference.json").read_text())[case]
+    want = json.loads((Path(__file__).parent / "fluid_regression.json").read_text())[case]
     prob, opts = equality_cases()[case]
     res = run(prob, **opts)
     got = {"flow_start_ns": res.flow_start_ns.tolist(),
@@ -255,7 +336,7 @@ def test_kernel_reproduces_the_numpy_engine_bit_for_bit(case):
            "steps": res.meta["steps"], "endside_fallbacks": res.meta["endside_fallbacks"],
            "timeseries": res.timeseries}
     for key, value in want.items():
-        assert got[key] == value, f"{case}: {key} differs from the numpy engine"
+        assert got[key] == value, f"{case}: {key} differs from the recorded run"
 
 
 def test_bank_row_constants_follow_the_layouts():

@@ -114,6 +114,22 @@ def test_cli_json_and_markdown(tmp_path):
     assert out.read_text().startswith("# Validation")
     bad = CliRunner().invoke(app, ["validate", str(tmp_path / "nothing")])
     assert bad.exit_code == 2
+    # --before: the table shows each row's earlier error and flags rows moved > 5 points
+    rows[0]["rel_error"] += 0.1
+    (tmp_path / "before.json").write_text(json.dumps(rows))
+    again = CliRunner().invoke(app, ["validate", str(tmp_path), "--engine", "fluid",
+                                     "--out", str(out), "--before",
+                                     str(tmp_path / "before.json")])
+    assert again.exit_code == 0, again.output
+    text = out.read_text()
+    assert "| before | Δ (pts) |" in text
+    r0 = rows[0]
+    assert (f"1 of {len(rows)} fluid rows moved by more than 5 points: {r0['scenario']} "
+            f"{r0['reference']} {r0['group']} (-10.0)." in text), text
+    (tmp_path / "junk.json").write_text("[1, 2]")
+    junk = CliRunner().invoke(app, ["validate", str(tmp_path), "--before",
+                                    str(tmp_path / "junk.json")])
+    assert junk.exit_code == 2 and "not an 'icefab validate --json' output" in junk.output
 
 
 @pytest.mark.parametrize("ref", ["ns3-pfc", "htsim-pfc"])

@@ -1,5 +1,6 @@
 """Issue 4: the built-in congestion scenarios show PFC pauses and the victim's slowdown
-under ECMP + DCQCN, and near-zero pauses with near-ideal busbw under ICE (fluid engine)."""
+under ECMP + DCQCN, and near-zero pauses under ICE (fluid engine), whose pacers run at the
+NIC's static-rate steps (issue 22: below the planned share, so below ideal)."""
 
 import pytest
 
@@ -18,7 +19,8 @@ def test_pfc_victim():
     assert pauses_us(res, "ecmp") > 1000 and len(res.runs["ecmp"].link_pfc_pause_ns) > 4
     assert frac[("ecmp", "victim")] < 0.5  # the innocent job is blocked behind pauses
     assert pauses_us(res, "ice") < 1.0
-    assert frac[("ice", "victim")] > 0.9 and frac[("ice", "incast")] > 0.9
+    # pacers at static-rate steps (a 196 Gb/s share goes out at 168): 83 % of ideal
+    assert frac[("ice", "victim")] > 0.8 and frac[("ice", "incast")] >= frac[("ecmp", "incast")]
     summary = {c["policy"]: c for c in res.congestion}
     assert summary["ice"]["pfc_pause_us"] == 0 and summary["ecmp"]["paused_links"] > 4
     assert "ideal" not in summary  # the bound runs on the flow engine
@@ -31,4 +33,6 @@ def test_rate_mismatch():
     frac = {r["policy"]: r["frac_of_ideal"] for r in res.rows}
     assert pauses_us(res, "ecmp") > 10
     assert pauses_us(res, "ice") < 1.0
-    assert frac["ice"] > 0.9 > frac["ecmp"]
+    # The planned ~6.1 Gb/s shares go out at the 5 Gb/s static-rate step: no pauses, but
+    # below ECMP's busbw here (0.59 vs 0.67 of ideal); unpaced, ICE would pause for ms.
+    assert frac["ice"] > 0.5 and frac["ecmp"] < 0.9

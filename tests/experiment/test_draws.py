@@ -1,4 +1,5 @@
 import json
+import os
 
 import numpy as np
 import pytest
@@ -7,7 +8,8 @@ from hypothesis import strategies as st
 from typer.testing import CliRunner
 
 from icefabric.cli.app import app
-from icefabric.experiment.draws import draw_seeds, run_draws
+from icefabric.experiment import draws as draws_mod
+from icefabric.experiment.draws import DrawSpread, draw_seeds, run_draws
 from icefabric.experiment.runner import run_scenario
 from icefabric.pipeline import scenario_plan, simulate
 from icefabric.scenario.build import build_fabric
@@ -78,8 +80,26 @@ def test_rows_carry_median_range_and_every_draw(drawn):
 
 def test_workers_give_the_same_rows(small, drawn):
     par = run_scenario(small, sizes=SIZES, policies=["ecmp", "ecmp-multiqp", "ice"], draws=8,
-                       workers=2)
+                       spread=DrawSpread(workers=2))
     assert par.rows == drawn.rows
+
+
+@pytest.mark.slow
+def test_draws_on_a_local_ray_give_the_same_rows(small, drawn, tmp_path, monkeypatch):
+    pytest.importorskip("ray", reason="the ray extra is installed by .ci/run")
+    task = draws_mod._draws_task
+
+    def where(*args):  # each task leaves its process id: proof that Ray ran it
+        (tmp_path / str(os.getpid())).touch()
+        return task(*args)
+
+    monkeypatch.setattr(draws_mod, "_draws_task", where)
+    on_ray = run_scenario(small, sizes=SIZES, policies=["ecmp", "ecmp-multiqp", "ice"],
+                          draws=8, spread=DrawSpread(ray="local"))
+    pids = {int(p.name) for p in tmp_path.iterdir()}
+    assert pids and os.getpid() not in pids
+    assert on_ray.rows == drawn.rows
+    assert any(len(set(r.get("busbw_GBps_draws", []))) > 1 for r in on_ray.rows)
 
 
 def test_ecmp_varies_over_draws_and_ice_does_not(small):

@@ -118,7 +118,6 @@ def test_compare_explains_a_measurement_above_the_model(tmp_path):
     assert "NCCL_ALGO=Ring" in above and "at 2GiB-16GiB" in above
 
 
-
 def _log_from_8_bytes(tmp_path: Path) -> Path:
     """The OCI run with the two first rows every nccl-tests log has (8 B and 1 KiB), whose
     busbw prints as 0.00 and 0.05 GB/s."""

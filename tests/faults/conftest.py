@@ -25,7 +25,7 @@ from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import load
 from icefabric.schemas_service import FabricUpload, HostPlan, QpPlan
 from icefabric.topology.serialize import fabric_to_dict
-from icefabric.twin.run import host_reports
+from icefabric.twin.run import host_reports, register_jobs
 from icefabric.twin.serve import SubprocessController
 
 HERE = Path(__file__).parent
@@ -70,10 +70,12 @@ class Fleet:
         self._running = running(self.agents.values())
 
     def upload_fabric(self) -> None:
+        """The fabric, and the scenario's jobs created on their hosts."""
         r = admin(self.url).put("/v1/fabric", content=FabricUpload(
             topology=fabric_to_dict(self.fabric), plan_seed=self.ls.scenario.seed)
             .model_dump_json(), headers={"Content-Type": "application/json"})
         assert r.status_code == 200, r.text
+        register_jobs(admin(self.url), self.reports)
 
     def start(self) -> Fleet:
         self._running.__enter__()

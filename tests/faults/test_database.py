@@ -10,6 +10,7 @@ import pytest
 from icefabric.controller.settings import Settings
 from icefabric.schemas_service import AgentEnrol, FabricUpload
 from icefabric.topology.serialize import fabric_to_dict
+from icefabric.twin.run import job_hosts
 from icefabric.twin.serve import SubprocessController, ThreadedController
 
 from .conftest import ADMIN, Fleet, admin, check_plans, scenario_reports
@@ -42,11 +43,11 @@ def test_postgresql_down_for_a_while(pg_cluster, controller_env, tmp_path):
             assert a.get("/healthz").status_code == 200
             # Plans already issued are still served from memory.
             assert a.get("/v1/hosts/h100-0/plan").json()["version"] == v1
-            # An agent sees a link fail: its event cannot be stored now; it keeps it and
-            # retries with backoff, keeping its plan meanwhile.
+            # An agent sees its NIC's link fail: its event cannot be stored now; it keeps it
+            # and retries with backoff, keeping its plan meanwhile.
             ag = fleet.agents["h100-0"]
-            ag.observe_links_down([("leaf0", "spine1")],
-                                  set(fleet.fabric.links_between("leaf0", "spine1").tolist()))
+            ag.observe_links_down([("h100-0/nic0", "leaf0")], set(
+                fleet.fabric.links_between("h100-0/nic0", "leaf0").tolist()))
             errors = fleet.errors()
             time.sleep(2.0)
             assert fleet.errors() > errors and set(fleet.versions().values()) == {v1}
@@ -56,7 +57,8 @@ def test_postgresql_down_for_a_while(pg_cluster, controller_env, tmp_path):
         # Back by itself: the queued event is stored, re-planned, and every agent follows.
         v = fleet.wait_converged(at_least=v1 + 1)
         cur = admin(ctl.url).get("/v1/plans/current").json()
-        assert cur["down_links"] == [{"a": "leaf0", "b": "spine1"}] and v == cur["version"]
+        assert cur["down_links"] == [{"a": "h100-0/nic0", "b": "leaf0"}] and \
+            v == cur["version"]
         assert admin(ctl.url).get("/readyz").status_code == 200
         check_plans(fleet, url_db)
         assert "is unavailable" in ctl.output()  # and the log says so
@@ -73,6 +75,8 @@ def test_plan_not_stored_while_the_database_is_down_is_retried(pg_cluster):
     with srv:
         core = srv.core
         core.set_fabric(FabricUpload(topology=fabric_to_dict(fabric)))
+        for job, hosts in job_hosts(reports).items():
+            core.create_job(job, hosts)
         for h, reps in reports.items():
             core.enrol(AgentEnrol(host=h))
             for rep in reps:

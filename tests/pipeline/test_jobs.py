@@ -13,12 +13,13 @@ from icefabric.pipeline.jobs import (
     report_job,
 )
 from icefabric.pipeline.plans import scenario_workload
+from icefabric.qpid import QpId
 from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import load
 from icefabric.schemas import CommunicatorReport, Ring
 from icefabric.schemas_service import CollectiveEntry, CommReport, QpEntry, RankEntry
 from icefabric.topology.model import ACCEL
-from icefabric.units import ipv4_int, ipv4_str
+from icefabric.units import ipv4_str
 
 
 def test_ordinals_count_qps_per_job_and_nic_pair(small_fabric):
@@ -56,7 +57,7 @@ def test_reported_qps_and_rings_are_kept(small_fabric):
                                                    lqpn=0x42, rqpn=0x43,
                                                    ordinal=int(qp_ordinals(wl)[q]))]})
     job = report_job(small_fabric, [base, mine])
-    assert job.qps == {(ipv4_int(s), ipv4_int(d), int(qp_ordinals(wl)[q])): (0x42, 0x43, 0xC123)}
+    assert job.qps == {QpId.of(base.job, s, d, int(qp_ordinals(wl)[q])): (0x42, 0x43, 0xC123)}
     got = build_workload(small_fabric, [job])
     assert (got.qp_lqpn[q], got.qp_rqpn[q], got.sports()[q]) == (0x42, 0x43, 0xC123)
     others = np.arange(wl.n_qps) != q

@@ -28,7 +28,12 @@ def test_rates_are_the_fair_share_over_the_planned_paths(tiny_profile):
     rates = qp_rates(f, wl, p.paths, headroom=0.0)
     # each channel's flow runs at 100G; each of a connection's 2 QPs carries half
     np.testing.assert_allclose(rates, 50e9, rtol=1e-9)
-    np.testing.assert_allclose(qp_rates(f, wl, p.paths), 49e9, rtol=1e-9)  # 2 % headroom
+    # 2 % headroom: 49 Gb/s, whose share before headroom is the NIC's 50 Gb/s static-rate
+    # step (the headroom absorbs the rounding, no link's sum exceeds its capacity)
+    np.testing.assert_allclose(qp_rates(f, wl, p.paths), 50e9, rtol=1e-9)
+    # a share between steps rounds down: 3 QPs per connection, 33.3 Gb/s -> the 30 step
+    wl3 = ring(f, channels=2, qps=3)
+    np.testing.assert_allclose(qp_rates(f, wl3, plan(f, wl3, get_policy("spray")).paths), 30e9)
     # paced, the flows are capped at exactly their fair rate
     capped, _ = to_problem(f, wl, p.paths.with_rates(rates), paced=True)
     np.testing.assert_allclose(capped.flow_rate_cap_bps, 100e9, rtol=1e-9)
@@ -44,7 +49,7 @@ def test_rates_are_recomputed_after_a_link_fails(tiny_profile):
                    links_per_spine=2)
     wl = ring(f, channels=2)
     p = plan(f, wl, get_policy("ice"))
-    np.testing.assert_allclose(p.paths.rate_bps, 98e9, rtol=1e-9)
+    np.testing.assert_allclose(p.paths.rate_bps, 100e9, rtol=1e-9)  # 98 Gb/s of 100
     up = np.flatnonzero((f.link_kind == LINK_FABRIC) & (f.link_src == f.nic_leaf[
         wl.qp_src_nic[0]]))[0]
     a, b = f.node_names[f.link_src[up]], f.node_names[f.link_dst[up]]
@@ -53,5 +58,5 @@ def test_rates_are_recomputed_after_a_link_fails(tiny_profile):
     new = after.final
     assert after.events[0].t_ns == 1000 and not np.isin(new.route_links, cable).any()
     # both channels now share the remaining 100G uplink of that leaf
-    np.testing.assert_allclose(new.rate_bps, 49e9, rtol=1e-9)
+    np.testing.assert_allclose(new.rate_bps, 50e9, rtol=1e-9)  # 49 Gb/s of 50
     np.testing.assert_allclose(new.rate_bps, qp_rates(f, wl, new), rtol=0)

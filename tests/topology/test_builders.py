@@ -135,8 +135,10 @@ def test_sized_fat_tree_holds_131072_nic_ports_within_every_radix(radix, oversub
 
 
 def test_fat_tree_for_builds_the_sized_counts_with_parallel_core_cables():
-    f = fat_tree_for([ServerGroup(H100, 256, "h")], radix=64)
-    size = size_fat_tree(256, 8, radix=64)
+    f = fat_tree_for([ServerGroup(H100, 256, "h")], radix=64, bundle_cores=True)
+    size = size_fat_tree(256, 8, radix=64, bundle_cores=True)
+    single = size_fat_tree(256, 8, radix=64)  # the k-ary default: one cable per core
+    assert (single.links_per_core, single.n_cores) == (1, 32 * 32)
     # 4 servers (32 NICs) per leaf, 64 leaves in 2 pods of 32; each aggregation switch's
     # 32 core cables all go to one core, which takes them from both pods (64 ports)
     assert (size.pods, size.leaves_per_pod, size.aggs_per_pod) == (2, 32, 32)

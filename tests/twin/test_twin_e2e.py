@@ -27,7 +27,7 @@ def test_64_agents_failure_replan_and_agreement(tmp_path):
         plans = httpx.get(f"{url}/v1/plans", headers={"Authorization": f"Bearer {ADMIN}"},
                           trust_env=False).json()
     assert res.agents >= 64 and res.qps > 800
-    assert len(res.failures) == 1 and res.failures[0]["reported_by"] >= 1
+    assert len(res.failures) == 1 and res.failures[0]["seen_by"] >= 1
     # The agents that saw the failure moved their QPs to the plan's backup ports at once
     # (end-side rule), before the controller's re-plan arrived.
     assert res.failures[0]["backup_ports_used"] >= 1

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import httpx
+from pydantic import BaseModel, ValidationError
 
 from icefabric.schemas_service import (
     AgentEnrol,
@@ -14,6 +15,10 @@ from icefabric.schemas_service import (
     PlanAck,
     ReportAccepted,
 )
+
+#: the largest answer read: a plan of MAX_PLAN_QPS QPs with a few routes each fits; a
+#: bigger body is refused before it is held whole in memory
+MAX_RESPONSE_BYTES = 128 << 20
 
 
 class ControllerUnavailable(ConnectionError):
@@ -31,6 +36,25 @@ class Rejected(ValueError):
     def __init__(self, status: int, message: str):
         super().__init__(f"{status}: {message}")
         self.status = status
+
+
+class BadResponse(ValueError):
+    """A successful answer whose body is not what the API promises (not JSON, a field
+    missing or out of range): nothing of it is used."""
+
+
+def _parse(model: type[BaseModel], r: httpx.Response):
+    """``r``'s body as ``model``, or :class:`BadResponse` naming the first fields at fault
+    (a value appears only as its repr: no raw newline reaches a log line)."""
+    try:
+        return model.model_validate_json(r.content)
+    except ValidationError as e:
+        errs = e.errors()
+        what = "; ".join(f"{'.'.join(map(str, x['loc'])) or 'body'}: {x['msg']}"
+                         for x in errs[:3])
+        more = f" (and {len(errs) - 3} more)" if len(errs) > 3 else ""
+        raise BadResponse(f"{r.request.method} {r.request.url.path}: invalid "
+                          f"{model.__name__}: {what}{more}"[:900]) from None
 
 
 class ControllerClient:
@@ -60,11 +84,19 @@ class ControllerClient:
         headers = {"Authorization": f"Bearer {tok}"} if tok else {}
         if "content" in kw:
             headers["Content-Type"] = "application/json"
+        req = self._http.build_request(method, path, headers=headers,
+                                       timeout=timeout_s or self.timeout_s, **kw)
         try:
-            r = self._http.request(method, path, headers=headers,
-                                   timeout=timeout_s or self.timeout_s, **kw)
+            r = self._http.send(req, stream=True)
+            try:
+                body = _read_capped(r, f"{method} {path}")
+            finally:
+                r.close()
         except httpx.HTTPError as e:
             raise ControllerUnavailable(f"{method} {path}: {type(e).__name__}") from None
+        # (the body is already decoded: the copy must not decode it again)
+        r = httpx.Response(r.status_code, content=body, request=req, headers=[
+            (k, v) for k, v in r.headers.multi_items() if k.lower() != "content-encoding"])
         if r.status_code >= 500 or r.status_code == 429:
             raise ControllerUnavailable(f"{method} {path}: HTTP {r.status_code}: "
                                         f"{_message(r)}")
@@ -77,14 +109,14 @@ class ControllerClient:
     def enrol(self, enrol_token: str, req: AgentEnrol) -> AgentEnrolled:
         r = self._request("POST", "/v1/agents", token=enrol_token,
                           content=req.model_dump_json())
-        out = AgentEnrolled.model_validate_json(r.content)
+        out = _parse(AgentEnrolled, r)
         self.token = out.token
         return out
 
     def put_report(self, host: str, rep: CommReport) -> ReportAccepted:
         r = self._request("PUT", f"/v1/hosts/{host}/communicators/{rep.job}",
                           content=rep.model_dump_json())
-        return ReportAccepted.model_validate_json(r.content)
+        return _parse(ReportAccepted, r)
 
     def end_report(self, host: str, job: str) -> None:
         """The job's communicator is gone on this host (404: already forgotten)."""
@@ -101,14 +133,23 @@ class ControllerClient:
                           timeout_s=self.timeout_s + wait_s)
         if r.status_code == 204:
             return None
-        return HostPlan.model_validate_json(r.content)
+        return _parse(HostPlan, r)
 
     def ack(self, host: str, ack: PlanAck) -> None:
         self._request("POST", f"/v1/hosts/{host}/plan/ack", content=ack.model_dump_json())
 
     def post_events(self, batch: EventBatch) -> EventsAccepted:
         r = self._request("POST", "/v1/events", content=batch.model_dump_json())
-        return EventsAccepted.model_validate_json(r.content)
+        return _parse(EventsAccepted, r)
+
+
+def _read_capped(r: httpx.Response, what: str) -> bytes:
+    body = bytearray()
+    for chunk in r.iter_bytes():
+        body += chunk
+        if len(body) > MAX_RESPONSE_BYTES:
+            raise BadResponse(f"{what}: answer larger than {MAX_RESPONSE_BYTES >> 20} MiB")
+    return bytes(body)
 
 
 def _message(r: httpx.Response) -> str:

@@ -16,7 +16,12 @@ import json
 from pathlib import Path
 
 from icefabric.schemas import CommunicatorReport
-from icefabric.schemas_service import CollectiveEntry, CommReport, RankEntry
+from icefabric.schemas_service import (
+    MAX_REPORT_ERRORS,
+    CollectiveEntry,
+    CommReport,
+    RankEntry,
+)
 
 
 class CollectorError(ValueError):
@@ -38,7 +43,7 @@ def from_collector_report(rep: CommunicatorReport, *, job: str, size_bytes: int,
     return CommReport(job=job, job_order=job_order, comm_id=rep.comm_id, library=rep.library,
                       collectives=[CollectiveEntry(kind=k) for k in collectives],
                       size_bytes=size_bytes, channels=rep.nchannels, ranks=ranks,
-                      collector=rep)
+                      collector=rep, errors=rep.errors[:MAX_REPORT_ERRORS])
 
 
 def load_reports(path: str | Path, *, job: str | None = None, size_bytes: int | None = None,

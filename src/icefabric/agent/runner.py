@@ -1,6 +1,9 @@
 """The agent loop: enrol, report, long-poll the plan, apply it, run local rules, report
-events; survive controller restarts and network errors with capped exponential backoff,
-keeping the last plan meanwhile."""
+events. Any failure of an iteration (network, HTTP status, a body that is not what the
+API promises, a plan that fails validation, an actuator error) is logged and retried with
+capped exponential backoff, and the last good plan stays applied meanwhile: the agent
+never exits on what a controller (or anything posing as one) answers. A plan that fails
+validation is refused whole and reported to the controller (a ``plan_rejected`` event)."""
 
 from __future__ import annotations
 
@@ -16,7 +19,13 @@ from pathlib import Path
 
 from icefabric.agent import autonomy
 from icefabric.agent.actuators.base import Actuator
-from icefabric.agent.client import AuthError, ControllerClient, ControllerUnavailable, Rejected
+from icefabric.agent.client import (
+    AuthError,
+    BadResponse,
+    ControllerClient,
+    ControllerUnavailable,
+    Rejected,
+)
 from icefabric.schemas_service import (
     AgentEnrol,
     CommReport,
@@ -91,9 +100,12 @@ class Agent:
         self._ack: PlanAck | None = None
         self._resync = False
         self.reported: dict[str, str] = {}  # job -> the report sent
+        self.report_errors: dict[str, str] = {}  # job -> why the controller refused it
         self.events: list[Event] = []
         self.errors = 0
         self.last_error = ""
+        self.rejected = 0  # plans refused (failed validation, or for another host)
+        self._last_rejection = ""
         self._lock = threading.Lock()
         self._load_state()
 
@@ -105,7 +117,10 @@ class Agent:
             d = json.loads(self.state_file.read_text())
             self.client.token = d.get("token") or None
             if d.get("plan"):
-                self.plan = HostPlan.model_validate(d["plan"])
+                plan = HostPlan.model_validate(d["plan"])
+                if plan.host != self.host:
+                    raise ValueError(f"its plan is for host {plan.host!r}")
+                self.plan = plan
                 self.actuator.apply(self.plan)
                 self.rules.on_plan(self.plan)
         except (ValueError, OSError) as e:
@@ -137,15 +152,26 @@ class Agent:
         self._save_state()
 
     def report(self) -> None:
-        """Send new or changed reports; end the jobs the collector no longer lists."""
+        """Send new or changed reports; end the jobs the collector no longer lists. A
+        report the controller refuses (e.g. a job its scheduler has not created yet) is
+        logged and sent again next iteration; it does not hold up the other jobs' plans."""
         now = {rep.job: rep for rep in self.collector()}
         for job in [j for j in self.reported if j not in now]:
             self.client.end_report(self.host, job)
             del self.reported[job]
+        for job in [j for j in self.report_errors if j not in now]:
+            del self.report_errors[job]
         for job, rep in now.items():
             doc = rep.model_dump_json()
             if self.reported.get(job) != doc:
-                self.client.put_report(self.host, rep)
+                try:
+                    self.client.put_report(self.host, rep)
+                except Rejected as e:
+                    if self.report_errors.get(job) != str(e):
+                        log.warning("%s: report of job %s refused: %s", self.host, job, e)
+                    self.report_errors[job] = str(e)
+                    continue
+                self.report_errors.pop(job, None)
                 self.reported[job] = doc
 
     def flush_events(self) -> None:
@@ -161,12 +187,24 @@ class Agent:
             raise
 
     def poll(self, wait_s: float | None = None) -> bool:
-        """Fetch a newer plan (long-poll) and apply it; True if one was applied."""
+        """Fetch a newer plan (long-poll) and apply it; True if one was applied. A plan
+        that fails validation is reported and raised as :class:`BadResponse` (the last
+        good plan stays applied)."""
         resync = self._resync
-        plan = self.client.get_plan(self.host, after_version=-1 if resync else self.version,
-                                    wait_s=self.poll_wait_s if wait_s is None else wait_s)
-        self._resync = False
-        if plan is None or plan.version == self.version or \
+        try:
+            # Resyncing, any plan the controller has will do (its versions start at 1).
+            plan = self.client.get_plan(self.host, after_version=0 if resync else self.version,
+                                        wait_s=self.poll_wait_s if wait_s is None else wait_s)
+            if plan is not None and plan.host != self.host:
+                raise BadResponse(f"plan v{plan.version} is for host {plan.host!r}, not "
+                                  f"{self.host!r}")
+        except BadResponse as e:
+            self._reject(str(e))
+            raise
+        if plan is None:
+            return False
+        self._resync = False  # (only once a plan came: the controller may have none yet)
+        if plan.version == self.version or \
                 (plan.version < self.version and not resync):
             return False
         if plan.version < self.version:
@@ -186,6 +224,22 @@ class Agent:
                             message="; ".join(res.messages)[:1000])
         self.send_ack()
 
+    def _reject(self, why: str) -> None:
+        """Tell the controller (once per distinct reason) that its plan was refused."""
+        self.rejected += 1
+        if why == self._last_rejection:
+            return
+        self._last_rejection = why
+        log.warning("%s: refused the plan served, keeping plan v%d: %s", self.host,
+                    self.version, why)
+        with self._lock:
+            self.events.append(Event(kind="plan_rejected", t_ns=time.time_ns(),
+                                     message=why[:1024]))
+        try:
+            self.flush_events()
+        except (ControllerUnavailable, AuthError, Rejected, BadResponse):
+            pass  # still queued (or refused); the next iteration tries again
+
     def send_ack(self) -> None:
         """Tell the controller which plan is applied (again after a failed attempt)."""
         if self._ack is not None and self._ack.version != self.acked:
@@ -193,25 +247,33 @@ class Agent:
             self.acked = self._ack.version
 
     # -- local observations -> autonomous actions -------------------------------------------------
+    def _own_link(self, a: str, b: str) -> bool:
+        """A link of this host (its nodes are ``host/...``): the only ones the controller
+        takes link events for from an agent."""
+        return any(n == self.host or n.startswith(self.host + "/") for n in (a, b))
+
     def observe_links_down(self, link_names: list[tuple[str, str]], link_ids: set[int]) -> int:
         """A local observation of failed links: switch affected QPs to backup ports now and
-        queue the events for the controller. Returns the number of QPs switched."""
+        queue the events of this host's own links for the controller (fabric links reach
+        it from the operator). Returns the number of QPs switched."""
         ports, _ = self.rules.step(down_link_ids=set(link_ids))
         for a in ports:
             self.actuator.set_sport(a.key, a.sport)
         with self._lock:
             for a, b in link_names:
-                self.events.append(Event(kind="link_down", link={"a": a, "b": b},
-                                         t_ns=time.time_ns(),
-                                         counters={"qps_to_backup_port": len(ports)}))
+                if self._own_link(a, b):
+                    self.events.append(Event(kind="link_down", link={"a": a, "b": b},
+                                             t_ns=time.time_ns(),
+                                             counters={"qps_to_backup_port": len(ports)}))
         return len(ports)
 
     def observe_links_up(self, link_names: list[tuple[str, str]]) -> None:
-        """A local observation of links that work again: queue the events (the controller
-        re-plans; the QPs stay on their ports until the new plan arrives)."""
+        """A local observation of links that work again: queue the events of this host's
+        own links (the controller re-plans; the QPs stay on their ports until the new
+        plan arrives)."""
         with self._lock:
             self.events += [Event(kind="link_up", link={"a": a, "b": b}, t_ns=time.time_ns())
-                            for a, b in link_names]
+                            for a, b in link_names if self._own_link(a, b)]
 
     def observe_cnps(self, cnps_in_window: dict) -> int:
         """CNPs per QP in the last window: persistent congestion releases the pacer (DCQCN
@@ -237,25 +299,30 @@ class Agent:
         self.poll()
 
     def run(self, stop: threading.Event) -> None:
-        """Loop until ``stop`` is set; errors back off and the last plan stays applied."""
+        """Loop until ``stop`` is set; every failure of an iteration is logged and backs
+        off, and the last good plan stays applied."""
         while not stop.is_set():
             try:
                 self.step()
+            except Exception as e:  # noqa: BLE001 - whatever an iteration met, try again
+                self._failed(e)
+                stop.wait(self.backoff.next())
+            else:
                 self.backoff.reset()
-            except AuthError:
-                self.client.token = None  # the controller forgot us: enrol again
-                self.errors += 1
-                stop.wait(self.backoff.next())
-            except ControllerUnavailable as e:
-                self.errors += 1
-                self.last_error = str(e)
-                stop.wait(self.backoff.next())
-            except Rejected as e:
-                self.errors += 1
-                self.last_error = str(e)
-                if e.status not in (409, 404):
-                    log.warning("%s: controller rejected a request: %s", self.host, e)
-                stop.wait(self.backoff.next())
+
+    def _failed(self, e: Exception) -> None:
+        self.errors += 1
+        self.last_error = f"{type(e).__name__}: {e}"
+        if isinstance(e, AuthError):
+            self.client.token = None  # the controller forgot us: enrol again
+        elif isinstance(e, ControllerUnavailable) or \
+                (isinstance(e, Rejected) and e.status in (404, 409)):
+            log.debug("%s: %s", self.host, e)  # expected while the controller catches up
+        elif isinstance(e, (Rejected, BadResponse)):
+            log.warning("%s: %s", self.host, e)
+        else:  # an actuator, collector or state-file failure, or a bug: keep going
+            log.warning("%s: iteration failed, retrying: %s", self.host, self.last_error,
+                        exc_info=log.isEnabledFor(logging.DEBUG))
 
 
 @contextmanager

@@ -2,7 +2,7 @@
 
 Each CCL process that runs the shim holds one stream connection; every message is one text
 line ``KIND key=value ...`` (the list is in ``native/icefab_verbs.c``). The shim asks
-(``QP``) and waits a bounded time for ``PLAN``/``NONE``; it tells (``RTR``, ``RATE``,
+(``QP``) and waits a bounded time for ``PLAN``/``NONE``; it tells (``RTR``,
 ``GONE``, ``DONE``); the agent pushes ``SET`` to change a live QP. A connection that sends
 something else is closed: the shim then fails open.
 """
@@ -20,8 +20,8 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 MAX_LINE = 512
-INT_FIELDS = frozenset({"seq", "pid", "port", "lqpn", "rqpn", "ok", "sport", "planned", "kbps",
-                        "err", "sport_err", "rate_err", "rate_kbps"})
+INT_FIELDS = frozenset({"seq", "pid", "port", "lqpn", "rqpn", "acc", "ok", "sport", "planned",
+                        "sport_err", "rate_err", "rate_kbps", "srate"})
 
 
 class ShimProtocolError(ValueError):
@@ -50,12 +50,14 @@ def format_line(kind: str, **fields: str | int) -> bytes:
 
 
 class ShimConn:
-    """One shim process: its identity (``pid``, ``job``) and a thread-safe ``send``."""
+    """One shim process: its identity (``pid``, ``job``, the launcher's ``rank``) and a
+    thread-safe ``send``."""
 
     def __init__(self, sock: socket.socket):
         self.sock = sock
         self.pid = 0
         self.job: str | None = None
+        self.rank: int | None = None
         self._wlock = threading.Lock()
 
     def send(self, data: bytes) -> bool:
@@ -124,6 +126,8 @@ class ShimServer:
                     conn.pid = int(fields.get("pid", 0))
                     job = str(fields.get("job", "-"))
                     conn.job = None if job == "-" else job
+                    rank = str(fields.get("rank", "-"))
+                    conn.rank = int(rank) if rank.isdigit() else None
                     continue
                 out = self.handler(conn, kind, fields)
                 if out is not None:

@@ -174,3 +174,10 @@ class Communicator:
     def intra_delay_ns(self, rank: int) -> int:
         srv = self.fabric.servers[int(self.rank_server[rank])]
         return 2 * srv.profile.intra_delay_ns
+
+    @cached_property
+    def intra_delays_ns(self) -> np.ndarray:
+        """:meth:`intra_delay_ns` of every rank (int64; a fresh copy is the caller's)."""
+        per_server = np.array([2 * s.profile.intra_delay_ns for s in self.fabric.servers],
+                              dtype=np.int64)
+        return per_server[self.rank_server]

@@ -66,10 +66,25 @@ def _ring_hop(wb: WorkloadBuilder, comm: Communicator, flow: int, a: int, b: int
 
 def add_ring_hops(wb: WorkloadBuilder, comm: Communicator, flow: int, order: list[int],
                   rail: int | None, key: tuple) -> int:
-    """Add the hops of a cyclic ring; returns the mean one-way hop delay in ns."""
-    n = len(order)
-    delays = [_ring_hop(wb, comm, flow, order[i], order[(i + 1) % n], rail, key)
-              for i in range(n)]
+    """Add the hops of a cyclic ring (:func:`_ring_hop` of every hop, as arrays); returns
+    the mean one-way hop delay in ns."""
+    a = np.asarray(order, dtype=np.int64)
+    b = np.roll(a, -1)
+    n = len(a)
+    nic = np.full((2, n), -1, dtype=np.int64)
+    conn = np.full(n, -1, dtype=np.int64)
+    delays = comm.intra_delays_ns[a]
+    inter = np.flatnonzero(comm.rank_server[a] != comm.rank_server[b])
+    if len(inter):
+        ends = (a[inter], b[inter])
+        nic[:, inter] = [comm.fabric.accel_nic[comm.ranks[x]] if rail is None else
+                         comm.nics(x, np.full(len(x), rail)) for x in ends]
+        keys = [key + ab for ab in zip(*(x.tolist() for x in ends))]
+        conn[inter] = wb.connections(keys, nic[0, inter], nic[1, inter],
+                                     comm.qps_per_connection, comm.job)
+        delays[inter] = comm.hop_delays_ns(nic[0, inter], nic[1, inter])
+    wb.hops(np.full(n, flow), comm.ranks[a], comm.ranks[b], src_nic=nic[0], dst_nic=nic[1],
+            conn=conn)
     return int(np.mean(delays))
 
 
@@ -219,7 +234,7 @@ def alltoall(wb: WorkloadBuilder, comm: Communicator, size_bytes: int, *, after=
         np.maximum(f_.accel_port_count(src), f_.accel_port_count(dst))
     ports = np.where(net, ports, 1)
     sn, dn = _alltoall_nics(comm, a, b, net, 0, pxn)
-    lat = np.array([comm.intra_delay_ns(r) for r in range(n)], dtype=np.int64)[a]
+    lat = comm.intra_delays_ns[a]
     lat[net] = comm.hop_delays_ns(sn[net], dn[net])
     flows = wb.flows(np.full(len(a), size_bytes / n), coll=coll, deps=after,
                      latency_ns=lat + comm.step_overhead_ns)

@@ -29,6 +29,21 @@ Set ICE_SHIM_SOCKET too when the socket is not /run/icefab/verbs.sock.
 """
 
 
+def _higher(specs: list[str]):
+    """``--hccl-higher`` values as :class:`HigherSetting`s."""
+    import shlex
+
+    from icefabric.agent.actuators.hccl_cfg import HigherSetting
+
+    out = []
+    for spec in specs:
+        name, _, cmd = spec.partition("=")
+        if not name or not cmd.strip():
+            raise typer.BadParameter(f"--hccl-higher {spec!r}: expected NAME=COMMAND")
+        out.append(HigherSetting(name, tuple(shlex.split(cmd))))
+    return out
+
+
 @agent_app.command("run", epilog=VERBS_LAUNCH)
 def run(
     controller: str = typer.Option(..., help="controller URL, e.g. http://127.0.0.1:8000"),
@@ -38,6 +53,10 @@ def run(
     actuator: str = typer.Option("dry-run", help="dry-run | hccl-cfg | verbs | twin"),
     hccl_dir: Path = typer.Option(Path("."), help="hccl-cfg: directory of "
                                                   "MultiQpSrcPort.cfg"),
+    hccl_higher: list[str] = typer.Option(None, help="hccl-cfg: NAME=COMMAND of a port source "
+                                                     "HCCL reads first (hccn_tool multi_qp or "
+                                                     "NSLB), printing 'srcIP,dstIP' lines; "
+                                                     "its QPs are reported, not acked"),
     shim_socket: Path = typer.Option(Path("/run/icefab/verbs.sock"),
                                      help="verbs: the socket the shims connect to"),
     reports: Path = typer.Option(None, help="JSON list of CommReport, or one collector "
@@ -77,7 +96,7 @@ def run(
                                 collectives=collective)
         except ValueError as e:
             raise typer.BadParameter(f"--reports: {e}") from None
-    opts: dict = {"hccl-cfg": {"directory": hccl_dir},
+    opts: dict = {"hccl-cfg": {"directory": hccl_dir, "higher": _higher(hccl_higher or [])},
                   "verbs": {"socket_path": shim_socket,
                             "default_job": job or _single_job(reps)}}.get(actuator, {})
     try:
@@ -150,7 +169,7 @@ def build_shim_cmd(out: Path = typer.Option(None, help="output file (default: th
 
 def _once(agent, host: str, controller: str, reported: bool) -> None:
     """One iteration with clear messages: enrol, report, wait for a plan."""
-    from icefabric.agent.client import AuthError, ControllerUnavailable, Rejected
+    from icefabric.agent.client import AuthError, BadResponse, ControllerUnavailable, Rejected
 
     if not reported:
         typer.echo(f"{host}: no --reports given: only a plan the controller already has for "
@@ -167,9 +186,11 @@ def _once(agent, host: str, controller: str, reported: bool) -> None:
     except AuthError as e:
         fail(f"the controller refused the enrolment token: {e}")
     except Rejected as e:
-        hint = (" (load one with `icefab controller fabric load SCENARIO`)"
-                if "fabric" in str(e) else "")
-        fail(f"the controller rejected {host}'s request: {e}{hint}")
+        fail(f"the controller rejected {host}'s request: {e}{_hint(str(e))}")
+    except BadResponse as e:
+        fail(f"refused what the controller answered: {e}")
+    for job, why in agent.report_errors.items():
+        fail(f"the controller rejected {host}'s report of job {job}: {why}{_hint(why)}")
     if agent.plan is None:
         msg = (f"{host}: no plan yet (plan version {agent.version}); the controller plans a "
                "job once every host of it has "
@@ -180,6 +201,14 @@ def _once(agent, host: str, controller: str, reported: bool) -> None:
         return
     typer.echo(f"{host}: plan version {agent.version} applied with the "
                f"{agent.actuator.name} actuator ({len(agent.plan.qps)} QPs)")
+
+
+def _hint(why: str) -> str:
+    if "fabric" in why:
+        return " (load one with `icefab controller fabric load SCENARIO`)"
+    if "not registered" in why:
+        return " (create it with `icefab controller job create JOB --hosts ...`)"
+    return ""
 
 
 def register(app: typer.Typer) -> None:

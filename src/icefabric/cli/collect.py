@@ -153,13 +153,15 @@ def hccl_log_cmd(files: list[Path] = FilesArg, as_json: bool = JsonOpt) -> None:
     console = _console()
     if log.errors:
         t = Table(title="HCCL errors")
-        for col in ("file:line", "kind", "code", "rank", "device", "pid", "time", "message"):
+        for col in ("file:line", "kind", "code", "rank", "device", "pid", "time", "message",
+                    "solution"):
             t.add_column(col)
         for e in log.errors:
             code = f"{e.code} ({e.name})" if e.name else e.code
             t.add_row(f"{cell(Path(e.source).name if e.source else None)}:{e.line}", e.kind,
                       cell(code), *map(cell, (e.rank, e.device, e.pid, e.time,
-                                              _shorten(e.message, 160))))
+                                              _shorten(e.message, 160),
+                                              e.solution and _shorten(e.solution, 100))))
         console.print(t)
     if log.links:
         t = Table(title="links HCCL could not set up")

@@ -36,19 +36,30 @@ def communicator_tables(rep: CommunicatorReport, index: int, total: int) -> list
                  ("channels", rep.nchannels)):
         head.add_row(k, cell(v))
     out = [head]
+    files = len(rep.sources)
+    if rep.hosts_ranks:
+        t = _table("hosts (every rank: seen on a line of its own, or inferred)",
+                   ["host", "node", "ranks", "seen", "inferred"])
+        for h in rep.hosts_ranks:
+            t.add_row(cell(h.host or "(not named)"), cell(h.node), rank_ranges(h.ranks),
+                      rank_ranges(h.seen), rank_ranges(h.inferred))
+        out.append(t)
     if rep.ranks:
-        t = _table("ranks", ["rank", "host", "node", "device", "busId", "nic"])
+        t = _table("ranks", ["rank", "host", "node", "device", "busId", "nic", "host from",
+                             "device from"])
         for r in rep.ranks:
-            t.add_row(*map(cell, (r.rank, r.host, r.node, r.device, r.bus_id, r.nic)))
+            t.add_row(*map(cell, (r.rank, r.host, r.node, r.device, r.bus_id, r.nic,
+                                  _from(r.host_from, files), _from(r.device_from, files))))
         out.append(t)
     if rep.rings:
-        t = _table("rings", ["channel", "order", "cross-host edges"])
+        t = _table("rings", ["channel", "order", "cross-host edges (seen / inferred, line)"])
         for ring in rep.rings:
-            edges = ring.cross_node_edges
+            edges = ring.edges
             t.add_row(str(ring.channel),
                       " ".join(map(str, ring.ranks)) + ("" if ring.complete else " ..."),
-                      "-" if edges is None else (" ".join(f"{a}->{b}" for a, b in edges)
-                                                 or "none (one host)"))
+                      "-" if edges is None else (
+                          ", ".join(f"{e.a}->{e.b} {_from(e, files)}" for e in edges)
+                          or "none (one host)"))
         out.append(t)
     if rep.trees:
         out.append(trees_table(rep.trees))
@@ -69,6 +80,17 @@ def communicator_tables(rep: CommunicatorReport, index: int, total: int) -> list
     if rep.inferred:
         out.append(inferred_table(rep.inferred))
     return out
+
+
+def _from(src, files: int) -> str | None:
+    """``seen 12`` / ``inferred 3`` (``seen file:12`` when the report read several files):
+    how a fact is known and from which line; None when it is not known."""
+    if src is None:
+        return None
+    if src.line is None:
+        return src.status
+    name = f"{PurePath(src.source).name}:" if files > 1 and src.source else ""
+    return f"{src.status} {name}{src.line}"
 
 
 def trees_table(trees: list[TreeNode]) -> Table:

@@ -213,6 +213,59 @@ def _when(t: float) -> str:
     return datetime.fromtimestamp(t, UTC).strftime("%Y-%m-%d %H:%M:%S")
 
 
+job_app = typer.Typer(help="Jobs: created by their scheduler with the hosts they run on; "
+                             "only those hosts may report them.", no_args_is_help=True)
+controller_app.add_typer(job_app, name="job")
+
+
+def _job_request(method: str, job: str, controller: str, token_file: Path | None,
+                 body: dict | None = None):
+    require("service", "httpx")
+    import httpx
+
+    token = (token_file.read_text().strip() if token_file is not None else
+             os.environ.get("ICE_SCHEDULER_TOKEN") or os.environ.get("ICE_ADMIN_TOKEN", ""))
+    if not token:
+        fail("give --token-file or set ICE_SCHEDULER_TOKEN (or ICE_ADMIN_TOKEN)")
+    try:
+        return httpx.request(method, f"{controller.rstrip('/')}/v1/jobs/{job}", json=body,
+                             timeout=30, trust_env=False,
+                             headers={"Authorization": f"Bearer {token}"})
+    except httpx.HTTPError as e:
+        fail(f"cannot reach the controller at {controller}: {type(e).__name__}; is "
+             "`icefab controller serve` running?")
+
+
+@job_app.command("create")
+def job_create(
+    job: str = typer.Argument(..., help="the job's name (as its agents report it)"),
+    hosts: str = typer.Option(..., help="comma-separated hosts its ranks run on"),
+    controller: str = typer.Option("http://127.0.0.1:8000", help="controller URL"),
+    token_file: Path = typer.Option(None, help="file with the scheduler or admin token "
+                                    "(else $ICE_SCHEDULER_TOKEN, else $ICE_ADMIN_TOKEN)"),
+) -> None:
+    """Create a job on its hosts (a scheduler's prolog does this): PUT /v1/jobs/JOB."""
+    names = [h.strip() for h in hosts.split(",") if h.strip()]
+    r = _job_request("PUT", job, controller, token_file, {"hosts": names})
+    if r.status_code not in (200, 201):
+        fail(f"controller refused job {job} (HTTP {r.status_code}): {_detail(r)}")
+    typer.echo(f"job {job} {'created' if r.status_code == 201 else 'exists'} on "
+               f"{len(names)} hosts")
+
+
+@job_app.command("delete")
+def job_delete(
+    job: str = typer.Argument(...),
+    controller: str = typer.Option("http://127.0.0.1:8000", help="controller URL"),
+    token_file: Path = typer.Option(None, help="file with the scheduler or admin token"),
+) -> None:
+    """The job ended (a scheduler's epilog): DELETE /v1/jobs/JOB."""
+    r = _job_request("DELETE", job, controller, token_file)
+    if r.status_code != 204:
+        fail(f"controller refused deleting job {job} (HTTP {r.status_code}): {_detail(r)}")
+    typer.echo(f"job {job} deleted")
+
+
 def _token(path: Path | None, env: str, option: str) -> str:
     token = path.read_text().strip() if path is not None else os.environ.get(env, "")
     if not token:

@@ -60,6 +60,11 @@ def simulate(
                              "it, the others are spawned from it."),
     workers: int = typer.Option(1, "--workers", min=0, help="Processes for the draws "
                                 "(0 = one per core)."),
+    ray: str = typer.Option(None, "--ray", help="Run the draws as Ray tasks instead, one "
+                            "per policy and size: `auto` (the cluster this machine belongs "
+                            "to), HOST:PORT, ray://..., or `local` (a private one for this "
+                            "run). Needs `pip install 'ice-fabric[ray]'` here and ice-fabric "
+                            "on every node; results equal a local run's."),
 ):
     """Run every policy on the scenario's workload and print nccl-tests-style results.
 
@@ -81,7 +86,7 @@ def simulate(
     over ecmp, breakdown) and carries it as ``training`` in the JSON; ``--out`` draws its
     timeline (``training_timeline.png``) and breakdown (``training_breakdown.png``).
     """
-    from icefabric.experiment.draws import effective_draws
+    from icefabric.experiment.draws import DrawSpread, effective_draws
     from icefabric.experiment.runner import run_scenario
     from icefabric.scenario.loader import DEFAULT_SCENARIO, load
     from icefabric.scenario.schema import message_size
@@ -117,7 +122,7 @@ def simulate(
     with progress_bar(not quiet, f"simulating {ls.scenario.name}") as update:
         res = run_scenario(ls, policies=pol, sizes=sz, engine=engine, progress=update,
                            trace=out is not None or report is not None, draws=n_draws,
-                           workers=workers or (os.cpu_count() or 1))
+                           spread=DrawSpread(workers or (os.cpu_count() or 1), ray))
     res.provenance["command"] = command_line()
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)

@@ -87,7 +87,8 @@ def twin(
             con.print(fit.legend())
         for f in res.failures:
             con.print(f"link {'up' if f['up'] else 'down'} {f['link'][0]}-{f['link'][1]} at "
-                      f"{f['t_ns'] / 1e3:.0f} us: reported by {f['reported_by']} agents, "
+                      f"{f['t_ns'] / 1e3:.0f} us: seen by {f['seen_by']} agents, "
+                      f"reported by {f['reported_by']}, "
                       f"{f['backup_ports_used']} QPs to backup ports, plan "
                       f"v{f['plan_version']}", highlight=False)
         con.print(f"plan versions {res.plan_versions}; QPs on failed links "

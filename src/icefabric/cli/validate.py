@@ -42,12 +42,20 @@ def register(app: typer.Typer) -> None:
         seeds: Annotated[int, typer.Option(
             "--seeds", min=1, help="DCQCN runs per scenario (stochastic CNPs); the "
             "median is compared.")] = 3,
+        before: Annotated[Path | None, typer.Option(
+            "--before", help="An earlier run's --json output: the markdown table also "
+            "shows each row's error then and how far it moved.")] = None,
     ) -> None:
         """Compare our engines with the ns-3 / htsim reference runs of each scenario."""
         from rich.console import Console
         from rich.table import Table
 
-        from icefabric.engine.validation import row_dict, rows_to_markdown, validate_dir
+        from icefabric.engine.validation import (
+            load_before,
+            row_dict,
+            rows_to_markdown,
+            validate_dir,
+        )
 
         err = Console(stderr=True)
         path, is_default = resolve_dir(folder)
@@ -60,19 +68,20 @@ def register(app: typer.Typer) -> None:
             raise typer.Exit(2)
         engines = [e.strip() for item in (engine or []) for e in item.split(",") if e.strip()]
         try:
+            earlier = load_before(before) if before is not None else None
             rows, errors = validate_dir(path, engines or None, tuple(exclude or ()), seeds)
         except FileNotFoundError as e:
             err.print(f"[bold red]error:[/] {e}")
             raise typer.Exit(2) from None
-        except ValueError as e:
-            err.print(f"[bold red]error:[/] {e}")
+        except ValueError as e:  # one line, however long the file's path
+            err.print(f"[bold red]error:[/] {e}", soft_wrap=True)
             raise typer.Exit(2) from None
         for e in errors:
             err.print(f"[yellow]skipped:[/] {e}")
         target = out if out is not None else (_repo_root() / "VALIDATION.md" if is_default
                                               else None)
         if target is not None:
-            target.write_text(rows_to_markdown(rows, errors))
+            target.write_text(rows_to_markdown(rows, errors, earlier))
         if json_out:
             typer.echo(json.dumps([row_dict(r) for r in rows], indent=1))
             return

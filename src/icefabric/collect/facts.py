@@ -17,7 +17,6 @@ from icefabric.collect.nccl_log import (
     NcclLog,
     _is_dev_index,
     host_nics,
-    host_ranks,
     implied_placement,
     library_inference,
     library_of,
@@ -126,7 +125,7 @@ def placement_facts(log: NcclLog) -> dict[str, Any]:
         f["ring_edges"] = {str(c): [_clean(e.model_dump()) for e in edges]
                            for c, edges in edge_map.items()}
     if groups:
-        f["host_ranks"] = [_clean(h.model_dump()) for h in host_ranks(placement)]
+        f["host_ranks"] = [_clean(h.model_dump()) for h in placement.hosts_ranks()]
         f["host_from"] = {str(r): _source(placement.host_from(r))
                           for r in sorted(placement.group_of)}
     if placement.device_of:

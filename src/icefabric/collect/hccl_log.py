@@ -13,7 +13,9 @@ Format sources
   (``torch_npu/csrc/distributed/HCCLUtils.hpp`` ``HCCL_CHECK_ERROR``; ``OPS function error`` for
   operator calls) followed by the CANN error message ``<code>: [PID: <pid>] <time> <text>``
   (older: ``<code>: <time> <text>``; newer: ``[PID: <pid>] <time> <Name>(<code>): <text>``).
-  HcclResult values: ``hccl_types.h`` (CANN).
+  HcclResult values: ``hccl_types.h`` (CANN). A CANN message states its cause after
+  ``Reason:`` and is followed by an indented ``Solution: <text>`` line (EI0009, EJ0001 in
+  https://github.com/vllm-project/vllm-ascend/issues/3162, hiyouga/LlamaFactory#3839).
 * Transport errors name both ends of the failed link: ``Transport init error. Reason:
   [Create][DestLink]Create Dest error! createLink para:rank[r]-localUserrank[u]-localIpAddr[ip],
   dst_rank[d]-remoteUserrank[v]-remote_ip_addr[ip]`` (``creakLink`` in older CANN), as posted in

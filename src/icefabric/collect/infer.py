@@ -14,7 +14,14 @@ from __future__ import annotations
 from collections import defaultdict
 from dataclasses import dataclass, field
 
-from icefabric.schemas import FactSource, InferredFact, ParseWarning, RingEdge
+from icefabric.schemas import (
+    FactSource,
+    HostRanks,
+    InferredFact,
+    ParseWarning,
+    RankInfo,
+    RingEdge,
+)
 
 RULE_DEVICE = (
     "the [dev] prefix is the printing thread's current CUDA/HIP device (src/debug.cc: "
@@ -44,11 +51,6 @@ RULE_BLOCKS = (
     "nRanks = nNodes x localRanks and ranks numbered host by host (src/init.cc): block k holds "
     "ranks k*localRanks .. (k+1)*localRanks-1")
 RULE_NNODES = "every rank is placed; hosts counted"
-RULE_CONNECTION = (
-    "the channel's connection line of the pair: SHM and P2P connect only ranks with the same "
-    "host hash (src/transport/shm.cc shmCanConnect, src/graph/paths.cc ncclTopoCheckP2p; P2P "
-    "across hosts only with MNNVL), NET is what is left (src/transport/net.cc; within a host "
-    "only when P2P and SHM are disabled, which then contradicts the hosts and is warned)")
 RULE_EDGES = (
     "consecutive ranks of the rank-0 ring order (src/graph/rings.cc) that the host map puts on "
     "different hosts")
@@ -150,12 +152,34 @@ class Placement:
         g = self.group_of.get(rank)
         return None if g is None or g.startswith("#") else g
 
+    def hosts_ranks(self) -> list[HostRanks]:
+        """Every host's full rank set, hosts by lowest rank: the ranks a line shows on it
+        (``seen``) and the ranks a rule places there (``inferred``)."""
+        out = []
+        for key, ranks in sorted(self.groups().items(), key=lambda kv: kv[1][0]):
+            seen = [r for r in ranks if r in self.seen.hosts]
+            out.append(HostRanks(host=None if key.startswith("#") else key,
+                                 node=self.node_of.get(ranks[0]), ranks=ranks, seen=seen,
+                                 inferred=[r for r in ranks if r not in self.seen.hosts]))
+        return out
+
     def groups(self) -> dict[str, list[int]]:
         """Host key -> its ranks, hosts ordered by their lowest rank."""
         out: dict[str, list[int]] = defaultdict(list)
         for r in sorted(self.group_of):
             out[self.group_of[r]].append(r)
         return dict(out)
+
+
+def printed_placement(ranks: list[RankInfo]) -> list[HostRanks]:
+    """For an artefact that prints every rank's host and device outright (a rank table,
+    nccl-tests' ``# Rank r ... on HOST device d`` lines): mark them ``seen`` on ``ranks`` and
+    return each host's ranks (all seen)."""
+    hosts = {r.rank: r.host for r in ranks if r.host is not None}
+    for r in ranks:
+        r.host_from = FactSource(status="seen") if r.host is not None else None
+        r.device_from = FactSource(status="seen") if r.device is not None else None
+    return Placement(group_of=dict(hosts), seen=Seen(hosts=hosts)).hosts_ranks()
 
 
 def rank_ranges(values: list[int]) -> str:
@@ -387,11 +411,14 @@ def ring_edges(ring: list[int], links: dict[tuple[int, int], tuple[bool, At]],
     """The cross-host edges of one whole ring, each seen or inferred.
 
     An edge is ``seen`` when the channel's connection line of the pair says how it goes
-    (``links``: (a, b) -> (crosses, line); NET crosses, P2P/SHM stays on the host --
-    ``RULE_CONNECTION``), else ``inferred`` when the hosts of both ranks are known (the
-    ring-dump line ``ring_at`` cited, ``RULE_EDGES``). None when some pair is neither, or the
-    ring is not a permutation of ``0..n-1`` (cut, see :func:`cross_node_edges`). A connection
-    line that disagrees with the hosts gives a warning naming the lines of both.
+    (``links``: (a, b) -> (crosses, line)): SHM and P2P connect only ranks with the same host
+    hash (NCCL ``src/transport/shm.cc`` shmCanConnect, ``src/graph/paths.cc``
+    ncclTopoCheckP2p; P2P crosses hosts only with MNNVL) and NET is what is left
+    (``src/transport/net.cc``; within a host only with P2P and SHM disabled). Else it is
+    ``inferred`` when the hosts of both ranks are known (``RULE_EDGES``, the ring's line
+    ``ring_at`` cited). None when some pair is neither, or the ring is not a permutation of
+    ``0..n-1`` (cut, see :func:`cross_node_edges`). A connection line that disagrees with the
+    hosts gives a warning naming the lines of both.
     """
     if not ring or sorted(ring) != list(range(len(ring))):
         return None, []

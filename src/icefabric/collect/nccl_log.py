@@ -59,7 +59,6 @@ from icefabric.schemas import (
     CommunicatorReport,
     Connection,
     HostNics,
-    HostRanks,
     InferredFact,
     Nic,
     ParseWarning,
@@ -285,8 +284,10 @@ def _segments(line: str, known_hosts: list[str]) -> list[tuple[dict[str, str] | 
 
     Two processes writing at once can glue their lines together; every NCCL prefix found
     starts a new piece, so the second line's facts are still read. A glued prefix swallows the
-    tail of the previous message into its host name (``...via P2P/IPChost-a:12:34 [1]``), so
-    when a host already seen ends that name, the split is moved to where that host starts.
+    tail of the previous message into its host name (``...via P2P/IPChost-a:12:34 [1]``), or
+    the rest of a prefix cut short (``h:1:2 [1] NCCh:1:3 [3] NCCL INFO``, modelscope/ms-swift
+    #3934), so when a host seen before or earlier on the line ends that name, the split is
+    moved to where that host starts.
     """
     line = _MPI_TAG.sub("", line)
     found = list(_PREFIX.finditer(line))
@@ -300,16 +301,19 @@ def _segments(line: str, known_hosts: list[str]) -> list[tuple[dict[str, str] | 
         return [(None, line)]
     if len(found) == 1 and found[0].start() == 0:
         return [(found[0].groupdict(), line[found[0].end():].rstrip())]
-    # Hosts a glued name may end with: those seen before, and those of the prefixes (whole or
-    # cut after "[dev] ", as in "h:1:2 [1] NCCh:1:3 [3] NCCL INFO ...") earlier on this line.
-    hosts = sorted(set(known_hosts) | {m[1] for m in _HOST_PID.finditer(line)}, key=len,
-                   reverse=True)
+    # Hosts a glued name may end with: those of the prefixes (whole or cut after "[dev] ", as
+    # in "h:1:2 [1] NCCh:1:3 [3] NCCL INFO ...") earlier on this line, and, when the line holds
+    # two whole prefixes, the hosts seen before. A lone prefix after other text (a timestamp)
+    # keeps its host.
+    cut = [(m.start(), m[1]) for m in _HOST_PID.finditer(line)]
+    known = set(known_hosts) if len(found) > 1 else set()
     cuts: list[tuple[int, int, dict[str, str]]] = []
     for m in found:
         fields = m.groupdict()
         start = m.start()
         if start > 0:
             host = m["host"]
+            hosts = sorted(known | {h for at, h in cut if at < start}, key=len, reverse=True)
             for h in hosts:
                 if h and host != h and host.endswith(h):
                     start = m.start() + len(host) - len(h)
@@ -1138,7 +1142,7 @@ def _report(log: NcclLog, group: dict[str, Any], mine) -> CommunicatorReport:
         sources=list(log.sources),
         warnings=list(log.warnings) + conflicts + placement.warnings,
         inferred=library_inference(log) + placement.inferred + ring_facts,
-        hosts_ranks=host_ranks(placement),
+        hosts_ranks=placement.hosts_ranks(),
     )
 
 
@@ -1169,18 +1173,6 @@ def _rank_infos(read: dict[int, dict[str, Any]], placement: Placement,
                  host_from=placement.host_from(r), device_from=placement.device_from(r))
         for r in ranks
     ]
-
-
-def host_ranks(placement: Placement) -> list[HostRanks]:
-    """Every host's full rank set, hosts by lowest rank: the ranks a line shows on it and the
-    ranks a rule places there."""
-    out = []
-    for key, ranks in sorted(placement.groups().items(), key=lambda kv: kv[1][0]):
-        seen = [r for r in ranks if r in placement.seen.hosts]
-        out.append(HostRanks(host=None if key.startswith("#") else key,
-                             node=placement.node_of.get(ranks[0]), ranks=ranks, seen=seen,
-                             inferred=[r for r in ranks if r not in placement.seen.hosts]))
-    return out
 
 
 def connection_links(log: NcclLog) -> dict[int, dict[tuple[int, int], tuple[bool, At]]]:

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from icefabric.collect._text import looks_garbled, numbered_lines, read_text, to_text, warn
+from icefabric.collect.infer import printed_placement
 from icefabric.schemas import CommunicatorReport, ParseWarning, RankInfo
 
 _MPI_TAG = re.compile(r"^\[\d+,\d+\]<std(?:out|err)>:")
@@ -357,5 +358,6 @@ def communicator_from_devices(devices: list[dict[str, Any]],
                       pid=d.get("pid")) for d in devices]
     hosts = {r.host for r in ranks if r.host is not None}
     return CommunicatorReport(library=library, nranks=len(ranks) or None,
-                              nnodes=len(hosts) or None, ranks=ranks)
+                              nnodes=len(hosts) or None, ranks=ranks,
+                              hosts_ranks=printed_placement(ranks))
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from icefabric.collect._text import MAX_RANK, read_text, to_text, warn
+from icefabric.collect.infer import printed_placement
 from icefabric.schemas import CommunicatorReport, HostNics, Nic, ParseWarning, RankInfo
 
 
@@ -221,13 +222,15 @@ def report_from_ranktable(table: RankTable) -> CommunicatorReport:
                                for r in table.ranks if r.server_id == s])
         for s in servers
     ]
+    ranks = [RankInfo(rank=r.rank, host=r.server_id, device=r.device_id, nic=r.device_ip)
+             for r in table.ranks]
     return CommunicatorReport(
         library="hccl",
         version=table.version,
         nranks=len(table.ranks) or None,
         nnodes=len(servers) or None,
-        ranks=[RankInfo(rank=r.rank, host=r.server_id, device=r.device_id, nic=r.device_ip)
-               for r in table.ranks],
+        ranks=ranks,
+        hosts_ranks=printed_placement(ranks),
         nics=nics,
         network="RoCE",
         warnings=list(table.warnings),

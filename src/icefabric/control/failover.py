@@ -161,6 +161,7 @@ def replan_after_failure(fabric: Fabric, routing: Routing, configs: dict[int, Ha
         new_paths[q] = p
     # Which kept QPs does the shrunken group re-hash elsewhere?
     sub = np.setdiff1d(maybe, affected)
+    sub = sub[sport[sub] >= 0]  # no planned port (none realised the path): nothing to check
     now = rehash_csr(fabric, routing, configs, demand.src_nic[sub], demand.dst_nic[sub],
                      sport[sub])
     stay = same_paths(inner_csr(*now), [paths[q] for q in sub.tolist()])
@@ -177,7 +178,7 @@ def replan_after_failure(fabric: Fabric, routing: Routing, configs: dict[int, Ha
         out_paths = rehash(fabric, routing, configs, demand.src_nic, demand.dst_nic, sport)
     else:
         out_paths = list(full_paths)
-    ok = np.ones(Q, bool)
+    ok = sport >= 0  # kept QPs stay verified; one without a planned port never was
     if len(todo):
         r = realize_paths(fabric, routing, configs, demand.src_nic[todo],
                           demand.dst_nic[todo], [new_paths[q] for q in todo.tolist()],

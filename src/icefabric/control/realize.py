@@ -256,12 +256,10 @@ def realize_paths(fabric: Fabric, routing: Routing, configs: dict[int, HashConfi
     else:
         raise ValueError(f"mode must be 'model' or 'probe', not {mode!r}")
     use = sport.copy()
-    bad = use < 0
-    if np.any(bad):
-        if fallback_sport is not None:
-            use[bad] = np.asarray(fallback_sport, dtype=np.int64)[bad]
-        else:
-            use[bad] = 0xC000 + (np.flatnonzero(bad) % 0x4000)
+    if fallback_sport is not None:
+        use = np.where(use < 0, np.asarray(fallback_sport, dtype=np.int64), use)
+    bad = use < 0  # nothing found and no fallback (or a fallback QP that had no port)
+    use[bad] = 0xC000 + (np.flatnonzero(bad) % 0x4000)
     gp, gf = rehash_csr(fabric, routing, configs, sn, dn, use)
     ok = same_paths(inner_csr(gp, gf), paths) & (sport >= 0)
     got = csr_split(gp, gf)

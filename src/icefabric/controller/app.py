@@ -18,9 +18,18 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from icefabric.controller.core import Conflict, ControllerCore, Invalid, NotFound
+from icefabric.controller.core import Conflict, ControllerCore, Forbidden, Invalid, NotFound
 from icefabric.controller.limits import BodyLimit, RateLimit, TokenBuckets, error_response
-from icefabric.controller.routes import agents, events, fabric, health, plans, reports, views
+from icefabric.controller.routes import (
+    agents,
+    events,
+    fabric,
+    health,
+    jobs,
+    plans,
+    reports,
+    views,
+)
 from icefabric.controller.settings import Settings
 from icefabric.controller.store.errors import StoreError
 
@@ -92,8 +101,8 @@ def create_app(settings: Settings | None = None, core: ControllerCore | None = N
     app.state.core = core or ControllerCore(settings)
     app.state.settings = settings
 
-    for r in (fabric.router, agents.router, reports.router, plans.router, events.router,
-              views.router, health.router):
+    for r in (fabric.router, agents.router, jobs.router, reports.router, plans.router,
+              events.router, views.router, health.router):
         app.include_router(r)
 
     @app.exception_handler(StarletteHTTPException)
@@ -118,6 +127,10 @@ def create_app(settings: Settings | None = None, core: ControllerCore | None = N
     @app.exception_handler(NotFound)
     async def not_found(request: Request, exc: NotFound):
         return error_response(404, "not_found", str(exc.args[0]) if exc.args else "not found")
+
+    @app.exception_handler(Forbidden)
+    async def forbidden(request: Request, exc: Forbidden):
+        return error_response(403, "forbidden", str(exc))
 
     @app.exception_handler(Conflict)
     async def conflict(request: Request, exc: Conflict):

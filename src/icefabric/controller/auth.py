@@ -59,7 +59,7 @@ def require_admin(p: Principal) -> Principal:
     return p
 
 
-def require_host(p: Principal, host: str, *, write: bool = False) -> Principal:
+def require_host(p: Principal, host: str) -> Principal:
     """Agents may touch only their own host; the admin may read (and write) any host."""
     if p.kind == "admin":
         return p

@@ -64,6 +64,10 @@ class Invalid(ValueError):
     pass
 
 
+class Forbidden(PermissionError):
+    """The token may not do this (403): e.g. an agent reporting another host's link."""
+
+
 def _host_doc(summary: dict, host: str, qps: list[QpPlan]) -> bytes:
     """The :class:`HostPlan` document of ``host`` under plan ``summary``."""
     return HostPlan(host=host, version=summary.get("version", 0),
@@ -81,7 +85,7 @@ def sha256(token: str) -> str:
 class Principal:
     """Who is calling: the admin (operator) or the agent of one host."""
 
-    kind: str  # "admin" | "agent" | "enrol"
+    kind: str  # "admin" | "agent" | "enrol" | "scheduler"
     host: str | None = None
 
 
@@ -160,12 +164,15 @@ class ControllerCore:
         self._admin_sha = sha256(self._admin_token())
         enrol = settings.enrol_token.get_secret_value() if settings.enrol_token else None
         self._enrol_sha = sha256(enrol) if enrol else self._admin_sha
+        sched = settings.scheduler_token
+        self._scheduler_sha = sha256(sched.get_secret_value()) if sched else None
         self.fabric: Fabric | None = None
         self.fabric_version = 0
         self.fabric_name = ""
         self.plan_seed = 0
         self.down: set[tuple[str, str]] = set()
         self.jobs: dict[str, JobState] = {}
+        self.job_hosts: dict[str, list[str]] = {}  # registered jobs: who may report them
         self.token_host: dict[str, str] = {}
         self.hosts: dict[str, dict] = {}
         self.plan_version = 0
@@ -216,6 +223,7 @@ class ControllerCore:
             self.hosts[h.host] = {"nics": json.loads(h.nics), "agent_version": h.agent_version,
                                   "actuator": h.actuator, "enrolled_at": h.enrolled_at,
                                   "last_seen": 0.0, "applied_version": h.applied_version}
+        self.job_hosts = r.jobs()
         for job, host, doc in r.reports():
             self.jobs.setdefault(job, JobState(job)).reports[host] = \
                 CommReport.model_validate(doc)
@@ -278,7 +286,14 @@ class ControllerCore:
             return Principal("agent", host)
         if hmac.compare_digest(d, self._enrol_sha):
             return Principal("enrol")
+        if self._scheduler_sha is not None and hmac.compare_digest(d, self._scheduler_sha):
+            return Principal("scheduler")
         return None
+
+    def known_host(self, host: str) -> bool:
+        """A server of the fabric, or an enrolled host."""
+        return host in self.hosts or (self.fabric is not None and
+                                      host in self.fabric.server_of_name)
 
     def seen(self, host: str) -> None:
         h = self.hosts.get(host)
@@ -371,10 +386,66 @@ class ControllerCore:
         cut = time.time() - self.settings.agent_timeout_s
         return sum(1 for h in self.hosts.values() if h["last_seen"] >= cut)
 
+    def _host_link(self, host: str, link: LinkRef) -> bool:
+        """Is one end of ``link`` a node of server ``host``?"""
+        f = self.fabric
+        s = f.server_of_name.get(host)
+        ends = [f.node_id.get(n) for n in (link.a, link.b)]
+        return s is not None and any(n is not None and f.node_server[n] == s for n in ends)
+
+    # -- jobs -----------------------------------------------------------------------------------
+    def create_job(self, job: str, hosts: list[str]) -> bool:
+        """Register ``job`` on ``hosts``: only they may report it, and their reports must
+        put its ranks on exactly these hosts. True if created, False if it already was
+        (same hosts); :class:`Conflict` if it exists with other hosts."""
+        if self.fabric is not None:
+            unknown = [h for h in hosts if h not in self.fabric.server_of_name]
+            if unknown:
+                raise Invalid(f"hosts not in the fabric: {', '.join(unknown[:5])}")
+        hosts = sorted(set(hosts))
+        with self._lock:
+            old = self.job_hosts.get(job)
+            if old is not None:
+                if old != hosts:
+                    raise Conflict(f"job {job!r} exists on other hosts; delete it first")
+                return False
+            self.repo.save_job(job, hosts)
+            self.job_hosts[job] = hosts
+        return True
+
+    def delete_job(self, job: str) -> None:
+        """Forget ``job`` and its reports; a planned job leaves the next plan."""
+        with self._lock:
+            if job not in self.job_hosts:
+                raise NotFound(f"no job {job!r}")
+            js = self.jobs.get(job)
+            was_complete = js is not None and bool(js.reports) and js.complete
+            self.repo.delete_job(job)
+            del self.job_hosts[job]
+            self.jobs.pop(job, None)
+        if was_complete:
+            self.request_plan(f"job {job} deleted")
+
+    def _check_owner(self, host: str, rep: CommReport) -> None:
+        """Only a host the job was registered on may report it, and only with its ranks on
+        exactly those hosts: no host can claim another tenant's job name."""
+        hosts = self.job_hosts.get(rep.job)
+        if hosts is None:
+            raise NotFound(f"job {rep.job!r} is not registered; its scheduler (or the "
+                           f"admin) creates it with its hosts: PUT /v1/jobs/{rep.job}")
+        if host not in hosts:
+            raise Forbidden(f"host {host!r} is not a host of job {rep.job!r}")
+        ranked = sorted({r.host for r in rep.ranks})
+        if ranked != hosts:
+            raise Conflict(f"job {rep.job!r} runs on {len(hosts)} registered hosts; this "
+                           f"report puts its ranks on {len(ranked)} hosts "
+                           f"({', '.join(sorted(set(ranked) ^ set(hosts))[:3])} differ)")
+
     # -- reports --------------------------------------------------------------------------------
     def put_report(self, host: str, rep: CommReport) -> JobState:
         if self.fabric is None:
             raise Conflict("no fabric loaded yet; retry after the fabric is set")
+        self._check_owner(host, rep)
         try:
             check_report(self.fabric, host, rep)
         except PlanInputError as e:
@@ -552,17 +623,28 @@ class ControllerCore:
         return {h: _host_doc(summary, h, qps) for h, qps in hosts.items()}
 
     # -- events ---------------------------------------------------------------------------------
-    def add_events(self, host: str, events: list[Event]) -> bool:
+    def add_events(self, host: str, events: list[Event], *, agent: bool = False) -> bool:
+        """Store ``events`` of ``host`` and apply their link changes. An agent may name
+        only links of its own host (a NIC's cable, its intra-server links): it sees
+        those first-hand, while a fabric link's state comes from the operator, so one
+        host cannot take down the paths of others (:class:`Forbidden`)."""
         changes = []
-        for e in events:
+        for i, e in enumerate(events):
+            if e.kind in ("link_down", "link_up") and e.link is None:
+                raise Invalid(f"events[{i}]: {e.kind} event needs 'link'")
+            if e.link is not None:
+                if self.fabric is None:
+                    raise Conflict("no fabric loaded")
+                if agent and not self._host_link(host, e.link):
+                    raise Forbidden(f"events[{i}]: link {e.link.a}-{e.link.b} is not a link "
+                                    f"of host {host!r}; fabric links are reported by the "
+                                    f"operator (admin token)")
             if e.kind in ("link_down", "link_up"):
-                if e.link is None:
-                    raise Invalid(f"{e.kind} event needs 'link'")
                 changes.append((e.link.a, e.link.b, e.kind == "link_up"))
             elif e.kind == "cnp_rate":
                 self.metrics.cnp_reports.inc()
-        if changes and self.fabric is None:
-            raise Conflict("no fabric loaded")
+            elif e.kind == "plan_rejected":
+                log.warning("%s refused the plan it was served: %r", host, e.message)
         self.repo.add_events(host, [e.model_dump(mode="json") for e in events])
         self.metrics.events.inc(len(events))
         for e in events:  # an operator reads what happened; telemetry only when debugging

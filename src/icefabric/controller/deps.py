@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Depends, Request
+from fastapi import Depends, HTTPException, Path, Request
 
 from icefabric.controller import auth
-from icefabric.controller.core import ControllerCore, Principal
+from icefabric.controller.core import ControllerCore, NotFound, Principal
 
 
 async def get_core(request: Request) -> ControllerCore:
@@ -36,6 +36,40 @@ async def get_admin(p: PrincipalDep) -> Principal:
 
 
 AdminDep = Annotated[Principal, Depends(get_admin)]
+
+
+# Scope is checked in dependencies, which FastAPI resolves before it validates the body:
+# a token used outside its scope gets 403 whatever it sent, never 422.
+async def get_host_principal(p: PrincipalDep, core: CoreDep,
+                             host: str = Path(max_length=128)) -> Principal:
+    """The caller may act on ``host`` (its own host, or the admin), and ``host`` exists
+    (404 for the admin otherwise; an agent learns nothing about other hosts: 403)."""
+    auth.require_host(p, host)
+    if not core.known_host(host):
+        raise NotFound(f"host {host!r} is neither in the fabric nor enrolled")
+    return p
+
+
+HostDep = Annotated[Principal, Depends(get_host_principal)]
+
+
+def _kinds(kinds: tuple[str, ...], refusal: str):
+    """A dependency that lets only principals of ``kinds`` through (403 ``refusal``)."""
+
+    async def check(p: PrincipalDep) -> Principal:
+        if p.kind not in kinds:
+            raise HTTPException(403, refusal)
+        return p
+
+    return Depends(check)
+
+
+EnrolDep = Annotated[Principal, _kinds(("enrol", "admin"),
+                                       "enrolment needs the enrolment token")]
+ObserverDep = Annotated[Principal, _kinds(("agent", "admin"),
+                                          "events need an agent or admin token")]
+SchedulerDep = Annotated[Principal, _kinds(("scheduler", "admin"),
+                                           "jobs are created by their scheduler or the admin")]
 
 # Error responses every authenticated route may return (documented in OpenAPI).
 from icefabric.schemas_service import ErrorBody  # noqa: E402

@@ -100,6 +100,11 @@ class JobState:
     def complete(self) -> bool:
         return set(self.hosts_expected) <= set(self.reports)
 
+    @property
+    def failing(self) -> bool:
+        """Some host reported CCL errors for the job (its communicator is failing)."""
+        return any(r.errors for r in self.reports.values())
+
 
 @dataclass
 class PlanOutcome:

@@ -24,6 +24,9 @@ class Settings(BaseSettings):
     admin_token_file: str | None = None
     enrol_token: SecretStr | None = Field(
         None, description="token agents enrol with (defaults to the admin token)")
+    scheduler_token: SecretStr | None = Field(
+        None, description="token that may only create and delete jobs (a job scheduler's "
+        "hook); the admin token may too")
     insecure_local: bool = Field(False, description="no admin token needed from loopback "
                                  "clients (development only; `serve` binds 127.0.0.1)")
     policy: str = "ice"

@@ -126,6 +126,44 @@ def default_sports(lqpn: object, rqpn: object) -> np.ndarray:
     return rdma_get_udp_sport(0, lqpn, rqpn)
 
 
+#: ``enum ibv_rate`` (rdma-core ``libibverbs/verbs.h``) value -> Gbit/s, for the steps a
+#: ConnectX takes as an RC QP's ``ah_attr.static_rate``: Linux mlx5 ``mlx5r_ib_rate()``
+#: (formerly ``ib_rate_to_mlx5``, ``drivers/infiniband/hw/mlx5/qp.c``, called from
+#: ``mlx5_set_path``) accepts 2.5..600 Gbit/s and maps ``IB_RATE_800_GBPS`` to 0 ("port
+#: current", no limit) — so 800 is no step here.
+IBV_RATE_GBPS = {2: 2.5, 5: 5.0, 3: 10.0, 11: 14.0, 6: 20.0, 15: 25.0, 19: 28.0, 4: 30.0,
+                 7: 40.0, 20: 50.0, 12: 56.0, 8: 60.0, 9: 80.0, 16: 100.0, 13: 112.0,
+                 10: 120.0, 14: 168.0, 17: 200.0, 18: 300.0, 21: 400.0, 22: 600.0}
+IBV_RATE_MAX = 0  # "port current": no static rate
+_STEP_ENUM = np.array(sorted(IBV_RATE_GBPS, key=IBV_RATE_GBPS.get), dtype=np.int64)
+_STEP_BPS = np.array([IBV_RATE_GBPS[int(e)] * 1e9 for e in _STEP_ENUM])
+
+
+def static_rate(rate_bps: object) -> tuple[np.ndarray, np.ndarray]:
+    """The ``IBV_RATE_*`` an RC QP is given at INIT->RTR for a planned pacing rate, and the
+    rate it stands for: the largest step not above the plan (the smallest, 2.5 Gbit/s,
+    below it); ``inf`` (no pacing) -> ``IBV_RATE_MAX`` (0) and ``inf``.
+
+    The verbs ``rate_limit`` is refused for RC QPs (Linux ``drivers/infiniband/core/
+    verbs.c`` ``qp_state_table`` allows ``IB_QP_RATE_LIMIT`` only for RAW_PACKET QPs, so
+    mlx5 answers EINVAL); the static rate of the QP's address vector is what the NIC
+    applies. The kernel rounds further down to the device's ``stat_rate_support`` by
+    stepping the enum (not the rate) down, so a step the device lacks can land on a
+    faster one: read the rate back on a cluster (docs/verbs-shim.md).
+
+    Examples
+    --------
+    >>> e, r = static_rate([392e9, 48e9, 1e9, float("inf")])
+    >>> e.tolist(), (r / 1e9).tolist()
+    ([18, 7, 2, 0], [300.0, 40.0, 2.5, inf])
+    """
+    r = np.asarray(rate_bps, dtype=np.float64)
+    i = np.clip(np.searchsorted(_STEP_BPS, r, side="right") - 1, 0, len(_STEP_BPS) - 1)
+    finite = np.isfinite(r)
+    return (np.where(finite, _STEP_ENUM[i], IBV_RATE_MAX),
+            np.where(finite, _STEP_BPS[i], np.inf))
+
+
 def flow_label_for_sport(sport: object) -> np.ndarray:
     """Non-zero flow label that makes the kernel use a desired source port (inverse).
 

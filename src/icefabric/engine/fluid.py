@@ -24,16 +24,19 @@ link capacities, queues and PFC/ECN thresholds are wire quantities, as on hardwa
   charged to the ingress port (the link a packet arrived on). When a port reaches XOFF the
   upstream transmitter is paused. In the fluid limit the on/off pause train is replaced by
   its time average: the paused transmitter is throttled to the rate that holds the port at
-  its threshold (``outflow + (threshold − use)/τ``), released below XON. Throttling a
-  switch port makes its own queue grow, which pauses *its* upstream ports in turn, so
-  pauses spread hop by hop and stall innocent flows that share a paused transmitter.
+  its threshold (``outflow + (threshold − use)/τ``), released below XON (as in ns-3, a port
+  is checked for pause only when bytes arrive on it, for resume only when its bytes
+  leave). Throttling a switch port makes its own queue grow, which pauses *its* upstream
+  ports in turn, so pauses spread hop by hop and stall innocent flows that share a paused
+  transmitter.
   Pause time is the throttled fraction of time; pause episodes are estimated from the
   hysteresis gap (one XOFF→XON→XOFF cycle per gap drained and refilled).
 * **ECN/DCQCN.** Switch egress queues mark with RED on the instantaneous queue
   (:mod:`icefabric.dataplane.ecn`). Marked bytes of each route, divided by the packet
-  size, reach the sender one round trip later plus the queueing delay of the reverse
-  path (CNPs ride ACKs, which share the data FIFO); the QP sees a CNP in a step with
-  probability ``1 − exp(−marked packets)`` (drawn from a seeded generator, so a run is
+  size, reach the sender when ns-3 delivers them: the path latency from the marking hop
+  on and back, plus the queue wait at every later hop and on the reverse path (CNPs ride
+  ACKs, which share the data FIFO; ``fluid_kernel._marks``); the QP sees a CNP in a step
+  with probability ``1 − exp(−marked packets)`` (drawn from a seeded generator, so a run is
   reproducible), and the DCQCN kernel (:mod:`icefabric.dataplane.dcqcn`) updates its rate.
 * **Completion.** A flow finishes when every route delivered its bytes, plus
   ``flow_latency_ns`` (the ACK of the last byte, as ``SimProblem`` defines) plus the
@@ -75,6 +78,9 @@ from icefabric.engine.result import CollectiveResult, SimResult
 
 _BYTES_PER_NS = 8e9  # bits/s -> bytes/ns
 _FB_BW = 250.0  # ns per bucket of the CNP feedback delay line
+#: memory the CNP delay line may take (slots x routes x 8 bytes); beyond what it holds a
+#: feedback delay is clamped to its last slot (FluidSim._state)
+_FB_MAX_BYTES = 128 * 2**20
 
 
 @dataclass(frozen=True)
@@ -251,12 +257,11 @@ class FluidSim:
         self.es_state = EndSideState.initial(K) if cfg.endside is not None else None
         self.endside_fallbacks = 0
         self.rng = np.random.default_rng(cfg.seed)
-        # per-route feedback delay: the mark is made at dequeue; the CNP rides the ACK back
-        self.rtt_ns = 2.0 * problem.route_delay_ns().astype(np.float64)
         # reverse direction of every link (ACK path); -1 when the cable is simplex
         self.rev = _reverse_links(problem.link_src, problem.link_dst)
         self.ack_ratio = cfg.ack_bytes / max(cfg.packet_bytes * cfg.wire_overhead, 1.0)
         self.ack_queue = cfg.ack_queueing
+        self.fb_lat = self._feedback_latency(self.routes)
 
     # ---------------- setup ----------------
     def _setup_pfc(self) -> None:
@@ -307,6 +312,41 @@ class FluidSim:
         self.pmax = pmax
         self.p_above = above
 
+    def _feedback_latency(self, R: _Routes) -> np.ndarray:
+        """Per (route, hop) entry: the time from a mark made at that hop (as the packet
+        leaves its queue) to the ACK carrying the CNP back at the sender, queueing aside:
+        the data packet's serialisation and propagation over this hop and every later one,
+        then the ACK's over the whole route back (``_marks`` in fluid_kernel.py adds the
+        queue waits)."""
+        d = self.p.link_delay_ns[R.links].astype(np.float64)
+        cap = self.cap[R.links]
+        fwd = d + self.cfg.packet_bytes * self.cfg.wire_overhead / cap
+        back = d + self.cfg.ack_bytes / cap
+        route = np.repeat(np.arange(len(R.lengths)), R.lengths)
+        c = np.concatenate(([0.0], np.cumsum(fwd)))  # c[e]: forward latency before entry e
+        rest = c[R.indptr[1:]][route] - c[:-1]  # this entry's hop and the later ones
+        return rest + np.bincount(route, back, minlength=len(R.lengths))[route]
+
+    def _feedback_slots(self) -> tuple[int, int]:
+        """Slots of the CNP delay line: (to start with, at most). It starts with what the
+        unqueued path latency needs and doubles in the kernel when a delay needs more, up
+        to the longest feedback delay the switch buffers allow (path latency, plus a full
+        buffer at line rate at every later hop and every reverse hop) within
+        ``_FB_MAX_BYTES`` of memory. Longer delays (queues past a buffer with PFC off) are
+        clamped."""
+        R = self.routes
+        wait = self.pfc.buffer_bytes / self.cap
+        per = wait[R.links] + (np.where(self.rev >= 0, wait[self.rev], 0.0)[R.links]
+                               if self.ack_queue else 0.0)
+        route = np.repeat(np.arange(len(R.lengths)), R.lengths)
+        lat = float(self.fb_lat.max(initial=0.0))
+        bound = lat + float(np.bincount(route, per, minlength=1).max(initial=0.0))
+        first = int(np.ceil(lat / _FB_BW)) + 8
+        most = first
+        while most < np.ceil(bound / _FB_BW) + 8 and 2 * most * 8 * self.K <= _FB_MAX_BYTES:
+            most *= 2
+        return first, most
+
     # ---------------- kernel inputs ----------------
     def _cfg_vector(self) -> np.ndarray:
         cfg, pf, dcqcn = self.cfg, self.pfc, self.cc == "dcqcn"
@@ -335,7 +375,7 @@ class FluidSim:
         cols = {"cap": self.cap, "kmin": self.kmin, "kmax": self.kmax, "pmax": self.pmax,
                 "pfc_alpha": self.pfc_alpha, "pfc_gap": self.pfc_gap,
                 "ingress_sw": self.ingress_sw, "rev": self.rev, "sw_of": self.pfc_sw_of,
-                "level": R.level, "rtt": self.rtt_ns, "w": self.w,
+                "level": R.level, "fb_lat": self.fb_lat, "w": self.w,
                 "first_link": R.first_link,
                 "size_w": self.size_w, "lat": p.flow_latency_ns,
                 "flow_start": p.flow_start_ns, "f_rptr": self.f_rptr, "dptr": self.dptr,
@@ -361,7 +401,8 @@ class FluidSim:
         si = np.zeros(fk.N_SI, np.int64)
         si[fk.I_FB_LAST] = -1
         line = self.cap[self.routes.first_link] * _BYTES_PER_NS
-        fb_rows = int(np.ceil(float(self.rtt_ns.max(initial=0.0)) * 4 / _FB_BW)) + 8
+        fb_first, fb_rows = self._feedback_slots()
+        si[fk.I_FB_ROWS] = fb_first
         cols = {"up": np.ones(L), "pfc_allow": np.full(L, np.inf),
                 "start": np.full(F, -1.0), "finish": np.full(F, -1.0),
                 "n_deps_left": self.n_deps_left, "flow_cap": self.flow_cap,
@@ -474,16 +515,16 @@ class FluidSim:
         lengths = np.array([len(x) for x in lists])
         indptr = np.concatenate(([0], np.cumsum(lengths)))
         self.routes = R = _Routes(self.L, indptr, np.concatenate(lists), self.link_intra)
-        self.rtt_ns = 2.0 * np.add.reduceat(self.p.link_delay_ns[R.links],
-                                            indptr[:-1]).astype(np.float64)
+        self.fb_lat = self._feedback_latency(R)
         q = np.concatenate(old_q)
         E = len(q)
         # the entry rows start afresh (the kernel rebuilds its lists); wider banks if the
         # new routes have more entries
-        net = net._replace(i=_widened(net.i, E), indptr=R.indptr)
+        net = net._replace(f=_widened(net.f, E), i=_widened(net.i, E), indptr=R.indptr)
         st = st._replace(f=_widened(st.f, E), i=_widened(st.i, E))
         net.i[fk.N_LEVEL, :self.L] = R.level
-        net.f[fk.N_RTT, :self.K] = self.rtt_ns
+        net.f[fk.N_FB_LAT] = 0.0
+        net.f[fk.N_FB_LAT, :E] = self.fb_lat
         net.i[fk.N_FIRST_LINK, :self.K] = R.first_link
         net.i[[fk.N_LINKS, fk.N_HOP]] = 0
         net.i[fk.N_LINKS, :E], net.i[fk.N_HOP, :E] = R.links, R.hop

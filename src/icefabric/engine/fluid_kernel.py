@@ -10,7 +10,8 @@ routes, queue entries, NIC groups and per-link FIFO lists are gathered into the
 a step costs O(running entries + links), not O(all flows).
 
 The arithmetic follows the numpy engine it replaced operation by operation (same sums in
-the same order), so results are those of that engine, to the bit.
+the same order), so results were those of that engine, to the bit, until the model itself
+changed (issue 28: CNP timing; tests/engine/fluid_regression.json).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ DONE, FAIL_DUE, ENDSIDE_DUE, SAMPLES_FULL, MAX_STEPS = 0, 1, 2, 3, 4
 #: evolving scalars (sf: float, si: int)
 (F_T, F_QUIET, F_MARKS_UNTIL, F_NEXT_SAMPLE, F_ES_NEXT, F_FAIL_T, N_SF) = range(7)
 (I_STEPS, I_DONE, I_HEAP, I_FB_LAST, I_REBUILD, I_HAS_USE, I_NAF, I_NAR, I_NAE, I_NQ,
- I_NLK, I_NLV, I_NNIC, I_NSMP, I_ES_DUE, I_NNEW, N_SI) = range(17)
+ I_NLK, I_NLV, I_NNIC, I_NSMP, I_ES_DUE, I_NNEW, I_FB_ROWS, N_SI) = range(18)
 
 #: rows of the state and network banks: one 2-D array per dtype (``f`` float, ``i`` int,
 #: ``b`` bool), each row as wide as the widest extent (links + 1, flows + 1, routes, entries,
@@ -82,7 +83,8 @@ ST_BANKS = {
 }
 NET_BANKS = {
     "f": ["cap", "kmin", "kmax", "pmax", "pfc_alpha", "pfc_gap",  # links
-          "rtt", "w",  # routes
+          "w",  # routes
+          "fb_lat",  # entries
           "size_w", "lat", "flow_start"],  # flows
     "i": ["rev", "sw_of", "level",  # links
           "links", "hop",  # entries
@@ -100,7 +102,7 @@ NET_BANKS = {
  S_N_DEPS_LEFT, S_HEAP_F, S_A_F, S_A_FSTART, S_NEW_F,
  S_A_R, S_A_RFLOW, S_A_ESTART, S_A_NE, S_NIC_MEM, S_WF_ORDER, S_WF_TMP) = range(23)  # st.i
 (S_PFC_REG, S_RUNNING, S_DONE, S_A_SENDING, S_A_CNP) = range(5)  # st.b
-(N_CAP, N_KMIN, N_KMAX, N_PMAX, N_PFC_ALPHA, N_PFC_GAP, N_RTT, N_W, N_SIZE_W, N_LAT,
+(N_CAP, N_KMIN, N_KMAX, N_PMAX, N_PFC_ALPHA, N_PFC_GAP, N_W, N_FB_LAT, N_SIZE_W, N_LAT,
  N_FLOW_START) = range(11)  # net.f
 (N_REV, N_SW_OF, N_LEVEL, N_LINKS, N_HOP, N_FIRST_LINK, N_F_RPTR, N_DPTR) = range(8)  # net.i
 (N_INGRESS_SW,) = range(1)  # net.b
@@ -703,18 +705,23 @@ def _sweep(net, st, dt) -> float:
 
 
 @inline_fn
+def _queue_wait(net, st, li) -> float:
+    """Time (ns) link ``li``'s egress queue takes to drain at its line rate: what a packet
+    joining it now waits (at most 1 s; a link that is down would never drain)."""
+    return min(st.f[S_QLINK, li] / max(net.f[N_CAP, li] * st.f[S_UP, li], _TINY), 1e9)
+
+
+@inline_fn
 def rev_delay(net, st, out) -> np.ndarray:
     """Queueing delay (ns) an ACK meets on the reverse direction of each link, written
     to ``out``."""
-    stf = st.f
-    ntf = net.f
     nti = net.i
     L = net.dims[D_L]
     _zeroed(out, L)
     for li in range(L):
         rv = nti[N_REV, li]
         if rv >= 0:
-            out[li] = min(stf[S_QLINK, rv] / max(ntf[N_CAP, rv] * stf[S_UP, rv], _TINY), 1e9)
+            out[li] = _queue_wait(net, st, rv)
     return out
 
 
@@ -734,7 +741,21 @@ def _red(net, li, q) -> float:
 
 @step_fn
 def _marks(net, st, t_new, dt) -> bool:
-    """ECN marks of this step into the CNP delay line; returns whether any was made."""
+    """ECN marks of this step into the CNP delay line; returns whether any was made.
+
+    When the CNP reaches the sender (HPCC ns-3, ``simulation/src/point-to-point/model``):
+    a switch marks a packet as it leaves an egress queue (``SwitchNode::SwitchNotifyDequeue``
+    -> ``SwitchMmu::ShouldSendCN``); the marked packet still crosses, and queues at, every
+    later hop of its route; the receiver sets the CNP flag on the ACK it returns
+    (``RdmaHw::ReceiveUdp``: ``seqh.SetCnp()``), the ACK queues on the reverse path, and the
+    sender reacts when it arrives (``RdmaHw::ReceiveAck`` -> ``cnp_received_mlx``). So a
+    mark made at hop j is due at: now + the path latency from hop j on and back
+    (``fb_lat`` of the entry) + the queue wait of every hop after j (its content over its
+    line rate, at mark time) + the reverse path's queue waits. The delay line holds every
+    delay the run's buffers allow (``FluidSim._state``); a longer one is clamped to its
+    last slot, never wrapped onto an earlier one. Runs after :func:`_cnps` of the step, so
+    the slots after the step's bucket are free.
+    """
     st_sf = st.sf
     st_si = st.si
     stf = st.f
@@ -750,48 +771,79 @@ def _marks(net, st, t_new, dt) -> bool:
         anyp = anyp or pl[li] > 0
     if not anyp:
         return False
-    nr, ne = st_si[I_NAR], st_si[I_NAE]
     mlink = _zeroed(st.tmp_rows[1], L)
-    npk = _zeroed(st.tmp_rows[2], nr)
-    for j in range(ne):
-        p = pl[sti[S_AE_LINK, j]]
-        if p == 0.0:
-            continue  # adds nothing
-        mb = stf[S_DEP, sti[S_AE, j]] * dt * p
-        mlink[sti[S_AE_LINK, j]] += mb
-        npk[sti[S_AE_ROUTE, j]] += mb
-    for li in range(L):
-        stf[S_MARKED_BYTES, li] += mlink[li]
-    anyk = False
-    for r in range(nr):
-        npk[r] = npk[r] / net_cfg[C_PKT_WIRE]
-        anyk = anyk or npk[r] != 0
-    if not anyk:
-        return False
-    # CNPs ride ACKs: base RTT plus the reverse path's queueing delay
+    # CNPs ride ACKs: the reverse path's queueing delay
     rd = st.tmp_rows[3]
     if net_cfg[C_ACK_QUEUE] > 0:
         rev_delay(net, st, rd)
     else:
         _zeroed(rd, L)
     bw = net_cfg[C_FB_BW]
-    rows = st_cnp_line.shape[0]
-    now_b = np.int64(t_new // bw) + 1
-    rtt_max = -_INF
-    for r in range(nr):
-        k = sti[S_A_R, r]
-        rtt_max = max(rtt_max, ntf[N_RTT, k])
-        if npk[r] == 0.0:
+    pkt = net_cfg[C_PKT_WIRE]
+    rows = st_si[I_FB_ROWS]
+    cur_b = np.int64(t_new // bw)
+    anyk = False
+    until = st_sf[F_MARKS_UNTIL]
+    for r in range(st_si[I_NAR]):
+        e0, e1 = sti[S_A_ESTART, r], sti[S_A_ESTART, r] + sti[S_A_NE, r]
+        hit = False
+        for j in range(e0, e1):
+            hit = hit or pl[sti[S_AE_LINK, j]] > 0
+        if not hit:
             continue
         rq = 0.0  # the reverse path's queueing, over the route's entries in order
-        e0 = sti[S_A_ESTART, r]
-        for j in range(e0, e0 + sti[S_A_NE, r]):
+        for j in range(e0, e1):
             rq += rd[sti[S_AE_LINK, j]]
-        b = max(np.int64((t_new + ntf[N_RTT, k] + rq) // bw), now_b) % rows
-        st_cnp_line[b, k] += npk[r]
-        st.cnp_dirty[b] = True
-    st_sf[F_MARKS_UNTIL] = max(st_sf[F_MARKS_UNTIL], t_new + rtt_max)
-    return True
+        k = sti[S_A_R, r]
+        down = 0.0  # queue wait at the hops after entry j
+        for j in range(e1 - 1, e0 - 1, -1):
+            li = sti[S_AE_LINK, j]
+            e = sti[S_AE, j]
+            mb = stf[S_DEP, e] * dt * pl[li]
+            if mb != 0.0:
+                mlink[li] += mb
+                due = t_new + ntf[N_FB_LAT, e] + down + rq
+                b = max(np.int64(due // bw), cur_b + 1)
+                if b > cur_b + rows:
+                    rows = _grow_line(st, cur_b, b)
+                    b = min(b, cur_b + rows)
+                st_cnp_line[b % rows, k] += mb / pkt
+                st.cnp_dirty[b % rows] = True
+                until = max(until, b * bw)
+                anyk = True
+            down += _queue_wait(net, st, li)
+    for li in range(L):
+        stf[S_MARKED_BYTES, li] += mlink[li]
+    st_sf[F_MARKS_UNTIL] = until  # no quiet (long) step before the last of them is due
+    return anyk
+
+
+@step_fn
+def _grow_line(st, cur_b, need) -> int:
+    """Double the CNP delay line's slots in use (``si[I_FB_ROWS]``, at most its allocated
+    rows) until bucket ``need`` fits; returns the new count. Bucket ``b`` lives in row
+    ``b % rows``: after doubling, a pending bucket's row stays or moves up by the old count,
+    onto a row never used before, so the moves need no scratch. The line is allocated at
+    its largest but only touched as far as it grows (a full-size ring swept by the clock
+    cost a page fault per 4 kB: +50 % run time on the validation set's DCQCN runs)."""
+    rows = st.si[I_FB_ROWS]
+    line = st.cnp_line
+    dirty = st.cnp_dirty
+    while need > cur_b + rows and 2 * rows <= line.shape[0]:
+        for o in range(rows):
+            if not dirty[o]:
+                continue  # all zero for the running routes
+            b = cur_b + 1 + (o - cur_b - 1) % rows  # the pending bucket it holds
+            n = b % (2 * rows)
+            if n != o:
+                for k in range(line.shape[1]):
+                    line[n, k] = line[o, k]
+                    line[o, k] = 0.0
+                dirty[n] = True
+                dirty[o] = False
+        rows *= 2
+    st.si[I_FB_ROWS] = rows
+    return rows
 
 
 @step_fn
@@ -807,7 +859,7 @@ def _cnps(net, st, t_new, dt, rng) -> None:
     net_cfg = net.cfg
     nr = st_si[I_NAR]
     bw = net_cfg[C_FB_BW]
-    rows = st_cnp_line.shape[0]
+    rows = st_si[I_FB_ROWS]
     cur_b = np.int64(t_new // bw)
     cnp_n = _zeroed(st.tmp_rows[0], nr)
     anyn = False
@@ -818,11 +870,12 @@ def _cnps(net, st, t_new, dt, rng) -> None:
             if not st.cnp_dirty[row]:
                 continue  # nothing was written since it was last read: all zero
             st.cnp_dirty[row] = False
-            for r in range(nr):
-                v = st_cnp_line[row, sti[S_A_R, r]]
-                cnp_n[r] = v if m == 0 else cnp_n[r] + v
             for r in range(nr):  # other columns belong to flows that ended: never read
-                st_cnp_line[row, sti[S_A_R, r]] = 0.0
+                k = sti[S_A_R, r]
+                v = st_cnp_line[row, k]
+                if v != 0.0:
+                    cnp_n[r] += v
+                    st_cnp_line[row, k] = 0.0
         st_si[I_FB_LAST] = cur_b
         for r in range(nr):
             anyn = anyn or cnp_n[r] != 0
@@ -894,10 +947,12 @@ def _pfc(net, st, dt) -> None:
     L = net.dims[D_L]
     use = _zeroed(st.tmp_rows[0], L)
     out = _zeroed(st.tmp_rows[1], L)
+    inn = _zeroed(st.tmp_rows[4], L)
     for p in range(st_si[I_NQ]):
         j = sti[S_Q_ENT, p]
         use[sti[S_AE_ING, j]] += stf[S_Q, sti[S_AE, j]]
         out[sti[S_AE_ING, j]] += stf[S_DEP, sti[S_AE, j]]
+        inn[sti[S_AE_ING, j]] += stf[S_ARR, sti[S_AE, j]]
     _pfc_thresholds(net, st, use)
     for li in range(L):  # a loop: slice assignment compiles a shape check (seconds)
         stf[S_PFC_USE, li] = use[li]
@@ -922,11 +977,17 @@ def _pfc(net, st, dt) -> None:
                 period = gap / max(o, _TINY) + gap / max(serv - o, _TINY)
                 stf[S_PAUSE_CNT, li] += dt / period
     tau = max(dt, net_cfg[C_TAU])
+    # as in ns-3, a port is checked for pause only when bytes arrive on it
+    # (SwitchNode::SendToDev -> CheckAndSendPfc) and for resume only when its own bytes
+    # leave (SwitchNotifyDequeue -> CheckAndSendResume): a threshold that moves because
+    # other ports filled or drained the shared pool acts at the port's next packet (an
+    # empty port has no packet left to wait for: its last dequeue resumed it)
     for li in range(L):
-        if ntb[N_INGRESS_SW, li] and not reg[li] and use[li] >= stf[S_PFC_XOFF, li]:
+        if (ntb[N_INGRESS_SW, li] and not reg[li] and use[li] >= stf[S_PFC_XOFF, li]
+                and inn[li] > 0):
             stf[S_PAUSE_CNT, li] += 1.0
             reg[li] = True
-        elif reg[li] and use[li] <= stf[S_PFC_XON, li]:
+        elif reg[li] and use[li] <= stf[S_PFC_XON, li] and (out[li] > 0 or use[li] <= 0):
             reg[li] = False
         stf[S_PFC_ALLOW, li] = (max(out[li] + (stf[S_PFC_XOFF, li] - use[li]) / tau, 0.0)
                             if reg[li] else _INF)
@@ -1227,8 +1288,8 @@ def advance(net, st, rng) -> int:
         t_new = t + dt
         any_marks = False
         if cfg[C_DCQCN] > 0:
+            _cnps(net, st, t_new, dt, rng)  # first: frees the slots _marks writes to
             any_marks = _marks(net, st, t_new, dt)
-            _cnps(net, st, t_new, dt, rng)
             if cfg[C_ES_ON] > 0 and t_new >= sf[F_ES_NEXT]:
                 si[I_ES_DUE] = 1
         if cfg[C_PFC_ON] > 0 and (si[I_HAS_USE] == 0 or _pfc_active(stb, stf, net.dims[D_L])):

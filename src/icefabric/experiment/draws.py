@@ -34,6 +34,7 @@ from icefabric.csr import indptr_from_lengths
 from icefabric.engine.batch import RouteSets, run_flow_batch
 from icefabric.engine.problem import SimProblem
 from icefabric.engine.result import CollectiveResult, SimResult
+from icefabric.experiment.cluster import ray_tasks
 from icefabric.pipeline import EngineOptions, Plan, plan, simulate, with_link_events
 from icefabric.pipeline.plans import scenario_link_changes, scenario_policy, scenario_workload
 from icefabric.pipeline.problem import ProblemMap, to_problem
@@ -160,25 +161,46 @@ def simulate_draw(ls: LoadedScenario, p: Plan, opts: EngineOptions, changes: lis
                     scenario=ls.scenario.name)
 
 
+@dataclass(frozen=True)
+class DrawSpread:
+    """Where the draws run: ``workers`` local processes, or Ray tasks on the cluster at
+    ``ray`` (:func:`icefabric.experiment.cluster.ray_tasks`), one (policy, size) each."""
+
+    workers: int = 1
+    ray: str | None = None
+
+
 def draw_all(ls: LoadedScenario, fabric: Fabric, policies: list[str], sizes: list[int],
-             seeds: list[int], *, engine: str | None = None, first=None, workers: int = 1
-             ) -> Iterator[DrawnCollectives]:
-    """:func:`run_draws` of every policy (``first``: policy -> size -> draw 0), in
-    ``workers`` processes (forked: the inputs are already in memory) one (policy, size)
-    each, or in this one."""
+             seeds: list[int], *, engine: str | None = None, first=None,
+             spread: DrawSpread = DrawSpread()) -> Iterator[DrawnCollectives]:
+    """:func:`run_draws` of every policy (``first``: policy -> size -> draw 0), spread as
+    ``spread`` says (local processes are forked: the inputs are already in memory) one
+    (policy, size) each, or in this process. Every way gives the same results (each task
+    draws from the same seeds), in the same order."""
     first = first or {}
-    if workers <= 1 or len(policies) * len(sizes) <= 1:
+    tasks = [(p, [s], engine, {s: first[p][s]} if s in first.get(p, {}) else None)
+             for p in policies for s in sizes]
+    if spread.ray and tasks:
+        for got in ray_tasks(_draws_task, tasks, spread.ray, shared=(ls, fabric, seeds),
+                             ordered=True):
+            yield from got
+        return
+    if spread.workers <= 1 or len(tasks) <= 1:
         for p in policies:
             yield from run_draws(ls, fabric, p, sizes, seeds, engine=engine,
                                  first=first.get(p))
         return
     ctx = get_context("fork" if "fork" in get_all_start_methods() else "spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
-        futs = [pool.submit(run_draws, ls, fabric, p, [s], seeds, engine=engine,
-                            first={s: first[p][s]} if s in first.get(p, {}) else None)
-                for p in policies for s in sizes]
+    with ProcessPoolExecutor(max_workers=spread.workers, mp_context=ctx) as pool:
+        futs = [pool.submit(_draws_task, ls, fabric, seeds, *t) for t in tasks]
         for f in futs:
             yield from f.result()
+
+
+def _draws_task(ls: LoadedScenario, fabric: Fabric, seeds: list[int], policy: str,
+                sizes: list[int], engine: str | None, first) -> list[DrawnCollectives]:
+    """One (policy, sizes) of :func:`draw_all` in a worker process or a Ray task."""
+    return run_draws(ls, fabric, policy, sizes, seeds, engine=engine, first=first)
 
 
 def draw_plans(fabrics: list[Fabric], workload: Workload, pol: Policy, seeds: list[int]

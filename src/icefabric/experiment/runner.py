@@ -15,7 +15,13 @@ import numpy as np
 
 from icefabric.engine.result import CollectiveResult, SimResult
 from icefabric.experiment.bounds import collective_cut_ns
-from icefabric.experiment.draws import DrawnCollectives, draw_all, draw_seeds, quantiles
+from icefabric.experiment.draws import (
+    DrawnCollectives,
+    DrawSpread,
+    draw_all,
+    draw_seeds,
+    quantiles,
+)
 from icefabric.pipeline import scenario_plan, scenario_policy, simulate
 from icefabric.provenance import provenance
 from icefabric.scenario.budget import check_budget
@@ -127,7 +133,7 @@ def run_policy(ls: LoadedScenario, fabric: Fabric, policy_name: str, size_bytes:
 def run_scenario(ls: LoadedScenario, *, policies: list[str] | None = None,
                  sizes: list[int] | None = None, engine: str | None = None,
                  progress=None, trace: bool = False, draws: int = 1,
-                 workers: int = 1) -> ExperimentResult:
+                 spread: DrawSpread = DrawSpread()) -> ExperimentResult:
     """Run every policy at every size; rows carry gains over ``ecmp`` and the fraction of
     the ``ideal`` bound (computed when those policies are part of the run). With ``trace``
     (fluid engine), the largest size records queue and rate time series for plots.
@@ -137,8 +143,8 @@ def run_scenario(ls: LoadedScenario, *, policies: list[str] | None = None,
     single-draw run): its rows carry the median as ``busbw_GBps`` (and ``time_us``,
     ``algbw_GBps``), ``busbw_GBps_p10``/``_p90``, the per-draw ``busbw_GBps_draws`` and
     ``draws``; gains over ECMP get ``gain_vs_ecmp_p10``/``_p90`` (over the draws) and
-    ``gain_vs_ecmp_lucky`` (over ECMP's p90). ``workers`` > 1 runs the draws of different
-    policies and sizes in that many processes."""
+    ``gain_vs_ecmp_lucky`` (over ECMP's p90). ``spread`` runs the draws of different
+    policies and sizes in local processes or on a Ray cluster (:class:`DrawSpread`)."""
     t0 = time.perf_counter()
     scn = ls.scenario
     policies = list(policies or scn.policies)
@@ -170,7 +176,7 @@ def run_scenario(ls: LoadedScenario, *, policies: list[str] | None = None,
             done += 1
     seeds = draw_seeds(scn.seed, draws)
     for d in draw_all(ls, fabric, drawn, sizes, seeds, engine=engine, first=first,
-                      workers=workers):
+                      spread=spread):
         if progress:
             progress(done, total, f"{d.policy} @ {format_size(d.size_bytes)}, {draws} draws")
         apply_draws(rows, d)

@@ -7,11 +7,12 @@
  *   INIT->RTR of an RC QP on a RoCEv2, IPv4-mapped GID
  *       -> report the QP to the agent (Unix socket), wait at most ICE_SHIM_TIMEOUT_MS for
  *          its planned source port and rate, write the flow label that makes the kernel
- *          derive that port, and call the real ibv_modify_qp.  If that call fails with our
- *          label, the CCL's own attributes are replayed unchanged.
- *   RTR->RTS            -> apply the planned rate (IBV_QP_RATE_LIMIT, RTS->RTS).
+ *          derive that port and the rate as the address vector's static_rate, and call
+ *          the real ibv_modify_qp.  If that call fails with our changes, the CCL's own
+ *          attributes are replayed unchanged.
  *   agent pushes "SET"  -> mlx5dv_modify_qp_udp_sport on the live QP (libmlx5 loaded with
- *                          dlopen; absent -> answered as unsupported) and/or the rate.
+ *                          dlopen; absent -> answered as unsupported) and/or the verbs
+ *                          rate limit (RTS->RTS; refused for RC QPs by mlx5, see below).
  *   ibv_destroy_qp      -> forget the QP, tell the agent.
  *
  * Sources this relies on (read, not guessed):
@@ -25,10 +26,15 @@
  *  - rdma-core providers/mlx5/mlx5.c, _mlx5dv_modify_qp_udp_sport(): RC/UC QPs in RTS whose
  *    device reports entropy_caps.rts2rts_qp_udp_sport, else EOPNOTSUPP; exported as
  *    mlx5dv_modify_qp_udp_sport@MLX5_1.17 (providers/mlx5/libmlx5.map).
- *  - rdma-core libibverbs/man/ibv_modify_qp.3 and ibv_modify_qp_rate_limit.3: rate_limit in
- *    kbit/s, 0 = unlimited.  Mainline mlx5 accepts IB_QP_RATE_LIMIT only for raw-packet QPs
- *    (UD/UC support was posted to rdma-next in 2026); bnxt_re added RC.  Whatever the
- *    driver answers is reported to the agent.
+ *  - Linux drivers/infiniband/hw/mlx5/qp.c, mlx5_set_path() -> mlx5r_ib_rate() (formerly
+ *    ib_rate_to_mlx5): ah_attr.static_rate (enum ibv_rate) at INIT->RTR becomes the path's
+ *    stat_rate, rounded down (by enum value) to the device's stat_rate_support; the NIC
+ *    paces the QP there.  This is the per-QP rate an RC QP takes.
+ *  - Linux drivers/infiniband/core/verbs.c, qp_state_table: IB_QP_RATE_LIMIT is an allowed
+ *    RTS->RTS attribute only for IB_QPT_RAW_PACKET, so ib_modify_qp_is_ok() fails and the
+ *    core answers EINVAL for RC QPs (rdma-core ibv_modify_qp_rate_limit.3: rate_limit in
+ *    kbit/s, 0 = unlimited).  Live rate changes try it (bnxt_re paces RC QPs this way);
+ *    whatever the driver answers is reported to the agent.
  *  - NCCL src/misc/ibvsymbols.cc: NCCL dlopen()s libibverbs and takes every verb with
  *    dlvsym(handle, name, "IBVERBS_1.1"), which never sees an LD_PRELOADed ibv_modify_qp;
  *    so dlvsym() itself is interposed here.  NCCL src/transport/net_ib/connect.cc,
@@ -41,10 +47,11 @@
  * ICE_SHIM_DISABLE=1, ICE_SHIM_DEBUG=1 (one line per event on stderr).
  *
  * Wire format (one text line each, see icefabric/agent/shim_socket.py):
- *   shim -> agent  HELLO pid= job=          QP seq= dev= port= lqpn= rqpn= sip= dip=
- *                  RTR dev= lqpn= ok= sport= planned=      RATE dev= lqpn= kbps= err=
+ *   shim -> agent  HELLO pid= job= rank=    QP seq= dev= port= lqpn= rqpn= sip= dip= acc=
+ *                  RTR dev= lqpn= ok= sport= planned= srate=
  *                  DONE dev= lqpn= sport_err= rate_err=    GONE dev= lqpn=
- *   agent -> shim  PLAN seq= sport= rate_kbps=   NONE seq=   SET dev= lqpn= sport= rate_kbps=
+ *   agent -> shim  PLAN seq= sport= srate=   NONE seq=   SET dev= lqpn= sport= rate_kbps=
+ *   (srate: enum ibv_rate, 0 = IBV_RATE_MAX = no static rate)
  */
 #define _GNU_SOURCE
 #include <dlfcn.h>
@@ -130,9 +137,10 @@ int icefab_kv_long(const char *line, const char *key, long *out)
     return 1;
 }
 
-/* Reply to request `seq`: 1 = a plan (sport, rate_kbps; -1 = none), 0 = no plan,
- * -1 = not the reply to this request, -2 = the reply but malformed (nothing is changed). */
-int icefab_parse_plan(const char *line, long seq, int *sport, long *rate_kbps)
+/* Reply to request `seq`: 1 = a plan (sport, -1 = none; static rate, 0 = none), 0 = no
+ * plan, -1 = not the reply to this request, -2 = the reply but malformed (nothing is
+ * changed). */
+int icefab_parse_plan(const char *line, long seq, int *sport, int *srate)
 {
     long s, r, q;
     if (!icefab_kv_long(line, "seq", &q) || q != seq)
@@ -140,11 +148,11 @@ int icefab_parse_plan(const char *line, long seq, int *sport, long *rate_kbps)
     if (strncmp(line, "NONE ", 5) == 0)
         return 0;
     if (strncmp(line, "PLAN ", 5) != 0 || !icefab_kv_long(line, "sport", &s) ||
-        !icefab_kv_long(line, "rate_kbps", &r) || s < -1 || s > SPORT_MAX || r < -1 ||
-        r > 0xFFFFFFFFL)
+        !icefab_kv_long(line, "srate", &r) || s < -1 || s > SPORT_MAX || r < 0 ||
+        r > IBV_RATE_1200_GBPS)
         return -2;
     *sport = (int)s;
-    *rate_kbps = r;
+    *srate = (int)r;
     return 1;
 }
 
@@ -153,6 +161,7 @@ int icefab_parse_plan(const char *line, long seq, int *sport, long *rate_kbps)
 static struct {
     char socket_path[sizeof(((struct sockaddr_un *)0)->sun_path)];
     char job[128];
+    char rank[16]; /* the launcher's rank of this process, "-" if none is set */
     long timeout_ms, retry_ms;
     int disabled, debug;
 } cfg;
@@ -170,6 +179,16 @@ static void load_cfg(void)
     snprintf(cfg.socket_path, sizeof(cfg.socket_path), "%s", s && *s ? s : "/run/icefab/verbs.sock");
     /* job names are single tokens on the wire */
     snprintf(cfg.job, sizeof(cfg.job), "%s", j && *j && !strpbrk(j, " \n=") ? j : "-");
+    /* torchrun/PyTorch, Open MPI, Slurm, MPICH/Intel MPI (PMI) */
+    static const char *ranks[] = {"RANK", "OMPI_COMM_WORLD_RANK", "SLURM_PROCID", "PMI_RANK"};
+    snprintf(cfg.rank, sizeof(cfg.rank), "-");
+    for (size_t i = 0; i < sizeof(ranks) / sizeof(ranks[0]); i++) {
+        const char *r = getenv(ranks[i]);
+        if (r && *r && strspn(r, "0123456789") == strlen(r) && strlen(r) < sizeof(cfg.rank)) {
+            snprintf(cfg.rank, sizeof(cfg.rank), "%s", r);
+            break;
+        }
+    }
     cfg.timeout_ms = env_long("ICE_SHIM_TIMEOUT_MS", 100);
     cfg.retry_ms = env_long("ICE_SHIM_RETRY_MS", 10000);
     cfg.disabled = env_long("ICE_SHIM_DISABLE", 0) != 0;
@@ -239,26 +258,33 @@ static void load_libs(void)
 
 /* ---- live QPs of this process ---- */
 
+/* The RC QPs of this process from RESET->INIT on: the access flags they got then (NCCL >=
+ * 2.29 tells its receive-side QPs by them, see describe_rtr) and, once the agent has been
+ * asked at INIT->RTR, `known` (only those can be changed later or are reported GONE). */
 struct live_qp {
     struct ibv_qp *qp;
     char dev[IBV_SYSFS_NAME_MAX];
     uint32_t lqpn;
-    long rate_kbps; /* planned, applied at RTS; -1 = none */
+    int acc; /* qp_access_flags at INIT; -1 = not seen */
+    int known;
 };
 
 static pthread_mutex_t table_mu = PTHREAD_MUTEX_INITIALIZER;
 static struct live_qp *table;
 static size_t table_len, table_cap;
 
+/* The entry of `qp`, or the known QP `lqpn` of device `dev` (table_mu held). */
 static struct live_qp *find_qp(const char *dev, uint32_t lqpn, struct ibv_qp *qp)
 {
     for (size_t i = 0; i < table_len; i++)
-        if (qp ? table[i].qp == qp : (table[i].lqpn == lqpn && !strcmp(table[i].dev, dev)))
+        if (qp ? table[i].qp == qp
+               : (table[i].known && table[i].lqpn == lqpn && !strcmp(table[i].dev, dev)))
             return &table[i];
     return NULL;
 }
 
-static void remember_qp(struct ibv_qp *qp, long rate_kbps)
+/* Record `qp`: at INIT with its access flags (acc >= 0), at RTR as known to the agent. */
+static void remember_qp(struct ibv_qp *qp, int acc)
 {
     pthread_mutex_lock(&table_mu);
     struct live_qp *e = find_qp(NULL, 0, qp);
@@ -270,15 +296,30 @@ static void remember_qp(struct ibv_qp *qp, long rate_kbps)
             table_cap = cap;
         }
     }
-    if (!e && table_len < table_cap)
+    if (!e && table_len < table_cap) {
         e = &table[table_len++];
+        memset(e, 0, sizeof(*e));
+        e->acc = -1;
+    }
     if (e) {
         e->qp = qp;
         snprintf(e->dev, sizeof(e->dev), "%s", qp->context->device->name);
         e->lqpn = qp->qp_num;
-        e->rate_kbps = rate_kbps;
+        if (acc >= 0)
+            e->acc = acc;
+        else
+            e->known = 1;
     }
     pthread_mutex_unlock(&table_mu);
+}
+
+static int access_flags_of(struct ibv_qp *qp)
+{
+    pthread_mutex_lock(&table_mu);
+    struct live_qp *e = find_qp(NULL, 0, qp);
+    int acc = e ? e->acc : -1;
+    pthread_mutex_unlock(&table_mu);
+    return acc;
 }
 
 /* ---- the agent connection ---- */
@@ -434,19 +475,20 @@ static int connect_locked(void)
     }
     agent_fd = fd;
     char hello[LINE_MAX_LEN];
-    snprintf(hello, sizeof(hello), "HELLO pid=%d job=%s\n", (int)getpid(), cfg.job);
+    snprintf(hello, sizeof(hello), "HELLO pid=%d job=%s rank=%s\n", (int)getpid(), cfg.job,
+             cfg.rank);
     send_locked(hello);
     return 0;
 }
 
-/* Ask for the plan of one QP; fills sport / rate_kbps (-1 = none) and returns 1 if the
- * agent answered.  Never waits more than the timeout, and after a failure no QP waits at
- * all for ICE_SHIM_RETRY_MS. */
-static int ask_agent(const char *desc, int *sport, long *rate_kbps)
+/* Ask for the plan of one QP; fills sport (-1 = none) / srate (0 = none) and returns 1 if
+ * the agent answered.  Never waits more than the timeout, and after a failure no QP waits
+ * at all for ICE_SHIM_RETRY_MS. */
+static int ask_agent(const char *desc, int *sport, int *srate)
 {
     int got = -1;
     *sport = -1;
-    *rate_kbps = -1;
+    *srate = 0;
     pthread_mutex_lock(&req_mu);
     pthread_mutex_lock(&conn_mu);
     long long now = now_ms();
@@ -469,12 +511,12 @@ static int ask_agent(const char *desc, int *sport, long *rate_kbps)
         dl.tv_sec++;
         dl.tv_nsec -= 1000000000L;
     }
-    while (agent_fd >= 0 && (got = icefab_parse_plan(reply, seq, sport, rate_kbps)) == -1)
+    while (agent_fd >= 0 && (got = icefab_parse_plan(reply, seq, sport, srate)) == -1)
         if (pthread_cond_timedwait(&reply_cv, &conn_mu, &dl) == ETIMEDOUT)
             break;
     if (got < 0) {
         *sport = -1;
-        *rate_kbps = -1;
+        *srate = 0;
         agent_down_until_ms = now_ms() + cfg.retry_ms; /* slow: keep it, but stop asking */
         debug("no usable answer from the agent within %ld ms (reply '%s')", cfg.timeout_ms,
               reply);
@@ -495,14 +537,20 @@ static void resolve_direct(void)
         real_destroy = (destroy_fn)next_verb("ibv_destroy_qp");
 }
 
-/* "dev= port= lqpn= rqpn= sip= dip=" of an RC QP going INIT->RTR on a RoCEv2 IPv4 GID;
- * 0 for any other call (which then passes through untouched). */
+/* "dev= port= lqpn= rqpn= sip= dip= acc=" of an RC QP going INIT->RTR on a
+ * RoCEv2 IPv4 GID; 0 for any other call (which then passes through untouched), and for a
+ * QP connected to itself: NCCL's GPU-flush QP (src/transport/net_ib/connect.cc,
+ * ncclIbAccept: remoteQpNum = the flush QP's own number), which carries only local RDMA
+ * reads.  acc is the QP's access flags at INIT: NCCL >= 2.29.2 gives its receive-side QPs
+ * (ncclIbAccept, CTS writes and ACKs only) REMOTE_WRITE|REMOTE_ATOMIC|REMOTE_READ and its
+ * send-side (data) QPs REMOTE_WRITE alone (ncclIbConnect); older NCCL and RCCL give both
+ * REMOTE_WRITE, so the agent cannot tell them apart (docs/verbs-shim.md). */
 static int describe_rtr(struct ibv_qp *qp, const struct ibv_qp_attr *attr, int mask,
                         char *out, size_t n)
 {
     const int need = IBV_QP_STATE | IBV_QP_AV | IBV_QP_DEST_QPN;
     if (qp->qp_type != IBV_QPT_RC || (mask & need) != need || attr->qp_state != IBV_QPS_RTR ||
-        !attr->ah_attr.is_global || !gid_ex)
+        !attr->ah_attr.is_global || !gid_ex || attr->dest_qp_num == qp->qp_num)
         return 0;
     uint8_t port = attr->ah_attr.port_num ? attr->ah_attr.port_num : 1;
     struct ibv_gid_entry local;
@@ -513,8 +561,9 @@ static int describe_rtr(struct ibv_qp *qp, const struct ibv_qp_attr *attr, int m
     if (!icefab_gid_to_ipv4(local.gid.raw, sip, sizeof(sip)) ||
         !icefab_gid_to_ipv4(attr->ah_attr.grh.dgid.raw, dip, sizeof(dip)))
         return 0;
-    snprintf(out, n, "dev=%s port=%u lqpn=%u rqpn=%u sip=%s dip=%s",
-             qp->context->device->name, port, qp->qp_num, attr->dest_qp_num, sip, dip);
+    snprintf(out, n, "dev=%s port=%u lqpn=%u rqpn=%u sip=%s dip=%s acc=%d",
+             qp->context->device->name, port, qp->qp_num, attr->dest_qp_num, sip, dip,
+             access_flags_of(qp));
     return 1;
 }
 
@@ -531,47 +580,36 @@ static void copy_attr(struct ibv_qp_attr *dst, const struct ibv_qp_attr *src, in
 
 static int modify_rtr(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, const char *desc)
 {
-    int sport;
-    long kbps;
-    int asked = ask_agent(desc, &sport, &kbps);
+    int sport, srate;
+    int asked = ask_agent(desc, &sport, &srate);
     uint32_t fl = icefab_flow_label_for_sport(sport);
-    int rc = -1, planned = fl != 0;
+    int rc = -1, planned = fl != 0 || srate != 0;
     if (planned) {
         struct ibv_qp_attr mine;
         copy_attr(&mine, attr, mask);
-        mine.ah_attr.grh.flow_label = fl;
+        if (fl)
+            mine.ah_attr.grh.flow_label = fl;
+        if (srate)
+            mine.ah_attr.static_rate = (uint8_t)srate;
         rc = real_modify(qp, &mine, mask);
         if (rc != 0) {
-            debug("RTR with flow label 0x%x failed (%d): replaying the CCL's attributes", fl, rc);
+            debug("RTR with flow label 0x%x, static rate %d failed (%d): replaying the CCL's "
+                  "attributes", fl, srate, rc);
             planned = 0;
         }
     }
     if (!planned)
         rc = real_modify(qp, attr, mask);
-    if (rc == 0 && asked) { /* only QPs the agent knows can be paced or changed later */
-        remember_qp(qp, kbps);
-        uint32_t used = planned ? fl : attr->ah_attr.grh.flow_label;
+    if (rc == 0 && asked) { /* only QPs the agent knows can be changed later */
+        remember_qp(qp, -1);
+        uint32_t used = planned && fl ? fl : attr->ah_attr.grh.flow_label;
         if (!used)
             used = icefab_calc_flow_label(qp->qp_num, attr->dest_qp_num);
-        send_line("RTR dev=%s lqpn=%u ok=1 sport=%u planned=%d\n", qp->context->device->name,
-                  qp->qp_num, icefab_sport_of_flow_label(used), planned);
+        send_line("RTR dev=%s lqpn=%u ok=1 sport=%u planned=%d srate=%d\n",
+                  qp->context->device->name, qp->qp_num, icefab_sport_of_flow_label(used),
+                  planned, planned ? srate : attr->ah_attr.static_rate);
     }
     return rc;
-}
-
-static void rate_at_rts(struct ibv_qp *qp)
-{
-    long kbps = -1;
-    pthread_mutex_lock(&table_mu);
-    struct live_qp *e = find_qp(NULL, 0, qp);
-    if (e)
-        kbps = e->rate_kbps;
-    pthread_mutex_unlock(&table_mu);
-    if (kbps < 0)
-        return;
-    int err = set_rate(qp, kbps);
-    send_line("RATE dev=%s lqpn=%u kbps=%ld err=%d\n", qp->context->device->name, qp->qp_num,
-              kbps, err);
 }
 
 static int shim_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
@@ -585,9 +623,9 @@ static int shim_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
     if (!cfg.disabled && describe_rtr(qp, attr, mask, desc, sizeof(desc)))
         return modify_rtr(qp, attr, mask, desc);
     int rc = real_modify(qp, attr, mask);
-    if (rc == 0 && !cfg.disabled && (mask & IBV_QP_STATE) && attr->qp_state == IBV_QPS_RTS &&
-        qp->qp_type == IBV_QPT_RC)
-        rate_at_rts(qp);
+    if (rc == 0 && !cfg.disabled && qp->qp_type == IBV_QPT_RC && (mask & IBV_QP_STATE) &&
+        attr->qp_state == IBV_QPS_INIT && (mask & IBV_QP_ACCESS_FLAGS))
+        remember_qp(qp, (int)attr->qp_access_flags);
     return rc;
 }
 
@@ -602,7 +640,7 @@ static int shim_destroy_qp(struct ibv_qp *qp)
     pthread_mutex_lock(&table_mu);
     struct live_qp *e = find_qp(NULL, 0, qp);
     if (e) {
-        known = 1;
+        known = e->known;
         snprintf(dev, sizeof(dev), "%s", e->dev);
         lqpn = e->lqpn;
         *e = table[--table_len];

@@ -23,14 +23,11 @@ from icefabric.ccl.communicator import Communicator
 from icefabric.ccl.workload import Workload, WorkloadBuilder
 from icefabric.csr import within
 from icefabric.errors import IceFabricError
+from icefabric.qpid import QpId
 from icefabric.scenario.build import job_nccl_settings, placed_accels
 from icefabric.scenario.loader import LoadedScenario
 from icefabric.schemas_service import CommReport
 from icefabric.topology.model import Fabric
-from icefabric.units import ipv4_int
-
-#: a QP across reports and plans: (source IP, destination IP, ordinal), IPs as integers
-QpName = tuple[int, int, int]
 
 
 class PipelineError(IceFabricError, ValueError):
@@ -54,7 +51,7 @@ class JobSpec:
     comm : Communicator — ranks, library, channels, QPs per connection, observed rings.
     collectives : tuple of (kind, algorithm or None).
     size_bytes : int — nccl-tests ``size`` of every collective.
-    qps : mapping QpName -> (lqpn, rqpn, sport) — the QPs the job's hosts reported (sport
+    qps : mapping QpId -> (lqpn, rqpn, sport) — the QPs the job's hosts reported (sport
         -1 when not reported); modelled QP numbers and kernel-derived ports stay for the
         QPs nobody reported.
     """
@@ -62,7 +59,7 @@ class JobSpec:
     comm: Communicator
     collectives: tuple[tuple[str, str | None], ...]
     size_bytes: int
-    qps: Mapping[QpName, tuple[int, int, int]] = field(default_factory=dict)
+    qps: Mapping[QpId, tuple[int, int, int]] = field(default_factory=dict)
 
     @property
     def name(self) -> str:
@@ -93,7 +90,8 @@ def qp_jobs(wl: Workload) -> list[str]:
 
 def qp_ordinals(wl: Workload) -> np.ndarray:
     """Ordinal of every QP among the QPs of its job between the same NIC pair, in creation
-    order: (job, source IP, destination IP, ordinal) names a QP across reports and plans."""
+    order: with the job and the pair it names the QP across reports and plans
+    (:class:`icefabric.qpid.QpId`; every modelled QP is a data QP)."""
     if wl.n_qps == 0:
         return np.zeros(0, dtype=np.int64)
     job = np.unique(np.asarray(wl.conn_job), return_inverse=True)[1].reshape(-1)[wl.qp_conn]
@@ -107,14 +105,14 @@ def qp_ordinals(wl: Workload) -> np.ndarray:
 
 def _apply_observed_qps(wl: Workload, jobs: Sequence[JobSpec]) -> None:
     """Replace modelled QP numbers (and derived ports) by the reported ones, matched by
-    :data:`QpName`."""
+    :class:`QpId`."""
     observed = {j.name: j.qps for j in jobs if j.qps}
     if not observed:
         return
     ordinal = qp_ordinals(wl).tolist()
     sip, dip = wl.qp_src_ip.tolist(), wl.qp_dst_ip.tolist()
     for q, job in enumerate(qp_jobs(wl)):
-        got = observed.get(job, {}).get((sip[q], dip[q], ordinal[q]))
+        got = observed.get(job, {}).get(QpId(job, sip[q], dip[q], ordinal[q]))
         if got is not None:
             wl.qp_lqpn[q], wl.qp_rqpn[q], wl.qp_sport[q] = got
 
@@ -172,7 +170,7 @@ def report_job(fabric: Fabric, reports: Sequence[CommReport]) -> JobSpec:
                             rings=tuple(tuple(rings[c]) for c in sorted(rings)))
     except (KeyError, IndexError, ValueError) as e:
         raise JobError(rep.job, f"reports do not fit the fabric: {e}") from None
-    qps = {(ipv4_int(q.src_ip), ipv4_int(q.dst_ip), q.ordinal):
+    qps = {QpId.of(rep.job, q.src_ip, q.dst_ip, q.ordinal):
            (q.lqpn, q.rqpn, -1 if q.sport is None else q.sport) for r in reports for q in r.qps}
     return JobSpec(comm, tuple((c.kind, c.algorithm) for c in rep.collectives),
                    rep.size_bytes, qps)

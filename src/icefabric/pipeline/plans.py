@@ -17,6 +17,7 @@ import numpy as np
 from icefabric.ccl.workload import Workload
 from icefabric.control.plan import PathPlan
 from icefabric.control.rates import allocate_rates, dag_phases
+from icefabric.dataplane.roce import static_rate
 from icefabric.pipeline.jobs import JobError, JobSpec, build_workload, scenario_jobs
 from icefabric.pipeline.problem import HopQps, to_problem
 from icefabric.policies.base import PlanContext, Policy, UnknownOptionError, get_policy
@@ -79,7 +80,14 @@ def qp_rates(fabric: Fabric, workload: Workload, paths: PathPlan, *,
     Every flow gets its weighted max-min rate over its planned routes among the flows of
     its phase (:func:`icefabric.control.rates.allocate_rates`, with ``headroom``); a QP
     carrying ``share`` of a flow is paced at ``rate x share`` — the tightest such value if
-    it carries flows of several phases.
+    it carries flows of several phases — as the NIC's static-rate step
+    (:func:`icefabric.dataplane.roce.static_rate`): that step is what the host agent sets at
+    INIT->RTR and what the NIC applies, so the planner and the simulator use it too.
+
+    The step is the largest one not above the share *before* the headroom: max-min rates
+    scale with the capacities, so those shares sum to at most each link's capacity, and
+    the headroom absorbs the rounding instead of adding to it (a 196 Gb/s pacer of a
+    200 Gb/s share goes out at the 200 step, not at 168, 16 % below).
     """
     prob, _ = to_problem(fabric, workload, paths)
     flow_rate = allocate_rates(prob.incidence(), prob.link_capacity_bps,
@@ -87,7 +95,7 @@ def qp_rates(fabric: Fabric, workload: Workload, paths: PathPlan, *,
     hq = HopQps.of(workload)
     out = np.full(workload.n_qps, np.inf)
     np.minimum.at(out, hq.qp, flow_rate[hq.flow] * hq.share)
-    return out
+    return static_rate(out / (1.0 - headroom))[1]
 
 
 def _paced(p: Plan, paths: PathPlan) -> PathPlan:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from multiprocessing import get_context
 from pathlib import Path
 
+from icefabric.experiment.cluster import ray_tasks
 from icefabric.sweeps.spec import Point, SweepError, SweepSpec, points
 from icefabric.sweeps.table import collect_rows, write_csv
 
@@ -101,30 +102,7 @@ def _local(spec: SweepSpec, todo: list[Point], jobs: int) -> Iterator[dict]:
 
 
 def _ray(spec: SweepSpec, todo: list[Point], address: str) -> Iterator[dict]:
-    try:
-        import ray
-    except ImportError:
-        raise SweepError("--ray needs Ray: pip install 'ice-fabric[ray]'") from None
-    started = not ray.is_initialized()
-    if started:
-        try:
-            ray.init(address=address, include_dashboard=False, log_to_driver=False,
-                     configure_logging=False)
-        except (ConnectionError, ValueError, RuntimeError) as e:
-            raise SweepError(f"cannot connect to Ray at {address!r}: {e}") from None
-    try:
-        task = ray.remote(num_cpus=1)(run_point)
-        pending = [task.remote(*_args(spec, p)) for p in todo]
-        try:
-            while pending:
-                ready, pending = ray.wait(pending, num_returns=1)
-                yield ray.get(ready[0])
-        finally:
-            for ref in pending:
-                ray.cancel(ref)
-    finally:
-        if started:
-            ray.shutdown()
+    yield from ray_tasks(run_point, [_args(spec, p) for p in todo], address)
 
 
 def run_sweep(spec: SweepSpec, out: str | Path, *, jobs: int | None = None,

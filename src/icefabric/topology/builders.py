@@ -421,17 +421,20 @@ def _split_ports(radix: int, oversub: float) -> tuple[int, int]:
 
 
 def size_fat_tree(n_servers: int, nics_per_server: int, *, radix: int, oversub: float = 1.0,
-                  core_oversub: float = 1.0, rail_optimized: bool = False,
-                  planes: int = 1) -> FatTreeSize:
+                  core_oversub: float = 1.0, rail_optimized: bool = False, planes: int = 1,
+                  bundle_cores: bool = False) -> FatTreeSize:
     """The smallest 3-tier fat-tree of ``radix``-port switches that holds ``n_servers``.
 
     Per plane, a leaf splits its ports ``oversub : 1`` into server ports and one uplink to
     each aggregation switch of its pod; an aggregation switch splits its ports
     ``core_oversub : 1`` into leaves and core cables; pods are filled evenly and every core
-    takes ``links_per_core`` cables from one aggregation switch of each pod, as many as its
-    radix allows, so no more cores are built than the cables need (a core of a k-ary
-    fat-tree with fewer than k pods would leave ports empty). Without oversubscription that
-    is Al-Fares et al.'s k-ary fat-tree, ``k^3/4`` NIC ports at most (domain-facts §8.2).
+    takes one cable from one aggregation switch of each pod, as in Al-Fares et al.'s k-ary
+    fat-tree (``k^3/4`` NIC ports at most without oversubscription, domain-facts §8.2);
+    with fewer than k pods the cores' other ports stay empty. ``bundle_cores`` builds fewer
+    cores instead, each taking ``links_per_core`` parallel cables from every pod, as many as
+    its radix allows; the extra ECMP choice among those cables leaves too few RoCE source
+    ports to realise every planned path (BENCHMARKS.md, issue 26: 98.5 % of 131,072 QPs
+    against 100 % with single cables).
 
     Raises
     ------
@@ -461,14 +464,15 @@ def size_fat_tree(n_servers: int, nics_per_server: int, *, radix: int, oversub: 
                             f"oversubscription")
     per_pod = -(-leaves // pods // rails) * rails
     core_up = min(radix - per_pod, max(1, round(per_pod / core_oversub)))
-    links = max(d for d in range(1, core_up + 1) if core_up % d == 0 and pods * d <= radix)
+    links = max(d for d in range(1, core_up + 1) if core_up % d == 0 and pods * d <= radix
+                and (bundle_cores or d == 1))
     return FatTreeSize(pods, per_pod, up, up * (core_up // links), links, per_leaf, oversub,
                        core_oversub, rail_optimized, planes)
 
 
 def fat_tree_for(groups: list[ServerGroup], *, radix: int = 128, oversub: float = 1.0,
                  core_oversub: float = 1.0, rail_optimized: bool = False, planes: int = 1,
-                 **kw) -> Fabric:
+                 bundle_cores: bool = False, **kw) -> Fabric:
     """:func:`fat_tree` of ``radix``-port switches (:data:`RADIX_SWITCH`) sized by
     :func:`size_fat_tree` for ``groups`` (all servers with one NIC count); ``kw`` goes to
     :func:`fat_tree` (placement, hash seeds, delays, name)."""
@@ -479,7 +483,8 @@ def fat_tree_for(groups: list[ServerGroup], *, radix: int = 128, oversub: float 
         raise TopologyError("fat_tree_for needs servers with one NIC count")
     size = size_fat_tree(sum(g.count for g in groups), nics.pop(), radix=radix,
                          oversub=oversub, core_oversub=core_oversub,
-                         rail_optimized=rail_optimized, planes=planes)
+                         rail_optimized=rail_optimized, planes=planes,
+                         bundle_cores=bundle_cores)
     sw = RADIX_SWITCH[radix]
     return fat_tree(groups, **size.kwargs(), leaf=sw, agg=sw, core=sw, **kw)
 

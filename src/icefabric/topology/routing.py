@@ -156,7 +156,7 @@ class Routing:
                                                  for x in leaf_sw[r]])])
             sizes.append(out_ptr[leaf_sw[r] + 1] - out_ptr[leaf_sw[r]])
             grp[leaf_sw[twin], twin] = empty
-        self.grp_id = grp.reshape(-1).astype(np.int32)
+        self.grp_id = grp.reshape(-1).astype(np.int64)
         self.grp_indptr = indptr_from_lengths(np.concatenate(sizes))
         self.grp_links = np.concatenate(members).astype(np.int64)
 

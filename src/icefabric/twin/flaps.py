@@ -32,11 +32,10 @@ from icefabric.control.hashing import ecmp_paths, fabric_hash_configs
 from icefabric.pipeline.plans import scenario_workload
 from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import LoadedScenario, load
-from icefabric.schemas_service import FabricUpload, HostPlan, QpPlan
+from icefabric.schemas_service import HostPlan, QpPlan
 from icefabric.topology.model import Fabric
 from icefabric.topology.routing import Routing, RoutingError
-from icefabric.topology.serialize import fabric_to_dict
-from icefabric.twin.run import TwinError, host_reports
+from icefabric.twin.run import TwinError, host_reports, register_jobs, upload_fabric
 
 
 @dataclass(frozen=True)
@@ -114,11 +113,8 @@ def run_flaps(scenario: str | LoadedScenario, controller_url: str, admin_token: 
                          headers={"Authorization": f"Bearer {admin_token}"})
     try:
         policy = admin.get("/healthz").json()["policy"]
-        r = admin.put("/v1/fabric", content=FabricUpload(
-            topology=fabric_to_dict(fabric), plan_seed=ls.scenario.seed).model_dump_json(),
-            headers={"Content-Type": "application/json"})
-        if r.status_code != 200:
-            raise TwinError(f"fabric upload failed: {r.status_code} {r.text[:300]}")
+        upload_fabric(admin, fabric, ls.scenario.seed)
+        register_jobs(admin, reports)
         agents = {s.name: Agent(s.name, ControllerClient(controller_url), _Recording(),
                                 enrol_token=admin_token, poll_wait_s=poll_wait_s,
                                 collector=lambda h=s.name: reports.get(h, []),

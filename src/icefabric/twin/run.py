@@ -111,6 +111,24 @@ class TwinResult:
         return {"schema_version": 1, **asdict(self)}
 
 
+def job_hosts(reports: dict[str, list[CommReport]]) -> dict[str, list[str]]:
+    """The hosts each job of ``reports`` runs on (what its scheduler registers)."""
+    out: dict[str, set[str]] = {}
+    for reps in reports.values():
+        for rep in reps:
+            out.setdefault(rep.job, set()).update(r.host for r in rep.ranks)
+    return {job: sorted(hosts) for job, hosts in out.items()}
+
+
+def register_jobs(admin: httpx.Client, reports: dict[str, list[CommReport]]) -> None:
+    """Create every job of ``reports`` on its hosts, as a job scheduler does before the
+    job starts (only those hosts may then report it)."""
+    for job, hosts in job_hosts(reports).items():
+        r = admin.put(f"/v1/jobs/{job}", json={"hosts": hosts})
+        if r.status_code not in (200, 201):
+            raise TwinError(f"creating job {job} failed: {r.status_code} {r.text[:300]}")
+
+
 def host_reports(fabric: Fabric, jobs: list[JobSpec], wl: Workload
                  ) -> dict[str, list[CommReport]]:
     """What each host's collector would report: one CommReport per job it takes part in
@@ -221,14 +239,17 @@ class _Hosts:
         for a in self.agents.values():
             a.client.close()
 
-    def report_link(self, a: str, b: str, ids: np.ndarray, up: bool) -> tuple[int, int]:
-        """The agents whose applied routes cross the link notice the change and report it
-        (QPs on a failed link move to their backup ports at once). Returns (agents that
-        reported, QPs moved to backup ports)."""
+    def report_link(self, a: str, b: str, ids: np.ndarray, up: bool, owner: str | None
+                    ) -> tuple[int, int]:
+        """The agents whose applied routes cross the link notice the change (QPs on a
+        failed link move to their backup ports at once); the agent of ``owner``, the host
+        the link belongs to (None for a fabric link), reports it to the controller.
+        Returns (agents that noticed, QPs moved to backup ports)."""
         idset = set(ids.tolist())
         seen_by = [h for h, act in self.actuators.items()
                    if any(l in idset for q in act.applied.values() for r in q.routes for l in r)]
-        seen_by = seen_by or [next(iter(self.agents))]
+        if owner is not None and owner not in seen_by:
+            seen_by.append(owner)
         switched = 0
         for h in seen_by:
             ag = self.agents[h]
@@ -281,6 +302,23 @@ class _Session:
         self.path_mismatches += m
         return paths
 
+    def _owner(self, a: str, b: str) -> str | None:
+        """The host a link belongs to (one of its ends is a node of that server)."""
+        f = self.fabric
+        for n in (a, b):
+            s = int(f.node_server[f.node_id[n]])
+            if s >= 0:
+                return f.servers[s].name
+        return None
+
+    def _operator_reports(self, ch: LinkChange) -> None:
+        kind = "link_up" if ch.up else "link_down"
+        r = self.admin.post("/v1/events", json={"events": [
+            {"kind": kind, "link": {"a": ch.a, "b": ch.b}, "message": "twin operator"}]})
+        if r.status_code != 202:
+            raise TwinError(f"the controller refused the {kind} of {ch.a}-{ch.b}: "
+                            f"HTTP {r.status_code} {r.text[:200]}")
+
     def replay(self, changes: list[LinkChange]) -> tuple[list[LinkEvent], list[dict], set]:
         """Inject the link changes through the agents that see them; the applied plan after
         each. Returns the events, their reports and the links down at the end."""
@@ -292,16 +330,20 @@ class _Session:
             key = tuple(sorted((ch.a, ch.b)))
             down, down_ids = ((down - {key}, down_ids - ids) if ch.up
                               else (down | {key}, down_ids | ids))
-            seen, switched = self.hosts.report_link(ch.a, ch.b, ch.links, ch.up)
+            owner = self._owner(ch.a, ch.b)
+            seen, switched = self.hosts.report_link(ch.a, ch.b, ch.links, ch.up, owner)
+            if owner is None:  # a fabric link: the operator (switch telemetry) reports it
+                self._operator_reports(ch)
             self.wait_plan(down)
             events.append(LinkEvent(ch.t_ns, ch.links, ch.up, self.applied(down_ids)))
             fails.append({"t_ns": ch.t_ns, "link": [ch.a, ch.b], "up": ch.up,
-                          "reported_by": seen, "backup_ports_used": switched,
+                          "seen_by": seen,
+                          "reported_by": owner or "operator", "backup_ports_used": switched,
                           "plan_version": self.versions[-1]})
         return events, fails, down_ids
 
 
-def _upload_fabric(admin: httpx.Client, fabric: Fabric, seed: int) -> None:
+def upload_fabric(admin: httpx.Client, fabric: Fabric, seed: int) -> None:
     r = admin.put("/v1/fabric", content=FabricUpload(
         topology=fabric_to_dict(fabric), plan_seed=seed).model_dump_json(),
         headers={"Content-Type": "application/json"})
@@ -346,9 +388,11 @@ def run_twin(scenario: str | LoadedScenario, controller_url: str, admin_token: s
         if sw.fabric is not fabric:
             raise TwinError(f"policy {ctl_policy!r} does not run on the real fabric")
         changes = scenario_link_changes(ls, fabric)
-        _upload_fabric(admin, fabric, scn.seed)
-        hosts = _Hosts.start(fabric, controller_url, enrol_token or admin_token,
-                             host_reports(fabric, sw.jobs, sw.workload), poll_wait_s)
+        upload_fabric(admin, fabric, scn.seed)
+        reports = host_reports(fabric, sw.jobs, sw.workload)
+        register_jobs(admin, reports)
+        hosts = _Hosts.start(fabric, controller_url, enrol_token or admin_token, reports,
+                             poll_wait_s)
         run = _Session(admin, hosts, fabric, sw.workload, ctl_policy,
                        sorted(j.name for j in scn.jobs), timeout_s)
         try:

@@ -2,7 +2,13 @@
  * ncclIbQpRtr()/ncclIbQpRts() do on RoCE (is_global = 1, flow_label = 0, sgid_index 3),
  * from T threads, holds them until HOLD_FILE exists or HOLD_MS pass, then destroys them.
  * Built linked against libibverbs (-DCCL_LINKED) and as NCCL does it, with dlopen() and
- * dlvsym(handle, name, "IBVERBS_1.1") (NCCL src/misc/ibvsymbols.cc).
+ * dlvsym(handle, name, "IBVERBS_1.1") (NCCL src/misc/ibvsymbols.cc); -DCCL_REALVERBS takes
+ * its QPs from the faked kernel (fakekernel.c) under the real libibverbs.
+ *
+ * $CCL_SIM_SIDE=accept plays NCCL >= 2.29.2's receive side (ncclIbAccept in
+ * src/transport/net_ib/connect.cc): access flags REMOTE_WRITE|REMOTE_ATOMIC|REMOTE_READ at
+ * INIT, then a GPU-flush QP connected to itself (LOCAL_WRITE|REMOTE_READ), printed as
+ * "flush LQPN"; the default is the send side (ncclIbConnect: REMOTE_WRITE).
  *
  * usage: ccl_sim N_QPS PEER_IP RQPN_BASE THREADS HOLD_MS [HOLD_FILE]
  * prints "qp LQPN RQPN rtr=RC rts=RC" per QP, then "connect_ns_per_qp X cpu_ns_per_qp Y"
@@ -44,20 +50,25 @@ static long long cpu_ns(void)
            (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) * 1000LL;
 }
 
-static void connect_qp(int i)
+static int access_flags = IBV_ACCESS_REMOTE_WRITE;
+
+/* Connects QP i to RQPN_BASE + i; i = -1: a new QP connected to itself (the flush QP). */
+static struct ibv_qp *connect_qp(int i)
 {
     struct ibv_qp_init_attr init = {.qp_type = IBV_QPT_RC};
-    struct ibv_qp *qp = qps[i] = create_qp(NULL, &init);
+    struct ibv_qp *qp = create_qp(NULL, &init);
+    if (i >= 0)
+        qps[i] = qp;
     struct ibv_qp_attr a;
     memset(&a, 0, sizeof(a));
     a.qp_state = IBV_QPS_INIT;
     a.port_num = 1;
-    a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+    a.qp_access_flags = i >= 0 ? access_flags : IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ;
     modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
     memset(&a, 0, sizeof(a));
     a.qp_state = IBV_QPS_RTR;
     a.path_mtu = IBV_MTU_4096;
-    a.dest_qp_num = rqpn_base + (uint32_t)i;
+    a.dest_qp_num = i >= 0 ? rqpn_base + (uint32_t)i : qp->qp_num;
     a.max_dest_rd_atomic = 1;
     a.min_rnr_timer = 12;
     a.ah_attr.is_global = 1;
@@ -66,18 +77,23 @@ static void connect_qp(int i)
     a.ah_attr.grh.sgid_index = 3;
     a.ah_attr.grh.hop_limit = 255;
     a.ah_attr.port_num = 1;
-    rtr_rc[i] = modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-                                      IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                      IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+    int rtr = modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
+                                    IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                                    IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
     memset(&a, 0, sizeof(a));
     a.qp_state = IBV_QPS_RTS;
     a.timeout = 20;
     a.retry_cnt = 7;
     a.rnr_retry = 7;
     a.max_rd_atomic = 1;
-    rts_rc[i] = modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
-                                      IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                                      IBV_QP_MAX_QP_RD_ATOMIC);
+    int rts = modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
+                                    IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                    IBV_QP_MAX_QP_RD_ATOMIC);
+    if (i >= 0) {
+        rtr_rc[i] = rtr;
+        rts_rc[i] = rts;
+    }
+    return qp;
 }
 
 static void *worker(void *arg)
@@ -99,7 +115,12 @@ static void load_verbs(void)
         fprintf(stderr, "dlopen: %s\n", dlerror());
         exit(2);
     }
+#ifdef CCL_REALVERBS
+    /* the real libibverbs with the kernel faked (fakekernel.c): its QPs come from there */
+    create_qp = dlsym(RTLD_DEFAULT, "fakekernel_create_qp");
+#else
     create_qp = dlvsym(h, "ibv_create_qp", "IBVERBS_1.1");
+#endif
     modify_qp = dlvsym(h, "ibv_modify_qp", "IBVERBS_1.1");
     destroy_qp = dlvsym(h, "ibv_destroy_qp", "IBVERBS_1.1");
     if (!create_qp || !modify_qp || !destroy_qp) {
@@ -124,6 +145,10 @@ int main(int argc, char **argv)
     if (inet_pton(AF_INET, argv[2], &peer.raw[12]) != 1)
         return 2;
     load_verbs();
+    const char *side = getenv("CCL_SIM_SIDE");
+    int accept = side && !strcmp(side, "accept");
+    if (accept)
+        access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_REMOTE_READ;
     qps = calloc(n_qps, sizeof(*qps));
     rtr_rc = calloc(n_qps, sizeof(int));
     rts_rc = calloc(n_qps, sizeof(int));
@@ -134,8 +159,11 @@ int main(int argc, char **argv)
     for (int k = 0; k < n_threads; k++)
         pthread_join(t[k], NULL);
     long long dt = now_ns() - t0, dc = cpu_ns() - c0;
+    struct ibv_qp *flush = accept ? connect_qp(-1) : NULL;
     for (int i = 0; i < n_qps; i++)
         printf("qp %u %u rtr=%d rts=%d\n", qps[i]->qp_num, rqpn_base + i, rtr_rc[i], rts_rc[i]);
+    if (flush)
+        printf("flush %u\n", flush->qp_num);
     printf("connect_ns_per_qp %lld cpu_ns_per_qp %lld\n", dt / (n_qps ? n_qps : 1),
            dc / (n_qps ? n_qps : 1));
     fflush(stdout);
@@ -146,5 +174,7 @@ int main(int argc, char **argv)
     }
     for (int i = 0; i < n_qps; i++)
         destroy_qp(qps[i]);
+    if (flush)
+        destroy_qp(flush);
     return 0;
 }

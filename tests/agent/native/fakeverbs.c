@@ -3,9 +3,11 @@
  * It checks the shim's wiring, not a NIC: it hands out QP objects with increasing QP
  * numbers, answers GID queries with an IPv4-mapped RoCEv2 GID ($FAKEVERBS_IP), records the
  * attributes every ibv_modify_qp receives, and keeps qp->state as rdma-core's
- * ibv_modify_qp() does.  $FAKEVERBS_NO_RATE=1 rejects IBV_QP_RATE_LIMIT with EOPNOTSUPP (as
- * mainline mlx5 does for RC QPs); $FAKEVERBS_REJECT_FLOW_LABEL=1 fails any RTR that carries
- * a non-zero flow label (to exercise the shim's replay of the CCL's own attributes). */
+ * ibv_modify_qp() does.  $FAKEVERBS_NO_RATE rejects IBV_QP_RATE_LIMIT: with EINVAL, as the
+ * kernel core does for RC QPs (drivers/infiniband/core/verbs.c qp_state_table allows
+ * IB_QP_RATE_LIMIT only for RAW_PACKET QPs), or with EOPNOTSUPP when set to "EOPNOTSUPP";
+ * $FAKEVERBS_REJECT_FLOW_LABEL=1 fails any RTR that carries a non-zero flow label (to
+ * exercise the shim's replay of the CCL's own attributes). */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <infiniband/verbs.h>
@@ -41,16 +43,18 @@ struct ibv_qp *ibv_create_qp(struct ibv_pd *pd, struct ibv_qp_init_attr *init)
 int ibv_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
 {
     int rc = 0;
-    if ((mask & IBV_QP_RATE_LIMIT) && getenv("FAKEVERBS_NO_RATE"))
-        rc = EOPNOTSUPP;
+    const char *no_rate = getenv("FAKEVERBS_NO_RATE");
+    if ((mask & IBV_QP_RATE_LIMIT) && no_rate)
+        rc = strcmp(no_rate, "EOPNOTSUPP") ? EINVAL : EOPNOTSUPP;
     if ((mask & IBV_QP_AV) && attr->ah_attr.grh.flow_label &&
         getenv("FAKEVERBS_REJECT_FLOW_LABEL"))
         rc = EINVAL;
     fake_log("{\"call\":\"modify_qp\",\"qpn\":%u,\"mask\":%d,\"state\":%d,\"dest_qpn\":%u,"
-             "\"flow_label\":%u,\"rate_limit\":%u,\"rc\":%d}",
+             "\"flow_label\":%u,\"static_rate\":%u,\"rate_limit\":%u,\"rc\":%d}",
              qp->qp_num, mask, (mask & IBV_QP_STATE) ? (int)attr->qp_state : -1,
              (mask & IBV_QP_DEST_QPN) ? attr->dest_qp_num : 0,
              (mask & IBV_QP_AV) ? attr->ah_attr.grh.flow_label : 0,
+             (mask & IBV_QP_AV) ? attr->ah_attr.static_rate : 0,
              (mask & IBV_QP_RATE_LIMIT) ? attr->rate_limit : 0, rc);
     if (rc == 0 && (mask & IBV_QP_STATE))
         qp->state = attr->qp_state;

@@ -2,20 +2,29 @@
 (NCCL, RCCL, any verbs CCL), through the ``LD_PRELOAD`` shim ``native/icefab_verbs.c``.
 
 * A CCL process with the shim reports each RC QP at INIT->RTR (device, port, QP numbers,
-  IPv4 addresses of its RoCEv2 GIDs). The QP is named like the controller names it,
-  ``(job, src_ip, dst_ip, ordinal)``: the job comes from the process's ``ICE_JOB`` (else the
+  IPv4 addresses of its RoCEv2 GIDs, access flags at INIT; loopback QPs, NCCL's GPU flush,
+  are not reported). A data QP is named like the controller names it, a
+  :class:`~icefabric.qpid.QpId`: the job comes from the process's ``ICE_JOB`` (else the
   agent's default job) and the ordinal is the lowest free one for that NIC pair, in
-  connection order. If the current plan has that QP, the reply carries its source port and
-  rate; the shim writes the flow label that makes the kernel derive the port (domain-facts
-  §4.2) and paces the QP at RTS.
+  connection order. A receive-side QP (NCCL >= 2.29.2 tells it by its access flags,
+  :func:`is_receive_side`) takes no ordinal and no plan. If the current plan has that QP,
+  the reply carries its source port and rate; the shim writes the flow label that makes
+  the kernel derive the port (domain-facts §4.2) and the rate as the address vector's
+  ``static_rate`` (the ``IBV_RATE_*`` step the planner already rounded to,
+  :func:`icefabric.dataplane.roce.static_rate`), which the NIC applies from RTR on.
 * Live QPs are added to the host's communicator reports (:meth:`VerbsActuator.with_qps`), so
   the controller plans with the QP numbers of the real stack.
 * A later plan (re-plan, failover) is pushed to the live QPs: ``SET`` makes the shim call
   ``mlx5dv_modify_qp_udp_sport`` and the verbs rate limit; what the device refuses is
-  reported in the plan's ack (failed QPs and why), never hidden.
+  reported in the plan's ack (failed QPs and why), never hidden, and such QPs are retried
+  by the next plan. The verbs rate limit is refused for RC QPs by the kernel core on
+  ConnectX (EINVAL) and by some drivers with EOPNOTSUPP: both mean "no live per-QP rate";
+  the QP keeps the static rate it got at RTR. ``LiveQp.rate_via`` says per QP which
+  mechanism set the rate in force (``static_rate`` at RTR, ``rate_limit`` live), and the
+  host's reports carry it per QP (``QpEntry.rate_via``).
 
-Known limit: the shim sees QPs, not their direction in the collective, so a QP that only
-receives (NCCL's receive side) also takes an ordinal of its NIC pair.
+Known limit: older NCCL and RCCL give both sides of a connection the same access flags, so
+there a QP that only receives also takes an ordinal of its NIC pair (docs/verbs-shim.md).
 """
 
 from __future__ import annotations
@@ -28,17 +37,18 @@ import threading
 from collections import Counter
 from concurrent.futures import Future
 from concurrent.futures import TimeoutError as FutureTimeout
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from icefabric.agent.actuators.base import Actuator, ApplyResult, QpKey, qp_key
 from icefabric.agent.shim_socket import ShimConn, ShimProtocolError, ShimServer, format_line
+from icefabric.dataplane.roce import IBV_RATE_GBPS, static_rate
+from icefabric.qpid import QpId
 from icefabric.schemas_service import CommReport, HostPlan, QpEntry, QpPlan
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SOCKET = "/run/icefab/verbs.sock"
-PlanKey = tuple[str | None, str, str, int]  # (job, src_ip, dst_ip, ordinal)
 LiveKey = tuple[int, str, int]  # (connection id, device, local QPN)
 
 
@@ -47,14 +57,35 @@ def rate_kbps(rate_bps: float | None, *, unset: int) -> int:
     return unset if rate_bps is None else max(1, round(rate_bps / 1000))
 
 
+#: access flags at INIT of NCCL's receive-side QPs (>= 2.29.2, ncclIbAccept); its data QPs
+#: have IBV_ACCESS_REMOTE_WRITE (2) alone (ncclIbConnect; libibverbs verbs.h)
+RECEIVE_SIDE_ACCESS = 4 | 8  # IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC
+
+
+def is_receive_side(access_flags: int) -> bool:
+    """Whether a QP's INIT access flags mark it as NCCL's receive side (-1 = unknown)."""
+    return access_flags >= 0 and bool(access_flags & RECEIVE_SIDE_ACCESS)
+
+
+#: a driver's ways of saying "no live per-QP rate limit for this QP"
+NO_RATE_LIMIT = (errno.EOPNOTSUPP, errno.EINVAL)
+
+
+def srate_of(rate_bps: float | None) -> int:
+    """The ``IBV_RATE_*`` sent for a planned rate (0 = none)."""
+    return 0 if rate_bps is None else int(static_rate(rate_bps)[0])
+
+
 def why(what: str, err: int) -> str:
     """Operator text for a shim's error number on ``sport`` or ``rate``."""
     if err == errno.ENOSYS:
         return "libmlx5 (mlx5dv_modify_qp_udp_sport) is not in the CCL process"
     if err == errno.EOPNOTSUPP and what == "sport":
         return "the device cannot change a live QP's source port (EOPNOTSUPP)"
-    if err == errno.EOPNOTSUPP:
-        return "the driver has no per-QP rate limit for RC QPs (EOPNOTSUPP): DCQCN governs"
+    if err in NO_RATE_LIMIT and what == "rate":
+        name = "EINVAL" if err == errno.EINVAL else "EOPNOTSUPP"  # Linux: ENOTSUP == 95
+        return (f"no live per-QP rate for RC QPs ({name}): the QP keeps "
+                "its RTR static rate (DEVX packet pacing is not used)")
     if err == errno.ENOENT:
         return "the QP was destroyed"
     return f"{what}: {os.strerror(err)}"
@@ -71,13 +102,11 @@ class LiveQp:
     src_ip: str
     dst_ip: str
     job: str | None
-    ordinal: int
+    qp_id: QpId | None  # None: not a data QP (receive side) or no job: takes no plan
     sport: int | None = None
-    rate_kbps: int | None = None
-
-    @property
-    def plan_key(self) -> PlanKey:
-        return (self.job, self.src_ip, self.dst_ip, self.ordinal)
+    rate_kbps: int | None = None  # in force (0 / None = not paced)
+    rate_via: str | None = None  # "static_rate" (at RTR) or "rate_limit" (live)
+    static_kbps: int = 0  # the static rate set at RTR (0 = none)
 
 
 class VerbsActuator(Actuator):
@@ -99,9 +128,9 @@ class VerbsActuator(Actuator):
         self.push_timeout_s = push_timeout_s
         self.lock = threading.Lock()
         self.live: dict[LiveKey, LiveQp] = {}
-        self.by_plan: dict[PlanKey, LiveQp] = {}
-        self.planned: dict[PlanKey, QpPlan] = {}
-        self._ordinals: dict[tuple, set[int]] = {}
+        self.by_plan: dict[QpId, LiveQp] = {}
+        self.planned: dict[QpId, QpPlan] = {}
+        self._ordinals: dict[tuple[str, int, int], set[int]] = {}
         self._waiting: dict[LiveKey, Future] = {}
         self.server = ShimServer(socket_path, self._on_message, self._on_close)
 
@@ -127,9 +156,7 @@ class VerbsActuator(Actuator):
             with self.lock:
                 qp = self.live.get(key)
                 if kind == "RTR" and qp is not None:
-                    qp.sport = int(f["sport"])
-                elif kind == "RATE":
-                    self._on_rate(qp, int(f["kbps"]), int(f["err"]))
+                    self._on_rtr(qp, f)
                 elif kind == "GONE" and qp is not None:
                     self._forget(key)
                 elif kind == "DONE":
@@ -144,35 +171,44 @@ class VerbsActuator(Actuator):
 
     def _on_qp(self, conn: ShimConn, f: dict) -> bytes:
         job = conn.job or self.default_job
-        pair = (job, str(f["sip"]), str(f["dip"]))
+        sip, dip = str(f["sip"]), str(f["dip"])
+        data = job is not None and not is_receive_side(int(f.get("acc", -1)))
         with self.lock:
-            used = self._ordinals.setdefault(pair, set())
-            ordinal = next(i for i in itertools.count() if i not in used)
-            used.add(ordinal)
-            qp = LiveQp(conn, str(f["dev"]), int(f["lqpn"]), int(f["rqpn"]), pair[1], pair[2],
-                        job, ordinal)
+            qp_id = self._next_id(QpId.of(job, sip, dip, 0)) if data else None
+            qp = LiveQp(conn, str(f["dev"]), int(f["lqpn"]), int(f["rqpn"]), sip, dip, job,
+                        qp_id)
             self.live[(id(conn), qp.dev, qp.lqpn)] = qp
-            self.by_plan[qp.plan_key] = qp
-            plan = self.planned.get(qp.plan_key) if job else None
+            if qp_id is not None:
+                self.by_plan[qp_id] = qp
+            plan = self.planned.get(qp_id) if qp_id is not None else None
         if job is None:
             log.warning("pid %s: no ICE_JOB and no default job: QP %s/%d is not steered",
                         conn.pid, qp.dev, qp.lqpn)
         if plan is None:
             return format_line("NONE", seq=int(f["seq"]))
         return format_line("PLAN", seq=int(f["seq"]), sport=max(plan.sport, -1),
-                           rate_kbps=rate_kbps(plan.rate_bps, unset=-1))
+                           srate=srate_of(plan.rate_bps))
 
-    def _on_rate(self, qp: LiveQp | None, kbps: int, err: int) -> None:
-        if qp is not None and err == 0:
-            qp.rate_kbps = kbps
-        elif qp is not None:
-            log.warning("%s QP %d: rate %d kbit/s not applied: %s", qp.dev, qp.lqpn, kbps,
-                        why("rate", err))
+    def _next_id(self, first: QpId) -> QpId:
+        """The lowest free ordinal of ``first``'s job and NIC pair (lock held)."""
+        used = self._ordinals.setdefault(first.pair, set())
+        ordinal = next(i for i in itertools.count() if i not in used)
+        used.add(ordinal)
+        return replace(first, ordinal=ordinal)
+
+    @staticmethod
+    def _on_rtr(qp: LiveQp, f: dict) -> None:
+        qp.sport = int(f["sport"])
+        gbps = IBV_RATE_GBPS.get(int(f.get("srate", 0)))
+        if gbps is not None:
+            qp.static_kbps = qp.rate_kbps = round(gbps * 1e6)
+            qp.rate_via = "static_rate"
 
     def _forget(self, key: LiveKey) -> None:
         qp = self.live.pop(key)
-        self.by_plan.pop(qp.plan_key, None)
-        self._ordinals.get((qp.job, qp.src_ip, qp.dst_ip), set()).discard(qp.ordinal)
+        if qp.qp_id is not None:
+            self.by_plan.pop(qp.qp_id, None)
+            self._ordinals.get(qp.qp_id.pair, set()).discard(qp.qp_id.ordinal)
 
     def _on_close(self, conn: ShimConn) -> None:
         with self.lock:
@@ -187,21 +223,22 @@ class VerbsActuator(Actuator):
         with self.lock:
             by_job: dict[str, list[LiveQp]] = {}
             for qp in self.live.values():
-                if qp.job is not None:
-                    by_job.setdefault(qp.job, []).append(qp)
+                if qp.qp_id is not None:
+                    by_job.setdefault(qp.qp_id.job, []).append(qp)
         out = []
         for r in reports:
-            qps = sorted(by_job.get(r.job, []), key=lambda q: q.plan_key[1:])
+            qps = sorted(by_job.get(r.job, []), key=lambda q: q.qp_id)
             if qps:
                 r = r.model_copy(update={"qps": [
                     QpEntry(src_ip=q.src_ip, dst_ip=q.dst_ip, sport=q.sport, lqpn=q.lqpn,
-                            rqpn=q.rqpn, ordinal=q.ordinal) for q in qps]})
+                            rqpn=q.rqpn, ordinal=q.qp_id.ordinal, rate_kbps=q.rate_kbps or None,
+                            rate_via=q.rate_via if q.rate_kbps else None) for q in qps]})
             out.append(r)
         return out
 
     def _apply(self, plan: HostPlan, changed: list[QpPlan]) -> ApplyResult:
         with self.lock:
-            self.planned = {(q.job, q.src_ip, q.dst_ip, q.ordinal): q for q in plan.qps}
+            self.planned = {q.qp_id: q for q in plan.qps}
             targets = [(self.live_for(q), q) for q in changed]
         errors = self._push([(qp, q.sport, q.rate_bps) for qp, q in targets if qp is not None])
         counts = Counter(f"{qp.dev}: {msg}" for qp, msg in errors)
@@ -211,7 +248,7 @@ class VerbsActuator(Actuator):
 
     def live_for(self, q: QpPlan) -> LiveQp | None:
         """The live QP a plan entry names (call with ``lock`` held)."""
-        return self.by_plan.get((q.job, q.src_ip, q.dst_ip, q.ordinal))
+        return self.by_plan.get(q.qp_id)
 
     def _set_one(self, key: QpKey, sport: int, rate_bps: float | None) -> bool:
         with self.lock:
@@ -222,12 +259,16 @@ class VerbsActuator(Actuator):
     def _push(self, changes: list[tuple[LiveQp, int, float | None]]) -> list[tuple[LiveQp, str]]:
         """Send ``SET`` for what differs from what is in force; wait for the answers.
         Returns ``(qp, reason)`` for every change the shim could not make."""
-        sent = []
+        sent, errors = [], []
         for qp, sport, rate_bps in changes:
             want_rate = rate_kbps(rate_bps, unset=0)
             s = sport if sport >= 0 and sport != qp.sport else -1
-            unpaced = want_rate == 0 and qp.rate_kbps in (None, 0)
-            r = -1 if unpaced or want_rate == qp.rate_kbps else want_rate
+            r = -1 if want_rate == (qp.rate_kbps or 0) else want_rate
+            if r >= 0 and qp.static_kbps and not 0 < r <= qp.static_kbps:
+                # The NIC paces at the lower of the RTR static rate and a live rate limit.
+                errors.append((qp, f"the static rate set at RTR ({qp.static_kbps} kbit/s) "
+                                   "cannot be raised or removed live"))
+                r = -1
             if s < 0 and r < 0:
                 continue
             fut: Future = Future()
@@ -237,7 +278,6 @@ class VerbsActuator(Actuator):
                                             rate_kbps=r)):
                 fut.set_result((errno.ENOENT, errno.ENOENT))
             sent.append((qp, s, r, fut))
-        errors = []
         for qp, s, r, fut in sent:
             try:
                 sport_err, rate_err = fut.result(timeout=self.push_timeout_s)
@@ -249,7 +289,7 @@ class VerbsActuator(Actuator):
             elif s >= 0:
                 errors.append((qp, why("sport", sport_err)))
             if r >= 0 and rate_err == 0:
-                qp.rate_kbps = r
-            elif r >= 0 and not (r == 0 and rate_err == errno.EOPNOTSUPP):
+                qp.rate_kbps, qp.rate_via = r, "rate_limit"
+            elif r >= 0:
                 errors.append((qp, why("rate", rate_err)))
         return errors

@@ -27,8 +27,9 @@ def _health(core) -> Health:
 @router.get("/readyz", response_model=Health,
             responses={503: {"model": ErrorBody, "description": "Database unavailable"}})
 def readyz(core: CoreDep) -> Health:
-    """Ready to serve writes: the database answers now (503 with the reason if not)."""
-    core.repo.ping()
+    """Ready to serve writes: a write to the database commits now (503 with the reason
+    if not: unreachable, locked, read-only, full)."""
+    core.repo.check_writable()
     return _health(core)
 
 

@@ -1,4 +1,4 @@
-"""Read-only views for operators (admin token): jobs, plans, links, agents, events."""
+"""Read-only views for operators (admin token): plans, links, agents, events."""
 
 from __future__ import annotations
 
@@ -8,33 +8,9 @@ from fastapi import APIRouter, Path, Query
 from icefabric.controller.core import Conflict, NotFound
 from icefabric.controller.deps import ERRORS, AdminDep, CoreDep
 from icefabric.controller.routes.agents import agent_view
-from icefabric.schemas_service import AgentView, JobView, LinkView, PlanSummary
+from icefabric.schemas_service import AgentView, LinkView, PlanSummary
 
 router = APIRouter(prefix="/v1", tags=["views"], responses=ERRORS)
-
-
-def _job(core, js) -> JobView:
-    rep = js.any
-    return JobView(job=js.job, job_order=rep.job_order, library=rep.library,
-                   hosts_expected=js.hosts_expected, hosts_reported=sorted(js.reports),
-                   complete=js.complete, qps=sum(len(r.qps) for r in js.reports.values()),
-                   size_bytes=rep.size_bytes)
-
-
-@router.get("/jobs", response_model=list[JobView])
-async def list_jobs(core: CoreDep, _: AdminDep) -> list[JobView]:
-    """Every job reported by agents."""
-    return [_job(core, js) for _, js in sorted(core.jobs.items()) if js.reports]
-
-
-@router.get("/jobs/{job}", response_model=JobView)
-async def get_job(core: CoreDep, _: AdminDep,
-                  job: str = Path(max_length=128)) -> JobView:
-    """One job."""
-    js = core.jobs.get(job)
-    if js is None or not js.reports:
-        raise NotFound(f"no job {job!r}")
-    return _job(core, js)
 
 
 @router.get("/plans", response_model=list[PlanSummary])

@@ -7,6 +7,7 @@ no-op. Add new migrations at the end; never edit an applied one.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 
@@ -27,9 +28,22 @@ def _v2(conn: Connection) -> None:
     t.Base.metadata.create_all(conn, tables=[t.EventRow.__table__])
 
 
+def _v3(conn: Connection) -> None:
+    """Jobs are registered; a job already reported keeps the hosts of its ranks."""
+    t.Base.metadata.create_all(conn, tables=[t.JobRow.__table__])
+    hosts: dict[str, set[str]] = {}
+    for job, doc in conn.execute(select(t.ReportRow.job, t.ReportRow.document)):
+        hosts.setdefault(job, set()).update(r["host"] for r in json.loads(doc)["ranks"])
+    now = time.time()
+    for job, hs in sorted(hosts.items()):
+        conn.execute(t.JobRow.__table__.insert().values(
+            job=job, hosts=json.dumps(sorted(hs)), created_at=now))
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "fabric, link states, hosts, reports, plans", _v1),
     (2, "events table with time index", _v2),
+    (3, "registered jobs (the hosts that may report each)", _v3),
 ]
 LATEST = MIGRATIONS[-1][0]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import threading
 import time
 from collections.abc import Iterable, Iterator
@@ -22,8 +23,18 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from icefabric.controller.store import tables as t
 from icefabric.controller.store.batch import GroupCommit
-from icefabric.controller.store.errors import StoreError, StoreUnusable, translate
+from icefabric.controller.store.errors import (
+    StoreError,
+    StoreUnavailable,
+    StoreUnusable,
+    describe,
+    translate,
+)
 from icefabric.controller.store.migrations import migrate, sqlite_pragmas
+
+#: a SQLite file's filesystem with less free space than this is not ready: a plan for
+#: a large fleet takes megabytes
+MIN_FREE_BYTES = 64 << 20
 
 
 def check_sqlite_path(database: str | None) -> None:
@@ -117,6 +128,24 @@ class Repository:
         with self._reading() as s:
             s.execute(select(1))
 
+    def check_writable(self) -> None:
+        """Raise :class:`StoreError` unless a write commits now: one transaction adds a
+        64 KiB row (about what a report takes) and removes it, so a read-only file or
+        server, a held lock or a server out of space shows here before a real write meets
+        it. A SQLite file also needs room to grow: the probe reuses the pages it freed
+        last time, so free space on the file's filesystem is checked as well."""
+        if self.backend == "sqlite" and self.url.database not in (None, "", ":memory:"):
+            d = Path(self.url.database).resolve().parent
+            free = shutil.disk_usage(d).free
+            if free < MIN_FREE_BYTES:
+                raise StoreUnavailable(f"{describe(self.url)}: only {free >> 20} MiB free "
+                                       f"on {d}: the disk is (nearly) full")
+        with self._writing() as s:
+            row = t.EventRow(t=time.time(), host="", kind="readyz", document=" " * 65536)
+            s.add(row)
+            s.flush()
+            s.delete(row)
+
     # -- fabric -----------------------------------------------------------------------------
     def save_fabric(self, name: str, document: dict, plan_seed: int,
                     down: Iterable[tuple[str, str]]) -> int:
@@ -191,6 +220,21 @@ class Repository:
                 t.HostRow.host.in_(list(rows)))).scalars())
             if known:
                 s.execute(update(t.HostRow), [rows[h] for h in known])
+
+    # -- jobs -------------------------------------------------------------------------------
+    def save_job(self, job: str, hosts: list[str]) -> None:
+        with self._writing() as s:
+            s.merge(t.JobRow(job=job, hosts=json.dumps(hosts), created_at=time.time()))
+
+    def delete_job(self, job: str) -> None:
+        """Forget the job and every report of it."""
+        with self._writing() as s:
+            s.execute(delete(t.ReportRow).where(t.ReportRow.job == job))
+            s.execute(delete(t.JobRow).where(t.JobRow.job == job))
+
+    def jobs(self) -> dict[str, list[str]]:
+        with self._reading() as s:
+            return {r.job: json.loads(r.hosts) for r in s.execute(select(t.JobRow)).scalars()}
 
     # -- reports ----------------------------------------------------------------------------
     def save_report(self, job: str, host: str, document: dict) -> None:

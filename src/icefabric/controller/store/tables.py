@@ -57,6 +57,17 @@ class HostRow(Base):
     applied_version: Mapped[int] = mapped_column(Integer, default=0)
 
 
+class JobRow(Base):
+    """A job as its creator (admin or scheduler) registered it: the hosts it runs on
+    (JSON list); only those hosts may report it."""
+
+    __tablename__ = "ice_jobs"
+
+    job: Mapped[str] = mapped_column(String(128), primary_key=True)
+    hosts: Mapped[str] = mapped_column(Text)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
 class ReportRow(Base):
     __tablename__ = "ice_reports"
 

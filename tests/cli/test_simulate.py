@@ -92,3 +92,13 @@ def test_sizes_outside_the_domain_are_one_line(sizes, says):
     r = CliRunner().invoke(app, ["simulate", "homog-small", "--sizes", sizes, "-q"])
     assert r.exit_code == 2 and len(r.stderr.splitlines()) == 1, r.output
     assert r.stderr.startswith(f"error: {says}"), r.stderr
+
+
+def test_a_negative_seed_is_a_usage_error_not_a_traceback():
+    from typer.testing import CliRunner
+
+    from icefabric.cli.app import app
+
+    r = CliRunner().invoke(app, ["simulate", "homog-small", "--seed", "-1", "-q"])
+    assert r.exit_code == 2, r.output
+    assert "Invalid value for '--seed'" in r.stderr and "Traceback" not in r.stderr

@@ -130,7 +130,8 @@ def test_garbage_inputs_exit_0_or_2_with_one_line(tmp_path: Path):
     assert "nRanks 99999999999999999999 is beyond" in by[("collect", "nccl-log",
                                                           "nranks.log")].stderr
     codes = [o.exit_code for o in outcomes]
-    print(f"\ncollector fuzz: {len(files)} files, {len(cases)} runs: exit 0 "
+    print(f"\ncollector fuzz: {len(files)} files, {len(cases)} runs ({len(replay)} logs also "
+          f"through simulate --from-log and compare): exit 0 "
           f"{codes.count(0)}, exit 2 {codes.count(2)}, slowest "
           f"{max(o.seconds for o in outcomes):.1f} s, peak RSS "
           f"{max(o.peak_rss for o in outcomes) / 2**30:.2f} GiB")

@@ -74,3 +74,14 @@ def test_nesting_past_the_depth_limit_stops_the_reading_with_a_warning():
     assert [w.message for w in topo.warnings] == [
         f"line 2: elements nested deeper than {MAX_XML_DEPTH} (a topology dump nests about "
         "8); the rest is not read"]
+
+
+def test_entity_bombs_and_external_entities_are_never_expanded():
+    bomb = ('<?xml version="1.0"?><!DOCTYPE l [<!ENTITY a "aaaaaaaaaa">'
+            + "".join(f'<!ENTITY {c} "{("&" + p + ";") * 10}">'
+                      for p, c in zip("abcdefgh", "bcdefghi"))
+            + ']><system version="1"><cpu numaid="&i;"/></system>')
+    xxe = ('<?xml version="1.0"?><!DOCTYPE s [<!ENTITY x SYSTEM "file:///etc/passwd">]>'
+           '<system version="1"><cpu numaid="&x;"/></system>')
+    assert parse_nccl_topo(bomb).cpus == [{"numaid": "&i;"}]
+    assert parse_nccl_topo(xxe).cpus == [{"numaid": "&x;"}]

@@ -55,8 +55,9 @@ def simulate(
                               "default: the scenario's `draws`, else "
                               "icefabric.experiment.draws.DEFAULT_DRAWS (1 on the fluid engine "
                               "and above 16 servers)."),
-    seed: int = typer.Option(None, "--seed", help="Base seed (default: the scenario's "
-                             "`seed`); draw 0 uses it, the others are spawned from it."),
+    seed: int = typer.Option(None, "--seed", min=0, max=2**63 - 1,
+                             help="Base seed (default: the scenario's `seed`); draw 0 uses "
+                             "it, the others are spawned from it."),
     workers: int = typer.Option(1, "--workers", min=0, help="Processes for the draws "
                                 "(0 = one per core)."),
     ray: str = typer.Option(None, "--ray", help="Run the draws as Ray tasks instead, one "

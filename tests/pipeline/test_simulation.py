@@ -27,14 +27,18 @@ def two_servers(tiny_profile):
 
 
 def test_fluid_runs_paced_flows_at_their_pacer_rate(two_servers):
-    f, wl = two_servers
+    f, _ = two_servers
+    wb = WorkloadBuilder()
+    add_collective(wb, Communicator("j", f, f.nodes_of_kind(ACCEL), channels=2,
+                                    qps_per_connection=3), "all_reduce", SIZE)
+    wl = wb.build(node_ip=f.node_ip)
     ice = plan(f, wl, get_policy("ice"))
     fluid = EngineOptions(engine="fluid", cc="none", pfc="off", wire_overhead=1.0, ack_bytes=0)
     paced = simulate(ice, fluid).collectives[0].time_ns
     unpaced = simulate(plan(f, wl, get_policy("spray")), fluid).collectives[0].time_ns
-    # 2 channels of 100G NICs: the plan's 98 Gb/s (2 % headroom) goes out as the NIC's
-    # 80 Gb/s static-rate step, and the pacers hold each channel there
-    assert paced / unpaced == pytest.approx(100 / 80, rel=5e-3)
+    # 2 channels of 100G NICs, 3 QPs each: a QP's 33.3 Gb/s share goes out as the NIC's
+    # 30 Gb/s static-rate step, and the pacers hold each channel at 90 Gb/s
+    assert paced / unpaced == pytest.approx(100 / 90, rel=5e-3)
     # the flow engine gives every flow its max-min rate: the same time as spraying
     flow = EngineOptions(engine="flow")
     assert simulate(ice, flow).collectives[0].time_ns == \

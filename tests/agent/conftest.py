@@ -130,3 +130,19 @@ def native(tmp_path_factory) -> NativeKit:
         if os.environ.get("ICEFAB_REQUIRE_SHIM") == "1":
             pytest.fail(f"ICEFAB_REQUIRE_SHIM=1 but the shim kit does not build: {e}")
         pytest.skip(f"no C compiler or libibverbs headers: {e}")
+
+
+def two_server_ring(name: str, channels: int, qps_per_connection: int) -> str:
+    """A scenario of 2 H100 servers, one GPU each, under their own leaves, running one
+    ring AllReduce: NCCL runs every channel through that GPU's NIC, so the NIC pair under
+    test carries ``channels x qps_per_connection`` QPs each way."""
+    return f"""
+name: {name}
+seed: 3
+fabric: {{kind: leaf-spine, servers_per_leaf: 1, spines: 4, links_per_spine: 1, oversub: 1.0}}
+pools: [{{name: h100, server: hgx-h100, count: 2}}]
+jobs:
+  - {{name: train1, pools: [h100], ranks_per_server: 1, channels: {channels},
+     qps_per_connection: {qps_per_connection}, collectives: [{{kind: all_reduce}}]}}
+sizes: {{min: 1MiB, max: 1MiB, factor: 2}}
+"""

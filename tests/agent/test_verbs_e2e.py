@@ -25,20 +25,10 @@ from icefabric.scenario.loader import loads
 from icefabric.twin.run import host_reports, register_jobs, upload_fabric
 from icefabric.twin.serve import ThreadedController
 
-from .conftest import IBV_QP_RATE_LIMIT, records, rtr_labels, wait_for
+from .conftest import IBV_QP_RATE_LIMIT, records, rtr_labels, two_server_ring, wait_for
 
-# One GPU per server: NCCL runs every channel through that GPU's NIC, so one channel with
-# 2 QPs per connection gives the NIC pair under test exactly 2 QPs.
-SCENARIO = """
-name: shim-e2e
-seed: 3
-fabric: {kind: leaf-spine, servers_per_leaf: 1, spines: 4, links_per_spine: 1, oversub: 1.0}
-pools: [{name: h100, server: hgx-h100, count: 2}]
-jobs:
-  - {name: train1, pools: [h100], ranks_per_server: 1, channels: 1, qps_per_connection: 2,
-     collectives: [{kind: all_reduce}]}
-sizes: {min: 1MiB, max: 1MiB, factor: 2}
-"""
+# One channel with 2 QPs per connection: the NIC pair under test has exactly 2 QPs.
+SCENARIO = two_server_ring("shim-e2e", channels=1, qps_per_connection=2)
 ADMIN = "e2e-admin"
 
 

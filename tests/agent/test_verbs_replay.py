@@ -14,19 +14,9 @@ from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import loads
 from icefabric.schemas_service import HostPlan
 
-from .conftest import rtr_labels
+from .conftest import rtr_labels, two_server_ring
 
-# One GPU per server: NCCL runs every channel through that GPU's NIC.
-RING16 = """
-name: ring16
-seed: 3
-fabric: {kind: leaf-spine, servers_per_leaf: 1, spines: 4, links_per_spine: 1, oversub: 1.0}
-pools: [{name: h100, server: hgx-h100, count: 2}]
-jobs:
-  - {name: train1, pools: [h100], ranks_per_server: 1, channels: 16, qps_per_connection: 1,
-     collectives: [{kind: all_reduce}]}
-sizes: {min: 1MiB, max: 1MiB, factor: 2}
-"""
+RING16 = two_server_ring("ring16", channels=16, qps_per_connection=1)
 
 
 def test_replayed_two_node_ring_puts_every_data_qp_on_its_plan(native, tmp_path):

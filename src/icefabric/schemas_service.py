@@ -162,12 +162,15 @@ class RankEntry(_Model):
 
 
 class QpEntry(_Model):
-    """One data QP created on the reporting host: its 5-tuple and numbers.
+    """One QP created on the reporting host: its 5-tuple and numbers.
 
     ``ordinal`` numbers the job's data QPs between the same NIC pair in connection order;
     with the job and the pair it names the QP across reports and plans
-    (:class:`icefabric.qpid.QpId`). ``rate_kbps``/``rate_via``: the pacing rate in force
-    and the mechanism that set it (``static_rate`` at INIT->RTR, ``rate_limit`` live;
+    (:class:`icefabric.qpid.QpId`). ``side`` is ``receive`` for a QP the host knows is a
+    connection's receive side (it takes no ordinal); ``init_rtr_ns`` its INIT->RTR time on
+    the host's clock; the controller pairs the two ends of each connection with them
+    (:mod:`icefabric.pipeline.pairing`). ``rate_kbps``/``rate_via``: the pacing rate in
+    force and the mechanism that set it (``static_rate`` at INIT->RTR, ``rate_limit`` live;
     None = not paced).
     """
 
@@ -180,6 +183,8 @@ class QpEntry(_Model):
     ordinal: int = Field(0, ge=0, le=1_000_000)
     rate_kbps: int | None = Field(None, ge=1, le=2**32 - 1)
     rate_via: Literal["static_rate", "rate_limit"] | None = None
+    side: Literal["receive"] | None = None
+    init_rtr_ns: int | None = Field(None, ge=0, le=10**13)
 
     _sip = field_validator("src_ip")(_check_ip)
     _dip = field_validator("dst_ip")(_check_ip)

@@ -43,10 +43,38 @@ def test_reports_rebuild_the_scenario_workload_exactly(scenario):
     assert np.array_equal(a.sport, b.sport) and np.array_equal(a.route_links, b.route_links)
 
 
-def test_incomplete_jobs_are_not_planned(scenario):
+def _first_reports(reports):
+    """Each job's report from one host only (its first host, by name)."""
+    first = {}
+    for host in sorted(reports):
+        for rep in reports[host]:
+            first.setdefault(rep.job, (host, rep.model_copy(update={"qps": []})))
+    return {h: [r for hh, r in first.values() if hh == h] for h, _ in first.values()}
+
+
+def test_a_job_is_planned_from_its_first_report(scenario):
+    """Plan before connect: one host's report (no QPs yet) names the whole communicator,
+    so the job's workload and ICE plan are those of every host's full report."""
+    ls, fabric, wl, reports = scenario
+    specs, _ = job_specs(fabric, _states(_first_reports(reports)))
+    assert sorted(s.name for s in specs) == ["gpt", "mixed"]
+    got = build_workload(fabric, specs)
+    assert np.array_equal(got.qp_src_nic, wl.qp_src_nic)
+    assert np.array_equal(got.qp_dst_nic, wl.qp_dst_nic)
+    pol = get_policy("ice")
+    a = pol.plan(PlanContext.create(fabric, wl, seed=ls.scenario.seed))
+    b = pol.plan(PlanContext.create(fabric, got, seed=ls.scenario.seed))
+    assert np.array_equal(a.sport, b.sport) and np.array_equal(a.route_links, b.route_links)
+
+
+def test_a_job_that_ends_on_one_host_is_not_planned(scenario):
     _, fabric, _, reports = scenario
-    specs, _ = job_specs(fabric, _states(reports, skip={"ascend-3"}))
+    states = _states(reports)
+    states["mixed"].ended.add("ascend-3")
+    specs, _ = job_specs(fabric, states)
     assert [s.name for s in specs] == ["gpt"]
+    states["mixed"].ended.clear()  # the host reports it again
+    assert len(job_specs(fabric, states)[0]) == 2
 
 
 def _plans(settings, scenario, processes, tmp_path):

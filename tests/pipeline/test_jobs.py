@@ -13,7 +13,6 @@ from icefabric.pipeline.jobs import (
     report_job,
 )
 from icefabric.pipeline.plans import scenario_workload
-from icefabric.qpid import QpId
 from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import load
 from icefabric.schemas import CommunicatorReport, Ring
@@ -57,7 +56,8 @@ def test_reported_qps_and_rings_are_kept(small_fabric):
                                                    lqpn=0x42, rqpn=0x43,
                                                    ordinal=int(qp_ordinals(wl)[q]))]})
     job = report_job(small_fabric, [base, mine])
-    assert job.qps == {QpId.of(base.job, s, d, int(qp_ordinals(wl)[q])): (0x42, 0x43, 0xC123)}
+    (end,) = job.qps
+    assert (end.lqpn, end.rqpn, end.sport, end.order) == (0x42, 0x43, 0xC123, qp_ordinals(wl)[q])
     got = build_workload(small_fabric, [job])
     assert (got.qp_lqpn[q], got.qp_rqpn[q], got.sports()[q]) == (0x42, 0x43, 0xC123)
     others = np.arange(wl.n_qps) != q

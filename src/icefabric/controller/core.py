@@ -419,11 +419,11 @@ class ControllerCore:
             if job not in self.job_hosts:
                 raise NotFound(f"no job {job!r}")
             js = self.jobs.get(job)
-            was_complete = js is not None and bool(js.reports) and js.complete
+            was_planned = js is not None and js.ready
             self.repo.delete_job(job)
             del self.job_hosts[job]
             self.jobs.pop(job, None)
-        if was_complete:
+        if was_planned:
             self.request_plan(f"job {job} deleted")
 
     def _check_owner(self, host: str, rep: CommReport) -> None:
@@ -465,25 +465,28 @@ class ControllerCore:
             self.repo.save_report(rep.job, host, rep.model_dump(mode="json"))
             js = self.jobs.setdefault(rep.job, JobState(rep.job))
             js.reports[host] = rep
-            complete = js.complete
+            js.ended.discard(host)
+            planned = js.ready
         self.metrics.reports.inc()
-        if complete:
+        if planned:
             self.request_plan(f"job {rep.job}")
         return js
 
     def end_report(self, host: str, job: str) -> None:
         """The job's communicator is gone on ``host`` (job ended or host left it): forget
-        the report; a job planned so far is dropped from the next plan."""
+        the report; a job planned so far is dropped from the next plan, and stays out
+        until its ending hosts report it again (:attr:`JobState.ready`)."""
         with self._lock:
             js = self.jobs.get(job)
             if js is None or host not in js.reports:
                 raise NotFound(f"host {host!r} has no report for job {job!r}")
-            was_complete = js.complete
+            was_planned = js.ready
             self.repo.delete_report(job, host)
             del js.reports[host]
+            js.ended.add(host)
             if not js.reports:
                 del self.jobs[job]
-        if was_complete:
+        if was_planned:
             self.request_plan(f"job {job} ended on {host}")
 
     # -- plans ----------------------------------------------------------------------------------
@@ -549,7 +552,7 @@ class ControllerCore:
             fabric = self.fabric
             if fabric is None:
                 return
-            jobs = {k: JobState(k, dict(v.reports)) for k, v in self.jobs.items()}
+            jobs = {k: JobState(k, dict(v.reports), set(v.ended)) for k, v in self.jobs.items()}
             down = sorted(self.down)
             down_ids = self.down_link_ids()
             seed, fv = self.plan_seed, self.fabric_version

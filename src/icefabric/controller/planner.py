@@ -1,7 +1,10 @@
 """The controller's planning: agents' communicator reports -> jobs -> workload -> plan ->
 per-host plans, through the same spine as the simulator (:mod:`icefabric.pipeline`).
 
-Each complete job's reports become a :class:`~icefabric.pipeline.JobSpec` (ranks on hosts
+A job is planned from its first report (plan before connect): one host's report names every
+rank, its device, the collectives and the size, so the data QPs of its first communicator
+get their ports and rates when they connect, not from a live re-port later. Each planned
+job's reports become a :class:`~icefabric.pipeline.JobSpec` (ranks on hosts
 and devices, library, channels, QPs per connection, collectives and size, the rings its
 collector saw, the QP numbers and ports its hosts reported); jobs are built in launch order
 and every modelled QP takes the numbers an agent reported for
@@ -74,19 +77,21 @@ def check_report(fabric: Fabric, host: str, rep: CommReport) -> None:
             raise PlanInputError(f"qps[{i}]: source {q.src_ip} is not a NIC of host {host!r}")
         if q.dst_ip not in all_ips:
             raise PlanInputError(f"qps[{i}]: destination {q.dst_ip} is not a NIC in the fabric")
-        key = (q.src_ip, q.dst_ip, q.ordinal)
+        key = (q.src_ip, q.dst_ip, q.ordinal) if q.side is None else (q.src_ip, q.lqpn)
         if key in seen:
             raise PlanInputError(f"qps[{i}]: duplicate QP {q.src_ip}->{q.dst_ip} "
-                                 f"ordinal {q.ordinal}")
+                                 f"ordinal {q.ordinal}" if q.side is None else
+                                 f"qps[{i}]: duplicate QP {q.src_ip} {q.lqpn}")
         seen.add(key)
 
 
 @dataclass
 class JobState:
-    """All reports of one job and whether every host of it has reported."""
+    """All reports of one job, and the hosts whose communicator of it has ended."""
 
     job: str
     reports: dict[str, CommReport] = field(default_factory=dict)
+    ended: set[str] = field(default_factory=set)
 
     @property
     def any(self) -> CommReport:
@@ -99,6 +104,13 @@ class JobState:
     @property
     def complete(self) -> bool:
         return set(self.hosts_expected) <= set(self.reports)
+
+    @property
+    def ready(self) -> bool:
+        """Planned: a report names the communicator (any host's will do: plan before
+        connect) and no host has ended it (a job that ends on one host is ending: all its
+        ranks share the communicator, so it leaves the plan at the first end)."""
+        return bool(self.reports) and not self.ended
 
     @property
     def failing(self) -> bool:
@@ -123,9 +135,9 @@ class PlanOutcome:
 
 
 def job_specs(fabric: Fabric, jobs: dict[str, JobState]) -> tuple[list[JobSpec], dict[str, str]]:
-    """The jobs whose every host has reported, in launch order; jobs whose reports do not
-    fit the fabric are left out (and named with the reason)."""
-    ready = sorted((j for j in jobs.values() if j.reports and j.complete),
+    """The jobs that are :attr:`JobState.ready`, in launch order; jobs whose reports do
+    not fit the fabric are left out (and named with the reason)."""
+    ready = sorted((j for j in jobs.values() if j.ready),
                    key=lambda j: (j.any.job_order, j.job))
     specs, errors = [], {}
     for js in ready:

@@ -13,8 +13,8 @@ collectives chained inside a job, so every front end gets the same QPs in the sa
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -23,11 +23,13 @@ from icefabric.ccl.communicator import Communicator
 from icefabric.ccl.workload import Workload, WorkloadBuilder
 from icefabric.csr import within
 from icefabric.errors import IceFabricError
+from icefabric.pipeline.pairing import QpEnd, data_qps
 from icefabric.qpid import QpId
 from icefabric.scenario.build import job_nccl_settings, placed_accels
 from icefabric.scenario.loader import LoadedScenario
 from icefabric.schemas_service import CommReport
 from icefabric.topology.model import Fabric
+from icefabric.units import ipv4_int
 
 
 class PipelineError(IceFabricError, ValueError):
@@ -51,15 +53,16 @@ class JobSpec:
     comm : Communicator — ranks, library, channels, QPs per connection, observed rings.
     collectives : tuple of (kind, algorithm or None).
     size_bytes : int — nccl-tests ``size`` of every collective.
-    qps : mapping QpId -> (lqpn, rqpn, sport) — the QPs the job's hosts reported (sport
-        -1 when not reported); modelled QP numbers and kernel-derived ports stay for the
-        QPs nobody reported.
+    qps : the QP ends the job's hosts reported, both ends of each connection where the
+        hosts report them (:mod:`icefabric.pipeline.pairing` tells the data QPs among
+        them); modelled QP numbers and kernel-derived ports stay for the QPs nobody
+        reported.
     """
 
     comm: Communicator
     collectives: tuple[tuple[str, str | None], ...]
     size_bytes: int
-    qps: Mapping[QpId, tuple[int, int, int]] = field(default_factory=dict)
+    qps: tuple[QpEnd, ...] = ()
 
     @property
     def name(self) -> str:
@@ -104,17 +107,21 @@ def qp_ordinals(wl: Workload) -> np.ndarray:
 
 
 def _apply_observed_qps(wl: Workload, jobs: Sequence[JobSpec]) -> None:
-    """Replace modelled QP numbers (and derived ports) by the reported ones, matched by
-    :class:`QpId`."""
-    observed = {j.name: j.qps for j in jobs if j.qps}
-    if not observed:
+    """Replace modelled QP numbers (and derived ports) by those of the reported data QPs
+    (:func:`icefabric.pipeline.pairing.data_qps`), matched by :class:`QpId`."""
+    if not any(j.qps for j in jobs):
         return
+    names = qp_jobs(wl)
     ordinal = qp_ordinals(wl).tolist()
     sip, dip = wl.qp_src_ip.tolist(), wl.qp_dst_ip.tolist()
-    for q, job in enumerate(qp_jobs(wl)):
+    modelled: dict[str, set[tuple[int, int]]] = {}
+    for q, job in enumerate(names):
+        modelled.setdefault(job, set()).add((sip[q], dip[q]))
+    observed = {j.name: data_qps(j.qps, modelled.get(j.name, set())) for j in jobs if j.qps}
+    for q, job in enumerate(names):
         got = observed.get(job, {}).get(QpId(job, sip[q], dip[q], ordinal[q]))
         if got is not None:
-            wl.qp_lqpn[q], wl.qp_rqpn[q], wl.qp_sport[q] = got
+            wl.qp_lqpn[q], wl.qp_rqpn[q], wl.qp_sport[q] = got.lqpn, got.rqpn, got.sport
 
 
 # -- front ends ---------------------------------------------------------------------------------
@@ -170,7 +177,8 @@ def report_job(fabric: Fabric, reports: Sequence[CommReport]) -> JobSpec:
                             rings=tuple(tuple(rings[c]) for c in sorted(rings)))
     except (KeyError, IndexError, ValueError) as e:
         raise JobError(rep.job, f"reports do not fit the fabric: {e}") from None
-    qps = {QpId.of(rep.job, q.src_ip, q.dst_ip, q.ordinal):
-           (q.lqpn, q.rqpn, -1 if q.sport is None else q.sport) for r in reports for q in r.qps}
+    qps = tuple(QpEnd(rep.job, ipv4_int(q.src_ip), ipv4_int(q.dst_ip), q.lqpn, q.rqpn,
+                      q.ordinal, q.side == "receive", q.init_rtr_ns,
+                      -1 if q.sport is None else q.sport) for r in reports for q in r.qps)
     return JobSpec(comm, tuple((c.kind, c.algorithm) for c in rep.collectives),
                    rep.size_bytes, qps)

@@ -44,6 +44,10 @@ class Actuator(ABC):
         for q in changed:
             if qp_key(q) not in res.failed:
                 self.state[qp_key(q)] = (q.sport, q.rate_bps)
+        # QPs the plan no longer names (ended jobs; modelled numbers replaced by reported
+        # ones) are forgotten, so a plan naming one again applies it again.
+        keys = {qp_key(q) for q in plan.qps}
+        self.state = {k: v for k, v in self.state.items() if k in keys}
         res.applied = len(plan.qps) - len(res.failed)
         return res
 

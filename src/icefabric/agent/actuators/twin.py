@@ -22,9 +22,8 @@ class TwinNicActuator(Actuator):
         self.version = 0
 
     def _apply(self, plan: HostPlan, changed: list[QpPlan]) -> ApplyResult:
-        with self.lock:
-            for q in plan.qps:
-                self.applied[qp_key(q)] = q
+        with self.lock:  # the plan's QPs (one named by modelled numbers leaves once reported)
+            self.applied = {qp_key(q): q for q in plan.qps}
             self.version = plan.version
         return ApplyResult()
 

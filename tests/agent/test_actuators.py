@@ -105,6 +105,18 @@ def test_a_failed_apply_is_retried_by_the_next_identical_plan():
     assert act.apply(plan(p.qps, version=3)).applied == 2 and act.seen[-1] == []
 
 
+def test_qps_a_plan_no_longer_names_are_forgotten_and_applied_again_when_named():
+    """A job is planned before its QPs connect: the first plan names a QP by modelled
+    numbers, the next by the reported ones; a QP that leaves and comes back is re-applied."""
+    act, twin = get_actuator("dry-run", stream=io.StringIO()), get_actuator("twin")
+    a, b = qp("10.0.0.1", "10.0.1.1", 5, 0, 50000), qp("10.0.0.1", "10.0.1.1", 9, 0, 50000)
+    for x in (act, twin):
+        x.apply(plan([a]))
+        x.apply(plan([b], version=2))
+    assert list(act.state) == [b.key] and list(twin.applied) == [b.key]
+    assert act.apply(plan([a], version=3)).applied == 1 and list(act.state) == [a.key]
+
+
 def test_twin_actuator_records_applied_settings_and_backup_switch():
     act = get_actuator("twin")
     q = qp("10.0.0.1", "10.0.1.1", 7, 0, 50000, backup=50001)

@@ -57,7 +57,9 @@ def test_agents_get_plans_and_keep_them_when_controller_is_gone(controller, tmp_
     try:
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not (
-                controller.core.plan_version and  # the plan of every job, everywhere
+                # the plan of every job, everywhere, and no plan pending (a job is planned
+                # from its first report: later reports re-plan)
+                controller.core.wait_idle(0) and controller.core.plan_version and
                 len(controller.core.plan_summary["jobs"]) == len(sw.jobs) and
                 all(a.version == controller.core.plan_version for a in agents.values()) and
                 all(controller.core.hosts.get(h, {}).get("applied_version") ==

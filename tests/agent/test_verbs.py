@@ -106,15 +106,41 @@ def test_receive_side_qps_take_no_ordinal_and_no_plan(agent_sock):
     def ask(lqpn, acc):
         return act._on_message(conn, "QP", {"seq": lqpn, "dev": "mlx5_0", "port": 1,
                                             "lqpn": lqpn, "rqpn": 7, "sip": SIP, "dip": DIP,
-                                            "acc": acc})
+                                            "acc": acc, "span": 1000 * lqpn})
 
     assert [ask(10, 14), ask(11, 14)] == [b"NONE seq=10\n", b"NONE seq=11\n"]
     assert ask(12, 2) == b"PLAN seq=12 sport=49200 srate=0\n"
     assert ask(13, -1) == b"PLAN seq=13 sport=49300 srate=0\n"  # flags unknown: data
-    rep = CommReport(job=JOB, library="nccl", collectives=[{"kind": "all_reduce"}],
-                     size_bytes=1 << 20, ranks=[RankEntry(rank=0, host="h0", device=0),
-                                                RankEntry(rank=1, host="h1", device=0)])
-    assert [(e.lqpn, e.ordinal) for e in act.with_qps([rep])[0].qps] == [(12, 0), (13, 1)]
+    # Reported for the controller's pairing: the data QPs by ordinal, then the receive
+    # sides (no ordinal), each with its INIT->RTR time.
+    assert [(e.lqpn, e.ordinal, e.side, e.init_rtr_ns) for e in act.with_qps([REP])[0].qps] \
+        == [(12, 0, None, 12000), (13, 1, None, 13000), (10, 0, "receive", 10000),
+            (11, 0, "receive", 11000)]
+    a.close()
+    b.close()
+
+
+REP = CommReport(job=JOB, library="nccl", collectives=[{"kind": "all_reduce"}],
+                 size_bytes=1 << 20, ranks=[RankEntry(rank=0, host="h0", device=0),
+                                            RankEntry(rank=1, host="h1", device=0)])
+
+
+def test_a_plan_entry_with_a_live_qps_numbers_names_that_qp(agent_sock):
+    """The controller paired the ends and found that this host's ordinal 0 (QPN 20) only
+    receives (older NCCL: no access flags): its plan names the data QP 21 by its numbers
+    under ordinal 0, and ordinal 0 does not fall back to QP 20 or take QP 21 twice."""
+    act = VerbsActuator(agent_sock)
+    a, b = socket.socketpair()
+    conn = ShimConn(a)
+    conn.job = JOB
+    for lqpn in (20, 21):
+        act._on_message(conn, "QP", {"seq": lqpn, "dev": "mlx5_0", "port": 1, "lqpn": lqpn,
+                                     "rqpn": 7, "sip": SIP, "dip": DIP, "acc": 2})
+    plan = plan_of([49200, 49300]).qps
+    named = [plan[0].model_copy(update={"lqpn": 21, "rqpn": 7}), plan[1]]
+    with act.lock:
+        got = [(qp and qp.lqpn, q.ordinal) for qp, q in act.targets(named)]
+    assert got == [(21, 0), (None, 1)]
     a.close()
     b.close()
 

@@ -20,8 +20,8 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 MAX_LINE = 512
-INT_FIELDS = frozenset({"seq", "pid", "port", "lqpn", "rqpn", "acc", "ok", "sport", "planned",
-                        "sport_err", "rate_err", "rate_kbps", "srate"})
+INT_FIELDS = frozenset({"seq", "pid", "port", "lqpn", "rqpn", "acc", "span", "ok", "sport",
+                        "planned", "sport_err", "rate_err", "rate_kbps", "srate"})
 
 
 class ShimProtocolError(ValueError):

@@ -47,7 +47,7 @@
  * ICE_SHIM_DISABLE=1, ICE_SHIM_DEBUG=1 (one line per event on stderr).
  *
  * Wire format (one text line each, see icefabric/agent/shim_socket.py):
- *   shim -> agent  HELLO pid= job= rank=    QP seq= dev= port= lqpn= rqpn= sip= dip= acc=
+ *   shim -> agent  HELLO pid= job= rank=    QP seq= dev= port= lqpn= rqpn= sip= dip= acc= span=
  *                  RTR dev= lqpn= ok= sport= planned= srate=
  *                  DONE dev= lqpn= sport_err= rate_err=    GONE dev= lqpn=
  *   agent -> shim  PLAN seq= sport= srate=   NONE seq=   SET dev= lqpn= sport= rate_kbps=
@@ -207,11 +207,16 @@ static void debug(const char *fmt, ...)
     fprintf(stderr, "icefab-verbs[%d]: %s\n", (int)getpid(), buf);
 }
 
-static long long now_ms(void)
+static long long now_ns(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1000LL + ts.tv_nsec / 1000000;
+    return ts.tv_sec * 1000000000LL + ts.tv_nsec;
+}
+
+static long long now_ms(void)
+{
+    return now_ns() / 1000000;
 }
 
 /* ---- the real functions ---- */
@@ -266,6 +271,7 @@ struct live_qp {
     char dev[IBV_SYSFS_NAME_MAX];
     uint32_t lqpn;
     int acc; /* qp_access_flags at INIT; -1 = not seen */
+    long long init_ns; /* when it went to INIT (CLOCK_MONOTONIC); 0 = not seen */
     int known;
 };
 
@@ -305,19 +311,22 @@ static void remember_qp(struct ibv_qp *qp, int acc)
         e->qp = qp;
         snprintf(e->dev, sizeof(e->dev), "%s", qp->context->device->name);
         e->lqpn = qp->qp_num;
-        if (acc >= 0)
+        if (acc >= 0) {
             e->acc = acc;
-        else
+            e->init_ns = now_ns();
+        } else
             e->known = 1;
     }
     pthread_mutex_unlock(&table_mu);
 }
 
-static int access_flags_of(struct ibv_qp *qp)
+/* The access flags `qp` got at INIT (-1 = not seen) and the time since (ns, -1). */
+static int access_flags_of(struct ibv_qp *qp, long long *span_ns)
 {
     pthread_mutex_lock(&table_mu);
     struct live_qp *e = find_qp(NULL, 0, qp);
     int acc = e ? e->acc : -1;
+    *span_ns = e && e->init_ns ? now_ns() - e->init_ns : -1;
     pthread_mutex_unlock(&table_mu);
     return acc;
 }
@@ -537,14 +546,17 @@ static void resolve_direct(void)
         real_destroy = (destroy_fn)next_verb("ibv_destroy_qp");
 }
 
-/* "dev= port= lqpn= rqpn= sip= dip= acc=" of an RC QP going INIT->RTR on a
+/* "dev= port= lqpn= rqpn= sip= dip= acc= span=" of an RC QP going INIT->RTR on a
  * RoCEv2 IPv4 GID; 0 for any other call (which then passes through untouched), and for a
  * QP connected to itself: NCCL's GPU-flush QP (src/transport/net_ib/connect.cc,
  * ncclIbAccept: remoteQpNum = the flush QP's own number), which carries only local RDMA
  * reads.  acc is the QP's access flags at INIT: NCCL >= 2.29.2 gives its receive-side QPs
  * (ncclIbAccept, CTS writes and ACKs only) REMOTE_WRITE|REMOTE_ATOMIC|REMOTE_READ and its
  * send-side (data) QPs REMOTE_WRITE alone (ncclIbConnect); older NCCL and RCCL give both
- * REMOTE_WRITE, so the agent cannot tell them apart (docs/verbs-shim.md). */
+ * REMOTE_WRITE, so the agent cannot tell them apart (docs/verbs-shim.md).  span is the
+ * time from INIT to this RTR: NCCL's send side reaches INIT before the receive side exists
+ * and RTR after it is connected, so of the two ends of a connection the sender's span is
+ * the longer one (the controller pairs the ends: icefabric/pipeline/pairing.py). */
 static int describe_rtr(struct ibv_qp *qp, const struct ibv_qp_attr *attr, int mask,
                         char *out, size_t n)
 {
@@ -561,9 +573,11 @@ static int describe_rtr(struct ibv_qp *qp, const struct ibv_qp_attr *attr, int m
     if (!icefab_gid_to_ipv4(local.gid.raw, sip, sizeof(sip)) ||
         !icefab_gid_to_ipv4(attr->ah_attr.grh.dgid.raw, dip, sizeof(dip)))
         return 0;
-    snprintf(out, n, "dev=%s port=%u lqpn=%u rqpn=%u sip=%s dip=%s acc=%d",
-             qp->context->device->name, port, qp->qp_num, attr->dest_qp_num, sip, dip,
-             access_flags_of(qp));
+    long long span;
+    int acc = access_flags_of(qp, &span);
+    snprintf(out, n, "dev=%s port=%u lqpn=%u rqpn=%u sip=%s dip=%s acc=%d span=%lld",
+             qp->context->device->name, port, qp->qp_num, attr->dest_qp_num, sip, dip, acc,
+             span);
     return 1;
 }
 

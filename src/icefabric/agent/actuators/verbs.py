@@ -13,7 +13,12 @@
   ``static_rate`` (the ``IBV_RATE_*`` step the planner already rounded to,
   :func:`icefabric.dataplane.roce.static_rate`), which the NIC applies from RTR on.
 * Live QPs are added to the host's communicator reports (:meth:`VerbsActuator.with_qps`), so
-  the controller plans with the QP numbers of the real stack.
+  the controller plans with the QP numbers of the real stack: the data QPs with their
+  ordinals, the receive-side QPs marked ``side=receive``, each with its INIT->RTR time.
+  The controller pairs the two ends of each connection and tells the data QPs where this
+  host could not (:mod:`icefabric.pipeline.pairing`); a plan entry that carries a live
+  QP's numbers names that QP (:meth:`VerbsActuator.targets`), whatever ordinal this host
+  gave it at RTR.
 * A later plan (re-plan, failover) is pushed to the live QPs: ``SET`` makes the shim call
   ``mlx5dv_modify_qp_udp_sport`` and the verbs rate limit; what the device refuses is
   reported in the plan's ack (failed QPs and why), never hidden, and such QPs are retried
@@ -24,7 +29,9 @@
   host's reports carry it per QP (``QpEntry.rate_via``).
 
 Known limit: older NCCL and RCCL give both sides of a connection the same access flags, so
-there a QP that only receives also takes an ordinal of its NIC pair (docs/verbs-shim.md).
+at RTR a QP that only receives also takes an ordinal of its NIC pair; the controller's
+pairing corrects the naming once both ends are reported, through a live re-port where the
+device has one (docs/verbs-shim.md).
 """
 
 from __future__ import annotations
@@ -103,6 +110,8 @@ class LiveQp:
     dst_ip: str
     job: str | None
     qp_id: QpId | None  # None: not a data QP (receive side) or no job: takes no plan
+    receive: bool = False  # told the receive side by its access flags
+    span_ns: int | None = None  # INIT->RTR time (None: INIT not seen)
     sport: int | None = None
     rate_kbps: int | None = None  # in force (0 / None = not paced)
     rate_via: str | None = None  # "static_rate" (at RTR) or "rate_limit" (live)
@@ -128,7 +137,8 @@ class VerbsActuator(Actuator):
         self.push_timeout_s = push_timeout_s
         self.lock = threading.Lock()
         self.live: dict[LiveKey, LiveQp] = {}
-        self.by_plan: dict[QpId, LiveQp] = {}
+        self.by_plan: dict[QpId, LiveQp] = {}  # the data QPs by the QpId given at RTR
+        self.by_qpn: dict[tuple[str, int, int], LiveQp] = {}  # (src IP, lqpn, rqpn)
         self.planned: dict[QpId, QpPlan] = {}
         self._ordinals: dict[tuple[str, int, int], set[int]] = {}
         self._waiting: dict[LiveKey, Future] = {}
@@ -172,15 +182,19 @@ class VerbsActuator(Actuator):
     def _on_qp(self, conn: ShimConn, f: dict) -> bytes:
         job = conn.job or self.default_job
         sip, dip = str(f["sip"]), str(f["dip"])
-        data = job is not None and not is_receive_side(int(f.get("acc", -1)))
+        receive = is_receive_side(int(f.get("acc", -1)))
+        span = int(f.get("span", -1))
         with self.lock:
-            qp_id = self._next_id(QpId.of(job, sip, dip, 0)) if data else None
+            qp_id = self._next_id(QpId.of(job, sip, dip, 0)) if job and not receive else None
             qp = LiveQp(conn, str(f["dev"]), int(f["lqpn"]), int(f["rqpn"]), sip, dip, job,
-                        qp_id)
+                        qp_id, receive, span if span >= 0 else None)
             self.live[(id(conn), qp.dev, qp.lqpn)] = qp
             if qp_id is not None:
                 self.by_plan[qp_id] = qp
+                self.by_qpn[(sip, qp.lqpn, qp.rqpn)] = qp
             plan = self.planned.get(qp_id) if qp_id is not None else None
+            if plan is not None and self.live_for(plan) is not qp:
+                plan = None  # the controller names another live QP by this QpId
         if job is None:
             log.warning("pid %s: no ICE_JOB and no default job: QP %s/%d is not steered",
                         conn.pid, qp.dev, qp.lqpn)
@@ -208,6 +222,7 @@ class VerbsActuator(Actuator):
         qp = self.live.pop(key)
         if qp.qp_id is not None:
             self.by_plan.pop(qp.qp_id, None)
+            self.by_qpn.pop((qp.src_ip, qp.lqpn, qp.rqpn), None)
             self._ordinals.get(qp.qp_id.pair, set()).discard(qp.qp_id.ordinal)
 
     def _on_close(self, conn: ShimConn) -> None:
@@ -219,27 +234,33 @@ class VerbsActuator(Actuator):
 
     # -- the controller's side --------------------------------------------------------------
     def with_qps(self, reports: list[CommReport]) -> list[CommReport]:
-        """``reports`` with each job's live QPs of this host (real QP numbers and ports)."""
+        """``reports`` with each job's live QPs of this host (real QP numbers and ports):
+        its data QPs by ordinal, then its receive-side QPs (``side=receive``)."""
         with self.lock:
             by_job: dict[str, list[LiveQp]] = {}
             for qp in self.live.values():
-                if qp.qp_id is not None:
-                    by_job.setdefault(qp.qp_id.job, []).append(qp)
+                if qp.job is not None and (qp.qp_id is not None or qp.receive):
+                    by_job.setdefault(qp.job, []).append(qp)
         out = []
         for r in reports:
-            qps = sorted(by_job.get(r.job, []), key=lambda q: q.qp_id)
+            qps = sorted(by_job.get(r.job, []), key=lambda q: (q.qp_id is None, q.qp_id or 0,
+                                                              q.src_ip, q.lqpn))
             if qps:
                 r = r.model_copy(update={"qps": [
                     QpEntry(src_ip=q.src_ip, dst_ip=q.dst_ip, sport=q.sport, lqpn=q.lqpn,
-                            rqpn=q.rqpn, ordinal=q.qp_id.ordinal, rate_kbps=q.rate_kbps or None,
-                            rate_via=q.rate_via if q.rate_kbps else None) for q in qps]})
+                            rqpn=q.rqpn, ordinal=q.qp_id.ordinal if q.qp_id else 0,
+                            rate_kbps=q.rate_kbps or None,
+                            rate_via=q.rate_via if q.rate_kbps else None,
+                            side="receive" if q.receive else None, init_rtr_ns=q.span_ns)
+                    for q in qps]})
             out.append(r)
         return out
 
     def _apply(self, plan: HostPlan, changed: list[QpPlan]) -> ApplyResult:
         with self.lock:
             self.planned = {q.qp_id: q for q in plan.qps}
-            targets = [(self.live_for(q), q) for q in changed]
+            changed_ids = {id(q) for q in changed}
+            targets = [t for t in self.targets(plan.qps) if id(t[1]) in changed_ids]
         errors = self._push([(qp, q.sport, q.rate_bps) for qp, q in targets if qp is not None])
         counts = Counter(f"{qp.dev}: {msg}" for qp, msg in errors)
         failed = {id(qp) for qp, _ in errors}
@@ -247,8 +268,23 @@ class VerbsActuator(Actuator):
                            [f"{n} QP(s) on {m}" for m, n in counts.items()])
 
     def live_for(self, q: QpPlan) -> LiveQp | None:
-        """The live QP a plan entry names (call with ``lock`` held)."""
-        return self.by_plan.get(q.qp_id)
+        """The live QP a plan entry names (call with ``lock`` held): the data QP with its
+        QP numbers (the controller paired the ends and named it), else the one this host
+        gave its QpId at RTR."""
+        return self.by_qpn.get((q.src_ip, q.lqpn, q.rqpn)) or self.by_plan.get(q.qp_id)
+
+    def targets(self, qps: list[QpPlan]) -> list[tuple[LiveQp | None, QpPlan]]:
+        """:meth:`live_for` of each plan entry, where a QP named by its numbers in ``qps``
+        is not also taken by another entry's QpId (call with ``lock`` held)."""
+        exact = [self.by_qpn.get((q.src_ip, q.lqpn, q.rqpn)) for q in qps]
+        taken = {id(qp) for qp in exact if qp is not None}
+        out = []
+        for qp, q in zip(exact, qps, strict=True):
+            if qp is None:
+                qp = self.by_plan.get(q.qp_id)
+                qp = None if qp is not None and id(qp) in taken else qp
+            out.append((qp, q))
+        return out
 
     def _set_one(self, key: QpKey, sport: int, rate_bps: float | None) -> bool:
         with self.lock:

@@ -108,6 +108,7 @@ def build_kit(d: Path) -> NativeKit:
     _cc("-DCCL_LINKED", "-o", str(d / "ccl_linked"), str(NATIVE / "ccl_sim.c"),
         str(d / "libibverbs.so.1"), f"-Wl,-rpath,{d}", "-lpthread")
     _cc("-o", str(d / "ccl_dlopen"), str(NATIVE / "ccl_sim.c"), "-ldl", "-lpthread")
+    _cc("-o", str(d / "ccl_replay"), str(NATIVE / "ccl_replay.c"), "-ldl")
     # The installed libibverbs (libibverbs-dev) over a faked kernel.
     _cc("-fPIC", "-shared", "-o", str(d / "libfakekernel.so"), str(NATIVE / "fakekernel.c"),
         "-libverbs", "-ldl", "-lpthread")

@@ -1,80 +1,70 @@
-"""NCCL's connection sequence replayed through the shim on emulated hosts, one ``verbs``
-agent each, with the ICE planner's host plans: which QPs take a plan, and that each data
-QP gets its planned port and static rate at INIT->RTR (over the stand-in libibverbs)."""
+"""Every communication pattern replayed in NCCL's connection order on emulated hosts, with
+the controller and one ``verbs`` agent per host on loopback (tests/agent/replay.py): every
+data QP gets its planned port and (rounded) rate at INIT->RTR from the first communicator
+on, no QP is re-ported live, and no receive-side or flush QP takes a data QP's port."""
 
 from __future__ import annotations
 
-from icefabric.agent.actuators import get_actuator
+import pytest
+
 from icefabric.agent.actuators.verbs import srate_of
-from icefabric.dataplane.roce import flow_label_to_udp_sport
-from icefabric.pipeline.hosts import host_plans
-from icefabric.pipeline.plans import plan, scenario_workload
-from icefabric.policies.base import get_policy
-from icefabric.scenario.build import build_fabric
-from icefabric.scenario.loader import loads
-from icefabric.schemas_service import HostPlan
 
-from .conftest import rtr_labels, two_server_ring
-
-RING16 = two_server_ring("ring16", channels=16, qps_per_connection=1)
+from .replay import replay
 
 
-def test_replayed_two_node_ring_puts_every_data_qp_on_its_plan(native, tmp_path):
-    """A 16-channel 2-node ring replayed the way NCCL >= 2.29.2 connects it, on two
-    emulated hosts (one agent each): per connection the receiver's QPs reach RTR first
-    (ncclIbAccept, plus its GPU-flush QP), then the sender's data QPs (ncclIbConnect). On
-    each host the receive side of B->A shares the NIC pair with the data QPs of A->B; every
-    data QP gets its planned port and static rate at RTR, no receive-side QP does."""
-    ls = loads(RING16)
-    fabric = build_fabric(ls)
-    sw = scenario_workload(ls, fabric, 1 << 20)
-    plans = host_plans(sw.fabric, sw.workload, plan(sw.fabric, sw.workload,
-                                                    get_policy("ice")).paths)
-    acts = {h: get_actuator("verbs", socket_path=tmp_path / f"{h}.sock").start() for h in plans}
-    runs = []
-    try:
-        for h, qps in plans.items():
-            acts[h].apply(HostPlan(host=h, version=1, fabric_version=1, policy="ice",
-                                   created_at=0.0, down_links=[], qps=qps))
-        for h, qps in plans.items():
-            s, d = qps[0].src_ip, qps[0].dst_ip  # one NIC per host: one pair per host
-            peer = next(p for p in plans if p != h)
-            assert {(q.src_ip, q.dst_ip) for q in qps} == {(s, d)} and len(qps) == 16
-            # the receiver (the peer host) accepts first, then this host connects
-            runs.append((None, _replay(native, tmp_path, acts, peer, d, s, 16, accept=True)))
-            runs.append((qps, _replay(native, tmp_path, acts, h, s, d, 16)))
-        for qps, (_, log, _, lqpns) in runs:
-            labels, rates = rtr_labels(log), rtr_labels(log, "static_rate")
-            if qps is None:  # receive side and flush: the kernel's ports, no rate
-                assert set(labels.values()) == {0} and set(rates.values()) == {0}
-                continue
-            qps = sorted(qps, key=lambda q: q.ordinal)
-            assert [int(flow_label_to_udp_sport(labels[q])) for q in lqpns] == \
-                [q.sport for q in qps]
-            assert [rates[q] for q in lqpns] == [srate_of(q.rate_bps) for q in qps]
-            assert all(r > 0 for r in rates.values())  # ICE paces every data QP
-    finally:
-        for _, (proc, _, hold, _) in runs:
-            hold.touch()
-            proc.communicate(timeout=30)
-        for a in acts.values():
-            a.stop()
+def scenario(name: str, servers: int, gpus: int, collectives: str, *, channels: int,
+             qps_per_connection: int = 1) -> str:
+    """``servers`` H100 servers (one leaf each) and a job with ``gpus`` ranks per server
+    running ``collectives`` (``kind[:algorithm]``, comma separated) one after another."""
+    colls = ", ".join(f"{{kind: {k}{f', algorithm: {a}' if a else ''}}}"
+                      for k, _, a in (c.partition(":") for c in collectives.split(",")))
+    return f"""
+name: {name}
+seed: 3
+fabric: {{kind: leaf-spine, servers_per_leaf: 1, spines: 4, links_per_spine: 1, oversub: 1.0}}
+pools: [{{name: h100, server: hgx-h100, count: {servers}}}]
+jobs:
+  - {{name: train1, pools: [h100], ranks_per_server: {gpus}, channels: {channels},
+     qps_per_connection: {qps_per_connection}, collectives: [{colls}]}}
+sizes: {{min: 1MiB, max: 1MiB, factor: 2}}
+"""
 
 
-def _replay(native, tmp_path, acts, host, sip, dip, n, *, accept=False):
-    """One CCL process of ``host`` connecting ``n`` QPs ``sip`` -> ``dip`` (NCCL's send side,
-    or with ``accept`` its receive side and flush QP); returns (proc, log, hold, QPNs)."""
-    tag = f"{host}-{'recv' if accept else 'send'}"
-    log, hold = tmp_path / f"{tag}.log", tmp_path / f"{tag}.release"
-    env = native.env(log, sip, ICE_SHIM_SOCKET=str(acts[host].server.path), ICE_JOB="train1",
-                     FAKEVERBS_QPN_BASE=hex(0x1000 if accept else 0x2000),
-                     **({"CCL_SIM_SIDE": "accept"} if accept else {}))
-    proc = native.run("ccl_dlopen", n, dip, env, rqpn_base=0x3000, hold_ms=60_000,
-                      hold_file=hold)
-    lqpns = []
-    for line in proc.stdout:
-        if line.startswith("qp "):
-            lqpns.append(int(line.split()[1]))
-        if line.startswith("connect_ns_per_qp"):
-            break
-    return proc, log, hold, lqpns
+PATTERNS = {
+    # name: (scenario, CCL processes per NIC)
+    "ring-2-nodes-16-channels": (scenario("r2", 2, 1, "all_reduce", channels=16), 1),
+    "ring-8-nodes-16-channels": (scenario("r8", 8, 1, "all_reduce", channels=16), 1),
+    "tree-4-nodes": (scenario("t4", 4, 1, "all_reduce:tree", channels=2,
+                              qps_per_connection=2), 1),
+    "alltoall-4-nodes": (scenario("a4", 4, 1, "alltoall", channels=2), 1),
+    "pxn-2-nodes-2-rails": (scenario("p2", 2, 2, "alltoall", channels=2), 1),
+    "two-ranks-per-nic": (scenario("n2", 2, 1, "all_reduce", channels=16), 2),
+    # NCCL connects a communicator's ring, tree and peer-to-peer (AllToAll) channels as
+    # separate connection sets, as it does another communicator's: under one ICE_JOB they
+    # share each NIC pair's data-QP ordinals in connection order, the naming's hard case
+    "several-connection-sets-one-job": (
+        scenario("s1", 2, 1, "all_reduce,alltoall,all_reduce:tree", channels=4), 1),
+}
+
+
+@pytest.mark.parametrize("pattern", list(PATTERNS))
+def test_every_data_qp_is_on_its_plan_from_the_first_communicator(native, pattern):
+    yaml, ranks_per_nic = PATTERNS[pattern]
+    r = replay(native, yaml, ranks_per_nic=ranks_per_nic)
+    data = [q for q in r.qps if q.qp_id is not None]
+    others = [q for q in r.qps if q.qp_id is None]
+    assert len(data) == len(r.first) and len({q.qp_id for q in data}) == len(data)
+    # the plan made before any QP connected: every data QP's port and static-rate step
+    assert [r.rtr_sport(q) for q in data] == [r.first[q.qp_id][0] for q in data]
+    assert [r.rtr(q)["static_rate"] for q in data] == \
+        [srate_of(r.first[q.qp_id][1]) for q in data]
+    assert all(r.rtr(q)["static_rate"] > 0 for q in data)  # ICE paces every data QP
+    # the QPs' numbers reached the controller, it paired the ends and re-planned: same
+    # ports and rates, each plan entry naming its data QP by number; nothing moved live
+    assert r.final == r.first
+    assert all(r.final_qpns[q.qp_id] == (q.lqpn, q.rqpn) for q in data)
+    assert r.live_changes() == []
+    # receive sides and flush QPs keep the kernel's ports, with no rate
+    assert [(r.rtr_sport(q), r.rtr(q)["static_rate"]) for q in others] == \
+        [(None, 0)] * len(others)
+    assert sum(q.flush for q in others) == len(others) - len(data)

@@ -31,7 +31,7 @@ from icefabric.agent.actuators import get_actuator
 from icefabric.agent.client import ControllerClient
 from icefabric.agent.runner import Agent
 from icefabric.controller.settings import Settings
-from icefabric.dataplane.roce import flow_label_to_udp_sport
+from icefabric.dataplane.roce import flow_label_to_udp_sport, rdma_get_udp_sport
 from icefabric.pipeline.hosts import qp_hosts
 from icefabric.pipeline.jobs import qp_jobs, qp_ordinals
 from icefabric.pipeline.plans import scenario_policy, scenario_workload
@@ -83,6 +83,17 @@ class Replay:
         """The source port the QP was given at RTR (None: the kernel's own)."""
         fl = self.rtr(qp)["flow_label"]
         return int(flow_label_to_udp_sport(fl)) if fl else None
+
+    def in_force(self, qp: ReplayedQp) -> int:
+        """The QP's source port now: from RTR (the kernel's own if no label was set), then
+        every successful live change (mlx5dv)."""
+        fl = self.rtr(qp)["flow_label"]
+        port = int(rdma_get_udp_sport(fl, qp.lqpn, qp.rqpn))
+        for r in self.live_changes():
+            if r["call"] == "mlx5dv_modify_qp_udp_sport" and r["rc"] == 0 and \
+                    r["qpn"] == qp.lqpn and self.calls[qp.log].count(r):
+                port = r["sport"]
+        return port
 
     def live_changes(self) -> list[dict]:
         """Every change made to a live QP (a source port through mlx5dv, a rate limit)."""

@@ -68,3 +68,24 @@ def test_every_data_qp_is_on_its_plan_from_the_first_communicator(native, patter
     assert [(r.rtr_sport(q), r.rtr(q)["static_rate"]) for q in others] == \
         [(None, 0)] * len(others)
     assert sum(q.flush for q in others) == len(others) - len(data)
+
+
+def test_older_nccl_data_qps_reach_their_plan_through_the_controllers_pairing(native):
+    """NCCL <= 2.28 and RCCL give the receive side the send side's access flags: at RTR a
+    host cannot tell them, so on a 2-node ring (data both ways on each NIC pair) receive
+    sides take data QPs' ordinals and ports. The hosts report both ends with their
+    INIT->RTR times; the controller pairs them, tells each sender by the longer time and
+    names the data QPs by number, and the agents re-port the misnamed ones live: every
+    data QP ends on its planned port, with the same plan as before connection. (Their
+    rates are another matter: a static rate set at RTR can only be lowered live, where the
+    device has a live rate limit at all; docs/verbs-shim.md.)"""
+    r = replay(native, PATTERNS["ring-2-nodes-16-channels"][0], old_nccl=True)
+    data = [q for q in r.qps if q.qp_id is not None]
+    assert r.final == r.first
+    assert all(r.final_qpns[q.qp_id] == (q.lqpn, q.rqpn) for q in data)
+    assert [r.in_force(q) for q in data] == [r.final[q.qp_id][0] for q in data]
+    # the documented limit: at RTR data QPs got other QPs' ports (or none); fixed live
+    wrong_at_rtr = [q.lqpn for q in data if r.rtr_sport(q) != r.first[q.qp_id][0]]
+    moved = [x for x in r.live_changes() if x["call"] == "mlx5dv_modify_qp_udp_sport"]
+    assert wrong_at_rtr and set(wrong_at_rtr) <= {x["qpn"] for x in moved}
+    assert all(x["rc"] == 0 for x in moved)

@@ -38,7 +38,7 @@ from icefabric.pipeline.plans import scenario_policy, scenario_workload
 from icefabric.qpid import QpId
 from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import loads
-from icefabric.twin.run import host_reports, register_jobs, upload_fabric
+from icefabric.twin.run import host_reports, register_jobs, run_twin, upload_fabric
 from icefabric.twin.serve import ThreadedController
 from icefabric.units import ipv4_str
 
@@ -290,3 +290,21 @@ def _settled(hosts: _Hosts, qps: list[ReplayedQp]) -> bool:
         return got == want and all(a.version == a.acked for a in hosts.agents.values())
 
     return wait_for(done, 60)
+
+
+def twin_plan(scenario: str, size_bytes: int = 1 << 20) -> tuple[dict, object]:
+    """``icefab twin`` on ``scenario`` (YAML text) against its own controller: every QP's
+    applied ``(sport, rate_bps)`` by QpId, and the twin's result."""
+    got: dict[QpId, tuple[int, float | None]] = {}
+
+    def ready(agents, threads):
+        for a in agents.values():
+            got.update({q.qp_id: (q.sport, q.rate_bps) for q in a.actuator.applied.values()})
+
+    with tempfile.TemporaryDirectory(prefix="ice") as d, \
+            ThreadedController(Settings(database_url=f"sqlite:///{d}/c.db", policy="ice",
+                                        admin_token=ADMIN, admin_token_file=f"{d}/t",
+                                        plan_debounce_s=0.0)) as url:
+        res = run_twin(loads(scenario, "<twin>"), url, ADMIN, size_bytes=size_bytes,
+                       poll_wait_s=0.2, timeout_s=60, on_ready=ready)
+    return got, res

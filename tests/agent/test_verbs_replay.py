@@ -9,7 +9,7 @@ import pytest
 
 from icefabric.agent.actuators.verbs import srate_of
 
-from .replay import replay
+from .replay import replay, twin_plan
 
 
 def scenario(name: str, servers: int, gpus: int, collectives: str, *, channels: int,
@@ -89,3 +89,20 @@ def test_older_nccl_data_qps_reach_their_plan_through_the_controllers_pairing(na
     moved = [x for x in r.live_changes() if x["call"] == "mlx5dv_modify_qp_udp_sport"]
     assert wrong_at_rtr and set(wrong_at_rtr) <= {x["qpn"] for x in moved}
     assert all(x["rc"] == 0 for x in moved)
+
+
+@pytest.mark.parametrize("pattern", ["ring-2-nodes-16-channels", "tree-4-nodes",
+                                     "pxn-2-nodes-2-rails", "several-connection-sets-one-job"])
+def test_the_twin_reports_the_replayed_ports_and_rates(native, pattern):
+    """``icefab twin`` on the same scenario (its agents report the modelled QPs at once)
+    applies the ports and rates the replayed hosts put on their data QPs at RTR, QP for
+    QP, and agrees with the in-process plan."""
+    yaml, ranks_per_nic = PATTERNS[pattern]
+    r = replay(native, yaml, ranks_per_nic=ranks_per_nic)
+    twin, res = twin_plan(yaml)
+    at_rtr = {q.qp_id: (r.rtr_sport(q), r.rtr(q)["static_rate"]) for q in r.qps
+              if q.qp_id is not None}
+    assert set(twin) == set(at_rtr) == set(r.final)
+    assert {k: (s, srate_of(b)) for k, (s, b) in twin.items()} == at_rtr
+    assert twin == r.final
+    assert res.qp_mismatches == 0 and res.agree

@@ -181,3 +181,18 @@ def test_host_plans_carry_the_simulators_pacing_rates_also_after_a_failure(setti
     cable = fabric.links_between("leaf0", "spine0")
     replan = with_link_events(sim, [LinkChange(10_000, False, "leaf0", "spine0", cable)])
     assert new == rates(replan.final)
+
+
+def test_a_report_names_each_receive_side_once(scenario):
+    """Receive sides carry no ordinal: two with one QP number on a NIC are refused, two
+    with distinct numbers are taken (both ends are what the controller pairs)."""
+    from icefabric.controller.planner import PlanInputError, check_report
+
+    _, fabric, _, reports = scenario
+    rep = reports["h100-0"][0]
+    q = rep.qps[0]
+    recv = [q.model_copy(update={"side": "receive", "lqpn": n}) for n in (0x77, 0x78)]
+    check_report(fabric, "h100-0", rep.model_copy(update={"qps": [*rep.qps, *recv]}))
+    twice = rep.model_copy(update={"qps": [*rep.qps, recv[0], recv[0]]})
+    with pytest.raises(PlanInputError, match="duplicate QP .* QPN 119"):
+        check_report(fabric, "h100-0", twice)

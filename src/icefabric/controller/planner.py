@@ -77,11 +77,11 @@ def check_report(fabric: Fabric, host: str, rep: CommReport) -> None:
             raise PlanInputError(f"qps[{i}]: source {q.src_ip} is not a NIC of host {host!r}")
         if q.dst_ip not in all_ips:
             raise PlanInputError(f"qps[{i}]: destination {q.dst_ip} is not a NIC in the fabric")
+        # a data QP is named by its ordinal, a receive side (no ordinal) by its number
         key = (q.src_ip, q.dst_ip, q.ordinal) if q.side is None else (q.src_ip, q.lqpn)
         if key in seen:
-            raise PlanInputError(f"qps[{i}]: duplicate QP {q.src_ip}->{q.dst_ip} "
-                                 f"ordinal {q.ordinal}" if q.side is None else
-                                 f"qps[{i}]: duplicate QP {q.src_ip} {q.lqpn}")
+            what = f"ordinal {q.ordinal}" if q.side is None else f"QPN {q.lqpn}"
+            raise PlanInputError(f"qps[{i}]: duplicate QP {q.src_ip}->{q.dst_ip} {what}")
         seen.add(key)
 
 

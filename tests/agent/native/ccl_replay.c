@@ -25,8 +25,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "nccl_qp.h"
+
 static struct ibv_qp *(*create_qp)(struct ibv_pd *, struct ibv_qp_init_attr *);
-static int (*modify_qp)(struct ibv_qp *, struct ibv_qp_attr *, int);
 static int (*destroy_qp)(struct ibv_qp *);
 
 static struct ibv_qp *qps[1 << 16];
@@ -39,12 +40,7 @@ static struct ibv_qp *new_qp(int access)
     if (!qp || n_qps == (int)(sizeof(qps) / sizeof(*qps)))
         exit(3);
     qps[n_qps++] = qp;
-    struct ibv_qp_attr a;
-    memset(&a, 0, sizeof(a));
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    a.qp_access_flags = access;
-    modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+    nccl_qp_init(qp, access);
     return qp;
 }
 
@@ -58,28 +54,8 @@ static struct ibv_qp *find(uint32_t qpn)
 
 static void to_rts(struct ibv_qp *qp, const union ibv_gid *peer, uint32_t rqpn)
 {
-    struct ibv_qp_attr a;
-    memset(&a, 0, sizeof(a));
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = IBV_MTU_4096;
-    a.dest_qp_num = rqpn;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 12;
-    a.ah_attr.is_global = 1;
-    a.ah_attr.grh.dgid = *peer;
-    a.ah_attr.grh.sgid_index = 3;
-    a.ah_attr.grh.hop_limit = 255;
-    a.ah_attr.port_num = 1;
-    modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                          IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-    memset(&a, 0, sizeof(a));
-    a.qp_state = IBV_QPS_RTS;
-    a.timeout = 20;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 1;
-    modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                          IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);
+    nccl_qp_rtr(qp, peer, rqpn);
+    nccl_qp_rts(qp);
 }
 
 static int gid_of(const char *ip, union ibv_gid *g)

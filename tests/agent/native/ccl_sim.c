@@ -25,8 +25,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "nccl_qp.h"
+
 static struct ibv_qp *(*create_qp)(struct ibv_pd *, struct ibv_qp_init_attr *);
-static int (*modify_qp)(struct ibv_qp *, struct ibv_qp_attr *, int);
 static int (*destroy_qp)(struct ibv_qp *);
 
 static int n_qps, n_threads;
@@ -59,36 +60,9 @@ static struct ibv_qp *connect_qp(int i)
     struct ibv_qp *qp = create_qp(NULL, &init);
     if (i >= 0)
         qps[i] = qp;
-    struct ibv_qp_attr a;
-    memset(&a, 0, sizeof(a));
-    a.qp_state = IBV_QPS_INIT;
-    a.port_num = 1;
-    a.qp_access_flags = i >= 0 ? access_flags : IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ;
-    modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-    memset(&a, 0, sizeof(a));
-    a.qp_state = IBV_QPS_RTR;
-    a.path_mtu = IBV_MTU_4096;
-    a.dest_qp_num = i >= 0 ? rqpn_base + (uint32_t)i : qp->qp_num;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 12;
-    a.ah_attr.is_global = 1;
-    a.ah_attr.grh.dgid = peer;
-    a.ah_attr.grh.flow_label = 0;
-    a.ah_attr.grh.sgid_index = 3;
-    a.ah_attr.grh.hop_limit = 255;
-    a.ah_attr.port_num = 1;
-    int rtr = modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU |
-                                    IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-                                    IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
-    memset(&a, 0, sizeof(a));
-    a.qp_state = IBV_QPS_RTS;
-    a.timeout = 20;
-    a.retry_cnt = 7;
-    a.rnr_retry = 7;
-    a.max_rd_atomic = 1;
-    int rts = modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT |
-                                    IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-                                    IBV_QP_MAX_QP_RD_ATOMIC);
+    nccl_qp_init(qp, i >= 0 ? access_flags : IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_READ);
+    int rtr = nccl_qp_rtr(qp, &peer, i >= 0 ? rqpn_base + (uint32_t)i : qp->qp_num);
+    int rts = nccl_qp_rts(qp);
     if (i >= 0) {
         rtr_rc[i] = rtr;
         rts_rc[i] = rts;

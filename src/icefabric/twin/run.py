@@ -279,6 +279,7 @@ class _Session:
     def wait_plan(self, down: set[tuple[str, str]]) -> None:
         """Wait until every agent applied a plan of every job with exactly ``down`` down."""
         state: dict = {}
+        want = list(zip(qp_hosts(self.fabric, self.wl), qp_keys(self.wl), strict=True))
 
         def ok() -> bool:
             try:
@@ -291,18 +292,14 @@ class _Session:
             if {tuple(sorted((x["a"], x["b"]))) for x in c["down_links"]} != down:
                 return False
             state["v"] = c["version"]
+            # and names every QP by its reported numbers (a job is planned from its first
+            # report, before the other hosts' QP numbers are in)
+            acts = self.hosts.actuators
             return all(a.version >= c["version"] for a in self.hosts.agents.values()) and \
-                self._names_reported_qps()
+                all(k in acts[h].applied for h, k in want)
 
         _wait(ok, self.timeout_s, f"every agent to apply a plan with down links {sorted(down)}")
         self.versions.append(state["v"])
-
-    def _names_reported_qps(self) -> bool:
-        """Every host applied a plan naming its QPs by their reported numbers (a job is
-        planned from its first report, before the other hosts' QP numbers are in)."""
-        acts = self.hosts.actuators
-        return all(k in acts[h].applied for h, k in zip(qp_hosts(self.fabric, self.wl),
-                                                         qp_keys(self.wl), strict=True))
 
     def applied(self, down_ids) -> PathPlan:
         paths, m = applied_plan(self.fabric, self.wl, self.hosts.actuators, sorted(down_ids),

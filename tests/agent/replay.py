@@ -27,6 +27,8 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import httpx
+
 from icefabric.agent.actuators import get_actuator
 from icefabric.agent.client import ControllerClient
 from icefabric.agent.runner import Agent
@@ -124,8 +126,11 @@ class CclProcess:
             self.proc.communicate("quit\n", timeout=30)
 
 
-def plan_view(agent) -> dict[QpId, tuple[int, float | None]]:
-    return {q.qp_id: (q.sport, q.rate_bps) for q in agent.plan.qps}
+def _controller(d: str) -> ThreadedController:
+    """A controller planning with ``ice`` on a database in ``d``, served on loopback."""
+    return ThreadedController(Settings(database_url=f"sqlite:///{d}/c.db", policy="ice",
+                                       admin_token=ADMIN, admin_token_file=f"{d}/t",
+                                       plan_debounce_s=0.0))
 
 
 def replay(native, scenario: str, *, old_nccl: bool = False, ranks_per_nic: int = 1,
@@ -139,12 +144,7 @@ def replay(native, scenario: str, *, old_nccl: bool = False, ranks_per_nic: int 
     wl = sw.workload
     reports = {h: [r.model_copy(update={"qps": []}) for r in reps]
                for h, reps in host_reports(fabric, sw.jobs, wl).items()}
-    with tempfile.TemporaryDirectory(prefix="ice") as d, \
-            ThreadedController(Settings(database_url=f"sqlite:///{d}/c.db", policy="ice",
-                                        admin_token=ADMIN, admin_token_file=f"{d}/t",
-                                        plan_debounce_s=0.0)) as url:
-        import httpx
-
+    with tempfile.TemporaryDirectory(prefix="ice") as d, _controller(d) as url:
         with httpx.Client(base_url=url, trust_env=False,
                           headers={"Authorization": f"Bearer {ADMIN}"}) as admin:
             upload_fabric(admin, fabric, ls.scenario.seed)
@@ -155,7 +155,8 @@ def replay(native, scenario: str, *, old_nccl: bool = False, ranks_per_nic: int 
             assert wait_for(lambda: all(
                 a.plan is not None and len(a.plan.qps) == expected[h]
                 for h, a in hosts.agents.items()), 60), "no plan before connect"
-            first = {k: v for a in hosts.agents.values() for k, v in plan_view(a).items()}
+            first = {q.qp_id: (q.sport, q.rate_bps) for a in hosts.agents.values()
+                     for q in a.plan.qps}
             procs = _Processes(native, Path(d), hosts, ranks_per_nic)
             try:
                 qps = _connect(fabric, wl, procs, old_nccl)
@@ -301,10 +302,7 @@ def twin_plan(scenario: str, size_bytes: int = 1 << 20) -> tuple[dict, object]:
         for a in agents.values():
             got.update({q.qp_id: (q.sport, q.rate_bps) for q in a.actuator.applied.values()})
 
-    with tempfile.TemporaryDirectory(prefix="ice") as d, \
-            ThreadedController(Settings(database_url=f"sqlite:///{d}/c.db", policy="ice",
-                                        admin_token=ADMIN, admin_token_file=f"{d}/t",
-                                        plan_debounce_s=0.0)) as url:
+    with tempfile.TemporaryDirectory(prefix="ice") as d, _controller(d) as url:
         res = run_twin(loads(scenario, "<twin>"), url, ADMIN, size_bytes=size_bytes,
                        poll_wait_s=0.2, timeout_s=60, on_ready=ready)
     return got, res

@@ -8,6 +8,7 @@ from __future__ import annotations
 import pytest
 
 from icefabric.agent.actuators.verbs import srate_of
+from icefabric.dataplane.roce import default_sports
 
 from .replay import replay, twin_plan
 
@@ -76,7 +77,8 @@ def test_older_nccl_data_qps_reach_their_plan_through_the_controllers_pairing(na
     sides take data QPs' ordinals and ports. The hosts report both ends with their
     INIT->RTR times; the controller pairs them, tells each sender by the longer time and
     names the data QPs by number, and the agents re-port the misnamed ones live: every
-    data QP ends on its planned port, with the same plan as before connection. (Their
+    data QP ends on its planned port, with the same plan as before connection, and every
+    receive side on the kernel's port. (Their
     rates are another matter: a static rate set at RTR can only be lowered live, where the
     device has a live rate limit at all; docs/verbs-shim.md.)"""
     r = replay(native, PATTERNS["ring-2-nodes-16-channels"][0], old_nccl=True)
@@ -89,6 +91,10 @@ def test_older_nccl_data_qps_reach_their_plan_through_the_controllers_pairing(na
     moved = [x for x in r.live_changes() if x["call"] == "mlx5dv_modify_qp_udp_sport"]
     assert wrong_at_rtr and set(wrong_at_rtr) <= {x["qpn"] for x in moved}
     assert all(x["rc"] == 0 for x in moved)
+    # the receive sides that took a data QP's port at RTR are back on the kernel's
+    recv = [q for q in r.qps if q.qp_id is None and not q.flush]
+    assert any(r.rtr_sport(q) is not None for q in recv)
+    assert [r.in_force(q) for q in recv] == [int(default_sports(q.lqpn, q.rqpn)) for q in recv]
 
 
 @pytest.mark.parametrize("pattern", ["ring-2-nodes-16-channels", "tree-4-nodes",

@@ -49,7 +49,7 @@ from pathlib import Path
 
 from icefabric.agent.actuators.base import Actuator, ApplyResult, QpKey, qp_key
 from icefabric.agent.shim_socket import ShimConn, ShimProtocolError, ShimServer, format_line
-from icefabric.dataplane.roce import IBV_RATE_GBPS, static_rate
+from icefabric.dataplane.roce import IBV_RATE_GBPS, default_sports, static_rate
 from icefabric.qpid import QpId
 from icefabric.schemas_service import CommReport, HostPlan, QpEntry, QpPlan
 
@@ -116,6 +116,7 @@ class LiveQp:
     rate_kbps: int | None = None  # in force (0 / None = not paced)
     rate_via: str | None = None  # "static_rate" (at RTR) or "rate_limit" (live)
     static_kbps: int = 0  # the static rate set at RTR (0 = none)
+    steered: bool = False  # took a planned port at RTR
 
 
 class VerbsActuator(Actuator):
@@ -213,6 +214,7 @@ class VerbsActuator(Actuator):
     @staticmethod
     def _on_rtr(qp: LiveQp, f: dict) -> None:
         qp.sport = int(f["sport"])
+        qp.steered = bool(int(f.get("planned", 0)))
         gbps = IBV_RATE_GBPS.get(int(f.get("srate", 0)))
         if gbps is not None:
             qp.static_kbps = qp.rate_kbps = round(gbps * 1e6)
@@ -259,13 +261,30 @@ class VerbsActuator(Actuator):
     def _apply(self, plan: HostPlan, changed: list[QpPlan]) -> ApplyResult:
         with self.lock:
             self.planned = {q.qp_id: q for q in plan.qps}
+            every = self.targets(plan.qps)
             changed_ids = {id(q) for q in changed}
-            targets = [t for t in self.targets(plan.qps) if id(t[1]) in changed_ids]
-        errors = self._push([(qp, q.sport, q.rate_bps) for qp, q in targets if qp is not None])
+            targets = [t for t in every if id(t[1]) in changed_ids]
+            unnamed = self._unnamed(every)
+        errors = self._push([(qp, q.sport, q.rate_bps) for qp, q in targets if qp is not None]
+                            + [(qp, int(default_sports(qp.lqpn, qp.rqpn)),
+                                qp.rate_kbps * 1e3 if qp.rate_kbps else None)
+                               for qp in unnamed])
+        for qp in unnamed:
+            qp.steered = False
         counts = Counter(f"{qp.dev}: {msg}" for qp, msg in errors)
         failed = {id(qp) for qp, _ in errors}
         return ApplyResult(0, {qp_key(q) for qp, q in targets if id(qp) in failed},
                            [f"{n} QP(s) on {m}" for m, n in counts.items()])
+
+    def _unnamed(self, every: list[tuple[LiveQp | None, QpPlan]]) -> list[LiveQp]:
+        """QPs that took a planned port at RTR and that the plan no longer names, on a NIC
+        pair where it names live QPs by number: the controller's pairing found them to be
+        receive sides (older NCCL), so they go back to the kernel's port (lock held)."""
+        named = {id(qp) for qp, _ in every if qp is not None}
+        paired = {qp.qp_id.pair for qp, q in every
+                  if qp is not None and (q.lqpn, q.rqpn) == (qp.lqpn, qp.rqpn)}
+        return [qp for qp in self.by_plan.values()
+                if qp.steered and id(qp) not in named and qp.qp_id.pair in paired]
 
     def live_for(self, q: QpPlan) -> LiveQp | None:
         """The live QP a plan entry names (call with ``lock`` held): the data QP with its

@@ -10,7 +10,7 @@ import pytest
 from icefabric.agent.actuators.verbs import srate_of
 from icefabric.dataplane.roce import default_sports
 
-from .replay import replay, twin_plan
+from .replay import Replay, replay, twin_plan
 
 
 def scenario(name: str, servers: int, gpus: int, collectives: str, *, channels: int,
@@ -48,10 +48,20 @@ PATTERNS = {
 }
 
 
+_REPLAYED: dict[str, Replay] = {}
+
+
+def replayed(native, pattern: str) -> Replay:
+    """:func:`replay` of ``pattern``, once per session (the twin test compares with it)."""
+    if pattern not in _REPLAYED:
+        yaml, ranks_per_nic = PATTERNS[pattern]
+        _REPLAYED[pattern] = replay(native, yaml, ranks_per_nic=ranks_per_nic)
+    return _REPLAYED[pattern]
+
+
 @pytest.mark.parametrize("pattern", list(PATTERNS))
 def test_every_data_qp_is_on_its_plan_from_the_first_communicator(native, pattern):
-    yaml, ranks_per_nic = PATTERNS[pattern]
-    r = replay(native, yaml, ranks_per_nic=ranks_per_nic)
+    r = replayed(native, pattern)
     data = [q for q in r.qps if q.qp_id is not None]
     others = [q for q in r.qps if q.qp_id is None]
     assert len(data) == len(r.first) and len({q.qp_id for q in data}) == len(data)
@@ -103,9 +113,8 @@ def test_the_twin_reports_the_replayed_ports_and_rates(native, pattern):
     """``icefab twin`` on the same scenario (its agents report the modelled QPs at once)
     applies the ports and rates the replayed hosts put on their data QPs at RTR, QP for
     QP, and agrees with the in-process plan."""
-    yaml, ranks_per_nic = PATTERNS[pattern]
-    r = replay(native, yaml, ranks_per_nic=ranks_per_nic)
-    twin, res = twin_plan(yaml)
+    r = replayed(native, pattern)
+    twin, res = twin_plan(PATTERNS[pattern][0])
     at_rtr = {q.qp_id: (r.rtr_sport(q), r.rtr(q)["static_rate"]) for q in r.qps
               if q.qp_id is not None}
     assert set(twin) == set(at_rtr) == set(r.final)

@@ -112,7 +112,7 @@ def test_older_nccl_data_qps_reach_their_plan_through_the_controllers_pairing(na
 def test_the_twin_reports_the_replayed_ports_and_rates(native, pattern):
     """``icefab twin`` on the same scenario (its agents report the modelled QPs at once)
     applies the ports and rates the replayed hosts put on their data QPs at RTR, QP for
-    QP, and agrees with the in-process plan."""
+    QP, and agrees with the in-process plan, paths included."""
     r = replayed(native, pattern)
     twin, res = twin_plan(PATTERNS[pattern][0])
     at_rtr = {q.qp_id: (r.rtr_sport(q), r.rtr(q)["static_rate"]) for q in r.qps
@@ -120,4 +120,5 @@ def test_the_twin_reports_the_replayed_ports_and_rates(native, pattern):
     assert set(twin) == set(at_rtr) == set(r.final)
     assert {k: (s, srate_of(b)) for k, (s, b) in twin.items()} == at_rtr
     assert twin == r.final
-    assert res.qp_mismatches == 0 and res.agree
+    # and the switches' hash models send every port on its planned path
+    assert res.qp_mismatches == 0 and res.path_mismatches == 0 and res.agree

@@ -206,7 +206,8 @@ class CommReport(_Message):
     qps_per_connection: int = Field(1, ge=1, le=128)
     step_overhead_ns: int = Field(1000, ge=0, le=10**9)
     ranks: list[RankEntry] = Field(min_length=2, max_length=100_000)
-    qps: list[QpEntry] = Field(default_factory=list, max_length=200_000)
+    # a host's plan holds at most MAX_PLAN_QPS QPs: no more may be reported for one job
+    qps: list[QpEntry] = Field(default_factory=list, max_length=MAX_PLAN_QPS)
     collector: CommunicatorReport | None = Field(
         None, description="the collector's report this one was made from (rings, QPs ...)")
     errors: list[CclError] = Field(

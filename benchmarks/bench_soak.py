@@ -58,7 +58,7 @@ from icefabric.twin.run import register_jobs  # noqa: E402
 from icefabric.twin.serve import SubprocessController  # noqa: E402
 
 OK = {"enrol": {201}, "report": {200}, "end": {204}, "ack": {204}, "event": {202},
-      "poll": {200, 204}}
+      "poll": {200, 204}, "job": {201, 204}}
 
 
 class Log:
@@ -159,18 +159,32 @@ async def leave_loop(agents, args, stop, rng):
     await asyncio.gather(*back)
 
 
-async def job_loop(pairs, args, stop, rng):
-    """Every --job-every s a two-host job ends and a new job starts on those hosts."""
+async def job_loop(port, log, pairs, args, stop, rng):
+    """Every --job-every s a two-host job ends and a new job starts on those hosts: the
+    agents end their reports, the scheduler deletes the job and registers the new one,
+    the agents report it."""
+    sched = RawConn(port)
+    head = {"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"}
+
+    async def scheduler(method, job, body=b""):
+        t = time.perf_counter()
+        st, data = await sched.request(method, f"/v1/jobs/{job}", body, head)
+        log.note("job", time.perf_counter() - t, st, data)
+
     gen = 0
     while not stop.is_set():
         await asyncio.sleep(args.job_every)
         x, y = rng.choice([p for p in pairs if p[0].present and p[1].present])
         gen += 1
+        old, new = x.rep.job, f"{x.rep.job.split('.')[0]}.{gen}"
         for ag in (x, y):
-            await ag.call("end", "DELETE", f"/v1/hosts/{ag.host}/communicators/{ag.rep.job}")
+            await ag.call("end", "DELETE", f"/v1/hosts/{ag.host}/communicators/{old}")
+        await scheduler("DELETE", old)
+        await scheduler("PUT", new, json.dumps({"hosts": [x.host, y.host]}).encode())
         for ag in (x, y):
-            ag.rep = ag.rep.model_copy(update={"job": f"{ag.rep.job.split('.')[0]}.{gen}"})
+            ag.rep = ag.rep.model_copy(update={"job": new})
             await ag.put_report()
+    await sched.close()
 
 
 async def link_loop(port, log, args, stop, rng, cables):
@@ -289,7 +303,7 @@ async def soak(args, url, pid, reps, cables):
 
     await asyncio.gather(*[start(a, i) for i, a in enumerate(agents)])
     tasks += [asyncio.create_task(leave_loop(agents, args, stop, rng)),
-              asyncio.create_task(job_loop(pairs, args, stop, rng)),
+              asyncio.create_task(job_loop(port, log, pairs, args, stop, rng)),
               asyncio.create_task(link_loop(port, log, args, stop, rng, cables))]
     await asyncio.sleep(max(0.0, args.duration - (time.monotonic() - log.t0)))
     stop.set()
@@ -309,10 +323,16 @@ async def soak(args, url, pid, reps, cables):
     for a in agents:
         await a.leave()
     lat = [d for _, k, d, _ in log.requests if k != "poll"]
+    # once every agent joined: the churn alone (the ramp's 1,000 enrolments excluded)
+    steady = [d for t, k, d, _ in log.requests if k != "poll" and t >= args.ramp + args.window]
     return {
         "agents": len(agents), "duration_s": round(end, 1), "requests": len(lat),
         "errors": len(log.errors), "error_samples": log.errors[:5],
         "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99),
+        "after_ramp": {"requests": len(steady), "p50_ms": pct(steady, 50),
+                       "p99_ms": pct(steady, 99),
+                       "plan_arrival_p99_ms": pct([d for t, d in log.arrivals
+                                                   if t >= args.ramp + args.window], 99)},
         "by_kind": {k: {"n": len(v), "p50_ms": pct(v, 50), "p99_ms": pct(v, 99)}
                     for k in OK if (v := [d for _, kk, d, _ in log.requests if kk == k])},
         "plan_arrival": {"n": len(log.arrivals), "p50_ms": pct([d for _, d in log.arrivals], 50),

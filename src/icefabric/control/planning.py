@@ -37,7 +37,8 @@ import numpy as np
 
 from icefabric.control.coloring import bipartite_edge_coloring
 from icefabric.control.demand import Demand
-from icefabric.csr import csr_from_lists
+from icefabric.control.sport import _dense_rows
+from icefabric.csr import CsrRows, csr_from_lists, indptr_from_lengths
 from icefabric.topology.model import LINK_FABRIC, Fabric
 from icefabric.topology.routing import Routing
 
@@ -499,9 +500,10 @@ def _parallel_index(fabric: Fabric) -> np.ndarray:
     return out
 
 
-def _walk_slots(fabric, routing, demand, qs, slots):
+def _walk_slots(fabric, routing, demand, qs, slots) -> tuple[np.ndarray, np.ndarray]:
     """Route QPs ``qs`` hop by hop: at step ``d`` take member ``slots[d][i] mod n`` when
-    given (>= 0), else the member with the same parallel index as the previous link."""
+    given (>= 0), else the member with the same parallel index as the previous link.
+    Returns the fabric paths as a CSR ``(indptr, links)``."""
     par = _parallel_index(fabric)
     last = np.zeros(len(qs), dtype=np.int64)
 
@@ -511,10 +513,9 @@ def _walk_slots(fabric, routing, demand, qs, slots):
         last[idx] = routing.group_member(switches, dst_leaves, member)
         return member
 
-    from icefabric.control.realize import csr_split, inner_csr, walk_csr
+    from icefabric.control.realize import inner_csr
 
-    ptr, flat = walk_csr(fabric, routing, demand.src_nic[qs], demand.dst_nic[qs], choose)
-    return csr_split(*inner_csr(ptr, flat))
+    return inner_csr(*routing.walk_csr(demand.src_nic[qs], demand.dst_nic[qs], choose))
 
 
 def _color_classes(demand: Demand, qs: np.ndarray) -> list[np.ndarray]:
@@ -529,8 +530,8 @@ def _color_classes(demand: Demand, qs: np.ndarray) -> list[np.ndarray]:
     mat = np.full((demand.n_qps, E), -1, dtype=np.int64)
     within = np.arange(len(demand.ent_qp)) - ptr[demand.ent_qp]
     mat[demand.ent_qp, within] = demand.ent_phase
-    _, cls = np.unique(mat[qs], axis=0, return_inverse=True)
-    cls = cls.ravel()
+    sub = mat[qs]
+    cls = _dense_rows([sub[:, j] for j in range(E)])  # np.unique(axis=0)'s order, faster
     order = np.argsort(cls, kind="stable")
     bounds = np.flatnonzero(np.diff(cls[order])) + 1
     return np.split(qs[order], bounds)
@@ -568,13 +569,13 @@ def _coloring_paths(fabric, routing, demand, three_tier: bool):
             c1 = bipartite_edge_coloring(pu, pv)
             slot1[sel] = c1 + off1.get(j, 0)
             off1[j] = off1.get(j, 0) + int(c1.max(initial=-1)) + 1
-    paths = [np.zeros(0, np.int64)] * Q
-    if len(inter):
-        slots = [slot0[inter], slot1[inter]] if three_tier else [slot0[inter]]
-        got = _walk_slots(fabric, routing, demand, inter, slots)
-        for q, p in zip(inter.tolist(), got, strict=True):
-            paths[q] = p
-    return paths, delta
+    if not len(inter):
+        return CsrRows(np.zeros(Q + 1, np.int64), np.zeros(0, np.int64)), delta
+    slots = [slot0[inter], slot1[inter]] if three_tier else [slot0[inter]]
+    ptr, flat = _walk_slots(fabric, routing, demand, inter, slots)
+    lengths = np.zeros(Q, dtype=np.int64)
+    lengths[inter] = np.diff(ptr)  # inter is sorted: its rows keep their order
+    return CsrRows(indptr_from_lengths(lengths), flat), delta
 
 
 def plan_edge_coloring(fabric, routing, demand, *, seed=None, **_) -> PathAssignment:

@@ -23,7 +23,7 @@ from icefabric.control.sport import (
     solve_sports,
     solve_sports_by_probing,
 )
-from icefabric.csr import csr_from_lists
+from icefabric.csr import CsrRows, csr_from_lists
 from icefabric.dataplane.ecmp import HashConfig, ecmp_hash, select_member
 from icefabric.dataplane.roce import ROCE_UDP_DPORT
 from icefabric.topology.model import Fabric
@@ -110,9 +110,9 @@ def walk_csr(fabric: Fabric, routing: Routing, src_nic, dst_nic, choose
     return routing.walk_csr(src_nic, dst_nic, choose)
 
 
-def csr_split(ptr: np.ndarray, flat: np.ndarray) -> list[np.ndarray]:
-    """CSR -> list of arrays (views)."""
-    return [flat[a:b] for a, b in zip(ptr[:-1].tolist(), ptr[1:].tolist(), strict=True)]
+def csr_split(ptr: np.ndarray, flat: np.ndarray) -> CsrRows:
+    """CSR -> sequence of arrays (views, sliced on access)."""
+    return CsrRows(ptr, flat)
 
 
 def inner_csr(ptr: np.ndarray, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -142,9 +142,9 @@ def dedup_configs(fabric: Fabric, configs: dict[int, HashConfig]
 def _model_chooser(cfg_list, node_cfg, src_ip, dst_ip, sport):
     """Like :func:`icefabric.control.hashing.hash_chooser`, grouped by hash model."""
     def choose(step, idx, switches, dst_leaves, n_members):
-        member = np.empty(len(idx), dtype=np.int64)
-        ci = node_cfg[switches]
-        for c in np.unique(ci).tolist():
+        member = np.zeros(len(idx), dtype=np.int64)
+        ci = np.where(n_members > 1, node_cfg[switches], -1)  # one member: no hash
+        for c in np.unique(ci[ci >= 0]).tolist():
             m = ci == c
             cfg = cfg_list[c]
             h = ecmp_hash(cfg, src_ip[idx[m]], dst_ip[idx[m]], sport[idx[m]], ROCE_UDP_DPORT)

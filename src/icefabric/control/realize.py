@@ -23,7 +23,7 @@ from icefabric.control.sport import (
     solve_sports,
     solve_sports_by_probing,
 )
-from icefabric.csr import CsrRows, csr_from_lists
+from icefabric.csr import CsrRows, csr_from_lists, within
 from icefabric.dataplane.ecmp import HashConfig, ecmp_hash, select_member
 from icefabric.dataplane.roce import ROCE_UDP_DPORT
 from icefabric.topology.model import Fabric
@@ -56,16 +56,27 @@ class Realization:
     meta: dict = field(default_factory=dict)
 
 
-def _group_keys(routing: Routing) -> np.ndarray:
-    """Sorted keys ``group_id * n_links + link`` of every ECMP member (members are sorted
-    by link id inside each group, groups by id, so no sort is needed). Cached."""
-    gk = getattr(routing, "_ice_group_keys", None)
-    if gk is None:
+def _member_index(routing: Routing) -> tuple[np.ndarray, np.ndarray, int]:
+    """Where a link sits in an ECMP group, as one table lookup: ``(out_rank, table, R)``
+    with ``out_rank[link]`` the link's rank among its source node's links and
+    ``table[group * R + out_rank[link]]`` its member index in that group (-1: not a
+    member). A group's members all leave one switch, so R (the largest out-degree) bounds
+    the table's width; a binary search of the sorted (group, link) keys, which this
+    replaced, cost 0.7 s at 1 M QPs. Cached on the routing."""
+    got = getattr(routing, "_ice_member_index", None)
+    if got is None:
+        f = routing.fabric
+        order = np.argsort(f.link_src, kind="stable")
+        counts = np.bincount(f.link_src, minlength=f.n_nodes)
+        out_rank = np.empty(f.n_links, dtype=np.int64)
+        out_rank[order] = within(counts)
+        R = max(int(counts.max(initial=0)), 1)
         sizes = np.diff(routing.grp_indptr)
+        table = np.full(len(sizes) * R, -1, dtype=np.int16 if R < 1 << 15 else np.int64)
         g = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
-        gk = g * routing.fabric.n_links + routing.grp_links
-        routing._ice_group_keys = gk
-    return gk
+        table[g * R + out_rank[routing.grp_links]] = within(sizes)
+        got = routing._ice_member_index = (out_rank, table, R)
+    return got
 
 
 def decision_chain(fabric: Fabric, routing: Routing, dst_nic: np.ndarray,
@@ -87,12 +98,12 @@ def decision_chain(fabric: Fabric, routing: Routing, dst_nic: np.ndarray,
     row = np.repeat(np.arange(Q), lens)
     col = np.arange(len(flat)) - np.repeat(np.cumsum(lens) - lens, lens)
     dl = routing.leaf_index[fabric.nic_leaf[np.asarray(dst_nic, dtype=np.int64)]][row]
-    g = routing.grp_id[routing.sw_index[fabric.link_src[flat]] * len(routing.leaves) + dl]
-    gk = _group_keys(routing)
-    key = g * fabric.n_links + flat
-    i = np.minimum(np.searchsorted(gk, key), len(gk) - 1)
-    if np.any(gk[i] != key) or np.any(routing.sw_index[fabric.link_src[flat]] < 0):
-        bad = int(flat[np.flatnonzero(gk[i] != key)[0]])
+    at = routing.sw_index[fabric.link_src[flat]]
+    g = routing.grp_id[np.maximum(at, 0) * len(routing.leaves) + dl]
+    out_rank, table, R = _member_index(routing)
+    i = table[g * R + out_rank[flat]].astype(np.int64)
+    if np.any((i < 0) | (at < 0)):
+        bad = int(flat[np.flatnonzero((i < 0) | (at < 0))[0]])
         raise ValueError(f"planned link {fabric.link_names()[bad]} is not an ECMP member "
                          "toward the destination (failed or not on a shortest path)")
     cont = row[1:] == row[:-1]
@@ -100,7 +111,7 @@ def decision_chain(fabric: Fabric, routing: Routing, dst_nic: np.ndarray,
         raise ValueError("a planned path is not a connected link sequence")
     sw[row, col] = fabric.link_src[flat]
     n[row, col] = routing.grp_indptr[g + 1] - routing.grp_indptr[g]
-    want[row, col] = i - routing.grp_indptr[g]
+    want[row, col] = i
     return sw, n, want
 
 

@@ -254,8 +254,13 @@ def realize_paths(fabric: Fabric, routing: Routing, configs: dict[int, HashConfi
     if mode == "model":
         cfg_list, node_cfg = dedup_configs(fabric, configs)
         cfg_index = np.where(sw >= 0, node_cfg[np.maximum(sw, 0)], -1)
-        sport = solve_sports(cfg_list, ip[sn], ip[dn], cfg_index, n, want, exclude=exclude,
-                             seed=seed)
+        # Depths where no QP has a choice (downward hops: one member) change no port:
+        # leave them out of the solver's (Q, D) arrays.
+        spray = np.array([c.is_spray for c in cfg_list] + [False])[cfg_index]
+        cols = ((cfg_index >= 0) & ((n > 1) | spray)).any(axis=0)
+        cols[0] |= not cols.any()
+        sport = solve_sports(cfg_list, ip[sn], ip[dn], cfg_index[:, cols], n[:, cols],
+                             want[:, cols], exclude=exclude, seed=seed)
     elif mode == "probe":
         prober = _prober(fabric, routing, configs, loss_prob, seed)
         cache = probe_cache if probe_cache is not None else PortPathCache()

@@ -151,8 +151,10 @@ def _in_sorted(sorted_codes: np.ndarray, codes: np.ndarray) -> np.ndarray:
 
 
 def _base_matrix(configs: Sequence[HashConfig], d: _Decisions, dport: int, proto: int,
-                 usable: np.ndarray, xid_of_cfg: np.ndarray) -> np.ndarray:
-    """``base_hash`` of every (QP, depth) with a decision (0 elsewhere).
+                 usable: np.ndarray, xid_of_cfg: np.ndarray, pid: np.ndarray | None
+                 ) -> np.ndarray:
+    """``base_hash`` of every (QP, depth) with a decision (0 elsewhere); ``pid``: dense
+    ids of the QPs' IP pairs, if known.
 
     Switches that differ only by seed share a linear key; their rows are hashed in one
     call with per-row seeds.
@@ -160,6 +162,20 @@ def _base_matrix(configs: Sequence[HashConfig], d: _Decisions, dport: int, proto
     base = np.zeros(d.cfg.shape, dtype=np.uint32)
     qs, ds = np.nonzero(usable)
     cfgs = d.cfg[qs, ds]
+    if pid is not None and d.dqpn is None and len(qs):
+        # The hash of port 0 depends on the IP pair and the switch's config only: hash
+        # each distinct (pair, config) once (the QPs of a NIC pair share it).
+        key = pid[qs] * len(configs) + cfgs
+        ids = _dense_ids(key, int(key.max()) + 1)
+        first = np.zeros(int(ids.max()) + 1, dtype=np.int64)
+        first[ids[::-1]] = np.arange(len(ids))[::-1]
+        uq, ud = qs[first], ds[first]
+        sub = _Decisions(d.sip[uq], d.dip[uq], d.cfg[uq, ud][:, None],
+                         d.n[uq, ud][:, None], d.want[uq, ud][:, None], None)
+        base[qs, ds] = _base_matrix(configs, sub, dport, proto,
+                                    np.ones((len(uq), 1), dtype=bool), xid_of_cfg, None
+                                    )[ids, 0]
+        return base
     seeds = np.array([c.seed for c in configs], dtype=np.uint64)
     gid = xid_of_cfg[cfgs]
     rep_cfg = {int(x): configs[i] for i, x in reversed(list(enumerate(xid_of_cfg[:-1])))}
@@ -188,11 +204,22 @@ def _dense_rows(cols: Sequence[np.ndarray]) -> np.ndarray:
             u, inv = np.unique(c, return_inverse=True)
             width, inv = u.size, inv.ravel()
         if span * width >= 1 << 62:
-            ids = np.unique(ids, return_inverse=True)[1].ravel().astype(np.int64)
+            ids = _dense_ids(ids, span)
             span = int(ids.max(initial=0)) + 1
         ids = ids * width + inv
         span *= width
-    return np.unique(ids, return_inverse=True)[1].ravel()
+    return _dense_ids(ids, span)
+
+
+def _dense_ids(keys: np.ndarray, span: int) -> np.ndarray:
+    """Rank of each key among the distinct keys (``np.unique``'s inverse). Keys in
+    ``[0, span)`` with ``span`` a few times their count are ranked through a table of
+    the span (no sort); others by ``np.unique``."""
+    if span <= 4 * keys.size + 64:
+        seen = np.zeros(span, dtype=np.int64)
+        seen[keys] = 1
+        return (np.cumsum(seen) - 1)[keys]
+    return np.unique(keys, return_inverse=True)[1].ravel().astype(np.int64)
 
 
 def solve_sports(
@@ -298,7 +325,7 @@ def solve_sports(
     xid = xid_of_cfg[d.cfg]
     trivial = usable & (d.n == 1)  # member 0 whatever the hash: nothing to hash
     base = _base_matrix(configs, d, dport, proto, usable & ~trivial & ~impossible[:, None],
-                        xid_of_cfg)
+                        xid_of_cfg, pid)
     code = np.zeros(d.cfg.shape, dtype=np.int64)
     code = np.where(usable & ~indexable, 2 + 2 * d.cfg, code)
     code = np.where(indexable, 1 + 2 * (xid * 32 + bits), code)

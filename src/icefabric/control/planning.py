@@ -548,10 +548,10 @@ def _coloring_paths(fabric, routing, demand, three_tier: bool):
     off0 = 0
     off1: dict[int, int] = {}
     delta = 0
+    # vertex labels need not be compact: the colouring depends on edge order only
+    src_li, dst_li = routing.leaf_index[demand.src_leaf], routing.leaf_index[demand.dst_leaf]
     for cls in _color_classes(demand, inter):
-        _, lu = np.unique(demand.src_leaf[cls], return_inverse=True)
-        _, lv = np.unique(demand.dst_leaf[cls], return_inverse=True)
-        c = bipartite_edge_coloring(lu, lv)
+        c = bipartite_edge_coloring(src_li[cls], dst_li[cls])
         d = int(c.max(initial=-1)) + 1
         delta = max(delta, d)
         slot0[cls] = c + off0
@@ -564,9 +564,7 @@ def _coloring_paths(fabric, routing, demand, three_tier: bool):
         xp = pod[demand.src_leaf[cls]] != pod[demand.dst_leaf[cls]]
         for j in np.unique(plane[xp]).tolist():
             sel = cls[xp & (plane == j)]
-            _, pu = np.unique(pod[demand.src_leaf[sel]], return_inverse=True)
-            _, pv = np.unique(pod[demand.dst_leaf[sel]], return_inverse=True)
-            c1 = bipartite_edge_coloring(pu, pv)
+            c1 = bipartite_edge_coloring(pod[demand.src_leaf[sel]], pod[demand.dst_leaf[sel]])
             slot1[sel] = c1 + off1.get(j, 0)
             off1[j] = off1.get(j, 0) + int(c1.max(initial=-1)) + 1
     if not len(inter):

@@ -7,8 +7,8 @@ Run on demand (not part of the tests):
 128 HGX H100 servers on a 1:1 leaf-spine (8 servers per leaf, 16 spines; above 2,048 GPUs a
 1:1 fat-tree of radix-128 switches sized by `fat_tree_for`); Megatron plan
 TP 8 (inside servers) x PP 8 x DP 16, sequence parallel, distributed optimizer, 1F1B.
-Prints the wall and CPU time of every stage as it ends, the iteration time and the peak resident memory;
-BENCHMARKS.md records the figures. Target (issue 13): the whole run under 60 s.
+Prints the wall and CPU time of every stage as it ends, the iteration time and the peak
+resident memory; BENCHMARKS.md records the figures. Target (issue 13): the whole run under 60 s.
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from icefabric.csr import gather, indptr_from_lengths, replace_rows
-from icefabric.engine.maxmin import maxmin_rates
+from icefabric.engine.batch_kernel import maxmin_compiled
 from icefabric.engine.problem import EngineError, SimProblem, route_incidence, routes_touching
 from icefabric.engine.registry import register_engine
 from icefabric.engine.result import CollectiveResult, SimResult
@@ -101,8 +101,8 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
                 load[:] = 0.0
                 if len(idx):
                     sub, rows = _columns(Ac, idx)
-                    rate[idx] = maxmin_rates(sub, P.link_capacity_bps[rows],
-                                             P.flow_rate_cap_bps[idx])
+                    rate[idx] = _maxmin(sub, P.link_capacity_bps[rows],
+                                        P.flow_rate_cap_bps[idx])
                     load[rows] = sub @ _finite(rate[idx])
             np.maximum(peak, load / P.link_capacity_bps, out=peak)
             dirty = False
@@ -239,8 +239,22 @@ def _rates_after_finish(A, Ac, P: SimProblem, rate, load, run_mask, fin) -> None
     if len(refill):
         sub, rows = _columns(Ac, refill)
         spare = np.maximum(cap[rows] - load[rows], 0.0)
-        rate[refill] = maxmin_rates(sub, spare, P.flow_rate_cap_bps[refill])
+        rate[refill] = _maxmin(sub, spare, P.flow_rate_cap_bps[refill])
         load[rows] += sub @ _finite(rate[refill])
+
+
+def _maxmin(sub: sp.csc_matrix, cap: np.ndarray, fcap: np.ndarray) -> np.ndarray:
+    """:func:`~icefabric.engine.maxmin.maxmin_rates` of the columns ``sub``, compiled
+    (:func:`~icefabric.engine.batch_kernel.maxmin_compiled`, the same rates)."""
+    A = sp.csc_matrix(sub, dtype=np.float64)
+    A.sum_duplicates()
+    F = A.shape[1]
+    if F == 0:
+        return np.zeros(0)
+    who = np.repeat(np.arange(F, dtype=np.int64), np.diff(A.indptr))
+    return maxmin_compiled(A.indices.astype(np.int64), who, A.data,
+                           np.asarray(cap, dtype=np.float64),
+                           np.asarray(fcap, dtype=np.float64))
 
 
 def _entries(M: sp.spmatrix, idx: np.ndarray):

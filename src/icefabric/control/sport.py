@@ -167,9 +167,9 @@ def _base_matrix(configs: Sequence[HashConfig], d: _Decisions, dport: int, proto
         # each distinct (pair, config) once (the QPs of a NIC pair share it).
         key = pid[qs] * len(configs) + cfgs
         ids = _dense_ids(key, int(key.max()) + 1)
-        first = np.zeros(int(ids.max()) + 1, dtype=np.int64)
-        first[ids[::-1]] = np.arange(len(ids))[::-1]
-        uq, ud = qs[first], ds[first]
+        one = np.zeros(int(ids.max()) + 1, dtype=np.int64)
+        one[ids] = np.arange(len(ids))  # any row of a (pair, config) stands for all
+        uq, ud = qs[one], ds[one]
         sub = _Decisions(d.sip[uq], d.dip[uq], d.cfg[uq, ud][:, None],
                          d.n[uq, ud][:, None], d.want[uq, ud][:, None], None)
         base[qs, ds] = _base_matrix(configs, sub, dport, proto,

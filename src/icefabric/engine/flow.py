@@ -18,7 +18,7 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from icefabric.csr import gather, indptr_from_lengths, replace_rows
+from icefabric.csr import gather, replace_rows
 from icefabric.engine.batch_kernel import maxmin_compiled
 from icefabric.engine.problem import EngineError, SimProblem, route_incidence, routes_touching
 from icefabric.engine.registry import register_engine
@@ -54,6 +54,7 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
     down = np.zeros(L, dtype=bool)
     blocked = np.zeros(P.n_routes, dtype=bool)
     Ac = A.tocsc()  # column slices of the active flows
+    Ac.sum_duplicates()  # canonical: each column's rows ascending, once
     flow_blocked = np.zeros(F, dtype=bool)
 
     remaining = P.flow_size_bytes.astype(np.float64).copy()
@@ -100,10 +101,10 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
                 rate[:] = 0.0
                 load[:] = 0.0
                 if len(idx):
-                    sub, rows = _columns(Ac, idx)
-                    rate[idx] = _maxmin(sub, P.link_capacity_bps[rows],
-                                        P.flow_rate_cap_bps[idx])
-                    load[rows] = sub @ _finite(rate[idx])
+                    sub = _Columns(Ac, idx)
+                    rate[idx] = sub.maxmin(P.link_capacity_bps[sub.rows],
+                                           P.flow_rate_cap_bps[idx])
+                    load[sub.rows] = sub.load(_finite(rate[idx]))
             np.maximum(peak, load / P.link_capacity_bps, out=peak)
             dirty = False
             freed = []
@@ -178,6 +179,7 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
                 moved[:] = 0.0
                 A = route_incidence(r_ptr, r_links, P.route_flow, P.route_weight, L, F)
                 Ac = A.tocsc()
+                Ac.sum_duplicates()
                 flow_blocked[:] = np.bincount(P.route_flow[blocked], minlength=F) > 0
                 dirty, freed = True, None
         if progress is not None:
@@ -237,24 +239,10 @@ def _rates_after_finish(A, Ac, P: SimProblem, rate, load, run_mask, fin) -> None
     load -= np.bincount(links, vals * np.repeat(_finite(rate[gone]), n), minlength=len(load))
     rate[gone] = 0.0
     if len(refill):
-        sub, rows = _columns(Ac, refill)
-        spare = np.maximum(cap[rows] - load[rows], 0.0)
-        rate[refill] = _maxmin(sub, spare, P.flow_rate_cap_bps[refill])
-        load[rows] += sub @ _finite(rate[refill])
-
-
-def _maxmin(sub: sp.csc_matrix, cap: np.ndarray, fcap: np.ndarray) -> np.ndarray:
-    """:func:`~icefabric.engine.maxmin.maxmin_rates` of the columns ``sub``, compiled
-    (:func:`~icefabric.engine.batch_kernel.maxmin_compiled`, the same rates)."""
-    A = sp.csc_matrix(sub, dtype=np.float64)
-    A.sum_duplicates()
-    F = A.shape[1]
-    if F == 0:
-        return np.zeros(0)
-    who = np.repeat(np.arange(F, dtype=np.int64), np.diff(A.indptr))
-    return maxmin_compiled(A.indices.astype(np.int64), who, A.data,
-                           np.asarray(cap, dtype=np.float64),
-                           np.asarray(fcap, dtype=np.float64))
+        sub = _Columns(Ac, refill)
+        spare = np.maximum(cap[sub.rows] - load[sub.rows], 0.0)
+        rate[refill] = sub.maxmin(spare, P.flow_rate_cap_bps[refill])
+        load[sub.rows] += sub.load(_finite(rate[refill]))
 
 
 def _entries(M: sp.spmatrix, idx: np.ndarray):
@@ -266,18 +254,34 @@ def _entries(M: sp.spmatrix, idx: np.ndarray):
     return M.indices[pos], M.data[pos], n
 
 
-def _columns(Ac: sp.csc_matrix, cols: np.ndarray) -> tuple[sp.csc_matrix, np.ndarray]:
-    """Columns ``cols`` of ``Ac`` over the rows they touch: (that matrix, the row ids)."""
-    links, vals, n = _entries(Ac, cols)
-    # np.unique(links, return_inverse=True) through a table of the links: no sort (it
-    # was 3/4 of a 16,384-GPU training iteration's engine time)
-    seen = np.zeros(Ac.shape[0] + 1, dtype=np.int64)
-    seen[links + 1] = 1
-    np.cumsum(seen, out=seen)
-    rows = np.flatnonzero(seen[1:] > seen[:-1])
-    local = seen[links]
-    return sp.csc_matrix((vals, local, indptr_from_lengths(n)),
-                         shape=(len(rows), len(cols))), rows
+class _Columns:
+    """Columns ``cols`` of the canonical CSC ``Ac`` over the rows (links) they touch, as
+    plain entries: ``local`` (row position in ``rows``), ``who`` (position in ``cols``)
+    and ``vals``, grouped by column with rows ascending. An event costs what runs: no
+    scipy matrix is built per event (their constructors were a third of a 16,384-GPU
+    training iteration's engine time)."""
+
+    def __init__(self, Ac: sp.csc_matrix, cols: np.ndarray):
+        links, self.vals, n = _entries(Ac, cols)
+        # np.unique(links, return_inverse=True) through a table of the links, no sort
+        seen = np.zeros(Ac.shape[0] + 1, dtype=np.int64)
+        seen[links + 1] = 1
+        np.cumsum(seen, out=seen)
+        self.rows = np.flatnonzero(seen[1:] > seen[:-1])
+        self.local = seen[links]
+        self.who = np.repeat(np.arange(len(cols), dtype=np.int64), n)
+
+    def maxmin(self, cap: np.ndarray, fcap: np.ndarray) -> np.ndarray:
+        """Max-min rates of the columns on ``cap`` (per row): the compiled
+        :func:`~icefabric.dataplane.fairness.maxmin_entries`, the same rates."""
+        return maxmin_compiled(self.local, self.who, self.vals.astype(np.float64),
+                               np.asarray(cap, dtype=np.float64),
+                               np.asarray(fcap, dtype=np.float64))
+
+    def load(self, rate: np.ndarray) -> np.ndarray:
+        """Per row, the columns' ``vals * rate`` summed in column order (what the CSC
+        product summed, in the same order)."""
+        return np.bincount(self.local, self.vals * rate[self.who], minlength=len(self.rows))
 
 
 def _next_data_done(remaining, rate, run, t: int) -> int:

@@ -88,7 +88,15 @@ class Demand:
     def peak_rate_bps(self) -> np.ndarray:
         """Largest rate of each QP over its phases (0 for a QP in no phase)."""
         out = np.zeros(self.n_qps)
-        np.maximum.at(out, self.ent_qp, self.ent_rate_bps)
+        if len(self.ent_qp) == 0:
+            return out
+        # entries grouped by QP (as ent_ptr has them): one reduction per run, no ufunc.at
+        first = np.flatnonzero(np.r_[True, self.ent_qp[1:] != self.ent_qp[:-1]])
+        if len(first) != np.count_nonzero(np.bincount(self.ent_qp)):
+            np.maximum.at(out, self.ent_qp, self.ent_rate_bps)  # a QP's entries apart
+            return out
+        out[self.ent_qp[first]] = np.maximum(
+            np.maximum.reduceat(self.ent_rate_bps, first), 0.0)
         return out
 
     def is_uniform(self, rtol: float = 1e-9) -> bool:

@@ -121,17 +121,21 @@ class Candidates:
     """All shortest fabric paths of every distinct (source leaf, destination leaf) pair,
     enumerated lazily (only pairs that are asked for).
 
-    ``pair[q]`` is the pair of QP ``q``; ``pair_paths(k)`` an int64 array
-    (n_paths, depth) of link ids of pair ``k`` (depth 0 inside one leaf).
+    ``pair[q]`` is the pair of QP ``q`` (-1 for a QP left out by ``qps``);
+    ``pair_paths(k)`` an int64 array (n_paths, depth) of link ids of pair ``k`` (depth 0
+    inside one leaf).
     """
 
-    def __init__(self, routing: Routing, demand: Demand, limit: int = 4096):
+    def __init__(self, routing: Routing, demand: Demand, limit: int = 4096,
+                 qps: np.ndarray | None = None):
         self.routing = routing
         self.limit = limit
         self._n = routing.fabric.n_nodes + 1
-        key = demand.src_leaf * self._n + demand.dst_leaf
-        self.keys, self.pair = np.unique(key, return_inverse=True)
-        self.pair = self.pair.astype(np.int64)
+        sel = slice(None) if qps is None else qps  # qps: only these QPs (others: -1)
+        key = demand.src_leaf[sel] * self._n + demand.dst_leaf[sel]
+        self.keys, pair = np.unique(key, return_inverse=True)
+        self.pair = np.full(demand.n_qps, -1, dtype=np.int64)
+        self.pair[sel] = pair.ravel()
         self._paths: dict[int, np.ndarray] = {}
         self._index: dict[int, dict[tuple, int]] = {}
 
@@ -303,7 +307,7 @@ def replan_subset(fabric: Fabric, routing: Routing, demand: Demand, qps: np.ndar
         pos[qps] = qps
         st.L += load - _load_matrix_csr(fabric.n_links, demand, pos, ptr, flat)
     st._refresh()
-    cands = Candidates(routing, demand)
+    cands = Candidates(routing, demand, qps=qps)  # only the QPs that move
     choice = np.full(Q, -1, dtype=np.int64)
     forbid = forbid or {}
     _greedy(fabric, routing, demand, cands, st, choice, qps, forbid, rng)

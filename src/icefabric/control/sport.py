@@ -190,11 +190,18 @@ def _base_matrix(configs: Sequence[HashConfig], d: _Decisions, dport: int, proto
 
 def _dense_rows(cols: Sequence[np.ndarray]) -> np.ndarray:
     """Dense ids of equal rows of integer columns, in the rows' lexicographic order (that
-    of ``np.unique(axis=0)``, faster). A column of a narrow value range enters the key as
-    ``value - min`` (order kept, no sort); a wide one through its dense ids."""
+    of ``np.unique(axis=0)``, faster)."""
+    return _dense_ids(*_row_keys(cols))
+
+
+def _row_keys(cols: Sequence[np.ndarray]) -> tuple[np.ndarray, int]:
+    """One int64 key per row of integer columns, equal for equal rows and ordered as the
+    rows lexicographically, with its span (keys in ``[0, span)``). A column of a narrow
+    value range enters the key as ``value - min`` (no sort); a wide one through its dense
+    ids; when the key would pass 62 bits it is densified first."""
     ids = np.zeros(cols[0].shape[0], dtype=np.int64)
     if ids.size == 0:
-        return ids
+        return ids, 1
     span = 1
     for c in cols:
         lo, hi = int(c.min()), int(c.max())
@@ -208,7 +215,7 @@ def _dense_rows(cols: Sequence[np.ndarray]) -> np.ndarray:
             span = int(ids.max(initial=0)) + 1
         ids = ids * width + inv
         span *= width
-    return _dense_ids(ids, span)
+    return ids, span
 
 
 def _dense_ids(keys: np.ndarray, span: int) -> np.ndarray:
@@ -374,7 +381,9 @@ def _solve_rows(
     """Solve the QPs ``rows`` in place into ``out``, grouped by chain signature."""
     crow = code[rows]
     inv = _dense_rows([crow[:, j] for j in range(crow.shape[1])])
-    by_sig = np.argsort(inv, kind="stable")
+    # a few signatures: 16-bit ids sort by radix (numpy's stable sort of small ints)
+    by_sig = np.argsort(inv.astype(np.int16) if inv.max(initial=0) < 1 << 15 else inv,
+                        kind="stable")
     bounds = np.flatnonzero(np.r_[True, np.diff(inv[by_sig]) != 0, True])
     for g0, g1 in zip(bounds[:-1], bounds[1:], strict=True):
         gq = rows[by_sig[g0:g1]]
@@ -416,7 +425,7 @@ def _solve_rows(
         for depth, _ in filt_cols:
             cols += [base[gq, depth].astype(np.uint64), d.n[gq, depth].astype(np.uint64),
                      d.want[gq, depth].astype(np.uint64)]
-        cls = _dense_rows(cols)
+        cls = _row_keys(cols)[0]  # order-preserving ids: their sort is the ranks' order
         srt = np.argsort(cls, kind="stable")
         cs = cls[srt]
         starts = np.flatnonzero(np.r_[True, cs[1:] != cs[:-1]])

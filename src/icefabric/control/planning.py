@@ -54,7 +54,8 @@ class PathAssignment:
 
     Attributes
     ----------
-    paths : list of ndarray[int64] — one per QP of the demand.
+    paths : sequence of ndarray[int64] — one per QP of the demand (the colouring
+        planners give a :class:`~icefabric.csr.CsrRows`: rows of one flat array).
     link_util : ndarray[float64] (n_links,) — planned utilisation of every link (the
         objective's ``u_l``; 0 on host and server-internal links).
     method : str — planner that produced it.

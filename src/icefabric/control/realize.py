@@ -44,8 +44,8 @@ class Realization:
     Attributes
     ----------
     sport : ndarray[int64] (Q,) — ``-1`` where no port realises the planned path.
-    paths : list of ndarray — re-hashed NIC-to-NIC path of every QP (for ``sport = -1``
-        the path of the fallback port ``fallback_sport``).
+    paths : sequence of ndarray — re-hashed NIC-to-NIC path of every QP (for ``sport =
+        -1`` the path of the fallback port ``fallback_sport``), a :class:`CsrRows`.
     ok : ndarray[bool] (Q,) — re-hashed fabric path equals the planned one.
     meta : dict — mode, probes used, ...
     """

@@ -68,7 +68,7 @@ DONE, FAIL_DUE, ENDSIDE_DUE, SAMPLES_FULL, MAX_STEPS = 0, 1, 2, 3, 4
 ST_BANKS = {
     "f": ["up", "pfc_allow", "pfc_use", "pfc_xoff", "pfc_xon", "pause_ns", "pause_cnt",  # links
           "link_bytes", "peak_util", "max_q", "marked_bytes", "qlink", "serv", "serv_eff",
-          "lk_sum",
+          "lk_sum", "lk_qsum", "lk_tsum",
           "q", "arr", "drain", "dep", "ae_new",  # entries
           "inj", "start", "finish", "flow_cap", "a_rf", "heap_t",  # flows
           "deliv", "last_cnp", "es_cnps", "a_dem", "a_alloc", "a_x"],  # routes
@@ -93,10 +93,11 @@ NET_BANKS = {
     "b": ["ingress_sw"],  # links
 }
 (S_UP, S_PFC_ALLOW, S_PFC_USE, S_PFC_XOFF, S_PFC_XON, S_PAUSE_NS, S_PAUSE_CNT, S_LINK_BYTES,
- S_PEAK_UTIL, S_MAX_Q, S_MARKED_BYTES, S_QLINK, S_SERV, S_SERV_EFF, S_LK_SUM,
+ S_PEAK_UTIL, S_MAX_Q, S_MARKED_BYTES, S_QLINK, S_SERV, S_SERV_EFF, S_LK_SUM, S_LK_QSUM,
+ S_LK_TSUM,
  S_Q, S_ARR, S_DRAIN, S_DEP, S_AE_NEW,
  S_INJ, S_START, S_FINISH, S_FLOW_CAP, S_A_RF, S_HEAP_T,
- S_DELIV, S_LAST_CNP, S_ES_CNPS, S_A_DEM, S_A_ALLOC, S_A_X) = range(32)  # st.f
+ S_DELIV, S_LAST_CNP, S_ES_CNPS, S_A_DEM, S_A_ALLOC, S_A_X) = range(34)  # st.f
 (S_LK_LINK, S_LK_PTR, S_LV_PTR, S_NIC_LINK, S_NIC_PTR,
  S_AE, S_AE_ROUTE, S_AE_LINK, S_AE_ING, S_Q_ENT, S_LK_ENT,
  S_N_DEPS_LEFT, S_HEAP_F, S_A_F, S_A_FSTART, S_NEW_F,
@@ -404,12 +405,13 @@ def _service(net, st) -> None:
     ack = _zeroed(st.tmp_rows[0], L)
     ratio = net_cfg[C_ACK_RATIO]
     if ratio > 0:
-        for j in range(st_si[I_NAE]):
-            rv = nti[N_REV, sti[S_AE_LINK, j]]
-            if rv >= 0:
-                r = sti[S_AE_ROUTE, j]
-                last = net_indptr[sti[S_A_R, r] + 1] - 1
-                ack[rv] += ratio * stf[S_DEP, last]
+        for r in range(st_si[I_NAR]):  # a route's entries are contiguous, in hop order
+            a = ratio * stf[S_DEP, net_indptr[sti[S_A_R, r] + 1] - 1]
+            e0 = sti[S_A_ESTART, r]
+            for j in range(e0, e0 + sti[S_A_NE, r]):
+                rv = nti[N_REV, sti[S_AE_LINK, j]]
+                if rv >= 0:
+                    ack[rv] += a
     for li in range(L):
         s = ntf[N_CAP, li] * stf[S_UP, li]
         if ratio > 0:
@@ -589,33 +591,47 @@ def _dt(net, st, t) -> float:
 
 @step_fn
 def _sweep_level(st, dt, lo, hi, views) -> None:
-    """FIFO service of the links ``lk_link[lo:hi]`` (one topological level)."""
+    """FIFO service of the links ``lk_link[lo:hi]`` (one topological level).
+
+    One pass takes every entry's arrivals and each link's sums (arrivals, content, what
+    draining entries release); a second moves the bytes (:func:`_fifo`), or passes the
+    arrivals straight through when nothing at the level queues and no link is overloaded.
+    (The draining rule needs content, so the first pass's updates hold in both cases.)"""
     stf = st.f
     sti = st.i
     q, drain, arr, new, dep_old = views
     passthru = True
     for i in range(lo, hi):
         asum = 0.0
+        qsum = 0.0
+        tsum = 0.0
         for p in range(sti[S_LK_PTR, i], sti[S_LK_PTR, i + 1]):
             j = sti[S_LK_ENT, p]
-            if q[sti[S_AE, j]] != 0.0:
+            e = sti[S_AE, j]
+            a_in = new[j - 1]
+            arr[e] = a_in
+            qv = q[e]
+            dr = drain[e]
+            if a_in * dt > 0:
+                dr = 0.0
+            elif dr <= 0 and qv > 0:
+                dr = dep_old[e]
+            drain[e] = dr
+            if qv != 0.0:
                 passthru = False
-            asum += new[j - 1] * dt
+            asum += a_in * dt
+            qsum += qv
+            tsum += min(qv, dr * dt)
         stf[S_LK_SUM, i] = asum
+        stf[S_LK_QSUM, i] = qsum
+        stf[S_LK_TSUM, i] = tsum
         if not asum <= stf[S_SERV_EFF, sti[S_LK_LINK, i]] * dt:
             passthru = False
     for i in range(lo, hi):
-        a, b = sti[S_LK_PTR, i], sti[S_LK_PTR, i + 1]
         if passthru:
-            # nothing queued and no link overloaded: arrivals pass through
-            for p in range(a, b):
+            for p in range(sti[S_LK_PTR, i], sti[S_LK_PTR, i + 1]):
                 j = sti[S_LK_ENT, p]
-                e = sti[S_AE, j]
-                a_in = new[j - 1]
-                arr[e] = a_in
-                if a_in * dt > 0:
-                    drain[e] = 0.0
-                new[j] = a_in
+                new[j] = new[j - 1]
             continue
         _fifo(stf, sti, views, dt, i)
 
@@ -625,24 +641,7 @@ def _fifo(stf, sti, views, dt, i) -> None:
     """One link's FIFO: present content leaves first (entries whose arrivals stopped drain
     linearly at their last departure rate), then this step's arrivals pro rata."""
     q, drain, arr, new, dep_old = views  # made once per level, not once per link
-    a, b = sti[S_LK_PTR, i], sti[S_LK_PTR, i + 1]
-    asum = stf[S_LK_SUM, i]
-    qsum = 0.0
-    tsum = 0.0
-    for p in range(a, b):
-        j = sti[S_LK_ENT, p]
-        e = sti[S_AE, j]
-        a_in = new[j - 1]
-        arr[e] = a_in
-        qv = q[e]
-        dr = drain[e]
-        if a_in * dt > 0:
-            dr = 0.0
-        elif dr <= 0 and qv > 0:
-            dr = dep_old[e]
-        drain[e] = dr
-        qsum += qv
-        tsum += min(qv, dr * dt)
+    asum, qsum, tsum = stf[S_LK_SUM, i], stf[S_LK_QSUM, i], stf[S_LK_TSUM, i]
     served = min(stf[S_SERV_EFF, sti[S_LK_LINK, i]] * dt, qsum + asum)
     tscale = served / tsum if tsum > served else 1.0
     tsum = min(tsum, served)
@@ -651,7 +650,7 @@ def _fifo(stf, sti, views, dt, i) -> None:
     from_q = min(rest, qrsum)
     fq = from_q / qrsum if qrsum > _TINY else 0.0
     fa = (rest - from_q) / asum if asum > _TINY else 0.0
-    for p in range(a, b):
+    for p in range(sti[S_LK_PTR, i], sti[S_LK_PTR, i + 1]):
         j = sti[S_LK_ENT, p]
         e = sti[S_AE, j]
         qv = q[e]
@@ -680,21 +679,22 @@ def _sweep(net, st, dt) -> float:
         _sweep_level(st, dt, sti[S_LV_PTR, v], sti[S_LV_PTR, v + 1], views)
     ddep = 0.0
     L = net.dims[D_L]
-    lb = _zeroed(st.tmp_rows[0], L)
+    lb = st.tmp_rows[0]
+    for li in range(L):
+        lb[li] = 0.0
+        stf[S_QLINK, li] = 0.0
     for j in range(ne):
         e = sti[S_AE, j]
+        li = sti[S_AE_LINK, j]
         ddep = max(ddep, abs(stf[S_AE_NEW, j] - stf[S_DEP, e]))
         stf[S_DEP, e] = stf[S_AE_NEW, j]
-        lb[sti[S_AE_LINK, j]] += stf[S_AE_NEW, j] * dt
+        lb[li] += stf[S_AE_NEW, j] * dt
+        if nti[N_HOP, e] > 0:  # a queue entry (``q_ent``, in the same order)
+            stf[S_QLINK, li] += stf[S_Q, e]
     for li in range(L):
         stf[S_LINK_BYTES, li] += lb[li]
         util = lb[li] / (ntf[N_CAP, li] * dt + _TINY)
         stf[S_PEAK_UTIL, li] = max(stf[S_PEAK_UTIL, li], util)
-        stf[S_QLINK, li] = 0.0
-    for p in range(st_si[I_NQ]):
-        j = sti[S_Q_ENT, p]
-        stf[S_QLINK, sti[S_AE_LINK, j]] += stf[S_Q, sti[S_AE, j]]
-    for li in range(L):
         stf[S_MAX_Q, li] = max(stf[S_MAX_Q, li], stf[S_QLINK, li])
     for i in range(st_si[I_NAF]):
         stf[S_INJ, sti[S_A_F, i]] += stf[S_A_RF, i] * dt
@@ -723,6 +723,20 @@ def rev_delay(net, st, out) -> np.ndarray:
         if rv >= 0:
             out[li] = _queue_wait(net, st, rv)
     return out
+
+
+@inline_fn
+def _bucket(t, bw) -> np.int64:
+    """``t // bw`` for ``t >= 0`` (the CNP delay line's slot of time ``t``), without the
+    float floor division, which calls ``fmod`` (a fifth of a marking step's time): the
+    quotient's floor, corrected by one where the division rounded across an integer
+    (``b * bw`` is exact for the slot counts of a run)."""
+    b = np.floor(t / bw)
+    if b * bw > t:
+        b -= 1.0
+    elif (b + 1.0) * bw <= t:
+        b += 1.0
+    return np.int64(b)
 
 
 @inline_fn
@@ -774,15 +788,20 @@ def _marks(net, st, t_new, dt) -> bool:
         return False
     mlink = _zeroed(st.tmp_rows[1], L)
     # CNPs ride ACKs: the reverse path's queueing delay
-    rd = st.tmp_rows[3]
+    rd = _zeroed(st.tmp_rows[3], L)
+    qw = st.tmp_rows[2]  # every link's queue wait, once (a division) rather than per entry
+    for li in range(L):
+        qw[li] = _queue_wait(net, st, li)
     if net_cfg[C_ACK_QUEUE] > 0:
-        rev_delay(net, st, rd)
-    else:
-        _zeroed(rd, L)
+        nti = net.i
+        for li in range(L):
+            rv = nti[N_REV, li]
+            if rv >= 0:
+                rd[li] = qw[rv]
     bw = net_cfg[C_FB_BW]
     pkt = net_cfg[C_PKT_WIRE]
     rows = st_si[I_FB_ROWS]
-    cur_b = np.int64(t_new // bw)
+    cur_b = _bucket(t_new, bw)
     anyk = False
     until = st_sf[F_MARKS_UNTIL]
     for r in range(st_si[I_NAR]):
@@ -804,7 +823,7 @@ def _marks(net, st, t_new, dt) -> bool:
             if mb != 0.0:
                 mlink[li] += mb
                 due = t_new + ntf[N_FB_LAT, e] + down + rq
-                b = max(np.int64(due // bw), cur_b + 1)
+                b = max(_bucket(due, bw), cur_b + 1)
                 if b > cur_b + rows:
                     rows = _grow_line(st, cur_b, b)
                     b = min(b, cur_b + rows)
@@ -812,7 +831,7 @@ def _marks(net, st, t_new, dt) -> bool:
                 st.cnp_dirty[b % rows] = True
                 until = max(until, b * bw)
                 anyk = True
-            down += _queue_wait(net, st, li)
+            down += qw[li]
     for li in range(L):
         stf[S_MARKED_BYTES, li] += mlink[li]
     st_sf[F_MARKS_UNTIL] = until  # no quiet (long) step before the last of them is due
@@ -861,7 +880,7 @@ def _cnps(net, st, t_new, dt, rng) -> None:
     nr = st_si[I_NAR]
     bw = net_cfg[C_FB_BW]
     rows = st_si[I_FB_ROWS]
-    cur_b = np.int64(t_new // bw)
+    cur_b = _bucket(t_new, bw)
     cnp_n = _zeroed(st.tmp_rows[0], nr)
     anyn = False
     if cur_b > st_si[I_FB_LAST]:

@@ -58,7 +58,7 @@ DONE, FAIL_DUE, ENDSIDE_DUE, SAMPLES_FULL, MAX_STEPS = 0, 1, 2, 3, 4
 #: evolving scalars (sf: float, si: int)
 (F_T, F_QUIET, F_MARKS_UNTIL, F_NEXT_SAMPLE, F_ES_NEXT, F_FAIL_T, N_SF) = range(7)
 (I_STEPS, I_DONE, I_HEAP, I_FB_LAST, I_REBUILD, I_HAS_USE, I_NAF, I_NAR, I_NAE, I_NQ,
- I_NLK, I_NLV, I_NNIC, I_NSMP, I_ES_DUE, I_NNEW, I_FB_ROWS, N_SI) = range(18)
+ I_NLK, I_NLV, I_NNIC, I_NSMP, I_ES_DUE, I_NNEW, I_FB_ROWS, I_NREG, N_SI) = range(19)
 
 #: rows of the state and network banks: one 2-D array per dtype (``f`` float, ``i`` int,
 #: ``b`` bool), each row as wide as the widest extent (links + 1, flows + 1, routes, entries,
@@ -965,20 +965,22 @@ def _pfc(net, st, dt) -> None:
     nti = net.i
     net_cfg = net.cfg
     L = net.dims[D_L]
-    use = _zeroed(st.tmp_rows[0], L)
-    out = _zeroed(st.tmp_rows[1], L)
-    inn = _zeroed(st.tmp_rows[4], L)
+    use = stf[S_PFC_USE]
+    out = st.tmp_rows[1]
+    inn = st.tmp_rows[4]
+    for li in range(L):
+        use[li] = 0.0
+        out[li] = 0.0
+        inn[li] = 0.0
     for p in range(st_si[I_NQ]):
         j = sti[S_Q_ENT, p]
         use[sti[S_AE_ING, j]] += stf[S_Q, sti[S_AE, j]]
         out[sti[S_AE_ING, j]] += stf[S_DEP, sti[S_AE, j]]
         inn[sti[S_AE_ING, j]] += stf[S_ARR, sti[S_AE, j]]
     _pfc_thresholds(net, st, use)
-    for li in range(L):  # a loop: slice assignment compiles a shape check (seconds)
-        stf[S_PFC_USE, li] = use[li]
     st_si[I_HAS_USE] = 1
     reg = stb[S_PFC_REG]
-    if _any_paused(stb, L):
+    if st_si[I_NREG] > 0:
         nic_dem = _zeroed(st.tmp_rows[2], L)
         for r in range(st_si[I_NAR]):
             nic_dem[nti[N_FIRST_LINK, sti[S_A_R, r]]] += stf[S_A_DEM, r]
@@ -1002,6 +1004,7 @@ def _pfc(net, st, dt) -> None:
     # leave (SwitchNotifyDequeue -> CheckAndSendResume): a threshold that moves because
     # other ports filled or drained the shared pool acts at the port's next packet (an
     # empty port has no packet left to wait for: its last dequeue resumed it)
+    nreg = 0
     for li in range(L):
         if (ntb[N_INGRESS_SW, li] and not reg[li] and use[li] >= stf[S_PFC_XOFF, li]
                 and inn[li] > 0):
@@ -1009,8 +1012,10 @@ def _pfc(net, st, dt) -> None:
             reg[li] = True
         elif reg[li] and use[li] <= stf[S_PFC_XON, li] and (out[li] > 0 or use[li] <= 0):
             reg[li] = False
+        nreg += reg[li]
         stf[S_PFC_ALLOW, li] = (max(out[li] + (stf[S_PFC_XOFF, li] - use[li]) / tau, 0.0)
                             if reg[li] else _INF)
+    st_si[I_NREG] = nreg
 
 
 @step_fn
@@ -1040,8 +1045,7 @@ def _horizon(net, st) -> float:
         gp[sti[S_AE_ING, j]] += g
         gl[sti[S_AE_LINK, j]] += g
     pfc = cfg[C_PFC_ON] > 0
-    stb[S_PFC_REG]
-    if pfc and _any_paused(stb, L):
+    if pfc and st_si[I_NREG] > 0:
         # a paused port's share of its egress FIFO settles over ~Q/C; long steps would
         # freeze whatever shares the last event left (FluidConfig.dt_pfc_max_ns)
         h = min(h, cfg[C_DT_PFC])
@@ -1254,18 +1258,12 @@ def _dcqcn_fresh(s, k) -> None:
 
 
 @inline_fn
-def _any_paused(stb, L) -> bool:
-    for li in range(L):
-        if stb[S_PFC_REG, li]:
-            return True
-    return False
-
-
-@inline_fn
-def _pfc_active(stb, stf, L) -> bool:
+def _pfc_active(st, L) -> bool:
     """Some port is paused or some queue holds bytes (else PFC has nothing to do)."""
+    if st.si[I_NREG] > 0:
+        return True
     for li in range(L):
-        if stb[S_PFC_REG, li] or stf[S_QLINK, li] > 0.0:
+        if st.f[S_QLINK, li] > 0.0:
             return True
     return False
 
@@ -1312,7 +1310,7 @@ def advance(net, st, rng) -> int:
             any_marks = _marks(net, st, t_new, dt)
             if cfg[C_ES_ON] > 0 and t_new >= sf[F_ES_NEXT]:
                 si[I_ES_DUE] = 1
-        if cfg[C_PFC_ON] > 0 and (si[I_HAS_USE] == 0 or _pfc_active(stb, stf, net.dims[D_L])):
+        if cfg[C_PFC_ON] > 0 and (si[I_HAS_USE] == 0 or _pfc_active(st, net.dims[D_L])):
             _pfc(net, st, dt)
         if t_new >= sf[F_NEXT_SAMPLE] - 1e-6:
             _sample(net, st, t_new)

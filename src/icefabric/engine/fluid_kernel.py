@@ -1031,7 +1031,6 @@ def _horizon(net, st) -> float:
     empties, a PFC port crosses XOFF/XON, or a queue reaches Kmin (DCQCN)."""
     st_si = st.si
     stf = st.f
-    stb = st.b
     sti = st.i
     ntf = net.f
     net_cfg = net.cfg
@@ -1281,7 +1280,6 @@ def advance(net, st, rng) -> int:
     st_sf = st.sf
     st_si = st.si
     stf = st.f
-    stb = st.b
     st_smp = st.smp
     net_cfg = net.cfg
     cfg, sf, si = net_cfg, st_sf, st_si

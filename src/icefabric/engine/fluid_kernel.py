@@ -372,6 +372,7 @@ def _gather_nics(net, st) -> None:
     for i in range(st_si[I_NAR]):
         s = slot[nti[N_FIRST_LINK, sti[S_A_R, i]]]
         sti[S_NIC_MEM, fill[s]] = i
+        sti[S_WF_ORDER, fill[s]] = i  # the waterfill's sort starts from here
         fill[s] += 1
 
 
@@ -484,11 +485,12 @@ def _waterfill(st, nn) -> None:
     dem, alloc = stf[S_A_DEM], stf[S_A_ALLOC]
     mem, order, tmp = sti[S_NIC_MEM], sti[S_WF_ORDER], sti[S_WF_TMP]
     # the numpy engine sorted all demands by (NIC, demand) (stable) and took one running
-    # sum over them; the same order and sums here, without allocating
+    # sum over them; the same sorted values and sums here, without allocating (the order
+    # of equal demands changes no sum, level or share)
     cs = 0.0
     for g in range(nn):
         a, b = sti[S_NIC_PTR, g], sti[S_NIC_PTR, g + 1]
-        _stable_order(dem, mem, order, a, b, tmp)
+        _sort_by(dem, mem, order, a, b, tmp)
         cap = stf[S_SERV_EFF, sti[S_NIC_LINK, g]]
         cs0 = cs
         level = _INF
@@ -506,23 +508,25 @@ def _waterfill(st, nn) -> None:
 
 
 @inline_fn
-def _stable_order(key, mem, order, a, b, tmp) -> None:
-    """``order[a:b]`` = ``mem[a:b]`` sorted by ``key`` (stable): insertion sort for a NIC's
-    few QPs, merge sort (``tmp`` its scratch) beyond."""
+def _sort_by(key, mem, order, a, b, tmp) -> None:
+    """``order[a:b]``, a NIC's QPs, sorted by ``key``: an insertion sort of the last step's
+    order for a NIC's few QPs (demands change order rarely, so it costs a pass), a stable
+    merge sort of ``mem[a:b]`` (``tmp`` its scratch) beyond. ``_gather_nics`` starts
+    ``order`` as ``mem``."""
     n = b - a
     if n > 48:
         for p in range(a, b):
             order[p] = mem[p]
         _merge_sort_by(key, order, a, b, tmp)
         return
-    for p in range(n):
-        m = mem[a + p]
+    for p in range(a + 1, b):
+        m = order[p]
         kv = key[m]
         q = p
-        while q > 0 and key[order[a + q - 1]] > kv:
-            order[a + q] = order[a + q - 1]
+        while q > a and key[order[q - 1]] > kv:
+            order[q] = order[q - 1]
             q -= 1
-        order[a + q] = m
+        order[q] = m
 
 
 @step_fn
@@ -699,9 +703,10 @@ def _sweep(net, st, dt) -> float:
         if nti[N_HOP, e] > 0:  # a queue entry (``q_ent``, in the same order)
             stf[S_QLINK, li] += stf[S_Q, e]
     for li in range(L):
-        stf[S_LINK_BYTES, li] += lb[li]
-        util = lb[li] / (ntf[N_CAP, li] * dt + _TINY)
-        stf[S_PEAK_UTIL, li] = max(stf[S_PEAK_UTIL, li], util)
+        if lb[li] != 0.0:  # (an idle link's bytes and peak stay as they are)
+            stf[S_LINK_BYTES, li] += lb[li]
+            util = lb[li] / (ntf[N_CAP, li] * dt + _TINY)
+            stf[S_PEAK_UTIL, li] = max(stf[S_PEAK_UTIL, li], util)
         stf[S_MAX_Q, li] = max(stf[S_MAX_Q, li], stf[S_QLINK, li])
     for i in range(st_si[I_NAF]):
         stf[S_INJ, sti[S_A_F, i]] += stf[S_A_RF, i] * dt

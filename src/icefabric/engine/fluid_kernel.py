@@ -599,12 +599,12 @@ def _dt(net, st, t) -> float:
 def _sweep_level(st, dt, lo, hi, views) -> None:
     """FIFO service of the links ``lk_link[lo:hi]`` (one topological level).
 
-    Link by link, while its entries are in cache: one pass takes their arrivals and the
-    link's sums (arrivals, content, what draining entries release), a second moves the
-    bytes (:func:`_fifo`; for an empty link that is not overloaded its arithmetic reduces
-    to ``out = in``, done directly). When nothing at the whole level queues and no link is
-    overloaded, arrivals pass straight through instead (a last pass; a link's departures
-    feed only later levels, so doing it after the others changes nothing)."""
+    One pass takes every entry's arrivals and each link's sums (arrivals, content, what
+    draining entries release); a second moves the bytes (:func:`_fifo`; for an empty link
+    that is not overloaded its arithmetic reduces to ``out = in``, done directly), or
+    passes the arrivals straight through when nothing at the level queues and no link is
+    overloaded. (The draining rule needs content, so the first pass's updates hold in
+    every case.)"""
     stf = st.f
     sti = st.i
     q, drain, arr, new, dep_old = views
@@ -613,8 +613,7 @@ def _sweep_level(st, dt, lo, hi, views) -> None:
         asum = 0.0
         qsum = 0.0
         tsum = 0.0
-        a, b = sti[S_LK_PTR, i], sti[S_LK_PTR, i + 1]
-        for p in range(a, b):
+        for p in range(sti[S_LK_PTR, i], sti[S_LK_PTR, i + 1]):
             j = sti[S_LK_ENT, p]
             e = sti[S_AE, j]
             a_in = new[j - 1]
@@ -629,24 +628,28 @@ def _sweep_level(st, dt, lo, hi, views) -> None:
             asum += a_in * dt
             qsum += qv
             tsum += min(qv, dr * dt)
-        if qsum == 0.0 and asum > _TINY and asum <= stf[S_SERV_EFF, sti[S_LK_LINK, i]] * dt:
+        stf[S_LK_SUM, i] = asum
+        stf[S_LK_QSUM, i] = qsum
+        stf[S_LK_TSUM, i] = tsum
+        if qsum != 0.0 or not asum <= stf[S_SERV_EFF, sti[S_LK_LINK, i]] * dt:
+            passthru = False
+    for i in range(lo, hi):
+        a, b = sti[S_LK_PTR, i], sti[S_LK_PTR, i + 1]
+        if passthru:  # nothing queued and no link overloaded: arrivals pass through
+            for p in range(a, b):
+                j = sti[S_LK_ENT, p]
+                new[j] = new[j - 1]
+            continue
+        asum = stf[S_LK_SUM, i]
+        if (stf[S_LK_QSUM, i] == 0.0 and asum > _TINY
+                and asum <= stf[S_SERV_EFF, sti[S_LK_LINK, i]] * dt):
             # _fifo with no content: served = asum, fa = 1, so out = in exactly
             for p in range(a, b):
                 j = sti[S_LK_ENT, p]
                 new[j] = new[j - 1] * dt / dt
                 q[sti[S_AE, j]] = 0.0
             continue
-        if qsum != 0.0 or not asum <= stf[S_SERV_EFF, sti[S_LK_LINK, i]] * dt:
-            passthru = False
-        stf[S_LK_SUM, i] = asum
-        stf[S_LK_QSUM, i] = qsum
-        stf[S_LK_TSUM, i] = tsum
         _fifo(stf, sti, views, dt, i)
-    if passthru:  # nothing queued and no link overloaded: arrivals pass through
-        for p in range(sti[S_LK_PTR, lo], sti[S_LK_PTR, hi]):
-            j = sti[S_LK_ENT, p]
-            new[j] = new[j - 1]
-            q[sti[S_AE, j]] = 0.0
 
 
 @step_fn

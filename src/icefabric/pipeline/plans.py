@@ -172,8 +172,8 @@ def scenario_workload(ls: LoadedScenario, fabric: Fabric, size_bytes: int,
     """The scenario's jobs at ``size_bytes`` (with the QPs per connection ``policy``
     wants) and their workload on the fabric ``policy`` runs on."""
     fab = policy.ideal_fabric(fabric) if policy is not None else fabric
-    qps = policy.qps_per_connection(1) if policy is not None else 1  # 1: the jobs' own
-    jobs = scenario_jobs(ls, fab, size_bytes, qps if qps != 1 else None)
+    jobs = scenario_jobs(ls, fab, size_bytes,
+                         policy.qps_per_connection if policy is not None else None)
     try:
         return ScenarioWorkload(fab, jobs, build_workload(fab, jobs, qpn_seed=ls.scenario.seed))
     except JobError as e:

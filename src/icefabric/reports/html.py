@@ -34,7 +34,7 @@ from icefabric.errors import IceFabricError
 from icefabric.experiment.calibration import trust_line
 from icefabric.experiment.runner import ExperimentResult
 from icefabric.reports.tables import BASELINES, DEPLOYED, GAIN_KEY, largest_run
-from icefabric.sweeps.table import RANGE, collect_rows, summarize
+from icefabric.sweeps.table import RANGE, collect_rows, gain_baseline, summarize
 from icefabric.units import format_size
 
 _TEMPLATES = jinja2.Environment(
@@ -372,28 +372,31 @@ def render(inputs: list[ReportInput], out_path: str | Path, *,
 
 
 # ---------------------------------------------------------------------------------- sweeps
-def sweep_figures(spec, summary: list[dict]) -> list[Figure]:
+def sweep_figures(spec, summary: list[dict], base: str) -> list[Figure]:
     from icefabric.reports.sweep_figures import plot_gain_vs_axis
 
     groups = list(dict.fromkeys((r["job"], r["collective"], r["size_bytes"]) for r in summary))
     return [figure(plot_gain_vs_axis(spec, [r for r in summary
-                                           if (r["job"], r["collective"], r["size_bytes"]) == g]),
-                   f"{g[0]} · {g[1]} · {format_size(g[2])}: gain over ECMP")
+                                           if (r["job"], r["collective"], r["size_bytes"]) == g],
+                                     base),
+                   f"{g[0]} · {g[1]} · {format_size(g[2])}: gain over {base}")
             for g in groups]
 
 
 def sweep_rows(spec, rows: list[dict]) -> list[list[str]]:
     """Per point (axes but the seed), policy, job, collective and size: the absolute busbw
-    and the gain over ECMP, each median (p10–p90) over the seeds; shared by the report and
-    the table ``icefab sweep`` prints at its end."""
+    and the gain over the sweep's ECMP baseline (:func:`~icefabric.sweeps.table.
+    gain_baseline`), each median (p10–p90) over the seeds; shared by the report and the
+    table ``icefab sweep`` prints at its end."""
     from icefabric.sweeps.spec import SEED_AXIS
-    from icefabric.sweeps.table import summarize_busbw_and_gain
+    from icefabric.sweeps.table import gain_baseline, summarize_busbw_and_gain
 
     axes = [a for a in spec.axis_names if a != SEED_AXIS]
+    base = gain_baseline(rows)[0]
     out = []
     for r in summarize_busbw_and_gain(spec, rows):
         bw = f"{_gbps(r['median'])} ({_gbps(r['low'])} – {_gbps(r['high'])})"
-        gain = ("–" if r["gain"] is None or r["policy"] == "ecmp" else
+        gain = ("–" if r["gain"] is None or r["policy"] == base else
                 f"{_pct(r['gain'])} ({_pct(r['gain_low'])} – {_pct(r['gain_high'])})")
         out.append([str(r[a]) for a in axes] + [r["policy"], r["job"], r["collective"],
                                                  format_size(r["size_bytes"]), bw, gain])
@@ -416,17 +419,18 @@ def sweep_section(out_dir: str | Path) -> dict:
     if not recs:
         raise ReportError(f"{out_dir}: no finished points yet (run `icefab sweep` first)")
     rows = collect_rows(spec, recs)
-    summary = summarize(spec, rows)
+    base, metric = gain_baseline(rows)
+    summary = summarize(spec, rows, metric)
     axes = [a for a in spec.axis_names if a != SEED_AXIS]
-    table = Table("sweep-summary", "Gain over ECMP: median and p10–p90 range over seeds",
+    table = Table("sweep-summary", f"Gain over {base}: median and p10–p90 range over seeds",
                   axes + ["policy", "job", "collective", "size", "n", "median", "p10", "p90"],
                   [[r[a] for a in axes] + [r["policy"], r["job"], r["collective"],
                                            format_size(r["size_bytes"]), str(r["n"]),
                                            _pct(r["median"]), _pct(r["low"]), _pct(r["high"])]
-                   for r in summary if r["policy"] != "ecmp"], text_cols=len(axes) + 4)
+                   for r in summary if r["policy"] != base], text_cols=len(axes) + 4)
     busbw = Table("sweep-busbw", "busbw (GB/s) per point and policy: median (p10–p90) over "
-                  "seeds, with the gain over ECMP beside it",
-                  axes + ["policy", "job", "collective", "size", "busbw (GB/s)", "vs ecmp"],
+                  f"seeds, with the gain over {base} beside it",
+                  axes + ["policy", "job", "collective", "size", "busbw (GB/s)", f"vs {base}"],
                   sweep_rows(spec, rows), text_cols=len(axes) + 4)
     axes_table = Table("sweep-axes", "Axes", ["axis", "values", "each value sets"],
                        [[a.name, ", ".join(a.labels), _named_settings(a)] for a in spec.axes],
@@ -436,7 +440,7 @@ def sweep_section(out_dir: str | Path) -> dict:
     wall = sum(r.get("wall_s", 0.0) for r in recs)
     return {"spec": spec, "done": len(recs), "total": len(grid),
             "tables": [axes_table, table, busbw],
-            "figures": sweep_figures(spec, summary), "cpu_s": f"{wall:.0f}",
+            "figures": sweep_figures(spec, summary, base), "cpu_s": f"{wall:.0f}",
             "base_text": yaml.safe_dump(spec.base, sort_keys=False),
             "set_text": yaml.safe_dump(spec.fixed, sort_keys=False) if spec.fixed else "",
             "csv_uri": data_uri(csv_text, "text/csv"),

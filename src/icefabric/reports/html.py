@@ -270,31 +270,48 @@ def fabric_picture(inp: ReportInput) -> Figure | None:
     return None if fab is None else figure(plot_fabric(fab), "Fabric")
 
 
-def result_figures(inp: ReportInput) -> list[Figure]:
+def result_figures(inp: ReportInput, progress=None) -> tuple[Figure | None, list[Figure]]:
+    """The fabric drawing (None without the scenario's fabric) and the other figures of
+    one result, drawn one at a time; ``progress(done, total, title)`` hears of each before
+    it is drawn (a large run's figures take tens of seconds)."""
     from icefabric.reports.figures import plot_all_busbw, plot_link_utilization, plot_timeseries
 
     res = inp.result
-    figs = [figure(plot_all_busbw(res), "busbw per message size")] if res.rows else []
+    todo = [("busbw per message size", lambda: plot_all_busbw(res), "")] if res.rows else []
     if res.rows and res.draws > 1:
         from icefabric.reports.figures import plot_all_draws
 
-        figs.append(figure(plot_all_draws(res), "busbw over the ECMP draws",
-                           f"One box per randomised policy and size over {res.draws} draws "
-                           "of QP numbers and switch hash seeds: median line, p25-p75 box, "
-                           "whiskers at p10 and p90. Policies that plan every path run once "
-                           "(a marker)."))
-    figs += [figure(plot_link_utilization(res), "Link utilisation",
-                   "Mean utilisation of every switch-to-switch link at the largest size, one "
-                   "row per policy: hot links beside idle ones are hash collisions.")]
+        todo.append(("busbw over the ECMP draws", lambda: plot_all_draws(res),
+                     f"One box per randomised policy and size over {res.draws} draws "
+                     "of QP numbers and switch hash seeds: median line, p25-p75 box, "
+                     "whiskers at p10 and p90. Policies that plan every path run once "
+                     "(a marker)."))
+    todo.append(("Link utilisation", lambda: plot_link_utilization(res),
+                 "Mean utilisation of every switch-to-switch link at the largest size, one "
+                 "row per policy: hot links beside idle ones are hash collisions."))
     for policy, run in inp.runs.items():
         if run.timeseries.get("t_us"):
-            figs.append(figure(plot_timeseries(run), f"Queues and rates: {policy}"))
+            todo.append((f"Queues and rates: {policy}", lambda run=run: plot_timeseries(run),
+                         ""))
     if res.training:
         from icefabric.reports.training import training_figures
 
-        figs += [figure(fig, name.replace("_", " "))
-                 for name, fig in training_figures(res)]
-    return figs
+        todo.append(("training", lambda: training_figures(res), ""))
+    n = len(todo) + 1
+    if progress:
+        progress(0, n, "fabric")
+    fabric, figs = fabric_picture(inp), []
+    for i, (title, draw, caption) in enumerate(todo, 1):
+        if progress:
+            progress(i, n, title)
+        made = draw()
+        if isinstance(made, list):  # training: (name, figure) pairs
+            figs += [figure(fig, name.replace("_", " ")) for name, fig in made]
+        elif made is not None:
+            figs.append(figure(made, title, caption))
+    if progress:
+        progress(n, n, "")
+    return fabric, figs
 
 
 def environment() -> dict[str, str]:
@@ -320,7 +337,7 @@ def reproduce_command(res: ExperimentResult, scenario_file: str = "scenario.yaml
                        ",".join(res.policies), *sizes, "--report", "report.html"])
 
 
-def result_section(inp: ReportInput, idx: int) -> dict:
+def result_section(inp: ReportInput, idx: int, progress=None) -> dict:
     res = inp.result
     facts = [("scenario", res.scenario), ("description", res.description),
              ("engine", res.engine), ("seed", str(res.seed)),
@@ -336,10 +353,11 @@ def result_section(inp: ReportInput, idx: int) -> dict:
         tables.append(training_iteration_table(res, idx))
     extra = [t for t in (plan_table(res, idx),
                          congestion_table(res, idx)) if t is not None]
+    fabric, figs = result_figures(inp, progress)
     return {"id": idx, "title": f"{res.scenario} ({res.engine} engine)", "facts": facts,
             "headline": headline(res),
             "scenario_text": inp.scenario_text, "tables": tables, "extra_tables": extra,
-            "fabric": fabric_picture(inp), "figures": result_figures(inp), "notes": res.notes,
+            "fabric": fabric, "figures": figs, "notes": res.notes,
             "reproduce": reproduce_command(res), "recorded": inp.recorded,
             "json_uri": data_uri(res.to_json(), "application/json")}
 
@@ -357,15 +375,16 @@ def _write(out_path: str | Path, context: dict) -> Path:
 
 
 def render(inputs: list[ReportInput], out_path: str | Path, *,
-           command: str | None = None) -> Path:
+           command: str | None = None, progress=None) -> Path:
     """Write one HTML page for ``inputs`` (one section each) to ``out_path``.
 
     ``command``: the command line that produced the results in this process, shown under
     "Reproduce" (results loaded from files show the command rebuilt from their settings).
+    ``progress(done, total, title)`` hears of each figure of each section.
     """
     if not inputs:
         raise ReportError("nothing to report")
-    sections = [result_section(inp, i) for i, inp in enumerate(inputs)]
+    sections = [result_section(inp, i, progress) for i, inp in enumerate(inputs)]
     title = "ice-fabric report: " + ", ".join(dict.fromkeys(s.result.scenario for s in inputs))
     return _write(out_path, {"title": title, "sections": sections, "sweep": None,
                              "command": command, "trust": trust_line()})

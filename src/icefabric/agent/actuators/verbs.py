@@ -52,6 +52,7 @@ from icefabric.agent.shim_socket import ShimConn, ShimProtocolError, ShimServer,
 from icefabric.dataplane.roce import IBV_RATE_GBPS, default_sports, static_rate
 from icefabric.qpid import QpId
 from icefabric.schemas_service import CommReport, HostPlan, QpEntry, QpPlan
+from icefabric.units import bps_to_kbps
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +62,7 @@ LiveKey = tuple[int, str, int]  # (connection id, device, local QPN)
 
 def rate_kbps(rate_bps: float | None, *, unset: int) -> int:
     """A plan's rate in bit/s as the verbs ``rate_limit`` (kbit/s, >= 1); ``unset`` if none."""
-    return unset if rate_bps is None else max(1, round(rate_bps / 1000))
+    return unset if rate_bps is None else bps_to_kbps(rate_bps)
 
 
 #: access flags at INIT of NCCL's receive-side QPs (>= 2.29.2, ncclIbAccept); its data QPs
@@ -217,7 +218,7 @@ class VerbsActuator(Actuator):
         qp.steered = bool(int(f.get("planned", 0)))
         gbps = IBV_RATE_GBPS.get(int(f.get("srate", 0)))
         if gbps is not None:
-            qp.static_kbps = qp.rate_kbps = round(gbps * 1e6)
+            qp.static_kbps = qp.rate_kbps = bps_to_kbps(gbps * 1e9)
             qp.rate_via = "static_rate"
 
     def _forget(self, key: LiveKey) -> None:

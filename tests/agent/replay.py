@@ -162,12 +162,13 @@ def replay(native, scenario: str, *, old_nccl: bool = False, ranks_per_nic: int 
                 qps = _connect(fabric, wl, procs, old_nccl)
                 hosts.connected.set()
                 assert _settled(hosts, qps), "the plans never named the data QPs by number"
+                # taken now: once the processes exit, their QPs leave the next reports
+                plans = [q for a in hosts.agents.values() for q in a.plan.qps]
             finally:
                 procs.close()
             calls = {p.log: records(p.log) for p in procs.all}
         finally:
             hosts.close()
-    plans = [q for a in hosts.agents.values() for q in a.plan.qps]
     return Replay(first, {q.qp_id: (q.sport, q.rate_bps) for q in plans},
                   {q.qp_id: (q.lqpn, q.rqpn) for q in plans}, qps, calls)
 

@@ -89,8 +89,8 @@ def test_serve_load_collect_agent_applies_the_plan(tmp_path):
     # the controller's INFO lines: the operator's event and every plan version
     assert "INFO icefabric.controller.core: event link_down leaf0-spine0 from admin" in err
     assert "links leaf0-spine0 down: re-plan requested" in err
-    assert re.search(r"INFO icefabric\.controller\.core: plan v1 ", err), err[-2000:]
-    assert re.search(r"INFO icefabric\.controller\.core: plan v2 ", err), err[-2000:]
+    assert re.search(r"INFO icefabric\.controller\.publisher: plan v1 ", err), err[-2000:]
+    assert re.search(r"INFO icefabric\.controller\.publisher: plan v2 ", err), err[-2000:]
 
 
 def _operator_fails_a_link_and_the_agent_gets_the_re_plan(url, env, comms):

@@ -51,7 +51,7 @@ def test_reports_plan_longpoll_ack_and_events(loaded, scenario):
     tokens = report_all(loaded, reports)
     wait_version(loaded, 1)
     core = loaded.app.state.core
-    assert sorted(core.plan_summary["jobs"]) == ["gpt", "mixed"]
+    assert sorted(core.plan.summary.jobs) == ["gpt", "mixed"]
     host = "h100-0"
     r = loaded.get(f"/v1/hosts/{host}/plan", headers=auth(tokens[host]))
     assert r.status_code == 200
@@ -103,6 +103,8 @@ def test_reports_plan_longpoll_ack_and_events(loaded, scenario):
     assert all(l["planned_qps"] == 0 for l in down)
     every = loaded.get("/v1/links", headers=auth(ADMIN), params={"kind": "all"}).json()
     assert [l["name"] for l in every] == list(fabric.link_names())
+    assert {l["kind"] for l in every} == {"intra", "host", "fabric"} and \
+        {l["kind"] for l in links} == {"fabric"}
     agents = loaded.get("/v1/agents", headers=auth(ADMIN)).json()
     assert len(agents) == len(reports) and any(a["applied_version"] == v for a in agents)
     assert len(loaded.get("/v1/events", headers=auth(ADMIN)).json()) == 2
@@ -146,7 +148,7 @@ def _all_planned(client, reports):
     """Every host reports; returns the tokens, the core and the settled plan version."""
     tokens = report_all(client, reports)
     core = client.app.state.core
-    core.wait_idle()
+    core.publisher.wait_idle()
     return tokens, core, core.plan_version
 
 
@@ -193,13 +195,13 @@ def test_jobs_that_end_leave_the_plan(loaded, scenario):
     r = loaded.delete("/v1/hosts/h100-1/communicators/gpt", headers=auth(tokens["h100-1"]))
     assert r.status_code == 404 and "no report for job 'gpt'" in r.json()["message"]
     wait_version(loaded, v + 1)
-    assert core.plan_summary["jobs"] == ["mixed"] and "gpt" not in core.jobs
+    assert core.plan.summary.jobs == ["mixed"] and "gpt" not in core.jobs.states
     # The last job ends: an empty plan replaces it (no host keeps stale ports).
     for h, reps in reports.items():
         if any(rep.job == "mixed" for rep in reps):
             loaded.delete(f"/v1/hosts/{h}/communicators/mixed", headers=auth(tokens[h]))
     wait_version(loaded, v + 2)
-    assert core.plan_summary["jobs"] == [] and core.plan_summary["qps"] == 0
+    assert core.plan.summary.jobs == [] and core.plan.summary.qps == 0
     p = loaded.get("/v1/hosts/h100-0/plan", headers=auth(tokens["h100-0"])).json()
     assert p["version"] == v + 2 and p["qps"] == []
 

@@ -76,19 +76,20 @@ def test_plan_not_stored_while_the_database_is_down_is_retried(pg_cluster):
         core = srv.core
         core.set_fabric(FabricUpload(topology=fabric_to_dict(fabric)))
         for job, hosts in job_hosts(reports).items():
-            core.create_job(job, hosts)
+            core.jobs.create(job, hosts, core.fabric)
         for h, reps in reports.items():
-            core.enrol(AgentEnrol(host=h))
+            core.fleet.enrol(AgentEnrol(host=h), core.fabric)
             for rep in reps:
-                core.put_report(h, rep)  # the last one completes the jobs: a plan is asked
+                # the last report completes the jobs: a plan is asked
+                core.jobs.put_report(core.fabric, h, rep)
         pg_cluster.stop()  # ... and the database goes away within the 1 s debounce
         try:
             _wait(lambda: core.metrics.value("ice_plan_errors_total") >= 1)
-            assert core.plan_version == 0 and "is unavailable" in core.last_error
+            assert core.plan_version == 0 and "is unavailable" in core.publisher.last_error
         finally:
             pg_cluster.start()
         _wait(lambda: core.plan_version == 1)
-        assert core.plan_summary["reason"].startswith("plan: retry:")
+        assert core.plan.summary.reason.startswith("plan: retry:")
 
 
 def _wait(cond, timeout_s=20.0):

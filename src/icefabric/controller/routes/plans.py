@@ -19,18 +19,17 @@ async def get_plan(core: CoreDep, _: HostDep, host: str = Path(max_length=128),
     ``after_version`` and ``wait_s`` it long-polls: it answers as soon as a newer version
     exists, or 204 after ``wait_s`` seconds."""
     if core.plan_version <= after_version and wait_s > 0:
-        await core.watch.wait_newer(after_version, min(wait_s, core.settings.long_poll_max_s))
-    if core.plan_version <= after_version:
+        await core.publisher.watch.wait_newer(after_version,
+                                              min(wait_s, core.settings.long_poll_max_s))
+    plan = core.plan
+    if plan is None or plan.version <= after_version:
         return Response(status_code=204)
-    doc = core.host_plan(host)
-    if doc is None:
-        return Response(status_code=204)
-    return Response(content=doc, media_type="application/json")
+    return Response(content=plan.document(host), media_type="application/json")
 
 
 @router.post("/{host}/plan/ack", status_code=204)
 async def ack_plan(body: PlanAck, core: CoreDep, _: HostDep,
                    host: str = Path(max_length=128)) -> Response:
     """The agent applied plan ``version`` on its host."""
-    await core.ack(host, body.version)
+    await core.fleet.ack(host, body.version, core.plan_version)
     return Response(status_code=204)

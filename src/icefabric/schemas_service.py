@@ -82,16 +82,23 @@ class ErrorBody(_Model):
 
 
 # -- fabric ---------------------------------------------------------------------------------
+#: One of the parallel cables between two nodes: cable ``k`` is ``a->b/k`` (and ``b->a/k``)
+#: of ``/v1/links`` and of the simulator's link names (0: the first, named without ``/0``).
+CableIndex = Annotated[int, Field(ge=0, le=1023)]
+
+
 class LinkRef(_Model):
-    """A cable between two named nodes (both directions)."""
+    """The cables between two named nodes (both directions): every one, or ``cable``."""
 
     a: Name
     b: Name
+    cable: CableIndex | None = None
 
 
 class LinkState(_Model):
     a: Name
     b: Name
+    cable: CableIndex | None = None
     up: bool
 
 
@@ -390,8 +397,13 @@ class JobView(_Message):
 
 
 class LinkView(_Message):
+    """One direction of a cable: ``name`` is ``a->b`` or ``a->b/cable``."""
+
     id: int
     name: str
+    a: str
+    b: str
+    cable: int
     kind: str
     capacity_bps: float
     up: bool

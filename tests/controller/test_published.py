@@ -22,12 +22,12 @@ def _outcome(hosts: dict[str, bytes]) -> PlanOutcome:
 
 
 def test_host_document_is_the_models_json():
-    plan, _ = next_plan(None, _outcome({"h1": _qps(5000)}), "test", [("leaf0", "spine0")], 3)
+    plan, _ = next_plan(None, _outcome({"h1": _qps(5000)}), "test", [("leaf0", "spine0", 1)], 3)
     doc = host_document(plan.summary, "h1", _qps(5000))
     parsed = HostPlan.model_validate_json(doc)
     assert parsed.model_dump_json().encode() == doc
     assert parsed.qps[0].sport == 5000 and parsed.version == 1 and parsed.fabric_version == 3
-    assert parsed.down_links[0].a == "leaf0"
+    assert (parsed.down_links[0].a, parsed.down_links[0].cable) == ("leaf0", 1)
 
 
 def test_next_plan_stores_only_changed_hosts():

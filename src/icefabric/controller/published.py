@@ -13,9 +13,10 @@ import time
 from dataclasses import dataclass
 
 from icefabric.control.plan import PathPlan
+from icefabric.controller.cables import Cable, refs
 from icefabric.controller.planner import PlanOutcome
 from icefabric.controller.store.repo import Repository
-from icefabric.schemas_service import HostPlan, LinkRef, PlanSummary
+from icefabric.schemas_service import HostPlan, PlanSummary
 
 _EMPTY_QPS = b"[]"
 
@@ -42,8 +43,10 @@ class PublishedPlan:
     def version(self) -> int:
         return self.summary.version
 
-    def down(self) -> list[tuple[str, str]]:
-        return sorted((x.a, x.b) for x in self.summary.down_links)
+    def down(self) -> list[Cable]:
+        # a plan stored before cables had numbers named whole pairs (-1, as the store)
+        return sorted((x.a, x.b, -1 if x.cable is None else x.cable)
+                      for x in self.summary.down_links)
 
     def document(self, host: str) -> bytes:
         """``host``'s document (an empty plan for a host without QPs in this version)."""
@@ -63,7 +66,7 @@ def host_document(summary: PlanSummary, host: str, qps: bytes) -> bytes:
 
 
 def next_plan(cur: PublishedPlan | None, out: PlanOutcome, reason: str,
-              down: list[tuple[str, str]], fabric_version: int
+              down: list[Cable], fabric_version: int
               ) -> tuple[PublishedPlan, dict[str, bytes]]:
     """The version after ``cur`` made of ``out``, and the hosts whose QP plans changed
     (with their new QP plans; ``[]`` for a host that has none any more)."""
@@ -72,7 +75,7 @@ def next_plan(cur: PublishedPlan | None, out: PlanOutcome, reason: str,
                           created_at=time.time(), reason=f"{out.kind}: {reason}"[:200],
                           planning_ms=round(out.planning_ms, 3), jobs=out.jobs,
                           qps=out.n_qps, hosts=len(out.hosts),
-                          down_links=[LinkRef(a=a, b=b) for a, b in down],
+                          down_links=refs(down),
                           fabric_version=fabric_version, no_path=out.no_path)
     changed = {h: q for h, q in out.hosts.items() if h not in old or old[h].qps != q}
     changed.update({h: _EMPTY_QPS for h in old if h not in out.hosts})

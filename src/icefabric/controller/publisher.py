@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from icefabric.controller import planner
+from icefabric.controller.cables import Cable
 from icefabric.controller.metrics import Metrics
 from icefabric.controller.planner import FabricNotCached, JobState, PlanOutcome
 from icefabric.controller.published import PublishedPlan, next_plan, restore, store
@@ -49,7 +50,7 @@ class PlanInputs:
     fabric_version: int
     seed: int
     jobs: dict[str, JobState]
-    down: list[tuple[str, str]]  # cables down, by node names
+    down: list[Cable]  # cables down, by node names and index
     down_ids: list[int]  # their directed link ids
 
 

@@ -59,12 +59,14 @@ def test_agents_get_plans_and_keep_them_when_controller_is_gone(controller, tmp_
         while time.monotonic() < deadline and not (
                 controller.core.plan_version and  # the plan of every job, everywhere
                 len(controller.core.plan.summary.jobs) == len(sw.jobs) and
-                all(a.version == controller.core.plan_version for a in agents.values()) and
-                all(getattr(controller.core.fleet.hosts.get(h), "applied_version", None) ==
-                    controller.core.plan_version for h in agents)):
+                # every agent applied (and acknowledged) its host's current document
+                all(a.version == controller.core.host_version(h) ==
+                    getattr(controller.core.fleet.hosts.get(h), "applied_version", None)
+                    for h, a in agents.items())):
             time.sleep(0.05)
-        v = controller.core.plan_version
-        assert v >= 1 and all(a.version == v for a in agents.values())
+        v = controller.core.host_version("h100-0")
+        assert v >= 1 and all(a.version == controller.core.host_version(h) > 0
+                              for h, a in agents.items())
         a0 = agents["h100-0"]
         applied = dict(a0.actuator.applied)
         assert len(applied) == sum(len(r.qps) for r in reports["h100-0"])
@@ -161,7 +163,7 @@ def test_agent_resends_a_failed_ack_and_ends_jobs_it_no_longer_sees(controller):
 
     a.client.ack = flaky_ack
     a.poll_wait_s = 0.2
-    v = controller.core.plan_version
+    v = controller.core.host_version("h100-0")
     _run_until(a, lambda: controller.core.fleet.hosts["h100-0"].applied_version == v)
     assert a.version == v and a.acked == v and a.errors >= 1
     # The collector no longer lists job "mixed" on this host: the agent ends it there.
@@ -178,7 +180,7 @@ def test_agent_takes_the_plan_of_a_controller_that_lost_its_database(controller,
               get_actuator("twin"), enrol_token=ADMIN, collector=lambda: reports["h100-0"],
               poll_wait_s=0.2, backoff=Backoff(0.01, 0.05))
     a.plan = HostPlan(host="h100-0", version=41, fabric_version=1, policy="ecmp",
-                      created_at=0.0, down_links=[], qps=[])  # from the old database
+                      created_at=0.0, qps=[])  # from the old database
     for h, reps in reports.items():
         if h != "h100-0":
             controller.core.fleet.enrol(AgentEnrol(host=h), controller.core.fabric)

@@ -76,6 +76,11 @@ class ControllerCore:
     def plan_version(self) -> int:
         return self.publisher.version
 
+    def host_version(self, host: str) -> int:
+        """The version of ``host``'s plan document (0: none yet)."""
+        plan = self.publisher.current
+        return plan.host_version(host) if plan is not None else 0
+
     def start(self, loop: asyncio.AbstractEventLoop | None = None) -> None:
         self.publisher.start(loop)
         # Reports, fabric or links may have changed after the last stored plan (a crash
@@ -119,21 +124,26 @@ class ControllerCore:
         return v
 
     def set_links(self, changes: list[tuple[LinkRef, bool]], where: str, reason: str) -> bool:
-        """Apply cable up/down changes (``where[i]`` names change ``i`` in errors); True if
-        the set of down cables changed."""
+        """Apply cable up/down changes (``where[i]`` names change ``i`` in errors; one log
+        line says them, who sent them and what follows); True if the set of down cables
+        changed."""
         if self.fabric is None:
             raise Conflict("no fabric loaded")
         norm = [(cables.cables(self.fabric, link, f"{where}[{i}]"), up)
                 for i, (link, up) in enumerate(changes)]
+        said = ", ".join(f"{cables.name(link)} {'up' if up else 'down'}"
+                         for link, up in changes)
         with self._lock:
             new = set(self.down)
             for named, up in norm:
                 (new.difference_update if up else new.update)(named)
             if new == self.down:
+                log.info("links %s (%s): no change, no re-plan", said, reason)
                 return False
             self.repo.set_links(down=sorted(new - self.down), up=sorted(self.down - new))
             self.down = new
         self.metrics.link_events.inc(len(norm))
+        log.info("links %s (%s): re-plan requested", said, reason)
         self.publisher.request(reason, links_only=True)
         return True
 
@@ -171,14 +181,9 @@ class ControllerCore:
         self.repo.add_events(host, [e.model_dump(mode="json") for e in events])
         self.metrics.events.inc(len(events))
         for e in events:
-            _log_event(host, e)
-        if not changes:
-            return False
-        replan = self.set_links(changes, "events", f"events from {host}")
-        log.info("links %s: %s", ", ".join(f"{cables.name(link)} {'up' if up else 'down'}"
-                                           for link, up in changes),
-                 "re-plan requested" if replan else "no change, no re-plan")
-        return replan
+            if e.kind not in ("link_down", "link_up"):  # link changes: set_links says them
+                _log_event(host, e)
+        return bool(changes) and self.set_links(changes, "events", f"events from {host}")
 
 
 def _log_event(host: str, e: Event) -> None:

@@ -66,8 +66,8 @@ class Fleet:
         return token
 
     async def ack(self, host: str, version: int, issued: int) -> None:
-        """Record that ``host`` applied its plan ``version`` (``issued``: the newest version
-        of its plan). Stored before it returns; acks arriving together share a
+        """Record that ``host`` applied its plan ``version`` (``issued``: the version of its
+        current document). Stored before it returns; acks arriving together share a
         transaction, and no thread waits for it."""
         if version > issued:
             raise Invalid(f"version {version} has not been issued (current {issued})")

@@ -14,7 +14,7 @@ from icefabric.controller.errors import Conflict, Forbidden, Invalid, NotFound
 from icefabric.controller.metrics import Metrics
 from icefabric.controller.planner import JobState, PlanInputError, check_report
 from icefabric.controller.store.repo import Repository
-from icefabric.schemas_service import CommReport
+from icefabric.schemas_service import MAX_PLAN_QPS, CommReport
 from icefabric.topology.model import Fabric
 
 
@@ -82,6 +82,14 @@ class JobBook:
                            f"report puts its ranks on {len(ranked)} hosts "
                            f"({', '.join(sorted(set(ranked) ^ set(hosts))[:3])} differ)")
 
+    def _check_host_qps(self, host: str, rep: CommReport) -> None:
+        """The host's reports of all its jobs must fit one host plan."""
+        n = len(rep.qps) + sum(len(js.reports[host].qps) for job, js in self.states.items()
+                               if job != rep.job and host in js.reports)
+        if n > MAX_PLAN_QPS:
+            raise Invalid(f"host {host!r} would hold {n} QPs with this report; a host's "
+                          f"plan holds at most {MAX_PLAN_QPS}")
+
     def put_report(self, fabric: Fabric | None, host: str, rep: CommReport) -> JobState:
         """Store ``host``'s report of its job; a complete job asks for a plan."""
         if fabric is None:
@@ -92,6 +100,7 @@ class JobBook:
         except PlanInputError as e:
             raise Invalid(str(e)) from None
         with self._lock:
+            self._check_host_qps(host, rep)
             js = self.states.get(rep.job)
             if js is not None and js.reports and set(js.reports) != {host} and \
                     _ranks(js.any) != _ranks(rep):

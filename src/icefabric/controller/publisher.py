@@ -24,7 +24,7 @@ from icefabric.controller.published import PublishedPlan, next_plan, restore, st
 from icefabric.controller.settings import Settings
 from icefabric.controller.store.errors import StoreError
 from icefabric.controller.store.repo import Repository
-from icefabric.controller.watch import VersionWatch
+from icefabric.controller.watch import HostWatch
 from icefabric.topology.model import Fabric
 
 log = logging.getLogger(__name__)
@@ -79,7 +79,7 @@ class Publisher:
         self._inputs = inputs
         self.current: PublishedPlan | None = restore(repo)
         self.last_error = ""
-        self.watch = VersionWatch(self.version)
+        self.watch = HostWatch()
         self._queue: queue.Queue[PlanRequest] = queue.Queue(maxsize=1024)
         self._thread: threading.Thread | None = None
         self._idle = threading.Event()
@@ -207,17 +207,20 @@ class Publisher:
         raise RuntimeError("planner process lost the fabric twice")
 
     def _publish(self, out: PlanOutcome, reason: str, inp: PlanInputs) -> None:
-        """Store plan ``out`` as the next version, then serve it (one atomic swap)."""
-        plan, changed = next_plan(self.current, out, reason, inp.down, inp.fabric_version)
+        """Store plan ``out`` as the next version, then serve it (one atomic swap) and wake
+        the agents of the hosts it changed."""
+        plan, changed = next_plan(self.current, out, reason, inp.down, inp.fabric_version,
+                                  time.time())
         store(self.repo, plan, changed)
         self.current, self.last_error = plan, ""
         v = plan.version
         for job, why in out.errors.items():
             log.warning("plan v%d leaves out job %s: %s", v, job, why)
         self.metrics.observe_plan(out.planning_ms / 1e3, out.kind, v)
-        self.watch.publish(v)
-        log.info("plan v%d (%s, %s): %d QPs on %d hosts (%d changed) in %.1f ms", v,
-                 out.kind, reason, out.n_qps, len(plan.hosts), len(changed), out.planning_ms)
+        self.watch.publish(changed)
+        log.info("plan v%d (%s, %s): %d QPs on %d hosts, %d hosts changed, in %.1f ms", v,
+                 out.kind, reason, out.n_qps, plan.summary.hosts, len(changed),
+                 out.planning_ms)
         for x in out.no_path:
             log.warning("plan v%d leaves job %s out: %d QPs have no path (%s)", v,
                         x["job"], x["qps"], x["reason"])

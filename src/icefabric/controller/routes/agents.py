@@ -20,7 +20,7 @@ def agent_view(core, host: str) -> AgentView:
     return AgentView(host=host, nics=[NicInfo(**n) for n in h.nics],
                      agent_version=h.agent_version, actuator=h.actuator,
                      enrolled_at=h.enrolled_at, last_seen=h.last_seen,
-                     applied_version=h.applied_version,
+                     applied_version=h.applied_version, plan_version=core.host_version(host),
                      connected=h.last_seen >= time.time() - core.settings.agent_timeout_s)
 
 

@@ -375,7 +375,7 @@ def main(argv=None):
     tmp = tempfile.mkdtemp(prefix="ice-bench-")
     env = {"ICE_DATABASE_URL": f"sqlite:///{tmp}/ice.db", "ICE_ADMIN_TOKEN": ADMIN,
            "ICE_POLICY": "ecmp", "ICE_PLAN_DEBOUNCE_S": str(args.debounce),
-           "ICE_PLANNER_PROCESSES": "1",
+           "ICE_PLANNER_PROCESSES": "1", "ICE_LONG_POLL_MAX_S": "120",  # (the fan-out's 60 s)
            # every simulated agent enrols from 127.0.0.1: lift the per-address limit
            "ICE_ENROL_RATE_PER_S": "1000", "ICE_ENROL_BURST": "2000",
            "ICE_ADMIN_TOKEN_FILE": f"{tmp}/t", "PYTHONPATH": os.pathsep.join(sys.path)}

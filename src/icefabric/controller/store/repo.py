@@ -169,6 +169,12 @@ class Repository:
                 return None
             return row.version, row.name, json.loads(row.document), row.plan_seed
 
+    def fabric_document(self, version: int) -> str | None:
+        """Fabric ``version``'s topology document as stored (JSON text)."""
+        with self._reading() as s:
+            row = s.get(t.FabricRow, version)
+            return row.document if row is not None else None
+
     def set_links(self, down: Iterable[tuple[str, str]], up: Iterable[tuple[str, str]]) -> None:
         now = time.time()
         with self._writing() as s:

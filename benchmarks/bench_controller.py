@@ -226,7 +226,9 @@ async def fanout(port, tokens, versions, cable, fabric_body: bytes) -> dict:
         await c.close()
 
     a, b = cable
-    link, versions = await parked(port, tokens, versions, lambda: admin(
+    # only agents that hold a plan: one without would be answered at once
+    have = {h: t for h, t in tokens.items() if versions[h] > 0}
+    link, versions = await parked(port, have, versions, lambda: admin(
         "POST", "/v1/events", json.dumps({"events": [
             {"kind": "link_down", "link": {"a": a, "b": b}}]}).encode(), 202), wait_s=10)
     fab, _ = await parked(port, tokens, versions, lambda: admin(

@@ -256,8 +256,8 @@ class QpPlan(_Model):
     rqpn: Qpn
     job: Name
     ordinal: int = Field(ge=0, le=1_000_000)
-    sport: int = Field(ge=-1, le=0xFFFF,
-                       description="UDP source port; -1 = leave as is (spraying NIC)")
+    sport: Port | None = Field(description="UDP source port; None = leave as is (a "
+                               "spraying NIC); required, so an absent port is an error")
     rate_bps: RateBps | None = None
     routes: list[Annotated[list[Annotated[int, Field(ge=0, le=2**31)]],
                            Field(max_length=MAX_ROUTE_HOPS)]] = Field(max_length=MAX_QP_ROUTES)

@@ -43,11 +43,10 @@ class ControllerCore:
         self.tokens = Tokens(settings)
         self.fabric: Fabric | None = None
         self.fabric_version, self.fabric_name, self.plan_seed = 0, "", 0
-        self.fabric_doc: dict | None = None
-        fab = self.repo.load_fabric()
+        fab = self.repo.load_fabric()  # (its document is not kept: the database has it)
         if fab is not None:
-            self.fabric_version, self.fabric_name, self.fabric_doc, self.plan_seed = fab
-            self.fabric = fabric_from_dict(self.fabric_doc)
+            self.fabric_version, self.fabric_name, doc, self.plan_seed = fab
+            self.fabric = fabric_from_dict(doc)
         self.down: set[Cable] = self._load_down()
         self.fleet = Fleet(self.repo, self._lock, self.metrics)
         self.publisher = Publisher(settings, self.repo, self.metrics, self._plan_inputs)
@@ -104,9 +103,8 @@ class ControllerCore:
         with self._lock:
             if self.fabric is None:
                 return None
-            return PlanInputs(self.fabric, self.fabric_doc, self.fabric_version,
-                              self.plan_seed, self.jobs.snapshot(), sorted(self.down),
-                              self.down_link_ids())
+            return PlanInputs(self.fabric, self.fabric_version, self.plan_seed,
+                              self.jobs.snapshot(), sorted(self.down), self.down_link_ids())
 
     # -- fabric ---------------------------------------------------------------------------------
     def set_fabric(self, up: FabricUpload) -> int:
@@ -119,7 +117,7 @@ class ControllerCore:
         with self._lock:
             v = self.repo.save_fabric(fabric.name, up.topology, up.plan_seed, sorted(down))
             self.fabric, self.fabric_version, self.fabric_name = fabric, v, fabric.name
-            self.fabric_doc, self.plan_seed, self.down = up.topology, up.plan_seed, down
+            self.plan_seed, self.down = up.plan_seed, down
         self.publisher.request(f"fabric v{v}")
         return v
 

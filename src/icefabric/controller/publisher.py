@@ -46,7 +46,6 @@ class PlanInputs:
     """What a plan is computed from, taken together under the state lock."""
 
     fabric: Fabric
-    fabric_doc: dict | None
     fabric_version: int
     seed: int
     jobs: dict[str, JobState]
@@ -196,7 +195,8 @@ class Publisher:
     def _plan_in_worker(self, inp: PlanInputs, prev, unchanged_key, kw) -> PlanOutcome | None:
         fv = inp.fabric_version
         for attempt in range(2):
-            doc = inp.fabric_doc if (attempt or self._worker_fv != fv) else None
+            # the planner process caches the fabric; it is sent (as stored) only when new
+            doc = self.repo.fabric_document(fv) if (attempt or self._worker_fv != fv) else None
             try:
                 out = self._pool.submit(planner.compute_plan_in_worker, fv, doc, inp.jobs,
                                         prev, unchanged_key, **kw).result()

@@ -226,7 +226,9 @@ async def fanout(port, tokens, versions, cable, fabric_body: bytes) -> dict:
         await c.close()
 
     a, b = cable
-    link, versions = await parked(port, tokens, versions, lambda: admin(
+    # only agents that hold a plan: one without would be answered at once
+    have = {h: t for h, t in tokens.items() if versions[h] > 0}
+    link, versions = await parked(port, have, versions, lambda: admin(
         "POST", "/v1/events", json.dumps({"events": [
             {"kind": "link_down", "link": {"a": a, "b": b}}]}).encode(), 202), wait_s=10)
     fab, _ = await parked(port, tokens, versions, lambda: admin(
@@ -375,7 +377,7 @@ def main(argv=None):
     tmp = tempfile.mkdtemp(prefix="ice-bench-")
     env = {"ICE_DATABASE_URL": f"sqlite:///{tmp}/ice.db", "ICE_ADMIN_TOKEN": ADMIN,
            "ICE_POLICY": "ecmp", "ICE_PLAN_DEBOUNCE_S": str(args.debounce),
-           "ICE_PLANNER_PROCESSES": "1",
+           "ICE_PLANNER_PROCESSES": "1", "ICE_LONG_POLL_MAX_S": "120",  # (the fan-out's 60 s)
            # every simulated agent enrols from 127.0.0.1: lift the per-address limit
            "ICE_ENROL_RATE_PER_S": "1000", "ICE_ENROL_BURST": "2000",
            "ICE_ADMIN_TOKEN_FILE": f"{tmp}/t", "PYTHONPATH": os.pathsep.join(sys.path)}

@@ -82,16 +82,23 @@ class ErrorBody(_Model):
 
 
 # -- fabric ---------------------------------------------------------------------------------
+#: One of the parallel cables between two nodes: cable ``k`` is ``a->b/k`` (and ``b->a/k``)
+#: of ``/v1/links`` and of the simulator's link names (0: the first, named without ``/0``).
+CableIndex = Annotated[int, Field(ge=0, le=1023)]
+
+
 class LinkRef(_Model):
-    """A cable between two named nodes (both directions)."""
+    """The cables between two named nodes (both directions): every one, or ``cable``."""
 
     a: Name
     b: Name
+    cable: CableIndex | None = None
 
 
 class LinkState(_Model):
     a: Name
     b: Name
+    cable: CableIndex | None = None
     up: bool
 
 
@@ -255,8 +262,8 @@ class QpPlan(_Model):
     rqpn: Qpn
     job: Name
     ordinal: int = Field(ge=0, le=1_000_000)
-    sport: int = Field(ge=-1, le=0xFFFF,
-                       description="UDP source port; -1 = leave as is (spraying NIC)")
+    sport: Port | None = Field(description="UDP source port; None = leave as is (a "
+                               "spraying NIC); required, so an absent port is an error")
     rate_bps: RateBps | None = None
     routes: list[Annotated[list[Annotated[int, Field(ge=0, le=2**31)]],
                            Field(max_length=MAX_ROUTE_HOPS)]] = Field(max_length=MAX_QP_ROUTES)
@@ -405,8 +412,13 @@ class JobView(_Message):
 
 
 class LinkView(_Message):
+    """One direction of a cable: ``name`` is ``a->b`` or ``a->b/cable``."""
+
     id: int
     name: str
+    a: str
+    b: str
+    cable: int
     kind: str
     capacity_bps: float
     up: bool

@@ -104,7 +104,7 @@ def mutants(seed: int, n: int) -> list[tuple[str, bytes]]:
         "rqpn": [-7, 1 << 40, {}],
         "job": ["", "a b", "x" * 200, "../x", 3],
         "ordinal": [-1, 10**7, "0"],
-        "sport": [-2, 65536, 2**63, 1.5, "80", None, []],
+        "sport": [-1, 65536, 2**63, 1.5, "80", "", []],
         "rate_bps": [-1.0, 1e300, "fast", [], True and "1"],
         "routes": [[[1, -1]], [[2**40]], "r", [list(range(65))], [[]] * 5000],
         "weights": [[-1.0], [1e300], ["w"], [None]],

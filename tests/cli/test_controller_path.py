@@ -88,16 +88,18 @@ def test_serve_load_collect_agent_applies_the_plan(tmp_path):
         assert "Traceback" not in err
     # the controller's INFO lines: the operator's event and every plan version
     # (one line per event, one per plan version)
-    assert "INFO icefabric.controller.core: links leaf0-spine0 down (events from admin): " \
+    assert "INFO icefabric.controller.core: links leaf0-spine0/2 down (events from admin): " \
         "re-plan requested" in err
     assert re.search(r"INFO icefabric\.controller\.publisher: plan v1 ", err), err[-2000:]
     assert re.search(r"INFO icefabric\.controller\.publisher: plan v2 ", err), err[-2000:]
 
 
 def _operator_fails_a_link_and_the_agent_gets_the_re_plan(url, env, comms):
-    r = _icefab("controller", "link", "down", "leaf0", "spine0", "--controller", url, env=env)
+    # homog-small has 4 cables between each leaf and spine: the operator names the third
+    r = _icefab("controller", "link", "down", "leaf0", "spine0", "--cable", "2",
+                "--controller", url, env=env)
     assert r.returncode == 0, r.stderr
-    assert r.stdout.startswith("link leaf0-spine0 down: re-plan requested")
+    assert r.stdout.startswith("link leaf0-spine0/2 down: re-plan requested")
     deadline = time.time() + 60
     while True:  # the re-plan runs in the controller's planner
         plans = json.loads(_icefab("controller", "plans", "--json", "--controller", url,
@@ -105,7 +107,7 @@ def _operator_fails_a_link_and_the_agent_gets_the_re_plan(url, env, comms):
         if plans[0]["version"] == 2 or time.time() > deadline:
             break
         time.sleep(0.3)
-    assert plans[0]["down_links"] == [{"a": "leaf0", "b": "spine0"}]
+    assert plans[0]["down_links"] == [{"a": "leaf0", "b": "spine0", "cable": 2}]
     assert [p["version"] for p in plans] == [2, 1]
     r = _icefab("agent", "run", "--controller", url, "--host", HOSTS[1], "--once",
                 "--reports", str(comms), "--job", "oci", "--size", "1G",
@@ -116,8 +118,13 @@ def _operator_fails_a_link_and_the_agent_gets_the_re_plan(url, env, comms):
     assert {h["host"]: h["applied_version"] for h in hosts}[HOSTS[1]] == 2
     table = _icefab("controller", "events", "--controller", url, env=env)
     assert table.returncode == 0 and "link_down" in table.stdout
-    assert "leaf0-spine0" in table.stdout and "admin" in table.stdout
-    r = _icefab("controller", "link", "down", "leaf0", "spine0", "--controller", url, env=env)
+    assert "leaf0-spine0/2" in table.stdout and "admin" in table.stdout
+    r = _icefab("controller", "link", "down", "spine0", "leaf0", "--cable", "2",
+                "--controller", url, env=env)
     assert "already down, no re-plan" in r.stdout
+    r = _icefab("controller", "link", "down", "leaf0", "spine0", "--cable", "4",
+                "--controller", url, env=env)
+    assert r.returncode == 2
+    assert "cable 4 between leaf0 and spine0: there are 4 (0-3)" in r.stderr, r.stderr
     r = _icefab("controller", "link", "down", "leaf0", "nowhere", "--controller", url, env=env)
     assert r.returncode == 2 and "no link between leaf0 and nowhere" in r.stderr

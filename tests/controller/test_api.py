@@ -38,7 +38,19 @@ def test_fabric_load_and_replace(loaded, scenario):
     r = loaded.put("/v1/fabric", json={"topology": doc, "down_links": [
         {"a": "leaf0", "b": "spine0"}]}, headers=auth(ADMIN))
     assert r.status_code == 200 and r.json()["version"] == 2
-    assert r.json()["down_links"] == [{"a": "leaf0", "b": "spine0"}]
+    # a pair names every cable between its ends (this fabric has 2 per leaf-spine pair)
+    assert r.json()["down_links"] == [{"a": "leaf0", "b": "spine0", "cable": k} for k in (0, 1)]
+    r = loaded.put("/v1/fabric", json={"topology": doc, "down_links": [
+        {"a": "spine0", "b": "leaf0", "cable": 1}]}, headers=auth(ADMIN))
+    assert r.json()["down_links"] == [{"a": "leaf0", "b": "spine0", "cable": 1}]
+    links = loaded.get("/v1/links", headers=auth(ADMIN)).json()
+    assert sorted(x["name"] for x in links if not x["up"]) == ["leaf0->spine0/1",
+                                                               "spine0->leaf0/1"]
+    bad = loaded.put("/v1/fabric", json={"topology": doc, "down_links": [
+        {"a": "leaf0", "b": "spine0", "cable": 2}]}, headers=auth(ADMIN))
+    assert bad.status_code == 422
+    assert bad.json()["message"] == ("down_links[0]: cable 2 between leaf0 and spine0: there "
+                                     "are 2 (0-1)")
     bad = loaded.put("/v1/fabric", json={"topology": {"node_names": []}}, headers=auth(ADMIN))
     assert bad.status_code == 422 and "topology" in bad.json()["message"]
     bad = loaded.put("/v1/fabric", json={"topology": doc, "down_links": [

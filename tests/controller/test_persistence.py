@@ -41,7 +41,7 @@ def test_restart_serves_the_same_plans_and_tokens(loaded, settings, scenario):
         for h, t in toks.items():  # agent tokens survive the restart
             assert c2.get(f"/v1/hosts/{h}/plan", headers=auth(t)).content == before[h]
         assert c2.get("/v1/plans/current", headers=auth(ADMIN)).json() == summary
-        assert core2.down == {("leaf1", "spine2")}
+        assert core2.down == {("leaf1", "spine2", 0), ("leaf1", "spine2", 1)}
         # No spurious re-plan after the restart: the stored plan matches the stored input.
         core2.publisher.wait_idle(10)
         assert core2.plan_version == v
@@ -84,3 +84,16 @@ def test_concurrent_agents_write_safely(loaded, scenario):
     assert len(loaded.get("/v1/events", params={"limit": 10000},
                           headers=auth(ADMIN)).json()) == len(hosts) * 4 * 5
     wait_version(loaded, 1)
+
+
+def test_a_pair_stored_before_cable_numbers_comes_back_as_each_of_its_cables(loaded, settings):
+    """A schema-3 database kept a whole node pair down (migrated as cable -1); the next
+    controller expands it against its fabric and stores each cable instead."""
+    core = loaded.app.state.core
+    core.repo.set_links(down=[("leaf0", "spine1", -1)], up=[])
+    loaded.__exit__(None, None, None)
+    with TestClient(create_app(settings)) as c2:
+        core2 = c2.app.state.core
+        assert core2.down == {("leaf0", "spine1", 0), ("leaf0", "spine1", 1)}
+        assert core2.repo.down_links() == core2.down
+        assert len(core2.down_link_ids()) == 4

@@ -23,13 +23,14 @@ def _outcome(hosts: dict[str, bytes], policy: str = "ecmp") -> PlanOutcome:
 
 
 def test_a_host_document_is_the_models_json():
-    plan, _ = next_plan(None, _outcome({"h1": _qps(5000)}), "t", [("leaf0", "spine0")], 3,
+    plan, _ = next_plan(None, _outcome({"h1": _qps(5000)}), "t", [("leaf0", "spine0", 1)], 3,
                         now=12.5)
     doc = HostDoc.make(plan.summary, "h1", _qps(5000)).doc
     parsed = HostPlan.model_validate_json(doc)
     assert parsed.model_dump_json().encode() == doc == plan.hosts["h1"].doc
     assert (parsed.qps[0].sport, parsed.version, parsed.fabric_version, parsed.created_at) \
         == (5000, 1, 3, 12.5)
+    assert (plan.summary.down_links[0].a, plan.summary.down_links[0].cable) == ("leaf0", 1)
 
 
 def test_a_plan_changes_only_the_hosts_whose_qps_changed():
@@ -37,7 +38,7 @@ def test_a_plan_changes_only_the_hosts_whose_qps_changed():
     assert ch1 == ["h1", "h2"] and v1.summary.hosts_changed == 2
     # h1 keeps its QP plans, h2 has none any more, h3 is new; a link went down meanwhile
     v2, ch2 = next_plan(v1, _outcome({"h1": _qps(5000), "h3": _qps(7000)}), "b",
-                        [("leaf0", "spine0")], 1, 2.0)
+                        [("leaf0", "spine0", 0)], 1, 2.0)
     assert ch2 == ["h2", "h3"] and v2.version == 2 and v2.summary.reason == "plan: b"
     assert v2.hosts["h1"] is v1.hosts["h1"] and v2.host_version("h1") == 1
     assert v2.hosts["h2"].qps == EMPTY_QPS and v2.host_version("h2") == 2

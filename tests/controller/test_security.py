@@ -281,11 +281,11 @@ def test_an_agent_reports_only_its_own_hosts_links(two_hosts):
     nic = {"a": "h100-0/nic0", "b": "leaf0"}  # its own NIC's cable: taken
     r = c.post("/v1/events", json={"events": [{"kind": "link_down", "link": nic}]}, headers=a)
     assert r.status_code == 202 and r.json()["replan"] is True
-    assert core.down == {("h100-0/nic0", "leaf0")}
+    assert core.down == {("h100-0/nic0", "leaf0", 0)}
     # The operator reports fabric links.
     r = c.post("/v1/events", json={"events": [{"kind": "link_down", "link": {
         "a": "leaf1", "b": "spine0"}}]}, headers=auth(ADMIN))
-    assert r.status_code == 202 and ("leaf1", "spine0") in core.down
+    assert r.status_code == 202 and ("leaf1", "spine0", 0) in core.down
 
 
 def test_unknown_hosts_are_404(two_hosts):

@@ -21,10 +21,11 @@ def test_migrations_from_empty_are_versioned_and_idempotent(database_url):
     eng.dispose()
 
 
-def test_migration_from_the_previous_version_keeps_its_data(database_url):
+def test_migrations_from_schema_2_keep_its_data(database_url):
     eng = create_engine(database_url)
-    assert migrate(eng, target=LATEST - 1) == list(range(1, LATEST))
-    with eng.begin() as c:  # what the previous controller had stored
+    assert migrate(eng, target=2) == [1, 2]
+    with eng.begin() as c:  # what a schema-2 controller had stored
+        c.execute(t.LinkDownV1Row.__table__.insert().values(a="leaf0", b="spine0", since=1.0))
         c.execute(t.HostRow.__table__.insert().values(
             host="h1", token_sha256="ab" * 32, nics="[]", agent_version="0.0.9",
             actuator="twin", enrolled_at=1.0, last_seen=2.0, applied_version=3))
@@ -37,7 +38,9 @@ def test_migration_from_the_previous_version_keeps_its_data(database_url):
     eng.dispose()
     repo = Repository(database_url)
     try:
-        assert repo.applied_migrations == [LATEST]
+        assert repo.applied_migrations == [3, 4] and LATEST == 4
+        # a pair stored before cables had numbers is every cable (-1) until expanded
+        assert repo.down_links() == {("leaf0", "spine0", -1)}
         (h,) = repo.hosts()
         assert (h.host, h.applied_version, h.agent_version) == ("h1", 3, "0.0.9")
         assert repo.load_fabric() == (1, "f", {"a": 1}, 5)
@@ -61,12 +64,15 @@ def test_a_newer_schema_is_refused_in_words(database_url):
 def test_round_trips(database_url):
     repo = Repository(database_url)
     try:
-        assert repo.save_fabric("fab", {"x": [1, 2]}, 7, [("leaf0", "spine0")]) == 1
+        assert repo.save_fabric("fab", {"x": [1, 2]}, 7, [("leaf0", "spine0", 0)]) == 1
         assert repo.save_fabric("fab", {"x": [3]}, 8, []) == 2
         assert repo.load_fabric() == (2, "fab", {"x": [3]}, 8)
-        repo.set_links(down=[("leaf1", "spine1"), ("leaf2", "spine0")], up=[])
-        repo.set_links(down=[], up=[("leaf2", "spine0")])
-        assert repo.down_links() == {("leaf1", "spine1")}
+        repo.set_links(down=[("leaf1", "spine1", 0), ("leaf1", "spine1", 1),
+                             ("leaf2", "spine0", 0)], up=[])
+        repo.set_links(down=[], up=[("leaf2", "spine0", 0), ("leaf1", "spine1", 1)])
+        assert repo.down_links() == {("leaf1", "spine1", 0)}
+        repo.set_links(down=[("leaf1", "spine1", 2)], up=[("leaf1", "spine1", -1)])
+        assert repo.down_links() == {("leaf1", "spine1", 2)}  # -1 cleared the pair first
         repo.upsert_host("h1", "d1" * 32, [{"name": "eth0"}], "1", "twin")
         repo.upsert_host("h1", "d2" * 32, [], "2", "twin")  # re-enrolment rotates the digest
         assert [(h.host, h.token_sha256) for h in repo.hosts()] == [("h1", "d2" * 32)]

@@ -58,7 +58,7 @@ def test_postgresql_down_for_a_while(pg_cluster, controller_env, tmp_path):
         # Back by itself: the queued event is stored, re-planned, and every agent follows.
         v = fleet.wait_converged(at_least=v1 + 1)
         cur = admin(ctl.url).get("/v1/plans/current").json()
-        assert cur["down_links"] == [{"a": "h100-0/nic0", "b": "leaf0"}] and \
+        assert cur["down_links"] == [{"a": "h100-0/nic0", "b": "leaf0", "cable": 0}] and \
             v == cur["version"]
         assert admin(ctl.url).get("/readyz").status_code == 200
         check_plans(fleet, url_db)

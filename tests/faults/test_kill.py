@@ -42,7 +42,9 @@ def _kill_at(point, env, tmp_path, scenario=FLEET):
         v = fleet.wait_converged(at_least=v1 + 1)
         cur = admin(ctl.url).get("/v1/plans/current").json()
         # The link change was stored before the crash; the restarted controller planned it.
-        assert v == v1 + 1 and cur["down_links"] == [LINK] and cur["reason"].startswith(
+        # every cable between the two ends is down (the fleets differ in their count)
+        assert {(d["a"], d["b"]) for d in cur["down_links"]} == {(LINK["a"], LINK["b"])}
+        assert v == v1 + 1 and cur["reason"].startswith(
             ("plan: startup", "replan: startup"))
         # every host applied its document once, and the hosts the re-plan changed theirs
         # again (a link no planned route crosses changes none)

@@ -20,3 +20,15 @@ def test_a_cable_is_named_and_found_as_in_link_names():
     assert np.array_equal(np.sort(cables), every)
     assert len(f.links_between("leaf0", "spine1", cable=4)) == 0
     assert len(f.links_between("leaf0", "spine1", cable=-1)) == 0
+
+
+def test_link_cable_numbers_parallel_links_as_their_names():
+    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 4, "h")], servers_per_leaf=2,
+                   n_spines=2, links_per_spine=3)
+    names = f.link_names()
+    ids = f.links_between("leaf1", "spine0")
+    assert sorted((int(f.link_cable[i]), names[i]) for i in ids) == [
+        (0, "leaf1->spine0"), (0, "spine0->leaf1"), (1, "leaf1->spine0/1"),
+        (1, "spine0->leaf1/1"), (2, "leaf1->spine0/2"), (2, "spine0->leaf1/2")]
+    nic = f.links_between("h-0/nic0", "leaf0")
+    assert len(nic) == 2 and not f.link_cable[nic].any()

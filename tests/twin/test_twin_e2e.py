@@ -34,7 +34,7 @@ def test_64_agents_failure_replan_and_agreement(tmp_path):
     # The failure reached the controller as events and came back as a new plan version.
     assert res.plan_versions[-1] > res.plan_versions[0]
     assert plans[0]["reason"].startswith("replan") and plans[0]["down_links"] == [
-        {"a": "leaf0", "b": "spine0"}]
+        {"a": "leaf0", "b": "spine0", "cable": 1}]
     # Every QP ends on a working path, exactly where the switches hash its applied port.
     assert res.qps_on_down_links == 0 and res.path_mismatches == 0
     # Same numbers as the in-process policy.

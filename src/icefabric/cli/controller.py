@@ -141,31 +141,43 @@ link_app = typer.Typer(help="Tell the controller a cable went down or came back.
 controller_app.add_typer(link_app, name="link")
 
 
-def _link_event(kind: str, a: str, b: str, controller: str, token_file: Path | None) -> None:
-    body = {"events": [{"kind": kind, "link": {"a": a, "b": b}}]}
+CABLE = typer.Option(None, "--cable", min=0, max=1023,
+                     help="only this one of several parallel cables between A and B (0 the "
+                          "first; as `A->B/N` in /v1/links and result.json); default: every one")
+
+
+def _link_event(kind: str, link: dict, controller: str, token_file: Path | None) -> None:
+    body = {"events": [{"kind": kind, "link": link}]}
     got = _admin("POST", controller, "/v1/events", token_file, json=body)
     state = "down" if kind == "link_down" else "up"
-    typer.echo(f"link {a}-{b} {state}: " + (
+    typer.echo(f"link {_cable(link)} {state}: " + (
         f"re-plan requested (current plan version {got['plan_version']})" if got["replan"]
         else f"already {state}, no re-plan (plan version {got['plan_version']})"))
 
 
+def _cable(d: dict) -> str:
+    from icefabric.controller.cables import name
+    from icefabric.schemas_service import LinkRef
+
+    return name(LinkRef.model_validate(d))
+
+
 @link_app.command("down")
 def link_down(a: str = typer.Argument(..., help="one end (node name, as in /v1/links)"),
-              b: str = typer.Argument(..., help="the other end"),
+              b: str = typer.Argument(..., help="the other end"), cable: int = CABLE,
               controller: str = CONTROLLER, admin_token_file: Path = TOKEN_FILE) -> None:
-    """Every cable between A and B is down: POST /v1/events (admin); the controller
-    re-plans around it and agents fetch the new plan."""
-    _link_event("link_down", a, b, controller, admin_token_file)
+    """Every cable between A and B (or the one --cable names) is down: POST /v1/events
+    (admin); the controller re-plans around it and agents fetch the new plan."""
+    _link_event("link_down", {"a": a, "b": b, "cable": cable}, controller, admin_token_file)
 
 
 @link_app.command("up")
 def link_up(a: str = typer.Argument(..., help="one end (node name, as in /v1/links)"),
-            b: str = typer.Argument(..., help="the other end"),
+            b: str = typer.Argument(..., help="the other end"), cable: int = CABLE,
             controller: str = CONTROLLER, admin_token_file: Path = TOKEN_FILE) -> None:
-    """The cables between A and B are back: POST /v1/events (admin); the controller
-    re-plans with them."""
-    _link_event("link_up", a, b, controller, admin_token_file)
+    """The cables between A and B (or the one --cable names) are back: POST /v1/events
+    (admin); the controller re-plans with them."""
+    _link_event("link_up", {"a": a, "b": b, "cable": cable}, controller, admin_token_file)
 
 
 @controller_app.command("plans")
@@ -179,7 +191,7 @@ def plans(limit: int = typer.Option(20, min=1, max=1000, help="newest N versions
            "planning ms"],
           lambda p: [str(p["version"]), _when(p["created_at"]), p["policy"], p["reason"],
                      ",".join(p["jobs"]) or "-", str(p["qps"]), str(p["hosts"]),
-                     ",".join(f"{d['a']}-{d['b']}" for d in p["down_links"]) or "-",
+                     ",".join(_cable(d) for d in p["down_links"]) or "-",
                      f"{p['planning_ms']:.1f}"])
 
 
@@ -203,7 +215,7 @@ def events(limit: int = typer.Option(50, min=1, max=10000, help="newest N events
     _show(got, json_out, f"events at {controller}, newest first",
           ["time", "from", "kind", "link / NIC", "message"],
           lambda e: [_when(e["t"]), e["host"], e["kind"],
-                     f"{e['link']['a']}-{e['link']['b']}" if e.get("link")
+                     _cable(e["link"]) if e.get("link")
                      else e.get("nic") or "-", e.get("message") or ""])
 
 

@@ -13,6 +13,8 @@ import asyncio
 import logging
 import threading
 
+from icefabric.controller import cables
+from icefabric.controller.cables import Cable
 from icefabric.controller.errors import Conflict, Forbidden, Invalid
 from icefabric.controller.fleet import Fleet
 from icefabric.controller.jobs import JobBook
@@ -41,15 +43,28 @@ class ControllerCore:
         self.tokens = Tokens(settings)
         self.fabric: Fabric | None = None
         self.fabric_version, self.fabric_name, self.plan_seed = 0, "", 0
-        self.fabric_doc: dict | None = None
-        fab = self.repo.load_fabric()
+        fab = self.repo.load_fabric()  # (its document is not kept: the database has it)
         if fab is not None:
-            self.fabric_version, self.fabric_name, self.fabric_doc, self.plan_seed = fab
-            self.fabric = fabric_from_dict(self.fabric_doc)
-        self.down: set[tuple[str, str]] = self.repo.down_links()
+            self.fabric_version, self.fabric_name, doc, self.plan_seed = fab
+            self.fabric = fabric_from_dict(doc)
+        self.down: set[Cable] = self._load_down()
         self.fleet = Fleet(self.repo, self._lock, self.metrics)
         self.publisher = Publisher(settings, self.repo, self.metrics, self._plan_inputs)
         self.jobs = JobBook(self.repo, self._lock, self.metrics, self.publisher.request)
+
+    def _load_down(self) -> set[Cable]:
+        """The stored down cables, a pair stored as "every cable" (schema 3) expanded
+        against the fabric and written back per cable."""
+        down = self.repo.down_links()
+        whole = {(a, b) for a, b, k in down if k < 0}
+        if not whole:
+            return down
+        if self.fabric is None:
+            return set()
+        new = {c for c in down if c[2] >= 0} | {
+            (a, b, k) for a, b in whole for k in range(cables.n_cables(self.fabric, a, b))}
+        self.repo.set_links(down=sorted(new), up=[(a, b, -1) for a, b in sorted(whole)])
+        return new
 
     @property
     def plan(self) -> PublishedPlan | None:
@@ -88,9 +103,8 @@ class ControllerCore:
         with self._lock:
             if self.fabric is None:
                 return None
-            return PlanInputs(self.fabric, self.fabric_doc, self.fabric_version,
-                              self.plan_seed, self.jobs.snapshot(), sorted(self.down),
-                              self.down_link_ids())
+            return PlanInputs(self.fabric, self.fabric_version, self.plan_seed,
+                              self.jobs.snapshot(), sorted(self.down), self.down_link_ids())
 
     # -- fabric ---------------------------------------------------------------------------------
     def set_fabric(self, up: FabricUpload) -> int:
@@ -98,33 +112,29 @@ class ControllerCore:
             fabric = fabric_from_dict(up.topology)
         except ValueError as e:
             raise Invalid(f"topology: {e}") from None
-        down = set()
-        for i, l in enumerate(up.down_links):
-            if not len(fabric.links_between(l.a, l.b)):
-                raise Invalid(f"down_links[{i}]: no link between {l.a} and {l.b}")
-            down.add(tuple(sorted((l.a, l.b))))
+        down = {c for i, l in enumerate(up.down_links)
+                for c in cables.cables(fabric, l, f"down_links[{i}]")}
         with self._lock:
             v = self.repo.save_fabric(fabric.name, up.topology, up.plan_seed, sorted(down))
             self.fabric, self.fabric_version, self.fabric_name = fabric, v, fabric.name
-            self.fabric_doc, self.plan_seed, self.down = up.topology, up.plan_seed, down
+            self.plan_seed, self.down = up.plan_seed, down
         self.publisher.request(f"fabric v{v}")
         return v
 
-    def set_links(self, changes: list[tuple[str, str, bool]], reason: str) -> bool:
-        """Apply link up/down changes (one log line says them, who sent them and what
-        follows); True if the set of down links changed."""
+    def set_links(self, changes: list[tuple[LinkRef, bool]], where: str, reason: str) -> bool:
+        """Apply cable up/down changes (``where[i]`` names change ``i`` in errors; one log
+        line says them, who sent them and what follows); True if the set of down cables
+        changed."""
         if self.fabric is None:
             raise Conflict("no fabric loaded")
-        norm = []
-        for i, (a, b, up) in enumerate(changes):
-            if not len(self.fabric.links_between(a, b)):
-                raise Invalid(f"links[{i}]: no link between {a} and {b}")
-            norm.append((tuple(sorted((a, b))), up))
-        said = ", ".join(f"{a}-{b} {'up' if up else 'down'}" for (a, b), up in norm)
+        norm = [(cables.cables(self.fabric, link, f"{where}[{i}]"), up)
+                for i, (link, up) in enumerate(changes)]
+        said = ", ".join(f"{cables.name(link)} {'up' if up else 'down'}"
+                         for link, up in changes)
         with self._lock:
             new = set(self.down)
-            for key, up in norm:
-                (new.discard if up else new.add)(key)
+            for named, up in norm:
+                (new.difference_update if up else new.update)(named)
             if new == self.down:
                 log.info("links %s (%s): no change, no re-plan", said, reason)
                 return False
@@ -136,10 +146,7 @@ class ControllerCore:
         return True
 
     def down_link_ids(self) -> list[int]:
-        ids: list[int] = []
-        for a, b in sorted(self.down):
-            ids += self.fabric.links_between(a, b).tolist()
-        return sorted(ids)
+        return cables.link_ids(self.fabric, self.down)
 
     def _host_link(self, host: str, link: LinkRef) -> bool:
         """Is one end of ``link`` a node of server ``host``?"""
@@ -166,7 +173,7 @@ class ControllerCore:
                                     f"of host {host!r}; fabric links are reported by the "
                                     f"operator (admin token)")
             if e.kind in ("link_down", "link_up"):
-                changes.append((e.link.a, e.link.b, e.kind == "link_up"))
+                changes.append((e.link, e.kind == "link_up"))
             elif e.kind == "cnp_rate":
                 self.metrics.cnp_reports.inc()
         self.repo.add_events(host, [e.model_dump(mode="json") for e in events])
@@ -174,13 +181,13 @@ class ControllerCore:
         for e in events:
             if e.kind not in ("link_down", "link_up"):  # link changes: set_links says them
                 _log_event(host, e)
-        return bool(changes) and self.set_links(changes, f"events from {host}")
+        return bool(changes) and self.set_links(changes, "events", f"events from {host}")
 
 
 def _log_event(host: str, e: Event) -> None:
     """One log line per event: an operator reads what happened; telemetry only when
     debugging (an agent's text as repr: a newline in it must not forge a log line)."""
-    what = f"{e.link.a}-{e.link.b}" if e.link else repr(e.nic) if e.nic else ""
+    what = cables.name(e.link) if e.link else repr(e.nic) if e.nic else ""
     note = f": {e.message!r}" if e.message else ""
     level = (logging.DEBUG if e.kind in ("port_counters", "cnp_rate") else
              logging.WARNING if e.kind == "plan_rejected" else logging.INFO)

@@ -225,10 +225,13 @@ class FabricNotCached(LookupError):
     pass
 
 
-def compute_plan_in_worker(fabric_version: int, fabric_doc: dict | None,
+def compute_plan_in_worker(fabric_version: int, fabric_doc: str | None,
                            jobs: dict[str, JobState], prev: PathPlan | None,
                            unchanged_key: str | None, **kw) -> PlanOutcome | None:
-    """:func:`compute_plan` in a planner process (arguments and result are pickled)."""
+    """:func:`compute_plan` in a planner process (arguments and result are pickled;
+    ``fabric_doc``: the topology document's JSON text, when the process may not have it)."""
+    import json
+
     from icefabric.topology.serialize import fabric_from_dict
 
     fabric = _WORKER_FABRIC.get(fabric_version)
@@ -236,5 +239,5 @@ def compute_plan_in_worker(fabric_version: int, fabric_doc: dict | None,
         if fabric_doc is None:
             raise FabricNotCached(fabric_version)
         _WORKER_FABRIC.clear()
-        fabric = _WORKER_FABRIC[fabric_version] = fabric_from_dict(fabric_doc)
+        fabric = _WORKER_FABRIC[fabric_version] = fabric_from_dict(json.loads(fabric_doc))
     return compute_plan(fabric, jobs, prev=prev, unchanged=lambda k: k == unchanged_key, **kw)

@@ -14,9 +14,10 @@ import json
 from dataclasses import dataclass
 
 from icefabric.control.plan import PathPlan
+from icefabric.controller.cables import Cable, refs
 from icefabric.controller.planner import PlanOutcome
 from icefabric.controller.store.repo import Repository
-from icefabric.schemas_service import HostPlan, LinkRef, PlanSummary
+from icefabric.schemas_service import HostPlan, PlanSummary
 
 EMPTY_QPS = b"[]"
 
@@ -62,8 +63,10 @@ class PublishedPlan:
     def version(self) -> int:
         return self.summary.version
 
-    def down(self) -> list[tuple[str, str]]:
-        return sorted((x.a, x.b) for x in self.summary.down_links)
+    def down(self) -> list[Cable]:
+        # a plan stored before cables had numbers named whole pairs (-1, as the store)
+        return sorted((x.a, x.b, -1 if x.cable is None else x.cable)
+                      for x in self.summary.down_links)
 
     def host_version(self, host: str) -> int:
         """The version of ``host``'s document (0: it never had one)."""
@@ -72,7 +75,7 @@ class PublishedPlan:
 
 
 def next_plan(cur: PublishedPlan | None, out: PlanOutcome, reason: str,
-              down: list[tuple[str, str]], fabric_version: int, now: float
+              down: list[Cable], fabric_version: int, now: float
               ) -> tuple[PublishedPlan, list[str]]:
     """The version after ``cur`` made of ``out``, and the hosts whose documents it changed
     (a host that had QPs and has none now gets an empty document)."""
@@ -81,7 +84,7 @@ def next_plan(cur: PublishedPlan | None, out: PlanOutcome, reason: str,
                           created_at=now, reason=f"{out.kind}: {reason}"[:200],
                           planning_ms=round(out.planning_ms, 3), jobs=out.jobs,
                           qps=out.n_qps, hosts=len(out.hosts),
-                          down_links=[LinkRef(a=a, b=b) for a, b in down],
+                          down_links=refs(down),
                           fabric_version=fabric_version, no_path=out.no_path)
     hosts: dict[str, HostDoc] = {}
     for h in old.keys() | out.hosts.keys():

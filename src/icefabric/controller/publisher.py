@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from icefabric.controller import planner
+from icefabric.controller.cables import Cable
 from icefabric.controller.metrics import Metrics
 from icefabric.controller.planner import FabricNotCached, JobState, PlanOutcome
 from icefabric.controller.published import PublishedPlan, next_plan, restore, store
@@ -45,11 +46,10 @@ class PlanInputs:
     """What a plan is computed from, taken together under the state lock."""
 
     fabric: Fabric
-    fabric_doc: dict | None
     fabric_version: int
     seed: int
     jobs: dict[str, JobState]
-    down: list[tuple[str, str]]  # cables down, by node names
+    down: list[Cable]  # cables down, by node names and index
     down_ids: list[int]  # their directed link ids
 
 
@@ -195,7 +195,8 @@ class Publisher:
     def _plan_in_worker(self, inp: PlanInputs, prev, unchanged_key, kw) -> PlanOutcome | None:
         fv = inp.fabric_version
         for attempt in range(2):
-            doc = inp.fabric_doc if (attempt or self._worker_fv != fv) else None
+            # the planner process caches the fabric; it is sent (as stored) only when new
+            doc = self.repo.fabric_document(fv) if (attempt or self._worker_fv != fv) else None
             try:
                 out = self._pool.submit(planner.compute_plan_in_worker, fv, doc, inp.jobs,
                                         prev, unchanged_key, **kw).result()

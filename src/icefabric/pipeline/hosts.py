@@ -43,10 +43,11 @@ def host_plans(fabric: Fabric, wl: Workload, paths: PathPlan) -> dict[str, list[
     for q, (host, key, job, ordinal) in enumerate(zip(
             qp_hosts(fabric, wl), qp_keys(wl), qp_jobs(wl), qp_ordinals(wl).tolist(),
             strict=True)):
-        # the wire's sentinels: no rate (inf in the arrays) and no backup port (-1) are None
+        # the one sentinel rule: arrays say "none" with inf (rate) and -1 (ports), the wire
+        # with None; converted here and in paths_from_host_plans, nowhere else
         per_host.setdefault(host, []).append(QpPlan(
             src_ip=key[0], dst_ip=key[1], lqpn=key[2], rqpn=key[3], job=job,
-            ordinal=ordinal, sport=sport[q],
+            ordinal=ordinal, sport=sport[q] if sport[q] >= 0 else None,
             rate_bps=rates[q] if np.isfinite(rates[q]) else None,
             routes=[links[rptr[r]:rptr[r + 1]] for r in range(ptr[q], ptr[q + 1])],
             weights=weights[ptr[q]:ptr[q + 1]],
@@ -67,7 +68,7 @@ def paths_from_host_plans(wl: Workload, applied: Mapping[QpKey, QpPlan], *,
     routes = [np.asarray(r, dtype=np.int64) for e in entries for r in e.routes]
     indptr, links = csr_from_lists(routes)
     return PathPlan(
-        sport=np.array([e.sport for e in entries], dtype=np.int64),
+        sport=np.array([-1 if e.sport is None else e.sport for e in entries], dtype=np.int64),
         route_qp=np.repeat(np.arange(len(entries)), [len(e.routes) for e in entries]),
         route_weight=np.array([w for e in entries for w in e.weights], dtype=np.float64),
         route_indptr=indptr, route_links=links,

@@ -31,14 +31,15 @@ RATE_HEADROOM = 0.02
 
 @dataclass(frozen=True)
 class LinkChange:
-    """A cable ``a``-``b`` (link ids ``links``, both directions) going down or,
-    with ``up``, coming back at ``t_ns``."""
+    """The cables ``a``-``b`` (every one, or ``cable``; link ids ``links``, both
+    directions) going down or, with ``up``, coming back at ``t_ns``."""
 
     t_ns: int
     up: bool
     a: str
     b: str
     links: np.ndarray
+    cable: int | None = None
 
 
 @dataclass(frozen=True)
@@ -141,11 +142,11 @@ def scenario_link_changes(ls: LoadedScenario, fabric: Fabric) -> list[LinkChange
             raise ls.error(("failures", k, "link") if not n else ("failures", k, "cable"),
                            f"no link between {a} and {b}" if not n else
                            f"cable {f.cable} between {a} and {b}: there are {n} (0-{n - 1})")
-        out.append(LinkChange(us(f.at_us), False, a, b, links))
+        out.append(LinkChange(us(f.at_us), False, a, b, links, f.cable))
         if f.until_us is not None:
             if f.until_us <= f.at_us:
                 raise ls.error(("failures", k, "until_us"), "until_us must be after at_us")
-            out.append(LinkChange(us(f.until_us), True, a, b, links))
+            out.append(LinkChange(us(f.until_us), True, a, b, links, f.cable))
     return sorted(out, key=lambda c: c.t_ns)
 
 

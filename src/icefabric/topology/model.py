@@ -13,6 +13,7 @@ from functools import cached_property
 
 import numpy as np
 
+from icefabric.csr import within
 from icefabric.errors import IceFabricError
 from icefabric.topology.catalog import ServerProfile
 
@@ -206,13 +207,19 @@ class Fabric:
     @cached_property
     def _link_names(self) -> tuple[str, ...]:
         n = self.node_names
-        seen: dict[tuple[int, int], int] = {}
-        out = []
-        for s, d in zip(self.link_src.tolist(), self.link_dst.tolist()):
-            k = seen.get((s, d), 0)
-            seen[(s, d)] = k + 1
-            out.append(f"{n[s]}->{n[d]}" + (f"/{k}" if k else ""))
-        return tuple(out)
+        return tuple(f"{n[s]}->{n[d]}" + (f"/{k}" if k else "") for s, d, k in
+                     zip(self.link_src.tolist(), self.link_dst.tolist(),
+                         self.link_cable.tolist()))
+
+    @cached_property
+    def link_cable(self) -> np.ndarray:
+        """Each link's index among the parallel links from its source to its destination
+        (in link order; 0 for a single cable): the ``k`` of ``a->b/k``."""
+        key = self.link_src.astype(np.int64) * self.n_nodes + self.link_dst
+        order = np.argsort(key, kind="stable")
+        out = np.empty(len(key), dtype=np.int64)
+        out[order] = within(np.unique(key[order], return_counts=True)[1])
+        return out
 
     @cached_property
     def node_id(self) -> dict[str, int]:

@@ -210,7 +210,7 @@ def _check_applied(fabric: Fabric, reports: dict, agents: dict[str, Agent],
         res.qps_checked += len(qps)
         res.qps_off_path += sum(1 for _, q in qps
                                 if any(l in dead for r in q.routes for l in r))
-        hashed = [q for _, q in qps if len(q.routes) == 1 and q.sport >= 0]
+        hashed = [q for _, q in qps if len(q.routes) == 1 and q.sport is not None]
         if hashed:
             src = np.array([nic_of_ip[int(ipaddress.IPv4Address(q.src_ip))] for q in hashed])
             dst = np.array([nic_of_ip[int(ipaddress.IPv4Address(q.dst_ip))] for q in hashed])

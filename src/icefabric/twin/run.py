@@ -296,7 +296,7 @@ class _Session:
     versions: list[int] = field(default_factory=list)
     path_mismatches: int = 0
 
-    def wait_plan(self, down: set[tuple[str, str]]) -> None:
+    def wait_plan(self, down_ids: set[int]) -> None:
         """Wait until every agent applied a plan of every job with exactly ``down`` down."""
         state: dict = {}
         want = list(zip(qp_hosts(self.fabric, self.wl), qp_keys(self.wl), strict=True))
@@ -305,7 +305,9 @@ class _Session:
             c = settled_plan(self.admin, self.hosts.agents)
             if c is None or sorted(c["jobs"]) != self.jobs:
                 return False
-            if {tuple(sorted((x["a"], x["b"]))) for x in c["down_links"]} != down:
+            named = {i for x in c["down_links"]
+                     for i in self.fabric.links_between(x["a"], x["b"], x["cable"]).tolist()}
+            if named != down_ids:  # compared by link ids: cables named either way
                 return False
             state["v"] = c["version"]
             # and names every QP by its reported numbers (a job is planned from its first
@@ -313,7 +315,8 @@ class _Session:
             acts = self.hosts.actuators
             return all(k in acts[h].applied for h, k in want)
 
-        _wait(ok, self.timeout_s, f"every agent to apply a plan with down links {sorted(down)}")
+        _wait(ok, self.timeout_s, f"every agent to apply a plan with links {sorted(down_ids)} "
+              "down")
         self.versions.append(state["v"])
 
     def applied(self, down_ids) -> PathPlan:
@@ -334,7 +337,8 @@ class _Session:
     def _operator_reports(self, ch: LinkChange) -> None:
         kind = "link_up" if ch.up else "link_down"
         r = self.admin.post("/v1/events", json={"events": [
-            {"kind": kind, "link": {"a": ch.a, "b": ch.b}, "message": "twin operator"}]})
+            {"kind": kind, "link": {"a": ch.a, "b": ch.b, "cable": ch.cable},
+             "message": "twin operator"}]})
         if r.status_code != 202:
             raise TwinError(f"the controller refused the {kind} of {ch.a}-{ch.b}: "
                             f"HTTP {r.status_code} {r.text[:200]}")
@@ -342,21 +346,18 @@ class _Session:
     def replay(self, changes: list[LinkChange]) -> tuple[list[LinkEvent], list[dict], set]:
         """Inject the link changes through the agents that see them; the applied plan after
         each. Returns the events, their reports and the links down at the end."""
-        down: set[tuple[str, str]] = set()
         down_ids: set[int] = set()
         events, fails = [], []
         for ch in changes:
             ids = set(ch.links.tolist())
-            key = tuple(sorted((ch.a, ch.b)))
-            down, down_ids = ((down - {key}, down_ids - ids) if ch.up
-                              else (down | {key}, down_ids | ids))
+            down_ids = down_ids - ids if ch.up else down_ids | ids
             owner = self._owner(ch.a, ch.b)
             seen, switched = self.hosts.report_link(ch.a, ch.b, ch.links, ch.up, owner)
             if owner is None:  # a fabric link: the operator (switch telemetry) reports it
                 self._operator_reports(ch)
-            self.wait_plan(down)
+            self.wait_plan(down_ids)
             events.append(LinkEvent(ch.t_ns, ch.links, ch.up, self.applied(down_ids)))
-            fails.append({"t_ns": ch.t_ns, "link": [ch.a, ch.b], "up": ch.up,
+            fails.append({"t_ns": ch.t_ns, "link": [ch.a, ch.b], "cable": ch.cable, "up": ch.up,
                           "seen_by": seen,
                           "reported_by": owner or "operator", "backup_ports_used": switched,
                           "plan_version": self.versions[-1]})

@@ -32,7 +32,7 @@ class Actuator(ABC):
     name = ""
 
     def __init__(self):
-        self.state: dict[QpKey, tuple[int, float | None]] = {}
+        self.state: dict[QpKey, tuple[int | None, float | None]] = {}
 
     def apply(self, plan: HostPlan) -> ApplyResult:
         """Bring every QP of ``plan`` to its planned source port and rate."""

@@ -29,9 +29,9 @@ class DryRunActuator(Actuator):
         self.calls.append(line)
         print(line, file=self.stream)
 
-    def _calls_for(self, q: QpPlan | None, key: QpKey, sport: int, rate_bps) -> None:
+    def _calls_for(self, q: QpPlan | None, key: QpKey, sport: int | None, rate_bps) -> None:
         src, dst, lqpn, _ = key
-        if sport >= 0:
+        if sport is not None:
             fl = int(flow_label_for_sport(sport))
             self._emit(f"mlx5dv_modify_qp_udp_sport(qp=0x{lqpn:06x} /* {src}->{dst} */, "
                        f"udp_sport={sport})  # or flow_label=0x{fl:05x} at INIT->RTR")

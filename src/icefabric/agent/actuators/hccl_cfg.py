@@ -39,7 +39,7 @@ def render_cfg(qps: list[QpPlan]) -> tuple[str, list[str]]:
     pairs: dict[tuple[str, str], list[QpPlan]] = {}
     warnings = []
     for q in qps:
-        if q.sport < 0:
+        if q.sport is None:
             warnings.append(f"{q.src_ip}->{q.dst_ip} qpn {q.lqpn}: no source port planned")
             continue
         pairs.setdefault((q.src_ip, q.dst_ip), []).append(q)
@@ -117,10 +117,10 @@ class HcclCfgActuator(Actuator):
     def _apply(self, plan: HostPlan, changed: list[QpPlan]) -> ApplyResult:
         text, warnings = render_cfg(plan.qps)
         self._write(text)
-        failed = {qp_key(q) for q in plan.qps if q.sport < 0}
+        failed = {qp_key(q) for q in plan.qps if q.sport is None}
         for h in self.higher:
             pairs = h.pairs()
-            lost = {qp_key(q) for q in plan.qps if q.sport >= 0 and overridden(q, pairs)}
+            lost = {qp_key(q) for q in plan.qps if q.sport is not None and overridden(q, pairs)}
             if lost:
                 warnings.append(f"{len(lost)} QP(s) not steered: {h.name} sets their NIC "
                                 "pairs' ports and HCCL reads it before MultiQpSrcPort.cfg")

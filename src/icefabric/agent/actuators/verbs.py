@@ -202,7 +202,9 @@ class VerbsActuator(Actuator):
                         conn.pid, qp.dev, qp.lqpn)
         if plan is None:
             return format_line("NONE", seq=int(f["seq"]))
-        return format_line("PLAN", seq=int(f["seq"]), sport=max(plan.sport, -1),
+        # the shim's line says "no port" with -1 (icefab_verbs.c)
+        return format_line("PLAN", seq=int(f["seq"]),
+                           sport=-1 if plan.sport is None else plan.sport,
                            srate=srate_of(plan.rate_bps))
 
     def _next_id(self, first: QpId) -> QpId:
@@ -318,7 +320,7 @@ class VerbsActuator(Actuator):
         sent, errors = [], []
         for qp, sport, rate_bps in changes:
             want_rate = rate_kbps(rate_bps, unset=0)
-            s = sport if sport >= 0 and sport != qp.sport else -1
+            s = sport if sport is not None and sport != qp.sport else -1
             r = -1 if want_rate == (qp.rate_kbps or 0) else want_rate
             if r >= 0 and qp.static_kbps and not 0 < r <= qp.static_kbps:
                 # The NIC paces at the lower of the RTR static rate and a live rate limit.

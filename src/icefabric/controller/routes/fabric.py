@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter
 
 from icefabric.controller.deps import ERRORS, AdminDep, CoreDep
+from icefabric.controller import cables
 from icefabric.controller.errors import Conflict
 from icefabric.schemas_service import FabricInfo, FabricUpload, LinkRef, LinkStatesUpdate
 
@@ -17,7 +18,7 @@ def _info(core) -> FabricInfo:
         raise Conflict("no fabric loaded")
     return FabricInfo(name=f.name, version=core.fabric_version, nodes=f.n_nodes,
                       links=f.n_links, servers=len(f.servers),
-                      down_links=[LinkRef(a=a, b=b) for a, b in sorted(core.down)],
+                      down_links=cables.refs(core.down),
                       plan_seed=core.plan_seed)
 
 
@@ -46,6 +47,8 @@ def get_topology(core: CoreDep, _: AdminDep) -> dict:
 
 @router.post("/links", response_model=FabricInfo)
 def set_link_states(body: LinkStatesUpdate, core: CoreDep, _: AdminDep) -> FabricInfo:
-    """Mark cables up or down (operator action); triggers a re-plan."""
-    core.set_links([(x.a, x.b, x.up) for x in body.links], "operator")
+    """Mark cables up or down (operator action: every cable between two nodes, or the
+    one ``cable`` names); triggers a re-plan."""
+    core.set_links([(LinkRef(a=x.a, b=x.b, cable=x.cable), x.up) for x in body.links],
+                   "links", "operator")
     return _info(core)

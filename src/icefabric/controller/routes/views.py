@@ -57,7 +57,9 @@ def list_links(core: CoreDep, _: AdminDep,
         load = paths.link_load(f.n_links)
     sel = np.arange(f.n_links) if kind == "all" else np.flatnonzero(f.link_kind == kinds[kind])
     names = f.link_names()  # the simulator's names: parallel cables get /1, /2 ...
-    return [LinkView(id=int(l), name=names[l], kind=_KIND_NAMES[int(f.link_kind[l])],
+    n, src, dst, cable = f.node_names, f.link_src, f.link_dst, f.link_cable
+    return [LinkView(id=int(l), name=names[l], a=n[src[l]], b=n[dst[l]], cable=int(cable[l]),
+                     kind=_KIND_NAMES[int(f.link_kind[l])],
                      capacity_bps=float(f.link_capacity_bps[l]),
                      up=not bool(down[l]), planned_qps=int(round(load[l])))
             for l in sel.tolist()]

@@ -19,7 +19,7 @@ from icefabric.controller.store.errors import StoreUnusable
 
 def _v1(conn: Connection) -> None:
     t.Base.metadata.create_all(conn, tables=[
-        t.FabricRow.__table__, t.LinkStateRow.__table__, t.HostRow.__table__,
+        t.FabricRow.__table__, t.LinkDownV1Row.__table__, t.HostRow.__table__,
         t.ReportRow.__table__, t.PlanRow.__table__, t.HostPlanRow.__table__,
     ])
 
@@ -40,10 +40,21 @@ def _v3(conn: Connection) -> None:
             job=job, hosts=json.dumps(sorted(hs)), created_at=now))
 
 
+def _v4(conn: Connection) -> None:
+    """Down links per cable: a pair stored before means every cable of it (-1), which the
+    controller expands against its fabric when it loads them."""
+    t.Base.metadata.create_all(conn, tables=[t.CableDownRow.__table__])
+    old = t.LinkDownV1Row.__table__
+    for a, b, since in conn.execute(select(old.c.a, old.c.b, old.c.since)):
+        conn.execute(t.CableDownRow.__table__.insert().values(a=a, b=b, cable=-1, since=since))
+    old.drop(conn)
+
+
 MIGRATIONS: list[tuple[int, str, Callable[[Connection], None]]] = [
     (1, "fabric, link states, hosts, reports, plans", _v1),
     (2, "events table with time index", _v2),
     (3, "registered jobs (the hosts that may report each)", _v3),
+    (4, "down links per cable (parallel cables named by index)", _v4),
 ]
 LATEST = MIGRATIONS[-1][0]
 

@@ -21,6 +21,7 @@ from sqlalchemy import create_engine, delete, event, exc, select, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.orm import Session, sessionmaker
 
+from icefabric.controller.cables import Cable
 from icefabric.controller.store import tables as t
 from icefabric.controller.store.batch import GroupCommit
 from icefabric.controller.store.errors import (
@@ -148,17 +149,17 @@ class Repository:
 
     # -- fabric -----------------------------------------------------------------------------
     def save_fabric(self, name: str, document: dict, plan_seed: int,
-                    down: Iterable[tuple[str, str]]) -> int:
+                    down: Iterable[Cable]) -> int:
         text = json.dumps(document, separators=(",", ":"))
         with self._writing() as s:
             v = s.execute(select(t.FabricRow.version).order_by(t.FabricRow.version.desc())
                           .limit(1)).scalar() or 0
             s.add(t.FabricRow(version=v + 1, name=name, document=text, plan_seed=plan_seed,
                               created_at=time.time()))
-            s.execute(delete(t.LinkStateRow))
+            s.execute(delete(t.CableDownRow))
             now = time.time()
-            for a, b in down:
-                s.add(t.LinkStateRow(a=a, b=b, since=now))
+            for a, b, k in down:
+                s.add(t.CableDownRow(a=a, b=b, cable=k, since=now))
             return v + 1
 
     def load_fabric(self) -> tuple[int, str, dict, int] | None:
@@ -169,19 +170,29 @@ class Repository:
                 return None
             return row.version, row.name, json.loads(row.document), row.plan_seed
 
-    def set_links(self, down: Iterable[tuple[str, str]], up: Iterable[tuple[str, str]]) -> None:
-        now = time.time()
-        with self._writing() as s:
-            for a, b in up:
-                s.execute(delete(t.LinkStateRow).where(t.LinkStateRow.a == a,
-                                                       t.LinkStateRow.b == b))
-            for a, b in down:
-                if s.get(t.LinkStateRow, (a, b)) is None:
-                    s.add(t.LinkStateRow(a=a, b=b, since=now))
-
-    def down_links(self) -> set[tuple[str, str]]:
+    def fabric_document(self, version: int) -> str | None:
+        """Fabric ``version``'s topology document as stored (JSON text)."""
         with self._reading() as s:
-            return {(r.a, r.b) for r in s.execute(select(t.LinkStateRow)).scalars()}
+            row = s.get(t.FabricRow, version)
+            return row.document if row is not None else None
+
+    def set_links(self, down: Iterable[Cable], up: Iterable[Cable]) -> None:
+        """Cables ``down`` go down, ``up`` come back (an ``up`` cable of index -1 clears
+        every cable of its pair)."""
+        now = time.time()
+        row = t.CableDownRow
+        with self._writing() as s:
+            for a, b, k in up:
+                s.execute(delete(row).where(row.a == a, row.b == b,
+                                            *([row.cable == k] if k >= 0 else [])))
+            for a, b, k in down:
+                if s.get(row, (a, b, k)) is None:
+                    s.add(row(a=a, b=b, cable=k, since=now))
+
+    def down_links(self) -> set[Cable]:
+        """Down cables ``(a, b, k)``; ``k`` -1 is every cable of the pair (schema 3)."""
+        with self._reading() as s:
+            return {(r.a, r.b, r.cable) for r in s.execute(select(t.CableDownRow)).scalars()}
 
     # -- hosts ------------------------------------------------------------------------------
     def upsert_host(self, host: str, token_sha256: str, nics: list[dict], agent_version: str,

@@ -34,13 +34,27 @@ class FabricRow(Base):
     created_at: Mapped[float] = mapped_column(Float)
 
 
-class LinkStateRow(Base):
-    """Cables currently down (by node names, ordered a < b)."""
+class LinkDownV1Row(Base):
+    """Node pairs whose cables were down, schema 1-3 (every cable of the pair); migration 4
+    moves them to :class:`CableDownRow`."""
 
     __tablename__ = "ice_link_down"
 
     a: Mapped[str] = mapped_column(String(128), primary_key=True)
     b: Mapped[str] = mapped_column(String(128), primary_key=True)
+    since: Mapped[float] = mapped_column(Float)
+
+
+class CableDownRow(Base):
+    """Cables currently down: node names ordered a < b, and the cable's index among the
+    parallel cables between them (-1: every one, from a schema-3 database, until the
+    controller next loads it against its fabric)."""
+
+    __tablename__ = "ice_cable_down"
+
+    a: Mapped[str] = mapped_column(String(128), primary_key=True)
+    b: Mapped[str] = mapped_column(String(128), primary_key=True)
+    cable: Mapped[int] = mapped_column(Integer, primary_key=True)
     since: Mapped[float] = mapped_column(Float)
 
 

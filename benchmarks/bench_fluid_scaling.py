@@ -1,13 +1,16 @@
-"""Fluid engine cost as the fabric grows (issues 4 and 12): 64 to 4,096 GPUs.
+"""Fluid engine cost as the fabric grows (issues 4, 12 and 26): 64 to 16,384 GPUs.
 
     python benchmarks/bench_fluid_scaling.py [--gpus 64,256,1024,4096] [--size 1G]
 
 A 1:1 leaf-spine of HGX H100 servers (4 servers per leaf, scattered placement so every ring
-hop crosses the spines), one NCCL ring AllReduce job over all GPUs, ECMP with DCQCN + PFC
-(the congested case: collisions build queues, so the engine takes small steps) and ICE
-(paced, queues stay empty). Each size runs in its own process, so its peak RSS is its own.
-Prints the engine's wall and CPU time, steps and peak RSS per size; BENCHMARKS.md records
-the figures (target: 1,024 GPUs, 1 GiB, ECMP within 60 s and 4 GiB).
+hop crosses the spines; above 4,096 GPUs, where a spine's 128 ports cannot reach every
+leaf, a 1:1 3-tier fat-tree of radix-128 switches sized by ``fat_tree_for``, scattered),
+one NCCL ring AllReduce job over all GPUs, ECMP with DCQCN + PFC (the congested case:
+collisions build queues, so the engine takes small steps) and ICE (paced, queues stay
+empty). Each size runs in its own process, so its peak RSS is its own. Prints the engine's
+wall and CPU time, steps and peak RSS per size; BENCHMARKS.md records the figures
+(targets: 1,024 GPUs ECMP within 60 s and 4 GiB; issue 26: 4,096 GPUs ECMP and 16,384
+GPUs ICE within 60 s CPU).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from icefabric.ccl.communicator import Communicator
 from icefabric.ccl.workload import WorkloadBuilder
 from icefabric.pipeline import EngineOptions, plan, simulate
 from icefabric.policies.base import get_policy
-from icefabric.topology.builders import ServerGroup, leaf_spine
+from icefabric.topology.builders import ServerGroup, fat_tree_for, leaf_spine
 from icefabric.topology.catalog import server_profile
 from icefabric.topology.model import ACCEL
 from icefabric.units import parse_size
@@ -33,11 +36,14 @@ from icefabric.units import parse_size
 
 def one(gpus: int, policy: str, size: int) -> dict:
     servers = gpus // 8
-    # 1:1: 32 uplinks per leaf; 4 cables per spine while the spines' 128 ports allow it
-    per_spine = max(1, min(4, 128 // max(servers // 4, 1)))
-    fab = leaf_spine([ServerGroup(server_profile("hgx-h100"), servers, "h100")],
-                     servers_per_leaf=4, n_spines=32 // per_spine, links_per_spine=per_spine,
-                     placement="scattered")
+    group = [ServerGroup(server_profile("hgx-h100"), servers, "h100")]
+    if servers // 4 > 128:  # more leaves than a spine has ports: a 3-tier fat-tree
+        fab = fat_tree_for(group, radix=128, placement="scattered")
+    else:
+        # 1:1: 32 uplinks per leaf; 4 cables per spine while the spines' 128 ports allow it
+        per_spine = max(1, min(4, 128 // max(servers // 4, 1)))
+        fab = leaf_spine(group, servers_per_leaf=4, n_spines=32 // per_spine,
+                         links_per_spine=per_spine, placement="scattered")
     wb = WorkloadBuilder()
     add_collective(wb, Communicator("ring", fab, fab.nodes_of_kind(ACCEL)), "all_reduce", size)
     wl = wb.build(node_ip=fab.node_ip)

@@ -46,10 +46,11 @@ link capacities, queues and PFC/ECN thresholds are wire quantities, as on hardwa
 
 Stepping is adaptive: ``dt_ns`` while queues move, marks are in flight or rate cuts are
 pending. When departures are unchanged, every queue evolves linearly, so a step runs to the
-next event (flow start/end, DCQCN increase timer, failure, sample) or until a queue
+next event (flow start/end, DCQCN timer, failure, sample) or until a queue
 empties or reaches a PFC threshold or Kmin — at most ``dt_quiet_max_ns``
-(``dt_pfc_max_ns`` while a port is paused). An uncontended collective costs one step per
-flow event.
+(``dt_pfc_max_ns`` while a port is paused), and at least ``dt_ns`` when a DCQCN timer ends
+it (the timer fires at the step's end, as in active steps). An uncontended collective
+costs one step per flow event.
 
 References
 ----------

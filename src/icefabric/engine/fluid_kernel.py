@@ -58,7 +58,7 @@ DONE, FAIL_DUE, ENDSIDE_DUE, SAMPLES_FULL, MAX_STEPS = 0, 1, 2, 3, 4
 #: evolving scalars (sf: float, si: int)
 (F_T, F_QUIET, F_MARKS_UNTIL, F_NEXT_SAMPLE, F_ES_NEXT, F_FAIL_T, N_SF) = range(7)
 (I_STEPS, I_DONE, I_HEAP, I_FB_LAST, I_REBUILD, I_HAS_USE, I_NAF, I_NAR, I_NAE, I_NQ,
- I_NLK, I_NLV, I_NNIC, I_NSMP, I_ES_DUE, I_NNEW, I_FB_ROWS, N_SI) = range(18)
+ I_NLK, I_NLV, I_NNIC, I_NSMP, I_ES_DUE, I_NNEW, I_FB_ROWS, I_NREG, N_SI) = range(19)
 
 #: rows of the state and network banks: one 2-D array per dtype (``f`` float, ``i`` int,
 #: ``b`` bool), each row as wide as the widest extent (links + 1, flows + 1, routes, entries,
@@ -68,7 +68,7 @@ DONE, FAIL_DUE, ENDSIDE_DUE, SAMPLES_FULL, MAX_STEPS = 0, 1, 2, 3, 4
 ST_BANKS = {
     "f": ["up", "pfc_allow", "pfc_use", "pfc_xoff", "pfc_xon", "pause_ns", "pause_cnt",  # links
           "link_bytes", "peak_util", "max_q", "marked_bytes", "qlink", "serv", "serv_eff",
-          "lk_sum",
+          "lk_sum", "lk_qsum", "lk_tsum",
           "q", "arr", "drain", "dep", "ae_new",  # entries
           "inj", "start", "finish", "flow_cap", "a_rf", "heap_t",  # flows
           "deliv", "last_cnp", "es_cnps", "a_dem", "a_alloc", "a_x"],  # routes
@@ -93,10 +93,11 @@ NET_BANKS = {
     "b": ["ingress_sw"],  # links
 }
 (S_UP, S_PFC_ALLOW, S_PFC_USE, S_PFC_XOFF, S_PFC_XON, S_PAUSE_NS, S_PAUSE_CNT, S_LINK_BYTES,
- S_PEAK_UTIL, S_MAX_Q, S_MARKED_BYTES, S_QLINK, S_SERV, S_SERV_EFF, S_LK_SUM,
+ S_PEAK_UTIL, S_MAX_Q, S_MARKED_BYTES, S_QLINK, S_SERV, S_SERV_EFF, S_LK_SUM, S_LK_QSUM,
+ S_LK_TSUM,
  S_Q, S_ARR, S_DRAIN, S_DEP, S_AE_NEW,
  S_INJ, S_START, S_FINISH, S_FLOW_CAP, S_A_RF, S_HEAP_T,
- S_DELIV, S_LAST_CNP, S_ES_CNPS, S_A_DEM, S_A_ALLOC, S_A_X) = range(32)  # st.f
+ S_DELIV, S_LAST_CNP, S_ES_CNPS, S_A_DEM, S_A_ALLOC, S_A_X) = range(34)  # st.f
 (S_LK_LINK, S_LK_PTR, S_LV_PTR, S_NIC_LINK, S_NIC_PTR,
  S_AE, S_AE_ROUTE, S_AE_LINK, S_AE_ING, S_Q_ENT, S_LK_ENT,
  S_N_DEPS_LEFT, S_HEAP_F, S_A_F, S_A_FSTART, S_NEW_F,
@@ -371,6 +372,7 @@ def _gather_nics(net, st) -> None:
     for i in range(st_si[I_NAR]):
         s = slot[nti[N_FIRST_LINK, sti[S_A_R, i]]]
         sti[S_NIC_MEM, fill[s]] = i
+        sti[S_WF_ORDER, fill[s]] = i  # the waterfill's sort starts from here
         fill[s] += 1
 
 
@@ -404,12 +406,13 @@ def _service(net, st) -> None:
     ack = _zeroed(st.tmp_rows[0], L)
     ratio = net_cfg[C_ACK_RATIO]
     if ratio > 0:
-        for j in range(st_si[I_NAE]):
-            rv = nti[N_REV, sti[S_AE_LINK, j]]
-            if rv >= 0:
-                r = sti[S_AE_ROUTE, j]
-                last = net_indptr[sti[S_A_R, r] + 1] - 1
-                ack[rv] += ratio * stf[S_DEP, last]
+        for r in range(st_si[I_NAR]):  # a route's entries are contiguous, in hop order
+            a = ratio * stf[S_DEP, net_indptr[sti[S_A_R, r] + 1] - 1]
+            e0 = sti[S_A_ESTART, r]
+            for j in range(e0, e0 + sti[S_A_NE, r]):
+                rv = nti[N_REV, sti[S_AE_LINK, j]]
+                if rv >= 0:
+                    ack[rv] += a
     for li in range(L):
         s = ntf[N_CAP, li] * stf[S_UP, li]
         if ratio > 0:
@@ -482,11 +485,12 @@ def _waterfill(st, nn) -> None:
     dem, alloc = stf[S_A_DEM], stf[S_A_ALLOC]
     mem, order, tmp = sti[S_NIC_MEM], sti[S_WF_ORDER], sti[S_WF_TMP]
     # the numpy engine sorted all demands by (NIC, demand) (stable) and took one running
-    # sum over them; the same order and sums here, without allocating
+    # sum over them; the same sorted values and sums here, without allocating (the order
+    # of equal demands changes no sum, level or share)
     cs = 0.0
     for g in range(nn):
         a, b = sti[S_NIC_PTR, g], sti[S_NIC_PTR, g + 1]
-        _stable_order(dem, mem, order, a, b, tmp)
+        _sort_by(dem, mem, order, a, b, tmp)
         cap = stf[S_SERV_EFF, sti[S_NIC_LINK, g]]
         cs0 = cs
         level = _INF
@@ -504,23 +508,25 @@ def _waterfill(st, nn) -> None:
 
 
 @inline_fn
-def _stable_order(key, mem, order, a, b, tmp) -> None:
-    """``order[a:b]`` = ``mem[a:b]`` sorted by ``key`` (stable): insertion sort for a NIC's
-    few QPs, merge sort (``tmp`` its scratch) beyond."""
+def _sort_by(key, mem, order, a, b, tmp) -> None:
+    """``order[a:b]``, a NIC's QPs, sorted by ``key``: an insertion sort of the last step's
+    order for a NIC's few QPs (demands change order rarely, so it costs a pass), a stable
+    merge sort of ``mem[a:b]`` (``tmp`` its scratch) beyond. ``_gather_nics`` starts
+    ``order`` as ``mem``."""
     n = b - a
     if n > 48:
         for p in range(a, b):
             order[p] = mem[p]
         _merge_sort_by(key, order, a, b, tmp)
         return
-    for p in range(n):
-        m = mem[a + p]
+    for p in range(a + 1, b):
+        m = order[p]
         kv = key[m]
         q = p
-        while q > 0 and key[order[a + q - 1]] > kv:
-            order[a + q] = order[a + q - 1]
+        while q > a and key[order[q - 1]] > kv:
+            order[q] = order[q - 1]
             q -= 1
-        order[a + q] = m
+        order[q] = m
 
 
 @step_fn
@@ -574,48 +580,74 @@ def _dt(net, st, t) -> float:
     if np.isfinite(sf[F_FAIL_T]):
         dt = min(dt, sf[F_FAIL_T] - t)
     if cfg[C_DCQCN] > 0 and quiet:
-        # in active steps timers fire at the step end (<= dt_ns late); a quiet jump must
-        # not skip a rate increase
+        # a quiet jump must not skip a rate increase (or a pending decrease); one due
+        # within dt_ns fires at the step end, <= dt_ns late, as in active steps (cutting
+        # the step at it instead cost a third of the steps at 1,024 GPUs: thousands of
+        # QPs' timers, one every few hundred ns, each ending a quiet step early)
         nxt = _INF
         for i in range(st_si[I_NAR]):
             k = sti[S_A_R, i]
             nxt = min(nxt, st_cc[_T_INC, k])
             if st_cc[_DEC_CNP, k]:
                 nxt = min(nxt, st_cc[_T_DEC, k])
-        dt = min(dt, nxt - t)
+        dt = min(dt, max(nxt - t, cfg[C_DT]))
     dt = min(dt, sf[F_NEXT_SAMPLE] - t)
     return max(dt, 1e-3)
 
 
 @step_fn
 def _sweep_level(st, dt, lo, hi, views) -> None:
-    """FIFO service of the links ``lk_link[lo:hi]`` (one topological level)."""
+    """FIFO service of the links ``lk_link[lo:hi]`` (one topological level).
+
+    One pass takes every entry's arrivals and each link's sums (arrivals, content, what
+    draining entries release); a second moves the bytes (:func:`_fifo`; for an empty link
+    that is not overloaded its arithmetic reduces to ``out = in``, done directly), or
+    passes the arrivals straight through when nothing at the level queues and no link is
+    overloaded. (The draining rule needs content, so the first pass's updates hold in
+    every case.)"""
     stf = st.f
     sti = st.i
     q, drain, arr, new, dep_old = views
     passthru = True
     for i in range(lo, hi):
         asum = 0.0
+        qsum = 0.0
+        tsum = 0.0
         for p in range(sti[S_LK_PTR, i], sti[S_LK_PTR, i + 1]):
             j = sti[S_LK_ENT, p]
-            if q[sti[S_AE, j]] != 0.0:
-                passthru = False
-            asum += new[j - 1] * dt
+            e = sti[S_AE, j]
+            a_in = new[j - 1]
+            arr[e] = a_in
+            qv = q[e]
+            dr = drain[e]
+            if a_in * dt > 0:
+                dr = 0.0
+            elif dr <= 0 and qv > 0:
+                dr = dep_old[e]
+            drain[e] = dr
+            asum += a_in * dt
+            qsum += qv
+            tsum += min(qv, dr * dt)
         stf[S_LK_SUM, i] = asum
-        if not asum <= stf[S_SERV_EFF, sti[S_LK_LINK, i]] * dt:
+        stf[S_LK_QSUM, i] = qsum
+        stf[S_LK_TSUM, i] = tsum
+        if qsum != 0.0 or not asum <= stf[S_SERV_EFF, sti[S_LK_LINK, i]] * dt:
             passthru = False
     for i in range(lo, hi):
         a, b = sti[S_LK_PTR, i], sti[S_LK_PTR, i + 1]
-        if passthru:
-            # nothing queued and no link overloaded: arrivals pass through
+        if passthru:  # nothing queued and no link overloaded: arrivals pass through
             for p in range(a, b):
                 j = sti[S_LK_ENT, p]
-                e = sti[S_AE, j]
-                a_in = new[j - 1]
-                arr[e] = a_in
-                if a_in * dt > 0:
-                    drain[e] = 0.0
-                new[j] = a_in
+                new[j] = new[j - 1]
+            continue
+        asum = stf[S_LK_SUM, i]
+        if (stf[S_LK_QSUM, i] == 0.0 and asum > _TINY
+                and asum <= stf[S_SERV_EFF, sti[S_LK_LINK, i]] * dt):
+            # _fifo with no content: served = asum, fa = 1, so out = in exactly
+            for p in range(a, b):
+                j = sti[S_LK_ENT, p]
+                new[j] = new[j - 1] * dt / dt
+                q[sti[S_AE, j]] = 0.0
             continue
         _fifo(stf, sti, views, dt, i)
 
@@ -625,24 +657,7 @@ def _fifo(stf, sti, views, dt, i) -> None:
     """One link's FIFO: present content leaves first (entries whose arrivals stopped drain
     linearly at their last departure rate), then this step's arrivals pro rata."""
     q, drain, arr, new, dep_old = views  # made once per level, not once per link
-    a, b = sti[S_LK_PTR, i], sti[S_LK_PTR, i + 1]
-    asum = stf[S_LK_SUM, i]
-    qsum = 0.0
-    tsum = 0.0
-    for p in range(a, b):
-        j = sti[S_LK_ENT, p]
-        e = sti[S_AE, j]
-        a_in = new[j - 1]
-        arr[e] = a_in
-        qv = q[e]
-        dr = drain[e]
-        if a_in * dt > 0:
-            dr = 0.0
-        elif dr <= 0 and qv > 0:
-            dr = dep_old[e]
-        drain[e] = dr
-        qsum += qv
-        tsum += min(qv, dr * dt)
+    asum, qsum, tsum = stf[S_LK_SUM, i], stf[S_LK_QSUM, i], stf[S_LK_TSUM, i]
     served = min(stf[S_SERV_EFF, sti[S_LK_LINK, i]] * dt, qsum + asum)
     tscale = served / tsum if tsum > served else 1.0
     tsum = min(tsum, served)
@@ -651,7 +666,7 @@ def _fifo(stf, sti, views, dt, i) -> None:
     from_q = min(rest, qrsum)
     fq = from_q / qrsum if qrsum > _TINY else 0.0
     fa = (rest - from_q) / asum if asum > _TINY else 0.0
-    for p in range(a, b):
+    for p in range(sti[S_LK_PTR, i], sti[S_LK_PTR, i + 1]):
         j = sti[S_LK_ENT, p]
         e = sti[S_AE, j]
         qv = q[e]
@@ -680,21 +695,23 @@ def _sweep(net, st, dt) -> float:
         _sweep_level(st, dt, sti[S_LV_PTR, v], sti[S_LV_PTR, v + 1], views)
     ddep = 0.0
     L = net.dims[D_L]
-    lb = _zeroed(st.tmp_rows[0], L)
+    lb = st.tmp_rows[0]
+    for li in range(L):
+        lb[li] = 0.0
+        stf[S_QLINK, li] = 0.0
     for j in range(ne):
         e = sti[S_AE, j]
+        li = sti[S_AE_LINK, j]
         ddep = max(ddep, abs(stf[S_AE_NEW, j] - stf[S_DEP, e]))
         stf[S_DEP, e] = stf[S_AE_NEW, j]
-        lb[sti[S_AE_LINK, j]] += stf[S_AE_NEW, j] * dt
+        lb[li] += stf[S_AE_NEW, j] * dt
+        if nti[N_HOP, e] > 0:  # a queue entry (``q_ent``, in the same order)
+            stf[S_QLINK, li] += stf[S_Q, e]
     for li in range(L):
-        stf[S_LINK_BYTES, li] += lb[li]
-        util = lb[li] / (ntf[N_CAP, li] * dt + _TINY)
-        stf[S_PEAK_UTIL, li] = max(stf[S_PEAK_UTIL, li], util)
-        stf[S_QLINK, li] = 0.0
-    for p in range(st_si[I_NQ]):
-        j = sti[S_Q_ENT, p]
-        stf[S_QLINK, sti[S_AE_LINK, j]] += stf[S_Q, sti[S_AE, j]]
-    for li in range(L):
+        if lb[li] != 0.0:  # (an idle link's bytes and peak stay as they are)
+            stf[S_LINK_BYTES, li] += lb[li]
+            util = lb[li] / (ntf[N_CAP, li] * dt + _TINY)
+            stf[S_PEAK_UTIL, li] = max(stf[S_PEAK_UTIL, li], util)
         stf[S_MAX_Q, li] = max(stf[S_MAX_Q, li], stf[S_QLINK, li])
     for i in range(st_si[I_NAF]):
         stf[S_INJ, sti[S_A_F, i]] += stf[S_A_RF, i] * dt
@@ -723,6 +740,20 @@ def rev_delay(net, st, out) -> np.ndarray:
         if rv >= 0:
             out[li] = _queue_wait(net, st, rv)
     return out
+
+
+@inline_fn
+def _bucket(t, bw) -> np.int64:
+    """``t // bw`` for ``t >= 0`` (the CNP delay line's slot of time ``t``), without the
+    float floor division, which calls ``fmod`` (a fifth of a marking step's time): the
+    quotient's floor, corrected by one where the division rounded across an integer
+    (``b * bw`` is exact for the slot counts of a run)."""
+    b = np.floor(t / bw)
+    if b * bw > t:
+        b -= 1.0
+    elif (b + 1.0) * bw <= t:
+        b += 1.0
+    return np.int64(b)
 
 
 @inline_fn
@@ -774,15 +805,20 @@ def _marks(net, st, t_new, dt) -> bool:
         return False
     mlink = _zeroed(st.tmp_rows[1], L)
     # CNPs ride ACKs: the reverse path's queueing delay
-    rd = st.tmp_rows[3]
+    rd = _zeroed(st.tmp_rows[3], L)
+    qw = st.tmp_rows[2]  # every link's queue wait, once (a division) rather than per entry
+    for li in range(L):
+        qw[li] = _queue_wait(net, st, li)
     if net_cfg[C_ACK_QUEUE] > 0:
-        rev_delay(net, st, rd)
-    else:
-        _zeroed(rd, L)
+        nti = net.i
+        for li in range(L):
+            rv = nti[N_REV, li]
+            if rv >= 0:
+                rd[li] = qw[rv]
     bw = net_cfg[C_FB_BW]
     pkt = net_cfg[C_PKT_WIRE]
     rows = st_si[I_FB_ROWS]
-    cur_b = np.int64(t_new // bw)
+    cur_b = _bucket(t_new, bw)
     anyk = False
     until = st_sf[F_MARKS_UNTIL]
     for r in range(st_si[I_NAR]):
@@ -804,7 +840,7 @@ def _marks(net, st, t_new, dt) -> bool:
             if mb != 0.0:
                 mlink[li] += mb
                 due = t_new + ntf[N_FB_LAT, e] + down + rq
-                b = max(np.int64(due // bw), cur_b + 1)
+                b = max(_bucket(due, bw), cur_b + 1)
                 if b > cur_b + rows:
                     rows = _grow_line(st, cur_b, b)
                     b = min(b, cur_b + rows)
@@ -812,7 +848,7 @@ def _marks(net, st, t_new, dt) -> bool:
                 st.cnp_dirty[b % rows] = True
                 until = max(until, b * bw)
                 anyk = True
-            down += _queue_wait(net, st, li)
+            down += qw[li]
     for li in range(L):
         stf[S_MARKED_BYTES, li] += mlink[li]
     st_sf[F_MARKS_UNTIL] = until  # no quiet (long) step before the last of them is due
@@ -861,7 +897,7 @@ def _cnps(net, st, t_new, dt, rng) -> None:
     nr = st_si[I_NAR]
     bw = net_cfg[C_FB_BW]
     rows = st_si[I_FB_ROWS]
-    cur_b = np.int64(t_new // bw)
+    cur_b = _bucket(t_new, bw)
     cnp_n = _zeroed(st.tmp_rows[0], nr)
     anyn = False
     if cur_b > st_si[I_FB_LAST]:
@@ -946,20 +982,22 @@ def _pfc(net, st, dt) -> None:
     nti = net.i
     net_cfg = net.cfg
     L = net.dims[D_L]
-    use = _zeroed(st.tmp_rows[0], L)
-    out = _zeroed(st.tmp_rows[1], L)
-    inn = _zeroed(st.tmp_rows[4], L)
+    use = stf[S_PFC_USE]
+    out = st.tmp_rows[1]
+    inn = st.tmp_rows[4]
+    for li in range(L):
+        use[li] = 0.0
+        out[li] = 0.0
+        inn[li] = 0.0
     for p in range(st_si[I_NQ]):
         j = sti[S_Q_ENT, p]
         use[sti[S_AE_ING, j]] += stf[S_Q, sti[S_AE, j]]
         out[sti[S_AE_ING, j]] += stf[S_DEP, sti[S_AE, j]]
         inn[sti[S_AE_ING, j]] += stf[S_ARR, sti[S_AE, j]]
     _pfc_thresholds(net, st, use)
-    for li in range(L):  # a loop: slice assignment compiles a shape check (seconds)
-        stf[S_PFC_USE, li] = use[li]
     st_si[I_HAS_USE] = 1
     reg = stb[S_PFC_REG]
-    if _any_paused(stb, L):
+    if st_si[I_NREG] > 0:
         nic_dem = _zeroed(st.tmp_rows[2], L)
         for r in range(st_si[I_NAR]):
             nic_dem[nti[N_FIRST_LINK, sti[S_A_R, r]]] += stf[S_A_DEM, r]
@@ -983,6 +1021,7 @@ def _pfc(net, st, dt) -> None:
     # leave (SwitchNotifyDequeue -> CheckAndSendResume): a threshold that moves because
     # other ports filled or drained the shared pool acts at the port's next packet (an
     # empty port has no packet left to wait for: its last dequeue resumed it)
+    nreg = 0
     for li in range(L):
         if (ntb[N_INGRESS_SW, li] and not reg[li] and use[li] >= stf[S_PFC_XOFF, li]
                 and inn[li] > 0):
@@ -990,8 +1029,10 @@ def _pfc(net, st, dt) -> None:
             reg[li] = True
         elif reg[li] and use[li] <= stf[S_PFC_XON, li] and (out[li] > 0 or use[li] <= 0):
             reg[li] = False
+        nreg += reg[li]
         stf[S_PFC_ALLOW, li] = (max(out[li] + (stf[S_PFC_XOFF, li] - use[li]) / tau, 0.0)
                             if reg[li] else _INF)
+    st_si[I_NREG] = nreg
 
 
 @step_fn
@@ -1000,7 +1041,6 @@ def _horizon(net, st) -> float:
     empties, a PFC port crosses XOFF/XON, or a queue reaches Kmin (DCQCN)."""
     st_si = st.si
     stf = st.f
-    stb = st.b
     sti = st.i
     ntf = net.f
     net_cfg = net.cfg
@@ -1021,8 +1061,7 @@ def _horizon(net, st) -> float:
         gp[sti[S_AE_ING, j]] += g
         gl[sti[S_AE_LINK, j]] += g
     pfc = cfg[C_PFC_ON] > 0
-    stb[S_PFC_REG]
-    if pfc and _any_paused(stb, L):
+    if pfc and st_si[I_NREG] > 0:
         # a paused port's share of its egress FIFO settles over ~Q/C; long steps would
         # freeze whatever shares the last event left (FluidConfig.dt_pfc_max_ns)
         h = min(h, cfg[C_DT_PFC])
@@ -1235,18 +1274,12 @@ def _dcqcn_fresh(s, k) -> None:
 
 
 @inline_fn
-def _any_paused(stb, L) -> bool:
-    for li in range(L):
-        if stb[S_PFC_REG, li]:
-            return True
-    return False
-
-
-@inline_fn
-def _pfc_active(stb, stf, L) -> bool:
+def _pfc_active(st, L) -> bool:
     """Some port is paused or some queue holds bytes (else PFC has nothing to do)."""
+    if st.si[I_NREG] > 0:
+        return True
     for li in range(L):
-        if stb[S_PFC_REG, li] or stf[S_QLINK, li] > 0.0:
+        if st.f[S_QLINK, li] > 0.0:
             return True
     return False
 
@@ -1257,7 +1290,6 @@ def advance(net, st, rng) -> int:
     st_sf = st.sf
     st_si = st.si
     stf = st.f
-    stb = st.b
     st_smp = st.smp
     net_cfg = net.cfg
     cfg, sf, si = net_cfg, st_sf, st_si
@@ -1293,7 +1325,7 @@ def advance(net, st, rng) -> int:
             any_marks = _marks(net, st, t_new, dt)
             if cfg[C_ES_ON] > 0 and t_new >= sf[F_ES_NEXT]:
                 si[I_ES_DUE] = 1
-        if cfg[C_PFC_ON] > 0 and (si[I_HAS_USE] == 0 or _pfc_active(stb, stf, net.dims[D_L])):
+        if cfg[C_PFC_ON] > 0 and (si[I_HAS_USE] == 0 or _pfc_active(st, net.dims[D_L])):
             _pfc(net, st, dt)
         if t_new >= sf[F_NEXT_SAMPLE] - 1e-6:
             _sample(net, st, t_new)

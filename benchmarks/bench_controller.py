@@ -8,7 +8,14 @@ polls its plan every ``--poll-interval`` seconds. Agents start spread over ``--r
 A last phase parks every agent on a long-poll and measures how fast a re-plan (link down)
 reaches all of them.
 
-Run: ``PYTHONPATH=src python benchmarks/bench_controller.py [--agents 1000]``.
+Up to 1,024 agents the fabric is a leaf-spine (8 servers per leaf, 16 spines); beyond, a
+3-tier fat-tree of 128-port switches sized for the servers (``fat_tree_for``). With
+``--clients K`` the agents are split over K client processes (one asyncio loop each). The
+fan-out phase waits for the agents whose plan the link change moved (a plan wakes only the
+hosts it changes). The controller's resident memory (with its planner process) is sampled
+every second.
+
+Run: ``PYTHONPATH=src python benchmarks/bench_controller.py [--agents 1000] [--clients 1]``.
 Prints a JSON summary (p50/p95/p99/max per request kind) and a markdown table.
 """
 
@@ -21,7 +28,9 @@ import os
 import random
 import sys
 import tempfile
+import threading
 import time
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -36,6 +45,9 @@ from icefabric.schemas_service import (
     QpEntry,
     RankEntry,
 )
+from icefabric.topology.builders import ServerGroup, fat_tree_for
+from icefabric.topology.catalog import server_profile
+from icefabric.topology.model import Fabric
 from icefabric.topology.serialize import fabric_to_dict
 from icefabric.twin.run import register_jobs
 from icefabric.twin.serve import SubprocessController
@@ -54,6 +66,30 @@ pools:
 jobs:
   - {{name: dummy, servers: [h-0, h-1], collectives: [{{kind: all_reduce}}]}}
 """
+
+
+#: a spine of 128 ports holds 128 leaves of 8 servers
+LEAF_SPINE_MAX = 1024
+
+
+def bench_fabric(n: int) -> Fabric:
+    """``n`` HGX H100 servers: the leaf-spine of the published 1,000-agent figures (8 per
+    leaf, 16 spines) while its spines' 128 ports hold the leaves, else a 3-tier fat-tree of
+    128-port switches sized for them (:func:`~icefabric.topology.builders.fat_tree_for`)."""
+    if n <= LEAF_SPINE_MAX:
+        return build_fabric(loads(scenario_text(n)))
+    return fat_tree_for([ServerGroup(server_profile("hgx-h100"), n, "h")], radix=128,
+                        name=f"bench-{n}")
+
+
+def fabric_cables(fabric: Fabric, leaves: int = 8) -> list[tuple[str, str]]:
+    """The uplink cables of the first ``leaves`` leaves (what the link churn flaps)."""
+    names, first = fabric.node_names, {f"leaf{i}" for i in range(leaves)} | {
+        f"leaf{i}-0" for i in range(leaves)}
+    up = np.flatnonzero(fabric.link_kind == 2)
+    return sorted({(names[s], names[d]) for s, d in zip(fabric.link_src[up].tolist(),
+                                                         fabric.link_dst[up].tolist(),
+                                                         strict=True) if names[s] in first})
 
 
 def reports_for(fabric, rng) -> dict[str, CommReport]:
@@ -154,29 +190,48 @@ async def agent(port, i, host, rep, lat, args, tokens):
     return version
 
 
-async def fanout(port, tokens, version):
-    """Every agent long-polls; one link-down event; time until all have the new plan."""
+async def parked(port, tokens, versions, trigger, wait_s) -> tuple[dict, dict]:
+    """Every agent long-polls its plan; ``trigger()`` runs once they are parked. Returns
+    how many a new plan reached and how fast, and every agent's version after."""
     async def wait(host, tok):
         c = RawConn(port)
-        status, _ = await c.request("GET", f"/v1/hosts/{host}/plan?after_version={version}"
-                                    f"&wait_s=30", headers={"Authorization": f"Bearer {tok}"})
+        status, data = await c.request("GET", f"/v1/hosts/{host}/plan?after_version="
+                                       f"{versions[host]}&wait_s={wait_s}",
+                                       headers={"Authorization": f"Bearer {tok}"})
         t = time.perf_counter()
         await c.close()
-        return status, t
+        return host, status, t, json.loads(data)["version"] if status == 200 else None
 
     tasks = [asyncio.create_task(wait(h, t)) for h, t in tokens.items()]
     await asyncio.sleep(3.0)  # everybody parked
-    c = RawConn(port)
     t0 = time.perf_counter()
-    status, data = await c.request("POST", "/v1/events", json.dumps({"events": [
-        {"kind": "link_down", "link": {"a": "leaf0", "b": "spine0"}}]}).encode(),
-        {"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"})
-    assert status == 202, data
-    await c.close()
+    await trigger()
     done = await asyncio.gather(*tasks)
-    ok = [t for s, t in done if s == 200]
-    return {"agents_parked": len(tasks), "got_new_plan": len(ok),
-            "all_notified_s": round(max(ok) - t0, 3) if ok else None}
+    ok = [t for _, s, t, _ in done if s == 200]
+    after = {**versions, **{h: v for h, s, _, v in done if s == 200}}
+    return {"agents_parked": len(tasks), "woken": len(ok),
+            "all_woken_s": round(max(ok) - t0, 3) if ok else None}, after
+
+
+async def fanout(port, tokens, versions, cable, fabric_body: bytes) -> dict:
+    """Two plans reach parked agents: a cable going down (it wakes only the hosts whose
+    QPs it moved: none when no planned route crosses it), then a new fabric version with
+    the same topology (every host's document changes: all agents are woken)."""
+    head = {"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"}
+
+    async def admin(method, path, body, want):
+        c = RawConn(port)
+        status, data = await c.request(method, path, body, head)
+        assert status == want, data[:300]
+        await c.close()
+
+    a, b = cable
+    link, versions = await parked(port, tokens, versions, lambda: admin(
+        "POST", "/v1/events", json.dumps({"events": [
+            {"kind": "link_down", "link": {"a": a, "b": b}}]}).encode(), 202), wait_s=10)
+    fab, _ = await parked(port, tokens, versions, lambda: admin(
+        "PUT", "/v1/fabric", fabric_body, 200), wait_s=60)
+    return {"link_down": {**link, "cable": f"{a}-{b}"}, "new_fabric_version": fab}
 
 
 async def loop_lag(stop: asyncio.Event, lag: list[float]) -> None:
@@ -195,31 +250,100 @@ def pct(xs):
             "max_ms": round(float(a.max()), 2)}
 
 
-async def main_async(args, url, reps):
+async def run_agents(args, port, reps, first: int) -> dict:
+    """Agents ``first``, ``first + 1``, ... (one per host of ``reps``) in this process."""
     lat: dict[str, list] = {}
     tokens: dict[str, str] = {}
-    port = int(url.rsplit(":", 1)[1])
     lag: list[float] = []
     stop = asyncio.Event()
-
     tick = asyncio.create_task(loop_lag(stop, lag))
     t0 = time.perf_counter()
-    versions = await asyncio.gather(*[agent(port, i, h, reps[h], lat, args, tokens)
-                                      for i, h in enumerate(sorted(reps))])
+    hosts = sorted(reps)
+    versions = await asyncio.gather(*[agent(port, first + i, h, reps[h], lat, args, tokens)
+                                      for i, h in enumerate(hosts)])
     wall = time.perf_counter() - t0
     stop.set()
     await tick
+    return {"lat": lat, "tokens": tokens, "versions": dict(zip(hosts, versions, strict=True)),
+            "lag": lag, "wall": wall}
+
+
+def client_process(args, port, reps, first) -> dict:
+    return asyncio.run(run_agents(args, port, reps, first))
+
+
+def run_clients(args, port, reps) -> dict:
+    """The agents split over ``args.clients`` processes (one asyncio loop each), merged."""
+    hosts = sorted(reps)
+    k = max(1, args.clients)
+    chunks = [(hosts[i::k], i) for i in range(k)]
+    if k == 1:
+        parts = [client_process(args, port, reps, 0)]
+    else:
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(k, mp_context=multiprocessing.get_context("fork")) as pool:
+            parts = list(pool.map(client_process, [args] * k, [port] * k,
+                                  [{h: reps[h] for h in c} for c, _ in chunks],
+                                  [i * len(hosts) for _, i in chunks]))
+    lat: dict[str, list] = {}
+    for p in parts:
+        for kind, xs in p["lat"].items():
+            lat.setdefault(kind, []).extend(xs)
+    return {"lat": lat, "tokens": {h: t for p in parts for h, t in p["tokens"].items()},
+            "versions": {h: v for p in parts for h, v in p["versions"].items()},
+            "lag": [x for p in parts for x in p["lag"]], "wall": max(p["wall"] for p in parts)}
+
+
+def run_summary(args, port, reps, cable, fabric_body: bytes) -> dict:
+    run = run_clients(args, port, reps)
+    lat, wall = run["lat"], run["wall"]
     errors = lat.pop("errors", [])
     allreq = [x for v in lat.values() for x in v]
-    out = {"agents": len(reps), "wall_s": round(wall, 2), "requests": len(allreq),
-           "req_per_s": round(len(allreq) / wall, 1), "errors": len(errors),
-           "error_samples": errors[:5], "all": pct(allreq),
+    out = {"agents": len(reps), "clients": max(1, args.clients), "wall_s": round(wall, 2),
+           "requests": len(allreq), "req_per_s": round(len(allreq) / wall, 1),
+           "errors": len(errors), "error_samples": errors[:5], "all": pct(allreq),
            **{k: pct(v) for k, v in sorted(lat.items())},
-           "agents_with_plan": sum(1 for v in versions if v > 0),
-           "client_loop_lag": pct(lag)}
+           "agents_with_plan": sum(1 for v in run["versions"].values() if v > 0),
+           "client_loop_lag": pct(run["lag"])}
     if args.fanout:
-        out["fanout"] = await fanout(port, tokens, max(versions))
+        out["fanout"] = asyncio.run(fanout(port, run["tokens"], run["versions"], cable,
+                                           fabric_body))
     return out
+
+
+def rss_mb(pid: int) -> float:
+    """Resident memory of a process and its children (the planner process), MiB."""
+    total = 0
+    for p in [pid, *_children(pid)]:
+        try:
+            for line in Path(f"/proc/{p}/status").read_text().splitlines():
+                if line.startswith("VmRSS:"):
+                    total += int(line.split()[1])
+        except OSError:
+            pass
+    return total / 1024
+
+
+def cpu_s(pid: int) -> float:
+    """CPU time (user + system) used so far by a process and its children, seconds."""
+    total = 0
+    for p in [pid, *_children(pid)]:
+        try:
+            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+        except (OSError, IndexError, ValueError):
+            pass
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        return [int(c) for t in os.listdir(f"/proc/{pid}/task")
+                for c in Path(f"/proc/{pid}/task/{t}/children").read_text().split()]
+    except OSError:
+        return []
 
 
 def server_percentiles(metrics: dict) -> dict:
@@ -242,9 +366,11 @@ def main(argv=None):
     p.add_argument("--poll-interval", type=float, default=10.0)
     p.add_argument("--debounce", type=float, default=2.0, help="ICE_PLAN_DEBOUNCE_S")
     p.add_argument("--no-fanout", dest="fanout", action="store_false")
+    p.add_argument("--clients", type=int, default=1,
+                   help="client processes the agents are split over")
     args = p.parse_args(argv)
     n = args.agents + args.agents % 2
-    fabric = build_fabric(loads(scenario_text(n)))
+    fabric = bench_fabric(n)
     reps = reports_for(fabric, np.random.default_rng(0))
     tmp = tempfile.mkdtemp(prefix="ice-bench-")
     env = {"ICE_DATABASE_URL": f"sqlite:///{tmp}/ice.db", "ICE_ADMIN_TOKEN": ADMIN,
@@ -256,16 +382,24 @@ def main(argv=None):
     ctl = SubprocessController(env)
     url = ctl.start()
     try:
+        peak, stop = [0.0], threading.Event()
+
+        def sample():  # the controller's resident memory (with its planner process)
+            while not stop.wait(1.0):
+                peak[0] = max(peak[0], rss_mb(ctl.proc.pid))
+
+        threading.Thread(target=sample, daemon=True).start()
         t = time.perf_counter()
-        r = httpx.put(f"{url}/v1/fabric", content=FabricUpload(
-            topology=fabric_to_dict(fabric)).model_dump_json(), timeout=120, trust_env=False,
+        body = FabricUpload(topology=fabric_to_dict(fabric)).model_dump_json().encode()
+        r = httpx.put(f"{url}/v1/fabric", content=body, timeout=120, trust_env=False,
             headers={"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"})
         assert r.status_code == 200, r.text
         with httpx.Client(base_url=url, trust_env=False, timeout=120,
                           headers={"Authorization": f"Bearer {ADMIN}"}) as admin:
             register_jobs(admin, {h: [rep] for h, rep in reps.items()})  # (the scheduler)
         upload_s = time.perf_counter() - t
-        out = asyncio.run(main_async(args, url, reps))
+        out = run_summary(args, int(url.rsplit(":", 1)[1]), reps, fabric_cables(fabric)[0],
+                          body)
         out["fabric"] = {"servers": len(fabric.servers), "nodes": fabric.n_nodes,
                          "links": fabric.n_links, "upload_s": round(upload_s, 2)}
         m = httpx.get(f"{url}/metrics", trust_env=False).text
@@ -276,6 +410,9 @@ def main(argv=None):
                                             "ice_planning_seconds_count",
                                             "ice_agents_connected", "ice_plan_version"))}
         out["server_side"] = server_percentiles(out["metrics"])
+        out["controller_rss_mb"] = {"end": round(rss_mb(ctl.proc.pid), 1),
+                                    "peak": round(peak[0], 1)}
+        stop.set()
     finally:
         ctl.stop()
     print(json.dumps(out, indent=1))

@@ -64,7 +64,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="icebench"))
     kit = build_kit(tmp)
     plan = HostPlan(host="h", version=1, fabric_version=1, policy="ice", created_at=0.0,
-                    down_links=[], qps=[QpPlan(src_ip=SIP, dst_ip=DIP, lqpn=i, rqpn=i, job=JOB,
+                    qps=[QpPlan(src_ip=SIP, dst_ip=DIP, lqpn=i, rqpn=i, job=JOB,
                                                ordinal=i, sport=0xC000 + i % 0x4000,
                                                rate_bps=100e9, routes=[[0]], weights=[1.0])
                                         for i in range(args.qps)])

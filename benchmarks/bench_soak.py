@@ -15,8 +15,10 @@ long-poll the plan, acknowledge every new version. Churn, all the time:
 Measured in windows of ``--window`` s: p50/p99 of every non-waiting request, the delay from
 a plan's creation to its arrival at the agents (long-poll fan-out), errors (any status the
 API does not promise for the request), plans and re-plans per second, and the resident
-memory of the controller process (and its planner process). At the end every present
-agent must hold the latest plan.
+memory of the controller process (and its planner process). A plan wakes only the agents
+of the hosts it changed: the benchmark counts, for every plan version, the parked agents
+its answer reached, and for the versions made by job changes alone whether any host
+outside those jobs was woken. At the end every agent must hold its host's current plan.
 
 Run: ``PYTHONPATH=src python benchmarks/bench_soak.py [--agents 1000 --duration 600]
 [--out DIR]`` (JSON summary on stdout; soak.json and soak.png in DIR).
@@ -41,21 +43,22 @@ sys.path.insert(0, str(Path(__file__).parent))
 from bench_controller import (  # noqa: E402
     ADMIN,
     RawConn,
+    bench_fabric,
+    cpu_s,
+    fabric_cables,
     loop_lag,
     reports_for,
-    scenario_text,
+    rss_mb,
     server_percentiles,
 )
 
-from icefabric.scenario.build import build_fabric  # noqa: E402
-from icefabric.scenario.loader import loads  # noqa: E402
 from icefabric.schemas_service import AgentEnrol, FabricUpload  # noqa: E402
 from icefabric.topology.serialize import fabric_to_dict  # noqa: E402
 from icefabric.twin.run import register_jobs  # noqa: E402
 from icefabric.twin.serve import SubprocessController  # noqa: E402
 
 OK = {"enrol": {201}, "report": {200}, "end": {204}, "ack": {204}, "event": {202},
-      "poll": {200, 204}}
+      "poll": {200, 204}, "job": {201, 204}}
 
 
 class Log:
@@ -65,6 +68,7 @@ class Log:
         self.t0 = time.monotonic()
         self.requests: list[tuple[float, str, float, int]] = []
         self.arrivals: list[tuple[float, float]] = []  # (t, delay from plan creation)
+        self.woken: dict[int, set[str]] = {}  # plan version -> parked agents it reached
         self.errors: list[str] = []
 
     def note(self, kind, dt, status, data=b""):
@@ -127,6 +131,7 @@ class SimAgent:
                     if self.version >= 0:  # a new plan reached a waiting agent
                         self.log.arrivals.append((time.monotonic() - self.log.t0,
                                                   time.time() - plan["created_at"]))
+                        self.log.woken.setdefault(plan["version"], set()).add(self.host)
                     self.version = plan["version"]
                     await self.call("ack", "POST", f"/v1/hosts/{self.host}/plan/ack",
                                     json.dumps({"version": self.version,
@@ -154,27 +159,41 @@ async def leave_loop(agents, args, stop, rng):
     await asyncio.gather(*back)
 
 
-async def job_loop(pairs, args, stop, rng):
-    """Every --job-every s a two-host job ends and a new job starts on those hosts."""
+async def job_loop(port, log, pairs, args, stop, rng):
+    """Every --job-every s a two-host job ends and a new job starts on those hosts: the
+    agents end their reports, the scheduler deletes the job and registers the new one,
+    the agents report it."""
+    sched = RawConn(port)
+    head = {"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"}
+
+    async def scheduler(method, job, body=b""):
+        t = time.perf_counter()
+        st, data = await sched.request(method, f"/v1/jobs/{job}", body, head)
+        log.note("job", time.perf_counter() - t, st, data)
+
     gen = 0
     while not stop.is_set():
         await asyncio.sleep(args.job_every)
         x, y = rng.choice([p for p in pairs if p[0].present and p[1].present])
         gen += 1
+        old, new = x.rep.job, f"{x.rep.job.split('.')[0]}.{gen}"
         for ag in (x, y):
-            await ag.call("end", "DELETE", f"/v1/hosts/{ag.host}/communicators/{ag.rep.job}")
+            await ag.call("end", "DELETE", f"/v1/hosts/{ag.host}/communicators/{old}")
+        await scheduler("DELETE", old)
+        await scheduler("PUT", new, json.dumps({"hosts": [x.host, y.host]}).encode())
         for ag in (x, y):
-            ag.rep = ag.rep.model_copy(update={"job": f"{ag.rep.job.split('.')[0]}.{gen}"})
+            ag.rep = ag.rep.model_copy(update={"job": new})
             await ag.put_report()
+    await sched.close()
 
 
-async def link_loop(port, log, args, stop, rng, n_leaves):
-    """Every --link-every s a leaf-spine cable goes down, and up again half-way."""
+async def link_loop(port, log, args, stop, rng, cables):
+    """Every --link-every s a leaf uplink cable goes down, and up again half-way."""
     admin = RawConn(port)
     head = {"Authorization": f"Bearer {ADMIN}", "Content-Type": "application/json"}
     while not stop.is_set():
-        link = {"a": f"leaf{rng.randrange(min(8, n_leaves))}",
-                "b": f"spine{rng.randrange(16)}"}
+        a, b = rng.choice(cables)
+        link = {"a": a, "b": b}
         for kind in ("link_down", "link_up"):
             await asyncio.sleep(args.link_every / 2)
             t = time.perf_counter()
@@ -182,39 +201,6 @@ async def link_loop(port, log, args, stop, rng, n_leaves):
                 {"events": [{"kind": kind, "link": link}]}).encode(), head)
             log.note("event", time.perf_counter() - t, st, data)
     await admin.close()
-
-
-def rss_mb(pid: int) -> float:
-    """Resident memory of a process and its children (the planner process), MiB."""
-    total = 0
-    for p in [pid, *_children(pid)]:
-        try:
-            for line in Path(f"/proc/{p}/status").read_text().splitlines():
-                if line.startswith("VmRSS:"):
-                    total += int(line.split()[1])
-        except OSError:
-            pass
-    return total / 1024
-
-
-def cpu_s(pid: int) -> float:
-    """CPU time (user + system) used so far by a process and its children, seconds."""
-    total = 0
-    for p in [pid, *_children(pid)]:
-        try:
-            fields = Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()
-            total += int(fields[11]) + int(fields[12])  # utime, stime
-        except (OSError, IndexError, ValueError):
-            pass
-    return total / os.sysconf("SC_CLK_TCK")
-
-
-def _children(pid: int) -> list[int]:
-    try:
-        return [int(c) for t in os.listdir(f"/proc/{pid}/task")
-                for c in Path(f"/proc/{pid}/task/{t}/children").read_text().split()]
-    except OSError:
-        return []
 
 
 def plans_done(url: str) -> float:
@@ -232,6 +218,43 @@ async def sampler(url, pid, log, args, stop, samples):
             await asyncio.wait_for(stop.wait(), args.sample_every)
         except TimeoutError:
             pass
+
+
+def host_versions(url: str) -> dict[str, int]:
+    """Each host's current plan version, as the controller serves it."""
+    r = httpx.get(f"{url}/v1/agents", trust_env=False, timeout=60,
+                  headers={"Authorization": f"Bearer {ADMIN}"})
+    return {a["host"]: a["plan_version"] for a in r.json()}
+
+
+def plan_summaries(url: str) -> dict[int, dict]:
+    r = httpx.get(f"{url}/v1/plans", params={"limit": 1000}, trust_env=False, timeout=60,
+                  headers={"Authorization": f"Bearer {ADMIN}"})
+    return {p["version"]: p for p in r.json()}
+
+
+def wakes(log: Log, plans: dict[int, dict]) -> dict:
+    """Parked agents each plan version reached. A version made by job changes alone (its
+    reason names jobs, no link event) must wake only the hosts of those jobs: two per
+    two-host job (it ends and starts again on the same pair)."""
+    by_kind: dict[str, list[int]] = {"job": [], "link": [], "other": []}
+    beyond = []
+    for v, p in sorted(plans.items()):
+        n = len(log.woken.get(v, ()))
+        reason = p["reason"].split(": ", 1)[-1]
+        if "events from" in reason:
+            by_kind["link"].append(n)
+        elif reason.startswith("job "):
+            by_kind["job"].append(n)
+            jobs = {w.split(".")[0] for w in reason.replace(",", " ").split()
+                    if w.startswith("job") and w[3:4].isdigit()}
+            if n > 2 * len(jobs):
+                beyond.append({"version": v, "woken": n, "jobs": sorted(jobs)})
+        else:
+            by_kind["other"].append(n)
+    return {k: {"versions": len(v), "woken_mean": round(float(np.mean(v)), 2) if v else None,
+                "woken_max": max(v, default=0)} for k, v in by_kind.items()} | {
+        "job_versions_waking_other_hosts": len(beyond), "examples": beyond[:5]}
 
 
 def pct(xs, q) -> float | None:
@@ -261,7 +284,7 @@ def windows(log: Log, samples: list[dict], width: float, end: float) -> list[dic
     return out
 
 
-async def soak(args, url, pid, reps):
+async def soak(args, url, pid, reps, cables):
     log = Log()
     port = int(url.rsplit(":", 1)[1])
     rng = random.Random(args.seed)
@@ -280,37 +303,43 @@ async def soak(args, url, pid, reps):
 
     await asyncio.gather(*[start(a, i) for i, a in enumerate(agents)])
     tasks += [asyncio.create_task(leave_loop(agents, args, stop, rng)),
-              asyncio.create_task(job_loop(pairs, args, stop, rng)),
-              asyncio.create_task(link_loop(port, log, args, stop, rng,
-                                            -(-len(agents) // 8)))]
+              asyncio.create_task(job_loop(port, log, pairs, args, stop, rng)),
+              asyncio.create_task(link_loop(port, log, args, stop, rng, cables))]
     await asyncio.sleep(max(0.0, args.duration - (time.monotonic() - log.t0)))
     stop.set()
     await asyncio.gather(*tasks[1:])  # churn ends; the absent agents come back
     end = time.monotonic() - log.t0
-    # Every agent ends on the latest plan.
+    # Every agent ends on its host's current plan (the latest version that changed it).
     deadline = time.monotonic() + 120
-    cur = -1
+    own: dict[str, int] = {}
     while time.monotonic() < deadline:
-        r = await asyncio.to_thread(httpx.get, f"{url}/v1/plans/current", trust_env=False,
-                                    headers={"Authorization": f"Bearer {ADMIN}"}, timeout=30)
-        cur = r.json()["version"]
-        if all(a.version == cur for a in agents):
+        own = await asyncio.to_thread(host_versions, url)
+        if all(a.version == own.get(a.host) for a in agents):
             break
         await asyncio.sleep(0.5)
+    plans = await asyncio.to_thread(plan_summaries, url)
     await tasks[0]
     await tick
     for a in agents:
         await a.leave()
     lat = [d for _, k, d, _ in log.requests if k != "poll"]
+    # once every agent joined: the churn alone (the ramp's 1,000 enrolments excluded)
+    steady = [d for t, k, d, _ in log.requests if k != "poll" and t >= args.ramp + args.window]
     return {
         "agents": len(agents), "duration_s": round(end, 1), "requests": len(lat),
         "errors": len(log.errors), "error_samples": log.errors[:5],
         "p50_ms": pct(lat, 50), "p99_ms": pct(lat, 99),
+        "after_ramp": {"requests": len(steady), "p50_ms": pct(steady, 50),
+                       "p99_ms": pct(steady, 99),
+                       "plan_arrival_p99_ms": pct([d for t, d in log.arrivals
+                                                   if t >= args.ramp + args.window], 99)},
         "by_kind": {k: {"n": len(v), "p50_ms": pct(v, 50), "p99_ms": pct(v, 99)}
                     for k in OK if (v := [d for _, kk, d, _ in log.requests if kk == k])},
         "plan_arrival": {"n": len(log.arrivals), "p50_ms": pct([d for _, d in log.arrivals], 50),
                          "p99_ms": pct([d for _, d in log.arrivals], 99)},
-        "latest_plan": cur, "agents_on_latest": sum(a.version == cur for a in agents),
+        "latest_plan": max(plans), "agents_on_own_latest": sum(
+            a.version == own.get(a.host) for a in agents),
+        "wakes": wakes(log, plans),
         "rss_mb_start": round(samples[0]["rss_mb"], 1),
         "rss_mb_after_ramp": round(next((x["rss_mb"] for x in samples
                                          if x["t"] >= args.ramp + args.window),
@@ -367,7 +396,7 @@ def main(argv=None):
     p.add_argument("--out", type=Path)
     args = p.parse_args(argv)
     n = args.agents + args.agents % 2
-    fabric = build_fabric(loads(scenario_text(n)))
+    fabric = bench_fabric(n)
     reps = reports_for(fabric, np.random.default_rng(args.seed))
     tmp = tempfile.mkdtemp(prefix="ice-soak-")
     env = {"ICE_DATABASE_URL": f"sqlite:///{tmp}/ice.db", "ICE_ADMIN_TOKEN": ADMIN,
@@ -384,7 +413,7 @@ def main(argv=None):
         with httpx.Client(base_url=url, trust_env=False, timeout=120,
                           headers={"Authorization": f"Bearer {ADMIN}"}) as admin:
             register_jobs(admin, {h: [rep] for h, rep in reps.items()})  # (the scheduler)
-        out = asyncio.run(soak(args, url, ctl.proc.pid, reps))
+        out = asyncio.run(soak(args, url, ctl.proc.pid, reps, fabric_cables(fabric)))
         m = httpx.get(f"{url}/metrics", trust_env=False).text
         out["server_side"] = server_percentiles({
             ln.split()[0]: float(ln.split()[1]) for ln in m.splitlines()

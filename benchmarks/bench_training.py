@@ -7,8 +7,8 @@ Run on demand (not part of the tests):
 128 HGX H100 servers on a 1:1 leaf-spine (8 servers per leaf, 16 spines; above 2,048 GPUs a
 1:1 fat-tree of radix-128 switches sized by `fat_tree_for`); Megatron plan
 TP 8 (inside servers) x PP 8 x DP 16, sequence parallel, distributed optimizer, 1F1B.
-Prints the wall time of every stage, the iteration time and the peak resident memory;
-BENCHMARKS.md records the figures. Target (issue 13): the whole run under 60 s.
+Prints the wall and CPU time of every stage as it ends, the iteration time and the peak
+resident memory; BENCHMARKS.md records the figures. Target (issue 13): the whole run under 60 s.
 """
 
 from __future__ import annotations
@@ -38,9 +38,12 @@ def main() -> None:
     t: dict[str, float] = {}
 
     def timed(stage, fn, *a):
-        t0 = time.perf_counter()
+        print(f"  {stage} ...", flush=True)  # a stage that never ends is named
+        t0, c0 = time.perf_counter(), time.process_time()
         out = fn(*a)
         t[stage] = time.perf_counter() - t0
+        print(f"  {stage:<34} {t[stage]:7.2f} s wall "
+              f"{time.process_time() - c0:7.2f} s CPU", flush=True)
         return out
 
     group = [ServerGroup(server_profile("hgx-h100"), servers, "h100")]
@@ -60,8 +63,6 @@ def main() -> None:
     print(f"{args.gpus} GPUs, {len(fab.servers)} servers, {fab.n_nodes} nodes, "
           f"{fab.n_links} links; {s['model']} tp {s['tp']} pp {s['pp']} dp {s['dp']}, "
           f"{s['micro_batches']} micro-batches; workload {tw.workload.summary()}")
-    for k, v in t.items():
-        print(f"  {k:<34} {v:7.2f} s")
     print(f"  {'total':<34} {total:7.2f} s   peak RSS {rss_gib:.2f} GiB")
     T = res.makespan_ns / 1e9
     print(f"  result: iteration {T * 1e3:.1f} ms ({res.events} events), MFU "

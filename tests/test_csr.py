@@ -1,10 +1,18 @@
 """CSR helpers: positions within rows, gathering rows, replacing rows."""
 
 import numpy as np
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from icefabric.csr import csr_from_lists, gather, indptr_from_lengths, replace_rows, within
+from icefabric.csr import (
+    CsrRows,
+    csr_from_lists,
+    gather,
+    indptr_from_lengths,
+    replace_rows,
+    within,
+)
 
 rows = st.lists(st.lists(st.integers(0, 99), max_size=5), max_size=8)
 
@@ -31,3 +39,31 @@ def test_replace_rows_is_the_list_replacement(old, new, data):
     # gather picks whole rows out of a CSR
     idx = gather(ptr[:-1], np.diff(ptr))
     assert vals[idx].tolist() == [x for r in old for x in r]
+
+
+@given(rows, rows, st.data())
+def test_csr_rows_replaced_reads_as_the_list_replacement(old, new, data):
+    if not old:
+        return
+    new = new[:len(old)]
+    idx = data.draw(st.lists(st.integers(0, len(old) - 1), min_size=len(new),
+                             max_size=len(new), unique=True))
+    seq = CsrRows(*csr_from_lists(old))
+    got = seq.replaced(np.asarray(idx, dtype=np.int64), new)
+    want = [list(r) for r in old]
+    for i, r in zip(idx, new):
+        want[i] = r
+    assert [r.tolist() for r in got] == want
+    assert [r.tolist() for r in seq] == [list(r) for r in old]  # the original is untouched
+    ptr, flat = csr_from_lists(got)
+    assert flat.tolist() == [x for r in want for x in r]
+    assert np.diff(ptr).tolist() == [len(r) for r in want]
+
+
+def test_csr_rows_index_like_a_list():
+    seq = CsrRows(np.array([0, 2, 2, 3]), np.array([7, 8, 9]))
+    assert len(seq) == 3
+    assert seq[-1].tolist() == [9]
+    assert [r.tolist() for r in seq[0:2]] == [[7, 8], []]
+    with pytest.raises(IndexError, match="row 3 of 3"):
+        seq[3]

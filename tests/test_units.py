@@ -30,3 +30,9 @@ def test_parse_size_rejects_garbage():
 def test_format_size_roundtrip():
     for s in (1, 4096, 1 << 20, 3 << 30):
         assert units.parse_size(units.format_size(s)) == s
+
+
+def test_kbit_per_s_rounds_to_nearest_and_never_to_no_limit():
+    assert units.bps_to_kbps(25e9) == 25_000_000
+    assert units.bps_to_kbps(1_499.0) == 1 and units.bps_to_kbps(1_500.1) == 2  # not floor
+    assert units.bps_to_kbps(10.0) == 1  # 0 would mean "unlimited" to verbs

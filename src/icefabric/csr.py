@@ -2,11 +2,76 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 
+class CsrRows(Sequence):
+    """Rows of integer arrays kept in one flat array: a read-only sequence of array views.
+
+    What a list of a million small arrays (one path per QP) costs to build and to turn
+    back into a CSR, this does not: rows are slices ``values[starts[i]:stops[i]]`` taken on
+    access, and :func:`csr_from_lists` returns the CSR as it is. :meth:`replaced` swaps a
+    few rows without copying the others' links (what re-planning after a failure does to
+    a million-QP plan): the new rows go at the end of ``values``.
+    """
+
+    __slots__ = ("starts", "stops", "values", "_indptr")
+
+    def __init__(self, indptr: np.ndarray, values: np.ndarray):
+        self._indptr = np.asarray(indptr, dtype=np.int64)
+        self.starts = self._indptr[:-1]
+        self.stops = self._indptr[1:]
+        self.values = values
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return [self[j] for j in range(*i.indices(len(self)))]
+        n = len(self)
+        if not -n <= i < n:
+            raise IndexError(f"row {i} of {n}")
+        i = int(i) % n
+        return self.values[self.starts[i]:self.stops[i]]
+
+    def __iter__(self):
+        v = self.values
+        for a, b in zip(self.starts.tolist(), self.stops.tolist()):
+            yield v[a:b]
+
+    def csr(self) -> tuple[np.ndarray, np.ndarray]:
+        """``(indptr, values)``; rows that :meth:`replaced` moved are gathered back in order."""
+        if self._indptr is None:
+            lengths = self.stops - self.starts
+            self.values = self.values[gather(self.starts, lengths)]
+            self._indptr = indptr_from_lengths(lengths)
+            self.starts, self.stops = self._indptr[:-1], self._indptr[1:]
+        return self._indptr, self.values.astype(np.int64, copy=False)
+
+    def replaced(self, rows, new) -> CsrRows:
+        """A copy with rows ``rows`` (int array) set to ``new`` (a sequence of arrays)."""
+        rows = np.asarray(rows, dtype=np.int64)
+        nptr, nflat = csr_from_lists(new)
+        if len(nptr) - 1 != len(rows):
+            raise ValueError(f"{len(rows)} rows to replace, {len(nptr) - 1} given")
+        out = CsrRows.__new__(CsrRows)
+        out._indptr = None
+        base = len(self.values)
+        out.values = np.concatenate([self.values, nflat.astype(self.values.dtype)])
+        out.starts, out.stops = self.starts.copy(), self.stops.copy()
+        out.starts[rows] = base + nptr[:-1]
+        out.stops[rows] = base + nptr[1:]
+        return out
+
+
 def csr_from_lists(lists) -> tuple[np.ndarray, np.ndarray]:
-    """``(indptr, indices)`` from a sequence of integer lists or arrays."""
+    """``(indptr, indices)`` from a sequence of integer lists or arrays (a
+    :class:`CsrRows` gives its own arrays)."""
+    if isinstance(lists, CsrRows):
+        return lists.csr()
     lengths = np.fromiter((len(x) for x in lists), dtype=np.int64, count=len(lists))
     indptr = indptr_from_lengths(lengths)
     if indptr[-1]:

@@ -150,6 +150,8 @@ class AgentView(_Message):
     enrolled_at: float
     last_seen: float
     applied_version: int
+    plan_version: int = Field(0, description="version of the host's current plan document "
+                              "(0: none yet); applied_version equals it once applied")
     connected: bool
 
 
@@ -204,7 +206,8 @@ class CommReport(_Message):
     qps_per_connection: int = Field(1, ge=1, le=128)
     step_overhead_ns: int = Field(1000, ge=0, le=10**9)
     ranks: list[RankEntry] = Field(min_length=2, max_length=100_000)
-    qps: list[QpEntry] = Field(default_factory=list, max_length=200_000)
+    # a host's plan holds at most MAX_PLAN_QPS QPs: no more may be reported for one job
+    qps: list[QpEntry] = Field(default_factory=list, max_length=MAX_PLAN_QPS)
     collector: CommunicatorReport | None = Field(
         None, description="the collector's report this one was made from (rings, QPs ...)")
     errors: list[CclError] = Field(
@@ -280,7 +283,12 @@ QP_PLANS = TypeAdapter(list[QpPlan])
 
 class HostPlan(_Message):
     """One host's plan. Checked whole on arrival: at most :data:`MAX_PLAN_QPS` QPs, each
-    QP (``key``) at most once; an agent also refuses a plan for another host."""
+    QP (``key``) at most once; an agent also refuses a plan for another host.
+
+    ``version`` is the plan version that last changed this host's document (its QP plans,
+    the fabric version or the policy): a host is sent a new document only when its own
+    QPs changed, and ``created_at`` is that version's time. The link state a version was
+    planned under is in its :class:`PlanSummary`."""
 
     model_config = ConfigDict(extra="forbid", strict=True)
 
@@ -289,7 +297,6 @@ class HostPlan(_Message):
     fabric_version: Version
     policy: str = Field(max_length=64)
     created_at: float = Field(ge=0, allow_inf_nan=False)
-    down_links: list[LinkRef] = Field(max_length=100_000)
     qps: list[QpPlan] = Field(max_length=MAX_PLAN_QPS)
 
     @model_validator(mode="after")
@@ -332,6 +339,8 @@ class PlanSummary(_Message):
     down_links: list[LinkRef]
     fabric_version: int
     no_path: list[NoPath] = Field(default_factory=list)
+    hosts_changed: int = Field(0, description="hosts whose plan document this version "
+                               "changed (the agents it wakes)")
 
 
 # -- events and telemetry --------------------------------------------------------------------

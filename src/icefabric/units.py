@@ -56,6 +56,13 @@ def bps_to_gbps(rate_bps: float) -> float:
     return rate_bps / 1e9
 
 
+def bps_to_kbps(rate_bps: float) -> int:
+    """A rate in bit/s as whole kbit/s, the unit of verbs' ``ibv_qp_rate_limit_attr.
+    rate_limit``: rounded to the nearest, and at least 1 (0 there means "no limit", which
+    a tiny planned rate is not)."""
+    return max(1, round(rate_bps / 1000))
+
+
 def bytes_to_bits(size_bytes: float) -> float:
     return size_bytes * BITS_PER_BYTE
 

@@ -25,7 +25,7 @@ def qp(src, dst, lqpn, ordinal, sport, rate=None, routes=((1, 2, 3),), backup=No
 
 def plan(qps, version=1):
     return HostPlan(host="h", version=version, fabric_version=1, policy="ice", created_at=0.0,
-                    down_links=[], qps=qps)
+                    qps=qps)
 
 
 def test_hccl_cfg_lines_per_nic_pair_in_qp_order(tmp_path):

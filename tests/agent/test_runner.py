@@ -58,17 +58,19 @@ def test_agents_get_plans_and_keep_them_when_controller_is_gone(controller, tmp_
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and not (
                 controller.core.plan_version and  # the plan of every job, everywhere
-                len(controller.core.plan_summary["jobs"]) == len(sw.jobs) and
-                all(a.version == controller.core.plan_version for a in agents.values()) and
-                all(controller.core.hosts.get(h, {}).get("applied_version") ==
-                    controller.core.plan_version for h in agents)):
+                len(controller.core.plan.summary.jobs) == len(sw.jobs) and
+                # every agent applied (and acknowledged) its host's current document
+                all(a.version == controller.core.host_version(h) ==
+                    getattr(controller.core.fleet.hosts.get(h), "applied_version", None)
+                    for h, a in agents.items())):
             time.sleep(0.05)
-        v = controller.core.plan_version
-        assert v >= 1 and all(a.version == v for a in agents.values())
+        v = controller.core.host_version("h100-0")
+        assert v >= 1 and all(a.version == controller.core.host_version(h) > 0
+                              for h, a in agents.items())
         a0 = agents["h100-0"]
         applied = dict(a0.actuator.applied)
         assert len(applied) == sum(len(r.qps) for r in reports["h100-0"])
-        assert controller.core.hosts["h100-0"]["applied_version"] == v
+        assert controller.core.fleet.hosts["h100-0"].applied_version == v
     finally:
         stop.set()
         for t in threads:
@@ -108,11 +110,11 @@ def test_agent_re_enrols_when_the_controller_forgot_its_token(controller):
     t = threading.Thread(target=a.run, args=(stop,))
     t.start()
     deadline = time.monotonic() + 10
-    while time.monotonic() < deadline and "h100-0" not in controller.core.hosts:
+    while time.monotonic() < deadline and "h100-0" not in controller.core.fleet.hosts:
         time.sleep(0.02)
     stop.set()
     t.join(10)
-    assert "h100-0" in controller.core.hosts and a.client.token != "stale-token"
+    assert "h100-0" in controller.core.fleet.hosts and a.client.token != "stale-token"
 
 
 def _loaded(controller):
@@ -127,7 +129,7 @@ def _loaded(controller):
 
 def _create_jobs(controller, reports):
     for job, hosts in job_hosts(reports).items():
-        controller.core.create_job(job, hosts)
+        controller.core.jobs.create(job, hosts, controller.core.fabric)
 
 
 def _run_until(agent, cond, timeout_s=20.0):
@@ -149,7 +151,7 @@ def test_agent_resends_a_failed_ack_and_ends_jobs_it_no_longer_sees(controller):
     for a in others.values():  # every host reports once: the jobs are complete
         a.enrol()
         a.report()
-    controller.core.wait_idle()
+    controller.core.publisher.wait_idle()
     a = others["h100-0"]
     real_ack, fails = a.client.ack, [1]
 
@@ -161,13 +163,13 @@ def test_agent_resends_a_failed_ack_and_ends_jobs_it_no_longer_sees(controller):
 
     a.client.ack = flaky_ack
     a.poll_wait_s = 0.2
-    v = controller.core.plan_version
-    _run_until(a, lambda: controller.core.hosts["h100-0"]["applied_version"] == v)
+    v = controller.core.host_version("h100-0")
+    _run_until(a, lambda: controller.core.fleet.hosts["h100-0"].applied_version == v)
     assert a.version == v and a.acked == v and a.errors >= 1
     # The collector no longer lists job "mixed" on this host: the agent ends it there.
     jobs = [r.job for r in reports["h100-0"]]
     a.collector = lambda: [r for r in reports["h100-0"] if r.job != "mixed"]
-    _run_until(a, lambda: "h100-0" not in controller.core.jobs.get(
+    _run_until(a, lambda: "h100-0" not in controller.core.jobs.states.get(
         "mixed", type("J", (), {"reports": {}})).reports)
     assert "mixed" in jobs and list(a.reported) == [j for j in jobs if j != "mixed"]
 
@@ -178,14 +180,15 @@ def test_agent_takes_the_plan_of_a_controller_that_lost_its_database(controller,
               get_actuator("twin"), enrol_token=ADMIN, collector=lambda: reports["h100-0"],
               poll_wait_s=0.2, backoff=Backoff(0.01, 0.05))
     a.plan = HostPlan(host="h100-0", version=41, fabric_version=1, policy="ecmp",
-                      created_at=0.0, down_links=[], qps=[])  # from the old database
+                      created_at=0.0, qps=[])  # from the old database
     for h, reps in reports.items():
         if h != "h100-0":
-            controller.core.enrol(AgentEnrol(host=h))
+            controller.core.fleet.enrol(AgentEnrol(host=h), controller.core.fabric)
             for rep in reps:
-                controller.core.put_report(h, rep)
+                controller.core.jobs.put_report(controller.core.fabric, h, rep)
     # (the controller plans both jobs first: seconds on a loaded machine)
-    _run_until(a, lambda: len((controller.core.plan_summary or {}).get("jobs", [])) == 2
+    _run_until(a, lambda: controller.core.plan is not None and
+               len(controller.core.plan.summary.jobs) == 2
                and a.version == controller.core.plan_version, timeout_s=60.0)
     assert a.version < 41 and a.plan.qps  # versions started again: the agent followed
 
@@ -195,9 +198,9 @@ def test_a_refused_report_does_not_hold_up_the_other_jobs(controller):
     each iteration, and the host still gets the plan of its other jobs."""
     reports = _loaded(controller)
     ghost = reports["h100-1"][0].model_copy(update={"job": "ghost"})
-    controller.core.enrol(AgentEnrol(host="h100-2"))
+    controller.core.fleet.enrol(AgentEnrol(host="h100-2"), controller.core.fabric)
     for rep in reports["h100-2"]:
-        controller.core.put_report("h100-2", rep)
+        controller.core.jobs.put_report(controller.core.fabric, "h100-2", rep)
     a = Agent("h100-1", ControllerClient(controller.url), get_actuator("twin"),
               enrol_token=ADMIN, collector=lambda: [ghost, *reports["h100-1"]],
               poll_wait_s=0.2, backoff=Backoff(0.01, 0.05))

@@ -38,7 +38,7 @@ def qp(i: int, **kw) -> dict:
 
 def plan(version: int, qps: list[dict], **kw) -> dict:
     d = {"schema_version": "1.0", "host": HOST, "version": version, "fabric_version": 1,
-         "policy": "ice", "created_at": 1.0, "down_links": [], "qps": qps}
+         "policy": "ice", "created_at": 1.0, "qps": qps}
     d.update(kw)
     return d
 
@@ -50,7 +50,7 @@ def _doc(d) -> bytes:
 def _many_qps(n: int) -> bytes:
     one = json.dumps(qp(0))
     return (b'{"schema_version":"1.0","host":"h1","version":9,"fabric_version":1,"policy":"x",'
-            b'"created_at":1,"down_links":[],"qps":[' +
+            b'"created_at":1,"qps":[' +
             b",".join(one.replace('"lqpn": 100', f'"lqpn": {i % 0xFFFFFF}').encode()
                       for i in range(n)) + b"]}")
 
@@ -112,7 +112,7 @@ def mutants(seed: int, n: int) -> list[tuple[str, bytes]]:
     }
     top = {"host": ["", "h 1", None], "version": [-1, 2**63, "1", 1.5],
            "fabric_version": [-1, 2**70], "created_at": [-1.0, "now"],
-           "qps": [{}, "all", None], "down_links": [[{"a": "", "b": "x"}], 5]}
+           "qps": [{}, "all", None]}
     out = []
     for i in range(n):
         d = plan(100 + i, [qp(0), qp(1)])

@@ -31,7 +31,7 @@ def plan_of(sports: list[int], rates: list[float | None] | None = None, version:
             job: str = JOB) -> HostPlan:
     rates = rates or [None] * len(sports)
     return HostPlan(host="h0", version=version, fabric_version=1, policy="ice", created_at=0.0,
-                    down_links=[], qps=[
+                    qps=[
                         QpPlan(src_ip=SIP, dst_ip=DIP, lqpn=100 + i, rqpn=200 + i, job=job,
                                ordinal=i, sport=s, rate_bps=r, routes=[[1]], weights=[1.0])
                         for i, (s, r) in enumerate(zip(sports, rates))])

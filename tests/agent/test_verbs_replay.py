@@ -35,7 +35,7 @@ def test_replayed_two_node_ring_puts_every_data_qp_on_its_plan(native, tmp_path)
     try:
         for h, qps in plans.items():
             acts[h].apply(HostPlan(host=h, version=1, fabric_version=1, policy="ice",
-                                   created_at=0.0, down_links=[], qps=qps))
+                                   created_at=0.0, qps=qps))
         for h, qps in plans.items():
             s, d = qps[0].src_ip, qps[0].dst_ip  # one NIC per host: one pair per host
             peer = next(p for p in plans if p != h)

@@ -26,3 +26,20 @@ def test_cross_vendor_allreduce_exchanges_shards_between_pools():
     for p in ("h", "a"):
         m = cross & (pools == p)
         assert w.flow_size_bytes[w.hop_flow[m]].sum() == size
+
+
+def test_a_qps_rule_splits_each_pool_by_its_own_library():
+    """A rule that sets NCCL's variable only (``ecmp-tuned``) splits the NCCL pool's
+    connections, not the HCCL pool's, nor the exchange between pools."""
+    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 2, "h"),
+                    ServerGroup(server_profile("atlas-800t-a2"), 2, "a")],
+                   servers_per_leaf=1, n_spines=2)
+    c = Communicator("j", f, f.nodes_of_kind(ACCEL), library="cross")
+    c = c.under(lambda own, lib: 3 if lib == "nccl" else own)
+    assert c.qps_per_connection == 1 and c.pool_qps == (("hccl", 1), ("nccl", 3))
+    wb = WorkloadBuilder()
+    add_collective(wb, c, "all_reduce", 48 << 20)
+    pool = {n: f.servers[f.node_server[n]].pool for n in set(wb.conn_src_nic + wb.conn_dst_nic)}
+    nqps = {(pool[s], pool[d]): q for s, d, q in
+            zip(wb.conn_src_nic, wb.conn_dst_nic, wb.conn_nqps)}
+    assert nqps == {("h", "h"): 3, ("a", "a"): 1, ("h", "a"): 1, ("a", "h"): 1}

@@ -34,7 +34,7 @@ def test_simulate_table():
     assert "busbw" in r.output and "Summary" in r.output
     # ICE's gain over the deployed ECMP first, over NCCL's default beside it
     flat = " ".join(r.output.split())
-    assert "(ecmp-tuned = ECMP as deployed, 2 QPs per connection, first;" in flat
+    assert "(ecmp-tuned = ECMP as deployed, 2 QPs per NCCL connection, first;" in flat
     assert "busbw GB/s (gain over ecmp-tuned)" in flat
     # the trust line, from the kept calibration run, under the tables
     from icefabric.experiment.calibration import trust_line

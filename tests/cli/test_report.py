@@ -16,13 +16,18 @@ def test_simulate_report_and_report_from_its_out_folder(tmp_path):
                             "-p", "ecmp,ice", "--out", str(tmp_path / "o"),
                             "--report", str(tmp_path / "a.html")])
     assert r.exit_code == 0, r.output
-    assert f"report {tmp_path / 'a.html'}" in " ".join(r.output.split())
+    flat = " ".join(r.output.split())
+    assert f"report {tmp_path / 'a.html'}" in flat
+    # progress on stderr while the figures are drawn: fabric, busbw, heat map, two series
+    assert f"drawing the report {tmp_path / 'a.html'}: 0/5 next fabric;" in flat
+    assert f"drawing the report {tmp_path / 'a.html'}: 5/5 done in" in flat
     direct = (tmp_path / "a.html").read_text()
     assert "simulate homog-small --engine fluid" in direct  # the command that made it
     assert (tmp_path / "o" / "scenario.yaml").read_text() == builtin_text("homog-small")
     r = runner.invoke(app, ["report", str(tmp_path / "o"), "-o", str(tmp_path / "b.html")])
     assert r.exit_code == 0, r.output
     assert "report written to" in r.output
+    assert f"drawing the report {tmp_path / 'b.html'}: 5/5 done in" in " ".join(r.output.split())
     later = (tmp_path / "b.html").read_text()
     # fabric, busbw, heat map, and the queue/rate series of both fluid runs
     assert direct.count("<img") == later.count("<img") == 5

@@ -1,10 +1,12 @@
 import numpy as np
 
 from icefabric.control.demand import demand_from_pairs
-from icefabric.control.failover import affected_qps, replan_after_failure
+from icefabric.control.failover import _changed_pairs, affected_qps, replan_after_failure
 from icefabric.control.hashing import fabric_hash_configs
-from icefabric.control.planning import plan_paths
+from icefabric.control.planning import paths_to_csr, plan_paths
 from icefabric.control.realize import realize_paths
+from icefabric.csr import CsrRows
+from icefabric.topology.model import NIC
 
 from .conftest import nics_of
 
@@ -80,3 +82,45 @@ def test_a_qp_without_a_planned_port_is_not_rehashed_nor_verified(small_fabric, 
                                full_paths=r.paths)
     assert not res.ok[kept[0]] and res.sport[kept[0]] == -1
     assert res.ok.sum() == d.n_qps - 1 and res.sport[first.affected[0]] >= 0
+
+
+def test_changed_pairs_are_every_group_whose_members_changed(ft_fabric, routing_of):
+    """After a leaf->aggregation cable fails (distances to that leaf change) and after an
+    aggregation->core cable fails, the candidate pairs hold every (switch, leaf) group
+    that differs, compared pair by pair over the whole fabric."""
+    f = ft_fabric
+    rt = routing_of(f)
+    up = rt.group(int(rt.leaves[0]), int(rt.leaves[-1]))
+    core_up = rt.group(int(f.link_dst[up[0]]), int(rt.leaves[-1]))
+    for link in (int(up[0]), int(core_up[0])):
+        down = tuple(sorted([link, f.link_id(int(f.link_dst[link]), int(f.link_src[link]))]))
+        rt2 = routing_of(f, down)
+        NL = len(rt.leaves)
+        truth = [s * NL + i for s, sw in enumerate(rt.switches.tolist())
+                 for i, leaf in enumerate(rt.leaves.tolist())
+                 if not np.array_equal(rt.group(sw, leaf), rt2.group(sw, leaf))]
+        assert _changed_pairs(rt, rt2).tolist() == truth
+        assert len(truth) > 0
+
+
+def test_fast_path_matches_full_rehash_on_a_fat_tree(ft_fabric, routing_of):
+    f = ft_fabric
+    rt = routing_of(f)
+    cfg = fabric_hash_configs(f)
+    nics = f.nodes_of_kind(NIC)
+    d = demand_from_pairs(f, nics, np.roll(nics, len(nics) // 2), rate_bps=100e9)
+    a = plan_paths(f, rt, d)
+    r = realize_paths(f, rt, cfg, d.src_nic, d.dst_nic, a.paths)
+    link = int(next(p for p in a.paths if len(p) > 1)[1])  # an aggregation uplink
+    rt2 = routing_of(f, tuple(sorted([link, f.link_id(int(f.link_dst[link]),
+                                                       int(f.link_src[link]))])))
+    slow = replan_after_failure(f, rt2, cfg, d, a.paths, r.sport)
+    fast = replan_after_failure(f, rt2, cfg, d, CsrRows(*paths_to_csr(a.paths)), r.sport,
+                                old_routing=rt, full_paths=CsrRows(*paths_to_csr(r.paths)))
+    assert len(fast.affected) > 0
+    assert np.array_equal(slow.affected, fast.affected)
+    assert np.array_equal(slow.remapped, fast.remapped)
+    assert np.array_equal(slow.sport, fast.sport)
+    assert all(np.array_equal(x, y) for x, y in zip(slow.paths, fast.paths, strict=True))
+    assert all(np.array_equal(x, y) for x, y in
+               zip(slow.assignment.paths, fast.assignment.paths, strict=True))

@@ -11,6 +11,7 @@ from icefabric.control.sport import (
     HashModelProber,
     PortPathCache,
     Prober,
+    _dense_rows,
     learn_port_paths,
     path_members,
     solve_sports,
@@ -340,3 +341,14 @@ def test_validate_port_paths_detects_reseed():
     assert validate_port_paths(prober, pm)
     prober.reseed(1, _changing_seed(prober, 1, 0x0A000001, 0x0A000101))
     assert not validate_port_paths(prober, pm, n_probes=64)
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.integers(-3, 3), st.integers(0, 2**40)),
+                min_size=1, max_size=40))
+def test_dense_rows_rank_rows_as_unique_axis0(rows):
+    """Narrow columns (offset by their minimum), a wide one (ranked by np.unique): the
+    ids are np.unique(axis=0)'s inverse, the order the solver's port choices rely on."""
+    a = np.array(rows, dtype=np.int64)
+    want = np.unique(a, axis=0, return_inverse=True)[1].ravel()
+    assert _dense_rows([a[:, j] for j in range(3)]).tolist() == want.tolist()

@@ -56,7 +56,7 @@ def loaded(client, scenario):
 def create_jobs(core, reports):
     """Register every job of ``reports`` on its hosts (what its scheduler does)."""
     for job, hosts in job_hosts(reports).items():
-        core.create_job(job, hosts)
+        core.jobs.create(job, hosts, core.fabric)
 
 
 def enrol(client, host):
@@ -70,7 +70,7 @@ def wait_version(client, version, timeout_s=20.0):
 
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        client.app.state.core.wait_idle(timeout_s)
+        client.app.state.core.publisher.wait_idle(timeout_s)
         if client.app.state.core.plan_version >= version:
             return
         time.sleep(0.01)

@@ -51,7 +51,7 @@ def test_reports_plan_longpoll_ack_and_events(loaded, scenario):
     tokens = report_all(loaded, reports)
     wait_version(loaded, 1)
     core = loaded.app.state.core
-    assert sorted(core.plan_summary["jobs"]) == ["gpt", "mixed"]
+    assert sorted(core.plan.summary.jobs) == ["gpt", "mixed"]
     host = "h100-0"
     r = loaded.get(f"/v1/hosts/{host}/plan", headers=auth(tokens[host]))
     assert r.status_code == 200
@@ -78,11 +78,13 @@ def test_reports_plan_longpoll_ack_and_events(loaded, scenario):
     r = loaded.post("/v1/events", json={"events": [
         {"kind": "link_down", "link": {"a": "leaf0", "b": "spine0"}}]}, headers=auth(ADMIN))
     assert r.status_code == 202 and r.json()["replan"] is True
-    wait_version(loaded, v + 1)
+    v_plan = core.plan_version  # the host's plan may be older: a later plan left it as it was
+    assert v <= v_plan
+    wait_version(loaded, v_plan + 1)
     r = loaded.get(f"/v1/hosts/{host}/plan", params={"after_version": v, "wait_s": 5},
                    headers=auth(tokens[host]))
-    new = HostPlan.model_validate_json(r.content)
-    assert new.version == v + 1 and new.down_links[0].a == "leaf0"
+    new = HostPlan.model_validate_json(r.content)  # the link moved some of this host's QPs
+    assert new.version == v_plan + 1 and core.plan.summary.down_links[0].a == "leaf0"
     bad = {fabric.link_id(fabric.node_names.index("leaf0"), fabric.node_names.index("spine0")),
            fabric.link_id(fabric.node_names.index("spine0"), fabric.node_names.index("leaf0"))}
     assert not any(l in bad for q in new.qps for r in q.routes for l in r)
@@ -92,7 +94,7 @@ def test_reports_plan_longpoll_ack_and_events(loaded, scenario):
     assert loaded.get("/v1/jobs/gpt", headers=auth(ADMIN)).json()["library"] == "nccl"
     assert loaded.get("/v1/jobs/nope", headers=auth(ADMIN)).status_code == 404
     plans = loaded.get("/v1/plans", headers=auth(ADMIN)).json()
-    assert plans[0]["version"] == v + 1 and plans[0]["reason"].startswith("replan")
+    assert plans[0]["version"] == v_plan + 1 and plans[0]["reason"].startswith("replan")
     assert loaded.get(f"/v1/plans/{v}", headers=auth(ADMIN)).json()["version"] == v
     links = loaded.get("/v1/links", headers=auth(ADMIN)).json()
     down = [l for l in links if not l["up"]]
@@ -103,16 +105,20 @@ def test_reports_plan_longpoll_ack_and_events(loaded, scenario):
     assert all(l["planned_qps"] == 0 for l in down)
     every = loaded.get("/v1/links", headers=auth(ADMIN), params={"kind": "all"}).json()
     assert [l["name"] for l in every] == list(fabric.link_names())
+    assert {l["kind"] for l in every} == {"intra", "host", "fabric"} and \
+        {l["kind"] for l in links} == {"fabric"}
     agents = loaded.get("/v1/agents", headers=auth(ADMIN)).json()
     assert len(agents) == len(reports) and any(a["applied_version"] == v for a in agents)
+    mine = next(a for a in agents if a["host"] == host)
+    assert mine["plan_version"] == v_plan + 1 and mine["applied_version"] == v
     assert len(loaded.get("/v1/events", headers=auth(ADMIN)).json()) == 2
     m = loaded.get("/metrics").text
-    assert "ice_replans_total 1" in m and f"ice_plan_version {v + 1}" in m
+    assert "ice_replans_total 1" in m and f"ice_plan_version {v_plan + 1}" in m
     # Link back up (operator) re-plans again.
     r = loaded.post("/v1/fabric/links", json={"links": [{"a": "spine0", "b": "leaf0",
                                                         "up": True}]}, headers=auth(ADMIN))
     assert r.status_code == 200 and r.json()["down_links"] == []
-    wait_version(loaded, v + 2)
+    wait_version(loaded, v_plan + 2)
 
 
 def test_report_validation(loaded, scenario):
@@ -146,8 +152,32 @@ def _all_planned(client, reports):
     """Every host reports; returns the tokens, the core and the settled plan version."""
     tokens = report_all(client, reports)
     core = client.app.state.core
-    core.wait_idle()
+    core.publisher.wait_idle()
     return tokens, core, core.plan_version
+
+
+def test_a_job_change_wakes_only_the_hosts_it_changes(loaded, scenario):
+    _, _, _, reports = scenario
+    tokens, core, v = _all_planned(loaded, reports)
+    gpt = {h for h, reps in reports.items() for r in reps if r.job == "gpt" and r.qps}
+    assert gpt and set(reports) - gpt  # hosts of the other job only, too
+    held = {h: core.host_version(h) for h in reports}
+    assert loaded.delete("/v1/jobs/gpt", headers=auth(ADMIN)).status_code == 204
+    wait_version(loaded, v + 1)
+    assert {h for h in reports if core.host_version(h) == v + 1} == gpt
+    assert core.plan.summary.hosts_changed == len(gpt)
+    for h in sorted(reports):  # a long-poll answers at once for those, waits for the others
+        r = loaded.get(f"/v1/hosts/{h}/plan", params={"after_version": held[h], "wait_s": 0.2},
+                       headers=auth(tokens[h]))
+        assert r.status_code == (200 if h in gpt else 204), h
+        if h in gpt:
+            plan = HostPlan.model_validate_json(r.content)
+            assert plan.version == v + 1 and all(q.job != "gpt" for q in plan.qps)
+    # an ack names the host's own version: a newer one has not been issued to it
+    h = sorted(set(reports) - gpt)[0]
+    r = loaded.post(f"/v1/hosts/{h}/plan/ack", json={"version": v + 1, "applied": 1},
+                    headers=auth(tokens[h]))
+    assert r.status_code == 422 and f"current {held[h]}" in r.json()["message"]
 
 
 def test_a_cut_off_leaf_is_reported_as_no_path_and_the_rest_replanned(loaded, scenario):
@@ -193,13 +223,13 @@ def test_jobs_that_end_leave_the_plan(loaded, scenario):
     r = loaded.delete("/v1/hosts/h100-1/communicators/gpt", headers=auth(tokens["h100-1"]))
     assert r.status_code == 404 and "no report for job 'gpt'" in r.json()["message"]
     wait_version(loaded, v + 1)
-    assert core.plan_summary["jobs"] == ["mixed"] and "gpt" not in core.jobs
+    assert core.plan.summary.jobs == ["mixed"] and "gpt" not in core.jobs.states
     # The last job ends: an empty plan replaces it (no host keeps stale ports).
     for h, reps in reports.items():
         if any(rep.job == "mixed" for rep in reps):
             loaded.delete(f"/v1/hosts/{h}/communicators/mixed", headers=auth(tokens[h]))
     wait_version(loaded, v + 2)
-    assert core.plan_summary["jobs"] == [] and core.plan_summary["qps"] == 0
+    assert core.plan.summary.jobs == [] and core.plan.summary.qps == 0
     p = loaded.get("/v1/hosts/h100-0/plan", headers=auth(tokens["h100-0"])).json()
     assert p["version"] == v + 2 and p["qps"] == []
 

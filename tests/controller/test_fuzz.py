@@ -23,8 +23,9 @@ _settings = Settings(database_url=f"sqlite:///{_tmp}/fuzz.db", admin_token=ADMIN
 app = create_app(_settings)
 core = app.state.core
 core.set_fabric(FabricUpload(topology=fabric_to_dict(build_fabric(load("homog-small")))))
-AGENT = core.enrol(__import__("icefabric.schemas_service", fromlist=["AgentEnrol"])
-                   .AgentEnrol(host=build_fabric(load("homog-small")).servers[0].name))
+AGENT = core.fleet.enrol(__import__("icefabric.schemas_service", fromlist=["AgentEnrol"])
+                         .AgentEnrol(host=build_fabric(load("homog-small")).servers[0].name),
+                         core.fabric)
 schema = schemathesis.openapi.from_asgi("/openapi.json", app)
 # Valid and invalid inputs alike (schema-conforming and schema-violating bodies/params).
 schema.config.generation.update(modes=[schemathesis.GenerationMode.POSITIVE,

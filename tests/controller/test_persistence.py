@@ -43,13 +43,13 @@ def test_restart_serves_the_same_plans_and_tokens(loaded, settings, scenario):
         assert c2.get("/v1/plans/current", headers=auth(ADMIN)).json() == summary
         assert core2.down == {("leaf1", "spine2")}
         # No spurious re-plan after the restart: the stored plan matches the stored input.
-        core2.wait_idle(10)
+        core2.publisher.wait_idle(10)
         assert core2.plan_version == v
         # Re-planning continues from the stored PathPlan (link back up -> replan).
         c2.post("/v1/fabric/links", json={"links": [{"a": "leaf1", "b": "spine2", "up": True}]},
                 headers=auth(ADMIN))
         wait_version(c2, v + 1)
-        assert core2.plan_summary["reason"].startswith("replan")
+        assert core2.plan.summary.reason.startswith("replan")
 
 
 def test_concurrent_agents_write_safely(loaded, scenario):

@@ -213,7 +213,7 @@ def test_every_route_is_scoped(two_hosts):
 def test_tokens_are_compared_as_digests_in_constant_time(client, monkeypatch):
     import hmac
 
-    from icefabric.controller import core as core_mod
+    from icefabric.controller import tokens as tokens_mod
 
     calls = []
     real = hmac.compare_digest
@@ -222,14 +222,14 @@ def test_tokens_are_compared_as_digests_in_constant_time(client, monkeypatch):
         calls.append((a, b))
         return real(a, b)
 
-    monkeypatch.setattr(core_mod.hmac, "compare_digest", spy)
+    monkeypatch.setattr(tokens_mod.hmac, "compare_digest", spy)
     for tok in ("wrong-token-1", ADMIN):
         calls.clear()
         client.get("/v1/jobs", headers=auth(tok))
         assert calls, "the admin token must be checked with hmac.compare_digest"
         for a, b in calls:  # digests (64 hex digits), never the token itself
             assert len(a) == len(b) == 64 and tok not in (a, b)
-    assert calls[0][0] == core_mod.sha256(ADMIN)
+    assert calls[0][0] == tokens_mod.sha256(ADMIN)
 
 
 def test_json_nested_too_deep_is_refused_before_parsing(loaded):

@@ -77,10 +77,11 @@ def test_round_trips(database_url):
         for v, docs in ((1, {"h1": b"[1]", "h2": b"[2]"}), (2, {"h1": b"[3]"})):
             repo.save_plan(v, policy="ecmp", reason="r" * 500, created_at=1.5, planning_ms=2.0,
                            fabric_version=2, summary={"version": v}, path_plan={},
-                           host_docs=docs)
+                           host_qps=docs)
         row, docs = repo.latest_plan()
         assert row.version == 2 and len(row.reason) == 200
-        assert docs == {"h1": b"[3]", "h2": b"[2]"}  # each host's newest document
+        # each host's newest QP plans, with the version that wrote them
+        assert docs == {"h1": (2, b"[3]"), "h2": (1, b"[2]")}
         assert repo.plan_summaries() == [{"version": 2}, {"version": 1}]
         repo.ping()
     finally:

@@ -112,7 +112,7 @@ def test_rates_after_finish_equal_a_full_recomputation(data):
     # that must give exactly the max-min rates of the flows that are left
     import scipy.sparse as sp
 
-    from icefabric.engine.flow import _rates_after_finish
+    from icefabric.engine.flow import _ColumnIndex, _rates_after_finish
     from icefabric.engine.maxmin import maxmin_rates
 
     L, F = data.draw(st.integers(1, 6)), data.draw(st.integers(2, 12))
@@ -134,7 +134,8 @@ def test_rates_after_finish_equal_a_full_recomputation(data):
     load = A @ rate
     run = np.ones(F, bool)
     run[fin] = False
-    _rates_after_finish(sp.csr_matrix(A), sp.csc_matrix(A), p, rate, load, run, fin)
+    _rates_after_finish(sp.csr_matrix(A), _ColumnIndex(sp.csr_matrix(A)), p, rate, load, run,
+                        fin)
     expect = np.zeros(F)
     expect[run] = maxmin_rates(sp.csr_matrix(A[:, run]), cap, fcap[run])
     np.testing.assert_allclose(rate, expect, rtol=1e-7)

@@ -29,11 +29,11 @@ def _hold(point: str) -> None:
 
 
 def install(point: str) -> None:
-    from icefabric.controller import core
+    from icefabric.controller import planner
     from icefabric.controller.store.repo import Repository
 
     if point == "planning":
-        real_plan = core.compute_plan
+        real_plan = planner.compute_plan
 
         def compute_plan(*a, **kw):
             out = real_plan(*a, **kw)
@@ -41,7 +41,7 @@ def install(point: str) -> None:
                 _hold("planning")
             return out
 
-        core.compute_plan = compute_plan
+        planner.compute_plan = compute_plan
     elif point == "write":
         real_writing = Repository._writing
         real_save = Repository.save_plan

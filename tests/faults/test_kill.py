@@ -25,6 +25,7 @@ def _kill_at(point, env, tmp_path, scenario=FLEET):
         fleet.upload_fabric()
         fleet.start()
         v1 = fleet.wait_converged()
+        held = fleet.versions()  # each host's document version (the plan that last changed it)
         (tmp_path / "arm").touch()
         r = admin(ctl.url).post("/v1/fabric/links", json={"links": [{**LINK, "up": False}]})
         assert r.status_code == 200
@@ -34,7 +35,7 @@ def _kill_at(point, env, tmp_path, scenario=FLEET):
         time.sleep(3.0)
         # Controller gone: every agent keeps the plan it had and retries with capped
         # exponential backoff (at most 11 tries each in 3 s, see test_start), no storm.
-        assert set(fleet.versions().values()) == {v1}
+        assert fleet.versions() == held
         assert n <= fleet.errors() - errors <= n * 11, fleet.errors() - errors
         (tmp_path / "arm").unlink()
         ctl.start()  # same database, same port
@@ -43,7 +44,10 @@ def _kill_at(point, env, tmp_path, scenario=FLEET):
         # The link change was stored before the crash; the restarted controller planned it.
         assert v == v1 + 1 and cur["down_links"] == [LINK] and cur["reason"].startswith(
             ("plan: startup", "replan: startup"))
-        return check_plans(fleet, env["ICE_DATABASE_URL"])
+        # every host applied its document once, and the hosts the re-plan changed theirs
+        # again (a link no planned route crosses changes none)
+        return {**check_plans(fleet, env["ICE_DATABASE_URL"]),
+                "must_apply": n + cur["hosts_changed"]}
     finally:
         fleet.stop()
         ctl.stop()
@@ -51,7 +55,7 @@ def _kill_at(point, env, tmp_path, scenario=FLEET):
 
 def test_kill_while_planning(controller_env, tmp_path):
     out = _kill_at("planning", controller_env, tmp_path)
-    assert out["applied"] >= 2 * 128
+    assert out["applied"] >= out["must_apply"] >= 128
 
 
 @pytest.mark.parametrize("database_url", ["sqlite", "postgresql"], indirect=True)
@@ -59,7 +63,8 @@ def test_kill_inside_the_plan_write(controller_env, tmp_path, database_url):
     env = {**controller_env, "ICE_DATABASE_URL": database_url}
     # The half-written version was rolled back: the version after it is the one planned
     # after the restart, and the only one of that number any agent ever saw.
-    assert _kill_at("write", env, tmp_path, "hetero-default")["applied"] >= 2 * 8
+    out = _kill_at("write", env, tmp_path, "hetero-default")
+    assert out["applied"] >= out["must_apply"] >= 8
 
 
 def _alive(pid: int) -> bool:

@@ -21,7 +21,7 @@ def test_host_plans_round_trip_ports_backups_rates_and_routes():
     assert set(hosts) == set(qp_hosts(fabric, wl))
     # on the wire and back, as an agent receives them
     wire = {h: HostPlan(host=h, version=1, fabric_version=1, policy="ice", created_at=0.0,
-                        down_links=[], qps=q).model_dump_json() for h, q in hosts.items()}
+                        qps=q).model_dump_json() for h, q in hosts.items()}
     got = {q.key: q for doc in wire.values() for q in HostPlan.model_validate_json(doc).qps}
     assert set(got) == set(qp_keys(wl)) and len(got) == wl.n_qps
     back = paths_from_host_plans(wl, got, policy="ice")

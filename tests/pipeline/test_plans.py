@@ -2,13 +2,22 @@
 link fails."""
 
 import numpy as np
+import pytest
 
 from icefabric.ccl.collectives import add_collective
 from icefabric.ccl.communicator import Communicator
 from icefabric.ccl.workload import WorkloadBuilder
-from icefabric.pipeline.plans import LinkChange, plan, qp_rates, with_link_events
+from icefabric.pipeline.plans import (
+    LinkChange,
+    plan,
+    qp_rates,
+    scenario_link_changes,
+    with_link_events,
+)
 from icefabric.pipeline.problem import to_problem
 from icefabric.policies.base import get_policy
+from icefabric.scenario.build import build_fabric
+from icefabric.scenario.loader import ScenarioError, builtin_text, loads
 from icefabric.topology.builders import ServerGroup, leaf_spine
 from icefabric.topology.model import ACCEL, LINK_FABRIC
 
@@ -60,3 +69,18 @@ def test_rates_are_recomputed_after_a_link_fails(tiny_profile):
     # both channels now share the remaining 100G uplink of that leaf
     np.testing.assert_allclose(new.rate_bps, 50e9, rtol=1e-9)  # 49 Gb/s of 50
     np.testing.assert_allclose(new.rate_bps, qp_rates(f, wl, new), rtol=0)
+
+
+def test_a_scenario_failure_takes_down_one_named_cable_or_all():
+    def changes(failure):
+        ls = loads(builtin_text("homog-small") + f"failures:\n  - {failure}\n")
+        return ls, scenario_link_changes(ls, build_fabric(ls))
+
+    ls, (one,) = changes("{at_us: 10, link: [leaf0, spine1], cable: 2}")
+    names = build_fabric(ls).link_names()
+    assert sorted(names[i] for i in one.links) == ["leaf0->spine1/2", "spine1->leaf0/2"]
+    _, (every,) = changes("{at_us: 10, link: [leaf0, spine1]}")
+    assert len(every.links) == 8  # homog-small: 4 cables per leaf-spine pair
+    with pytest.raises(ScenarioError, match=r"cable 4 between leaf0 and spine1: there are 4 "
+                                            r"\(0-3\)"):
+        changes("{at_us: 10, link: [leaf0, spine1], cable: 4}")

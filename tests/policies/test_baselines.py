@@ -145,3 +145,12 @@ def test_correlated_hash_stages_polarize_the_fat_tree(profile, idle):
     # Aggregation switches that read the leaves' hash bits again send every flow from a
     # leaf member to the same core subset: a quarter of the 64 fabric links stays idle.
     assert int(np.count_nonzero(load_[f.link_kind == LINK_FABRIC] == 0)) == idle
+
+
+def test_ecmp_tuned_sets_nccls_variable_only():
+    """NCCL_IB_QPS_PER_CONNECTION is read by NCCL and RCCL; HCCL and the exchange of a
+    cross-vendor job keep their own setting, while ecmp-multiqp splits every library."""
+    tuned, multi = get_policy("ecmp-tuned"), get_policy("ecmp-multiqp", qps=3)
+    assert [tuned.qps_per_connection(1, lib) for lib in ("nccl", "rccl", "hccl", "cross")] \
+        == [2, 2, 1, 1]
+    assert [multi.qps_per_connection(1, lib) for lib in ("nccl", "hccl", "cross")] == [3, 3, 3]

@@ -64,7 +64,7 @@ def test_a_failing_point_is_reported_and_retried_on_rerun(tmp_path):
     rec = json.loads(next((tmp_path / "o" / "points").glob("*.json")).read_text())
     bw = next(r["busbw_GBps"] for r in rec["result"]["rows"] if r["policy"] == "ecmp")
     flat = " ".join(r.output.split())
-    assert "busbw and gain over ECMP, median (p10-p90) over seeds" in flat
+    assert "busbw and gain over ecmp, median (p10-p90) over seeds" in flat
     assert f"{bw:.1f} ({bw:.1f} – {bw:.1f})" in flat
     assert "failed: policies=[\"ecmp\",\"no-such-policy\"]" in r.output
     assert "no-such-policy" in r.output.split("failed:")[-1]

@@ -82,7 +82,7 @@ def test_builtin_paper_sweep_is_ice_vs_baselines_over_oversub_and_nic_mix():
     assert len(grid) == 3 * 3 * 3
     scn = grid[0].scenario
     assert scn["name"] == "hetero-default"
-    assert scn["policies"][:4] == ["ecmp", "ecmp-multiqp", "spray", "ice"]
+    assert scn["policies"][:5] == ["ecmp", "ecmp-tuned", "ecmp-multiqp", "spray", "ice"]
     speeds = {p.labels["nic_mix"]: [pool.get("nic_gbps") for pool in p.scenario["pools"]]
               for p in grid}
     assert speeds == {"400G+200G": [None, None], "400G+100G": [None, 100],

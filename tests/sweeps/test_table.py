@@ -1,7 +1,7 @@
 import pytest
 
 from icefabric.sweeps.spec import parse_sweep
-from icefabric.sweeps.table import summarize
+from icefabric.sweeps.table import gain_baseline, summarize, summarize_busbw_and_gain
 
 SPEC = parse_sweep({"base": "homog-small", "axes": {"fabric.spines": [2, 4]}, "seeds": [1, 2,
                                                                                         3]})
@@ -25,3 +25,12 @@ def test_one_seed_uses_the_rows_own_draw_quantiles():
     (out,) = summarize(SPEC, [_row("2", "1", 0.3, gain_vs_ecmp_p10=0.05,
                                    gain_vs_ecmp_p90=0.9)])
     assert (out["median"], out["low"], out["high"]) == (0.3, 0.05, 0.9)
+
+
+def test_gains_are_over_the_deployed_ecmp_where_the_sweep_ran_it():
+    bare = [_row("2", s, 0.5, busbw_GBps=10.0) for s in "123"]
+    assert gain_baseline(bare) == ("ecmp", "gain_vs_ecmp")
+    tuned = [dict(r, gain_vs_deployed=0.2) for r in bare]
+    assert gain_baseline(tuned) == ("ecmp-tuned", "gain_vs_deployed")
+    (out,) = summarize_busbw_and_gain(SPEC, tuned)
+    assert (out["median"], out["gain"]) == (10.0, 0.2)

@@ -3,13 +3,18 @@ library sets up its connections."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from functools import cached_property
 
 import numpy as np
 
 from icefabric.ccl.nccl_defaults import OLDEST_MODELLED, NcclSettings, ring_channels, server_view
 from icefabric.topology.model import ACCEL, Fabric
+
+#: QPs per connection a policy sets: ``rule(own, library)`` for a communicator of
+#: ``library`` whose own setting is ``own`` (:meth:`Policy.qps_per_connection`).
+QpsRule = Callable[[int, str], int]
 
 
 @dataclass(frozen=True, eq=False)
@@ -37,6 +42,10 @@ class Communicator:
         reported it (NCCL ``Channel cc/NN : r0 r1 ...``); channel ``c`` uses
         ``rings[c % len(rings)]``, and without ``channels`` there are ``len(rings)``
         channels. Empty: the library model builds the rings.
+    pool_qps : tuple of (library, QPs per connection) — in a cross-vendor job, the setting of
+        the pools of each library (each library reads its own variable, e.g. NCCL pools
+        ``NCCL_IB_QPS_PER_CONNECTION``, HCCL pools ``HCCL_RDMA_QPS_PER_CONNECTION``); a
+        library not named uses ``qps_per_connection``, as the exchange between pools does.
     """
 
     job: str
@@ -48,6 +57,7 @@ class Communicator:
     step_overhead_ns: int = 1000
     nccl: NcclSettings | None = None
     rings: tuple[tuple[int, ...], ...] = ()
+    pool_qps: tuple[tuple[str, int], ...] = ()
 
     def __post_init__(self):
         f = self.fabric
@@ -64,6 +74,17 @@ class Communicator:
             if sorted(ring) != list(range(len(r))):
                 raise ValueError(f"job {self.job!r}: ring of channel {c} is not an order of "
                                  f"ranks 0..{len(r) - 1}")
+
+    def under(self, rule: QpsRule | None) -> Communicator:
+        """This communicator with the QPs per connection a policy's ``rule`` sets, on its
+        own connections and (cross-vendor) on each pool's by that pool's library."""
+        if rule is None:
+            return self
+        own = self.qps_per_connection
+        libs = sorted({self.fabric.servers[s].profile.library for s in self.servers}) \
+            if self.library == "cross" else []
+        return replace(self, qps_per_connection=rule(own, self.library),
+                       pool_qps=tuple((lib, rule(own, lib)) for lib in libs))
 
     @property
     def nranks(self) -> int:

@@ -21,11 +21,11 @@ def split_pools(comm: Communicator) -> list[Communicator]:
     pools: dict[str, list[int]] = {}
     for r, s in enumerate(comm.rank_server.tolist()):
         pools.setdefault(f.servers[s].pool, []).append(r)
-    out = []
+    out, qps = [], dict(comm.pool_qps)
     for idx in pools.values():
         lib = f.servers[int(comm.rank_server[idx[0]])].profile.library
         out.append(Communicator(job=comm.job, fabric=f, ranks=comm.ranks[idx], library=lib,
-                                qps_per_connection=comm.qps_per_connection,
+                                qps_per_connection=qps.get(lib, comm.qps_per_connection),
                                 step_overhead_ns=comm.step_overhead_ns, nccl=comm.nccl))
     return out
 

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from icefabric.cli.common import command_line, console, fail
+from icefabric.cli.common import command_line, console, fail, progress_bar
 
 
 def register(app: typer.Typer) -> None:
@@ -22,7 +22,7 @@ def report(
     """Write one HTML file that opens offline: scenario, fabric picture, busbw tables and
     plots, gains, link utilisation, plan summary, congestion and time series (fluid runs),
     and the command that reproduces it. Given a sweep folder, the sweep report: gain over
-    ECMP against the sweep's axes with ranges over seeds."""
+    the sweep's ECMP baseline against its axes with ranges over seeds."""
     from icefabric.reports.html import ReportError, render, render_sweep
     from icefabric.reports.inputs import load_inputs
     from icefabric.sweeps.spec import SweepError
@@ -34,7 +34,8 @@ def report(
         if sweeps:
             path = render_sweep(sweeps[0], out, command=command_line())
         else:
-            path = render(inputs, out, command=command_line())
+            with progress_bar(True, f"drawing the report {out}") as update:
+                path = render(inputs, out, command=command_line(), progress=update)
     except (ReportError, SweepError) as e:
         fail(str(e))
     console.print(f"report written to {path} ({path.stat().st_size / 1e6:.1f} MB)",

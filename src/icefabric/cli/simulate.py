@@ -137,8 +137,9 @@ def simulate(
         from icefabric.reports.html import render as render_html
 
         try:
-            render_html([ReportInput(res, "this run", ls.text, res.runs)], report,
-                        command=command_line())
+            with progress_bar(not quiet, f"drawing the report {report}") as update:
+                render_html([ReportInput(res, "this run", ls.text, res.runs)], report,
+                            command=command_line(), progress=update)
         except ReportError as e:
             fail(str(e))
     if json_out:

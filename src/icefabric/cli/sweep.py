@@ -77,24 +77,27 @@ def sweep(
 
 
 def _print_summary(out: Path) -> None:
-    """The sweep's table: busbw and gain over ECMP per point and policy (as the report)."""
+    """The sweep's table: busbw and gain over the sweep's ECMP baseline per point and
+    policy (as the report)."""
     from icefabric.reports.html import sweep_rows
     from icefabric.reports.tables import Column, Fitter
     from icefabric.sweeps.run import load_sweep_dir
     from icefabric.sweeps.spec import SEED_AXIS
-    from icefabric.sweeps.table import collect_rows
+    from icefabric.sweeps.table import collect_rows, gain_baseline
 
     spec, _, recs = load_sweep_dir(out)
     if not recs:
         return
-    rows = sweep_rows(spec, collect_rows(spec, recs))
+    table = collect_rows(spec, recs)
+    base = gain_baseline(table)[0]
+    rows = sweep_rows(spec, table)
     heads = [a for a in spec.axis_names if a != SEED_AXIS] + [
-        "policy", "job", "collective", "size", "busbw GB/s\nmed (p10-p90)", "vs ecmp"]
+        "policy", "job", "collective", "size", "busbw GB/s\nmed (p10-p90)", f"vs {base}"]
     cols = [Column(h, [r[i] for r in rows], key=i < len(heads) - 2)
             for i, h in enumerate(heads)]
     fit = Fitter(console.width)
-    for t in fit.fit((f"sweep {spec.name}: busbw and gain over ECMP, median (p10-p90) over "
-                      "seeds", cols), row_policies={r[len(heads) - 6] for r in rows}):
+    for t in fit.fit((f"sweep {spec.name}: busbw and gain over {base}, median (p10-p90) "
+                      "over seeds", cols), row_policies={r[len(heads) - 6] for r in rows}):
         console.print(t)
     if fit.legend() is not None:
         console.print(fit.legend())

@@ -13,7 +13,13 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["bipartite_edge_coloring", "is_proper_coloring", "max_degree"]
+from icefabric.control.coloring_kernel import color_edges
+
+__all__ = ["bipartite_edge_coloring", "coloring_reference", "is_proper_coloring",
+           "max_degree"]
+
+#: Largest (vertices x colours) table entries the compiled kernel allocates (512 MiB).
+_DENSE_MAX = 1 << 26
 
 
 def max_degree(u, v) -> int:
@@ -44,11 +50,12 @@ def bipartite_edge_coloring(u, v) -> np.ndarray:
     Alternating-path (Kempe chain) algorithm, the constructive proof of Kőnig's theorem:
     insert edges one by one; if no colour is free at both ends, take ``a`` free at ``u``
     and ``b`` free at ``v``, swap ``a``/``b`` along the ``a/b`` path from ``v`` (it cannot
-    reach ``u`` in a bipartite graph), then use ``a``. Free colours are kept as integer
-    bitmasks, so the common case (a colour free at both ends) is O(1); the worst case is
-    O(m·n). Alon's divide-and-conquer algorithm [2]_ and Cole–Ost–Schirra [3]_ reach
-    O(m log Δ); in the fabrics we plan (tens to hundreds of leaves) alternating paths are
-    short and the simple method is faster in practice.
+    reach ``u`` in a bipartite graph), then use ``a``. Free colours are kept as bitmasks,
+    so the common case (a colour free at both ends) is O(Δ/64); the worst case is
+    O(m·n). The loop is compiled (:mod:`icefabric.control.coloring_kernel`, same colours
+    as :func:`coloring_reference`). Alon's divide-and-conquer algorithm [2]_ and
+    Cole–Ost–Schirra [3]_ reach O(m log Δ); in the fabrics we plan (tens to hundreds of
+    leaves) alternating paths are short and the simple method is faster in practice.
 
     References
     ----------
@@ -69,12 +76,27 @@ def bipartite_edge_coloring(u, v) -> np.ndarray:
     v = np.asarray(v, dtype=np.int64).ravel()
     if u.shape != v.shape:
         raise ValueError("u and v must have the same length")
+    if len(u) == 0:
+        return np.full(0, -1, dtype=np.int64)
+    if u.min() < 0 or v.min() < 0:
+        raise ValueError("vertex ids must be non-negative")
+    delta = max_degree(u, v)
+    nu, nv = int(u.max()) + 1, int(v.max()) + 1
+    if (nu + nv) * delta > _DENSE_MAX:
+        return coloring_reference(u, v)
+    return color_edges(u, v, nu, nv, delta)
+
+
+def coloring_reference(u, v) -> np.ndarray:
+    """:func:`bipartite_edge_coloring` in pure Python, with sparse per-vertex tables: the
+    reference the compiled kernel is tested against, and the fallback where the kernel's
+    dense (vertex x colour) tables would not fit."""
+    u = np.asarray(u, dtype=np.int64).ravel()
+    v = np.asarray(v, dtype=np.int64).ravel()
     m = len(u)
     colors = np.full(m, -1, dtype=np.int64)
     if m == 0:
         return colors
-    if u.min() < 0 or v.min() < 0:
-        raise ValueError("vertex ids must be non-negative")
     delta = max_degree(u, v)
     nu, nv = int(u.max()) + 1, int(v.max()) + 1
     # at[side][vertex]: colour -> edge; used[side][vertex]: bitmask of used colours.

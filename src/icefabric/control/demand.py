@@ -88,7 +88,15 @@ class Demand:
     def peak_rate_bps(self) -> np.ndarray:
         """Largest rate of each QP over its phases (0 for a QP in no phase)."""
         out = np.zeros(self.n_qps)
-        np.maximum.at(out, self.ent_qp, self.ent_rate_bps)
+        if len(self.ent_qp) == 0:
+            return out
+        # entries grouped by QP (as ent_ptr has them): one reduction per run, no ufunc.at
+        first = np.flatnonzero(np.r_[True, self.ent_qp[1:] != self.ent_qp[:-1]])
+        if len(first) != np.count_nonzero(np.bincount(self.ent_qp)):
+            np.maximum.at(out, self.ent_qp, self.ent_rate_bps)  # a QP's entries apart
+            return out
+        out[self.ent_qp[first]] = np.maximum(
+            np.maximum.reduceat(self.ent_rate_bps, first), 0.0)
         return out
 
     def is_uniform(self, rtol: float = 1e-9) -> bool:
@@ -149,6 +157,16 @@ def _index(lst: list, x) -> int:
     return lst.index(x)
 
 
+def _first_seen_ids(names: list[str]) -> tuple[list[str], np.ndarray]:
+    """Distinct names in order of first appearance, and each entry's index among them
+    (``_index`` over a whole list, without its scan per entry)."""
+    ids = {n: i for i, n in enumerate(dict.fromkeys(names))}
+    if len(ids) == 1:  # one job: no per-entry lookups
+        return list(ids), np.zeros(len(names), dtype=np.int64)
+    return list(ids), np.fromiter(map(ids.__getitem__, names), dtype=np.int64,
+                                  count=len(names))
+
+
 def nic_bps(fabric: Fabric) -> np.ndarray:
     """Line rate of every NIC node (its host link's capacity; 0 for other nodes)."""
     out = np.zeros(fabric.n_nodes)
@@ -187,8 +205,7 @@ def workload_demand(fabric: Fabric, workload: Workload) -> Demand:
     W = workload
     f_ = fabric
     lev = flow_levels(W)
-    jobs: list[str] = []
-    conn_job = np.array([_index(jobs, j) for j in W.conn_job], dtype=np.int64)
+    jobs, conn_job = _first_seen_ids(W.conn_job)
     conn_ptr, _ = W.conn_qps()
     net = np.flatnonzero(W.hop_conn >= 0)
     c = W.hop_conn[net].astype(np.int64)
@@ -211,8 +228,7 @@ def workload_demand(fabric: Fabric, workload: Workload) -> Demand:
     phase_names = tuple(f"{jobs[j]}:L{int(key % nlev)}"
                         for j, key in zip(phase_job, ukeys, strict=True))
     # Bytes per QP over the whole workload.
-    size = np.zeros(W.n_qps)
-    np.add.at(size, qp, W.flow_size_bytes[e_flow] * e_share)
+    size = np.bincount(qp, weights=W.flow_size_bytes[e_flow] * e_share, minlength=W.n_qps)
     # NIC share per phase: T[phase, nic], tx at source, rx at destination.
     bps = nic_bps(f_)
     sn, dn = W.qp_src_nic.astype(np.int64), W.qp_dst_nic.astype(np.int64)

@@ -37,7 +37,8 @@ import numpy as np
 
 from icefabric.control.coloring import bipartite_edge_coloring
 from icefabric.control.demand import Demand
-from icefabric.csr import csr_from_lists
+from icefabric.control.sport import _dense_rows
+from icefabric.csr import CsrRows, csr_from_lists, indptr_from_lengths
 from icefabric.topology.model import LINK_FABRIC, Fabric
 from icefabric.topology.routing import Routing
 
@@ -53,7 +54,8 @@ class PathAssignment:
 
     Attributes
     ----------
-    paths : list of ndarray[int64] — one per QP of the demand.
+    paths : sequence of ndarray[int64] — one per QP of the demand (the colouring
+        planners give a :class:`~icefabric.csr.CsrRows`: rows of one flat array).
     link_util : ndarray[float64] (n_links,) — planned utilisation of every link (the
         objective's ``u_l``; 0 on host and server-internal links).
     method : str — planner that produced it.
@@ -120,17 +122,21 @@ class Candidates:
     """All shortest fabric paths of every distinct (source leaf, destination leaf) pair,
     enumerated lazily (only pairs that are asked for).
 
-    ``pair[q]`` is the pair of QP ``q``; ``pair_paths(k)`` an int64 array
-    (n_paths, depth) of link ids of pair ``k`` (depth 0 inside one leaf).
+    ``pair[q]`` is the pair of QP ``q`` (-1 for a QP left out by ``qps``);
+    ``pair_paths(k)`` an int64 array (n_paths, depth) of link ids of pair ``k`` (depth 0
+    inside one leaf).
     """
 
-    def __init__(self, routing: Routing, demand: Demand, limit: int = 4096):
+    def __init__(self, routing: Routing, demand: Demand, limit: int = 4096,
+                 qps: np.ndarray | None = None):
         self.routing = routing
         self.limit = limit
         self._n = routing.fabric.n_nodes + 1
-        key = demand.src_leaf * self._n + demand.dst_leaf
-        self.keys, self.pair = np.unique(key, return_inverse=True)
-        self.pair = self.pair.astype(np.int64)
+        sel = slice(None) if qps is None else qps  # qps: only these QPs (others: -1)
+        key = demand.src_leaf[sel] * self._n + demand.dst_leaf[sel]
+        self.keys, pair = np.unique(key, return_inverse=True)
+        self.pair = np.full(demand.n_qps, -1, dtype=np.int64)
+        self.pair[sel] = pair.ravel()
         self._paths: dict[int, np.ndarray] = {}
         self._index: dict[int, dict[tuple, int]] = {}
 
@@ -302,7 +308,7 @@ def replan_subset(fabric: Fabric, routing: Routing, demand: Demand, qps: np.ndar
         pos[qps] = qps
         st.L += load - _load_matrix_csr(fabric.n_links, demand, pos, ptr, flat)
     st._refresh()
-    cands = Candidates(routing, demand)
+    cands = Candidates(routing, demand, qps=qps)  # only the QPs that move
     choice = np.full(Q, -1, dtype=np.int64)
     forbid = forbid or {}
     _greedy(fabric, routing, demand, cands, st, choice, qps, forbid, rng)
@@ -499,9 +505,10 @@ def _parallel_index(fabric: Fabric) -> np.ndarray:
     return out
 
 
-def _walk_slots(fabric, routing, demand, qs, slots):
+def _walk_slots(fabric, routing, demand, qs, slots) -> tuple[np.ndarray, np.ndarray]:
     """Route QPs ``qs`` hop by hop: at step ``d`` take member ``slots[d][i] mod n`` when
-    given (>= 0), else the member with the same parallel index as the previous link."""
+    given (>= 0), else the member with the same parallel index as the previous link.
+    Returns the fabric paths as a CSR ``(indptr, links)``."""
     par = _parallel_index(fabric)
     last = np.zeros(len(qs), dtype=np.int64)
 
@@ -511,10 +518,9 @@ def _walk_slots(fabric, routing, demand, qs, slots):
         last[idx] = routing.group_member(switches, dst_leaves, member)
         return member
 
-    from icefabric.control.realize import csr_split, inner_csr, walk_csr
+    from icefabric.control.realize import inner_csr
 
-    ptr, flat = walk_csr(fabric, routing, demand.src_nic[qs], demand.dst_nic[qs], choose)
-    return csr_split(*inner_csr(ptr, flat))
+    return inner_csr(*routing.walk_csr(demand.src_nic[qs], demand.dst_nic[qs], choose))
 
 
 def _color_classes(demand: Demand, qs: np.ndarray) -> list[np.ndarray]:
@@ -529,8 +535,8 @@ def _color_classes(demand: Demand, qs: np.ndarray) -> list[np.ndarray]:
     mat = np.full((demand.n_qps, E), -1, dtype=np.int64)
     within = np.arange(len(demand.ent_qp)) - ptr[demand.ent_qp]
     mat[demand.ent_qp, within] = demand.ent_phase
-    _, cls = np.unique(mat[qs], axis=0, return_inverse=True)
-    cls = cls.ravel()
+    sub = mat[qs]
+    cls = _dense_rows([sub[:, j] for j in range(E)])  # np.unique(axis=0)'s order, faster
     order = np.argsort(cls, kind="stable")
     bounds = np.flatnonzero(np.diff(cls[order])) + 1
     return np.split(qs[order], bounds)
@@ -547,10 +553,10 @@ def _coloring_paths(fabric, routing, demand, three_tier: bool):
     off0 = 0
     off1: dict[int, int] = {}
     delta = 0
+    # vertex labels need not be compact: the colouring depends on edge order only
+    src_li, dst_li = routing.leaf_index[demand.src_leaf], routing.leaf_index[demand.dst_leaf]
     for cls in _color_classes(demand, inter):
-        _, lu = np.unique(demand.src_leaf[cls], return_inverse=True)
-        _, lv = np.unique(demand.dst_leaf[cls], return_inverse=True)
-        c = bipartite_edge_coloring(lu, lv)
+        c = bipartite_edge_coloring(src_li[cls], dst_li[cls])
         d = int(c.max(initial=-1)) + 1
         delta = max(delta, d)
         slot0[cls] = c + off0
@@ -563,18 +569,16 @@ def _coloring_paths(fabric, routing, demand, three_tier: bool):
         xp = pod[demand.src_leaf[cls]] != pod[demand.dst_leaf[cls]]
         for j in np.unique(plane[xp]).tolist():
             sel = cls[xp & (plane == j)]
-            _, pu = np.unique(pod[demand.src_leaf[sel]], return_inverse=True)
-            _, pv = np.unique(pod[demand.dst_leaf[sel]], return_inverse=True)
-            c1 = bipartite_edge_coloring(pu, pv)
+            c1 = bipartite_edge_coloring(pod[demand.src_leaf[sel]], pod[demand.dst_leaf[sel]])
             slot1[sel] = c1 + off1.get(j, 0)
             off1[j] = off1.get(j, 0) + int(c1.max(initial=-1)) + 1
-    paths = [np.zeros(0, np.int64)] * Q
-    if len(inter):
-        slots = [slot0[inter], slot1[inter]] if three_tier else [slot0[inter]]
-        got = _walk_slots(fabric, routing, demand, inter, slots)
-        for q, p in zip(inter.tolist(), got, strict=True):
-            paths[q] = p
-    return paths, delta
+    if not len(inter):
+        return CsrRows(np.zeros(Q + 1, np.int64), np.zeros(0, np.int64)), delta
+    slots = [slot0[inter], slot1[inter]] if three_tier else [slot0[inter]]
+    ptr, flat = _walk_slots(fabric, routing, demand, inter, slots)
+    lengths = np.zeros(Q, dtype=np.int64)
+    lengths[inter] = np.diff(ptr)  # inter is sorted: its rows keep their order
+    return CsrRows(indptr_from_lengths(lengths), flat), delta
 
 
 def plan_edge_coloring(fabric, routing, demand, *, seed=None, **_) -> PathAssignment:

@@ -151,8 +151,10 @@ def _in_sorted(sorted_codes: np.ndarray, codes: np.ndarray) -> np.ndarray:
 
 
 def _base_matrix(configs: Sequence[HashConfig], d: _Decisions, dport: int, proto: int,
-                 usable: np.ndarray, xid_of_cfg: np.ndarray) -> np.ndarray:
-    """``base_hash`` of every (QP, depth) with a decision (0 elsewhere).
+                 usable: np.ndarray, xid_of_cfg: np.ndarray, pid: np.ndarray | None
+                 ) -> np.ndarray:
+    """``base_hash`` of every (QP, depth) with a decision (0 elsewhere); ``pid``: dense
+    ids of the QPs' IP pairs, if known.
 
     Switches that differ only by seed share a linear key; their rows are hashed in one
     call with per-row seeds.
@@ -160,6 +162,20 @@ def _base_matrix(configs: Sequence[HashConfig], d: _Decisions, dport: int, proto
     base = np.zeros(d.cfg.shape, dtype=np.uint32)
     qs, ds = np.nonzero(usable)
     cfgs = d.cfg[qs, ds]
+    if pid is not None and d.dqpn is None and len(qs):
+        # The hash of port 0 depends on the IP pair and the switch's config only: hash
+        # each distinct (pair, config) once (the QPs of a NIC pair share it).
+        key = pid[qs] * len(configs) + cfgs
+        ids = _dense_ids(key, int(key.max()) + 1)
+        one = np.zeros(int(ids.max()) + 1, dtype=np.int64)
+        one[ids] = np.arange(len(ids))  # any row of a (pair, config) stands for all
+        uq, ud = qs[one], ds[one]
+        sub = _Decisions(d.sip[uq], d.dip[uq], d.cfg[uq, ud][:, None],
+                         d.n[uq, ud][:, None], d.want[uq, ud][:, None], None)
+        base[qs, ds] = _base_matrix(configs, sub, dport, proto,
+                                    np.ones((len(uq), 1), dtype=bool), xid_of_cfg, None
+                                    )[ids, 0]
+        return base
     seeds = np.array([c.seed for c in configs], dtype=np.uint64)
     gid = xid_of_cfg[cfgs]
     rep_cfg = {int(x): configs[i] for i, x in reversed(list(enumerate(xid_of_cfg[:-1])))}
@@ -173,17 +189,44 @@ def _base_matrix(configs: Sequence[HashConfig], d: _Decisions, dport: int, proto
 
 
 def _dense_rows(cols: Sequence[np.ndarray]) -> np.ndarray:
-    """Dense ids of equal rows of integer columns (faster than ``np.unique(axis=0)``)."""
+    """Dense ids of equal rows of integer columns, in the rows' lexicographic order (that
+    of ``np.unique(axis=0)``, faster)."""
+    return _dense_ids(*_row_keys(cols))
+
+
+def _row_keys(cols: Sequence[np.ndarray]) -> tuple[np.ndarray, int]:
+    """One int64 key per row of integer columns, equal for equal rows and ordered as the
+    rows lexicographically, with its span (keys in ``[0, span)``). A column of a narrow
+    value range enters the key as ``value - min`` (no sort); a wide one through its dense
+    ids; when the key would pass 62 bits it is densified first."""
     ids = np.zeros(cols[0].shape[0], dtype=np.int64)
+    if ids.size == 0:
+        return ids, 1
     span = 1
     for c in cols:
-        u, inv = np.unique(c, return_inverse=True)
-        if span * u.size >= 1 << 62:
-            ids = np.unique(ids, return_inverse=True)[1].ravel().astype(np.int64)
+        lo, hi = int(c.min()), int(c.max())
+        if hi - lo < 4 * c.size + 64:
+            width, inv = hi - lo + 1, c.astype(np.int64) - lo
+        else:
+            u, inv = np.unique(c, return_inverse=True)
+            width, inv = u.size, inv.ravel()
+        if span * width >= 1 << 62:
+            ids = _dense_ids(ids, span)
             span = int(ids.max(initial=0)) + 1
-        ids = ids * u.size + inv.ravel()
-        span *= u.size
-    return np.unique(ids, return_inverse=True)[1].ravel()
+        ids = ids * width + inv
+        span *= width
+    return ids, span
+
+
+def _dense_ids(keys: np.ndarray, span: int) -> np.ndarray:
+    """Rank of each key among the distinct keys (``np.unique``'s inverse). Keys in
+    ``[0, span)`` with ``span`` a few times their count are ranked through a table of
+    the span (no sort); others by ``np.unique``."""
+    if span <= 4 * keys.size + 64:
+        seen = np.zeros(span, dtype=np.int64)
+        seen[keys] = 1
+        return (np.cumsum(seen) - 1)[keys]
+    return np.unique(keys, return_inverse=True)[1].ravel().astype(np.int64)
 
 
 def solve_sports(
@@ -282,13 +325,14 @@ def solve_sports(
     over = indexable & (np.cumsum(bits, axis=1) > _MAX_KEY_BITS)
     indexable &= ~over
     bits = np.where(over, 0, bits)
-    trivial = usable & (d.n == 1)
     lin_ids: dict[HashConfig, int] = {}
     xid_of_cfg = np.array(
         [lin_ids.setdefault(linear_key(c), len(lin_ids)) if not c.is_spray else -1
          for c in configs] + [-1], dtype=np.int64)
     xid = xid_of_cfg[d.cfg]
-    base = _base_matrix(configs, d, dport, proto, usable & ~impossible[:, None], xid_of_cfg)
+    trivial = usable & (d.n == 1)  # member 0 whatever the hash: nothing to hash
+    base = _base_matrix(configs, d, dport, proto, usable & ~trivial & ~impossible[:, None],
+                        xid_of_cfg, pid)
     code = np.zeros(d.cfg.shape, dtype=np.int64)
     code = np.where(usable & ~indexable, 2 + 2 * d.cfg, code)
     code = np.where(indexable, 1 + 2 * (xid * 32 + bits), code)
@@ -337,7 +381,9 @@ def _solve_rows(
     """Solve the QPs ``rows`` in place into ``out``, grouped by chain signature."""
     crow = code[rows]
     inv = _dense_rows([crow[:, j] for j in range(crow.shape[1])])
-    by_sig = np.argsort(inv, kind="stable")
+    # a few signatures: 16-bit ids sort by radix (numpy's stable sort of small ints)
+    by_sig = np.argsort(inv.astype(np.int16) if inv.max(initial=0) < 1 << 15 else inv,
+                        kind="stable")
     bounds = np.flatnonzero(np.r_[True, np.diff(inv[by_sig]) != 0, True])
     for g0, g1 in zip(bounds[:-1], bounds[1:], strict=True):
         gq = rows[by_sig[g0:g1]]
@@ -379,7 +425,7 @@ def _solve_rows(
         for depth, _ in filt_cols:
             cols += [base[gq, depth].astype(np.uint64), d.n[gq, depth].astype(np.uint64),
                      d.want[gq, depth].astype(np.uint64)]
-        cls = _dense_rows(cols)
+        cls = _row_keys(cols)[0]  # order-preserving ids: their sort is the ranks' order
         srt = np.argsort(cls, kind="stable")
         cs = cls[srt]
         starts = np.flatnonzero(np.r_[True, cs[1:] != cs[:-1]])

@@ -18,7 +18,8 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from icefabric.controller.core import Conflict, ControllerCore, Forbidden, Invalid, NotFound
+from icefabric.controller.core import ControllerCore
+from icefabric.controller.errors import Conflict, Forbidden, Invalid, NotFound
 from icefabric.controller.limits import BodyLimit, RateLimit, TokenBuckets, error_response
 from icefabric.controller.routes import (
     agents,
@@ -41,6 +42,8 @@ API_VERSION = "1.0"
 _CODES = {400: "bad_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
           405: "method_not_allowed", 409: "conflict", 413: "too_large", 415: "unsupported",
           422: "invalid", 429: "rate_limited"}
+#: the controller's own errors and their statuses
+_STATUS = {Invalid: 422, NotFound: 404, Forbidden: 403, Conflict: 409}
 
 
 class CountRequests:
@@ -68,6 +71,48 @@ class CountRequests:
                 b"wait_s=0&" not in scope["query_string"] + b"&"
             self.metrics.count_request(getattr(scope.get("route"), "path", "other"), status,
                                        time.perf_counter() - t0, waited)
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Every error answers with an :class:`ErrorBody` JSON (never a stack trace)."""
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(request: Request, exc: StarletteHTTPException):
+        detail = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
+        return error_response(exc.status_code, _CODES.get(exc.status_code, "error"), detail,
+                              headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError):
+        details = [{"loc": [str(x) for x in e.get("loc", ())], "msg": str(e.get("msg", "")),
+                    "type": str(e.get("type", ""))} for e in exc.errors()[:20]]
+        first = details[0] if details else {"loc": [], "msg": "invalid request"}
+        where = ".".join(first["loc"])
+        return error_response(422, "invalid",
+                              f"{where}: {first['msg']}" if where else first["msg"], details)
+
+    async def known(request: Request, exc: Exception):
+        status = _STATUS[type(exc)]
+        return error_response(status, _CODES[status],
+                              str(exc.args[0]) if exc.args else _CODES[status])
+
+    for kind in _STATUS:
+        app.add_exception_handler(kind, known)
+
+    @app.exception_handler(StoreError)
+    async def store_unavailable(request: Request, exc: StoreError):
+        # The database is down, locked or broken: a clear 503 agents retry with backoff
+        # (they keep their last plan meanwhile); plans already issued are still served.
+        log.warning("%s %s: %s", request.method, request.url.path, exc)
+        return error_response(503, "database_unavailable",
+                              f"database unavailable: {exc}; retry later",
+                              headers={"Retry-After": "1"})
+
+    @app.exception_handler(Exception)
+    async def internal(request: Request, exc: Exception):
+        log.error("internal error on %s %s: %s", request.method, request.url.path,
+                  type(exc).__name__, exc_info=exc)
+        return error_response(500, "internal", "internal error; see the controller log")
 
 
 def create_app(settings: Settings | None = None, core: ControllerCore | None = None) -> FastAPI:
@@ -105,52 +150,7 @@ def create_app(settings: Settings | None = None, core: ControllerCore | None = N
               events.router, views.router, health.router):
         app.include_router(r)
 
-    @app.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException):
-        detail = exc.detail if isinstance(exc.detail, str) else json.dumps(exc.detail)
-        return error_response(exc.status_code, _CODES.get(exc.status_code, "error"), detail,
-                              headers=getattr(exc, "headers", None))
-
-    @app.exception_handler(RequestValidationError)
-    async def validation_error(request: Request, exc: RequestValidationError):
-        details = [{"loc": [str(x) for x in e.get("loc", ())], "msg": str(e.get("msg", "")),
-                    "type": str(e.get("type", ""))} for e in exc.errors()[:20]]
-        first = details[0] if details else {"loc": [], "msg": "invalid request"}
-        where = ".".join(first["loc"])
-        return error_response(422, "invalid",
-                              f"{where}: {first['msg']}" if where else first["msg"], details)
-
-    @app.exception_handler(Invalid)
-    async def invalid(request: Request, exc: Invalid):
-        return error_response(422, "invalid", str(exc))
-
-    @app.exception_handler(NotFound)
-    async def not_found(request: Request, exc: NotFound):
-        return error_response(404, "not_found", str(exc.args[0]) if exc.args else "not found")
-
-    @app.exception_handler(Forbidden)
-    async def forbidden(request: Request, exc: Forbidden):
-        return error_response(403, "forbidden", str(exc))
-
-    @app.exception_handler(Conflict)
-    async def conflict(request: Request, exc: Conflict):
-        return error_response(409, "conflict", str(exc))
-
-    @app.exception_handler(StoreError)
-    async def store_unavailable(request: Request, exc: StoreError):
-        # The database is down, locked or broken: a clear 503 agents retry with backoff
-        # (they keep their last plan meanwhile); plans already issued are still served.
-        log.warning("%s %s: %s", request.method, request.url.path, exc)
-        return error_response(503, "database_unavailable",
-                              f"database unavailable: {exc}; retry later",
-                              headers={"Retry-After": "1"})
-
-    @app.exception_handler(Exception)
-    async def internal(request: Request, exc: Exception):
-        log.error("internal error on %s %s: %s", request.method, request.url.path,
-                  type(exc).__name__, exc_info=exc)
-        return error_response(500, "internal", "internal error; see the controller log")
-
+    _add_error_handlers(app)
     app.add_middleware(CountRequests, metrics=app.state.core.metrics)
     app.add_middleware(BodyLimit, default=settings.max_body_bytes,
                        overrides={"/v1/fabric": settings.max_fabric_bytes},

@@ -18,7 +18,8 @@ import ipaddress
 
 from fastapi import HTTPException, Request, status
 
-from icefabric.controller.core import ControllerCore, Principal
+from icefabric.controller.core import ControllerCore
+from icefabric.controller.tokens import Principal
 
 _CHALLENGE = {"WWW-Authenticate": "Bearer"}
 

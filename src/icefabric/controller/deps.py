@@ -14,7 +14,9 @@ from typing import Annotated
 from fastapi import Depends, HTTPException, Path, Request
 
 from icefabric.controller import auth
-from icefabric.controller.core import ControllerCore, NotFound, Principal
+from icefabric.controller.core import ControllerCore
+from icefabric.controller.errors import NotFound
+from icefabric.controller.tokens import Principal
 
 
 async def get_core(request: Request) -> ControllerCore:

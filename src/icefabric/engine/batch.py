@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from icefabric.csr import gather, indptr_from_lengths
-from icefabric.engine.batch_kernel import Dag, Routes, run_draws
+from icefabric.engine.batch_kernel import Dag, Routes, dominated_rows, run_draws
 from icefabric.engine.problem import EngineError, SimProblem
 
 
@@ -115,22 +115,18 @@ def redundant_links(P: SimProblem, routes) -> np.ndarray:
     the work. Only links on routes that are the same in every route set are considered."""
     fixed = np.flatnonzero(~_varying_links(P, routes))
     A = P.incidence().tocsr()[fixed]  # fixed links x flows
+    A.sum_duplicates()  # sorted column indices in every row, for the kernel's merge
     pattern = (A > 0).astype(np.float64)
     overlap = (pattern @ pattern.T).tocoo()
     count = np.asarray(pattern.sum(axis=1)).ravel()
     cap = P.link_capacity_bps[fixed]
     cand = (overlap.row != overlap.col) & (overlap.data == count[overlap.row]) & \
         (cap[overlap.row] >= cap[overlap.col]) & (count[overlap.row] > 0)
-    drop: list[int] = []
-    dropped = np.zeros(len(fixed), dtype=bool)
-    for a, b in zip(overlap.row[cand].tolist(), overlap.col[cand].tolist()):
-        if dropped[a] or dropped[b]:
-            continue
-        ra, rb = A[a], A[b]
-        if np.all(ra.data <= rb[:, ra.indices].toarray().ravel()):
-            dropped[a] = True
-            drop.append(int(fixed[a]))
-    return np.asarray(drop, dtype=np.int64)
+    # candidate pairs in the order the product lists them; the first that holds wins
+    dropped = dominated_rows(A.indptr.astype(np.int64), A.indices.astype(np.int64),
+                             A.data.astype(np.float64), overlap.row[cand].astype(np.int64),
+                             overlap.col[cand].astype(np.int64), len(fixed))
+    return fixed[dropped].astype(np.int64)
 
 
 def _varying_links(P: SimProblem, rs: RouteSets) -> np.ndarray:

@@ -560,3 +560,47 @@ def _freeze(sc, k) -> int:
                 kept += 1
         e = end
     return kept
+
+
+@njit(cache=True)
+def dominated_rows(indptr, indices, data, pair_a, pair_b, n_rows):  # pragma: no cover
+    """Rows ``a`` of a CSR (indices sorted in each row) dropped by walking the candidate
+    pairs ``(pair_a[i], pair_b[i])`` in order: ``a`` is dropped when neither row is
+    dropped yet and every entry of row ``a`` is <= row ``b``'s in the same column (0
+    where ``b`` has none). :func:`icefabric.engine.batch.redundant_links`' rule, which
+    sliced two scipy rows per pair (19 s of a 1,024-GPU ``--draws 10`` run)."""
+    dropped = np.zeros(n_rows, dtype=np.bool_)
+    for i in range(len(pair_a)):
+        a, b = pair_a[i], pair_b[i]
+        if dropped[a] or dropped[b]:
+            continue
+        j, j_end = indptr[b], indptr[b + 1]
+        ok = True
+        for k in range(indptr[a], indptr[a + 1]):
+            col = indices[k]
+            while j < j_end and indices[j] < col:
+                j += 1
+            vb = data[j] if j < j_end and indices[j] == col else 0.0
+            if data[k] > vb:
+                ok = False
+                break
+        if ok:
+            dropped[a] = True
+    return dropped
+
+
+@njit(cache=True)
+def maxmin_compiled(link, who, coef, cap, fcap):  # pragma: no cover - compiled
+    """:func:`icefabric.dataplane.fairness.maxmin_entries` (same entries, same arithmetic
+    in the same order, hence the same rates) through :func:`_maxmin`: what the
+    event-driven flow engine calls at every event, where the numpy rounds' per-call
+    overhead dominated a 16,384-GPU training iteration."""
+    sc = _scratch(len(cap), len(fcap), len(link))
+    k = 0
+    for e in range(len(link)):
+        if coef[e] > 0:  # (maxmin_entries drops the others)
+            sc.e_link[k], sc.e_who[k], sc.e_coef[k] = link[e], who[e], coef[e]
+            k += 1
+    sc.lf[_REM, :] = cap
+    _maxmin(sc, k, np.arange(len(cap)), np.arange(len(fcap)), fcap)
+    return sc.ff[_RATE, :len(fcap)].copy()

@@ -18,8 +18,8 @@ import time
 import numpy as np
 import scipy.sparse as sp
 
-from icefabric.csr import gather, indptr_from_lengths, replace_rows
-from icefabric.engine.maxmin import maxmin_rates
+from icefabric.csr import gather, replace_rows
+from icefabric.engine.batch_kernel import maxmin_compiled
 from icefabric.engine.problem import EngineError, SimProblem, route_incidence, routes_touching
 from icefabric.engine.registry import register_engine
 from icefabric.engine.result import CollectiveResult, SimResult
@@ -53,7 +53,7 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
     A = P.incidence()
     down = np.zeros(L, dtype=bool)
     blocked = np.zeros(P.n_routes, dtype=bool)
-    Ac = A.tocsc()  # column slices of the active flows
+    ci = _ColumnIndex(A)  # column slices of the active flows
     flow_blocked = np.zeros(F, dtype=bool)
 
     remaining = P.flow_size_bytes.astype(np.float64).copy()
@@ -92,7 +92,7 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
             t_adv = t
             run_mask = active & ~flow_blocked
             if freed is not None and len(freed):
-                _rates_after_finish(A, Ac, P, rate, load, run_mask, np.concatenate(freed))
+                _rates_after_finish(A, ci, P, rate, load, run_mask, np.concatenate(freed))
             else:
                 # only the running flows and the links they cross: an event costs in
                 # proportion to what runs, not to every flow of a long dependency DAG
@@ -100,10 +100,10 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
                 rate[:] = 0.0
                 load[:] = 0.0
                 if len(idx):
-                    sub, rows = _columns(Ac, idx)
-                    rate[idx] = maxmin_rates(sub, P.link_capacity_bps[rows],
-                                             P.flow_rate_cap_bps[idx])
-                    load[rows] = sub @ _finite(rate[idx])
+                    sub = ci.columns(idx)
+                    rate[idx] = sub.maxmin(P.link_capacity_bps[sub.rows],
+                                           P.flow_rate_cap_bps[idx])
+                    load[sub.rows] = sub.load(_finite(rate[idx]))
             np.maximum(peak, load / P.link_capacity_bps, out=peak)
             dirty = False
             freed = []
@@ -177,7 +177,7 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
                 link_bytes += A @ moved
                 moved[:] = 0.0
                 A = route_incidence(r_ptr, r_links, P.route_flow, P.route_weight, L, F)
-                Ac = A.tocsc()
+                ci = _ColumnIndex(A)
                 flow_blocked[:] = np.bincount(P.route_flow[blocked], minlength=F) > 0
                 dirty, freed = True, None
         if progress is not None:
@@ -212,7 +212,7 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
         events=events, meta=dict(P.meta))
 
 
-def _rates_after_finish(A, Ac, P: SimProblem, rate, load, run_mask, fin) -> None:
+def _rates_after_finish(A, ci, P: SimProblem, rate, load, run_mask, fin) -> None:
     """Update ``rate`` and ``load`` (link loads) in place after flows ``fin`` left.
 
     Only links crossed by ``fin`` lost load. In progressive filling nothing changes below
@@ -223,7 +223,7 @@ def _rates_after_finish(A, Ac, P: SimProblem, rate, load, run_mask, fin) -> None
     costs in proportion to the flows it touches, not to the whole problem.
     """
     cap = P.link_capacity_bps
-    links, vals, _ = _entries(Ac, fin)
+    links, vals, _ = _entries(ci.Ac, fin)
     touched = np.unique(links)
     sat = touched[load[touched] >= cap[touched] * (1 - 1e-6)]
     refill = np.zeros(0, np.int64)
@@ -233,14 +233,14 @@ def _rates_after_finish(A, Ac, P: SimProblem, rate, load, run_mask, fin) -> None
         lam = np.maximum.reduceat(rate[flows], first).min()
         refill = np.flatnonzero(run_mask & (rate >= lam * (1 - 1e-9)))
     gone = np.concatenate([fin, refill])
-    links, vals, n = _entries(Ac, gone)
+    links, vals, n = _entries(ci.Ac, gone)
     load -= np.bincount(links, vals * np.repeat(_finite(rate[gone]), n), minlength=len(load))
     rate[gone] = 0.0
     if len(refill):
-        sub, rows = _columns(Ac, refill)
-        spare = np.maximum(cap[rows] - load[rows], 0.0)
-        rate[refill] = maxmin_rates(sub, spare, P.flow_rate_cap_bps[refill])
-        load[rows] += sub @ _finite(rate[refill])
+        sub = ci.columns(refill)
+        spare = np.maximum(cap[sub.rows] - load[sub.rows], 0.0)
+        rate[refill] = sub.maxmin(spare, P.flow_rate_cap_bps[refill])
+        load[sub.rows] += sub.load(_finite(rate[refill]))
 
 
 def _entries(M: sp.spmatrix, idx: np.ndarray):
@@ -252,12 +252,53 @@ def _entries(M: sp.spmatrix, idx: np.ndarray):
     return M.indices[pos], M.data[pos], n
 
 
-def _columns(Ac: sp.csc_matrix, cols: np.ndarray) -> tuple[sp.csc_matrix, np.ndarray]:
-    """Columns ``cols`` of ``Ac`` over the rows they touch: (that matrix, the row ids)."""
-    links, vals, n = _entries(Ac, cols)
-    rows, local = np.unique(links, return_inverse=True)
-    return sp.csc_matrix((vals, local.reshape(-1), indptr_from_lengths(n)),
-                         shape=(len(rows), len(cols))), rows
+class _ColumnIndex:
+    """The incidence as a canonical CSC (each column's rows ascending, once) and two
+    link-sized tables reused by every event, so that taking the columns of the running
+    flows costs what they touch, not the fabric's size."""
+
+    def __init__(self, A: sp.csr_matrix):
+        self.Ac = A.tocsc()
+        self.Ac.sum_duplicates()
+        L = self.Ac.shape[0]
+        self._last = np.empty(L, dtype=np.int64)
+        self._id = np.empty(L, dtype=np.int64)
+
+    def columns(self, cols: np.ndarray) -> _Columns:
+        """Columns ``cols`` over the links they touch, numbered in the tables (written
+        before they are read: nothing to clear)."""
+        links, vals, n = _entries(self.Ac, cols)
+        e = np.arange(len(links))
+        self._last[links] = e  # one entry per distinct link survives (the last)
+        rows = links[self._last[links] == e]
+        self._id[rows] = np.arange(len(rows))
+        return _Columns(rows, self._id[links], vals,
+                        np.repeat(np.arange(len(cols), dtype=np.int64), n))
+
+
+class _Columns:
+    """Columns of the running flows over the ``rows`` (links) they touch, as plain
+    entries: ``local`` (position in ``rows``), ``who`` (position among the columns) and
+    ``vals``, grouped by column. No scipy matrix is built per event (their constructors
+    and a sort of the links per event were most of a 16,384-GPU training iteration's
+    engine time). The links' numbering changes no arithmetic: max-min and the loads sum
+    per link in entry order, whatever a link's number."""
+
+    def __init__(self, rows: np.ndarray, local: np.ndarray, vals: np.ndarray,
+                 who: np.ndarray):
+        self.rows, self.local, self.vals, self.who = rows, local, vals, who
+
+    def maxmin(self, cap: np.ndarray, fcap: np.ndarray) -> np.ndarray:
+        """Max-min rates of the columns on ``cap`` (per row): the compiled
+        :func:`~icefabric.dataplane.fairness.maxmin_entries`, the same rates."""
+        return maxmin_compiled(self.local, self.who, self.vals.astype(np.float64),
+                               np.asarray(cap, dtype=np.float64),
+                               np.asarray(fcap, dtype=np.float64))
+
+    def load(self, rate: np.ndarray) -> np.ndarray:
+        """Per row, the columns' ``vals * rate`` summed in column order (what the CSC
+        product summed, in the same order)."""
+        return np.bincount(self.local, self.vals * rate[self.who], minlength=len(self.rows))
 
 
 def _next_data_done(remaining, rate, run, t: int) -> int:

@@ -29,7 +29,7 @@ BEGIN, END = "<!-- calibration:begin -->", "<!-- calibration:end -->"
 #: The last ``icefab calibrate --write`` run, shipped with the package (trust lines).
 OUTCOMES = Path(__file__).with_name("calibration.json")
 #: The ECMP family the trust line speaks of: policy -> what it stands for.
-TRUSTED = {"ecmp-tuned": "as deployed (2 QPs per connection)",
+TRUSTED = {"ecmp-tuned": "as deployed (2 QPs per NCCL connection)",
            "ecmp": "NCCL's default (1 QP)"}
 
 

@@ -75,7 +75,7 @@ def run_training_policy(ls: LoadedScenario, fabric: Fabric, pol: Policy, *,
     failures as the policy reacts, the engine), with the connections split as the policy
     wants; the ideal bound runs on its non-blocking twin (without the failures)."""
     fab = pol.ideal_fabric(fabric)
-    tw = build_training(ls, fab, qps_per_connection=pol.qps_per_connection(1))
+    tw = build_training(ls, fab, qps_rule=pol.qps_per_connection)
     p = plan(fab, tw.workload, pol, seed=ls.scenario.seed)
     changes = scenario_link_changes(ls, fabric) if fab is fabric and ls.scenario.failures \
         else []

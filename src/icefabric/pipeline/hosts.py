@@ -15,7 +15,7 @@ from icefabric.ccl.workload import Workload
 from icefabric.control.plan import PathPlan
 from icefabric.csr import csr_from_lists
 from icefabric.pipeline.jobs import qp_jobs, qp_ordinals
-from icefabric.schemas_service import QP_PLANS, QpKey, QpPlan
+from icefabric.schemas_service import QpKey, QpPlan
 from icefabric.topology.model import Fabric
 from icefabric.units import ipv4_str
 
@@ -39,18 +39,19 @@ def host_plans(fabric: Fabric, wl: Workload, paths: PathPlan) -> dict[str, list[
     links, rptr = paths.route_links.tolist(), paths.route_indptr.tolist()
     weights, rates = paths.route_weight.tolist(), paths.rate_bps.tolist()
     sport, backup = paths.sport.tolist(), paths.backup_sport.tolist()
-    per_host: dict[str, list[dict]] = {}
+    per_host: dict[str, list[QpPlan]] = {}
     for q, (host, key, job, ordinal) in enumerate(zip(
             qp_hosts(fabric, wl), qp_keys(wl), qp_jobs(wl), qp_ordinals(wl).tolist(),
             strict=True)):
-        per_host.setdefault(host, []).append({
-            "src_ip": key[0], "dst_ip": key[1], "lqpn": key[2], "rqpn": key[3], "job": job,
-            "ordinal": ordinal, "sport": sport[q],
-            "rate_bps": rates[q] if np.isfinite(rates[q]) else None,
-            "routes": [links[rptr[r]:rptr[r + 1]] for r in range(ptr[q], ptr[q + 1])],
-            "weights": weights[ptr[q]:ptr[q + 1]],
-            "backup_sport": backup[q] if backup[q] >= 0 else None})
-    return {h: QP_PLANS.validate_python(qps) for h, qps in per_host.items()}
+        # the wire's sentinels: no rate (inf in the arrays) and no backup port (-1) are None
+        per_host.setdefault(host, []).append(QpPlan(
+            src_ip=key[0], dst_ip=key[1], lqpn=key[2], rqpn=key[3], job=job,
+            ordinal=ordinal, sport=sport[q],
+            rate_bps=rates[q] if np.isfinite(rates[q]) else None,
+            routes=[links[rptr[r]:rptr[r + 1]] for r in range(ptr[q], ptr[q + 1])],
+            weights=weights[ptr[q]:ptr[q + 1]],
+            backup_sport=backup[q] if backup[q] >= 0 else None))
+    return per_host
 
 
 def paths_from_host_plans(wl: Workload, applied: Mapping[QpKey, QpPlan], *,

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from icefabric.ccl.collectives import add_collective
-from icefabric.ccl.communicator import Communicator
+from icefabric.ccl.communicator import Communicator, QpsRule
 from icefabric.ccl.workload import Workload, WorkloadBuilder
 from icefabric.csr import within
 from icefabric.errors import IceFabricError
@@ -119,9 +119,10 @@ def _apply_observed_qps(wl: Workload, jobs: Sequence[JobSpec]) -> None:
 
 # -- front ends ---------------------------------------------------------------------------------
 def scenario_jobs(ls: LoadedScenario, fabric: Fabric, size_bytes: int,
-                  qps_per_connection: int | None = None) -> list[JobSpec]:
-    """The jobs of a scenario at ``size_bytes`` (``qps_per_connection`` overrides every
-    job's, for policies that split connections). Errors point into the scenario file."""
+                  qps_rule: QpsRule | None = None) -> list[JobSpec]:
+    """The jobs of a scenario at ``size_bytes`` (with the QPs per connection a policy's
+    ``qps_rule`` sets, for policies that split connections). Errors point into the
+    scenario file."""
     out = []
     used: dict[int, str] = {}
     for j, job in enumerate(ls.scenario.jobs):
@@ -136,9 +137,10 @@ def scenario_jobs(ls: LoadedScenario, fabric: Fabric, size_bytes: int,
             qps = nccl.qps_per_connection
         try:
             comm = Communicator(job=job.name, fabric=fabric, ranks=np.asarray(ranks),
-                                library=lib, qps_per_connection=qps_per_connection or qps,
+                                library=lib, qps_per_connection=qps,
                                 channels=job.channels, step_overhead_ns=job.step_overhead_ns,
-                                nccl=nccl, rings=tuple(tuple(r) for r in job.rings or ()))
+                                nccl=nccl, rings=tuple(tuple(r) for r in job.rings or ())
+                                ).under(qps_rule)
         except ValueError as e:
             raise ls.error(("jobs", j), str(e)) from None
         out.append(JobSpec(comm, tuple((c.kind, c.algorithm) for c in job.collectives),

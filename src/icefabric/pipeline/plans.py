@@ -135,9 +135,12 @@ def scenario_link_changes(ls: LoadedScenario, fabric: Fabric) -> list[LinkChange
         for n in (a, b):
             if n not in fabric.node_id:
                 raise ls.error(("failures", k, "link"), f"node {n!r} does not exist")
-        links = fabric.links_between(a, b)
+        links = fabric.links_between(a, b, f.cable)
         if not len(links):
-            raise ls.error(("failures", k, "link"), f"no link between {a} and {b}")
+            n = len(fabric.links_between(a, b)) // 2
+            raise ls.error(("failures", k, "link") if not n else ("failures", k, "cable"),
+                           f"no link between {a} and {b}" if not n else
+                           f"cable {f.cable} between {a} and {b}: there are {n} (0-{n - 1})")
         out.append(LinkChange(us(f.at_us), False, a, b, links))
         if f.until_us is not None:
             if f.until_us <= f.at_us:
@@ -172,8 +175,8 @@ def scenario_workload(ls: LoadedScenario, fabric: Fabric, size_bytes: int,
     """The scenario's jobs at ``size_bytes`` (with the QPs per connection ``policy``
     wants) and their workload on the fabric ``policy`` runs on."""
     fab = policy.ideal_fabric(fabric) if policy is not None else fabric
-    qps = policy.qps_per_connection(1) if policy is not None else 1  # 1: the jobs' own
-    jobs = scenario_jobs(ls, fab, size_bytes, qps if qps != 1 else None)
+    jobs = scenario_jobs(ls, fab, size_bytes,
+                         policy.qps_per_connection if policy is not None else None)
     try:
         return ScenarioWorkload(fab, jobs, build_workload(fab, jobs, qpn_seed=ls.scenario.seed))
     except JobError as e:

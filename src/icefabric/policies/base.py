@@ -75,8 +75,10 @@ class Policy(ABC):
     #: only, not on message sizes, so one plan per draw serves every size.
     randomised: bool = False
 
-    def qps_per_connection(self, default: int) -> int:
-        """QPs per connection this policy wants the workload built with."""
+    def qps_per_connection(self, default: int, library: str = "nccl") -> int:
+        """QPs per connection this policy wants a communicator of ``library`` built with,
+        given the communicator's own setting ``default`` (a :data:`~icefabric.ccl.
+        communicator.QpsRule`)."""
         return default
 
     @abstractmethod

@@ -12,6 +12,9 @@
   2-4 with ``NCCL_IB_SPLIT_DATA_ON_QPS=0`` (each message whole on the next QP, round-robin).
   Default 2: the setting NCCL's maintainers suggest for RoCE bonds (NVIDIA/nccl#1015) and the
   one in most public run commands (NVIDIA/nccl#1454, NVIDIA/nccl-tests#232; #1277 uses 4).
+  Only NCCL and RCCL read it: HCCL communicators keep their own setting
+  (``HCCL_RDMA_QPS_PER_CONNECTION``, default 1; the public run commands above are NCCL's),
+  and a cross-vendor job splits only its NCCL/RCCL pools.
   Round-robin gives each QP ``1/k`` of the bytes like the even split does
   (:mod:`icefabric.ccl.nccl_defaults`), so at flow level it equals ``ecmp-multiqp`` with the
   same ``k``; what differs is the default ``k`` and what the name stands for. It is the
@@ -83,17 +86,27 @@ class EcmpMultiQpPolicy(EcmpPolicy):
             raise PolicyError(f"{self.name}: qps must be in [1, 128]")
         self.qps = int(qps)
 
-    def qps_per_connection(self, default: int) -> int:
+    def qps_per_connection(self, default: int, library: str = "nccl") -> int:
         return self.qps
+
+
+#: Libraries that read ``NCCL_IB_QPS_PER_CONNECTION`` (RCCL keeps NCCL's variable names,
+#: ``src/transport/net_ib.cc`` of ROCm/rccl).
+NCCL_ENV_LIBRARIES = ("nccl", "rccl")
 
 
 @register_policy("ecmp-tuned")
 class EcmpTunedPolicy(EcmpMultiQpPolicy):
-    description = ("ECMP as RoCE clusters deploy it: NCCL_IB_QPS_PER_CONNECTION=2, "
-                   "SPLIT_DATA_ON_QPS=0 round-robin")
+    description = ("ECMP as RoCE clusters deploy it: NCCL_IB_QPS_PER_CONNECTION=2 "
+                   "(SPLIT_DATA_ON_QPS=0 round-robin) on NCCL/RCCL, HCCL at its default")
 
     def __init__(self, qps: int = 2, **kw):
         super().__init__(qps=qps, **kw)
+
+    def qps_per_connection(self, default: int, library: str = "nccl") -> int:
+        """The tuning is an NCCL variable: HCCL communicators (and the exchange between a
+        cross-vendor job's pools) keep their own setting."""
+        return self.qps if library in NCCL_ENV_LIBRARIES else default
 
 
 @register_policy("spray")

@@ -99,7 +99,7 @@ class IcePolicy(Policy):
         self._fabric = fabric
         return fabric
 
-    def qps_per_connection(self, default: int) -> int:
+    def qps_per_connection(self, default: int, library: str = "nccl") -> int:
         """One QP per connection unless a split is needed: ``qps="auto"`` splits every
         connection into ``ceil(NIC rate / best uplink capacity)`` QPs when a single path
         cannot carry a NIC's full rate (e.g. 400G NICs under 200G uplinks), so the planner

@@ -34,7 +34,7 @@ from icefabric.errors import IceFabricError
 from icefabric.experiment.calibration import trust_line
 from icefabric.experiment.runner import ExperimentResult
 from icefabric.reports.tables import BASELINES, DEPLOYED, GAIN_KEY, largest_run
-from icefabric.sweeps.table import RANGE, collect_rows, summarize
+from icefabric.sweeps.table import RANGE, collect_rows, gain_baseline, summarize
 from icefabric.units import format_size
 
 _TEMPLATES = jinja2.Environment(
@@ -270,31 +270,48 @@ def fabric_picture(inp: ReportInput) -> Figure | None:
     return None if fab is None else figure(plot_fabric(fab), "Fabric")
 
 
-def result_figures(inp: ReportInput) -> list[Figure]:
+def result_figures(inp: ReportInput, progress=None) -> tuple[Figure | None, list[Figure]]:
+    """The fabric drawing (None without the scenario's fabric) and the other figures of
+    one result, drawn one at a time; ``progress(done, total, title)`` hears of each before
+    it is drawn (a large run's figures take tens of seconds)."""
     from icefabric.reports.figures import plot_all_busbw, plot_link_utilization, plot_timeseries
 
     res = inp.result
-    figs = [figure(plot_all_busbw(res), "busbw per message size")] if res.rows else []
+    todo = [("busbw per message size", lambda: plot_all_busbw(res), "")] if res.rows else []
     if res.rows and res.draws > 1:
         from icefabric.reports.figures import plot_all_draws
 
-        figs.append(figure(plot_all_draws(res), "busbw over the ECMP draws",
-                           f"One box per randomised policy and size over {res.draws} draws "
-                           "of QP numbers and switch hash seeds: median line, p25-p75 box, "
-                           "whiskers at p10 and p90. Policies that plan every path run once "
-                           "(a marker)."))
-    figs += [figure(plot_link_utilization(res), "Link utilisation",
-                   "Mean utilisation of every switch-to-switch link at the largest size, one "
-                   "row per policy: hot links beside idle ones are hash collisions.")]
+        todo.append(("busbw over the ECMP draws", lambda: plot_all_draws(res),
+                     f"One box per randomised policy and size over {res.draws} draws "
+                     "of QP numbers and switch hash seeds: median line, p25-p75 box, "
+                     "whiskers at p10 and p90. Policies that plan every path run once "
+                     "(a marker)."))
+    todo.append(("Link utilisation", lambda: plot_link_utilization(res),
+                 "Mean utilisation of every switch-to-switch link at the largest size, one "
+                 "row per policy: hot links beside idle ones are hash collisions."))
     for policy, run in inp.runs.items():
         if run.timeseries.get("t_us"):
-            figs.append(figure(plot_timeseries(run), f"Queues and rates: {policy}"))
+            todo.append((f"Queues and rates: {policy}", lambda run=run: plot_timeseries(run),
+                         ""))
     if res.training:
         from icefabric.reports.training import training_figures
 
-        figs += [figure(fig, name.replace("_", " "))
-                 for name, fig in training_figures(res)]
-    return figs
+        todo.append(("training", lambda: training_figures(res), ""))
+    n = len(todo) + 1
+    if progress:
+        progress(0, n, "fabric")
+    fabric, figs = fabric_picture(inp), []
+    for i, (title, draw, caption) in enumerate(todo, 1):
+        if progress:
+            progress(i, n, title)
+        made = draw()
+        if isinstance(made, list):  # training: (name, figure) pairs
+            figs += [figure(fig, name.replace("_", " ")) for name, fig in made]
+        elif made is not None:
+            figs.append(figure(made, title, caption))
+    if progress:
+        progress(n, n, "")
+    return fabric, figs
 
 
 def environment() -> dict[str, str]:
@@ -320,7 +337,7 @@ def reproduce_command(res: ExperimentResult, scenario_file: str = "scenario.yaml
                        ",".join(res.policies), *sizes, "--report", "report.html"])
 
 
-def result_section(inp: ReportInput, idx: int) -> dict:
+def result_section(inp: ReportInput, idx: int, progress=None) -> dict:
     res = inp.result
     facts = [("scenario", res.scenario), ("description", res.description),
              ("engine", res.engine), ("seed", str(res.seed)),
@@ -336,10 +353,11 @@ def result_section(inp: ReportInput, idx: int) -> dict:
         tables.append(training_iteration_table(res, idx))
     extra = [t for t in (plan_table(res, idx),
                          congestion_table(res, idx)) if t is not None]
+    fabric, figs = result_figures(inp, progress)
     return {"id": idx, "title": f"{res.scenario} ({res.engine} engine)", "facts": facts,
             "headline": headline(res),
             "scenario_text": inp.scenario_text, "tables": tables, "extra_tables": extra,
-            "fabric": fabric_picture(inp), "figures": result_figures(inp), "notes": res.notes,
+            "fabric": fabric, "figures": figs, "notes": res.notes,
             "reproduce": reproduce_command(res), "recorded": inp.recorded,
             "json_uri": data_uri(res.to_json(), "application/json")}
 
@@ -357,43 +375,47 @@ def _write(out_path: str | Path, context: dict) -> Path:
 
 
 def render(inputs: list[ReportInput], out_path: str | Path, *,
-           command: str | None = None) -> Path:
+           command: str | None = None, progress=None) -> Path:
     """Write one HTML page for ``inputs`` (one section each) to ``out_path``.
 
     ``command``: the command line that produced the results in this process, shown under
     "Reproduce" (results loaded from files show the command rebuilt from their settings).
+    ``progress(done, total, title)`` hears of each figure of each section.
     """
     if not inputs:
         raise ReportError("nothing to report")
-    sections = [result_section(inp, i) for i, inp in enumerate(inputs)]
+    sections = [result_section(inp, i, progress) for i, inp in enumerate(inputs)]
     title = "ice-fabric report: " + ", ".join(dict.fromkeys(s.result.scenario for s in inputs))
     return _write(out_path, {"title": title, "sections": sections, "sweep": None,
                              "command": command, "trust": trust_line()})
 
 
 # ---------------------------------------------------------------------------------- sweeps
-def sweep_figures(spec, summary: list[dict]) -> list[Figure]:
+def sweep_figures(spec, summary: list[dict], base: str) -> list[Figure]:
     from icefabric.reports.sweep_figures import plot_gain_vs_axis
 
     groups = list(dict.fromkeys((r["job"], r["collective"], r["size_bytes"]) for r in summary))
     return [figure(plot_gain_vs_axis(spec, [r for r in summary
-                                           if (r["job"], r["collective"], r["size_bytes"]) == g]),
-                   f"{g[0]} · {g[1]} · {format_size(g[2])}: gain over ECMP")
+                                           if (r["job"], r["collective"], r["size_bytes"]) == g],
+                                     base),
+                   f"{g[0]} · {g[1]} · {format_size(g[2])}: gain over {base}")
             for g in groups]
 
 
 def sweep_rows(spec, rows: list[dict]) -> list[list[str]]:
     """Per point (axes but the seed), policy, job, collective and size: the absolute busbw
-    and the gain over ECMP, each median (p10–p90) over the seeds; shared by the report and
-    the table ``icefab sweep`` prints at its end."""
+    and the gain over the sweep's ECMP baseline (:func:`~icefabric.sweeps.table.
+    gain_baseline`), each median (p10–p90) over the seeds; shared by the report and the
+    table ``icefab sweep`` prints at its end."""
     from icefabric.sweeps.spec import SEED_AXIS
-    from icefabric.sweeps.table import summarize_busbw_and_gain
+    from icefabric.sweeps.table import gain_baseline, summarize_busbw_and_gain
 
     axes = [a for a in spec.axis_names if a != SEED_AXIS]
+    base = gain_baseline(rows)[0]
     out = []
     for r in summarize_busbw_and_gain(spec, rows):
         bw = f"{_gbps(r['median'])} ({_gbps(r['low'])} – {_gbps(r['high'])})"
-        gain = ("–" if r["gain"] is None or r["policy"] == "ecmp" else
+        gain = ("–" if r["gain"] is None or r["policy"] == base else
                 f"{_pct(r['gain'])} ({_pct(r['gain_low'])} – {_pct(r['gain_high'])})")
         out.append([str(r[a]) for a in axes] + [r["policy"], r["job"], r["collective"],
                                                  format_size(r["size_bytes"]), bw, gain])
@@ -416,17 +438,18 @@ def sweep_section(out_dir: str | Path) -> dict:
     if not recs:
         raise ReportError(f"{out_dir}: no finished points yet (run `icefab sweep` first)")
     rows = collect_rows(spec, recs)
-    summary = summarize(spec, rows)
+    base, metric = gain_baseline(rows)
+    summary = summarize(spec, rows, metric)
     axes = [a for a in spec.axis_names if a != SEED_AXIS]
-    table = Table("sweep-summary", "Gain over ECMP: median and p10–p90 range over seeds",
+    table = Table("sweep-summary", f"Gain over {base}: median and p10–p90 range over seeds",
                   axes + ["policy", "job", "collective", "size", "n", "median", "p10", "p90"],
                   [[r[a] for a in axes] + [r["policy"], r["job"], r["collective"],
                                            format_size(r["size_bytes"]), str(r["n"]),
                                            _pct(r["median"]), _pct(r["low"]), _pct(r["high"])]
-                   for r in summary if r["policy"] != "ecmp"], text_cols=len(axes) + 4)
+                   for r in summary if r["policy"] != base], text_cols=len(axes) + 4)
     busbw = Table("sweep-busbw", "busbw (GB/s) per point and policy: median (p10–p90) over "
-                  "seeds, with the gain over ECMP beside it",
-                  axes + ["policy", "job", "collective", "size", "busbw (GB/s)", "vs ecmp"],
+                  f"seeds, with the gain over {base} beside it",
+                  axes + ["policy", "job", "collective", "size", "busbw (GB/s)", f"vs {base}"],
                   sweep_rows(spec, rows), text_cols=len(axes) + 4)
     axes_table = Table("sweep-axes", "Axes", ["axis", "values", "each value sets"],
                        [[a.name, ", ".join(a.labels), _named_settings(a)] for a in spec.axes],
@@ -436,7 +459,7 @@ def sweep_section(out_dir: str | Path) -> dict:
     wall = sum(r.get("wall_s", 0.0) for r in recs)
     return {"spec": spec, "done": len(recs), "total": len(grid),
             "tables": [axes_table, table, busbw],
-            "figures": sweep_figures(spec, summary), "cpu_s": f"{wall:.0f}",
+            "figures": sweep_figures(spec, summary, base), "cpu_s": f"{wall:.0f}",
             "base_text": yaml.safe_dump(spec.base, sort_keys=False),
             "set_text": yaml.safe_dump(spec.fixed, sort_keys=False) if spec.fixed else "",
             "csv_uri": data_uri(csv_text, "text/csv"),

@@ -1,4 +1,4 @@
-"""Sweep figures: gain over ECMP against the first axis, with ranges.
+"""Sweep figures: gain over the sweep's ECMP baseline against the first axis, with ranges.
 
 One panel per combination of the other axes (the seed axis is the range, not a panel), one
 line per policy: the median over seeds with a p10-p90 band. Agg backend, never
@@ -18,7 +18,7 @@ import numpy as np  # noqa: E402
 from icefabric.reports.figures import policy_style  # noqa: E402
 from icefabric.sweeps.spec import SEED_AXIS, SweepSpec  # noqa: E402
 
-_HIDDEN = ("ecmp", "ideal")  # ecmp is the zero line; ideal is a bound, not a scheme
+_HIDDEN = ("ideal",)  # a bound, not a scheme (the baseline is the zero line)
 
 
 def _x(labels: tuple[str, ...]) -> tuple[np.ndarray, list[str] | None]:
@@ -29,9 +29,9 @@ def _x(labels: tuple[str, ...]) -> tuple[np.ndarray, list[str] | None]:
         return np.arange(len(labels), dtype=float), list(labels)
 
 
-def plot_gain_vs_axis(spec: SweepSpec, summary: list[dict], ax_row=None):
-    """Gain over ECMP (median, p10-p90 band) vs the first axis, for one (job, collective,
-    size); ``summary`` rows come from :func:`icefabric.sweeps.table.summarize`."""
+def plot_gain_vs_axis(spec: SweepSpec, summary: list[dict], base: str = "ecmp"):
+    """Gain over ``base`` (median, p10-p90 band) vs the first axis, for one (job,
+    collective, size); ``summary`` rows come from :func:`icefabric.sweeps.table.summarize`."""
     axes = [a for a in spec.axes if a.name != SEED_AXIS]
     if not axes:
         axes_x, panels = None, [()]
@@ -41,7 +41,8 @@ def plot_gain_vs_axis(spec: SweepSpec, summary: list[dict], ax_row=None):
     n = len(panels)
     fig, subs = plt.subplots(1, n, figsize=(min(4.2 * n, 17), 3.6), squeeze=False,
                              sharey=True)
-    policies = [p for p in dict.fromkeys(r["policy"] for r in summary) if p not in _HIDDEN]
+    policies = [p for p in dict.fromkeys(r["policy"] for r in summary)
+                if p not in _HIDDEN and p != base]
     for ax, panel in zip(subs[0], panels):
         sel = [r for r in summary
                if all(r[a.name] == lab for a, lab in zip(axes[1:], panel))]
@@ -49,7 +50,7 @@ def plot_gain_vs_axis(spec: SweepSpec, summary: list[dict], ax_row=None):
             # Dodge: policies with equal gains (ice and spray often are) stay visible.
             _line(ax, axes_x, [r for r in sel if r["policy"] == p], p,
                   dodge=(i - (len(policies) - 1) / 2) * 0.06)
-        ax.axhline(0, color=policy_style("ecmp")[0], lw=1, ls="--", label="ecmp")
+        ax.axhline(0, color=policy_style(base)[0], lw=1, ls="--", label=base)
         xs = np.unique(_x(axes_x.labels)[0]) if axes_x else np.zeros(1)
         half = (float(np.diff(xs).min()) if len(xs) > 1 else 1.0) / 2
         ax.set_xlim(xs[0] - half, xs[-1] + half)
@@ -58,7 +59,7 @@ def plot_gain_vs_axis(spec: SweepSpec, summary: list[dict], ax_row=None):
         ax.set_xlabel(axes_x.name if axes_x else "")
         ax.grid(True, alpha=0.3)
         ax.yaxis.set_major_formatter(lambda v, _: f"{v * 100:+.0f}%")
-    subs[0][0].set_ylabel("busbw gain over ECMP")
+    subs[0][0].set_ylabel(f"busbw gain over {base}")
     subs[0][-1].legend(fontsize=7, loc="best")
     fig.tight_layout()
     return fig

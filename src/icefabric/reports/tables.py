@@ -201,7 +201,7 @@ def summary_tables(res, fit: Fitter) -> list[RenderableType]:
         cols.append(Column("vs lucky\necmp p90", lucky))
     what = (f"; ECMP family over {res.draws} draws of QP numbers and hash seeds, gains "
             "over medians" if drawn else "")
-    first = (f" ({DEPLOYED} = ECMP as deployed, 2 QPs per connection, first; ecmp = NCCL's "
+    first = (f" ({DEPLOYED} = ECMP as deployed, 2 QPs per NCCL connection, first; ecmp = NCCL's "
              "default, 1)" if DEPLOYED in base else "")
     return fit.fit((f"Summary at {format_size(size)}: busbw, share of the bounds, gain over "
                     f"each baseline{first}{what}", cols), row_policies=res.policies)

@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import numpy as np
 
+from icefabric.ccl.communicator import QpsRule
 from icefabric.ccl.nccl_defaults import NcclModelError, NcclSettings
 from icefabric.dataplane.ecmp import PROFILES, ROLES, role_profile
 from icefabric.scenario.budget import check_budget
@@ -153,7 +154,7 @@ def job_nccl_settings(ls: LoadedScenario, j: int, lib: str) -> NcclSettings:
         raise ls.error(("jobs", j, "nccl_env"), str(e)) from None
 
 
-def build_training(ls: LoadedScenario, fabric: Fabric, *, qps_per_connection: int = 1
+def build_training(ls: LoadedScenario, fabric: Fabric, *, qps_rule: QpsRule | None = None
                    ) -> TrainingWorkload:
     """One iteration of the scenario's training job on ``fabric`` (its accelerators must
     not be used by another job); errors point at the ``training`` section."""
@@ -170,8 +171,8 @@ def build_training(ls: LoadedScenario, fabric: Fabric, *, qps_per_connection: in
 
             base = Path(ls.source).parent if Path(ls.source).exists() else Path.cwd()
             return trace_iteration(fabric, np.asarray(accels), scn.training, base,
-                                   qps_per_connection=qps_per_connection, qpn_seed=scn.seed)
+                                   qps_rule=qps_rule, qpn_seed=scn.seed)
         return build_iteration(fabric, np.asarray(accels), scn.training,
-                               qps_per_connection=qps_per_connection, qpn_seed=scn.seed)
+                               qps_rule=qps_rule, qpn_seed=scn.seed)
     except TrainingError as e:
         raise ls.error(("training",), str(e)) from None

@@ -196,10 +196,14 @@ class ScenarioJob(_Strict):
 
 class FailureSpec(_Strict):
     """Link ``[a, b]`` (node names, both directions) goes down at ``at_us``
-    (and up again at ``until_us`` if given)."""
+    (and up again at ``until_us`` if given): every cable between them, or ``cable``."""
 
     at_us: float = Field(ge=0, le=MAX_TIME_US, description="when the link goes down")
     link: tuple[str, str] = Field(description="the two node names, e.g. [leaf0, spine3]")
+    cable: int | None = Field(None, ge=0, le=MAX_PARALLEL_LINKS - 1,
+                              description="one of several parallel "
+                              "cables between them (0 the first, as `a->b/k` in results); "
+                              "default: every cable")
     until_us: float | None = Field(None, ge=0, le=MAX_TIME_US,
                                    description="when it comes back; default: never")
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from icefabric.experiment.runner import DEPLOYED
 from icefabric.sweeps.spec import SEED_AXIS, SweepSpec
 
 POINT_COLUMNS = ("point", "key")
@@ -72,13 +73,22 @@ def summarize(spec: SweepSpec, rows: list[dict], metric: str = "gain_vs_ecmp") -
     return out
 
 
+def gain_baseline(rows: list[dict]) -> tuple[str, str]:
+    """(baseline policy, gain column) a sweep's gains are given over: ECMP as deployed
+    (``ecmp-tuned``) where the sweep ran it, else NCCL's default ``ecmp``."""
+    if any(r.get("gain_vs_deployed") is not None for r in rows):
+        return DEPLOYED, "gain_vs_deployed"
+    return "ecmp", "gain_vs_ecmp"
+
+
 def summarize_busbw_and_gain(spec: SweepSpec, rows: list[dict]) -> list[dict]:
-    """:func:`summarize` of the absolute busbw, each row with the gain over ECMP of the same
-    group beside it (``gain``, ``gain_low``, ``gain_high``; None where ECMP was not run)."""
+    """:func:`summarize` of the absolute busbw, each row with the gain over the
+    :func:`gain_baseline` of the same group beside it (``gain``, ``gain_low``,
+    ``gain_high``; None where the baseline was not run)."""
     def key(r):
         return tuple(v for k, v in r.items() if k not in ("n", "median", "low", "high"))
 
-    gains = {key(g): g for g in summarize(spec, rows, "gain_vs_ecmp")}
+    gains = {key(g): g for g in summarize(spec, rows, gain_baseline(rows)[1])}
     out = []
     for b in summarize(spec, rows, "busbw_GBps"):
         g = gains.get(key(b), {})

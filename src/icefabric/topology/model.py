@@ -219,14 +219,21 @@ class Fabric:
         """Node id by name."""
         return {name: i for i, name in enumerate(self.node_names)}
 
-    def links_between(self, a: str, b: str) -> np.ndarray:
+    def links_between(self, a: str, b: str, cable: int | None = None) -> np.ndarray:
         """Ids of the links of every cable between nodes ``a`` and ``b``, both directions
-        (parallel cables included; empty if none or a name is unknown)."""
+        (parallel cables included; empty if none or a name is unknown); with ``cable``,
+        of that cable only: cable ``k`` is ``a->b/k`` and ``b->a/k`` of :meth:`link_names`
+        (0 the first; empty if there are not that many)."""
         ia, ib = self.node_id.get(a), self.node_id.get(b)
         if ia is None or ib is None or ia == ib:
             return np.zeros(0, dtype=np.int64)
         s, d = self.link_src, self.link_dst
-        return np.flatnonzero(((s == ia) & (d == ib)) | ((s == ib) & (d == ia)))
+        there, back = (np.flatnonzero((s == ia) & (d == ib)),
+                       np.flatnonzero((s == ib) & (d == ia)))
+        if cable is not None:
+            k = slice(cable, cable + 1) if cable >= 0 else slice(0)
+            there, back = there[k], back[k]
+        return np.sort(np.concatenate([there, back]))
 
     def describe(self) -> dict:
         kinds = {NODE_KIND_NAMES[k]: int(np.count_nonzero(self.node_kind == k))

@@ -234,16 +234,18 @@ class Routing:
         while len(active):
             if len(steps) > 8:
                 raise RoutingError("routing loop: no convergence after 8 switch hops")
-            sizes = self.group_sizes(cur[active], dst_leaf[active])
+            at, to = cur[active], dst_leaf[active]
+            g = self.group_ids(at, to)  # once per step: the table is large, gathers cost
+            first = self.grp_indptr[g]
+            sizes = self.grp_indptr[g + 1] - first
             if np.any(sizes == 0):
                 a = active[np.flatnonzero(sizes == 0)[0]]
                 raise RoutingError(f"no route from {f.node_names[cur[a]]} to "
                                    f"{f.node_names[dst_leaf[a]]} (failed links?)")
-            member = np.asarray(choose(len(steps), active, cur[active], dst_leaf[active],
-                                       sizes))
+            member = np.asarray(choose(len(steps), active, at, to, sizes))
             if np.any((member < 0) | (member >= sizes)):
                 raise RoutingError("chooser returned a member outside the ECMP group")
-            link = self.group_member(cur[active], dst_leaf[active], member)
+            link = self.grp_links[first + member]
             steps.append((active, link))
             cur[active] = f.link_dst[link]
             active = active[cur[active] != dst_leaf[active]]

@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from icefabric.ccl.collectives import add_collective
-from icefabric.ccl.communicator import Communicator
+from icefabric.ccl.communicator import Communicator, QpsRule
 from icefabric.ccl.workload import WorkloadBuilder
 from icefabric.collect.chakra import read_chakra_traces, workload_from_traces
 from icefabric.topology.model import Fabric
@@ -56,7 +56,7 @@ def trace_paths(patterns: list[str], base: Path) -> list[Path]:
 
 
 def trace_iteration(fabric: Fabric, accels: np.ndarray, spec: TrainingSpec, base: Path, *,
-                    qps_per_connection: int = 1, qpn_seed: int = 0) -> TrainingWorkload:
+                    qps_rule: QpsRule | None = None, qpn_seed: int = 0) -> TrainingWorkload:
     """The iteration the traces of ``spec.chakra`` describe, on ``accels``."""
     try:
         traces = read_chakra_traces(trace_paths(spec.chakra, base))
@@ -66,11 +66,11 @@ def trace_iteration(fabric: Fabric, accels: np.ndarray, spec: TrainingSpec, base
         if tr.warnings:
             raise TrainingError(f"Chakra trace of rank {tr.rank}: {tr.warnings[0].message}")
     return trace_workload(fabric, accels, workload_from_traces(traces), spec.name,
-                          qps_per_connection=qps_per_connection, qpn_seed=qpn_seed)
+                          qps_rule=qps_rule, qpn_seed=qpn_seed)
 
 
 def trace_workload(fabric: Fabric, accels: np.ndarray, neutral: dict, name: str, *,
-                   qps_per_connection: int = 1, qpn_seed: int = 0) -> TrainingWorkload:
+                   qps_rule: QpsRule | None = None, qpn_seed: int = 0) -> TrainingWorkload:
     """Workload of a neutral trace workload (:func:`workload_from_traces`)."""
     n = neutral["nranks"]
     ranks = sorted({op["rank"] for op in neutral["ops"]})
@@ -78,7 +78,7 @@ def trace_workload(fabric: Fabric, accels: np.ndarray, neutral: dict, name: str,
         raise TrainingError(f"the traces are of {n} ranks (numbered {ranks[0]}..{ranks[-1]}) "
                             f"but the job has {len(accels)} accelerators")
     units, unit_of = _units(neutral["ops"])
-    b = _Builder(fabric, np.asarray(accels, dtype=np.int64), name, qps_per_connection,
+    b = _Builder(fabric, np.asarray(accels, dtype=np.int64), name, qps_rule,
                  [f"rank{r}" for r in range(n)])
     tails: dict[int, list[int]] = {}
     for u in _topological(units, unit_of):
@@ -163,8 +163,8 @@ class _Builder:
     """Emits units as flows: delays, collectives, transfers; one compute at a time per
     rank."""
 
-    def __init__(self, fabric, accels, name, qps, devices):
-        self.fabric, self.accels, self.name, self.qps = fabric, accels, name, qps
+    def __init__(self, fabric, accels, name, qps_rule, devices):
+        self.fabric, self.accels, self.name, self.qps_rule = fabric, accels, name, qps_rule
         self.wb = WorkloadBuilder()
         self.log = TaskLog(devices)
         self.last_compute: dict[int, int] = {}
@@ -194,7 +194,7 @@ class _Builder:
                     for a in acc.tolist()}
             c = Communicator(job=f"{self.name}/comm/{len(self.comms)}", fabric=self.fabric,
                              ranks=acc, library=libs.pop() if len(libs) == 1 else "cross",
-                             qps_per_connection=self.qps)
+                             ).under(self.qps_rule)
             self.comms[key] = c
         return c
 

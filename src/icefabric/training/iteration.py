@@ -32,7 +32,7 @@ import math
 import numpy as np
 
 from icefabric.ccl.collectives import add_collective
-from icefabric.ccl.communicator import Communicator
+from icefabric.ccl.communicator import Communicator, QpsRule
 from icefabric.ccl.workload import WorkloadBuilder
 from icefabric.topology.model import Fabric
 from icefabric.training.compute import Roofline, head_times, layer_times, optimizer_seconds
@@ -50,24 +50,24 @@ def ns(seconds: float) -> int:
 
 
 def build_iteration(fabric: Fabric, accels: np.ndarray, spec: TrainingSpec, *,
-                    qps_per_connection: int = 1, qpn_seed: int = 0,
+                    qps_rule: QpsRule | None = None, qpn_seed: int = 0,
                     passes: list[StagePasses] | None = None) -> TrainingWorkload:
     """The workload of one iteration of ``spec`` on ``accels`` (the job's accelerators in
-    launcher rank order), with ``qps_per_connection`` QPs on every network connection.
+    launcher rank order), with the QPs per connection a policy's ``qps_rule`` sets.
 
     ``passes`` (one per stage) replace the compute model's segments, e.g. with measured
     per-layer times. Raises :class:`TrainingError` for plans that do not fit."""
-    it = _Iteration(fabric, np.asarray(accels, dtype=np.int64), spec, qps_per_connection,
-                    passes)
+    it = _Iteration(fabric, np.asarray(accels, dtype=np.int64), spec, qps_rule, passes)
     return it.build(qpn_seed)
 
 
 class _Iteration:
     """Builder state: the grid, per-stage passes, communicators and the DAG so far."""
 
-    def __init__(self, fabric: Fabric, accels: np.ndarray, spec: TrainingSpec, qps: int,
-                 passes: list[StagePasses] | None):
-        self.spec, self.par, self.model, self.qps = spec, spec.parallel, spec.model_spec(), qps
+    def __init__(self, fabric: Fabric, accels: np.ndarray, spec: TrainingSpec,
+                 qps_rule: QpsRule | None, passes: list[StagePasses] | None):
+        self.spec, self.par, self.model = spec, spec.parallel, spec.model_spec()
+        self.qps_rule = qps_rule
         par, m = self.par, self.model
         self.dp = par.dp or len(accels) // (par.tp * par.pp)
         self.grid = RankGrid(fabric, accels, par.tp, par.pp, self.dp, par.ep)
@@ -132,7 +132,7 @@ class _Iteration:
                 channels = 1
             c = Communicator(job="/".join([self.spec.name] + [str(k) for k in key]),
                              fabric=self.grid.fabric, ranks=ranks, library=lib,
-                             channels=channels, qps_per_connection=self.qps)
+                             channels=channels).under(self.qps_rule)
             self._comms[key] = c
         return c
 
@@ -176,7 +176,7 @@ class _Iteration:
         if comm is None:
             comm = Communicator(job="/".join([self.spec.name] + [str(k) for k in key]),
                                 fabric=g.fabric, ranks=np.concatenate([a, b]),
-                                library=g.library(a), qps_per_connection=self.qps)
+                                library=g.library(a)).under(self.qps_rule)
             self._comms[key] = comm
         per_rank = self.micro_tokens * self.model.hidden * par.param_bytes
         if par.sequence_parallel and par.tp > 1:

@@ -35,7 +35,13 @@ from icefabric.scenario.loader import LoadedScenario, load
 from icefabric.schemas_service import HostPlan, QpPlan
 from icefabric.topology.model import Fabric
 from icefabric.topology.routing import Routing, RoutingError
-from icefabric.twin.run import TwinError, host_reports, register_jobs, upload_fabric
+from icefabric.twin.run import (
+    TwinError,
+    host_reports,
+    register_jobs,
+    settled_plan,
+    upload_fabric,
+)
 
 
 @dataclass(frozen=True)
@@ -167,13 +173,10 @@ def _converged(admin: httpx.Client, agents: dict[str, Agent], timeout_s: float, 
     state ``down`` and every agent applied it; returns its version."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        r = admin.get("/v1/plans/current")
-        if r.status_code == 200:
-            cur = r.json()
-            if len(cur["jobs"]) + len(cur["no_path"]) == jobs and \
-                    {tuple(sorted((x["a"], x["b"]))) for x in cur["down_links"]} == down and \
-                    all(a.version == cur["version"] for a in agents.values()):
-                return cur["version"]
+        cur = settled_plan(admin, agents)
+        if cur is not None and len(cur["jobs"]) + len(cur["no_path"]) == jobs and \
+                {tuple(sorted((x["a"], x["b"]))) for x in cur["down_links"]} == down:
+            return cur["version"]
         time.sleep(0.01)
     raise TwinError(f"agents did not converge within {timeout_s:.0f} s")
 
@@ -185,12 +188,10 @@ def _check_applied(fabric: Fabric, reports: dict, agents: dict[str, Agent],
     nic_of_ip = {int(ip): n for n, ip in enumerate(fabric.node_ip.tolist()) if ip}
     configs = fabric_hash_configs(fabric)
     by_version: dict[int, list[tuple[str, QpPlan]]] = {}
-    heads: dict[int, HostPlan] = {}
     for host, a in agents.items():
         for plan in a.actuator.history:
             if plan.version < since:
                 continue
-            heads[plan.version] = plan
             by_version.setdefault(plan.version, []).extend((host, q) for q in plan.qps)
             planned = {(q.job, q.src_ip, q.dst_ip, q.ordinal) for q in plan.qps}
             missing = [rep.job for rep in reports.get(host, []) for q in rep.qps
@@ -201,8 +202,9 @@ def _check_applied(fabric: Fabric, reports: dict, agents: dict[str, Agent],
                 jobs = {x["job"] for x in entries}
                 res.qps_unplanned_unreported += sum(1 for j in missing if j not in jobs)
     for v, qps in sorted(by_version.items()):
-        down = sorted({i for x in heads[v].down_links
-                       for i in fabric.links_between(x.a, x.b).tolist()})
+        # the link state the plan that made these documents was computed under
+        made = admin.get(f"/v1/plans/{v}").json()["down_links"]
+        down = sorted({i for x in made for i in fabric.links_between(x["a"], x["b"]).tolist()})
         routing, dead = Routing(fabric, down), set(down)
         res.versions_checked += 1
         res.qps_checked += len(qps)

@@ -261,6 +261,26 @@ class _Hosts:
         return len(seen_by), switched
 
 
+def settled_plan(admin: httpx.Client, agents: dict[str, Agent]) -> dict | None:
+    """The current plan's summary once every agent holds its host's current document (a
+    host's document has its own version: the plan that last changed it), else None. The
+    summary is read before and after the agents' view, so a plan published meanwhile is
+    not taken for settled."""
+    try:
+        before = admin.get("/v1/plans/current")
+        views = admin.get("/v1/agents")
+        after = admin.get("/v1/plans/current")
+    except httpx.HTTPError:
+        return None
+    if before.status_code != 200 or views.status_code != 200 or after.status_code != 200:
+        return None
+    cur = after.json()
+    if before.json()["version"] != cur["version"]:
+        return None
+    held = {v["host"]: v["plan_version"] for v in views.json()}
+    return cur if all(a.version == held.get(h, 0) for h, a in agents.items()) else None
+
+
 @dataclass
 class _Session:
     """One twin run against a controller: its admin client, the scenario's hosts (agents)
@@ -281,17 +301,13 @@ class _Session:
         state: dict = {}
 
         def ok() -> bool:
-            try:
-                r = self.admin.get("/v1/plans/current")
-            except httpx.HTTPError:
-                return False
-            c = r.json() if r.status_code == 200 else None
+            c = settled_plan(self.admin, self.hosts.agents)
             if c is None or sorted(c["jobs"]) != self.jobs:
                 return False
             if {tuple(sorted((x["a"], x["b"]))) for x in c["down_links"]} != down:
                 return False
             state["v"] = c["version"]
-            return all(a.version >= c["version"] for a in self.hosts.agents.values())
+            return True
 
         _wait(ok, self.timeout_s, f"every agent to apply a plan with down links {sorted(down)}")
         self.versions.append(state["v"])

@@ -14,6 +14,7 @@ from typing import TextIO
 from icefabric.agent.actuators.base import Actuator, ApplyResult, QpKey
 from icefabric.dataplane.roce import flow_label_for_sport
 from icefabric.schemas_service import HostPlan, QpPlan
+from icefabric.units import bps_to_kbps
 
 
 class DryRunActuator(Actuator):
@@ -34,7 +35,7 @@ class DryRunActuator(Actuator):
             fl = int(flow_label_for_sport(sport))
             self._emit(f"mlx5dv_modify_qp_udp_sport(qp=0x{lqpn:06x} /* {src}->{dst} */, "
                        f"udp_sport={sport})  # or flow_label=0x{fl:05x} at INIT->RTR")
-        kbps = 0 if rate_bps is None else max(1, int(rate_bps // 1000))
+        kbps = 0 if rate_bps is None else bps_to_kbps(rate_bps)
         self._emit(f"ibv_modify_qp_rate_limit(qp=0x{lqpn:06x}, "
                    f"{{.rate_limit={kbps}, .max_burst_sz=0, .typical_pkt_sz=0}})"
                    + ("  # unlimited: DCQCN only" if kbps == 0 else ""))

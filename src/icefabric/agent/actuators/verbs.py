@@ -45,6 +45,7 @@ from icefabric.agent.shim_socket import ShimConn, ShimProtocolError, ShimServer,
 from icefabric.dataplane.roce import IBV_RATE_GBPS, static_rate
 from icefabric.qpid import QpId
 from icefabric.schemas_service import CommReport, HostPlan, QpEntry, QpPlan
+from icefabric.units import bps_to_kbps
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +55,7 @@ LiveKey = tuple[int, str, int]  # (connection id, device, local QPN)
 
 def rate_kbps(rate_bps: float | None, *, unset: int) -> int:
     """A plan's rate in bit/s as the verbs ``rate_limit`` (kbit/s, >= 1); ``unset`` if none."""
-    return unset if rate_bps is None else max(1, round(rate_bps / 1000))
+    return unset if rate_bps is None else bps_to_kbps(rate_bps)
 
 
 #: access flags at INIT of NCCL's receive-side QPs (>= 2.29.2, ncclIbAccept); its data QPs
@@ -201,7 +202,7 @@ class VerbsActuator(Actuator):
         qp.sport = int(f["sport"])
         gbps = IBV_RATE_GBPS.get(int(f.get("srate", 0)))
         if gbps is not None:
-            qp.static_kbps = qp.rate_kbps = round(gbps * 1e6)
+            qp.static_kbps = qp.rate_kbps = bps_to_kbps(gbps * 1e9)
             qp.rate_via = "static_rate"
 
     def _forget(self, key: LiveKey) -> None:

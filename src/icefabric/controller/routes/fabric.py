@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from icefabric.controller.core import Conflict
 from icefabric.controller.deps import ERRORS, AdminDep, CoreDep
+from icefabric.controller.errors import Conflict
 from icefabric.schemas_service import FabricInfo, FabricUpload, LinkRef, LinkStatesUpdate
 
 router = APIRouter(prefix="/v1/fabric", tags=["fabric"], responses=ERRORS)

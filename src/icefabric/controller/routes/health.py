@@ -36,6 +36,7 @@ def readyz(core: CoreDep) -> Health:
 @router.get("/metrics", response_class=PlainTextResponse)
 async def metrics(core: CoreDep) -> PlainTextResponse:
     """Prometheus text format: planning time, agents connected, plan versions, replans."""
-    text = core.metrics.render(agents_connected=core.connected_agents(),
-                               agents_enrolled=len(core.hosts))
+    text = core.metrics.render(
+        agents_connected=core.fleet.connected(core.settings.agent_timeout_s),
+        agents_enrolled=len(core.fleet.hosts))
     return PlainTextResponse(text, media_type=CONTENT_TYPE)

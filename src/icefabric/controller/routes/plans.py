@@ -15,22 +15,21 @@ router = APIRouter(prefix="/v1/hosts", tags=["plans"], responses=ERRORS)
 async def get_plan(core: CoreDep, _: HostDep, host: str = Path(max_length=128),
                    after_version: int = Query(-1, ge=-1, le=2**62),
                    wait_s: float = Query(0.0, ge=0.0, le=3600.0)) -> Response:
-    """This host's current plan (source port, rate and routes per QP). With
-    ``after_version`` and ``wait_s`` it long-polls: it answers as soon as a newer version
-    exists, or 204 after ``wait_s`` seconds."""
-    if core.plan_version <= after_version and wait_s > 0:
-        await core.watch.wait_newer(after_version, min(wait_s, core.settings.long_poll_max_s))
-    if core.plan_version <= after_version:
+    """This host's current plan (source port, rate and routes per QP; 204 while it has
+    none). With ``after_version`` and ``wait_s`` it long-polls: it answers as soon as this
+    host's plan has a newer version (a plan that leaves the host as it was does not wake
+    it), or 204 after ``wait_s`` seconds."""
+    if core.host_version(host) <= after_version and wait_s > 0:
+        await core.publisher.watch.wait(host, min(wait_s, core.settings.long_poll_max_s))
+    doc = core.plan.hosts.get(host) if core.plan is not None else None
+    if doc is None or doc.version <= after_version:
         return Response(status_code=204)
-    doc = core.host_plan(host)
-    if doc is None:
-        return Response(status_code=204)
-    return Response(content=doc, media_type="application/json")
+    return Response(content=doc.doc, media_type="application/json")
 
 
 @router.post("/{host}/plan/ack", status_code=204)
 async def ack_plan(body: PlanAck, core: CoreDep, _: HostDep,
                    host: str = Path(max_length=128)) -> Response:
-    """The agent applied plan ``version`` on its host."""
-    await core.ack(host, body.version)
+    """The agent applied plan ``version`` (its host's document's version) on its host."""
+    await core.fleet.ack(host, body.version, core.host_version(host))
     return Response(status_code=204)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter, Path, Response
 
-from icefabric.controller.core import Invalid
 from icefabric.controller.deps import ERRORS, CoreDep, HostDep
+from icefabric.controller.errors import Invalid
 from icefabric.schemas_service import CommReport, ReportAccepted
 
 router = APIRouter(prefix="/v1/hosts", tags=["reports"], responses=ERRORS)
@@ -18,7 +18,7 @@ def put_report(body: CommReport, core: CoreDep, _: HostDep,
     """Report (or update) what this host knows about one job's communicator."""
     if body.job != job:
         raise Invalid(f"body job {body.job!r} does not match the path ({job!r})")
-    js = core.put_report(host, body)
+    js = core.jobs.put_report(core.fabric, host, body)
     return ReportAccepted(job=job, host=host, hosts_reported=len(js.reports),
                           hosts_expected=len(js.hosts_expected), complete=js.complete,
                           failing=js.failing)
@@ -29,5 +29,5 @@ def end_report(core: CoreDep, _: HostDep, host: str = Path(max_length=128),
                      job: str = Path(max_length=128)) -> Response:
     """The job's communicator is gone on this host (the job ended, or the host left it);
     a planned job is dropped from the next plan."""
-    core.end_report(host, job)
+    core.jobs.end_report(host, job)
     return Response(status_code=204)

@@ -259,7 +259,9 @@ class Repository:
     # -- plans ------------------------------------------------------------------------------
     def save_plan(self, version: int, *, policy: str, reason: str, created_at: float,
                   planning_ms: float, fabric_version: int, summary: dict, path_plan: dict,
-                  host_docs: dict[str, bytes]) -> None:
+                  host_qps: dict[str, bytes]) -> None:
+        """Store plan ``version``; ``host_qps``: the QP plans (JSON array) of the hosts
+        whose plans changed with it."""
         with self._writing() as s:
             s.add(t.PlanRow(version=version, policy=policy, reason=reason[:200],
                             created_at=created_at, planning_ms=planning_ms,
@@ -268,9 +270,11 @@ class Repository:
                             path_plan=json.dumps(path_plan, separators=(",", ":"))))
             s.flush()
             s.add_all([t.HostPlanRow(version=version, host=h, document=d.decode())
-                       for h, d in host_docs.items()])
+                       for h, d in host_qps.items()])
 
-    def latest_plan(self) -> tuple[t.PlanRow, dict[str, bytes]] | None:
+    def latest_plan(self) -> tuple[t.PlanRow, dict[str, tuple[int, bytes]]] | None:
+        """The newest plan and, per host, its newest QP plans with the version that
+        wrote them."""
         with self._reading() as s:
             row = s.execute(select(t.PlanRow).order_by(t.PlanRow.version.desc())
                             .limit(1)).scalar()
@@ -280,7 +284,7 @@ class Repository:
             docs = {}
             for r in s.execute(select(t.HostPlanRow).where(t.HostPlanRow.version <= row.version)
                                .order_by(t.HostPlanRow.version)).scalars():
-                docs[r.host] = r.document.encode()
+                docs[r.host] = (r.version, r.document.encode())
             return row, docs
 
     def plan_summaries(self, limit: int = 100) -> list[dict]:

@@ -1,0 +1,121 @@
+"""The plan the controller serves: one :class:`PublishedPlan` per version.
+
+A version holds its typed summary, the :class:`PathPlan` it was computed as (kept to re-plan
+from after a link change), the digest of the reports it covers, and every host's document.
+Each host's document has its own version: the plan version that last changed it (its QP
+plans, the fabric version or the policy). A new plan makes new documents only for the hosts
+it changes, so only their agents are woken, and only their QP plans are stored (a JSON
+array per host and version); the :class:`HostPlan` JSON served is made once, here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from icefabric.control.plan import PathPlan
+from icefabric.controller.planner import PlanOutcome
+from icefabric.controller.store.repo import Repository
+from icefabric.schemas_service import HostPlan, LinkRef, PlanSummary
+
+EMPTY_QPS = b"[]"
+
+
+@dataclass(frozen=True)
+class HostDoc:
+    """One host's document: its QP plans as stored and the document served."""
+
+    version: int  # the plan version that made this document
+    fabric_version: int
+    policy: str
+    qps: bytes  # QP_PLANS JSON (what the database keeps)
+    doc: bytes  # HostPlan JSON (what the host's agent is sent)
+
+    @classmethod
+    def make(cls, summary: PlanSummary, host: str, qps: bytes) -> HostDoc:
+        """``host``'s document with QP plans ``qps`` (QP_PLANS JSON made from checked
+        models) made by plan ``summary``: the header is a model, the QP array is spliced
+        in as is, so the bytes just made are not parsed and checked again."""
+        head = HostPlan(host=host, version=summary.version,
+                        fabric_version=summary.fabric_version, policy=summary.policy,
+                        created_at=summary.created_at, qps=[]).model_dump_json().encode()
+        assert head.endswith(b'"qps":[]}'), head[-20:]  # qps is the model's last field
+        return cls(summary.version, summary.fabric_version, summary.policy, qps,
+                   head[:-3] + qps + b"}")
+
+    def same(self, summary: PlanSummary, qps: bytes) -> bool:
+        """Would plan ``summary`` leave this document as it is?"""
+        return self.qps == qps and self.fabric_version == summary.fabric_version and \
+            self.policy == summary.policy
+
+
+@dataclass(frozen=True)
+class PublishedPlan:
+    """One plan version as served: summary, path plan and every host's document."""
+
+    summary: PlanSummary
+    paths: PathPlan | None
+    workload_key: str  # digest of the reports the plan was built from
+    hosts: dict[str, HostDoc]  # hosts that have (or had) QPs
+
+    @property
+    def version(self) -> int:
+        return self.summary.version
+
+    def down(self) -> list[tuple[str, str]]:
+        return sorted((x.a, x.b) for x in self.summary.down_links)
+
+    def host_version(self, host: str) -> int:
+        """The version of ``host``'s document (0: it never had one)."""
+        d = self.hosts.get(host)
+        return d.version if d is not None else 0
+
+
+def next_plan(cur: PublishedPlan | None, out: PlanOutcome, reason: str,
+              down: list[tuple[str, str]], fabric_version: int, now: float
+              ) -> tuple[PublishedPlan, list[str]]:
+    """The version after ``cur`` made of ``out``, and the hosts whose documents it changed
+    (a host that had QPs and has none now gets an empty document)."""
+    old = cur.hosts if cur is not None else {}
+    summary = PlanSummary(version=(cur.version if cur else 0) + 1, policy=out.policy,
+                          created_at=now, reason=f"{out.kind}: {reason}"[:200],
+                          planning_ms=round(out.planning_ms, 3), jobs=out.jobs,
+                          qps=out.n_qps, hosts=len(out.hosts),
+                          down_links=[LinkRef(a=a, b=b) for a, b in down],
+                          fabric_version=fabric_version, no_path=out.no_path)
+    hosts: dict[str, HostDoc] = {}
+    for h in old.keys() | out.hosts.keys():
+        qps = out.hosts.get(h, EMPTY_QPS)
+        d = old.get(h)
+        hosts[h] = d if d is not None and d.same(summary, qps) else \
+            HostDoc.make(summary, h, qps)
+    changed = sorted(h for h, d in hosts.items() if d.version == summary.version)
+    summary = summary.model_copy(update={"hosts_changed": len(changed)})
+    return PublishedPlan(summary, out.paths, out.key, hosts), changed
+
+
+def store(repo: Repository, plan: PublishedPlan, changed: list[str]) -> None:
+    """Write ``plan``: summary, path plan and the QP plans of the ``changed`` hosts."""
+    s = plan.summary
+    path_plan = {**(plan.paths.to_dict() if plan.paths else {}),
+                 "workload_key": plan.workload_key}
+    repo.save_plan(s.version, policy=s.policy, reason=s.reason, created_at=s.created_at,
+                   planning_ms=s.planning_ms, fabric_version=s.fabric_version,
+                   summary=s.model_dump(mode="json"), path_plan=path_plan,
+                   host_qps={h: plan.hosts[h].qps for h in changed})
+
+
+def restore(repo: Repository) -> PublishedPlan | None:
+    """The newest stored plan, with every host's document as it was served (each made
+    from the QP plans and summary of the version that last changed it)."""
+    latest = repo.latest_plan()
+    if latest is None:
+        return None
+    row, qps = latest
+    summaries = {v: PlanSummary.model_validate(repo.plan_summary(v))
+                 for v in {v for v, _ in qps.values()} | {row.version}}
+    pp = json.loads(row.path_plan)
+    key = pp.pop("workload_key", "")
+    paths = PathPlan.from_dict(pp) if pp.get("sport") is not None else None
+    hosts = {h: HostDoc.make(summaries[v], h, q) for h, (v, q) in qps.items()}
+    return PublishedPlan(summaries[row.version], paths, key, hosts)

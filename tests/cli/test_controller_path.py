@@ -94,7 +94,14 @@ def test_serve_load_collect_agent_applies_the_plan(tmp_path):
     assert re.search(r"INFO icefabric\.controller\.publisher: plan v2 ", err), err[-2000:]
 
 
+def _plans(url, env):
+    return json.loads(_icefab("controller", "plans", "--json", "--controller", url,
+                              env=env).stdout)
+
+
 def _operator_fails_a_link_and_the_agent_gets_the_re_plan(url, env, comms):
+    # (agents' reports may have re-planned already: versions are counted from here)
+    v0 = _plans(url, env)[0]["version"]
     # homog-small has 4 cables between each leaf and spine: the operator names the third
     r = _icefab("controller", "link", "down", "leaf0", "spine0", "--cable", "2",
                 "--controller", url, env=env)
@@ -102,20 +109,21 @@ def _operator_fails_a_link_and_the_agent_gets_the_re_plan(url, env, comms):
     assert r.stdout.startswith("link leaf0-spine0/2 down: re-plan requested")
     deadline = time.time() + 60
     while True:  # the re-plan runs in the controller's planner
-        plans = json.loads(_icefab("controller", "plans", "--json", "--controller", url,
-                                   env=env).stdout)
-        if plans[0]["version"] == 2 or time.time() > deadline:
+        plans = _plans(url, env)
+        if plans[0]["version"] > v0 or time.time() > deadline:
             break
         time.sleep(0.3)
     assert plans[0]["down_links"] == [{"a": "leaf0", "b": "spine0", "cable": 2}]
-    assert [p["version"] for p in plans] == [2, 1]
+    v = plans[0]["version"]
+    assert v == v0 + 1 and [p["version"] for p in plans][:2] == [v, v0]
     r = _icefab("agent", "run", "--controller", url, "--host", HOSTS[1], "--once",
                 "--reports", str(comms), "--job", "oci", "--size", "1G",
                 "--collective", "all_reduce", env=env)
-    assert r.returncode == 0 and "plan version 2 applied" in r.stdout, r.stdout + r.stderr
+    got = re.search(r"plan version (\d+) applied", r.stdout)
+    assert r.returncode == 0 and got and int(got[1]) >= v, r.stdout + r.stderr
     hosts = json.loads(_icefab("controller", "hosts", "--json", "--controller", url,
                                env=env).stdout)
-    assert {h["host"]: h["applied_version"] for h in hosts}[HOSTS[1]] == 2
+    assert {h["host"]: h["applied_version"] for h in hosts}[HOSTS[1]] == int(got[1])
     table = _icefab("controller", "events", "--controller", url, env=env)
     assert table.returncode == 0 and "link_down" in table.stdout
     assert "leaf0-spine0/2" in table.stdout and "admin" in table.stdout

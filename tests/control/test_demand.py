@@ -4,6 +4,7 @@ from icefabric.control.demand import demand_from_pairs, flow_levels, workload_de
 from icefabric.pipeline.plans import scenario_workload
 from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import load
+from icefabric.topology.model import NIC
 
 
 def test_hetero_default_demand_rates_and_phases():
@@ -45,3 +46,15 @@ def test_from_pairs_and_subset_concat(small_fabric):
     c = d.concat(d)
     assert c.n_qps == 4 and c.n_phases == 2
     assert d.is_uniform()
+
+
+def test_peak_rates_of_some_qps_are_those_of_all(small_fabric):
+    f = small_fabric
+    nics = f.nodes_of_kind(NIC)
+    d = demand_from_pairs(f, nics[:4], nics[4:8], rate_bps=[1e9, 2e9, 3e9, 4e9],
+                          phase=[0, 1, 0, 1])
+    d2 = d.concat(d)  # the same QPs again: entries stay sorted by QP
+    full = d2.peak_rate_bps()
+    assert full.tolist() == [1e9, 2e9, 3e9, 4e9] * 2
+    some = d2.peak_rate_bps(np.array([6, 1]))
+    assert some.tolist() == [0, 2e9, 0, 0, 0, 0, 3e9, 0]

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from icefabric.ccl.workload import Workload
+from icefabric.csr import gather
 from icefabric.topology.model import LINK_HOST, NIC, Fabric
 
 __all__ = ["Demand", "demand_from_pairs", "nic_bps", "workload_demand"]
@@ -85,16 +86,23 @@ class Demand:
         np.cumsum(np.bincount(self.ent_qp, minlength=self.n_qps), out=ptr[1:])
         return ptr
 
-    def peak_rate_bps(self) -> np.ndarray:
-        """Largest rate of each QP over its phases (0 for a QP in no phase)."""
+    def peak_rate_bps(self, qps: np.ndarray | None = None) -> np.ndarray:
+        """Largest rate of each QP over its phases (0 for a QP in no phase); with ``qps``,
+        of those QPs only (the others 0: a re-plan of a few QPs of a million)."""
         out = np.zeros(self.n_qps)
+        if qps is not None:
+            qps = np.asarray(qps, dtype=np.int64)
+            lo = np.searchsorted(self.ent_qp, qps)  # entries sorted by QP
+            n = np.searchsorted(self.ent_qp, qps, side="right") - lo
+            qps, lo, n = qps[n > 0], lo[n > 0], n[n > 0]
+            if len(qps):
+                out[qps] = np.maximum(np.maximum.reduceat(
+                    self.ent_rate_bps[gather(lo, n)], np.cumsum(n) - n), 0.0)
+            return out
         if len(self.ent_qp) == 0:
             return out
-        # entries grouped by QP (as ent_ptr has them): one reduction per run, no ufunc.at
+        # entries sorted by QP (see the class): one reduction per QP's run, no ufunc.at
         first = np.flatnonzero(np.r_[True, self.ent_qp[1:] != self.ent_qp[:-1]])
-        if len(first) != np.count_nonzero(np.bincount(self.ent_qp)):
-            np.maximum.at(out, self.ent_qp, self.ent_rate_bps)  # a QP's entries apart
-            return out
         out[self.ent_qp[first]] = np.maximum(
             np.maximum.reduceat(self.ent_rate_bps, first), 0.0)
         return out

@@ -339,7 +339,7 @@ def _best_candidate(st, q, cand, forbid) -> tuple[int, np.ndarray]:
 
 
 def _greedy(fabric, routing, demand, cands, st, choice, todo, forbid, rng):
-    rate = demand.peak_rate_bps()
+    rate = demand.peak_rate_bps(todo)
     ncand = np.array([cands.of(q).shape[0] for q in todo], dtype=np.int64)
     # Longest-processing-time order: big rates first, then the most constrained QPs.
     order = np.lexsort((rng.random(len(todo)), ncand, -rate[todo]))
@@ -400,10 +400,10 @@ def _try_swap(rows, mq, pm, l, umax, cands, st, choice, forbid, rate, width=6):
 def _improve(demand, cands, st, choice, movable, max_moves, forbid, swaps=32):
     """Move QPs off the most loaded link (among links that carry a movable QP) while that
     strictly lowers its utilisation; links at the same level are tried in turn."""
-    rate = demand.peak_rate_bps()
     mq = np.flatnonzero(movable)
     if len(mq) == 0:
         return 0
+    rate = demand.peak_rate_bps(mq)
     dmax = max(max(cands.of(q).shape[1] for q in mq.tolist()), 1)
     pm = np.full((len(mq), dmax), -1, dtype=np.int64)  # current path of each movable QP
     for i, q in enumerate(mq.tolist()):

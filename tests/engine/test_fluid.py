@@ -273,6 +273,20 @@ def test_endside_fallback_releases_a_pacer_that_reality_contradicts():
     assert fixed.meta["endside_fallbacks"] == 0
 
 
+def test_a_quiet_step_ended_by_a_dcqcn_timer_lasts_at_least_dt():
+    """50 QPs cut by an incast recover once the short flows are gone: their rate-increase
+    timers (55 us apart per QP, one every ~1 us among them) come due during quiet steps.
+    A timer due within ``dt_ns`` fires at the step's end, as in active steps, so no step is
+    shorter than 2 us except those a flow's start or end ends (cutting quiet steps at every
+    timer took 4,415 steps here)."""
+    flows = [(i, 0, 100_000) for i in range(1, 51)] + [(i, 0, 1_000_000) for i in range(1, 51)]
+    res = run(star([100] * 51, flows), cc="dcqcn", dcqcn="paper", pfc="dynamic")
+    assert (res.flow_finish_ns > 0).all(), "a flow did not finish"
+    assert res.qp_cnp_count, "the incast made no CNPs: the QPs' timers never started"
+    most = res.makespan_ns / 2000 + 2 * len(flows)
+    assert res.meta["steps"] <= most, f"{res.meta['steps']} steps: quiet steps cut by timers"
+
+
 def equality_cases() -> dict:
     """Problems and options whose results are recorded in ``fluid_regression.json``: every
     mechanism at least once."""

@@ -745,7 +745,7 @@ def rev_delay(net, st, out) -> np.ndarray:
 @inline_fn
 def _bucket(t, bw) -> np.int64:
     """``t // bw`` for ``t >= 0`` (the CNP delay line's slot of time ``t``), without the
-    float floor division, which calls ``fmod`` (a fifth of a marking step's time): the
+    float floor division, which calls ``fmod`` (a quarter of a marking step's time): the
     quotient's floor, corrected by one where the division rounded across an integer
     (``b * bw`` is exact for the slot counts of a run)."""
     b = np.floor(t / bw)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from fastapi import APIRouter
 
-from icefabric.controller.deps import ERRORS, AdminDep, CoreDep
 from icefabric.controller import cables
+from icefabric.controller.deps import ERRORS, AdminDep, CoreDep
 from icefabric.controller.errors import Conflict
 from icefabric.schemas_service import FabricInfo, FabricUpload, LinkRef, LinkStatesUpdate
 

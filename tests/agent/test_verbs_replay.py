@@ -107,8 +107,7 @@ def test_older_nccl_data_qps_reach_their_plan_through_the_controllers_pairing(na
     assert [r.in_force(q) for q in recv] == [int(default_sports(q.lqpn, q.rqpn)) for q in recv]
 
 
-@pytest.mark.parametrize("pattern", ["ring-2-nodes-16-channels", "tree-4-nodes",
-                                     "pxn-2-nodes-2-rails", "several-connection-sets-one-job"])
+@pytest.mark.parametrize("pattern", list(PATTERNS))
 def test_the_twin_reports_the_replayed_ports_and_rates(native, pattern):
     """``icefab twin`` on the same scenario (its agents report the modelled QPs at once)
     applies the ports and rates the replayed hosts put on their data QPs at RTR, QP for

@@ -19,22 +19,15 @@ from icefabric.topology.model import Fabric
 Cable = tuple[str, str, int]
 
 
-def n_cables(fabric: Fabric, a: str, b: str) -> int:
-    """Cables between ``a`` and ``b`` (each is two directed links)."""
-    return len(fabric.links_between(a, b)) // 2
-
-
 def cables(fabric: Fabric, link: LinkRef, where: str) -> list[Cable]:
     """The cables ``link`` names (every one between its ends, or its ``cable``);
     :class:`Invalid` naming ``where`` when there is no such cable."""
-    n = n_cables(fabric, link.a, link.b)
-    if not n:
-        raise Invalid(f"{where}: no link between {link.a} and {link.b}")
-    if link.cable is not None and link.cable >= n:
-        raise Invalid(f"{where}: cable {link.cable} between {link.a} and {link.b}: there "
-                      f"{'is 1 (0)' if n == 1 else f'are {n} (0-{n - 1})'}")
+    why = fabric.missing_cable(link.a, link.b, link.cable)
+    if why is not None:
+        raise Invalid(f"{where}: {why}")
     a, b = sorted((link.a, link.b))
-    return [(a, b, k) for k in (range(n) if link.cable is None else [link.cable])]
+    every = range(fabric.n_cables(a, b))
+    return [(a, b, k) for k in (every if link.cable is None else [link.cable])]
 
 
 def link_ids(fabric: Fabric, down: Iterable[Cable]) -> list[int]:

@@ -62,7 +62,7 @@ class ControllerCore:
         if self.fabric is None:
             return set()
         new = {c for c in down if c[2] >= 0} | {
-            (a, b, k) for a, b in whole for k in range(cables.n_cables(self.fabric, a, b))}
+            (a, b, k) for a, b in whole for k in range(self.fabric.n_cables(a, b))}
         self.repo.set_links(down=sorted(new), up=[(a, b, -1) for a, b in sorted(whole)])
         return new
 

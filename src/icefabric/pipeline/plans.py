@@ -136,12 +136,10 @@ def scenario_link_changes(ls: LoadedScenario, fabric: Fabric) -> list[LinkChange
         for n in (a, b):
             if n not in fabric.node_id:
                 raise ls.error(("failures", k, "link"), f"node {n!r} does not exist")
+        why = fabric.missing_cable(a, b, f.cable)
+        if why is not None:
+            raise ls.error(("failures", k, "cable" if fabric.n_cables(a, b) else "link"), why)
         links = fabric.links_between(a, b, f.cable)
-        if not len(links):
-            n = len(fabric.links_between(a, b)) // 2
-            raise ls.error(("failures", k, "link") if not n else ("failures", k, "cable"),
-                           f"no link between {a} and {b}" if not n else
-                           f"cable {f.cable} between {a} and {b}: there are {n} (0-{n - 1})")
         out.append(LinkChange(us(f.at_us), False, a, b, links, f.cable))
         if f.until_us is not None:
             if f.until_us <= f.at_us:

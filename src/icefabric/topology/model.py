@@ -235,12 +235,23 @@ class Fabric:
         if ia is None or ib is None or ia == ib:
             return np.zeros(0, dtype=np.int64)
         s, d = self.link_src, self.link_dst
-        there, back = (np.flatnonzero((s == ia) & (d == ib)),
-                       np.flatnonzero((s == ib) & (d == ia)))
-        if cable is not None:
-            k = slice(cable, cable + 1) if cable >= 0 else slice(0)
-            there, back = there[k], back[k]
-        return np.sort(np.concatenate([there, back]))
+        ids = np.flatnonzero(((s == ia) & (d == ib)) | ((s == ib) & (d == ia)))
+        return ids if cable is None else ids[self.link_cable[ids] == cable]
+
+    def n_cables(self, a: str, b: str) -> int:
+        """Cables between nodes ``a`` and ``b`` (each is two directed links)."""
+        return len(self.links_between(a, b)) // 2
+
+    def missing_cable(self, a: str, b: str, cable: int | None = None) -> str | None:
+        """Why :meth:`links_between` ``(a, b, cable)`` finds nothing, for an error message
+        (None when it finds links)."""
+        n = self.n_cables(a, b)
+        if not n:
+            return f"no link between {a} and {b}"
+        if cable is None or 0 <= cable < n:
+            return None
+        return (f"cable {cable} between {a} and {b}: there "
+                f"{'is 1 (0)' if n == 1 else f'are {n} (0-{n - 1})'}")
 
     def describe(self) -> dict:
         kinds = {NODE_KIND_NAMES[k]: int(np.count_nonzero(self.node_kind == k))

@@ -310,6 +310,33 @@ def _thresholds(ax, th: dict, links: list[str], peak_kib: float) -> list[float]:
     return drawn
 
 
+def result_figures(res, runs: dict | None = None) -> list[tuple[str, str, object, str]]:
+    """The figures of a result, not drawn yet: ``(file name, title, draw, caption)``, where
+    ``draw()`` gives a figure or, for training, ``(name, figure)`` pairs. ``runs``: the
+    traced runs (default ``res.runs``). Shared by :func:`save_figures` and the HTML
+    report, which draw them one at a time so progress can follow."""
+    todo = [("busbw", "busbw per message size", lambda: plot_all_busbw(res), "")] \
+        if res.rows else []
+    if res.rows and getattr(res, "draws", 1) > 1:
+        todo.append(("busbw_draws", "busbw over the ECMP draws", lambda: plot_all_draws(res),
+                     f"One box per randomised policy and size over {res.draws} draws "
+                     "of QP numbers and switch hash seeds: median line, p25-p75 box, "
+                     "whiskers at p10 and p90. Policies that plan every path run once "
+                     "(a marker)."))
+    todo.append(("link_utilization", "Link utilisation", lambda: plot_link_utilization(res),
+                 "Mean utilisation of every switch-to-switch link at the largest size, one "
+                 "row per policy: hot links beside idle ones are hash collisions."))
+    for policy, run in (getattr(res, "runs", {}) if runs is None else runs).items():
+        if run.timeseries and run.timeseries.get("t_us"):
+            todo.append((f"timeseries_{policy}", f"Queues and rates: {policy}",
+                         lambda run=run: plot_timeseries(run), ""))
+    if getattr(res, "training", None):
+        from icefabric.reports.training import training_figures
+
+        todo.append(("training", "training", lambda: training_figures(res), ""))
+    return todo
+
+
 def save_figures(res, out_dir, formats=("png",), progress=None) -> list[str]:
     """Write every figure in each of ``formats`` (png, svg, pdf); returns the paths.
     ``progress(done, total, name)`` hears of each figure before it is drawn (a large run's
@@ -320,20 +347,9 @@ def save_figures(res, out_dir, formats=("png",), progress=None) -> list[str]:
     if bad:
         raise ValueError(f"unknown figure format(s) {bad}; use {', '.join(FORMATS)}")
     out = Path(out_dir)
-    # (name, how to draw it): drawn one at a time, so progress can follow
-    todo = [("busbw", lambda: plot_all_busbw(res))] if res.rows else []
-    if res.rows and getattr(res, "draws", 1) > 1:
-        todo.append(("busbw_draws", lambda: plot_all_draws(res)))
-    todo.append(("link_utilization", lambda: plot_link_utilization(res)))
-    if getattr(res, "training", None):
-        from icefabric.reports.training import training_figures
-
-        todo.append(("training", lambda: training_figures(res)))
-    for policy, run in getattr(res, "runs", {}).items():
-        if run.timeseries and run.timeseries.get("t_us"):
-            todo.append((f"timeseries_{policy}", lambda run=run: plot_timeseries(run)))
+    todo = result_figures(res)
     paths = []
-    for i, (name, draw) in enumerate(todo):
+    for i, (name, _, draw, _) in enumerate(todo):
         if progress:
             progress(i, len(todo), name)
         made = draw()
@@ -349,5 +365,5 @@ def save_figures(res, out_dir, formats=("png",), progress=None) -> list[str]:
 
 
 __all__ = ["plot_busbw", "plot_all_busbw", "plot_draws", "plot_all_draws",
-           "plot_link_utilization", "plot_timeseries", "save_figures", "link_groups",
-           "byte_formatter", "flow_label", "FORMATS"]
+           "plot_link_utilization", "plot_timeseries", "result_figures", "save_figures",
+           "link_groups", "byte_formatter", "flow_label", "FORMATS"]

@@ -274,40 +274,20 @@ def result_figures(inp: ReportInput, progress=None) -> tuple[Figure | None, list
     """The fabric drawing (None without the scenario's fabric) and the other figures of
     one result, drawn one at a time; ``progress(done, total, title)`` hears of each before
     it is drawn (a large run's figures take tens of seconds)."""
-    from icefabric.reports.figures import plot_all_busbw, plot_link_utilization, plot_timeseries
+    from icefabric.reports.figures import result_figures as planned
 
-    res = inp.result
-    todo = [("busbw per message size", lambda: plot_all_busbw(res), "")] if res.rows else []
-    if res.rows and res.draws > 1:
-        from icefabric.reports.figures import plot_all_draws
-
-        todo.append(("busbw over the ECMP draws", lambda: plot_all_draws(res),
-                     f"One box per randomised policy and size over {res.draws} draws "
-                     "of QP numbers and switch hash seeds: median line, p25-p75 box, "
-                     "whiskers at p10 and p90. Policies that plan every path run once "
-                     "(a marker)."))
-    todo.append(("Link utilisation", lambda: plot_link_utilization(res),
-                 "Mean utilisation of every switch-to-switch link at the largest size, one "
-                 "row per policy: hot links beside idle ones are hash collisions."))
-    for policy, run in inp.runs.items():
-        if run.timeseries.get("t_us"):
-            todo.append((f"Queues and rates: {policy}", lambda run=run: plot_timeseries(run),
-                         ""))
-    if res.training:
-        from icefabric.reports.training import training_figures
-
-        todo.append(("training", lambda: training_figures(res), ""))
+    todo = planned(inp.result, inp.runs)
     n = len(todo) + 1
     if progress:
         progress(0, n, "fabric")
     fabric, figs = fabric_picture(inp), []
-    for i, (title, draw, caption) in enumerate(todo, 1):
+    for i, (_, title, draw, caption) in enumerate(todo, 1):
         if progress:
             progress(i, n, title)
         made = draw()
         if isinstance(made, list):  # training: (name, figure) pairs
             figs += [figure(fig, name.replace("_", " ")) for name, fig in made]
-        elif made is not None:
+        else:
             figs.append(figure(made, title, caption))
     if progress:
         progress(n, n, "")

@@ -10,7 +10,7 @@ from fastapi.testclient import TestClient
 from icefabric.controller.app import create_app
 from icefabric.controller.planner import JobState, job_specs
 from icefabric.pipeline import build_workload
-from icefabric.pipeline.hosts import qp_keys
+from icefabric.pipeline.jobs import qp_ids
 from icefabric.policies.base import PlanContext, get_policy
 
 from .conftest import ADMIN, auth, create_jobs, enrol, wait_version
@@ -132,13 +132,13 @@ def test_host_plans_carry_the_simulators_pacing_rates_also_after_a_failure(setti
     wl = sw.workload
 
     def rates(paths):
-        return dict(zip(qp_keys(wl), paths.rate_bps.tolist(), strict=True))
+        return dict(zip(qp_ids(wl), paths.rate_bps.tolist(), strict=True))
 
     def fetch(c, toks):
         plans = {h: HostPlan.model_validate_json(c.get(f"/v1/hosts/{h}/plan",
                                                        headers=auth(t)).content)
                  for h, t in toks.items()}
-        return plans, {q.key: q for p in plans.values() for q in p.qps}
+        return plans, {q.qp_id: q for p in plans.values() for q in p.qps}
 
     s = settings.model_copy(update={"policy": "ice"})
     with TestClient(create_app(s)) as c:
@@ -165,7 +165,8 @@ def test_host_plans_carry_the_simulators_pacing_rates_also_after_a_failure(setti
         # an agent's actuator receives them
         act = TwinNicActuator()
         act.apply(plans["h100-0"])
-        assert act.state and all(act.state[q.key] == (q.sport, q.rate_bps)
+        assert act.state and all((act.state[q.qp_id].sport, act.state[q.qp_id].rate_bps) ==
+                                 (q.sport, q.rate_bps)
                                  for q in plans["h100-0"].qps)
         # a link fails: the controller re-plans and recomputes the rates
         v = c.app.state.core.plan_version

@@ -3,7 +3,8 @@
 import numpy as np
 
 from icefabric.pipeline import plan
-from icefabric.pipeline.hosts import host_plans, paths_from_host_plans, qp_hosts, qp_keys
+from icefabric.pipeline.hosts import host_plans, paths_from_host_plans, qp_hosts
+from icefabric.pipeline.jobs import qp_ids
 from icefabric.pipeline.plans import scenario_workload
 from icefabric.policies.base import get_policy
 from icefabric.scenario.build import build_fabric
@@ -22,8 +23,8 @@ def test_host_plans_round_trip_ports_backups_rates_and_routes():
     # on the wire and back, as an agent receives them
     wire = {h: HostPlan(host=h, version=1, fabric_version=1, policy="ice", created_at=0.0,
                         qps=q).model_dump_json() for h, q in hosts.items()}
-    got = {q.key: q for doc in wire.values() for q in HostPlan.model_validate_json(doc).qps}
-    assert set(got) == set(qp_keys(wl)) and len(got) == wl.n_qps
+    got = {q.qp_id: q for doc in wire.values() for q in HostPlan.model_validate_json(doc).qps}
+    assert set(got) == set(qp_ids(wl)) and len(got) == wl.n_qps
     back = paths_from_host_plans(wl, got, policy="ice")
     for name in ("sport", "backup_sport", "rate_bps", "route_qp", "route_weight",
                  "route_indptr", "route_links"):

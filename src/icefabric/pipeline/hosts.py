@@ -1,8 +1,9 @@
 """A plan as the hosts see it: per host, the :class:`QpPlan` of every QP its NICs send on
 (source port, backup port, pacing rate, routes), and back from what hosts applied.
 
-A QP is named across reports and plans by (job, source IP, destination IP, ordinal) and
-carries its QP numbers (:func:`icefabric.pipeline.jobs.qp_ordinals`).
+A QP is named across reports and plans by its :class:`~icefabric.qpid.QpId` (job, source
+IP, destination IP, ordinal: :func:`icefabric.pipeline.jobs.qp_ids`) and carries its QP
+numbers.
 """
 
 from __future__ import annotations
@@ -14,17 +15,10 @@ import numpy as np
 from icefabric.ccl.workload import Workload
 from icefabric.control.plan import PathPlan
 from icefabric.csr import csr_from_lists
-from icefabric.pipeline.jobs import qp_jobs, qp_ordinals
-from icefabric.schemas_service import QpKey, QpPlan
+from icefabric.pipeline.jobs import qp_ids
+from icefabric.qpid import QpId
+from icefabric.schemas_service import QpPlan
 from icefabric.topology.model import Fabric
-from icefabric.units import ipv4_str
-
-
-def qp_keys(wl: Workload) -> list[QpKey]:
-    """The NIC-level key of every QP of ``wl``."""
-    return [(ipv4_str(s), ipv4_str(d), lq, rq) for s, d, lq, rq in
-            zip(wl.qp_src_ip.tolist(), wl.qp_dst_ip.tolist(), wl.qp_lqpn.tolist(),
-                wl.qp_rqpn.tolist(), strict=True)]
 
 
 def qp_hosts(fabric: Fabric, wl: Workload) -> list[str]:
@@ -39,15 +33,14 @@ def host_plans(fabric: Fabric, wl: Workload, paths: PathPlan) -> dict[str, list[
     links, rptr = paths.route_links.tolist(), paths.route_indptr.tolist()
     weights, rates = paths.route_weight.tolist(), paths.rate_bps.tolist()
     sport, backup = paths.sport.tolist(), paths.backup_sport.tolist()
+    lqpn, rqpn = wl.qp_lqpn.tolist(), wl.qp_rqpn.tolist()
     per_host: dict[str, list[QpPlan]] = {}
-    for q, (host, key, job, ordinal) in enumerate(zip(
-            qp_hosts(fabric, wl), qp_keys(wl), qp_jobs(wl), qp_ordinals(wl).tolist(),
-            strict=True)):
+    for q, (host, i) in enumerate(zip(qp_hosts(fabric, wl), qp_ids(wl), strict=True)):
         # the one sentinel rule: arrays say "none" with inf (rate) and -1 (ports), the wire
         # with None; converted here and in paths_from_host_plans, nowhere else
         per_host.setdefault(host, []).append(QpPlan(
-            src_ip=key[0], dst_ip=key[1], lqpn=key[2], rqpn=key[3], job=job,
-            ordinal=ordinal, sport=sport[q] if sport[q] >= 0 else None,
+            src_ip=i.src, dst_ip=i.dst, lqpn=lqpn[q], rqpn=rqpn[q], job=i.job,
+            ordinal=i.ordinal, sport=sport[q] if sport[q] >= 0 else None,
             rate_bps=rates[q] if np.isfinite(rates[q]) else None,
             routes=[links[rptr[r]:rptr[r + 1]] for r in range(ptr[q], ptr[q + 1])],
             weights=weights[ptr[q]:ptr[q + 1]],
@@ -55,15 +48,16 @@ def host_plans(fabric: Fabric, wl: Workload, paths: PathPlan) -> dict[str, list[
     return per_host
 
 
-def paths_from_host_plans(wl: Workload, applied: Mapping[QpKey, QpPlan], *,
+def paths_from_host_plans(wl: Workload, applied: Mapping[QpId, QpPlan], *,
                           policy: str = "") -> PathPlan:
     """The :class:`PathPlan` hosts applied, in the QP order of ``wl`` (KeyError naming the
     first QP no host applied)."""
     entries = []
-    for key in qp_keys(wl):
-        e = applied.get(key)
+    for i in qp_ids(wl):
+        e = applied.get(i)
         if e is None:
-            raise KeyError(f"QP {key} has no applied plan on its host")
+            raise KeyError(f"QP {i.job} {i.src}->{i.dst} ordinal {i.ordinal} has no applied "
+                           "plan on its host")
         entries.append(e)
     routes = [np.asarray(r, dtype=np.int64) for e in entries for r in e.routes]
     indptr, links = csr_from_lists(routes)

@@ -106,20 +106,25 @@ def qp_ordinals(wl: Workload) -> np.ndarray:
     return out
 
 
+def qp_ids(wl: Workload) -> list[QpId]:
+    """The :class:`QpId` of every QP (its one name in reports, plans and on the hosts)."""
+    return [QpId(j, s, d, o) for j, s, d, o in zip(
+        qp_jobs(wl), wl.qp_src_ip.tolist(), wl.qp_dst_ip.tolist(), qp_ordinals(wl).tolist(),
+        strict=True)]
+
+
 def _apply_observed_qps(wl: Workload, jobs: Sequence[JobSpec]) -> None:
     """Replace modelled QP numbers (and derived ports) by those of the reported data QPs
     (:func:`icefabric.pipeline.pairing.data_qps`), matched by :class:`QpId`."""
     if not any(j.qps for j in jobs):
         return
-    names = qp_jobs(wl)
-    ordinal = qp_ordinals(wl).tolist()
-    sip, dip = wl.qp_src_ip.tolist(), wl.qp_dst_ip.tolist()
+    ids = qp_ids(wl)
     modelled: dict[str, set[tuple[int, int]]] = {}
-    for q, job in enumerate(names):
-        modelled.setdefault(job, set()).add((sip[q], dip[q]))
+    for i in ids:
+        modelled.setdefault(i.job, set()).add((i.src_ip, i.dst_ip))
     observed = {j.name: data_qps(j.qps, modelled.get(j.name, set())) for j in jobs if j.qps}
-    for q, job in enumerate(names):
-        got = observed.get(job, {}).get(QpId(job, sip[q], dip[q], ordinal[q]))
+    for q, i in enumerate(ids):
+        got = observed.get(i.job, {}).get(i)
         if got is not None:
             wl.qp_lqpn[q], wl.qp_rqpn[q], wl.qp_sport[q] = got.lqpn, got.rqpn, got.sport
 

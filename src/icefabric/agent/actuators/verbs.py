@@ -47,7 +47,7 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from icefabric.agent.actuators.base import Actuator, ApplyResult, QpKey, qp_key
+from icefabric.agent.actuators.base import Actuator, ApplyResult
 from icefabric.agent.shim_socket import ShimConn, ShimProtocolError, ShimServer, format_line
 from icefabric.dataplane.roce import IBV_RATE_GBPS, default_sports, static_rate
 from icefabric.qpid import QpId
@@ -276,7 +276,7 @@ class VerbsActuator(Actuator):
             qp.steered = False
         counts = Counter(f"{qp.dev}: {msg}" for qp, msg in errors)
         failed = {id(qp) for qp, _ in errors}
-        return ApplyResult(0, {qp_key(q) for qp, q in targets if id(qp) in failed},
+        return ApplyResult(0, {q.qp_id for qp, q in targets if id(qp) in failed},
                            [f"{n} QP(s) on {m}" for m, n in counts.items()])
 
     def _unnamed(self, every: list[tuple[LiveQp | None, QpPlan]]) -> list[LiveQp]:
@@ -308,9 +308,9 @@ class VerbsActuator(Actuator):
             out.append((qp, q))
         return out
 
-    def _set_one(self, key: QpKey, sport: int, rate_bps: float | None) -> bool:
+    def _set_one(self, qp_id: QpId, sport: int, rate_bps: float | None) -> bool:
         with self.lock:
-            q = next((q for q in self.planned.values() if qp_key(q) == key), None)
+            q = self.planned.get(qp_id)
             qp = self.live_for(q) if q is not None else None
         return qp is not None and not self._push([(qp, sport, rate_bps)])
 

@@ -14,11 +14,8 @@ import pytest
 
 from icefabric.agent.actuators import get_actuator
 from icefabric.agent.actuators.hccl_cfg import FILE_NAME, parse_cfg
-from icefabric.agent.actuators.verbs import srate_of
 from icefabric.agent.shim_socket import ShimConn, parse_line
 from icefabric.pipeline import plan
-from icefabric.pipeline.hosts import host_plans, paths_from_host_plans, qp_hosts
-from icefabric.pipeline.jobs import qp_ids
 from icefabric.pipeline.plans import scenario_workload
 from icefabric.policies.base import get_policy
 from icefabric.qpid import QpId
@@ -26,6 +23,7 @@ from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import load
 from icefabric.schemas_service import HostPlan, QpPlan
 from icefabric.units import bps_to_kbps
+from icefabric.wire import host_plans, paths_from_host_plans, qp_hosts, qp_ids, srate_of
 
 
 @pytest.fixture(scope="module")

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from icefabric.agent.actuators.verbs import VerbsActuator, rate_kbps
+from icefabric.agent.actuators.verbs import VerbsActuator
 from icefabric.agent.shim_socket import ShimConn
 from icefabric.dataplane.roce import flow_label_to_udp_sport
 from icefabric.schemas_service import CommReport, HostPlan, QpPlan, RankEntry
@@ -143,11 +143,6 @@ def test_a_plan_entry_with_a_live_qps_numbers_names_that_qp(agent_sock):
     assert got == [(21, 0), (None, 1)]
     a.close()
     b.close()
-
-
-def test_rate_conversion():
-    assert rate_kbps(None, unset=-1) == -1 and rate_kbps(None, unset=0) == 0
-    assert rate_kbps(25e9, unset=0) == 25_000_000 and rate_kbps(10.0, unset=0) == 1
 
 
 # -- interposition --------------------------------------------------------------------------

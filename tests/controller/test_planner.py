@@ -10,8 +10,8 @@ from fastapi.testclient import TestClient
 from icefabric.controller.app import create_app
 from icefabric.controller.planner import JobState, job_specs
 from icefabric.pipeline import build_workload
-from icefabric.pipeline.jobs import qp_ids
 from icefabric.policies.base import PlanContext, get_policy
+from icefabric.wire import qp_ids
 
 from .conftest import ADMIN, auth, create_jobs, enrol, wait_version
 
@@ -110,7 +110,6 @@ def test_host_plans_carry_the_simulators_pacing_rates_also_after_a_failure(setti
     """Done-when: per-QP rates in host plans equal those the simulator uses for the same
     scenario, are recomputed after a link failure, and reach the agent's actuator."""
     from icefabric.agent.actuators.twin import TwinNicActuator
-    from icefabric.pipeline.hosts import paths_from_host_plans
     from icefabric.pipeline.plans import (
         LinkChange,
         scenario_plan,
@@ -124,6 +123,7 @@ def test_host_plans_carry_the_simulators_pacing_rates_also_after_a_failure(setti
     from icefabric.schemas_service import FabricUpload, HostPlan
     from icefabric.topology.serialize import fabric_to_dict
     from icefabric.twin.run import host_reports
+    from icefabric.wire import paths_from_host_plans
 
     ls = load("hetero-default")
     fabric, size = build_fabric(ls), 1 << 20

@@ -23,13 +23,13 @@ import numpy as np
 from icefabric.ccl.workload import Workload
 from icefabric.control.plan import PathPlan, single_path_plan
 from icefabric.pipeline import JobError, build_workload, plan
-from icefabric.pipeline.hosts import host_plans
-from icefabric.pipeline.jobs import JobSpec, qp_jobs, report_job
+from icefabric.pipeline.jobs import JobSpec, report_job
 from icefabric.policies.base import get_policy
-from icefabric.schemas_service import QP_PLANS, CommReport
+from icefabric.schemas_service import CommReport
 from icefabric.topology.model import Fabric
 from icefabric.topology.routing import Routing
 from icefabric.units import ipv4_str
+from icefabric.wire import host_plans, host_record, qp_jobs
 
 
 class PlanInputError(ValueError):
@@ -127,7 +127,7 @@ class PlanOutcome:
     key: str  # digest of the reports the workload was built from
     jobs: list[str]
     n_qps: int
-    hosts: dict[str, bytes]  # per host: its QP plans, serialized by QP_PLANS
+    hosts: dict[str, bytes]  # per host: its QP plans as stored (wire.host_record)
     planning_ms: float
     policy: str
     errors: dict[str, str] = field(default_factory=dict)  # jobs left out, and why
@@ -185,7 +185,7 @@ def compute_plan(fabric: Fabric, jobs: dict[str, JobState], *, policy_name: str,
     replan = prev is not None and prev_key == key and prev.n_qps == wl.n_qps
     p = plan(fabric, wl, get_policy(policy_name), seed=seed, down_links=down_ids,
              previous=prev if replan else None)
-    hosts = {h: QP_PLANS.dump_json(q) for h, q in host_plans(fabric, wl, p.paths).items()}
+    hosts = {h: host_record(q) for h, q in host_plans(fabric, wl, p.paths).items()}
     return PlanOutcome("replan" if replan else "plan", p.paths, key, names, wl.n_qps, hosts,
                        (time.perf_counter() - t0) * 1e3, p.paths.policy or policy_name, errors,
                        sorted(no_path, key=lambda e: e["job"]))

@@ -21,15 +21,14 @@ import numpy as np
 from icefabric.ccl.collectives import add_collective
 from icefabric.ccl.communicator import Communicator, QpsRule
 from icefabric.ccl.workload import Workload, WorkloadBuilder
-from icefabric.csr import within
 from icefabric.errors import IceFabricError
 from icefabric.pipeline.pairing import QpEnd, data_qps
-from icefabric.qpid import QpId
 from icefabric.scenario.build import job_nccl_settings, placed_accels
 from icefabric.scenario.loader import LoadedScenario
 from icefabric.schemas_service import CommReport
 from icefabric.topology.model import Fabric
 from icefabric.units import ipv4_int
+from icefabric.wire import qp_ids
 
 
 class PipelineError(IceFabricError, ValueError):
@@ -84,33 +83,6 @@ def build_workload(fabric: Fabric, jobs: Sequence[JobSpec], *, qpn_seed: int = 0
     wl = wb.build(node_ip=fabric.node_ip, qpn_seed=qpn_seed)
     _apply_observed_qps(wl, jobs)
     return wl
-
-
-def qp_jobs(wl: Workload) -> list[str]:
-    """The job of every QP."""
-    return [wl.conn_job[c] for c in wl.qp_conn.tolist()]
-
-
-def qp_ordinals(wl: Workload) -> np.ndarray:
-    """Ordinal of every QP among the QPs of its job between the same NIC pair, in creation
-    order: with the job and the pair it names the QP across reports and plans
-    (:class:`icefabric.qpid.QpId`; every modelled QP is a data QP)."""
-    if wl.n_qps == 0:
-        return np.zeros(0, dtype=np.int64)
-    job = np.unique(np.asarray(wl.conn_job), return_inverse=True)[1].reshape(-1)[wl.qp_conn]
-    order = np.lexsort((np.arange(wl.n_qps), wl.qp_dst_nic, wl.qp_src_nic, job))
-    keys = np.stack([job, wl.qp_src_nic, wl.qp_dst_nic])[:, order]
-    start = np.r_[True, np.any(keys[:, 1:] != keys[:, :-1], axis=0)]
-    out = np.empty(wl.n_qps, dtype=np.int64)
-    out[order] = within(np.diff(np.r_[np.flatnonzero(start), wl.n_qps]))
-    return out
-
-
-def qp_ids(wl: Workload) -> list[QpId]:
-    """The :class:`QpId` of every QP (its one name in reports, plans and on the hosts)."""
-    return [QpId(j, s, d, o) for j, s, d, o in zip(
-        qp_jobs(wl), wl.qp_src_ip.tolist(), wl.qp_dst_ip.tolist(), qp_ordinals(wl).tolist(),
-        strict=True)]
 
 
 def _apply_observed_qps(wl: Workload, jobs: Sequence[JobSpec]) -> None:

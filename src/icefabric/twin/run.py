@@ -36,8 +36,7 @@ from icefabric.csr import csr_from_lists
 from icefabric.errors import IceFabricError
 from icefabric.experiment.runner import ExperimentResult, collective_row
 from icefabric.pipeline import Plan, plan, simulate, with_link_events
-from icefabric.pipeline.hosts import paths_from_host_plans, qp_hosts
-from icefabric.pipeline.jobs import JobSpec, qp_ids
+from icefabric.pipeline.jobs import JobSpec
 from icefabric.pipeline.plans import (
     LinkChange,
     LinkEvent,
@@ -60,6 +59,7 @@ from icefabric.topology.model import Fabric
 from icefabric.topology.routing import Routing
 from icefabric.topology.serialize import fabric_to_dict
 from icefabric.units import ipv4_str
+from icefabric.wire import paths_from_host_plans, qp_hosts, qp_ids
 
 
 class TwinError(IceFabricError, RuntimeError):

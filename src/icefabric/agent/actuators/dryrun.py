@@ -15,7 +15,7 @@ from icefabric.agent.actuators.base import Actuator, ApplyResult
 from icefabric.dataplane.roce import flow_label_for_sport
 from icefabric.qpid import QpId
 from icefabric.schemas_service import HostPlan, QpPlan
-from icefabric.units import bps_to_kbps
+from icefabric.wire import rate_kbps
 
 
 class DryRunActuator(Actuator):
@@ -37,7 +37,7 @@ class DryRunActuator(Actuator):
             self._emit(f"mlx5dv_modify_qp_udp_sport(qp=0x{q.lqpn:06x} /* {q.src_ip}->"
                        f"{q.dst_ip} */, udp_sport={sport})  # or flow_label=0x{fl:05x} at "
                        "INIT->RTR")
-        kbps = 0 if rate_bps is None else bps_to_kbps(rate_bps)
+        kbps = rate_kbps(rate_bps, unset=0)
         self._emit(f"ibv_modify_qp_rate_limit(qp=0x{q.lqpn:06x}, "
                    f"{{.rate_limit={kbps}, .max_burst_sz=0, .typical_pkt_sz=0}})"
                    + ("  # unlimited: DCQCN only" if kbps == 0 else ""))

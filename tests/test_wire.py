@@ -56,10 +56,10 @@ def test_host_plans_round_trip_ports_backups_rates_and_routes():
     for name in FIELDS:
         assert np.array_equal(getattr(back, name), getattr(p, name)), name
     assert np.all(np.isfinite(back.rate_bps)) and np.any(back.backup_sport >= 0)
-    stored, key = paths_from_record(json.dumps(path_record(p, "k1")))
-    assert key == "k1" and all(np.array_equal(getattr(stored, f), getattr(p, f))
-                               for f in FIELDS)
-    assert paths_from_record(json.dumps(path_record(None, "k2"))) == (None, "k2")
+    stored, key, shape = paths_from_record(json.dumps(path_record(p, "k1", "s1")))
+    assert (key, shape) == ("k1", "s1") and all(
+        np.array_equal(getattr(stored, f), getattr(p, f)) for f in FIELDS)
+    assert paths_from_record(json.dumps(path_record(None, "k2"))) == (None, "k2", "")
 
 
 def test_no_port_and_no_rate_are_none_on_the_wire_and_minus_one_and_zero_on_the_shim(

@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -84,6 +85,52 @@ def qp_ids(wl: Workload) -> list[QpId]:
     return [QpId(j, s, d, o) for j, s, d, o in zip(
         qp_jobs(wl), wl.qp_src_ip.tolist(), wl.qp_dst_ip.tolist(), qp_ordinals(wl).tolist(),
         strict=True)]
+
+
+@dataclass(frozen=True, eq=False)
+class QpIds:
+    """The :class:`QpId` of every QP of a workload as arrays (16 bytes a QP: a published
+    plan keeps them to find each QP's place in the next workload, :meth:`positions_in`).
+
+    Attributes
+    ----------
+    jobs : tuple of str — the job names; ``job`` indexes it.
+    job, src_ip, dst_ip, ordinal : (Q,) int arrays — the fields of each QP's QpId.
+    """
+
+    jobs: tuple[str, ...]
+    job: np.ndarray
+    src_ip: np.ndarray
+    dst_ip: np.ndarray
+    ordinal: np.ndarray
+
+    @classmethod
+    def of(cls, wl: Workload) -> QpIds:
+        names, job = np.unique(np.asarray(wl.conn_job, dtype=object), return_inverse=True)
+        return cls(tuple(names.tolist()), job.reshape(-1)[wl.qp_conn].astype(np.int32),
+                   wl.qp_src_ip.astype(np.uint32), wl.qp_dst_ip.astype(np.uint32),
+                   qp_ordinals(wl).astype(np.int32))
+
+    def __len__(self) -> int:
+        return len(self.job)
+
+    def positions_in(self, other: QpIds) -> np.ndarray:
+        """Per QP, the index of the QP with its QpId in ``other`` (-1: none there)."""
+        if not len(self) or not len(other):
+            return np.full(len(self), -1, dtype=np.int64)
+        # one int64 per QpId: (NIC pair rank, job, ordinal) in mixed radix
+        jobs = {j: i for i, j in enumerate(sorted(set(self.jobs) | set(other.jobs)))}
+        job = np.concatenate([np.array([jobs[j] for j in x.jobs], np.int64)[x.job]
+                              for x in (self, other)])
+        pair = np.concatenate([(x.src_ip.astype(np.uint64) << np.uint64(32)) | x.dst_ip
+                               for x in (self, other)])
+        pair = np.unique(pair, return_inverse=True)[1].reshape(-1).astype(np.int64)
+        ordinal = np.concatenate([self.ordinal, other.ordinal]).astype(np.int64)
+        key = (pair * len(jobs) + job) * (int(ordinal.max()) + 1) + ordinal
+        mine, theirs = key[:len(self)], key[len(self):]
+        order = np.argsort(theirs, kind="stable")
+        at = np.minimum(np.searchsorted(theirs[order], mine), len(other) - 1)
+        return np.where(theirs[order][at] == mine, order[at], -1)
 
 
 def qp_hosts(fabric: Fabric, wl: Workload) -> list[str]:
@@ -151,16 +198,18 @@ def host_document(summary: PlanSummary, host: str, record: bytes) -> bytes:
     return head[:-3] + record + b"}"
 
 
-def path_record(paths: PathPlan | None, workload_key: str) -> dict:
-    """A plan version's arrays as stored, with the digest of the workload they plan."""
-    return {**(paths.to_dict() if paths is not None else {}), "workload_key": workload_key}
+def path_record(paths: PathPlan | None, workload_key: str, shape_key: str = "") -> dict:
+    """A plan version's arrays as stored, with the digests of the workload they plan (all
+    its reports, and its shape: the reports without their QPs)."""
+    return {**(paths.to_dict() if paths is not None else {}), "workload_key": workload_key,
+            "shape_key": shape_key}
 
 
-def paths_from_record(record: str) -> tuple[PathPlan | None, str]:
-    """:func:`path_record`'s JSON text -> (arrays or None, workload digest)."""
+def paths_from_record(record: str) -> tuple[PathPlan | None, str, str]:
+    """:func:`path_record`'s JSON text -> (arrays or None, workload digest, shape digest)."""
     d = json.loads(record)
-    key = d.pop("workload_key", "")
-    return (PathPlan.from_dict(d) if d.get("sport") is not None else None), key
+    key, shape = d.pop("workload_key", ""), d.pop("shape_key", "")
+    return (PathPlan.from_dict(d) if d.get("sport") is not None else None), key, shape
 
 
 # -- host plans -> the verbs shim ---------------------------------------------------------------

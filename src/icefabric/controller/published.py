@@ -18,7 +18,7 @@ from icefabric.controller.cables import Cable, refs
 from icefabric.controller.planner import PlanOutcome
 from icefabric.controller.store.repo import Repository
 from icefabric.schemas_service import PlanSummary
-from icefabric.wire import host_document, path_record, paths_from_record
+from icefabric.wire import QpIds, host_document, path_record, paths_from_record
 
 EMPTY_QPS = b"[]"
 
@@ -51,7 +51,9 @@ class PublishedPlan:
 
     summary: PlanSummary
     paths: PathPlan | None
-    workload_key: str  # digest of the reports the plan was built from
+    workload_key: str  # digest of the workload the plan covers (Workload.digest)
+    shape_key: str  # the same without QP numbers and reported ports
+    ids: QpIds | None  # the QpId of each QP of ``paths`` (None: restored; not stored)
     hosts: dict[str, HostDoc]  # hosts that have (or had) QPs
 
     @property
@@ -89,7 +91,7 @@ def next_plan(cur: PublishedPlan | None, out: PlanOutcome, reason: str,
             HostDoc.make(summary, h, qps)
     changed = sorted(h for h, d in hosts.items() if d.version == summary.version)
     summary = summary.model_copy(update={"hosts_changed": len(changed)})
-    return PublishedPlan(summary, out.paths, out.key, hosts), changed
+    return PublishedPlan(summary, out.paths, out.key, out.shape_key, out.ids, hosts), changed
 
 
 def store(repo: Repository, plan: PublishedPlan, changed: list[str]) -> None:
@@ -98,7 +100,7 @@ def store(repo: Repository, plan: PublishedPlan, changed: list[str]) -> None:
     repo.save_plan(s.version, policy=s.policy, reason=s.reason, created_at=s.created_at,
                    planning_ms=s.planning_ms, fabric_version=s.fabric_version,
                    summary=s.model_dump(mode="json"),
-                   path_plan=path_record(plan.paths, plan.workload_key),
+                   path_plan=path_record(plan.paths, plan.workload_key, plan.shape_key),
                    host_qps={h: plan.hosts[h].qps for h in changed})
 
 
@@ -111,6 +113,6 @@ def restore(repo: Repository) -> PublishedPlan | None:
     row, qps = latest
     summaries = {v: PlanSummary.model_validate(repo.plan_summary(v))
                  for v in {v for v, _ in qps.values()} | {row.version}}
-    paths, key = paths_from_record(row.path_plan)
+    paths, key, shape_key = paths_from_record(row.path_plan)
     hosts = {h: HostDoc.make(summaries[v], h, q) for h, (v, q) in qps.items()}
-    return PublishedPlan(summaries[row.version], paths, key, hosts)
+    return PublishedPlan(summaries[row.version], paths, key, shape_key, None, hosts)

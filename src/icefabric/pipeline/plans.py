@@ -106,11 +106,20 @@ def _paced(p: Plan, paths: PathPlan) -> PathPlan:
 
 
 def plan(fabric: Fabric, workload: Workload, policy: Policy, *, seed: int = 0,
-         down_links: Sequence[int] = (), previous: PathPlan | None = None) -> Plan:
+         down_links: Sequence[int] = (), previous: PathPlan | None = None,
+         kept: np.ndarray | None = None) -> Plan:
     """Plan ``workload`` with ``policy`` (links ``down_links`` excluded). With ``previous``
-    (a plan of the same workload), the policy re-plans from it instead of from scratch."""
+    (a plan of the same workload), the policy re-plans from it instead of from scratch;
+    with ``previous`` and ``kept`` (a plan of another workload under the same links, and
+    per QP its index there or -1), it keeps the kept QPs' paths and ports
+    (:meth:`~icefabric.policies.base.Policy.extend`)."""
     ctx = PlanContext.create(fabric, workload, seed=seed, down_links=down_links)
-    paths = policy.plan(ctx) if previous is None else policy.replan(ctx, previous)
+    if previous is None:
+        paths = policy.plan(ctx)
+    elif kept is None:
+        paths = policy.replan(ctx, previous)
+    else:
+        paths = policy.extend(ctx, previous, kept)
     p = Plan(fabric, workload, policy, paths, seed)
     return replace(p, paths=_paced(p, paths))
 

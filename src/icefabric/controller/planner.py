@@ -45,6 +45,7 @@ from icefabric.ccl.workload import Workload
 from icefabric.control.plan import PathPlan, single_path_plan
 from icefabric.pipeline import JobError, build_workload, plan
 from icefabric.pipeline.jobs import JobSpec, report_job
+from icefabric.pipeline.plans import Kept
 from icefabric.policies.base import get_policy
 from icefabric.schemas_service import CommReport
 from icefabric.topology.model import Fabric
@@ -216,8 +217,9 @@ def compute_plan(fabric: Fabric, jobs: dict[str, JobState], *, policy_name: str,
     elif wl.n_qps == 0:  # every job ended or has no path: an empty plan replaces the last
         paths = single_path_plan([], np.zeros(0, dtype=np.int64), policy_name)
     else:
-        kw = {} if kind == "plan" else {"previous": prev.paths, "kept": kept}
-        paths = plan(fabric, wl, pol, seed=seed, down_links=down_ids, **kw).paths
+        start = None if kind == "plan" else prev.paths if kept is None else \
+            Kept(prev.paths, kept)
+        paths = plan(fabric, wl, pol, seed=seed, down_links=down_ids, previous=start).paths
     hosts = {h: host_record(q) for h, q in host_plans(fabric, wl, paths).items()}
     return PlanOutcome(kind, paths, key, shape_key, ids, names, wl.n_qps, hosts,
                        (time.perf_counter() - t0) * 1e3, paths.policy or policy_name, errors,

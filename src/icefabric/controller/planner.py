@@ -278,19 +278,20 @@ class FabricNotCached(LookupError):
     pass
 
 
-def compute_plan_in_worker(fabric_version: int, fabric_doc: str | None,
+def compute_plan_in_worker(fabric_version: int, fabric: Fabric | None,
                            jobs: dict[str, JobState], prev: Previous | None,
                            **kw) -> PlanOutcome | None:
     """:func:`compute_plan` in a planner process (arguments and result are pickled;
-    ``fabric_doc``: the topology document's JSON text, when the process may not have it)."""
-    import json
+    ``fabric``: sent when the process may not have version ``fabric_version`` cached).
 
-    from icefabric.topology.serialize import fabric_from_dict
-
-    fabric = _WORKER_FABRIC.get(fabric_version)
+    The fabric travels as the pickled :class:`Fabric` (numpy arrays), not as its topology
+    document: at 10,000 servers the document's 40 MB of JSON parse into ~180 MB of Python
+    objects, the pickle into ~60 MB (``BENCHMARKS.md``, 10,000 agents)."""
     if fabric is None:
-        if fabric_doc is None:
+        fabric = _WORKER_FABRIC.get(fabric_version)
+        if fabric is None:
             raise FabricNotCached(fabric_version)
+    elif fabric_version not in _WORKER_FABRIC:
         _WORKER_FABRIC.clear()
-        fabric = _WORKER_FABRIC[fabric_version] = fabric_from_dict(json.loads(fabric_doc))
+        _WORKER_FABRIC[fabric_version] = fabric
     return compute_plan(fabric, jobs, prev=prev, **kw)

@@ -194,10 +194,10 @@ class Publisher:
                         kw: dict) -> PlanOutcome | None:
         fv = inp.fabric_version
         for attempt in range(2):
-            # the planner process caches the fabric; it is sent (as stored) only when new
-            doc = self.repo.fabric_document(fv) if (attempt or self._worker_fv != fv) else None
+            # the planner process caches the fabric; it is sent only when new to it
+            send = inp.fabric if (attempt or self._worker_fv != fv) else None
             try:
-                out = self._pool.submit(planner.compute_plan_in_worker, fv, doc, inp.jobs,
+                out = self._pool.submit(planner.compute_plan_in_worker, fv, send, inp.jobs,
                                         prev, **kw).result()
             except FabricNotCached:
                 continue

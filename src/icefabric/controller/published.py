@@ -1,7 +1,8 @@
 """The plan the controller serves: one :class:`PublishedPlan` per version.
 
-A version holds its typed summary, the :class:`PathPlan` it was computed as (kept to re-plan
-from after a link change), the digest of the reports it covers, and every host's document.
+A version holds its typed summary, the :class:`PathPlan` it was computed as and the QpId of
+each of its QPs (the next plan starts from them: :mod:`.planner`), the digests of the
+workload it covers, and every host's document.
 Each host's document has its own version: the plan version that last changed it (its QP
 plans, the fabric version or the policy). A new plan makes new documents only for the hosts
 it changes, so only their agents are woken, and only their QP plans are stored (a JSON

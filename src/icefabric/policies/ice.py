@@ -205,9 +205,11 @@ class IcePolicy(Policy):
             meta.update(planned_max_util=a.max_util, verified_new=int(r.ok.sum()))
         self._last = (ctx.workload, rt, d)
         backup = None
-        if self.backup:
+        if self.backup and len(new):
             backup, meta["backup_paths"] = self._backups(ctx, d, planned, sport)
             backup[old] = previous.backup_sport[kept[old]]
+        elif self.backup:  # nothing new: every backup port is kept too
+            backup = previous.backup_sport[kept]
         return single_path_plan(routes, sport, policy=self.name, meta=meta,
                                 backup_sport=backup)
 

@@ -34,8 +34,6 @@ from icefabric.agent.client import ControllerClient
 from icefabric.agent.runner import Agent
 from icefabric.controller.settings import Settings
 from icefabric.dataplane.roce import flow_label_to_udp_sport, rdma_get_udp_sport
-from icefabric.pipeline.hosts import qp_hosts
-from icefabric.pipeline.jobs import qp_jobs, qp_ordinals
 from icefabric.pipeline.plans import scenario_policy, scenario_workload
 from icefabric.qpid import QpId
 from icefabric.scenario.build import build_fabric
@@ -43,6 +41,7 @@ from icefabric.scenario.loader import loads
 from icefabric.twin.run import host_reports, register_jobs, run_twin, upload_fabric
 from icefabric.twin.serve import ThreadedController
 from icefabric.units import ipv4_str
+from icefabric.wire import qp_hosts, qp_jobs, qp_ordinals
 
 from .conftest import IBV_QP_RATE_LIMIT, IBV_QPS_RTR, records, wait_for
 

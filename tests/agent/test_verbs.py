@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from icefabric.agent.actuators.verbs import VerbsActuator, rate_kbps
+from icefabric.agent.actuators.verbs import VerbsActuator
 from icefabric.agent.shim_socket import ShimConn
 from icefabric.dataplane.roce import flow_label_to_udp_sport
 from icefabric.schemas_service import CommReport, HostPlan, QpPlan, RankEntry
@@ -151,11 +151,6 @@ def test_a_plan_entry_with_a_live_qps_numbers_names_that_qp(agent_sock):
     b.close()
 
 
-def test_rate_conversion():
-    assert rate_kbps(None, unset=-1) == -1 and rate_kbps(None, unset=0) == 0
-    assert rate_kbps(25e9, unset=0) == 25_000_000 and rate_kbps(10.0, unset=0) == 1
-
-
 # -- interposition --------------------------------------------------------------------------
 @pytest.mark.parametrize("program", ["ccl_dlopen", "ccl_linked"])
 def test_planned_port_and_rate_are_written_at_connection(native, tmp_path, actuator,
@@ -264,14 +259,13 @@ def test_replan_reaches_live_qps_through_mlx5dv(native, tmp_path, actuator, agen
                  if r.get("mask") == IBV_QP_RATE_LIMIT]
         assert paced == [(qps[0], 30_000_000)]  # QP 0 paced live by the re-plan
         # QP 1's RTR static rate cannot be lifted live: reported, not acked.
-        assert res.failed == {plan.qps[1].key} and len(res.messages) == 1
+        assert res.failed == {plan.qps[1].qp_id} and len(res.messages) == 1
         assert "static rate set at RTR (40000000 kbit/s) cannot be raised" in res.messages[0]
         by_ordinal = sorted(actuator.live.values(), key=lambda q: q.qp_id)
         assert [(q.sport, q.rate_kbps, q.rate_via) for q in by_ordinal] == [
             (49200, 30_000_000, "rate_limit"), (50001, 40_000_000, "static_rate")]
         # The autonomous backup-port switch goes the same way.
-        key = (SIP, DIP, 100, 200)
-        assert actuator.set_sport(key, 0xD000)
+        assert actuator.set_sport(plan.qps[0].qp_id, 0xD000)
         assert records(log)[-1]["sport"] == 0xD000, records(log)[-3:]
     finally:
         release(proc, hold)
@@ -323,7 +317,7 @@ def test_unsupported_live_port_change_is_reported(native, tmp_path, actuator, ag
         assert wait_for(lambda: all(q.sport for q in actuator.live.values()))
         plan = plan_of([50000, 50001], version=2)
         res = actuator.apply(plan)
-        assert res.failed == {q.key for q in plan.qps} and len(res.messages) == 1
+        assert res.failed == {q.qp_id for q in plan.qps} and len(res.messages) == 1
         assert res.messages[0].startswith("2 QP(s) on mlx5_0: ") and msg in res.messages[0]
         # Nothing applied is recorded as applied: the same plan again retries both QPs.
         again = actuator.apply(plan)

@@ -23,7 +23,7 @@ from icefabric.control.sport import (
     solve_sports,
     solve_sports_by_probing,
 )
-from icefabric.csr import CsrRows, csr_from_lists, within
+from icefabric.csr import CsrRows, csr_from_lists
 from icefabric.dataplane.ecmp import HashConfig, ecmp_hash, select_member
 from icefabric.dataplane.roce import ROCE_UDP_DPORT
 from icefabric.topology.model import Fabric
@@ -66,11 +66,8 @@ def _member_masks(routing: Routing) -> tuple[np.ndarray, np.ndarray]:
     got = getattr(routing, "_ice_member_masks", None)
     if got is None:
         f = routing.fabric
-        order = np.argsort(f.link_src, kind="stable")
-        counts = np.bincount(f.link_src, minlength=f.n_nodes)
-        out_rank = np.empty(f.n_links, dtype=np.int64)
-        out_rank[order] = within(counts)
-        W = max(int(counts.max(initial=0)) + 63, 64) // 64
+        out_rank = f.out_rank  # of the fabric: one per link state would cost a sort each
+        W = max(int(np.diff(f.out_indptr).max(initial=0)) + 63, 64) // 64
         r = out_rank[routing.grp_links]
         sizes = np.diff(routing.grp_indptr)
         g = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)

@@ -112,6 +112,13 @@ class Fabric:
     def out_links(self) -> np.ndarray:
         return np.argsort(self.link_src, kind="stable").astype(np.int64)
 
+    @cached_property
+    def out_rank(self) -> np.ndarray:
+        """Rank of every link among its source node's links (ordered by link id)."""
+        rank = np.empty(self.n_links, dtype=np.int64)
+        rank[self.out_links] = within(np.diff(self.out_indptr))
+        return rank
+
     def links_from(self, node: int) -> np.ndarray:
         return self.out_links[self.out_indptr[node]:self.out_indptr[node + 1]]
 

@@ -12,7 +12,7 @@ from functools import cached_property
 
 import numpy as np
 
-from icefabric.csr import indptr_from_lengths
+from icefabric.csr import gather, indptr_from_lengths
 from icefabric.topology.model import (
     ACCEL,
     LEAF,
@@ -67,7 +67,34 @@ class Routing:
         twin = np.flatnonzero(rep[cls] != np.arange(len(cls)))
         dist[twin, leaf_sw[rep[cls[twin]]]] = 2
         self.dist = dist
+        self._hops, self._cls, self._rep = hops, cls, rep  # what dist is made of
         self._build_groups(hops, src, dst, cls, rep)
+
+    def dist_changes(self, other: Routing) -> tuple[np.ndarray, np.ndarray]:
+        """``np.nonzero(self.dist != other.dist)`` (leaf indices, switch indices; same
+        fabric), from the per-class hop tables: ``dist[i, s]`` is row ``cls[i]`` of the
+        small hop table except at the leaf itself (0) and, for a twin, at its class's
+        first leaf (2), so rows are compared once per (class here, class there) pair
+        and those two places per leaf directly. At 131,072 GPUs this reads ~0.1 M hop
+        counts where the float tables hold 16.7 M entries each."""
+        S, NL = len(self.switches), len(self.leaves)
+        C2 = len(other._rep)
+        key, inv = np.unique(self._cls * C2 + other._cls, return_inverse=True)
+        k, s = np.nonzero(self._hops[key // C2] != other._hops[key % C2])
+        # every leaf of a class pair whose rows differ, at those switches
+        ptr = indptr_from_lengths(np.bincount(inv.ravel(), minlength=len(key)))
+        n = ptr[k + 1] - ptr[k]
+        li = np.argsort(inv.ravel(), kind="stable")[gather(ptr[k], n)]
+        si = np.repeat(s, n)
+        leaf_sw = self.sw_index[self.leaves]
+        own = np.concatenate([leaf_sw, leaf_sw[self._rep[self._cls]],
+                              leaf_sw[other._rep[other._cls]]]).reshape(3, NL)
+        row = (si != own[:, li]).all(axis=0)  # places the class row gives
+        at = np.tile(np.arange(NL), 3)
+        moved = self.dist[at, own.ravel()] != other.dist[at, own.ravel()]
+        pairs = np.unique(np.concatenate([li[row] * S + si[row],
+                                          at[moved] * S + own.ravel()[moved]]))
+        return pairs // S, pairs % S
 
     def _twin_classes(self, src, dst) -> tuple[np.ndarray, np.ndarray]:
         """Leaves cabled (both ways) to the same set of switches, e.g. the leaves of a

@@ -210,6 +210,12 @@ def _rows_load(demand: Demand, qps: np.ndarray, ptr: np.ndarray, flat: np.ndarra
     return u, np.bincount(at * P + phase, weights=rate, minlength=len(u) * P).reshape(-1, P)
 
 
+def _one_phase_per_job(demand: Demand) -> bool:
+    """Phase ``j`` is job ``j``'s only phase (a job of one collective)."""
+    nj = max(len(demand.job_names), 1)
+    return nj == max(demand.n_phases, 1) and np.array_equal(demand.phase_job, np.arange(nj))
+
+
 class _Load:
     """Link x phase rate sums and the objective's per-link value, updated incrementally.
 
@@ -227,7 +233,7 @@ class _Load:
         self.L = np.zeros((fabric.n_links, P)) if base is None else base.copy()
         nj = max(len(demand.job_names), 1)
         self.job_phases = [np.flatnonzero(demand.phase_job == j) for j in range(nj)]
-        self._alias = np.array_equal(demand.phase_job, np.arange(P)) and nj == P
+        self._alias = _one_phase_per_job(demand)
         self._s_alias = self._alias and nj == 1
         if self._alias:
             self.M = self.L
@@ -281,7 +287,9 @@ class _Load:
             self.S[links] = self.M[links].sum(axis=1)
 
     def util(self) -> np.ndarray:
-        return np.where(self.fab, self.S / self.cap, 0.0)
+        u = self.S / self.cap
+        u[~self.fab] = 0.0
+        return u
 
     def score(self, q: int, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(max, sum) of the utilisation of each candidate's links if ``q`` took it."""
@@ -289,14 +297,17 @@ class _Load:
             z = np.zeros(cand.shape[0])
             return z, z
         flat = cand.ravel()
-        j = int(self.q_job[q])
-        jp = self.job_phases[j]
-        sub = self.L[np.ix_(flat, jp)]
-        ps = self.q_phase(q)
-        if len(ps):
-            sub[:, self.pos_in_job[ps]] += self.q_rate(q)
-        newm = sub.max(axis=1) if sub.shape[1] else np.zeros(len(flat))
-        u = (self.S[flat] - self.M[flat, j] + newm) / self.cap[flat]
+        span = self._span(q)
+        ps, rate = self.demand.ent_phase[span], self.demand.ent_rate_bps[span]
+        if self._s_alias:  # S = M = L: the sum below is the new load itself
+            u = (self.L[flat, 0] + (rate[0] if len(ps) else 0.0)) / self.cap[flat]
+        else:
+            j = int(self.q_job[q])
+            sub = self.L[np.ix_(flat, self.job_phases[j])]
+            if len(ps):
+                sub[:, self.pos_in_job[ps]] += rate
+            newm = sub.max(axis=1) if sub.shape[1] else np.zeros(len(flat))
+            u = (self.S[flat] - self.M[flat, j] + newm) / self.cap[flat]
         u = u.reshape(cand.shape)
         return u.max(axis=1), u.sum(axis=1)
 
@@ -457,7 +468,7 @@ def _improve(demand, cands, st, choice, movable, max_moves, forbid, swaps=32):
             break
         u = st.S[links] / st.cap[links]
         if tabu:
-            u[np.isin(links, list(tabu))] = -1
+            u[np.isin(links, list(tabu), kind="sort")] = -1  # no table over link ids
         k = int(np.argmax(u))
         l, umax = int(links[k]), float(u[k])
         if umax <= 0:

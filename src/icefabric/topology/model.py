@@ -158,6 +158,19 @@ class Fabric:
         return out
 
     @cached_property
+    def nic_links(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per node: the NIC's uplink and downlink ids (-1 for non-NICs); of the fabric, so
+        every link state's routing reads the same pair."""
+        up = np.full(self.n_nodes, -1, dtype=np.int64)
+        down = np.full(self.n_nodes, -1, dtype=np.int64)
+        host = np.flatnonzero(self.link_kind == LINK_HOST)
+        from_nic = self.node_kind[self.link_src[host]] == NIC
+        up[self.link_src[host[from_nic]]] = host[from_nic]
+        to_nic = self.node_kind[self.link_dst[host]] == NIC
+        down[self.link_dst[host[to_nic]]] = host[to_nic]
+        return up, down
+
+    @cached_property
     def nic_accel(self) -> np.ndarray:
         """For every NIC node: the accelerator that owns it (the first one cabled to it on
         PCIe; -1 elsewhere). An accelerator may own several NICs (ports)."""

@@ -17,7 +17,6 @@ from icefabric.topology.model import (
     ACCEL,
     LEAF,
     LINK_FABRIC,
-    LINK_HOST,
     NIC,
     Fabric,
     TopologyError,
@@ -208,24 +207,11 @@ class Routing:
         return self.grp_links[self.grp_indptr[g] + member]
 
     # -- fabric paths (NIC to NIC) ---------------------------------------------------------
-    @cached_property
-    def _nic_links(self) -> tuple[np.ndarray, np.ndarray]:
-        """Per node: the NIC's uplink and downlink ids (-1 for non-NICs)."""
-        f = self.fabric
-        up = np.full(f.n_nodes, -1, dtype=np.int64)
-        down = np.full(f.n_nodes, -1, dtype=np.int64)
-        host = np.flatnonzero(f.link_kind == LINK_HOST)
-        from_nic = f.node_kind[f.link_src[host]] == NIC
-        up[f.link_src[host[from_nic]]] = host[from_nic]
-        to_nic = f.node_kind[f.link_dst[host]] == NIC
-        down[f.link_dst[host[to_nic]]] = host[to_nic]
-        return up, down
-
     def nic_uplink(self, nic: np.ndarray) -> np.ndarray:
-        return self._nic_links[0][np.atleast_1d(np.asarray(nic, dtype=np.int64))]
+        return self.fabric.nic_links[0][np.atleast_1d(np.asarray(nic, dtype=np.int64))]
 
     def nic_downlink(self, nic: np.ndarray) -> np.ndarray:
-        return self._nic_links[1][np.atleast_1d(np.asarray(nic, dtype=np.int64))]
+        return self.fabric.nic_links[1][np.atleast_1d(np.asarray(nic, dtype=np.int64))]
 
     def reachable(self, src_nic: np.ndarray, dst_nic: np.ndarray) -> np.ndarray:
         """Per NIC pair, whether any working path joins them (both NIC links up and the

@@ -6,10 +6,10 @@ Run on demand (not part of the tests):
     python benchmarks/bench_flow_engine.py [--gpus 16384] [--policy ecmp] [--radix 128]
         [--oversub 1] [--rail] [--collective alltoall]
 
-Prints the wall time of every stage and the peak resident memory; BENCHMARKS.md records the
-figures. Targets: under 60 s and under 4 GiB on 2 cores at 16,384 GPUs (issue 2), under
-60 s and 8 GiB at 131,072 (issue 26); ``--collective alltoall`` (NCCL's PXN AllToAll over
-every GPU) under 60 s at 8,192 GPUs (issue 26). Each stage prints its wall and CPU time. To compare the stages with
+Prints the wall and CPU time of every stage and the peak resident memory; BENCHMARKS.md
+records the figures. Targets: under 60 s and under 4 GiB on 2 cores at 16,384 GPUs (issue
+2), under 60 s and 8 GiB at 131,072 (issue 26); ``--collective alltoall`` (NCCL's PXN
+AllToAll over every GPU) under 60 s at 8,192 GPUs (issue 26). To compare the stages with
 another revision side by side, run that revision's copy of this script from its own tree
 (``git archive REV src benchmarks | tar -x -C /tmp/rev``, then
 ``PYTHONPATH=/tmp/rev/src python /tmp/rev/benchmarks/bench_flow_engine.py``) alternately with

@@ -219,7 +219,7 @@ def _one_phase_per_job(demand: Demand) -> bool:
 class _Load:
     """Link x phase rate sums and the objective's per-link value, updated incrementally.
 
-    ``base``: start from these rate sums (copied) instead of zero. Where every job has one
+    ``base``: start from these rate sums (the array is taken, not copied) instead of zero. Where every job has one
     phase (phase ``j`` is job ``j``), a job's maximum over its phases is the phase's load:
     ``M`` is then ``L`` itself (and ``S``, with one job, its column), where the general
     case keeps three link-sized tables in step."""
@@ -230,7 +230,7 @@ class _Load:
         self.n_links = fabric.n_links
         self.demand = demand
         P = max(demand.n_phases, 1)
-        self.L = np.zeros((fabric.n_links, P)) if base is None else base.copy()
+        self.L = np.zeros((fabric.n_links, P)) if base is None else base
         nj = max(len(demand.job_names), 1)
         self.job_phases = [np.flatnonzero(demand.phase_job == j) for j in range(nj)]
         self._alias = _one_phase_per_job(demand)
@@ -253,12 +253,6 @@ class _Load:
         """QP ``q``'s entries (sorted by QP: two binary searches, no QP-sized pointer)."""
         e = self.demand.ent_qp
         return slice(int(np.searchsorted(e, q)), int(np.searchsorted(e, q, side="right")))
-
-    def q_phase(self, q: int) -> np.ndarray:
-        return self.demand.ent_phase[self._span(q)]
-
-    def q_rate(self, q: int) -> np.ndarray:
-        return self.demand.ent_rate_bps[self._span(q)]
 
     def _refresh(self, links=None) -> None:
         sel = slice(None) if links is None else links

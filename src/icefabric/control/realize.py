@@ -88,8 +88,10 @@ def _member_of(routing: Routing, g: np.ndarray, links: np.ndarray) -> np.ndarray
     out_rank, masks, before = _member_masks(routing)
     r = out_rank[links]
     word, bit = r >> 6, (r & 63).astype(np.uint64)
-    m = masks[word, g]  # the word holding the link's bit (few temporaries: fresh pages
-    one = np.uint64(1)  # are what a first plan pays most for)
+    # the one word holding the link's bit: few temporaries (fresh pages are what a first
+    # plan pays most for)
+    m = masks[word, g]
+    one = np.uint64(1)
     idx = before[word, g] + np.bitwise_count(m & ((one << bit) - one))
     return np.where(((m >> bit) & one).astype(bool), idx, -1)
 

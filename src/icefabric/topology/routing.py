@@ -74,7 +74,7 @@ class Routing:
         fabric), from the per-class hop tables: ``dist[i, s]`` is row ``cls[i]`` of the
         small hop table except at the leaf itself (0) and, for a twin, at its class's
         first leaf (2), so rows are compared once per (class here, class there) pair
-        and those two places per leaf directly. At 131,072 GPUs this reads ~0.1 M hop
+        and those two places per leaf directly. At 131,072 GPUs this reads ~0.3 M hop
         counts where the float tables hold 16.7 M entries each."""
         S, NL = len(self.switches), len(self.leaves)
         C2 = len(other._rep)

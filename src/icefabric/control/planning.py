@@ -219,10 +219,10 @@ def _one_phase_per_job(demand: Demand) -> bool:
 class _Load:
     """Link x phase rate sums and the objective's per-link value, updated incrementally.
 
-    ``base``: start from these rate sums (the array is taken, not copied) instead of zero. Where every job has one
-    phase (phase ``j`` is job ``j``), a job's maximum over its phases is the phase's load:
-    ``M`` is then ``L`` itself (and ``S``, with one job, its column), where the general
-    case keeps three link-sized tables in step."""
+    ``base``: start from these rate sums (the array is taken, not copied) instead of zero.
+    Where every job has one phase (phase ``j`` is job ``j``), a job's maximum over its
+    phases is the phase's load: ``M`` is then ``L`` itself (and ``S``, with one job, its
+    column), where the general case keeps three link-sized tables in step."""
 
     def __init__(self, fabric: Fabric, demand: Demand, base: np.ndarray | None = None):
         self.cap = fabric.link_capacity_bps.astype(np.float64, copy=False)  # read only

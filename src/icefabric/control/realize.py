@@ -23,7 +23,7 @@ from icefabric.control.sport import (
     solve_sports,
     solve_sports_by_probing,
 )
-from icefabric.csr import CsrRows, csr_from_lists
+from icefabric.csr import CsrRows, csr_from_lists, gather
 from icefabric.dataplane.ecmp import HashConfig, ecmp_hash, select_member
 from icefabric.dataplane.roce import ROCE_UDP_DPORT
 from icefabric.topology.model import Fabric
@@ -56,37 +56,46 @@ class Realization:
     meta: dict = field(default_factory=dict)
 
 
-def _member_masks(routing: Routing) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(out_rank, masks, before)``: ``out_rank[link]`` is the link's rank among its
-    source node's links, ``masks[w, group]`` bits ``64w..64w+63`` of the set of out-ranks
-    that are members of the group and ``before[w, group]`` the members in words below
-    ``w``. A group's members all leave one switch and are ordered by link id (hence by
-    out-rank), so a link's member index is the number of member bits below its own: two
-    lookups and a popcount per path hop, where a binary search of sorted (group, link)
-    keys cost 0.7 s at 1 M QPs. Cached on the routing."""
-    got = getattr(routing, "_ice_member_masks", None)
-    if got is None:
-        f = routing.fabric
-        out_rank = f.out_rank  # of the fabric: one per link state would cost a sort each
-        W = max(int(np.diff(f.out_indptr).max(initial=0)) + 63, 64) // 64
-        r = out_rank[routing.grp_links]
-        sizes = np.diff(routing.grp_indptr)
-        g = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
-        masks = np.zeros((W, len(sizes)), dtype=np.uint64)
-        for w in range(W):
-            inw = r // 64 == w  # distinct bits: their sum is their union
-            np.add.at(masks[w], g[inw], np.uint64(1) << (r[inw] % 64).astype(np.uint64))
-        # members in the words below word w: what a link of word w counts first
-        before = np.cumsum(np.bitwise_count(masks), axis=0, dtype=np.int64) - \
-            np.bitwise_count(masks)
-        got = routing._ice_member_masks = (out_rank, masks, before)
-    return got
+def _member_masks(routing: Routing, groups: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """``(masks, before)`` of ECMP groups ``groups`` (default: all, cached on the
+    routing): ``masks[w, i]`` bits ``64w..64w+63`` of the set of out-ranks
+    (:attr:`Fabric.out_rank`) of the members of group ``groups[i]`` and ``before[w, i]``
+    the members in words below ``w``. A group's members all leave one switch and are
+    ordered by link id (hence by out-rank), so a link's member index is the number of
+    member bits below its own: two lookups and a popcount per path hop, where a binary
+    search of sorted (group, link) keys cost 0.7 s at 1 M QPs."""
+    if groups is None:
+        got = getattr(routing, "_ice_member_masks", None)
+        if got is None:
+            got = routing._ice_member_masks = _member_masks(
+                routing, np.arange(len(routing.grp_indptr) - 1))
+        return got
+    f = routing.fabric
+    W = max(int(np.diff(f.out_indptr).max(initial=0)) + 63, 64) // 64
+    sizes = routing.grp_indptr[groups + 1] - routing.grp_indptr[groups]
+    r = f.out_rank[routing.grp_links[gather(routing.grp_indptr[groups], sizes)]]
+    g = np.repeat(np.arange(len(groups), dtype=np.int64), sizes)
+    masks = np.zeros((W, len(groups)), dtype=np.uint64)
+    for w in range(W):
+        inw = r // 64 == w  # distinct bits: their sum is their union
+        np.add.at(masks[w], g[inw], np.uint64(1) << (r[inw] % 64).astype(np.uint64))
+    count = np.bitwise_count(masks)
+    return masks, np.cumsum(count, axis=0, dtype=np.int64) - count
 
 
 def _member_of(routing: Routing, g: np.ndarray, links: np.ndarray) -> np.ndarray:
-    """Member index of ``links`` in groups ``g`` (-1 where a link is not a member)."""
-    out_rank, masks, before = _member_masks(routing)
-    r = out_rank[links]
+    """Member index of ``links`` in groups ``g`` (-1 where a link is not a member).
+
+    A few hops (a re-plan's new ports, on the new link state's routing) read the masks of
+    their own groups; many read every group's, built once per routing."""
+    if getattr(routing, "_ice_member_masks", None) is None and \
+            len(g) * 16 < len(routing.grp_indptr):
+        groups, g = np.unique(g, return_inverse=True)
+        masks, before = _member_masks(routing, groups)
+    else:
+        masks, before = _member_masks(routing)
+    r = routing.fabric.out_rank[links]
     word, bit = r >> 6, (r & 63).astype(np.uint64)
     # the one word holding the link's bit: few temporaries (fresh pages are what a first
     # plan pays most for)

@@ -96,17 +96,24 @@ class Demand:
         """Entry indices of QPs ``qps``, in entry order."""
         return gather(*self._entry_spans(np.sort(np.asarray(qps, dtype=np.int64))))
 
+    def peak_rates(self, qps: np.ndarray) -> np.ndarray:
+        """:meth:`peak_rate_bps` of QPs ``qps`` only, in their order (no QP-sized table)."""
+        lo, n = self._entry_spans(np.asarray(qps, dtype=np.int64))
+        out = np.zeros(len(lo))
+        has = np.flatnonzero(n > 0)
+        if len(has):
+            lo, n = lo[has], n[has]
+            out[has] = np.maximum(np.maximum.reduceat(
+                self.ent_rate_bps[gather(lo, n)], np.cumsum(n) - n), 0.0)
+        return out
+
     def peak_rate_bps(self, qps: np.ndarray | None = None) -> np.ndarray:
         """Largest rate of each QP over its phases (0 for a QP in no phase); with ``qps``,
         of those QPs only (the others 0: a re-plan of a few QPs of a million)."""
         out = np.zeros(self.n_qps)
         if qps is not None:
             qps = np.asarray(qps, dtype=np.int64)
-            lo, n = self._entry_spans(qps)
-            qps, lo, n = qps[n > 0], lo[n > 0], n[n > 0]
-            if len(qps):
-                out[qps] = np.maximum(np.maximum.reduceat(
-                    self.ent_rate_bps[gather(lo, n)], np.cumsum(n) - n), 0.0)
+            out[qps] = self.peak_rates(qps)
             return out
         if len(self.ent_qp) == 0:
             return out

@@ -384,10 +384,10 @@ def _best_candidate(st, q, cand, forbid) -> tuple[int, np.ndarray]:
 
 
 def _greedy(fabric, routing, demand, cands, st, choice, todo, forbid, rng):
-    rate = demand.peak_rate_bps(todo)
+    rate = demand.peak_rates(todo)
     ncand = np.array([cands.of(q).shape[0] for q in todo], dtype=np.int64)
     # Longest-processing-time order: big rates first, then the most constrained QPs.
-    order = np.lexsort((rng.random(len(todo)), ncand, -rate[todo]))
+    order = np.lexsort((rng.random(len(todo)), ncand, -rate))
     for q in np.asarray(todo)[order].tolist():
         cand = cands.of(q)
         best, _ = _best_candidate(st, q, cand, forbid)
@@ -448,7 +448,7 @@ def _improve(demand, cands, st, choice, movable, max_moves, forbid, swaps=32):
     mq = np.flatnonzero(movable)
     if len(mq) == 0:
         return 0
-    rate = demand.peak_rate_bps(mq)
+    rate = demand.peak_rates(mq)  # of the movable QPs, in their order
     dmax = max(max(cands.of(q).shape[1] for q in mq.tolist()), 1)
     pm = np.full((len(mq), dmax), -1, dtype=np.int64)  # current path of each movable QP
     for i, q in enumerate(mq.tolist()):
@@ -468,7 +468,7 @@ def _improve(demand, cands, st, choice, movable, max_moves, forbid, swaps=32):
         if umax <= 0:
             break
         rows = np.flatnonzero((pm == l).any(axis=1))
-        rows = rows[np.argsort(-rate[mq[rows]], kind="stable")]
+        rows = rows[np.argsort(-rate[rows], kind="stable")]
         moved = False
         for i in rows.tolist():
             q = int(mq[i])

@@ -23,7 +23,7 @@ from icefabric.control.sport import (
     solve_sports,
     solve_sports_by_probing,
 )
-from icefabric.csr import CsrRows, csr_from_lists, gather
+from icefabric.csr import CsrRows, csr_from_lists, gather, within
 from icefabric.dataplane.ecmp import HashConfig, ecmp_hash, select_member
 from icefabric.dataplane.roce import ROCE_UDP_DPORT
 from icefabric.topology.model import Fabric
@@ -105,24 +105,39 @@ def _member_of(routing: Routing, g: np.ndarray, links: np.ndarray) -> np.ndarray
     return np.where(((m >> bit) & one).astype(bool), idx, -1)
 
 
-def decision_chain(fabric: Fabric, routing: Routing, dst_nic: np.ndarray,
-                   paths: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(switch node, group size, wanted member) at every hop of every fabric path.
+@dataclass(frozen=True, eq=False)
+class _Chain:
+    """The ECMP decisions of every hop of every path, one entry per hop: QP ``row``, depth
+    ``col``, switch node ``sw``, group size ``n`` and wanted member ``want``; ``Q`` paths
+    of at most ``D`` hops (``D >= 1``)."""
 
-    Returns three int64 arrays of shape (Q, D) (D = longest path, at least 1); padding
-    has switch ``-1``. Raises ValueError when a path leaves the current ECMP groups.
-    """
+    row: np.ndarray
+    col: np.ndarray
+    sw: np.ndarray
+    n: np.ndarray
+    want: np.ndarray
+    Q: int
+    D: int
+
+    def dense(self, cols: np.ndarray, values: np.ndarray, fill: int) -> np.ndarray:
+        """``(Q, len(cols))`` table of ``values`` (one per entry) at depths ``cols``
+        (``fill`` elsewhere)."""
+        at = np.full(self.D, -1, dtype=np.int64)
+        at[cols] = np.arange(len(cols))
+        out = np.full((self.Q, len(cols)), fill, dtype=np.int64)
+        keep = at[self.col] >= 0
+        out[self.row[keep], at[self.col[keep]]] = values[keep]
+        return out
+
+
+def _chain(fabric: Fabric, routing: Routing, dst_nic: np.ndarray, paths) -> _Chain:
+    """:class:`_Chain` of ``paths``; ValueError when a path leaves the current groups."""
     ptr, flat = _to_csr(paths)
     Q = len(ptr) - 1
     lens = np.diff(ptr)
     D = max(int(lens.max(initial=0)), 1)
-    sw = np.full((Q, D), -1, dtype=np.int64)
-    n = np.ones((Q, D), dtype=np.int64)
-    want = np.zeros((Q, D), dtype=np.int64)
-    if Q == 0 or lens.sum() == 0:
-        return sw, n, want
     row = np.repeat(np.arange(Q), lens)
-    col = np.arange(len(flat)) - np.repeat(np.cumsum(lens) - lens, lens)
+    col = within(lens)
     dl = routing.leaf_index[fabric.nic_leaf[np.asarray(dst_nic, dtype=np.int64)]][row]
     at = routing.sw_index[fabric.link_src[flat]]
     g = routing.grp_id[np.maximum(at, 0) * len(routing.leaves) + dl]
@@ -134,10 +149,20 @@ def decision_chain(fabric: Fabric, routing: Routing, dst_nic: np.ndarray,
     cont = row[1:] == row[:-1]
     if np.any(fabric.link_dst[flat[:-1]][cont] != fabric.link_src[flat[1:]][cont]):
         raise ValueError("a planned path is not a connected link sequence")
-    sw[row, col] = fabric.link_src[flat]
-    n[row, col] = routing.grp_indptr[g + 1] - routing.grp_indptr[g]
-    want[row, col] = i
-    return sw, n, want
+    return _Chain(row, col, fabric.link_src[flat], routing.grp_indptr[g + 1] -
+                  routing.grp_indptr[g], i, Q, D)
+
+
+def decision_chain(fabric: Fabric, routing: Routing, dst_nic: np.ndarray,
+                   paths: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(switch node, group size, wanted member) at every hop of every fabric path.
+
+    Returns three int64 arrays of shape (Q, D) (D = longest path, at least 1); padding
+    has switch ``-1``. Raises ValueError when a path leaves the current ECMP groups.
+    """
+    c = _chain(fabric, routing, dst_nic, paths)
+    every = np.arange(c.D)
+    return c.dense(every, c.sw, -1), c.dense(every, c.n, 1), c.dense(every, c.want, 0)
 
 
 def walk_csr(fabric: Fabric, routing: Routing, src_nic, dst_nic, choose
@@ -283,19 +308,23 @@ def realize_paths(fabric: Fabric, routing: Routing, configs: dict[int, HashConfi
     dn = np.asarray(dst_nic, dtype=np.int64)
     Q = len(sn)
     ip = fabric.node_ip
-    sw, n, want = decision_chain(fabric, routing, dn, paths)
+    chain = _chain(fabric, routing, dn, paths)
     meta: dict = {"mode": mode}
     if mode == "model":
         cfg_list, node_cfg = dedup_configs(fabric, configs)
-        cfg_index = np.where(sw >= 0, node_cfg[np.maximum(sw, 0)], -1)
+        cfg = node_cfg[chain.sw]
         # Depths where no QP has a choice (downward hops: one member) change no port:
-        # leave them out of the solver's (Q, D) arrays.
-        spray = np.array([c.is_spray for c in cfg_list] + [False])[cfg_index]
-        cols = ((cfg_index >= 0) & ((n > 1) | spray)).any(axis=0)
+        # leave them out of the solver's (Q, D) arrays (never built for every depth).
+        spray = np.array([c.is_spray for c in cfg_list] + [False])[cfg]
+        cols = np.zeros(chain.D, dtype=bool)
+        cols[chain.col[(cfg >= 0) & ((chain.n > 1) | spray)]] = True
         cols[0] |= not cols.any()
-        sport = solve_sports(cfg_list, ip[sn], ip[dn], cfg_index[:, cols], n[:, cols],
-                             want[:, cols], exclude=exclude, seed=seed)
+        cols = np.flatnonzero(cols)
+        sport = solve_sports(cfg_list, ip[sn], ip[dn], chain.dense(cols, cfg, -1),
+                             chain.dense(cols, chain.n, 1), chain.dense(cols, chain.want, 0),
+                             exclude=exclude, seed=seed)
     elif mode == "probe":
+        sw, _, want = decision_chain(fabric, routing, dn, paths)
         prober = _prober(fabric, routing, configs, loss_prob, seed)
         cache = probe_cache if probe_cache is not None else PortPathCache()
         wants = [tuple(want[q, sw[q] >= 0].tolist()) for q in range(Q)]

@@ -80,7 +80,7 @@ def run_draws(rt, dag, start, finish) -> int:
     sc = _scratch(len(net.cap), len(dag.size), len(net.c_link))
     stuck = 0
     for n in range(n_draws):
-        _incidence(rt, n, net)
+        _incidence(rt, n, net, sc)
         st = _new_state(net, dag)
         _run_one(net, dag, st, sc)
         start[n, :] = st.start
@@ -106,46 +106,63 @@ def _net_buffers(rt, F, n_draws):
                np.zeros(L + 1, dtype=np.int64), np.empty(E, dtype=np.int64), rt.cap, rt.fcap)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _mid(rt, n, k):
     """Row of route ``k``'s drawn segment in draw ``n`` (-1: none)."""
     return n * rt.n_mid + rt.mid_row[k] if rt.mid_row[k] >= 0 else -1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _seg_len(ptr, row):
     return ptr[row + 1] - ptr[row] if row >= 0 else 0
 
 
 @njit(cache=True)
-def _incidence(rt, n, net) -> None:
+def _incidence(rt, n, net, sc) -> None:
     """Draw ``n``'s incidence into ``net``: per flow, the kept links of its routes, each
     once (ascending; weights of a link crossed by several routes summed in route order),
-    then per link its flows."""
+    then per link its flows. A flow's links are gathered unordered and sorted once (a
+    ring's flow crosses thousands: keeping them sorted while inserting cost quadratic time,
+    nearly all of a 1,024-GPU draw); the weights are summed per link in ``sc.lf[_ACC]``
+    (cleared again), from 0.0, in route order."""
     F = len(net.c_ptr) - 1
+    acc, mark = sc.lf[_ACC], sc.li[_ACC_MARK]
     e = 0
     for f in range(F):
         first = e
         net.c_ptr[f] = e
         for q in range(rt.fr_ptr[f], rt.fr_ptr[f + 1]):
-            k = rt.fr_route[q]
-            w = rt.weight[k]
-            e = _segment(net, first, e, rt.fixed_ptr, rt.fixed_links, rt.pre[k], rt.keep, w)
-            e = _segment(net, first, e, rt.mid_ptr, rt.mid_links, _mid(rt, n, k), rt.keep, w)
-            e = _segment(net, first, e, rt.fixed_ptr, rt.fixed_links, rt.post[k], rt.keep, w)
+            e = _route(rt, n, rt.fr_route[q], net, sc, e)
+        for i in range(first, e):
+            x = net.c_link[i]
+            net.c_coef[i] = acc[x]
+            acc[x] = 0.0
+            mark[x] = 0
     net.c_ptr[F] = e
     _link_flows(net, e)
 
 
-@njit(cache=True, inline="always")
-def _segment(net, first, e, ptr, links, row, keep, w) -> int:
-    """Add the kept links of CSR row ``row`` (-1: none) with weight ``w`` to the flow's
-    entries ``first..e-1``; return their new end."""
-    if row < 0:
-        return e
-    for p in range(ptr[row], ptr[row + 1]):
-        if keep[links[p]]:
-            e = _insert_entry(net, first, e, links[p], w)
+@njit(cache=True)
+def _route(rt, n, k, net, sc, e) -> int:
+    """Add route ``k``'s weight on each kept link of its segments in draw ``n`` to the
+    flow's sums ``sc.lf[_ACC]``, appending the links not yet marked to ``net.c_link``
+    from ``e``; return the new end."""
+    acc, mark = sc.lf[_ACC], sc.li[_ACC_MARK]
+    w = rt.weight[k]
+    for s in range(3):  # the fixed segment before, the drawn one, the fixed one after
+        ptr, links, row = rt.fixed_ptr, rt.fixed_links, rt.pre[k] if s == 0 else rt.post[k]
+        if s == 1:
+            ptr, links, row = rt.mid_ptr, rt.mid_links, _mid(rt, n, k)
+        if row < 0:
+            continue
+        for p in range(ptr[row], ptr[row + 1]):
+            x = links[p]
+            if rt.keep[x]:
+                if not mark[x]:
+                    mark[x] = 1
+                    net.c_link[e] = x
+                    e += 1
+                acc[x] += w
     return e
 
 
@@ -166,24 +183,6 @@ def _link_flows(net, e) -> None:
     for x in range(len(r_ptr) - 1, 0, -1):
         r_ptr[x] = r_ptr[x - 1]
     r_ptr[0] = 0
-
-
-@njit(cache=True, inline="always")
-def _insert_entry(net, first, e, x, w) -> int:
-    """Add weight ``w`` on link ``x`` to the flow's entries ``first..e-1`` (ascending by
-    link); return the new end."""
-    i = e
-    while i > first and net.c_link[i - 1] > x:
-        i -= 1
-    if i > first and net.c_link[i - 1] == x:
-        net.c_coef[i - 1] += w
-        return e
-    for j in range(e, i, -1):
-        net.c_link[j] = net.c_link[j - 1]
-        net.c_coef[j] = net.c_coef[j - 1]
-    net.c_link[i] = x
-    net.c_coef[i] = w
-    return e + 1
 
 
 @njit(cache=True)
@@ -332,7 +331,7 @@ def _discrete_events(st, dag, t) -> bool:
     return started
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _release(st, dag, f, t) -> None:
     """``f`` completed at ``t``: its dependents with no dependency left may start."""
     for p in range(dag.dptr[f], dag.dptr[f + 1]):
@@ -343,13 +342,13 @@ def _release(st, dag, f, t) -> None:
             _push(st, g)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _push(st, f) -> None:
     st.pend[st.n[_PEND]] = f
     st.n[_PEND] += 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _insert_running(st, f) -> None:
     """Add ``f`` to the running flows, keeping them ascending (max-min sums over them in
     this order)."""

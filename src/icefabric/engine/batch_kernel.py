@@ -18,9 +18,11 @@ Networks*, 2nd ed., §6.5.2).
 
 The draws' routes come as segments (:class:`Routes`); each draw's link-by-flow incidence
 is built from them in turn (:func:`_incidence`) as :class:`Net`: ``c_ptr[f]``
-starts flow ``f``'s entries ``(c_link, c_coef)`` (links ascending, a link crossed by
-several routes of the flow once, their weights summed in route order as
-``scipy.sparse`` sums duplicates) and ``r_ptr[l]`` starts link ``l``'s flows ``r_flow``.
+starts flow ``f``'s entries ``(c_link, c_coef)`` (a link crossed by several routes of the
+flow once, their weights summed in route order as ``scipy.sparse`` sums duplicates; in the
+order first met: every sum over a link runs over its flows in flow order, so the order
+within a flow changes no float) and ``r_ptr[l]`` starts link ``l``'s flows ``r_flow``
+(ascending).
 """
 
 from __future__ import annotations
@@ -120,50 +122,39 @@ def _seg_len(ptr, row):
 @njit(cache=True)
 def _incidence(rt, n, net, sc) -> None:
     """Draw ``n``'s incidence into ``net``: per flow, the kept links of its routes, each
-    once (ascending; weights of a link crossed by several routes summed in route order),
-    then per link its flows. A flow's links are gathered unordered and sorted once (a
-    ring's flow crosses thousands: keeping them sorted while inserting cost quadratic time,
-    nearly all of a 1,024-GPU draw); the weights are summed per link in ``sc.lf[_ACC]``
-    (cleared again), from 0.0, in route order."""
+    once (weights of a link crossed by several routes summed in route order, from 0.0, in
+    ``sc.lf[_ACC]``, cleared again), then per link its flows. The links stay in the order
+    first met: a ring's flow crosses thousands, and keeping them sorted while inserting
+    took quadratic time, nearly all of a 1,024-GPU draw. (One loop: a helper called per
+    route with the namedtuples cost 3x the whole of it.)"""
     F = len(net.c_ptr) - 1
-    acc, mark = sc.lf[_ACC], sc.li[_ACC_MARK]
+    acc, mark, c_link = sc.lf[_ACC], sc.li[_ACC_MARK], net.c_link
     e = 0
     for f in range(F):
         first = e
         net.c_ptr[f] = e
         for q in range(rt.fr_ptr[f], rt.fr_ptr[f + 1]):
-            e = _route(rt, n, rt.fr_route[q], net, sc, e)
+            k = rt.fr_route[q]
+            for s in range(3):  # the fixed segment before, the drawn one, the fixed one after
+                ptr, links, row = rt.fixed_ptr, rt.fixed_links, rt.pre[k] if s == 0 else rt.post[k]
+                if s == 1:
+                    row = _mid(rt, n, k)
+                    ptr, links = rt.mid_ptr, rt.mid_links
+                lo, hi = (ptr[row], ptr[row + 1]) if row >= 0 else (0, 0)
+                for p in range(lo, hi):
+                    x = links[p]
+                    if rt.keep[x]:
+                        if not mark[x]:
+                            mark[x] = 1
+                            c_link[e] = x
+                            e += 1
+                        acc[x] += rt.weight[k]
         for i in range(first, e):
-            x = net.c_link[i]
-            net.c_coef[i] = acc[x]
-            acc[x] = 0.0
-            mark[x] = 0
+            net.c_coef[i] = acc[c_link[i]]
+            acc[c_link[i]] = 0.0
+            mark[c_link[i]] = 0
     net.c_ptr[F] = e
     _link_flows(net, e)
-
-
-@njit(cache=True)
-def _route(rt, n, k, net, sc, e) -> int:
-    """Add route ``k``'s weight on each kept link of its segments in draw ``n`` to the
-    flow's sums ``sc.lf[_ACC]``, appending the links not yet marked to ``net.c_link``
-    from ``e``; return the new end."""
-    acc, mark = sc.lf[_ACC], sc.li[_ACC_MARK]
-    w = rt.weight[k]
-    for s in range(3):  # the fixed segment before, the drawn one, the fixed one after
-        ptr, links, row = rt.fixed_ptr, rt.fixed_links, rt.pre[k] if s == 0 else rt.post[k]
-        if s == 1:
-            ptr, links, row = rt.mid_ptr, rt.mid_links, _mid(rt, n, k)
-        if row < 0:
-            continue
-        for p in range(ptr[row], ptr[row + 1]):
-            x = links[p]
-            if rt.keep[x]:
-                if not mark[x]:
-                    mark[x] = 1
-                    net.c_link[e] = x
-                    e += 1
-                acc[x] += w
-    return e
 
 
 @njit(cache=True)

@@ -580,6 +580,36 @@ def dominated_rows(indptr, indices, data, pair_a, pair_b, n_rows):  # pragma: no
 
 
 @njit(cache=True)
+def varying_rows(ptr, links, n_sets, n_links):  # pragma: no cover - compiled
+    """A CSR of ``n_sets`` blocks of M rows (a route set's drawn segments each): per row
+    of a block, whether its links differ in some block from the first's; per link
+    whether it is on such a row in some block. What
+    :func:`icefabric.engine.batch._varying_links` gathered with numpy over every set
+    (a second of a 1,024-GPU run's 100 draws)."""
+    M = (len(ptr) - 1) // n_sets
+    differs = np.zeros(M, dtype=np.bool_)
+    varying = np.zeros(n_links, dtype=np.bool_)
+    for m in range(M):
+        lo, hi = ptr[m], ptr[m + 1]
+        for n in range(1, n_sets):
+            r = n * M + m
+            if ptr[r + 1] - ptr[r] != hi - lo:
+                differs[m] = True
+                break
+            for i in range(hi - lo):
+                if links[ptr[r] + i] != links[lo + i]:
+                    differs[m] = True
+                    break
+            if differs[m]:
+                break
+        if differs[m]:
+            for n in range(n_sets):
+                r = n * M + m
+                varying[links[ptr[r]:ptr[r + 1]]] = True
+    return differs, varying
+
+
+@njit(cache=True)
 def maxmin_compiled(link, who, coef, cap, fcap):  # pragma: no cover - compiled
     """:func:`icefabric.dataplane.fairness.maxmin_entries` (same entries, same arithmetic
     in the same order, hence the same rates) through :func:`_maxmin`: what the

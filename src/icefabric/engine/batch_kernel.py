@@ -22,7 +22,9 @@ starts flow ``f``'s entries ``(c_link, c_coef)`` (a link crossed by several rout
 flow once, their weights summed in route order as ``scipy.sparse`` sums duplicates; in the
 order first met: every sum over a link runs over its flows in flow order, so the order
 within a flow changes no float) and ``r_ptr[l]`` starts link ``l``'s flows ``r_flow``
-(ascending).
+(ascending) with their weights ``r_coef`` (``r_hash``: a hash of both). Of links with the
+same flows and weights (twins) only one of the least capacity is kept
+(:func:`_merge_twins`).
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ Routes = namedtuple("Routes", ["fixed_ptr", "fixed_links", "pre", "mid_row", "po
                                "mid_ptr", "mid_links", "n_mid", "weight", "fr_ptr",
                                "fr_route", "keep", "cap", "fcap"])
 #: one draw's incidence (see the module docstring)
-Net = namedtuple("Net", ["c_ptr", "c_link", "c_coef", "r_ptr", "r_flow", "cap", "fcap"])
+Net = namedtuple("Net", ["c_ptr", "c_link", "c_coef", "r_ptr", "r_flow", "r_coef", "r_hash",
+                         "cap", "fcap"])
 #: the flows: size, latency, earliest start, dependency counts, dependents (CSR)
 Dag = namedtuple("Dag", ["size", "lat", "fstart", "ndeps", "dptr", "dependents"])
 #: one draw's evolving state. ``run[:n[0]]``: the running flows, ascending (what every
@@ -64,6 +67,7 @@ _ACC, _SUM, _SHARE, _DEC, _REM = range(5)  # rows of Scratch.lf
 _ACC_MARK, _ACC_LIST, _USE_MARK, _USE_LIST, _BELOW = range(5)  # rows of Scratch.li
 _RATE, _M, _PMIN, _FCAP = range(4)  # rows of Scratch.ff
 _RUN, _PEND = 0, 1  # State.n
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # hash constants (splitmix64)
 
 
 def kernel_cached() -> bool:
@@ -80,9 +84,12 @@ def run_draws(rt, dag, start, finish) -> int:
     n_draws = len(start)
     net = _net_buffers(rt, len(dag.size), n_draws)
     sc = _scratch(len(net.cap), len(dag.size), len(net.c_link))
+    table = np.empty(1 << int(np.ceil(np.log2(2 * len(net.cap) + 1))), dtype=np.int64)
+    drop = np.zeros(len(net.cap), dtype=np.bool_)
     stuck = 0
     for n in range(n_draws):
         _incidence(rt, n, net, sc)
+        _merge_twins(net, table, drop)
         st = _new_state(net, dag)
         _run_one(net, dag, st, sc)
         start[n, :] = st.start
@@ -105,7 +112,8 @@ def _net_buffers(rt, F, n_draws):
         E = max(E, fixed + mid)
     L = len(rt.cap)
     return Net(np.zeros(F + 1, dtype=np.int64), np.empty(E, dtype=np.int64), np.empty(E),
-               np.zeros(L + 1, dtype=np.int64), np.empty(E, dtype=np.int64), rt.cap, rt.fcap)
+               np.zeros(L + 1, dtype=np.int64), np.empty(E, dtype=np.int64), np.empty(E),
+               np.empty(L, dtype=np.uint64), rt.cap, rt.fcap)
 
 
 @njit(cache=True)
@@ -159,9 +167,12 @@ def _incidence(rt, n, net, sc) -> None:
 
 @njit(cache=True)
 def _link_flows(net, e) -> None:
-    """Per link its flows (``r_ptr``/``r_flow``): a counting sort of the ``e`` entries."""
+    """Per link its flows and weights (``r_ptr``/``r_flow``/``r_coef``): a counting sort of
+    the ``e`` entries; and a hash of them (``r_hash``)."""
     r_ptr = net.r_ptr
     r_ptr[:] = 0
+    net.r_hash[:] = 0
+    bits = net.c_coef.view(np.uint64)
     for i in range(e):
         r_ptr[net.c_link[i] + 1] += 1
     for x in range(len(r_ptr) - 1):
@@ -170,10 +181,88 @@ def _link_flows(net, e) -> None:
         for i in range(net.c_ptr[f], net.c_ptr[f + 1]):
             x = net.c_link[i]
             net.r_flow[r_ptr[x]] = f
+            net.r_coef[r_ptr[x]] = net.c_coef[i]
+            net.r_hash[x] = _mix(net.r_hash[x] + (bits[i] ^ (np.uint64(f) * _GOLDEN)))
             r_ptr[x] += 1
     for x in range(len(r_ptr) - 1, 0, -1):
         r_ptr[x] = r_ptr[x - 1]
     r_ptr[0] = 0
+
+
+@njit(cache=True)
+def _merge_twins(net, table, drop) -> None:
+    """Leave out of the incidence every link whose flows and weights are those of a kept
+    link (its twin) of no more capacity: a ring's flow crosses thousands of links, most of
+    them twins (at 1,024 GPUs ~65,000 entries over ~7,000 links, ~400 distinct), and
+    max-min passes over every entry at every event. Exact: twins' loads and weight sums
+    are the same sums in the same order, so the kept twin's spare capacity and share are
+    never above the other's (float rounding is monotone); it is on the same flows'
+    paths, so each flow's bottleneck share stays; a link with no flow held lower
+    elsewhere makes its twin such a link too, so the same flows freeze; and a twin
+    saturated after a finish means the kept one is too, with the same top rate.
+    ``table`` (a power of two long, at least twice the links): open addressing by hash,
+    each slot the kept link of its twins (the least capacity, the first of equals);
+    ``drop``: per link whether it is left out (all False again on return)."""
+    table[:] = -1
+    mask = np.uint64(len(table) - 1)
+    n_drop = 0
+    for x in range(len(net.cap)):
+        if net.r_ptr[x + 1] == net.r_ptr[x]:
+            continue
+        i = net.r_hash[x] & mask
+        while table[i] >= 0:
+            y = table[i]
+            if net.r_hash[y] == net.r_hash[x] and _twins(net, x, y):
+                break
+            i = (i + np.uint64(1)) & mask
+        y = table[i]
+        if y < 0:
+            table[i] = x
+            continue
+        if net.cap[x] < net.cap[y]:
+            table[i], x = x, y
+        drop[x] = True
+        n_drop += 1
+    if n_drop:
+        _drop_links(net, drop)
+        drop[:] = False
+
+
+@njit(cache=True)
+def _twins(net, a, b) -> bool:
+    """Whether links ``a`` and ``b`` carry the same flows with the same weights."""
+    n = net.r_ptr[a + 1] - net.r_ptr[a]
+    if net.r_ptr[b + 1] - net.r_ptr[b] != n:
+        return False
+    for i in range(n):
+        p, q = net.r_ptr[a] + i, net.r_ptr[b] + i
+        if net.r_flow[p] != net.r_flow[q] or net.r_coef[p] != net.r_coef[q]:
+            return False
+    return True
+
+
+@njit(cache=True)
+def _drop_links(net, drop) -> None:
+    """The incidence without the entries of the links ``drop`` marks (order kept)."""
+    e = start = 0
+    for f in range(len(net.c_ptr) - 1):
+        end = net.c_ptr[f + 1]
+        net.c_ptr[f] = e
+        for i in range(start, end):
+            if not drop[net.c_link[i]]:
+                net.c_link[e], net.c_coef[e] = net.c_link[i], net.c_coef[i]
+                e += 1
+        start = end
+    net.c_ptr[len(net.c_ptr) - 1] = e
+    _link_flows(net, e)
+
+
+@njit(cache=True)
+def _mix(z):
+    """splitmix64's finaliser (Steele, Lea & Flood, OOPSLA 2014): a 64-bit hash step."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
 
 
 @njit(cache=True)

@@ -74,8 +74,8 @@ ST_BANKS = {
           "inj", "start", "finish", "flow_cap", "a_rf", "heap_t",  # flows
           "deliv", "last_cnp", "es_cnps", "a_dem", "a_alloc", "a_x"],  # routes
     "i": ["lk_link", "lk_ptr", "lv_ptr", "nic_link", "nic_ptr",  # links (+1)
-          "ae", "ae_route", "ae_link", "ae_ing", "q_ent", "lk_ent", "pos", "p_up",
-          "p_link",  # entries
+          "ae", "ae_route", "ae_link", "q_ent", "lk_ent", "pos", "p_up", "p_link",
+          "p_ing", "p_route",  # entries
           "n_deps_left", "heap_f", "a_f", "a_fstart", "new_f",  # flows (+1)
           "a_r", "a_rflow", "a_estart", "a_ne", "nic_mem", "wf_order",  # routes
           "wf_tmp"],
@@ -101,9 +101,10 @@ NET_BANKS = {
  S_INJ, S_START, S_FINISH, S_FLOW_CAP, S_A_RF, S_HEAP_T,
  S_DELIV, S_LAST_CNP, S_ES_CNPS, S_A_DEM, S_A_ALLOC, S_A_X) = range(38)  # st.f
 (S_LK_LINK, S_LK_PTR, S_LV_PTR, S_NIC_LINK, S_NIC_PTR,
- S_AE, S_AE_ROUTE, S_AE_LINK, S_AE_ING, S_Q_ENT, S_LK_ENT, S_POS, S_P_UP, S_P_LINK,
+ S_AE, S_AE_ROUTE, S_AE_LINK, S_Q_ENT, S_LK_ENT, S_POS, S_P_UP, S_P_LINK, S_P_ING,
+ S_P_ROUTE,
  S_N_DEPS_LEFT, S_HEAP_F, S_A_F, S_A_FSTART, S_NEW_F,
- S_A_R, S_A_RFLOW, S_A_ESTART, S_A_NE, S_NIC_MEM, S_WF_ORDER, S_WF_TMP) = range(26)  # st.i
+ S_A_R, S_A_RFLOW, S_A_ESTART, S_A_NE, S_NIC_MEM, S_WF_ORDER, S_WF_TMP) = range(27)  # st.i
 (S_PFC_REG, S_RUNNING, S_DONE, S_A_SENDING, S_A_CNP) = range(5)  # st.b
 (N_CAP, N_KMIN, N_KMAX, N_PMAX, N_PFC_ALPHA, N_PFC_GAP, N_W, N_FB_LAT, N_SIZE_W, N_LAT,
  N_FLOW_START) = range(11)  # net.f
@@ -308,7 +309,6 @@ def _gather_links(net, st) -> None:
     for j in range(si[I_NAE]):
         if nti[N_HOP, sti[S_AE, j]] > 0:
             sti[S_Q_ENT, nq] = j
-            sti[S_AE_ING, j] = sti[S_AE_LINK, j - 1]  # the port its bytes arrived on
             cnt[sti[S_AE_LINK, j]] += 1
             nq += 1
     si[I_NQ] = nq
@@ -356,7 +356,8 @@ def _positions(net, st) -> None:
     """Where each running entry's state lives while steps run: ``lk_ent[p]`` is the entry
     at position ``p`` (queue entries in the sweep's link order, then the first hops in
     entry order), ``pos`` its inverse, ``p_up[p]`` the position of the hop before a queue
-    entry and ``p_link[p]`` its link. The FIFO sweep then walks its state rows in memory
+    entry, ``p_link[p]`` its link, ``p_ing[p]`` the port its bytes arrived on and
+    ``p_route[p]`` its running route. The FIFO sweep then walks its state rows in memory
     order (in entry order, where it visits them link by link, every entry cost a handful
     of cache misses: most of a step at 4,096 GPUs, issue 26)."""
     sti = st.i
@@ -372,7 +373,10 @@ def _positions(net, st) -> None:
         sti[S_POS, j] = p
         sti[S_P_LINK, p] = sti[S_AE_LINK, j]
     for p in range(nq):
-        sti[S_P_UP, p] = sti[S_POS, sti[S_LK_ENT, p] - 1]
+        j = sti[S_LK_ENT, p]
+        sti[S_P_UP, p] = sti[S_POS, j - 1]
+        sti[S_P_ING, p] = sti[S_AE_LINK, j - 1]  # the port its bytes arrived on
+        sti[S_P_ROUTE, p] = sti[S_AE_ROUTE, j]
 
 
 @step_fn
@@ -1042,11 +1046,10 @@ def _pfc(net, st, dt) -> None:
         out[li] = 0.0
         inn[li] = 0.0
     for p in range(st_si[I_NQ]):
-        j = sti[S_Q_ENT, p]
-        w = sti[S_POS, j]
-        use[sti[S_AE_ING, j]] += stf[S_WQ, w]
-        out[sti[S_AE_ING, j]] += stf[S_WDEP, w]
-        inn[sti[S_AE_ING, j]] += stf[S_WARR, w]
+        ing = sti[S_P_ING, p]
+        use[ing] += stf[S_WQ, p]
+        out[ing] += stf[S_WDEP, p]
+        inn[ing] += stf[S_WARR, p]
     _pfc_thresholds(net, st, use)
     st_si[I_HAS_USE] = 1
     reg = stb[S_PFC_REG]
@@ -1106,13 +1109,11 @@ def _horizon(net, st) -> float:
     gp = _zeroed(st.tmp_rows[2], L)
     gl = _zeroed(st.tmp_rows[3], L)
     for p in range(nq):
-        j = sti[S_Q_ENT, p]
-        w = sti[S_POS, j]
-        g = stf[S_WARR, w] - stf[S_WDEP, w]
-        if g < -_TINY and stf[S_WQ, w] > 0:
-            h = min(h, stf[S_WQ, w] / -g)
-        gp[sti[S_AE_ING, j]] += g
-        gl[sti[S_AE_LINK, j]] += g
+        g = stf[S_WARR, p] - stf[S_WDEP, p]
+        if g < -_TINY and stf[S_WQ, p] > 0:
+            h = min(h, stf[S_WQ, p] / -g)
+        gp[sti[S_P_ING, p]] += g
+        gl[sti[S_P_LINK, p]] += g
     pfc = cfg[C_PFC_ON] > 0
     if pfc and st_si[I_NREG] > 0:
         # a paused port's share of its egress FIFO settles over ~Q/C; long steps would
@@ -1215,8 +1216,7 @@ def _complete(net, st, t, ddep, any_marks) -> None:
     stopped_q = False
     rq = _zeroed(st.tmp_rows[0], st_si[I_NAR])
     for p in range(st_si[I_NQ]):
-        j = sti[S_Q_ENT, p]
-        rq[sti[S_AE_ROUTE, j]] += stf[S_WQ, sti[S_POS, j]]
+        rq[sti[S_P_ROUTE, p]] += stf[S_WQ, p]
     anyfin = False
     for i in range(nf):
         f = sti[S_A_F, i]

@@ -552,13 +552,18 @@ def _waterfill(st, nn) -> None:
     cs = 0.0
     for g in range(nn):
         a, b = sti[S_NIC_PTR, g], sti[S_NIC_PTR, g + 1]
-        _sort_by(dem, mem, order, a, b, tmp)
         cap = stf[S_SERV_EFF, sti[S_NIC_LINK, g]]
+        n = b - a
+        d0 = dem[mem[a]]
+        same = True
+        for p in range(a + 1, b):
+            same = same and dem[mem[p]] == d0
+        if not same:  # (equal demands, often a GPU's NVLink QPs, are in order)
+            _sort_by(dem, mem, order, a, b, tmp)
         cs0 = cs
         level = _INF
-        n = b - a
         for p in range(n):
-            dv = dem[order[a + p]]
+            dv = d0 if same else dem[order[a + p]]
             before = cs - cs0
             n_rest = n - p
             if level == _INF and before + n_rest * dv >= cap:
@@ -658,19 +663,22 @@ def _dt(net, st, t) -> float:
 
 
 @step_fn
-def _sweep_level(st, dt, lo, hi, views) -> None:
-    """FIFO service of the links ``lk_link[lo:hi]`` (one topological level).
+def _sweep_level(st, dt, lo, hi, views) -> float:
+    """FIFO service of the links ``lk_link[lo:hi]`` (one topological level); returns the
+    largest departure change.
 
     One pass takes every entry's arrivals and each link's sums (arrivals, content, what
     draining entries release); a second moves the bytes (:func:`_fifo`; for an empty link
     that is not overloaded its arithmetic reduces to ``out = in``, done directly), or
     passes the arrivals straight through when nothing at the level queues and no link is
     overloaded. (The draining rule needs content, so the first pass's updates hold in
-    every case.)"""
+    every case.) The second pass also makes the departures current and sums each link's
+    bytes and content (:func:`_settle`), while its entries are in cache."""
     stf = st.f
     sti = st.i
-    q, drain, arr, new, dep_old = views
+    q, drain, arr, new, dep_old, lb = views
     up = sti[S_P_UP]
+    ddep = 0.0
     passthru = True
     for i in range(lo, hi):
         asum = 0.0
@@ -696,26 +704,46 @@ def _sweep_level(st, dt, lo, hi, views) -> None:
             passthru = False
     for i in range(lo, hi):
         a, b = sti[S_LK_PTR, i], sti[S_LK_PTR, i + 1]
+        asum = stf[S_LK_SUM, i]
         if passthru:  # nothing queued and no link overloaded: arrivals pass through
             for p in range(a, b):
                 new[p] = new[up[p]]
-            continue
-        asum = stf[S_LK_SUM, i]
-        if (stf[S_LK_QSUM, i] == 0.0 and asum > _TINY
+        elif (stf[S_LK_QSUM, i] == 0.0 and asum > _TINY
                 and asum <= stf[S_SERV_EFF, sti[S_LK_LINK, i]] * dt):
             # _fifo with no content: served = asum, fa = 1, so out = in exactly
             for p in range(a, b):
                 new[p] = new[up[p]] * dt / dt
                 q[p] = 0.0
-            continue
-        _fifo(stf, sti, views, dt, i)
+        else:
+            _fifo(stf, sti, views, dt, i)
+        ddep = max(ddep, _settle(stf, views, dt, a, b, sti[S_LK_LINK, i]))
+    return ddep
+
+
+@inline_fn
+def _settle(stf, views, dt, a, b, li) -> float:
+    """Departures of the entries ``a:b`` (all on link ``li``) made current; the link's
+    bytes this step (into ``lb``) and content (``qlink``); returns the largest change."""
+    q, drain, arr, new, dep_old, lb = views
+    ddep = 0.0
+    lbs = lb[li]
+    qs = 0.0
+    for p in range(a, b):
+        nw = new[p]
+        ddep = max(ddep, abs(nw - dep_old[p]))
+        dep_old[p] = nw
+        lbs += nw * dt
+        qs += q[p]
+    lb[li] = lbs
+    stf[S_QLINK, li] = qs
+    return ddep
 
 
 @step_fn
 def _fifo(stf, sti, views, dt, i) -> None:
     """One link's FIFO: present content leaves first (entries whose arrivals stopped drain
     linearly at their last departure rate), then this step's arrivals pro rata."""
-    q, drain, arr, new, dep_old = views  # made once per level, not once per link
+    q, drain, arr, new, dep_old, lb = views  # made once per level, not once per link
     asum, qsum, tsum = stf[S_LK_SUM, i], stf[S_LK_QSUM, i], stf[S_LK_TSUM, i]
     served = min(stf[S_SERV_EFF, sti[S_LK_LINK, i]] * dt, qsum + asum)
     tscale = served / tsum if tsum > served else 1.0
@@ -743,26 +771,23 @@ def _sweep(net, st, dt) -> float:
     sti = st.i
     ntf = net.f
     ne, nq = st_si[I_NAE], st_si[I_NQ]
-    views = (stf[S_WQ], stf[S_WDRAIN], stf[S_WARR], stf[S_WNEW], stf[S_WDEP])
-    for p in range(nq, ne):  # first hops: what the sources inject
-        stf[S_WNEW, p] = stf[S_A_X, sti[S_AE_ROUTE, sti[S_LK_ENT, p]]]
-    for v in range(st_si[I_NLV]):
-        _sweep_level(st, dt, sti[S_LV_PTR, v], sti[S_LV_PTR, v + 1], views)
-    ddep = 0.0
     L = net.dims[D_L]
     lb = st.tmp_rows[0]
     for li in range(L):
         lb[li] = 0.0
         stf[S_QLINK, li] = 0.0
-    # in position order: a link's entries keep their entry order, so its sums are the same
-    for p in range(ne):
-        li = sti[S_P_LINK, p]
+    views = (stf[S_WQ], stf[S_WDRAIN], stf[S_WARR], stf[S_WNEW], stf[S_WDEP], lb)
+    for p in range(nq, ne):  # first hops: what the sources inject
+        stf[S_WNEW, p] = stf[S_A_X, sti[S_AE_ROUTE, sti[S_LK_ENT, p]]]
+    ddep = 0.0
+    for v in range(st_si[I_NLV]):
+        ddep = max(ddep, _sweep_level(st, dt, sti[S_LV_PTR, v], sti[S_LV_PTR, v + 1], views))
+    # the first hops after the queue entries (a link's sums in position order, as before)
+    for p in range(nq, ne):
         nw = stf[S_WNEW, p]
         ddep = max(ddep, abs(nw - stf[S_WDEP, p]))
         stf[S_WDEP, p] = nw
-        lb[li] += nw * dt
-        if p < nq:  # a queue entry
-            stf[S_QLINK, li] += stf[S_WQ, p]
+        lb[sti[S_P_LINK, p]] += nw * dt
     for li in range(L):
         if lb[li] != 0.0:  # (an idle link's bytes and peak stay as they are)
             stf[S_LINK_BYTES, li] += lb[li]
@@ -1213,31 +1238,32 @@ def _complete(net, st, t, ddep, any_marks) -> None:
     cfg, sf = net_cfg, st_sf
     nf = st_si[I_NAF]
     fin = _zeroed(st.tmp_rows[1], nf)  # 1.0: finishes now
-    stopped_q = False
-    rq = _zeroed(st.tmp_rows[0], st_si[I_NAR])
-    for p in range(st_si[I_NQ]):
-        rq[sti[S_P_ROUTE, p]] += stf[S_WQ, p]
+    stopped = False
     anyfin = False
     for i in range(nf):
         f = sti[S_A_F, i]
         tol = 1e-6 * max(ntf[N_SIZE_W, f], 1.0)
         inj_done = not stb[S_A_SENDING, i] or ntf[N_SIZE_W, f] - stf[S_INJ, f] <= tol
+        stopped = stopped or (stb[S_A_SENDING, i] and inj_done)
         bl = -_INF
         for r in range(sti[S_A_FSTART, i], sti[S_A_FSTART, i + 1]):
             k = sti[S_A_R, r]
             bl = max(bl, ntf[N_W, k] * stf[S_INJ, f] - stf[S_DELIV, k])
-            if stb[S_A_SENDING, i] and inj_done and rq[r] > 1.0:
-                # a source that just stopped while its bytes still queue changes the
-                # next step's arrivals: not steady
-                stopped_q = True
         fin[i] = inj_done and bl <= tol + 1e-6 and stb[S_RUNNING, f]
         anyfin = anyfin or fin[i] > 0
-    dec_pending = False
-    if cfg[C_DCQCN] > 0:
-        for r in range(st_si[I_NAR]):
-            dec_pending = dec_pending or st_cc[_DEC_CNP, sti[S_A_R, r]] > 0
+    # the rest only decides whether the next step may be long: checked only as far as
+    # needed (each is a pass over the running routes or entries)
     steady = (ddep < cfg[C_QUIET_TOL] * cfg[C_CAP_MAX] and t > sf[F_MARKS_UNTIL]
-              and not stopped_q and not any_marks and not dec_pending)
+              and not any_marks)
+    if steady and stopped:
+        # a source that just stopped while its bytes still queue changes the next step's
+        # arrivals: not steady
+        steady = not _stopped_queued(net, st)
+    if steady and cfg[C_DCQCN] > 0:
+        for r in range(st_si[I_NAR]):
+            if st_cc[_DEC_CNP, sti[S_A_R, r]] > 0:
+                steady = False  # a rate decrease is pending
+                break
     sf[F_QUIET] = _horizon(net, st) if steady else 0.0
     if not anyfin:
         return
@@ -1259,6 +1285,28 @@ def _complete(net, st, t, ddep, any_marks) -> None:
     # finished flows stay in the running arrays (idle) until the next start rebuilds them
     if not left:
         st_si[I_REBUILD] = 1
+
+
+@step_fn
+def _stopped_queued(net, st) -> bool:
+    """Whether a flow that stopped injecting this step (still marked sending) has more
+    than a byte queued on one of its routes."""
+    stf = st.f
+    sti = st.i
+    stb = st.b
+    ntf = net.f
+    rq = _zeroed(st.tmp_rows[0], st.si[I_NAR])
+    for p in range(st.si[I_NQ]):
+        rq[sti[S_P_ROUTE, p]] += stf[S_WQ, p]
+    for i in range(st.si[I_NAF]):
+        f = sti[S_A_F, i]
+        tol = 1e-6 * max(ntf[N_SIZE_W, f], 1.0)
+        if not (stb[S_A_SENDING, i] and ntf[N_SIZE_W, f] - stf[S_INJ, f] <= tol):
+            continue
+        for r in range(sti[S_A_FSTART, i], sti[S_A_FSTART, i + 1]):
+            if rq[r] > 1.0:
+                return True
+    return False
 
 
 @inline_fn

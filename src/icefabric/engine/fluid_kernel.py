@@ -58,7 +58,8 @@ DONE, FAIL_DUE, ENDSIDE_DUE, SAMPLES_FULL, MAX_STEPS = 0, 1, 2, 3, 4
 #: evolving scalars (sf: float, si: int)
 (F_T, F_QUIET, F_MARKS_UNTIL, F_NEXT_SAMPLE, F_ES_NEXT, F_FAIL_T, N_SF) = range(7)
 (I_STEPS, I_DONE, I_HEAP, I_FB_LAST, I_REBUILD, I_HAS_USE, I_NAF, I_NAR, I_NAE, I_NQ,
- I_NLK, I_NLV, I_NNIC, I_NSMP, I_ES_DUE, I_NNEW, I_FB_ROWS, I_NREG, I_WORK, N_SI) = range(20)
+ I_NLK, I_NLV, I_NNIC, I_NSMP, I_ES_DUE, I_NNEW, I_FB_ROWS, I_NREG, I_WORK, I_NCC,
+ N_SI) = range(21)
 
 #: rows of the state and network banks: one 2-D array per dtype (``f`` float, ``i`` int,
 #: ``b`` bool), each row as wide as the widest extent (links + 1, flows + 1, routes, entries,
@@ -78,7 +79,7 @@ ST_BANKS = {
           "p_ing", "p_route",  # entries
           "n_deps_left", "heap_f", "a_f", "a_fstart", "new_f",  # flows (+1)
           "a_r", "a_rflow", "a_estart", "a_ne", "nic_mem", "wf_order",  # routes
-          "wf_tmp"],
+          "wf_tmp", "a_cc"],
     "b": ["pfc_reg",  # links
           "running", "done", "a_sending",  # flows
           "a_cnp"],  # routes
@@ -104,7 +105,7 @@ NET_BANKS = {
  S_AE, S_AE_ROUTE, S_AE_LINK, S_Q_ENT, S_LK_ENT, S_POS, S_P_UP, S_P_LINK, S_P_ING,
  S_P_ROUTE,
  S_N_DEPS_LEFT, S_HEAP_F, S_A_F, S_A_FSTART, S_NEW_F,
- S_A_R, S_A_RFLOW, S_A_ESTART, S_A_NE, S_NIC_MEM, S_WF_ORDER, S_WF_TMP) = range(27)  # st.i
+ S_A_R, S_A_RFLOW, S_A_ESTART, S_A_NE, S_NIC_MEM, S_WF_ORDER, S_WF_TMP, S_A_CC) = range(28)  # st.i
 (S_PFC_REG, S_RUNNING, S_DONE, S_A_SENDING, S_A_CNP) = range(5)  # st.b
 (N_CAP, N_KMIN, N_KMAX, N_PMAX, N_PFC_ALPHA, N_PFC_GAP, N_W, N_FB_LAT, N_SIZE_W, N_LAT,
  N_FLOW_START) = range(11)  # net.f
@@ -252,6 +253,17 @@ def _gather_routes(net, st) -> None:
         nf += 1
     sti[S_A_FSTART, nf] = nr
     si[I_NAF], si[I_NAR], si[I_NAE] = nf, nr, ne
+    # the routes ECN can mark (a link with a finite Kmin): only their DCQCN state can
+    # change (the others, NVLink routes, never see a CNP, so their timers never start)
+    ncc = 0
+    for r in range(nr):
+        e0 = sti[S_A_ESTART, r]
+        for j in range(e0, e0 + sti[S_A_NE, r]):
+            if net.f[N_KMIN, sti[S_AE_LINK, j]] < _INF:
+                sti[S_A_CC, ncc] = r
+                ncc += 1
+                break
+    si[I_NCC] = ncc
 
 
 @inline_fn
@@ -652,8 +664,8 @@ def _dt(net, st, t) -> float:
         # the step at it instead cost a third of the steps at 1,024 GPUs: thousands of
         # QPs' timers, one every few hundred ns, each ending a quiet step early)
         nxt = _INF
-        for i in range(st_si[I_NAR]):
-            k = sti[S_A_R, i]
+        for c in range(st_si[I_NCC]):
+            k = sti[S_A_R, sti[S_A_CC, c]]
             nxt = min(nxt, st_cc[_T_INC, k])
             if st_cc[_DEC_CNP, k]:
                 nxt = min(nxt, st_cc[_T_DEC, k])
@@ -902,7 +914,8 @@ def _marks(net, st, t_new, dt) -> bool:
     cur_b = _bucket(t_new, bw)
     anyk = False
     until = st_sf[F_MARKS_UNTIL]
-    for r in range(st_si[I_NAR]):
+    for c in range(st_si[I_NCC]):  # (the other routes cross no marking link)
+        r = sti[S_A_CC, c]
         e0, e1 = sti[S_A_ESTART, r], sti[S_A_ESTART, r] + sti[S_A_NE, r]
         hit = False
         for j in range(e0, e1):
@@ -975,11 +988,14 @@ def _cnps(net, st, t_new, dt, rng) -> None:
     st_cnp_line = st.cnp_line
     net_dcqcn = net.dcqcn
     net_cfg = net.cfg
-    nr = st_si[I_NAR]
+    # only the routes ECN can mark (``a_cc``; the others' state never changes): their
+    # CNPs by position c in that list
+    ncc = st_si[I_NCC]
+    acc = sti[S_A_CC]
     bw = net_cfg[C_FB_BW]
     rows = st_si[I_FB_ROWS]
     cur_b = _bucket(t_new, bw)
-    cnp_n = _zeroed(st.tmp_rows[0], nr)
+    cnp_n = _zeroed(st.tmp_rows[0], ncc)
     anyn = False
     if cur_b > st_si[I_FB_LAST]:
         nb = min(cur_b - st_si[I_FB_LAST], rows)
@@ -988,40 +1004,51 @@ def _cnps(net, st, t_new, dt, rng) -> None:
             if not st.cnp_dirty[row]:
                 continue  # nothing was written since it was last read: all zero
             st.cnp_dirty[row] = False
-            for r in range(nr):  # other columns belong to flows that ended: never read
-                k = sti[S_A_R, r]
+            for c in range(ncc):  # other columns belong to flows that ended: never read
+                k = sti[S_A_R, acc[c]]
                 v = st_cnp_line[row, k]
                 if v != 0.0:
-                    cnp_n[r] += v
+                    cnp_n[c] += v
                     st_cnp_line[row, k] = 0.0
         st_si[I_FB_LAST] = cur_b
-        for r in range(nr):
-            anyn = anyn or cnp_n[r] != 0
+        for c in range(ncc):
+            anyn = anyn or cnp_n[c] != 0
     cnp = stb[S_A_CNP]
-    for r in range(nr):
-        cnp[r] = False
+    for c in range(ncc):
+        cnp[c] = False
     if anyn:
-        for r in range(nr):
-            cnp[r] = rng.random() < 1.0 - np.exp(-cnp_n[r])
+        # one draw per running route in route order, as before the list existed (the
+        # other routes' draws are discarded: same random stream, same results)
+        d = 0
+        for c in range(ncc):
+            while d < acc[c]:
+                rng.random()
+                d += 1
+            cnp[c] = rng.random() < 1.0 - np.exp(-cnp_n[c])
+            d += 1
+        while d < st_si[I_NAR]:
+            rng.random()
+            d += 1
     interval = net_cfg[C_CNP_INT]
-    for r in range(nr):
-        k = sti[S_A_R, r]
-        if cnp[r] and interval > 0:
+    for c in range(ncc):
+        k = sti[S_A_R, acc[c]]
+        if cnp[c] and interval > 0:
             if t_new - stf[S_LAST_CNP, k] >= interval:
                 stf[S_LAST_CNP, k] = t_new
             else:
-                cnp[r] = False
+                cnp[c] = False
     # a QP without a CNP whose timers are not due keeps its state: skip the update (its
     # byte counter runs only after its first CNP)
     idle_ok = net_dcqcn[_DEC_INT] > 0
     no_bc = net_dcqcn[_BC] <= 0
-    for r in range(nr):
+    for c in range(ncc):
+        r = acc[c]
         k = sti[S_A_R, r]
-        if (idle_ok and not cnp[r] and st_cc[_T_ALPHA, k] > t_new and st_cc[_T_DEC, k] > t_new
+        if (idle_ok and not cnp[c] and st_cc[_T_ALPHA, k] > t_new and st_cc[_T_DEC, k] > t_new
                 and st_cc[_T_INC, k] > t_new and (no_bc or st_cc[_STARTED, k] == 0)):
             continue
-        dcqcn_update_qp(st_cc, k, cnp[r], t_new, net_dcqcn, stf[S_A_X, r] * dt)
-        if cnp[r]:
+        dcqcn_update_qp(st_cc, k, cnp[c], t_new, net_dcqcn, stf[S_A_X, r] * dt)
+        if cnp[c]:
             stf[S_ES_CNPS, k] += 1
 
 
@@ -1260,8 +1287,8 @@ def _complete(net, st, t, ddep, any_marks) -> None:
         # arrivals: not steady
         steady = not _stopped_queued(net, st)
     if steady and cfg[C_DCQCN] > 0:
-        for r in range(st_si[I_NAR]):
-            if st_cc[_DEC_CNP, sti[S_A_R, r]] > 0:
+        for c in range(st_si[I_NCC]):
+            if st_cc[_DEC_CNP, sti[S_A_R, sti[S_A_CC, c]]] > 0:
                 steady = False  # a rate decrease is pending
                 break
     sf[F_QUIET] = _horizon(net, st) if steady else 0.0

@@ -75,7 +75,7 @@ ST_BANKS = {
           "inj", "start", "finish", "flow_cap", "a_rf", "heap_t",  # flows
           "deliv", "last_cnp", "es_cnps", "a_dem", "a_alloc", "a_x"],  # routes
     "i": ["lk_link", "lk_ptr", "lv_ptr", "nic_link", "nic_ptr",  # links (+1)
-          "ae", "ae_route", "ae_link", "q_ent", "lk_ent", "pos", "p_up", "p_link",
+          "ae", "ae_route", "ae_link", "ae_rev", "q_ent", "lk_ent", "pos", "p_up", "p_link",
           "p_ing", "p_route",  # entries
           "n_deps_left", "heap_f", "a_f", "a_fstart", "new_f",  # flows (+1)
           "a_r", "a_rflow", "a_estart", "a_ne", "nic_mem", "wf_order",  # routes
@@ -102,10 +102,10 @@ NET_BANKS = {
  S_INJ, S_START, S_FINISH, S_FLOW_CAP, S_A_RF, S_HEAP_T,
  S_DELIV, S_LAST_CNP, S_ES_CNPS, S_A_DEM, S_A_ALLOC, S_A_X) = range(38)  # st.f
 (S_LK_LINK, S_LK_PTR, S_LV_PTR, S_NIC_LINK, S_NIC_PTR,
- S_AE, S_AE_ROUTE, S_AE_LINK, S_Q_ENT, S_LK_ENT, S_POS, S_P_UP, S_P_LINK, S_P_ING,
+ S_AE, S_AE_ROUTE, S_AE_LINK, S_AE_REV, S_Q_ENT, S_LK_ENT, S_POS, S_P_UP, S_P_LINK, S_P_ING,
  S_P_ROUTE,
  S_N_DEPS_LEFT, S_HEAP_F, S_A_F, S_A_FSTART, S_NEW_F,
- S_A_R, S_A_RFLOW, S_A_ESTART, S_A_NE, S_NIC_MEM, S_WF_ORDER, S_WF_TMP, S_A_CC) = range(28)  # st.i
+ S_A_R, S_A_RFLOW, S_A_ESTART, S_A_NE, S_NIC_MEM, S_WF_ORDER, S_WF_TMP, S_A_CC) = range(29)  # st.i
 (S_PFC_REG, S_RUNNING, S_DONE, S_A_SENDING, S_A_CNP) = range(5)  # st.b
 (N_CAP, N_KMIN, N_KMAX, N_PMAX, N_PFC_ALPHA, N_PFC_GAP, N_W, N_FB_LAT, N_SIZE_W, N_LAT,
  N_FLOW_START) = range(11)  # net.f
@@ -248,6 +248,7 @@ def _gather_routes(net, st) -> None:
                 sti[S_AE, ne] = e
                 sti[S_AE_ROUTE, ne] = nr
                 sti[S_AE_LINK, ne] = nti[N_LINKS, e]
+                sti[S_AE_REV, ne] = nti[N_REV, nti[N_LINKS, e]]  # where its ACKs go
                 ne += 1
             nr += 1
         nf += 1
@@ -474,7 +475,6 @@ def _service(net, st) -> None:
     stf = st.f
     sti = st.i
     ntf = net.f
-    nti = net.i
     net_cfg = net.cfg
     L = net.dims[D_L]
     ack = _zeroed(st.tmp_rows[0], L)
@@ -484,7 +484,7 @@ def _service(net, st) -> None:
             e0 = sti[S_A_ESTART, r]
             a = ratio * stf[S_WDEP, sti[S_POS, e0 + sti[S_A_NE, r] - 1]]
             for j in range(e0, e0 + sti[S_A_NE, r]):
-                rv = nti[N_REV, sti[S_AE_LINK, j]]
+                rv = sti[S_AE_REV, j]
                 if rv >= 0:
                     ack[rv] += a
     for li in range(L):

@@ -73,7 +73,7 @@ ST_BANKS = {
           "q", "arr", "drain", "dep",  # entries (by net entry: canonical between runs)
           "wq", "warr", "wdrain", "wdep", "wnew",  # running entries by position (see pos)
           "inj", "start", "finish", "flow_cap", "a_rf", "heap_t",  # flows
-          "deliv", "last_cnp", "es_cnps", "a_dem", "a_alloc", "a_x"],  # routes
+          "deliv", "last_cnp", "es_cnps", "a_dem", "a_alloc", "a_x", "a_w", "a_cap"],  # routes
     "i": ["lk_link", "lk_ptr", "lv_ptr", "nic_link", "nic_ptr",  # links (+1)
           "ae", "ae_route", "ae_link", "ae_rev", "q_ent", "lk_ent", "pos", "p_up", "p_link",
           "p_ing", "p_route",  # entries
@@ -100,7 +100,7 @@ NET_BANKS = {
  S_LK_TSUM,
  S_Q, S_ARR, S_DRAIN, S_DEP, S_WQ, S_WARR, S_WDRAIN, S_WDEP, S_WNEW,
  S_INJ, S_START, S_FINISH, S_FLOW_CAP, S_A_RF, S_HEAP_T,
- S_DELIV, S_LAST_CNP, S_ES_CNPS, S_A_DEM, S_A_ALLOC, S_A_X) = range(38)  # st.f
+ S_DELIV, S_LAST_CNP, S_ES_CNPS, S_A_DEM, S_A_ALLOC, S_A_X, S_A_W, S_A_CAP) = range(40)  # st.f
 (S_LK_LINK, S_LK_PTR, S_LV_PTR, S_NIC_LINK, S_NIC_PTR,
  S_AE, S_AE_ROUTE, S_AE_LINK, S_AE_REV, S_Q_ENT, S_LK_ENT, S_POS, S_P_UP, S_P_LINK, S_P_ING,
  S_P_ROUTE,
@@ -244,6 +244,8 @@ def _gather_routes(net, st) -> None:
             sti[S_A_RFLOW, nr] = nf
             sti[S_A_ESTART, nr] = ne
             sti[S_A_NE, nr] = net_indptr[k + 1] - net_indptr[k]
+            st.f[S_A_W, nr] = net.f[N_W, k]  # (read in route order every step)
+            st.f[S_A_CAP, nr] = net.f[N_CAP, nti[N_FIRST_LINK, k]]
             for e in range(net_indptr[k], net_indptr[k + 1]):
                 sti[S_AE, ne] = e
                 sti[S_AE_ROUTE, ne] = nr
@@ -385,11 +387,11 @@ def _positions(net, st) -> None:
         j = sti[S_LK_ENT, p]
         sti[S_POS, j] = p
         sti[S_P_LINK, p] = sti[S_AE_LINK, j]
+        sti[S_P_ROUTE, p] = sti[S_AE_ROUTE, j]
     for p in range(nq):
         j = sti[S_LK_ENT, p]
         sti[S_P_UP, p] = sti[S_POS, j - 1]
         sti[S_P_ING, p] = sti[S_AE_LINK, j - 1]  # the port its bytes arrived on
-        sti[S_P_ROUTE, p] = sti[S_AE_ROUTE, j]
 
 
 @step_fn
@@ -508,7 +510,6 @@ def _allocate(net, st) -> None:
     stb = st.b
     st_cc = st.cc
     ntf = net.f
-    nti = net.i
     net_cfg = net.cfg
     nr, nf = st_si[I_NAR], st_si[I_NAF]
     dcqcn = net_cfg[C_DCQCN] > 0
@@ -517,11 +518,10 @@ def _allocate(net, st) -> None:
         size = ntf[N_SIZE_W, f]
         stb[S_A_SENDING, i] = size - stf[S_INJ, f] > 1e-9 * max(size, 1.0)
     for i in range(nr):
-        k = sti[S_A_R, i]
-        d = ntf[N_CAP, nti[N_FIRST_LINK, k]]
+        d = stf[S_A_CAP, i]
         if dcqcn:
-            d = min(d, st_cc[_RC, k] / 8e9)
-        d = min(d, ntf[N_W, k] * stf[S_FLOW_CAP, sti[S_A_F, sti[S_A_RFLOW, i]]])
+            d = min(d, st_cc[_RC, sti[S_A_R, i]] / 8e9)
+        d = min(d, stf[S_A_W, i] * stf[S_FLOW_CAP, sti[S_A_F, sti[S_A_RFLOW, i]]])
         stf[S_A_DEM, i] = d if stb[S_A_SENDING, sti[S_A_RFLOW, i]] else 0.0
     nn = st_si[I_NNIC]
     over = False
@@ -531,6 +531,7 @@ def _allocate(net, st) -> None:
             tot += stf[S_A_DEM, sti[S_NIC_MEM, j]]
         if not tot <= stf[S_SERV_EFF, sti[S_NIC_LINK, g]] * (1 + 1e-12):
             over = True
+            break
     if nn == nr or not over:
         for g in range(nn):
             c = stf[S_SERV_EFF, sti[S_NIC_LINK, g]]
@@ -542,14 +543,13 @@ def _allocate(net, st) -> None:
     for i in range(nf):
         rf = _INF
         for r in range(sti[S_A_FSTART, i], sti[S_A_FSTART, i + 1]):
-            k = sti[S_A_R, r]
-            per = stf[S_A_ALLOC, r] / ntf[N_W, k] if ntf[N_W, k] > 0 else _INF
-            rf = min(rf, per)
+            w = stf[S_A_W, r]
+            rf = min(rf, stf[S_A_ALLOC, r] / w if w > 0 else _INF)
         if not np.isfinite(rf) or not stb[S_A_SENDING, i]:
             rf = 0.0
         stf[S_A_RF, i] = rf
     for r in range(nr):
-        stf[S_A_X, r] = ntf[N_W, sti[S_A_R, r]] * stf[S_A_RF, sti[S_A_RFLOW, r]]
+        stf[S_A_X, r] = stf[S_A_W, r] * stf[S_A_RF, sti[S_A_RFLOW, r]]
 
 
 @step_fn
@@ -790,7 +790,7 @@ def _sweep(net, st, dt) -> float:
         stf[S_QLINK, li] = 0.0
     views = (stf[S_WQ], stf[S_WDRAIN], stf[S_WARR], stf[S_WNEW], stf[S_WDEP], lb)
     for p in range(nq, ne):  # first hops: what the sources inject
-        stf[S_WNEW, p] = stf[S_A_X, sti[S_AE_ROUTE, sti[S_LK_ENT, p]]]
+        stf[S_WNEW, p] = stf[S_A_X, sti[S_P_ROUTE, p]]
     ddep = 0.0
     for v in range(st_si[I_NLV]):
         ddep = max(ddep, _sweep_level(st, dt, sti[S_LV_PTR, v], sti[S_LV_PTR, v + 1], views))

@@ -73,13 +73,14 @@ ST_BANKS = {
           "q", "arr", "drain", "dep",  # entries (by net entry: canonical between runs)
           "wq", "warr", "wdrain", "wdep", "wnew",  # running entries by position (see pos)
           "inj", "start", "finish", "flow_cap", "a_rf", "heap_t",  # flows
-          "deliv", "last_cnp", "es_cnps", "a_dem", "a_alloc", "a_x", "a_w", "a_cap"],  # routes
+          "deliv", "last_cnp", "es_cnps", "nic_dem", "nic_alloc", "a_x", "a_w",
+          "a_cap"],  # routes
     "i": ["lk_link", "lk_ptr", "lv_ptr", "nic_link", "nic_ptr",  # links (+1)
           "ae", "ae_route", "ae_link", "ae_rev", "q_ent", "lk_ent", "pos", "p_up", "p_link",
           "p_ing", "p_route",  # entries
           "n_deps_left", "heap_f", "a_f", "a_fstart", "new_f",  # flows (+1)
-          "a_r", "a_rflow", "a_estart", "a_ne", "nic_mem", "wf_order",  # routes
-          "wf_tmp", "a_cc"],
+          "a_r", "a_rflow", "a_estart", "a_ne", "wf_order",  # routes
+          "wf_tmp", "a_cc", "nic_slot"],
     "b": ["pfc_reg",  # links
           "running", "done", "a_sending",  # flows
           "a_cnp"],  # routes
@@ -100,12 +101,13 @@ NET_BANKS = {
  S_LK_TSUM,
  S_Q, S_ARR, S_DRAIN, S_DEP, S_WQ, S_WARR, S_WDRAIN, S_WDEP, S_WNEW,
  S_INJ, S_START, S_FINISH, S_FLOW_CAP, S_A_RF, S_HEAP_T,
- S_DELIV, S_LAST_CNP, S_ES_CNPS, S_A_DEM, S_A_ALLOC, S_A_X, S_A_W, S_A_CAP) = range(40)  # st.f
+ S_DELIV, S_LAST_CNP, S_ES_CNPS, S_NIC_DEM, S_NIC_ALLOC, S_A_X, S_A_W, S_A_CAP) = range(40)  # st.f
 (S_LK_LINK, S_LK_PTR, S_LV_PTR, S_NIC_LINK, S_NIC_PTR,
  S_AE, S_AE_ROUTE, S_AE_LINK, S_AE_REV, S_Q_ENT, S_LK_ENT, S_POS, S_P_UP, S_P_LINK, S_P_ING,
  S_P_ROUTE,
  S_N_DEPS_LEFT, S_HEAP_F, S_A_F, S_A_FSTART, S_NEW_F,
- S_A_R, S_A_RFLOW, S_A_ESTART, S_A_NE, S_NIC_MEM, S_WF_ORDER, S_WF_TMP, S_A_CC) = range(29)  # st.i
+ S_A_R, S_A_RFLOW, S_A_ESTART, S_A_NE, S_WF_ORDER, S_WF_TMP, S_A_CC,
+ S_NIC_SLOT) = range(29)  # st.i
 (S_PFC_REG, S_RUNNING, S_DONE, S_A_SENDING, S_A_CNP) = range(5)  # st.b
 (N_CAP, N_KMIN, N_KMAX, N_PMAX, N_PFC_ALPHA, N_PFC_GAP, N_W, N_FB_LAT, N_SIZE_W, N_LAT,
  N_FLOW_START) = range(11)  # net.f
@@ -428,7 +430,11 @@ def _store_work(st) -> None:
 
 @inline_fn
 def _gather_nics(net, st) -> None:
-    """Sender NICs (sorted link ids) and their routes, for the NIC's max-min scheduler."""
+    """Sender NICs (sorted link ids) and their routes, for the NIC's max-min scheduler:
+    ``nic_slot[r]`` is running route ``r``'s NIC position (a NIC's routes contiguous, in
+    route order); demands and shares live by NIC position
+    (``nic_dem``, ``nic_alloc``), so the scheduler walks them in order (a GPU's NVLink
+    routes belong to different channels, far apart in route order)."""
     st_si = st.si
     sti = st.i
     nti = net.i
@@ -449,8 +455,8 @@ def _gather_nics(net, st) -> None:
     fill = sti[S_NIC_PTR, :n].copy()
     for i in range(st_si[I_NAR]):
         s = slot[nti[N_FIRST_LINK, sti[S_A_R, i]]]
-        sti[S_NIC_MEM, fill[s]] = i
-        sti[S_WF_ORDER, fill[s]] = i  # the waterfill's sort starts from here
+        sti[S_NIC_SLOT, i] = fill[s]
+        sti[S_WF_ORDER, fill[s]] = fill[s]  # the waterfill's sort starts from here
         fill[s] += 1
 
 
@@ -522,13 +528,13 @@ def _allocate(net, st) -> None:
         if dcqcn:
             d = min(d, st_cc[_RC, sti[S_A_R, i]] / 8e9)
         d = min(d, stf[S_A_W, i] * stf[S_FLOW_CAP, sti[S_A_F, sti[S_A_RFLOW, i]]])
-        stf[S_A_DEM, i] = d if stb[S_A_SENDING, sti[S_A_RFLOW, i]] else 0.0
+        stf[S_NIC_DEM, sti[S_NIC_SLOT, i]] = d if stb[S_A_SENDING, sti[S_A_RFLOW, i]] else 0.0
     nn = st_si[I_NNIC]
     over = False
     for g in range(nn):
         tot = 0.0
         for j in range(sti[S_NIC_PTR, g], sti[S_NIC_PTR, g + 1]):
-            tot += stf[S_A_DEM, sti[S_NIC_MEM, j]]
+            tot += stf[S_NIC_DEM, j]
         if not tot <= stf[S_SERV_EFF, sti[S_NIC_LINK, g]] * (1 + 1e-12):
             over = True
             break
@@ -536,15 +542,15 @@ def _allocate(net, st) -> None:
         for g in range(nn):
             c = stf[S_SERV_EFF, sti[S_NIC_LINK, g]]
             for j in range(sti[S_NIC_PTR, g], sti[S_NIC_PTR, g + 1]):
-                i = sti[S_NIC_MEM, j]
-                stf[S_A_ALLOC, i] = min(stf[S_A_DEM, i], c) if nn == nr else stf[S_A_DEM, i]
+                d = stf[S_NIC_DEM, j]
+                stf[S_NIC_ALLOC, j] = min(d, c) if nn == nr else d
     else:
         _waterfill(st, nn)
     for i in range(nf):
         rf = _INF
         for r in range(sti[S_A_FSTART, i], sti[S_A_FSTART, i + 1]):
             w = stf[S_A_W, r]
-            rf = min(rf, stf[S_A_ALLOC, r] / w if w > 0 else _INF)
+            rf = min(rf, stf[S_NIC_ALLOC, sti[S_NIC_SLOT, r]] / w if w > 0 else _INF)
         if not np.isfinite(rf) or not stb[S_A_SENDING, i]:
             rf = 0.0
         stf[S_A_RF, i] = rf
@@ -556,8 +562,8 @@ def _allocate(net, st) -> None:
 def _waterfill(st, nn) -> None:
     stf = st.f
     sti = st.i
-    dem, alloc = stf[S_A_DEM], stf[S_A_ALLOC]
-    mem, order, tmp = sti[S_NIC_MEM], sti[S_WF_ORDER], sti[S_WF_TMP]
+    dem, alloc = stf[S_NIC_DEM], stf[S_NIC_ALLOC]  # by NIC position
+    order, tmp = sti[S_WF_ORDER], sti[S_WF_TMP]
     # the numpy engine sorted all demands by (NIC, demand) (stable) and took one running
     # sum over them; the same sorted values and sums here, without allocating (the order
     # of equal demands changes no sum, level or share)
@@ -566,12 +572,12 @@ def _waterfill(st, nn) -> None:
         a, b = sti[S_NIC_PTR, g], sti[S_NIC_PTR, g + 1]
         cap = stf[S_SERV_EFF, sti[S_NIC_LINK, g]]
         n = b - a
-        d0 = dem[mem[a]]
+        d0 = dem[a]
         same = True
         for p in range(a + 1, b):
-            same = same and dem[mem[p]] == d0
+            same = same and dem[p] == d0
         if not same:  # (equal demands, often a GPU's NVLink QPs, are in order)
-            _sort_by(dem, mem, order, a, b, tmp)
+            _sort_by(dem, order, a, b, tmp)
         cs0 = cs
         level = _INF
         for p in range(n):
@@ -583,19 +589,19 @@ def _waterfill(st, nn) -> None:
             cs += dv
         lv = max(level, 0.0)
         for p in range(a, b):
-            alloc[mem[p]] = min(dem[mem[p]], lv)
+            alloc[p] = min(dem[p], lv)
 
 
 @inline_fn
-def _sort_by(key, mem, order, a, b, tmp) -> None:
-    """``order[a:b]``, a NIC's QPs, sorted by ``key``: an insertion sort of the last step's
-    order for a NIC's few QPs (demands change order rarely, so it costs a pass), a stable
-    merge sort of ``mem[a:b]`` (``tmp`` its scratch) beyond. ``_gather_nics`` starts
-    ``order`` as ``mem``."""
+def _sort_by(key, order, a, b, tmp) -> None:
+    """``order[a:b]``, a NIC's positions ``a:b``, sorted by ``key``: an insertion sort of
+    the last step's order for a NIC's few QPs (demands change order rarely, so it costs a
+    pass), a stable merge sort of ``a:b`` (``tmp`` its scratch) beyond. ``_gather_nics``
+    starts ``order`` in position order."""
     n = b - a
     if n > 48:
         for p in range(a, b):
-            order[p] = mem[p]
+            order[p] = p
         _merge_sort_by(key, order, a, b, tmp)
         return
     for p in range(a + 1, b):
@@ -1087,7 +1093,6 @@ def _pfc(net, st, dt) -> None:
     sti = st.i
     ntf = net.f
     ntb = net.b
-    nti = net.i
     net_cfg = net.cfg
     L = net.dims[D_L]
     use = stf[S_PFC_USE]
@@ -1107,8 +1112,10 @@ def _pfc(net, st, dt) -> None:
     reg = stb[S_PFC_REG]
     if st_si[I_NREG] > 0:
         nic_dem = _zeroed(st.tmp_rows[2], L)
-        for r in range(st_si[I_NAR]):
-            nic_dem[nti[N_FIRST_LINK, sti[S_A_R, r]]] += stf[S_A_DEM, r]
+        for g in range(st_si[I_NNIC]):  # (a NIC's routes in route order, as before)
+            li = sti[S_NIC_LINK, g]
+            for j in range(sti[S_NIC_PTR, g], sti[S_NIC_PTR, g + 1]):
+                nic_dem[li] += stf[S_NIC_DEM, j]
         for li in range(L):
             if not reg[li]:
                 continue

@@ -80,7 +80,7 @@ ST_BANKS = {
           "p_ing", "p_route",  # entries
           "n_deps_left", "heap_f", "a_f", "a_fstart", "new_f",  # flows (+1)
           "a_r", "a_rflow", "a_estart", "a_ne", "wf_order",  # routes
-          "wf_tmp", "a_cc", "nic_slot"],
+          "wf_tmp", "a_cc", "nic_slot", "a_last"],
     "b": ["pfc_reg",  # links
           "running", "done", "a_sending",  # flows
           "a_cnp"],  # routes
@@ -107,7 +107,7 @@ NET_BANKS = {
  S_P_ROUTE,
  S_N_DEPS_LEFT, S_HEAP_F, S_A_F, S_A_FSTART, S_NEW_F,
  S_A_R, S_A_RFLOW, S_A_ESTART, S_A_NE, S_WF_ORDER, S_WF_TMP, S_A_CC,
- S_NIC_SLOT) = range(29)  # st.i
+ S_NIC_SLOT, S_A_LAST) = range(30)  # st.i
 (S_PFC_REG, S_RUNNING, S_DONE, S_A_SENDING, S_A_CNP) = range(5)  # st.b
 (N_CAP, N_KMIN, N_KMAX, N_PMAX, N_PFC_ALPHA, N_PFC_GAP, N_W, N_FB_LAT, N_SIZE_W, N_LAT,
  N_FLOW_START) = range(11)  # net.f
@@ -373,8 +373,9 @@ def _positions(net, st) -> None:
     """Where each running entry's state lives while steps run: ``lk_ent[p]`` is the entry
     at position ``p`` (queue entries in the sweep's link order, then the first hops in
     entry order), ``pos`` its inverse, ``p_up[p]`` the position of the hop before a queue
-    entry, ``p_link[p]`` its link, ``p_ing[p]`` the port its bytes arrived on and
-    ``p_route[p]`` its running route. The FIFO sweep then walks its state rows in memory
+    entry, ``p_link[p]`` its link, ``p_ing[p]`` the port its bytes arrived on,
+    ``p_route[p]`` its running route and ``a_last[r]`` the position of route ``r``'s last
+    hop. The FIFO sweep then walks its state rows in memory
     order (in entry order, where it visits them link by link, every entry cost a handful
     of cache misses: most of a step at 4,096 GPUs, issue 26)."""
     sti = st.i
@@ -390,6 +391,8 @@ def _positions(net, st) -> None:
         sti[S_POS, j] = p
         sti[S_P_LINK, p] = sti[S_AE_LINK, j]
         sti[S_P_ROUTE, p] = sti[S_AE_ROUTE, j]
+    for r in range(st.si[I_NAR]):  # where each route's last hop (its delivery) lives
+        sti[S_A_LAST, r] = sti[S_POS, sti[S_A_ESTART, r] + sti[S_A_NE, r] - 1]
     for p in range(nq):
         j = sti[S_LK_ENT, p]
         sti[S_P_UP, p] = sti[S_POS, j - 1]
@@ -490,7 +493,7 @@ def _service(net, st) -> None:
     if ratio > 0:
         for r in range(st_si[I_NAR]):  # a route's entries are contiguous, in hop order
             e0 = sti[S_A_ESTART, r]
-            a = ratio * stf[S_WDEP, sti[S_POS, e0 + sti[S_A_NE, r] - 1]]
+            a = ratio * stf[S_WDEP, sti[S_A_LAST, r]]
             for j in range(e0, e0 + sti[S_A_NE, r]):
                 rv = sti[S_AE_REV, j]
                 if rv >= 0:
@@ -809,14 +812,15 @@ def _sweep(net, st, dt) -> float:
     for li in range(L):
         if lb[li] != 0.0:  # (an idle link's bytes and peak stay as they are)
             stf[S_LINK_BYTES, li] += lb[li]
-            util = lb[li] / (ntf[N_CAP, li] * dt + _TINY)
-            stf[S_PEAK_UTIL, li] = max(stf[S_PEAK_UTIL, li], util)
+            den = ntf[N_CAP, li] * dt + _TINY
+            # the division only where the step may raise the peak (well clear of rounding)
+            if lb[li] >= stf[S_PEAK_UTIL, li] * den * (1 - 1e-9):
+                stf[S_PEAK_UTIL, li] = max(stf[S_PEAK_UTIL, li], lb[li] / den)
         stf[S_MAX_Q, li] = max(stf[S_MAX_Q, li], stf[S_QLINK, li])
     for i in range(st_si[I_NAF]):
         stf[S_INJ, sti[S_A_F, i]] += stf[S_A_RF, i] * dt
     for r in range(st_si[I_NAR]):
-        last = sti[S_POS, sti[S_A_ESTART, r] + sti[S_A_NE, r] - 1]
-        stf[S_DELIV, sti[S_A_R, r]] += stf[S_WDEP, last] * dt
+        stf[S_DELIV, sti[S_A_R, r]] += stf[S_WDEP, sti[S_A_LAST, r]] * dt
     return ddep
 
 

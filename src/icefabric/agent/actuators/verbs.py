@@ -176,15 +176,14 @@ class VerbsActuator(Actuator):
         job = conn.job or self.default_job
         sip, dip = str(f["sip"]), str(f["dip"])
         receive = is_receive_side(int(f.get("acc", -1)))
-        span = int(f.get("span", -1))
+        key = (id(conn), str(f["dev"]), int(f["lqpn"]))
         with self.lock:
-            qp_id = self._next_id(QpId.of(job, sip, dip, 0)) if job and not receive else None
-            qp = LiveQp(conn, str(f["dev"]), int(f["lqpn"]), int(f["rqpn"]), sip, dip, job,
-                        qp_id, receive, span if span >= 0 else None)
-            self.live[(id(conn), qp.dev, qp.lqpn)] = qp
-            if qp_id is not None:
-                self.by_plan[qp_id] = qp
-                self.by_qpn[(sip, qp.lqpn, qp.rqpn)] = qp
+            qp = self.live.get(key)
+            if qp is None or (qp.rqpn, qp.src_ip, qp.dst_ip) != (int(f["rqpn"]), sip, dip):
+                if qp is not None:  # the QP number was reused without a GONE
+                    self._forget(key)
+                qp = self._register(conn, f, job, receive)
+            qp_id = qp.qp_id  # a QP told again (a shim reconnecting) keeps its ordinal
             plan = self.planned.get(qp_id) if qp_id is not None else None
             if plan is not None and self.live_for(plan) is not qp:
                 plan = None  # the controller names another live QP by this QpId
@@ -194,6 +193,18 @@ class VerbsActuator(Actuator):
         if plan is None:
             return format_line("NONE", seq=int(f["seq"]))
         return format_line("PLAN", seq=int(f["seq"]), **shim_plan(plan))
+
+    def _register(self, conn: ShimConn, f: dict, job: str | None, receive: bool) -> LiveQp:
+        """A QP new to this host: named (a data QP) and indexed (lock held)."""
+        sip, dip, span = str(f["sip"]), str(f["dip"]), int(f.get("span", -1))
+        qp_id = self._next_id(QpId.of(job, sip, dip, 0)) if job and not receive else None
+        qp = LiveQp(conn, str(f["dev"]), int(f["lqpn"]), int(f["rqpn"]), sip, dip, job,
+                    qp_id, receive, span if span >= 0 else None)
+        self.live[(id(conn), qp.dev, qp.lqpn)] = qp
+        if qp_id is not None:
+            self.by_plan[qp_id] = qp
+            self.by_qpn[(sip, qp.lqpn, qp.rqpn)] = qp
+        return qp
 
     def _next_id(self, first: QpId) -> QpId:
         """The lowest free ordinal of ``first``'s job and NIC pair (lock held)."""

@@ -19,7 +19,8 @@ turns workload + plan into the engine's :class:`~icefabric.engine.problem.SimPro
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+import hashlib
+from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
@@ -279,6 +280,23 @@ class Workload:
         indptr = np.zeros(self.n_conns + 1, dtype=np.int64)
         np.cumsum(counts, out=indptr[1:])
         return indptr, np.arange(self.n_qps, dtype=np.int64)
+
+    def digest(self, *, numbers: bool = True) -> str:
+        """A digest of every column; with ``numbers=False`` of all but the QP numbers and
+        the source ports hosts reported (the workload's shape: what its QPs are, not what
+        their NICs numbered them)."""
+        h = hashlib.sha256()
+        for f in fields(self):
+            if not numbers and f.name in ("qp_lqpn", "qp_rqpn", "qp_sport"):
+                continue
+            v = getattr(self, f.name)
+            h.update(f.name.encode())
+            if isinstance(v, np.ndarray):
+                h.update(f"{v.dtype.str}{v.shape}".encode())
+                h.update(np.ascontiguousarray(v).tobytes())
+            else:
+                h.update(repr(v).encode())
+        return h.hexdigest()
 
     def summary(self) -> dict:
         return {"collectives": len(self.collectives), "flows": self.n_flows,

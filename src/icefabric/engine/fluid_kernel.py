@@ -401,16 +401,9 @@ def _positions(net, st) -> None:
 
 @step_fn
 def _load_work(st) -> None:
-    """The running entries' state from its rows by entry (``q``, ...) into its rows by
-    position (``wq``, ...)."""
-    stf = st.f
-    sti = st.i
-    for p in range(st.si[I_NAE]):
-        e = sti[S_AE, sti[S_LK_ENT, p]]
-        stf[S_WQ, p] = stf[S_Q, e]
-        stf[S_WARR, p] = stf[S_ARR, e]
-        stf[S_WDRAIN, p] = stf[S_DRAIN, e]
-        stf[S_WDEP, p] = stf[S_DEP, e]
+    """The running entries' state from its rows by entry (``q``, ``arr``, ``drain``,
+    ``dep``) into its rows by position (``wq``, ... in the same order)."""
+    _move_work(st, True)
     st.si[I_WORK] = 1
 
 
@@ -418,17 +411,23 @@ def _load_work(st) -> None:
 def _store_work(st) -> None:
     """The inverse of :func:`_load_work` (before the running set changes, or the caller
     reads or rewrites the entries)."""
-    stf = st.f
-    sti = st.i
     if st.si[I_WORK] == 0:
         return
+    _move_work(st, False)
+    st.si[I_WORK] = 0
+
+
+@inline_fn
+def _move_work(st, load) -> None:
+    stf = st.f
+    sti = st.i
     for p in range(st.si[I_NAE]):
         e = sti[S_AE, sti[S_LK_ENT, p]]
-        stf[S_Q, e] = stf[S_WQ, p]
-        stf[S_ARR, e] = stf[S_WARR, p]
-        stf[S_DRAIN, e] = stf[S_WDRAIN, p]
-        stf[S_DEP, e] = stf[S_WDEP, p]
-    st.si[I_WORK] = 0
+        for o in range(S_WQ - S_Q):  # q, arr, drain, dep
+            if load:
+                stf[S_WQ + o, p] = stf[S_Q + o, e]
+            else:
+                stf[S_Q + o, e] = stf[S_WQ + o, p]
 
 
 @inline_fn

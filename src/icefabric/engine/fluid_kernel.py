@@ -71,7 +71,7 @@ ST_BANKS = {
           "link_bytes", "peak_util", "max_q", "marked_bytes", "qlink", "serv", "serv_eff",
           "lk_sum", "lk_qsum", "lk_tsum",
           "q", "arr", "drain", "dep",  # entries (by net entry: canonical between runs)
-          "wq", "warr", "wdrain", "wdep", "wnew",  # running entries by position (see pos)
+          "wq", "warr", "wdrain", "wdep", "wnew",  # running entries by position (_positions)
           "inj", "start", "finish", "flow_cap", "a_rf", "heap_t",  # flows
           "deliv", "last_cnp", "es_cnps", "nic_dem", "nic_alloc", "a_x", "a_w",
           "a_cap"],  # routes
@@ -375,9 +375,9 @@ def _positions(net, st) -> None:
     entry order), ``pos`` its inverse, ``p_up[p]`` the position of the hop before a queue
     entry, ``p_link[p]`` its link, ``p_ing[p]`` the port its bytes arrived on,
     ``p_route[p]`` its running route and ``a_last[r]`` the position of route ``r``'s last
-    hop. The FIFO sweep then walks its state rows in memory
-    order (in entry order, where it visits them link by link, every entry cost a handful
-    of cache misses: most of a step at 4,096 GPUs, issue 26)."""
+    hop. The FIFO sweep then walks its state rows in memory order (stored in entry order
+    and visited link by link, every entry cost a handful of cache misses: most of a step
+    at 4,096 GPUs, issue 26)."""
     sti = st.i
     nti = net.i
     nq, ne = st.si[I_NQ], st.si[I_NAE]

@@ -8,8 +8,9 @@ plan`` and the validation call these, and nothing else assembles the steps:
 * :mod:`.plans` — :func:`plan` -> :class:`Plan` (per QP: source port, backup port, pacing
   rate, routes), re-plans at link events;
 * :mod:`.problem` — the engines' :class:`~icefabric.engine.problem.SimProblem` of a plan;
-* :mod:`.simulation` — :func:`simulate` a plan with :class:`EngineOptions`;
-* :mod:`.hosts` — a plan as the per-host wire plans agents apply, and back.
+* :mod:`.simulation` — :func:`simulate` a plan with :class:`EngineOptions`.
+
+A plan as the per-host wire plans agents apply, and back, is :mod:`icefabric.wire`.
 """
 
 from icefabric.engine.options import EngineOptions

@@ -531,7 +531,7 @@ class FluidSim:
         net.i[fk.N_LINKS, :E], net.i[fk.N_HOP, :E] = R.links, R.hop
         st.f[fk.S_Q:fk.S_WNEW + 1] = 0.0
         st.f[fk.S_Q, :E] = q
-        st.i[fk.S_AE:fk.S_P_LINK + 1] = 0
+        st.i[fk.S_AE:fk.S_P_ROUTE + 1] = 0
         return net, st
 
     def _timeseries(self, st: fk.State) -> dict:

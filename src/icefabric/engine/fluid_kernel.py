@@ -71,7 +71,7 @@ ST_BANKS = {
           "link_bytes", "peak_util", "max_q", "marked_bytes", "qlink", "serv", "serv_eff",
           "lk_sum", "lk_qsum", "lk_tsum",
           "q", "arr", "drain", "dep",  # entries (by net entry: canonical between runs)
-          "wq", "warr", "wdrain", "wdep", "wnew",  # running entries by position (see pos)
+          "wq", "warr", "wdrain", "wdep", "wnew",  # running entries by position (_positions)
           "inj", "start", "finish", "flow_cap", "a_rf", "heap_t",  # flows
           "deliv", "last_cnp", "es_cnps", "nic_dem", "nic_alloc", "a_x", "a_w",
           "a_cap"],  # routes
@@ -375,9 +375,9 @@ def _positions(net, st) -> None:
     entry order), ``pos`` its inverse, ``p_up[p]`` the position of the hop before a queue
     entry, ``p_link[p]`` its link, ``p_ing[p]`` the port its bytes arrived on,
     ``p_route[p]`` its running route and ``a_last[r]`` the position of route ``r``'s last
-    hop. The FIFO sweep then walks its state rows in memory
-    order (in entry order, where it visits them link by link, every entry cost a handful
-    of cache misses: most of a step at 4,096 GPUs, issue 26)."""
+    hop. The FIFO sweep then walks its state rows in memory order (stored in entry order
+    and visited link by link, every entry cost a handful of cache misses: most of a step
+    at 4,096 GPUs, issue 26)."""
     sti = st.i
     nti = net.i
     nq, ne = st.si[I_NQ], st.si[I_NAE]
@@ -401,16 +401,9 @@ def _positions(net, st) -> None:
 
 @step_fn
 def _load_work(st) -> None:
-    """The running entries' state from its rows by entry (``q``, ...) into its rows by
-    position (``wq``, ...)."""
-    stf = st.f
-    sti = st.i
-    for p in range(st.si[I_NAE]):
-        e = sti[S_AE, sti[S_LK_ENT, p]]
-        stf[S_WQ, p] = stf[S_Q, e]
-        stf[S_WARR, p] = stf[S_ARR, e]
-        stf[S_WDRAIN, p] = stf[S_DRAIN, e]
-        stf[S_WDEP, p] = stf[S_DEP, e]
+    """The running entries' state from its rows by entry (``q``, ``arr``, ``drain``,
+    ``dep``) into its rows by position (``wq``, ... in the same order)."""
+    _move_work(st, True)
     st.si[I_WORK] = 1
 
 
@@ -418,17 +411,23 @@ def _load_work(st) -> None:
 def _store_work(st) -> None:
     """The inverse of :func:`_load_work` (before the running set changes, or the caller
     reads or rewrites the entries)."""
-    stf = st.f
-    sti = st.i
     if st.si[I_WORK] == 0:
         return
+    _move_work(st, False)
+    st.si[I_WORK] = 0
+
+
+@inline_fn
+def _move_work(st, load) -> None:
+    stf = st.f
+    sti = st.i
     for p in range(st.si[I_NAE]):
         e = sti[S_AE, sti[S_LK_ENT, p]]
-        stf[S_Q, e] = stf[S_WQ, p]
-        stf[S_ARR, e] = stf[S_WARR, p]
-        stf[S_DRAIN, e] = stf[S_WDRAIN, p]
-        stf[S_DEP, e] = stf[S_WDEP, p]
-    st.si[I_WORK] = 0
+        for o in range(S_WQ - S_Q):  # q, arr, drain, dep
+            if load:
+                stf[S_WQ + o, p] = stf[S_Q + o, e]
+            else:
+                stf[S_Q + o, e] = stf[S_WQ + o, p]
 
 
 @inline_fn

@@ -18,7 +18,7 @@ from icefabric.agent.actuators.verbs import srate_of
 from icefabric.agent.shim_socket import ShimConn, parse_line
 from icefabric.pipeline import plan
 from icefabric.pipeline.hosts import host_plans, paths_from_host_plans, qp_hosts, qp_keys
-from icefabric.pipeline.plans import scenario_workload
+from icefabric.pipeline.recipe import RunSpec
 from icefabric.policies.base import get_policy
 from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import load
@@ -31,7 +31,7 @@ def planned():
     ls = load("homog-small")
     fabric = build_fabric(ls)
     pol = get_policy("ice")
-    sw = scenario_workload(ls, fabric, 1 << 20, pol)
+    sw = RunSpec(ls, fabric, pol).workload(1 << 20)
     p = plan(sw.fabric, sw.workload, pol, seed=ls.scenario.seed)
     hosts = host_plans(sw.fabric, sw.workload, p.paths)
     wire = {h: HostPlan.model_validate_json(HostPlan(

@@ -20,15 +20,30 @@ from icefabric.engine.registry import run_engine
 from icefabric.engine.result import SimResult
 from icefabric.pipeline.plans import Plan
 from icefabric.pipeline.problem import failure_reroutes, flow_caps, to_problem
+from icefabric.policies.base import Policy
 from icefabric.topology.model import LINK_FABRIC, Fabric
+
+
+def run_options(policy: Policy, options: EngineOptions, *, engine: str | None = None,
+                trace: bool = False) -> EngineOptions:
+    """The engine options ``policy`` runs with: ``options`` on the engine ``policy`` must run
+    on (its ``engine_override``: ``ideal`` is a bound of the flow engine), else ``engine``,
+    else ``options``' own; ``trace`` turns on the fluid engine's recording. The one place a
+    run's options are made (:class:`~icefabric.pipeline.recipe.RunSpec` and
+    :func:`simulate` both come here)."""
+    update: dict = {"engine": policy.engine_override or engine or options.engine}
+    if trace:
+        update["trace"] = True
+    return options.model_copy(update=update)
 
 
 def simulate(plan: Plan, options: EngineOptions, *, scenario: str = "") -> SimResult:
     """Run ``plan`` (and its link events) on the engine ``options`` choose (a policy's
-    ``engine_override`` wins). Raises :class:`EngineError` when flows never finish."""
+    ``engine_override`` wins, :func:`run_options`). Raises :class:`EngineError` when flows
+    never finish."""
     pol = plan.policy
-    engine = pol.engine_override or options.engine
-    opts = options.model_copy(update={"engine": engine})
+    opts = run_options(pol, options)
+    engine = opts.engine
     paced = engine == "fluid"
     prob, pmap = to_problem(plan.fabric, plan.workload, plan.paths, paced=paced,
                             scenario=scenario)

@@ -17,7 +17,7 @@ distribution is reproducible from the one seed.
 What does not change between draws is built once: the fabric, each size's workload and
 engine problem, one plan per draw for all sizes (an ECMP plan depends on the QPs only). On
 the flow engine without link failures, all draws of one size run together in the batched
-engine (:func:`icefabric.engine.batch.run_flow_batch`); otherwise draw by draw.
+engine (:func:`icefabric.pipeline.simulation.simulate_batch`); otherwise draw by draw.
 """
 
 from __future__ import annotations
@@ -30,14 +30,11 @@ from multiprocessing import get_all_start_methods, get_context
 import numpy as np
 
 from icefabric.ccl.workload import Workload
-from icefabric.csr import indptr_from_lengths
-from icefabric.engine.batch import RouteSets, run_flow_batch
-from icefabric.engine.problem import SimProblem
 from icefabric.engine.result import CollectiveResult
 from icefabric.experiment.cluster import ray_tasks
 from icefabric.pipeline import Plan
-from icefabric.pipeline.problem import ProblemMap, to_problem
 from icefabric.pipeline.recipe import RunSpec
+from icefabric.pipeline.simulation import simulate_batch
 from icefabric.policies.base import PlanContext
 from icefabric.policies.baselines import EcmpPolicy
 from icefabric.scenario.build import build_fabric
@@ -137,19 +134,13 @@ def run_draws(ls: LoadedScenario, fabric: Fabric, policy: str, sizes: list[int],
         runs = {0: first[size]} if first and size in first else {}
         same_routes = all(np.array_equal(p.paths.route_qp, drawn[0].paths.route_qp)
                           for p in drawn)
-        if batchable(spec) and same_routes and len(todo) > 1:
-            runs.update(zip(todo, _batched(sw.fabric, [drawn[d] for d in todo])))
+        if spec.batchable and same_routes and len(todo) > 1:
+            runs.update(zip(todo, _batched([drawn[d] for d in todo])))
         else:
             for d in todo:
                 runs[d] = spec.simulate(drawn[d]).collectives
         out.append(DrawnCollectives(policy, size, [runs[d] for d in range(len(drawn))]))
     return out
-
-
-def batchable(spec: RunSpec) -> bool:
-    """Whether draws of ``spec`` can run together in the batched flow engine (which has no
-    link failures)."""
-    return spec.options.engine == "flow" and not spec.link_changes
 
 
 @dataclass(frozen=True)
@@ -213,28 +204,9 @@ def _same_qps(a, b) -> bool:
         np.array_equal(a.qp_dst_nic, b.qp_dst_nic)
 
 
-def batched_runs(fabric: Fabric, plans: list[Plan]) -> tuple[SimProblem, np.ndarray,
-                                                                np.ndarray]:
-    """Every plan (same workload, own QPs and paths) in one batched flow-engine run: the
-    engine problem of the first and the flows' ``(start_ns, finish_ns)``, shape (plans,
-    flows)."""
-    prob, pmap = to_problem(fabric, plans[0].workload, plans[0].paths)
-    start, finish = run_flow_batch(prob, _route_sets(pmap, plans))
-    return prob, start, finish
-
-
-def _route_sets(pmap: ProblemMap, plans: list[Plan]) -> RouteSets:
-    """The problem's routes in every plan: the paths inside servers (fixed) around each
-    plan's fabric routes (drawn)."""
-    lengths = np.concatenate([np.diff(p.paths.route_indptr) for p in plans])
-    return RouteSets(pmap.sp_indptr, pmap.sp_links, pmap.pre, pmap.plan_route, pmap.post,
-                     indptr_from_lengths(lengths),
-                     np.concatenate([p.paths.route_links for p in plans]), len(plans))
-
-
-def _batched(fabric: Fabric, plans: list[Plan]) -> list[list[CollectiveResult]]:
+def _batched(plans: list[Plan]) -> list[list[CollectiveResult]]:
     """Collective results of every plan, in one batched flow-engine run."""
-    prob, start, finish = batched_runs(fabric, plans)
+    prob, start, finish = simulate_batch(plans)
     out = []
     for s, f in zip(start, finish):
         out.append([CollectiveResult(c.name, c.job, c.kind, c.size_bytes, c.nranks,

@@ -16,16 +16,9 @@ import numpy as np
 
 from icefabric.ccl.bandwidth import busbw_factor
 from icefabric.engine.result import SimResult
-from icefabric.experiment.draws import (
-    QUANTILES,
-    batchable,
-    batched_runs,
-    draw_fabrics,
-    draw_plans,
-    draw_seeds,
-    quantiles,
-)
+from icefabric.experiment.draws import QUANTILES, draw_fabrics, draw_plans, draw_seeds, quantiles
 from icefabric.pipeline.recipe import RunSpec
+from icefabric.pipeline.simulation import simulate_batch
 from icefabric.scenario.loader import LoadedScenario
 from icefabric.topology.model import Fabric
 from icefabric.training.breakdown import DeviceTime, device_times, mean_time, task_intervals
@@ -75,12 +68,12 @@ def _median_draw(spec: RunSpec, tw: TrainingWorkload, seeds: list[int], first: S
                  ) -> tuple[SimResult, dict]:
     """The run of the median draw (``first``: draw 0, already run) and the draws' figures.
     Without link failures the flow engine runs all other draws in one batch
-    (:func:`~icefabric.experiment.draws.batched_runs`); the median draw then runs once more
-    whole."""
+    (:func:`~icefabric.pipeline.simulation.simulate_batch`); the median draw then runs
+    once more whole."""
     plans = draw_plans(spec, draw_fabrics(spec.scenario, spec.fabric, seeds), tw.workload,
                        seeds)
-    if batchable(spec):
-        spans = batched_runs(spec.fabric, plans[1:])[2].max(axis=1).tolist()
+    if spec.batchable:
+        spans = simulate_batch(plans[1:])[2].max(axis=1).tolist()
     else:
         spans = [spec.simulate(p).makespan_ns for p in plans[1:]]
     ms = np.asarray([first.makespan_ns] + spans, dtype=float) / 1e6

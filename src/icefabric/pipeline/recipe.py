@@ -112,6 +112,12 @@ class RunSpec:
         return run_options(self.policy, scn.engine_options, engine=self.engine or scn.engine,
                            trace=self.trace)
 
+    @property
+    def batchable(self) -> bool:
+        """Whether plans of this run (ECMP draws) can run together in the batched flow
+        engine (:func:`~icefabric.pipeline.simulation.simulate_batch`: no link events)."""
+        return self.options.engine == "flow" and not self.link_changes
+
     def workload(self, size_bytes: int) -> ScenarioWorkload:
         """The scenario's jobs at ``size_bytes`` as the policy runs them, on its fabric."""
         return scenario_workload(self.scenario, self.run_fabric, size_bytes, self.qps_rule)

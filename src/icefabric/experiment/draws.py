@@ -127,7 +127,8 @@ def run_draws(ls: LoadedScenario, fabric: Fabric, policy: str, sizes: list[int],
         sw = spec.workload(size)
         if plans is None or not _same_qps(plans[0].workload, sw.workload):
             plans = draw_plans(spec, fabrics, sw.workload, seeds)
-        # this size's flows on each draw's QPs and paths
+        # this size's flows on each draw's QPs and paths (and re-plans: a randomised
+        # policy's paths depend on the QPs only)
         drawn = [replace(p, workload=replace(sw.workload, qp_lqpn=p.workload.qp_lqpn,
                                              qp_rqpn=p.workload.qp_rqpn)) for p in plans]
         todo = list(range(1 if first and size in first else 0, len(drawn)))

@@ -29,6 +29,7 @@ from functools import cached_property
 
 from icefabric.ccl.communicator import QpsRule
 from icefabric.ccl.workload import Workload
+from icefabric.control.plan import PathPlan
 from icefabric.engine.options import EngineOptions
 from icefabric.engine.result import SimResult
 from icefabric.pipeline.plans import (
@@ -135,7 +136,8 @@ class RunSpec:
                  seed=self.seed if seed is None else seed)
         return self.with_failures(p)
 
-    def planned(self, paths, workload: Workload, fabric: Fabric, seed: int) -> Plan:
+    def planned(self, paths: PathPlan, workload: Workload, fabric: Fabric, seed: int
+                ) -> Plan:
         """The plan of paths the policy made in bulk (every ECMP draw in one walk), as
         :meth:`plan` would give it."""
         return self.with_failures(planned(fabric, workload, self.policy, paths, seed))

@@ -55,9 +55,20 @@ def test_csr_rows_replaced_reads_as_the_list_replacement(old, new, data):
         want[i] = r
     assert [r.tolist() for r in got] == want
     assert [r.tolist() for r in seq] == [list(r) for r in old]  # the original is untouched
+    # replaced again: the second rows go after the first ones, the original stays shared
+    idx2 = data.draw(st.lists(st.integers(0, len(old) - 1), max_size=3, unique=True))
+    new2 = [[7] * (i % 3) for i in idx2]
+    again = got.replaced(np.asarray(idx2, dtype=np.int64), new2)
+    want2 = list(want)
+    for i, r in zip(idx2, new2):
+        want2[i] = r
+    assert [again[i].tolist() for i in range(len(old))] == want2
+    assert again.values is seq.values
     ptr, flat = csr_from_lists(got)
     assert flat.tolist() == [x for r in want for x in r]
     assert np.diff(ptr).tolist() == [len(r) for r in want]
+    ptr, flat = csr_from_lists(again)
+    assert flat.tolist() == [x for r in want2 for x in r]
 
 
 def test_csr_rows_index_like_a_list():

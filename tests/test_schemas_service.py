@@ -56,8 +56,10 @@ def test_a_qp_plan_out_of_its_domain_is_refused(field, value, reason):
 def test_a_host_plan_holds_each_qp_once():
     """(More than MAX_PLAN_QPS QPs: tests/agent/test_runner_hostile.py.)"""
     head = dict(host="h", version=1, fabric_version=1, policy="ice", created_at=0.0)
-    HostPlan(**head, qps=[_qp(), _qp(lqpn=2)])
-    with pytest.raises(ValidationError, match="planned twice"):
+    HostPlan(**head, qps=[_qp(), _qp(lqpn=2, ordinal=1)])
+    with pytest.raises(ValidationError, match="ordinal 0 of job .* is planned twice"):
+        HostPlan(**head, qps=[_qp(), _qp(lqpn=2)])
+    with pytest.raises(ValidationError, match="lqpn 1 rqpn 2 is planned twice"):
         HostPlan(**head, qps=[_qp(), _qp(ordinal=1)])
     with pytest.raises(ValidationError, match="version"):
         HostPlan(**{**head, "version": 2**63}, qps=[])

@@ -14,19 +14,25 @@ class CsrRows(Sequence):
     back into a CSR, this does not: rows are slices ``values[starts[i]:stops[i]]`` taken on
     access, and :func:`csr_from_lists` returns the CSR as it is. :meth:`replaced` swaps a
     few rows without copying the others' links (what re-planning after a failure does to
-    a million-QP plan): the new rows go at the end of ``values``.
+    a million-QP plan): the new rows go to a second, small array ``extra``, addressed past
+    the end of ``values``, which stays shared with the original.
     """
 
-    __slots__ = ("starts", "stops", "values", "_indptr")
+    __slots__ = ("starts", "stops", "values", "extra", "_indptr")
 
     def __init__(self, indptr: np.ndarray, values: np.ndarray):
         self._indptr = np.asarray(indptr, dtype=np.int64)
         self.starts = self._indptr[:-1]
         self.stops = self._indptr[1:]
         self.values = values
+        self.extra = values[:0]
 
     def __len__(self) -> int:
         return len(self.starts)
+
+    def _row(self, a: int, b: int) -> np.ndarray:
+        n = len(self.values)
+        return self.values[a:b] if b <= n else self.extra[a - n:b - n]
 
     def __getitem__(self, i):
         if isinstance(i, slice):
@@ -35,18 +41,18 @@ class CsrRows(Sequence):
         if not -n <= i < n:
             raise IndexError(f"row {i} of {n}")
         i = int(i) % n
-        return self.values[self.starts[i]:self.stops[i]]
+        return self._row(int(self.starts[i]), int(self.stops[i]))
 
     def __iter__(self):
-        v = self.values
         for a, b in zip(self.starts.tolist(), self.stops.tolist()):
-            yield v[a:b]
+            yield self._row(a, b)
 
     def csr(self) -> tuple[np.ndarray, np.ndarray]:
         """``(indptr, values)``; rows that :meth:`replaced` moved are gathered back in order."""
         if self._indptr is None:
             lengths = self.stops - self.starts
-            self.values = self.values[gather(self.starts, lengths)]
+            both = np.concatenate([self.values, self.extra])
+            self.values, self.extra = both[gather(self.starts, lengths)], both[:0]
             self._indptr = indptr_from_lengths(lengths)
             self.starts, self.stops = self._indptr[:-1], self._indptr[1:]
         return self._indptr, self.values.astype(np.int64, copy=False)
@@ -59,8 +65,9 @@ class CsrRows(Sequence):
             raise ValueError(f"{len(rows)} rows to replace, {len(nptr) - 1} given")
         out = CsrRows.__new__(CsrRows)
         out._indptr = None
-        base = len(self.values)
-        out.values = np.concatenate([self.values, nflat.astype(self.values.dtype)])
+        out.values = self.values
+        base = len(self.values) + len(self.extra)
+        out.extra = np.concatenate([self.extra, nflat.astype(self.values.dtype)])
         out.starts, out.stops = self.starts.copy(), self.stops.copy()
         out.starts[rows] = base + nptr[:-1]
         out.stops[rows] = base + nptr[1:]

@@ -239,10 +239,6 @@ class ReportAccepted(_Message):
 
 
 # -- plans ----------------------------------------------------------------------------------
-#: how a NIC knows a QP: (src_ip, dst_ip, lqpn, rqpn)
-QpKey = tuple[str, str, int, int]
-
-
 class QpPlan(_Model):
     """The plan of one QP: source port to set, pacing rate (None = line rate / DCQCN), the
     backup port for local fail-over, and the fabric route(s) it is expected to take (link
@@ -281,12 +277,9 @@ class QpPlan(_Model):
         return self
 
     @property
-    def key(self) -> QpKey:
-        return (self.src_ip, self.dst_ip, self.lqpn, self.rqpn)
-
-    @property
     def qp_id(self) -> QpId:
-        """The data QP this entry plans (matched with live QPs before they connect)."""
+        """The data QP this entry plans, its one name (matched with live QPs before they
+        connect; ``lqpn``/``rqpn`` name it on its NIC once the controller knows them)."""
         return QpId.of(self.job, self.src_ip, self.dst_ip, self.ordinal)
 
 
@@ -296,7 +289,8 @@ QP_PLANS = TypeAdapter(list[QpPlan])
 
 class HostPlan(_Message):
     """One host's plan. Checked whole on arrival: at most :data:`MAX_PLAN_QPS` QPs, each
-    QP (``key``) at most once; an agent also refuses a plan for another host.
+    QP (its :class:`~icefabric.qpid.QpId`) at most once and each QP's numbers on a NIC pair
+    at most once (a NIC's QP has one plan); an agent also refuses a plan for another host.
 
     ``version`` is the plan version that last changed this host's document (its QP plans,
     the fabric version or the policy): a host is sent a new document only when its own
@@ -314,12 +308,16 @@ class HostPlan(_Message):
 
     @model_validator(mode="after")
     def _unique_qps(self) -> HostPlan:
-        seen: set[QpKey] = set()
+        ids: set[QpId] = set()
+        numbers: set[tuple[str, str, int, int]] = set()
         for i, q in enumerate(self.qps):
-            if q.key in seen:
-                raise ValueError(f"qps[{i}]: QP {q.src_ip}->{q.dst_ip} lqpn {q.lqpn} "
-                                 f"rqpn {q.rqpn} is planned twice")
-            seen.add(q.key)
+            qpn = (q.src_ip, q.dst_ip, q.lqpn, q.rqpn)
+            if q.qp_id in ids or qpn in numbers:
+                what = (f"ordinal {q.ordinal} of job {q.job!r}" if q.qp_id in ids else
+                        f"lqpn {q.lqpn} rqpn {q.rqpn}")
+                raise ValueError(f"qps[{i}]: QP {q.src_ip}->{q.dst_ip} {what} is planned twice")
+            ids.add(q.qp_id)
+            numbers.add(qpn)
         return self
 
 

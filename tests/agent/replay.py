@@ -34,8 +34,6 @@ from icefabric.agent.client import ControllerClient
 from icefabric.agent.runner import Agent
 from icefabric.controller.settings import Settings
 from icefabric.dataplane.roce import flow_label_to_udp_sport, rdma_get_udp_sport
-from icefabric.pipeline.hosts import qp_hosts
-from icefabric.pipeline.jobs import qp_jobs, qp_ordinals
 from icefabric.pipeline.recipe import RunSpec
 from icefabric.qpid import QpId
 from icefabric.scenario.build import build_fabric
@@ -43,6 +41,7 @@ from icefabric.scenario.loader import loads
 from icefabric.twin.run import host_reports, register_jobs, run_twin, upload_fabric
 from icefabric.twin.serve import ThreadedController
 from icefabric.units import ipv4_str
+from icefabric.wire import qp_hosts, qp_jobs, qp_ordinals
 
 from .conftest import IBV_QP_RATE_LIMIT, IBV_QPS_RTR, records, wait_for
 
@@ -108,8 +107,11 @@ class CclProcess:
     """One CCL process (``ccl_replay``) with the shim, talking to its host's agent."""
 
     def __init__(self, native, log: Path, ip: str, sock: Path, job: str, qpn_base: int):
+        # All emulated hosts' agents and the controller share this Python process, so an
+        # answer can take longer than a real host's agent takes (default 100 ms); the
+        # replay checks the ports at RTR, so every QP waits for its answer.
         env = native.env(log, ip, ICE_SHIM_SOCKET=str(sock), ICE_JOB=job,
-                         FAKEVERBS_QPN_BASE=hex(qpn_base))
+                         FAKEVERBS_QPN_BASE=hex(qpn_base), ICE_SHIM_TIMEOUT_MS="10000")
         self.log = log
         self.proc = subprocess.Popen([str(native.dir / "ccl_replay")], env=env, text=True,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE)
@@ -161,7 +163,8 @@ def replay(native, scenario: str, *, old_nccl: bool = False, ranks_per_nic: int 
             try:
                 qps = _connect(fabric, wl, procs, old_nccl)
                 hosts.connected.set()
-                assert _settled(hosts, qps), "the plans never named the data QPs by number"
+                why = _settled(hosts, qps)
+                assert why is None, f"the plans never named the data QPs by number: {why}"
                 # taken now: once the processes exit, their QPs leave the next reports
                 plans = [q for a in hosts.agents.values() for q in a.plan.qps]
             finally:
@@ -282,16 +285,24 @@ def _connect(fabric, wl, procs: _Processes, old_nccl: bool) -> list[ReplayedQp]:
     return out
 
 
-def _settled(hosts: _Hosts, qps: list[ReplayedQp]) -> bool:
-    """Wait until every host applied a plan that names its data QPs by their numbers."""
+def _settled(hosts: _Hosts, qps: list[ReplayedQp]) -> str | None:
+    """Wait until every host applied a plan that names its data QPs by their numbers; None
+    then, else what was still wrong after the wait."""
     want = {q.qp_id: (q.lqpn, q.rqpn) for q in qps if q.qp_id is not None}
 
-    def done() -> bool:
+    def wrong() -> str | None:
         got = {q.qp_id: (q.lqpn, q.rqpn) for a in hosts.agents.values()
                for q in (a.plan.qps if a.plan else ())}
-        return got == want and all(a.version == a.acked for a in hosts.agents.values())
+        bad = sorted(f"{k}: {got.get(k)} != {want.get(k)}" for k in want.keys() | got.keys()
+                     if got.get(k) != want.get(k))
+        behind = {h: (a.version, a.acked, a.last_error, a.report_errors)
+                  for h, a in hosts.agents.items() if a.version != a.acked or a.report_errors}
+        if bad or behind:
+            return f"{len(bad)} QPs misnamed (e.g. {bad[:3]}); hosts behind: {behind}"
+        return None
 
-    return wait_for(done, 60)
+    wait_for(lambda: wrong() is None, 60)
+    return wrong()
 
 
 def twin_plan(scenario: str, size_bytes: int = 1 << 20) -> tuple[dict, object]:

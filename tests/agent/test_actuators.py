@@ -14,6 +14,7 @@ from icefabric.agent.actuators.hccl_cfg import (
     render_cfg,
 )
 from icefabric.dataplane.endside import EndSideParams
+from icefabric.qpid import QpId
 from icefabric.schemas_service import HostPlan, QpPlan
 
 
@@ -55,11 +56,11 @@ def test_hccl_cfg_reports_qps_a_higher_hccl_setting_overrides(tmp_path):
     qps = [qp("10.0.0.1", "10.0.1.1", 200, 0, 50000), qp("10.0.0.1", "10.0.1.1", 300, 1, 50001),
            qp("10.0.0.2", "10.0.1.2", 400, 0, 60000)]
     res = act.apply(plan(qps))
-    assert res.failed == {q.key for q in qps[:2]} and res.applied == 1
+    assert res.failed == {q.qp_id for q in qps[:2]} and res.applied == 1
     assert res.messages == ["2 QP(s) not steered: hccn_tool multi_qp sets their NIC pairs' "
                             "ports and HCCL reads it before MultiQpSrcPort.cfg"]
     script.write_text("#!/bin/sh\necho '0.0.0.0,10.0.1.2'\n")  # any source -> 10.0.1.2
-    assert act.apply(plan(qps, version=2)).failed == {qps[2].key}
+    assert act.apply(plan(qps, version=2)).failed == {qps[2].qp_id}
 
 
 def test_hccl_cfg_caps_ports_per_pair():
@@ -93,35 +94,43 @@ def test_a_failed_apply_is_retried_by_the_next_identical_plan():
 
         def _apply(self, plan, changed):
             self.seen.append([q.lqpn for q in changed])
-            bad = {q.key for q in changed if q.lqpn == 7 and len(self.seen) == 1}
+            bad = {q.qp_id for q in changed if q.lqpn == 7 and len(self.seen) == 1}
             return ApplyResult(0, bad, ["qp 7: device busy"] if bad else [])
 
     act = Flaky()
     p = plan([qp("10.0.0.1", "10.0.1.1", 5, 0, 50000), qp("10.0.0.1", "10.0.1.1", 7, 1, 50001)])
     first = act.apply(p)
-    assert (first.applied, first.failed) == (1, {("10.0.0.1", "10.0.1.1", 7, 8)})
+    assert (first.applied, first.failed) == (1, {QpId.of("j", "10.0.0.1", "10.0.1.1", 1)})
     second = act.apply(plan(p.qps, version=2))  # the same settings again
     assert act.seen == [[5, 7], [7]] and (second.applied, second.failed) == (2, set())
     assert act.apply(plan(p.qps, version=3)).applied == 2 and act.seen[-1] == []
 
 
-def test_qps_a_plan_no_longer_names_are_forgotten_and_applied_again_when_named():
+def test_a_qp_named_by_new_numbers_or_named_again_is_applied_again():
     """A job is planned before its QPs connect: the first plan names a QP by modelled
-    numbers, the next by the reported ones; a QP that leaves and comes back is re-applied."""
+    numbers, the next by the reported ones (the same QpId, applied again on the QP those
+    numbers name); a QP that leaves the plan and comes back is applied again."""
     act, twin = get_actuator("dry-run", stream=io.StringIO()), get_actuator("twin")
     a, b = qp("10.0.0.1", "10.0.1.1", 5, 0, 50000), qp("10.0.0.1", "10.0.1.1", 9, 0, 50000)
+    c = qp("10.0.0.1", "10.0.1.1", 11, 1, 50001)
     for x in (act, twin):
         x.apply(plan([a]))
-        x.apply(plan([b], version=2))
-    assert list(act.state) == [b.key] and list(twin.applied) == [b.key]
-    assert act.apply(plan([a], version=3)).applied == 1 and list(act.state) == [a.key]
+        assert x.apply(plan([b], version=2)).applied == 1
+    assert a.qp_id == b.qp_id and list(twin.applied) == [b.qp_id]
+    assert act.state[b.qp_id].lqpn == twin.applied[b.qp_id].lqpn == 9
+    assert "mlx5dv_modify_qp_udp_sport(qp=0x000009" in act.calls[-2]
+    act.apply(plan([c], version=3))
+    assert list(act.state) == [c.qp_id]
+    n = len(act.calls)
+    assert act.apply(plan([b], version=4)).applied == 1 and list(act.state) == [b.qp_id]
+    assert len(act.calls) == n + 3  # header, port, rate: b is applied again
 
 
 def test_twin_actuator_records_applied_settings_and_backup_switch():
     act = get_actuator("twin")
     q = qp("10.0.0.1", "10.0.1.1", 7, 0, 50000, backup=50001)
     act.apply(plan([q]))
-    key = ("10.0.0.1", "10.0.1.1", 7, 8)
+    key = QpId.of("j", "10.0.0.1", "10.0.1.1", 0)
     assert act.applied[key].sport == 50000 and act.version == 1
     acts = autonomy.on_links_down(plan([q]), {2})
     assert acts == [autonomy.SwitchPort(key, 50001, "planned path lost a link")]
@@ -132,7 +141,7 @@ def test_twin_actuator_records_applied_settings_and_backup_switch():
 def test_persistent_cnps_release_the_pacer_until_the_next_plan():
     p = plan([qp("10.0.0.1", "10.0.1.1", 1, 0, 50000, rate=50e9),
               qp("10.0.0.1", "10.0.1.1", 3, 1, 50001)])
-    k1, k2 = ("10.0.0.1", "10.0.1.1", 1, 2), ("10.0.0.1", "10.0.1.1", 3, 4)
+    k1, k2 = (QpId.of("j", "10.0.0.1", "10.0.1.1", o) for o in (0, 1))
     rules = autonomy.LocalRules(EndSideParams(cnp_threshold=2, persist_windows=3))
     rules.on_plan(p)
     hot = {k1: 5, k2: 5}
@@ -141,7 +150,7 @@ def test_persistent_cnps_release_the_pacer_until_the_next_plan():
     assert rules.step(cnps_in_window=hot) == ([], [])
     assert rules.step(cnps_in_window=hot) == ([], [])
     _, unpace = rules.step(cnps_in_window=hot)  # k1: third hot window in a row
-    assert [a.key for a in unpace] == [k1]  # k2 has no pacer to release
+    assert [a.qp for a in unpace] == [k1]  # k2 has no pacer to release
     rules.on_plan(plan(p.qps, version=2))  # a new plan restarts planned mode
     assert rules.step(cnps_in_window=hot) == ([], [])
 

@@ -14,16 +14,16 @@ import pytest
 
 from icefabric.agent.actuators import get_actuator
 from icefabric.agent.actuators.hccl_cfg import FILE_NAME, parse_cfg
-from icefabric.agent.actuators.verbs import srate_of
 from icefabric.agent.shim_socket import ShimConn, parse_line
 from icefabric.pipeline import plan
-from icefabric.pipeline.hosts import host_plans, paths_from_host_plans, qp_hosts, qp_keys
 from icefabric.pipeline.recipe import RunSpec
 from icefabric.policies.base import get_policy
+from icefabric.qpid import QpId
 from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import load
 from icefabric.schemas_service import HostPlan, QpPlan
 from icefabric.units import bps_to_kbps
+from icefabric.wire import host_plans, paths_from_host_plans, qp_hosts, qp_ids, srate_of
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +45,7 @@ def _twin(act, plan: HostPlan, tmp_path) -> dict:
 
 
 def _dry_run(act, plan: HostPlan, tmp_path) -> dict:
-    by_lqpn = {q.lqpn: q.key for q in plan.qps}
+    by_lqpn = {q.lqpn: q.qp_id for q in plan.qps}
     out: dict = {}
     for line in act.calls:
         m = re.match(r"mlx5dv_modify_qp_udp_sport\(qp=0x([0-9a-f]+) .*udp_sport=(\d+)\)", line)
@@ -60,7 +60,7 @@ def _dry_run(act, plan: HostPlan, tmp_path) -> dict:
 
 def _hccl(act, plan: HostPlan, tmp_path) -> dict:
     ports = parse_cfg((tmp_path / FILE_NAME).read_text())
-    return {q.key: (ports[(q.src_ip, q.dst_ip)][q.ordinal], None) for q in plan.qps}
+    return {q.qp_id: (ports[(q.src_ip, q.dst_ip)][q.ordinal], None) for q in plan.qps}
 
 
 def _verbs(act, plan: HostPlan, tmp_path) -> dict:
@@ -77,7 +77,7 @@ def _verbs(act, plan: HostPlan, tmp_path) -> dict:
                 "seq": i, "dev": "mlx5_0", "port": 1, "lqpn": q.lqpn, "rqpn": q.rqpn,
                 "sip": q.src_ip, "dip": q.dst_ip, "acc": 2}).decode())
             assert kind == "PLAN", (kind, f)
-            out[q.key] = (f["sport"], f["srate"] or None)
+            out[q.qp_id] = (f["sport"], f["srate"] or None)
         a.close()
         b.close()
     return out
@@ -111,7 +111,7 @@ def test_every_actuator_puts_the_planned_ports_and_rates_in_force(planned, name,
         in_force.update(got)
     rates = [None if np.isinf(r) else r for r in paths.rate_bps.tolist()]
     assert any(r is not None for r in rates) and all(s >= 0 for s in paths.sport.tolist())
-    want = {k: (s, unit(r)) for k, s, r in zip(qp_keys(sw.workload), paths.sport.tolist(),
+    want = {k: (s, unit(r)) for k, s, r in zip(qp_ids(sw.workload), paths.sport.tolist(),
                                                rates, strict=True)}
     assert in_force == want
 
@@ -120,7 +120,7 @@ def test_the_twin_gives_back_the_path_plan(planned):
     """The whole PathPlan (ports, backup ports, rates, routes, weights) round-trips through
     the wire and the twin's NIC tables."""
     sw, paths, wire = planned
-    applied: dict[tuple, QpPlan] = {}
+    applied: dict[QpId, QpPlan] = {}
     for hp in wire.values():
         act = get_actuator("twin")
         act.apply(hp)

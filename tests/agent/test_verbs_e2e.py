@@ -14,7 +14,6 @@ import threading
 import pytest
 
 from icefabric.agent.actuators import get_actuator
-from icefabric.agent.actuators.verbs import srate_of
 from icefabric.agent.client import ControllerClient
 from icefabric.agent.runner import Agent
 from icefabric.controller.settings import Settings
@@ -24,6 +23,7 @@ from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import loads
 from icefabric.twin.run import host_reports, register_jobs, upload_fabric
 from icefabric.twin.serve import ThreadedController
+from icefabric.wire import srate_of
 
 from .conftest import IBV_QP_RATE_LIMIT, records, rtr_labels, two_server_ring, wait_for
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from icefabric.agent.actuators.verbs import srate_of
 from icefabric.dataplane.roce import default_sports
+from icefabric.wire import srate_of
 
 from .replay import Replay, replay, twin_plan
 

@@ -58,3 +58,4 @@ def test_peak_rates_of_some_qps_are_those_of_all(small_fabric):
     assert full.tolist() == [1e9, 2e9, 3e9, 4e9] * 2
     some = d2.peak_rate_bps(np.array([6, 1]))
     assert some.tolist() == [0, 2e9, 0, 0, 0, 0, 3e9, 0]
+    assert d2.peak_rates(np.array([6, 1, 6])).tolist() == [3e9, 2e9, 3e9]  # in their order

@@ -1,12 +1,14 @@
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from icefabric.control.demand import demand_from_pairs
 from icefabric.control.failover import _changed_pairs, affected_qps, replan_after_failure
 from icefabric.control.hashing import fabric_hash_configs
-from icefabric.control.planning import paths_to_csr, plan_paths
+from icefabric.control.planning import load_state, paths_to_csr, plan_paths
 from icefabric.control.realize import realize_paths
 from icefabric.csr import CsrRows
-from icefabric.topology.model import NIC
+from icefabric.topology.model import LINK_FABRIC, NIC
 
 from .conftest import nics_of
 
@@ -121,6 +123,49 @@ def test_fast_path_matches_full_rehash_on_a_fat_tree(ft_fabric, routing_of):
     assert np.array_equal(slow.affected, fast.affected)
     assert np.array_equal(slow.remapped, fast.remapped)
     assert np.array_equal(slow.sport, fast.sport)
+    assert all(np.array_equal(x, y) for x, y in zip(slow.paths, fast.paths, strict=True))
+    assert all(np.array_equal(x, y) for x, y in
+               zip(slow.assignment.paths, fast.assignment.paths, strict=True))
+
+
+_FT_CASE = {}
+
+
+def _ft_plan(f, routing_of):
+    """A NIC permutation planned and ported on the fat-tree, once per session."""
+    if id(f) not in _FT_CASE:
+        rt = routing_of(f)
+        cfg = fabric_hash_configs(f)
+        nics = f.nodes_of_kind(NIC)
+        d = demand_from_pairs(f, nics, np.roll(nics, len(nics) // 2 + 3), rate_bps=100e9)
+        a = plan_paths(f, rt, d)
+        r = realize_paths(f, rt, cfg, d.src_nic, d.dst_nic, a.paths)
+        _FT_CASE[id(f)] = rt, cfg, d, a, r
+    return _FT_CASE[id(f)]
+
+
+@settings(max_examples=12, deadline=None)
+@given(st.lists(st.integers(0, 10**6), min_size=1, max_size=2), st.booleans())
+def test_incremental_replan_is_the_full_replan(ft_fabric, routing_of, picks, both_ways):
+    """Random fabric links fail (one way or both): the incremental re-plan (old link
+    state, plan CSR and load state kept by the controller) moves the same QPs to the same
+    paths and ports, with the same link utilisation, as the re-plan that re-hashes every
+    QP and recomputes every load."""
+    f = ft_fabric
+    rt, cfg, d, a, r = _ft_plan(f, routing_of)
+    fab = np.flatnonzero(f.link_kind == LINK_FABRIC)
+    k = fab[np.asarray(picks) % len(fab)]
+    back = [f.link_id(int(f.link_dst[x]), int(f.link_src[x])) for x in k]
+    rt2 = routing_of(f, tuple(sorted(set(k.tolist()) | (set(back) if both_ways else set()))))
+    csr = paths_to_csr(a.paths)
+    slow = replan_after_failure(f, rt2, cfg, d, a.paths, r.sport)
+    fast = replan_after_failure(f, rt2, cfg, d, CsrRows(*csr), r.sport, old_routing=rt,
+                                full_paths=r.paths, paths_csr=csr,
+                                load=load_state(f, d, csr))
+    assert np.array_equal(slow.affected, fast.affected)
+    assert np.array_equal(slow.remapped, fast.remapped)
+    assert np.array_equal(slow.sport, fast.sport) and np.array_equal(slow.ok, fast.ok)
+    assert np.array_equal(slow.assignment.link_util, fast.assignment.link_util)
     assert all(np.array_equal(x, y) for x, y in zip(slow.paths, fast.paths, strict=True))
     assert all(np.array_equal(x, y) for x, y in
                zip(slow.assignment.paths, fast.assignment.paths, strict=True))

@@ -5,6 +5,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from icefabric.control import planning
 from icefabric.control.demand import demand_from_pairs
 from icefabric.control.planning import (
     PLANNERS,
@@ -20,6 +21,7 @@ from icefabric.control.planning import (
 from icefabric.topology.builders import ServerGroup, leaf_spine
 from icefabric.topology.catalog import server_profile
 from icefabric.topology.model import LINK_FABRIC
+from icefabric.topology.routing import Routing
 
 from .conftest import nics_of
 
@@ -225,3 +227,45 @@ def test_split_needed_when_uplinks_slower_than_nic():
     one = plan_paths(f, rt, d)
     assert one.max_util == pytest.approx(2.0)
     assert math.isclose(a.max_util, 1.0)
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(0, 2**16), st.integers(1, 3))
+def test_one_phase_loads_plan_as_the_general_tables(seed, jobs):
+    """With one phase per job the load tables alias the rate sums (_Load's fast path);
+    the greedy plan and a re-plan of a subset against the kept load are the ones the
+    general job x phase tables give, to the bit."""
+    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 4, "h")], servers_per_leaf=1,
+                   n_spines=3)
+    rt = Routing(f)
+    rng = np.random.default_rng(seed)
+    nics = f.servers[0].nics + f.servers[1].nics
+    dst = rng.choice(f.servers[2].nics + f.servers[3].nics, size=len(nics))
+    d = demand_from_pairs(f, np.array(nics), dst, rate_bps=rng.uniform(50e9, 400e9, len(nics)),
+                          job=rng.integers(0, jobs, len(nics)))
+    assert planning._one_phase_per_job(d)
+    sub = rng.choice(d.n_qps, size=3, replace=False)
+
+    def plan():
+        a = plan_paths(f, rt, d, method="greedy", seed=seed)
+        csr = planning.paths_to_csr(a.paths)
+        load = planning.load_state(f, d, csr)
+        paths, util = planning.replan_subset(f, rt, d, sub, csr, seed=seed, load=load)
+        st = planning._Load(f, d, load)
+        cands = planning.Candidates(rt, d)
+        scores = [st.score(q, cands.of(q)) for q in range(d.n_qps)]
+        return a, paths, util, scores
+
+    fast = plan()
+    one_phase = planning._one_phase_per_job
+    try:
+        planning._one_phase_per_job = lambda demand: False
+        slow = plan()
+    finally:
+        planning._one_phase_per_job = one_phase
+    assert np.array_equal(fast[0].link_util, slow[0].link_util)
+    assert all(np.array_equal(x, y) for x, y in zip(fast[0].paths, slow[0].paths, strict=True))
+    assert all(np.array_equal(x, y) for x, y in zip(fast[1], slow[1], strict=True))
+    assert np.array_equal(fast[2], slow[2])
+    assert all(np.array_equal(x, y) for a, b in zip(fast[3], slow[3], strict=True)
+               for x, y in zip(a, b, strict=True))

@@ -4,7 +4,8 @@ import pytest
 from icefabric.control.demand import demand_from_pairs
 from icefabric.control.hashing import fabric_hash_configs
 from icefabric.control.planning import plan_paths
-from icefabric.control.realize import decision_chain, realize_paths
+from icefabric.control.realize import _member_of, decision_chain, realize_paths
+from icefabric.topology.routing import Routing
 
 from .conftest import nics_of
 
@@ -46,3 +47,27 @@ def test_decision_chain_rejects_foreign_links(small_fabric, routing_of):
     assert sw.shape == (1, 2) and n[0].tolist() == [8, 2]
     with pytest.raises(ValueError):
         decision_chain(f, rt, d.dst_nic, [a.paths[0][::-1]])
+
+
+def test_member_index_from_a_few_groups_or_all_of_them(ft_fabric):
+    """The index of a switch's link in one of its ECMP groups read from the bit masks is
+    its position among the group's members (-1 where it is no member), whether the masks
+    are built for the few groups asked about (a fresh routing, few hops: a re-plan's new
+    ports) or once for every group of the routing."""
+    f = ft_fabric
+    rt = Routing(f)
+    NL = len(rt.leaves)
+    rows = []
+    for si, s in enumerate(rt.switches.tolist()):
+        for li in range(NL):
+            gid = int(rt.grp_id[si * NL + li])
+            members = rt.grp_links[rt.grp_indptr[gid]:rt.grp_indptr[gid + 1]].tolist()
+            rows += [(gid, x, members.index(x) if x in members else -1)
+                     for x in f.links_from(s).tolist()]
+    g, links, want = (np.array(c, dtype=np.int64) for c in zip(*rows, strict=True))
+    assert 16 < len(rt.grp_indptr) and np.any(want == -1) and np.any(want > 0)
+    one_by_one = [_member_of(rt, g[i:i + 1], links[i:i + 1])[0] for i in range(len(g))]
+    assert getattr(rt, "_ice_member_masks", None) is None  # the few-groups path each time
+    assert one_by_one == want.tolist()
+    assert np.array_equal(_member_of(rt, g, links), want)  # every group's masks
+    assert getattr(rt, "_ice_member_masks", None) is not None

@@ -7,11 +7,14 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from icefabric.controller import planner
 from icefabric.controller.app import create_app
-from icefabric.controller.planner import JobState, job_specs
+from icefabric.controller.planner import JobState, Previous, compute_plan, job_specs
 from icefabric.pipeline import build_workload
-from icefabric.pipeline.hosts import qp_keys
 from icefabric.policies.base import PlanContext, get_policy
+from icefabric.policies.ice import IcePolicy
+from icefabric.schemas_service import QP_PLANS
+from icefabric.wire import qp_ids
 
 from .conftest import ADMIN, auth, create_jobs, enrol, wait_version
 
@@ -110,7 +113,6 @@ def test_host_plans_carry_the_simulators_pacing_rates_also_after_a_failure(setti
     """Done-when: per-QP rates in host plans equal those the simulator uses for the same
     scenario, are recomputed after a link failure, and reach the agent's actuator."""
     from icefabric.agent.actuators.twin import TwinNicActuator
-    from icefabric.pipeline.hosts import paths_from_host_plans
     from icefabric.pipeline.plans import (
         LinkChange,
         with_link_events,
@@ -122,6 +124,7 @@ def test_host_plans_carry_the_simulators_pacing_rates_also_after_a_failure(setti
     from icefabric.schemas_service import FabricUpload, HostPlan
     from icefabric.topology.serialize import fabric_to_dict
     from icefabric.twin.run import host_reports
+    from icefabric.wire import paths_from_host_plans
 
     ls = load("hetero-default")
     fabric, size = build_fabric(ls), 1 << 20
@@ -131,13 +134,13 @@ def test_host_plans_carry_the_simulators_pacing_rates_also_after_a_failure(setti
     wl = sw.workload
 
     def rates(paths):
-        return dict(zip(qp_keys(wl), paths.rate_bps.tolist(), strict=True))
+        return dict(zip(qp_ids(wl), paths.rate_bps.tolist(), strict=True))
 
     def fetch(c, toks):
         plans = {h: HostPlan.model_validate_json(c.get(f"/v1/hosts/{h}/plan",
                                                        headers=auth(t)).content)
                  for h, t in toks.items()}
-        return plans, {q.key: q for p in plans.values() for q in p.qps}
+        return plans, {q.qp_id: q for p in plans.values() for q in p.qps}
 
     s = settings.model_copy(update={"policy": "ice"})
     with TestClient(create_app(s)) as c:
@@ -164,7 +167,8 @@ def test_host_plans_carry_the_simulators_pacing_rates_also_after_a_failure(setti
         # an agent's actuator receives them
         act = TwinNicActuator()
         act.apply(plans["h100-0"])
-        assert act.state and all(act.state[q.key] == (q.sport, q.rate_bps)
+        assert act.state and all((act.state[q.qp_id].sport, act.state[q.qp_id].rate_bps) ==
+                                 (q.sport, q.rate_bps)
                                  for q in plans["h100-0"].qps)
         # a link fails: the controller re-plans and recomputes the rates
         v = c.app.state.core.plan_version
@@ -195,3 +199,80 @@ def test_a_report_names_each_receive_side_once(scenario):
     twice = rep.model_copy(update={"qps": [*rep.qps, recv[0], recv[0]]})
     with pytest.raises(PlanInputError, match="duplicate QP .* QPN 119"):
         check_report(fabric, "h100-0", twice)
+
+
+# -- what a plan starts from --------------------------------------------------------------------
+def _compute(fabric, states, prev=None, policy="ice"):
+    return compute_plan(fabric, states, policy_name=policy, seed=7, down_ids=[], prev=prev)
+
+
+def _after(out, same_links=True):
+    return Previous(out.paths, out.key, out.shape_key, out.ids, same_links)
+
+
+def _by_qp(out) -> dict:
+    return {q.qp_id: q for doc in out.hosts.values() for q in QP_PLANS.validate_json(doc)}
+
+
+def _count_plans(monkeypatch) -> list:
+    """Calls of the ICE policy's from-scratch planner."""
+    calls = []
+    real = IcePolicy.plan
+    monkeypatch.setattr(IcePolicy, "plan", lambda self, ctx: calls.append(1) or real(self, ctx))
+    return calls
+
+
+def test_a_job_that_ends_moves_no_other_qp(scenario, monkeypatch):
+    """Job ``mixed`` ends: every QP of ``gpt`` keeps its path, port and backup port, with
+    no planning from scratch; the rates are recomputed (the freed capacity is shared)."""
+    _, fabric, _, reports = scenario
+    states = _states(reports)
+    both = _compute(fabric, states)
+    assert both.kind == "plan" and sorted(both.jobs) == ["gpt", "mixed"]
+    calls = _count_plans(monkeypatch)
+    states["mixed"].ended.add("ascend-3")
+    left = _compute(fabric, states, _after(both))
+    assert (left.kind, left.jobs, calls) == ("extend", ["gpt"], [])
+    before, after = _by_qp(both), _by_qp(left)
+    assert set(after) == {i for i in before if i.job == "gpt"} and after
+    assert all((q.sport, q.backup_sport, q.routes) ==
+               (before[i].sport, before[i].backup_sport, before[i].routes)
+               for i, q in after.items())
+    assert all(q.rate_bps is not None for q in after.values())
+    # the same jobs planned from scratch move some of those ports
+    fresh = _by_qp(_compute(fabric, states))
+    assert calls == [1] and any(fresh[i].sport != q.sport for i, q in after.items())
+
+
+def test_a_job_that_starts_is_planned_with_the_others_from_scratch(scenario):
+    """The plan then depends on the jobs, not on the order their reports came in."""
+    _, fabric, _, reports = scenario
+    states = _states(reports)
+    alone = {"gpt": states["gpt"]}
+    first = _compute(fabric, alone)
+    both = _compute(fabric, states, _after(first))
+    assert both.kind == "plan"
+    assert {i: q.sport for i, q in _by_qp(both).items()} == \
+        {i: q.sport for i, q in _by_qp(_compute(fabric, states)).items()}
+
+
+def test_reports_that_only_add_qp_numbers_are_published_without_planning(scenario,
+                                                                         monkeypatch):
+    """A job is planned from its first report; the QP numbers the other hosts report next
+    only rename its QPs: the plan is published again under them, nothing is planned. The
+    ECMP baselines, whose ports the kernel derives from the numbers, plan again."""
+    _, fabric, wl, reports = scenario
+    first = _compute(fabric, _states(_first_reports(reports)))
+    calls = []
+    real = planner.plan
+    monkeypatch.setattr(planner, "plan", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    named = _compute(fabric, _states(reports), _after(first))
+    assert (named.kind, calls) == ("rename", [])
+    got = _by_qp(named)
+    assert {(q.lqpn, q.rqpn) for q in got.values()} == set(zip(wl.qp_lqpn.tolist(),
+                                                                wl.qp_rqpn.tolist()))
+    assert all(q.sport == _by_qp(first)[i].sport for i, q in got.items())
+    assert _compute(fabric, _states(reports), _after(named)) is None  # nothing changed
+    ecmp = _compute(fabric, _states(_first_reports(reports)), policy="ecmp")
+    again = _compute(fabric, _states(reports), _after(ecmp), policy="ecmp")
+    assert again.kind == "plan" and len(calls) == 2

@@ -19,7 +19,7 @@ def _qps(sport: int) -> bytes:
 
 def _outcome(hosts: dict[str, bytes], policy: str = "ecmp") -> PlanOutcome:
     paths = single_path_plan([], np.zeros(0, dtype=np.int64), policy)
-    return PlanOutcome("plan", paths, "k", ["j"], len(hosts), hosts, 1.0, policy)
+    return PlanOutcome("plan", paths, "k", "s", None, ["j"], len(hosts), hosts, 1.0, policy)
 
 
 def test_a_host_document_is_the_models_json():

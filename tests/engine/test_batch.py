@@ -108,3 +108,30 @@ def test_failures_and_mismatched_routes_are_refused():
         reroute_links=links, reroute_delay_ns=0),))
     with pytest.raises(EngineError, match="without link failures"):
         run_flow_batch(failing, RouteSets.stacked([(prob.route_indptr, prob.route_links)]))
+
+
+def test_twin_links_are_left_out_of_a_draw_and_results_stay():
+    """Links 0-2 carry the same flows with the same weights in both draws (twins): only
+    one of the least capacity (link 1, before its equal 2) stays in a draw's incidence;
+    link 3 carries another set and stays. Every draw equals run_flow on its routes."""
+    from icefabric.engine.batch import _routes
+    from icefabric.engine.batch_kernel import _incidence, _merge_twins, _net_buffers, _scratch
+
+    cap = [10e9, 5e9, 5e9, 50e9]
+    sets = [[[0, 1, 2, 3], [0, 1, 2]], [[0, 1, 2], [0, 1, 2, 3]]]
+    prob = build_problem(link_capacity_bps=cap, link_delay_ns=[0] * 4,
+                         flow_size_bytes=[1e6, 2e6], routes=sets[0], route_flow=[0, 1])
+    routes = RouteSets.stacked([csr_from_lists(s) for s in sets])
+    rt = _routes(prob, routes)
+    assert rt.keep.all()  # every link changes between the draws: none left out before
+    net = _net_buffers(rt, 2, 2)
+    sc = _scratch(len(rt.cap), 2, len(net.c_link))
+    for n in range(2):
+        _incidence(rt, n, net, sc)
+        _merge_twins(net, np.full(16, -1), np.zeros(4, dtype=bool))
+        kept = [sorted(net.c_link[net.c_ptr[f]:net.c_ptr[f + 1]].tolist()) for f in range(2)]
+        assert kept == ([[1, 3], [1]] if n == 0 else [[1], [1, 3]]), f"draw {n}: {kept}"
+    start, finish = run_flow_batch(prob, routes)
+    for n, s in enumerate(sets):
+        one = run_flow(_with_routes(prob, csr_from_lists(s)))
+        np.testing.assert_array_equal(finish[n], one.flow_finish_ns, err_msg=f"draw {n}")

@@ -1,5 +1,6 @@
 """The batched engine's compiled pieces against the numpy code they replaced: the dominance
-walk behind ``redundant_links``, and max-min as the event-driven flow engine calls it."""
+walk behind ``redundant_links``, the rows the draws change, and max-min as the
+event-driven flow engine calls it."""
 
 import numpy as np
 import scipy.sparse as sp
@@ -7,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from icefabric.dataplane.fairness import maxmin_entries
-from icefabric.engine.batch_kernel import dominated_rows, maxmin_compiled
+from icefabric.engine.batch_kernel import dominated_rows, maxmin_compiled, varying_rows
 
 
 def _sliced(A, pairs):
@@ -64,3 +65,20 @@ def test_compiled_maxmin_gives_maxmin_entries_rates_exactly(links, flows, data):
     want = maxmin_entries(A.indices, who, A.data, cap, fcap)
     got = maxmin_compiled(A.indices.astype(np.int64), who, A.data, cap, fcap)
     assert got.tobytes() == want.tobytes()
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(1, 4), st.integers(1, 5), st.data())
+def test_varying_rows_are_the_rows_some_set_changes(n_sets, rows, data):
+    sets = [[data.draw(st.lists(st.integers(0, 5), max_size=3)) for _ in range(rows)]
+            for _ in range(n_sets)]
+    if data.draw(st.booleans()):  # often a row the same in every set
+        for s in sets[1:]:
+            s[0] = sets[0][0]
+    ptr = np.cumsum([0] + [len(r) for s in sets for r in s]).astype(np.int64)
+    links = np.array([x for s in sets for r in s for x in r], dtype=np.int64)
+    differs, varying = varying_rows(ptr, links, n_sets, 6)
+    want = [any(s[m] != sets[0][m] for s in sets) for m in range(rows)]
+    assert differs.tolist() == want
+    on = {x for s in sets for m, r in enumerate(s) if want[m] for x in r}
+    assert np.flatnonzero(varying).tolist() == sorted(on)

@@ -371,25 +371,26 @@ st_ = hyp.strategies
 @hyp.given(st_.integers(0, 130), st_.integers(0, 5), st_.integers(0, 2**32 - 1))
 @hyp.settings(max_examples=60, deadline=None)
 def test_nic_order_sorts_the_last_order_and_is_numpys_stable_argsort_from_scratch(n, a, seed):
-    """The NIC scheduler's hand-written sort (insertion of the last step's order below 49
-    QPs, merge sort of the members above): from the members' own order it gives
-    ``np.argsort(kind="mergesort")``'s permutation, ties included; from any other order of
-    them, the same QPs by ascending demand (ties in any order: they change no share)."""
+    """The NIC scheduler's hand-written sort of a NIC's positions ``a:a+n`` by demand
+    (insertion of the last step's order below 49 QPs, merge sort above): from position
+    order it gives ``np.argsort(kind="mergesort")``'s permutation, ties included; from any
+    other order of them, the same positions by ascending demand (ties in any order: they
+    change no share)."""
     from icefabric.engine import fluid_kernel as fk
 
     rng = np.random.default_rng(seed)
-    key = np.append(rng.choice([0.0, 0.5, 1.0, 2.0, 7.5], n), 9.0)
-    # slots before ``a`` belong to another NIC (its QP ``n``)
-    mem = np.concatenate([np.full(a, n), rng.permutation(n)]).astype(np.int64)
+    # demands by NIC position; the slots before ``a`` belong to another NIC
+    key = np.append(rng.choice([0.0, 0.5, 1.0, 2.0, 7.5], a + n), 9.0)
     tmp = np.zeros(a + n + 1, np.int64)
-    order = np.concatenate([np.full(a, -1), mem[a:]]).astype(np.int64)
-    fk._sort_by(key, mem, order, a, a + n, tmp)
-    want = mem[a:][np.argsort(key[mem[a:]], kind="mergesort")]
+    own = np.arange(a, a + n, dtype=np.int64)
+    order = np.concatenate([np.full(a, -1), own]).astype(np.int64)
+    fk._sort_by(key, order, a, a + n, tmp)
+    want = own[np.argsort(key[a:a + n], kind="mergesort")]
     assert order[a:].tolist() == want.tolist(), "stable order differs from numpy's"
     assert (order[:a] == -1).all(), "wrote outside its NIC's slots"
-    order[a:] = rng.permutation(mem[a:])  # the last step's order
-    fk._sort_by(key, mem, order, a, a + n, tmp)
-    assert sorted(order[a:].tolist()) == sorted(mem[a:].tolist()), "not the NIC's QPs"
+    order[a:] = rng.permutation(own)  # the last step's order
+    fk._sort_by(key, order, a, a + n, tmp)
+    assert sorted(order[a:].tolist()) == own.tolist(), "not the NIC's positions"
     assert np.all(np.diff(key[order[a:]]) >= 0), "demands not in ascending order"
 
 

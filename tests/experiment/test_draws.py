@@ -158,17 +158,26 @@ def test_compare_shows_the_measurement_beside_the_ecmp_distribution():
 
 
 def test_default_draws_are_one_on_fluid_and_on_large_fabrics():
-    """A default run draws ECMP 100 times on the default scenario, once on the fluid
-    engine and above 16 servers; the command line and the scenario's ``draws`` win."""
+    """A default run draws ECMP 100 times up to 128 servers (the 1,024-GPU ring benchmark
+    included), once on the fluid engine, above 128 servers and for an AllToAll over more
+    than 16; the command line and the scenario's ``draws`` win."""
+    from pathlib import Path
+
     from icefabric.experiment.draws import DEFAULT_DRAWS, effective_draws
     from icefabric.scenario.loader import load
 
+    bench = Path(__file__).parents[2] / "benchmarks"
     small = load("hetero-default").scenario
-    from pathlib import Path
-
-    large = load(Path(__file__).parents[2] / "benchmarks" / "alltoall-384.yaml").scenario
+    ring = load(bench / "ring-1024.yaml").scenario
+    alltoall = load(bench / "alltoall-384.yaml").scenario
     assert effective_draws(None, small) == DEFAULT_DRAWS == 100
+    assert effective_draws(None, ring) == 100
     assert effective_draws(None, small, "fluid") == 1
-    assert effective_draws(None, large) == 1
-    assert effective_draws(7, large) == 7
-    assert effective_draws(None, large.model_copy(update={"draws": 3})) == 3
+    assert effective_draws(None, alltoall) == 1
+    # the same 48 servers running ring collectives draw 100 times; 129 servers once
+    job = alltoall.jobs[0].model_copy(update={"collectives": ring.jobs[0].collectives})
+    assert effective_draws(None, alltoall.model_copy(update={"jobs": [job]})) == 100
+    pool = ring.pools[0].model_copy(update={"count": 129})
+    assert effective_draws(None, ring.model_copy(update={"pools": [pool]})) == 1
+    assert effective_draws(7, alltoall) == 7
+    assert effective_draws(None, alltoall.model_copy(update={"draws": 3})) == 3

@@ -8,8 +8,6 @@ from icefabric.pipeline.jobs import (
     JobError,
     JobSpec,
     build_workload,
-    qp_jobs,
-    qp_ordinals,
     report_job,
 )
 from icefabric.pipeline.plans import scenario_workload
@@ -19,19 +17,7 @@ from icefabric.schemas import CommunicatorReport, Ring
 from icefabric.schemas_service import CollectiveEntry, CommReport, QpEntry, RankEntry
 from icefabric.topology.model import ACCEL
 from icefabric.units import ipv4_str
-
-
-def test_ordinals_count_qps_per_job_and_nic_pair(small_fabric):
-    acc = small_fabric.nodes_of_kind(ACCEL)
-    comm = Communicator("j", small_fabric, acc[:16], channels=4, qps_per_connection=2)
-    wl = build_workload(small_fabric, [JobSpec(comm, (("all_reduce", None),), 1 << 20)])
-    o = qp_ordinals(wl)
-    seen: dict[tuple, int] = {}
-    for q in range(wl.n_qps):  # creation order, one counter per (job, NIC pair)
-        k = (qp_jobs(wl)[q], int(wl.qp_src_nic[q]), int(wl.qp_dst_nic[q]))
-        assert o[q] == seen.get(k, 0)
-        seen[k] = o[q] + 1
-    assert o.max() >= 1
+from icefabric.wire import qp_ordinals
 
 
 def test_reported_qps_and_rings_are_kept(small_fabric):

@@ -58,6 +58,37 @@ def test_ice_replan_keeps_structure(hetero_ctx):
     assert fo["affected"] >= 1 and fo["verified"] == plan.n_qps
 
 
+def test_ice_extend_keeps_the_kept_qps_and_plans_the_new_ones_around_them(hetero_ctx):
+    """Job ``mixed`` starts next to the planned job ``gpt``: gpt's QPs keep path, port and
+    backup port; the new QPs get ports whose re-hashed paths are their planned ones."""
+    from icefabric.control.hashing import ecmp_paths
+    from icefabric.pipeline.jobs import build_workload, scenario_jobs
+    from icefabric.wire import QpIds
+
+    ctx, pol = hetero_ctx, get_policy("ice")
+    ls = load("hetero-default")
+    gpt = [j for j in scenario_jobs(ls, ctx.fabric, 1 << 24) if j.name == "gpt"]
+    alone = PlanContext.create(ctx.fabric, build_workload(ctx.fabric, gpt), seed=ctx.seed)
+    before = pol.plan(alone)
+    kept = QpIds.of(ctx.workload).positions_in(QpIds.of(alone.workload))
+    after = pol.extend(ctx, before, kept)
+    old, new = np.flatnonzero(kept >= 0), np.flatnonzero(kept < 0)
+    assert len(new) and after.meta["kept"] == len(old) == before.n_qps
+    assert np.array_equal(after.sport[old], before.sport[kept[old]])
+    assert np.array_equal(after.backup_sport[old], before.backup_sport[kept[old]])
+    assert all(np.array_equal(after.path_of(q), before.path_of(k))
+               for q, k in zip(old.tolist(), kept[old].tolist()))
+    w = ctx.workload
+    again = ecmp_paths(ctx.fabric, ctx.routing, ctx.hash_configs, w.qp_src_nic,
+                       w.qp_dst_nic, after.sport)
+    for q in new.tolist():
+        assert np.array_equal(again[q], after.path_of(q))
+        assert np.array_equal(after.path_of(q)[1:-1], after.meta["planned_paths"][q])
+    assert after.meta["verified_new"] == len(new)
+    # planned from scratch with mixed, gpt's QPs would move
+    assert np.any(pol.plan(ctx).sport[old] != before.sport[kept[old]])
+
+
 def test_static_disjoint_spreads_each_nic(hetero_ctx):
     ctx = hetero_ctx
     plan = get_policy("static-disjoint").plan(ctx)

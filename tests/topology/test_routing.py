@@ -1,5 +1,7 @@
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from icefabric.topology.builders import ServerGroup, fat_tree, leaf_spine
 from icefabric.topology.catalog import server_profile
@@ -95,3 +97,27 @@ def test_groups_toward_twin_leaves_equal_the_next_hop_rule(cut):
     assert np.array_equal(r.dist, d)
     for (s, i), members in want.items():
         assert np.array_equal(r.group(r.switches[s], r.leaves[i]), members), (s, i)
+
+
+_TWINS = fat_tree([ServerGroup(H100, 16, "h")], pods=2, leaves_per_pod=4, aggs_per_pod=2,
+                  n_cores=2, links_per_core=2, servers_per_leaf=2)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(0, 10**6), max_size=4), st.lists(st.integers(0, 10**6),
+                                                             max_size=4), st.booleans())
+def test_dist_changes_are_every_hop_count_that_differs(a, b, both_ways):
+    """Two random link states of a fat-tree with twin leaves (links cut one way or both):
+    the changes read from the class hop tables are the entry-by-entry comparison."""
+    f = _TWINS
+    fab = np.flatnonzero(f.link_kind == LINK_FABRIC)
+
+    def state(picks):
+        k = fab[np.asarray(picks, dtype=np.int64) % len(fab)]
+        back = [f.link_id(int(f.link_dst[x]), int(f.link_src[x])) for x in k]
+        return Routing(f, list(k) + (back if both_ways else []))
+
+    r1, r2 = state(a), state(b)
+    want = np.nonzero(r1.dist != r2.dist)
+    got = r1.dist_changes(r2)
+    assert all(np.array_equal(x, y) for x, y in zip(got, want, strict=True)), (got, want)

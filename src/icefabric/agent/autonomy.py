@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from icefabric.agent.actuators.base import QpKey, qp_key
 from icefabric.dataplane.endside import (
     EV_BACKUP_PORT,
     EV_FALLBACK,
@@ -26,19 +25,20 @@ from icefabric.dataplane.endside import (
     EndSideState,
     endside_step,
 )
+from icefabric.qpid import QpId
 from icefabric.schemas_service import HostPlan
 
 
 @dataclass(frozen=True)
 class SwitchPort:
-    key: QpKey
+    qp: QpId
     sport: int
     reason: str
 
 
 @dataclass(frozen=True)
 class DropPacing:
-    key: QpKey
+    qp: QpId
     reason: str
 
 
@@ -53,24 +53,24 @@ class LocalRules:
     def __init__(self, params: EndSideParams = EndSideParams()):
         self.params = params
         self.plan: HostPlan | None = None
-        self.keys: list[QpKey] = []
-        self.index: dict[QpKey, int] = {}
+        self.qps: list[QpId] = []
+        self.index: dict[QpId, int] = {}
         self.state = EndSideState.initial(0)
 
     def on_plan(self, plan: HostPlan) -> None:
         """A new plan: QPs restart in planned mode on their primary ports."""
         self.plan = plan
-        self.keys = [qp_key(q) for q in plan.qps]
-        self.index = {k: i for i, k in enumerate(self.keys)}
-        self.state = EndSideState.initial(len(self.keys), plan.version)
+        self.qps = [q.qp_id for q in plan.qps]
+        self.index = {k: i for i, k in enumerate(self.qps)}
+        self.state = EndSideState.initial(len(self.qps), plan.version)
 
-    def step(self, *, cnps_in_window: dict[QpKey, int] | None = None,
+    def step(self, *, cnps_in_window: dict[QpId, int] | None = None,
              down_link_ids: set[int] | frozenset = frozenset()
              ) -> tuple[list[SwitchPort], list[DropPacing]]:
         """One CNP window with the local observations; returns the actions to take."""
-        if self.plan is None or not self.keys:
+        if self.plan is None or not self.qps:
             return [], []
-        n = len(self.keys)
+        n = len(self.qps)
         cnps = np.zeros(n, dtype=np.int64)
         for k, c in (cnps_in_window or {}).items():
             i = self.index.get(k)
@@ -86,11 +86,11 @@ class LocalRules:
         for i in np.flatnonzero(events == EV_BACKUP_PORT).tolist():
             q = self.plan.qps[i]
             if q.backup_sport is not None and q.backup_sport != q.sport:
-                ports.append(SwitchPort(self.keys[i], q.backup_sport,
+                ports.append(SwitchPort(self.qps[i], q.backup_sport,
                                         "planned path lost a link"))
         for i in np.flatnonzero(events == EV_FALLBACK).tolist():
             if self.plan.qps[i].rate_bps is not None:
-                unpace.append(DropPacing(self.keys[i], f"CNPs in {self.params.persist_windows}"
+                unpace.append(DropPacing(self.qps[i], f"CNPs in {self.params.persist_windows}"
                                          f" consecutive windows: DCQCN takes over"))
         return ports, unpace
 

@@ -26,6 +26,7 @@ from icefabric.agent.client import (
     ControllerUnavailable,
     Rejected,
 )
+from icefabric.qpid import QpId
 from icefabric.schemas_service import (
     AgentEnrol,
     CommReport,
@@ -258,7 +259,7 @@ class Agent:
         it from the operator). Returns the number of QPs switched."""
         ports, _ = self.rules.step(down_link_ids=set(link_ids))
         for a in ports:
-            self.actuator.set_sport(a.key, a.sport)
+            self.actuator.set_sport(a.qp, a.sport)
         with self._lock:
             for a, b in link_names:
                 if self._own_link(a, b):
@@ -275,12 +276,12 @@ class Agent:
             self.events += [Event(kind="link_up", link={"a": a, "b": b}, t_ns=time.time_ns())
                             for a, b in link_names if self._own_link(a, b)]
 
-    def observe_cnps(self, cnps_in_window: dict) -> int:
+    def observe_cnps(self, cnps_in_window: dict[QpId, int]) -> int:
         """CNPs per QP in the last window: persistent congestion releases the pacer (DCQCN
         governs). Returns the number of QPs that fell back."""
         _, unpace = self.rules.step(cnps_in_window=cnps_in_window)
         for a in unpace:
-            self.actuator.set_rate(a.key, None)
+            self.actuator.set_rate(a.qp, None)
         if unpace:
             with self._lock:
                 self.events.append(Event(kind="cnp_rate", counters={

@@ -9,6 +9,7 @@ something else is closed: the shim then fails open.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -89,6 +90,8 @@ class ShimServer:
         self.mode = mode
         self._server: socketserver.ThreadingUnixStreamServer | None = None
         self._thread: threading.Thread | None = None
+        self._conns: set[ShimConn] = set()
+        self._lock = threading.Lock()
 
     def start(self) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -109,14 +112,23 @@ class ShimServer:
         self._thread.start()
 
     def stop(self) -> None:
+        """Stop serving and let go of every CCL process (its shim fails open, and tells
+        the next agent its QPs when it connects again)."""
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
             self._server = None
+        with self._lock:
+            conns, self._conns = self._conns, set()
+        for c in conns:
+            with contextlib.suppress(OSError):
+                c.sock.shutdown(socket.SHUT_RDWR)
         self.path.unlink(missing_ok=True)
 
     def _serve(self, sock: socket.socket, rfile) -> None:
         conn = ShimConn(sock)
+        with self._lock:
+            self._conns.add(conn)
         try:
             while raw := rfile.readline(MAX_LINE + 1):
                 if len(raw) > MAX_LINE:
@@ -135,4 +147,6 @@ class ShimServer:
         except (ShimProtocolError, ValueError, OSError) as e:
             log.warning("shim connection (pid %s) closed: %s", conn.pid, e)
         finally:
+            with self._lock:
+                self._conns.discard(conn)
             self.on_close(conn)

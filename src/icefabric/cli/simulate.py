@@ -53,8 +53,8 @@ def simulate(
     draws: int = typer.Option(None, "--draws", "-n", min=1, help="Draws of QP numbers and "
                               "switch hash seeds per randomised policy (ECMP family); "
                               "default: the scenario's `draws`, else "
-                              "icefabric.experiment.draws.DEFAULT_DRAWS (1 on the fluid engine "
-                              "and above 16 servers)."),
+                              "icefabric.experiment.draws.DEFAULT_DRAWS (1 on the fluid engine, "
+                              "above 128 servers and for an AllToAll over more than 16)."),
     seed: int = typer.Option(None, "--seed", min=0, max=2**63 - 1,
                              help="Base seed (default: the scenario's `seed`); draw 0 uses "
                              "it, the others are spawned from it."),
@@ -108,7 +108,8 @@ def simulate(
     n_draws = effective_draws(draws, ls.scenario, engine)
     if n_draws == 1 and not (draws or ls.scenario.draws) and not quiet:
         err_console.print("note: ECMP runs one draw of QP numbers and hash seeds (the "
-                          "default on the fluid engine and above 16 servers); --draws N "
+                          "default on the fluid engine, above 128 servers and for an "
+                          "AllToAll over more than 16); --draws N "
                           "shows its distribution", highlight=False)
     pol = [p.strip() for p in policies.split(",") if p.strip()] if policies else None
     sz = [message_size(s) for s in sizes.split(",")] if sizes else None

@@ -86,18 +86,34 @@ class Demand:
         np.cumsum(np.bincount(self.ent_qp, minlength=self.n_qps), out=ptr[1:])
         return ptr
 
+    def _entry_spans(self, qps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """First entry and entry count of each QP of ``qps`` (entries are sorted by QP:
+        two binary searches, no QP-sized table)."""
+        lo = np.searchsorted(self.ent_qp, qps)
+        return lo, np.searchsorted(self.ent_qp, qps, side="right") - lo
+
+    def entries(self, qps: np.ndarray) -> np.ndarray:
+        """Entry indices of QPs ``qps``, in entry order."""
+        return gather(*self._entry_spans(np.sort(np.asarray(qps, dtype=np.int64))))
+
+    def peak_rates(self, qps: np.ndarray) -> np.ndarray:
+        """:meth:`peak_rate_bps` of QPs ``qps`` only, in their order (no QP-sized table)."""
+        lo, n = self._entry_spans(np.asarray(qps, dtype=np.int64))
+        out = np.zeros(len(lo))
+        has = np.flatnonzero(n > 0)
+        if len(has):
+            lo, n = lo[has], n[has]
+            out[has] = np.maximum(np.maximum.reduceat(
+                self.ent_rate_bps[gather(lo, n)], np.cumsum(n) - n), 0.0)
+        return out
+
     def peak_rate_bps(self, qps: np.ndarray | None = None) -> np.ndarray:
         """Largest rate of each QP over its phases (0 for a QP in no phase); with ``qps``,
         of those QPs only (the others 0: a re-plan of a few QPs of a million)."""
         out = np.zeros(self.n_qps)
         if qps is not None:
             qps = np.asarray(qps, dtype=np.int64)
-            lo = np.searchsorted(self.ent_qp, qps)  # entries sorted by QP
-            n = np.searchsorted(self.ent_qp, qps, side="right") - lo
-            qps, lo, n = qps[n > 0], lo[n > 0], n[n > 0]
-            if len(qps):
-                out[qps] = np.maximum(np.maximum.reduceat(
-                    self.ent_rate_bps[gather(lo, n)], np.cumsum(n) - n), 0.0)
+            out[qps] = self.peak_rates(qps)
             return out
         if len(self.ent_qp) == 0:
             return out

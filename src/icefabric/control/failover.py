@@ -33,7 +33,7 @@ from icefabric.control.realize import (
 )
 from icefabric.csr import CsrRows, gather
 from icefabric.dataplane.ecmp import HashConfig
-from icefabric.topology.model import LINK_FABRIC, Fabric
+from icefabric.topology.model import Fabric
 from icefabric.topology.routing import Routing
 
 __all__ = ["FailoverResult", "affected_qps", "replan_after_failure"]
@@ -80,20 +80,23 @@ def _changed_pairs(old: Routing, new: Routing) -> np.ndarray:
     candidate pairs are compared (a few thousand of the 10 M of a 131,072-GPU fabric)."""
     f = old.fabric
     NL = len(old.leaves)
-    flip = np.flatnonzero(old.down != new.down)
-    at = old.sw_index[f.link_src[flip]]
-    parts = [(at[at >= 0][:, None] * NL + np.arange(NL)).ravel()]
-    li, si = np.nonzero(old.dist != new.dist)  # (leaf, switch) whose distance changed
+    at = _ends(old, new)
+    parts = [(at[:, None] * NL + np.arange(NL)).ravel()]
+    li, si = old.dist_changes(new)  # (leaf, switch) whose distance changed
     if len(si):
         parts.append(si * NL + li)
-        # switches with a cable into a switch whose distance changed, toward that leaf
-        fab = np.flatnonzero(f.link_kind == LINK_FABRIC)
-        tgt = old.sw_index[f.link_dst[fab]]
-        order = np.argsort(tgt, kind="stable")
-        ptr = np.searchsorted(tgt[order], np.arange(len(old.switches) + 1))
-        n = ptr[si + 1] - ptr[si]
-        src = old.sw_index[f.link_src[fab[order[gather(ptr[si], n)]]]]
-        parts.append(src * NL + np.repeat(li, n))
+        # switches with a cable into a switch whose distance changed, toward that leaf:
+        # the links into those switches (one pass over the link table, no sort of it)
+        into = np.zeros(f.n_nodes, dtype=bool)
+        into[old.switches[si]] = True
+        lk = np.flatnonzero(into[f.link_dst])
+        lk = lk[old.sw_index[f.link_src[lk]] >= 0]
+        order = np.argsort(si, kind="stable")
+        t = old.sw_index[f.link_dst[lk]]
+        lo = np.searchsorted(si[order], t)
+        n = np.searchsorted(si[order], t, side="right") - lo
+        src = old.sw_index[f.link_src[np.repeat(lk, n)]]
+        parts.append(src * NL + li[order[gather(lo, n)]])
     cand = np.unique(np.concatenate(parts))
     go, gn = old.grp_id[cand], new.grp_id[cand]
     size = np.diff(old.grp_indptr)[go]
@@ -106,21 +109,38 @@ def _changed_pairs(old: Routing, new: Routing) -> np.ndarray:
     return cand[changed]
 
 
-def _qps_through(routing: Routing, demand: Demand, ptr: np.ndarray, flat: np.ndarray,
-                 links: np.ndarray, pairs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _ends(old: Routing, new: Routing) -> np.ndarray:
+    """Switch indices at the source of a link that changed state."""
+    at = old.sw_index[old.fabric.link_src[np.flatnonzero(old.down != new.down)]]
+    return np.unique(at[at >= 0])
+
+
+def _qps_through(routing: Routing, demand: Demand, csr: tuple[np.ndarray, np.ndarray],
+                 links: np.ndarray, pairs: np.ndarray, ends: np.ndarray
+                 ) -> tuple[np.ndarray, np.ndarray]:
     """QPs whose path uses one of ``links`` (mask over links), and QPs whose path crosses
     a (switch, destination leaf) pair of ``pairs`` (sorted ids, see :func:`_changed_pairs`).
-    Only path entries at switches of those pairs are looked at."""
+
+    Only some path entries are looked at: those of links out of switches ``ends`` (where
+    a link changed state, every leaf's group may change) or in ``links``, found in one
+    pass over the entries, and every entry of the QPs toward the leaves of the other
+    pairs (where a distance changed: a few leaves, ~500 QPs each at 1 M QPs)."""
+    ptr, flat = csr
     f = routing.fabric
     NL = len(routing.leaves)
-    hot_sw = np.zeros(len(routing.switches), dtype=bool)
-    hot_sw[pairs // NL] = True
-    at = routing.sw_index[f.link_src]
-    hot = links | (hot_sw[np.maximum(at, 0)] & (at >= 0))
-    e = np.flatnonzero(hot[flat])
+    sw = routing.switches[ends]
+    hot = links.copy()
+    n = f.out_indptr[sw + 1] - f.out_indptr[sw]
+    hot[f.out_links[gather(f.out_indptr[sw], n)]] = True
+    wide = np.zeros(len(routing.switches), dtype=bool)
+    wide[ends] = True
+    toward = np.zeros(f.n_nodes, dtype=bool)
+    toward[routing.leaves[pairs[~wide[pairs // NL]] % NL]] = True
+    rows = np.flatnonzero(toward[demand.dst_leaf])
+    e = np.union1d(np.flatnonzero(hot[flat]), gather(ptr[rows], ptr[rows + 1] - ptr[rows]))
     row = np.searchsorted(ptr, e, side="right") - 1
     hit = np.unique(row[links[flat[e]]])
-    key = at[flat[e]] * NL + routing.leaf_index[demand.dst_leaf[row]]
+    key = routing.sw_index[f.link_src[flat[e]]] * NL + routing.leaf_index[demand.dst_leaf[row]]
     i = np.minimum(np.searchsorted(pairs, key), max(len(pairs) - 1, 0))
     through = np.unique(row[(pairs[i] == key) if len(pairs) else np.zeros(len(e), bool)])
     return hit, through
@@ -174,8 +194,9 @@ def replan_after_failure(fabric: Fabric, routing: Routing, configs: dict[int, Ha
         affected = np.unique(row[routing.down[flat]])
         maybe = np.arange(Q)
     else:
-        affected, maybe = _qps_through(routing, demand, ptr, flat, routing.down,
-                                       _changed_pairs(old_routing, routing))
+        affected, maybe = _qps_through(routing, demand, (ptr, flat), routing.down,
+                                       _changed_pairs(old_routing, routing),
+                                       _ends(old_routing, routing))
     new_sub, util = replan_subset(fabric, routing, demand, affected, (ptr, flat), load=load,
                                  seed=seed)
     new_paths = _with_rows(paths, affected, new_sub)

@@ -38,7 +38,7 @@ import numpy as np
 from icefabric.control.coloring import bipartite_edge_coloring
 from icefabric.control.demand import Demand
 from icefabric.control.sport import _dense_rows
-from icefabric.csr import CsrRows, csr_from_lists, indptr_from_lengths
+from icefabric.csr import CsrRows, csr_from_lists, gather, indptr_from_lengths
 from icefabric.topology.model import LINK_FABRIC, Fabric
 from icefabric.topology.routing import Routing
 
@@ -185,49 +185,83 @@ def _load_matrix_csr(n_links: int, demand: Demand, pos: np.ndarray, ptr: np.ndar
     e = np.flatnonzero(pos[demand.ent_qp] >= 0)
     if len(e) == 0:
         return L.reshape(n_links, P)
-    k = pos[demand.ent_qp[e]]
-    n = ptr[k + 1] - ptr[k]
-    rep = np.repeat(np.arange(len(e)), n)
-    within = np.arange(len(rep)) - np.repeat(np.cumsum(n) - n, n)
-    links = flat[ptr[k][rep] + within]
-    L += np.bincount(links * P + demand.ent_phase[e][rep],
-                     weights=demand.ent_rate_bps[e][rep], minlength=n_links * P)
+    links, phase, rate = _hop_loads(demand, e, pos[demand.ent_qp[e]], ptr, flat)
+    L += np.bincount(links * P + phase, weights=rate, minlength=n_links * P)
     return L.reshape(n_links, P)
 
 
-class _Load:
-    """Link x phase rate sums and the objective's per-link value, updated incrementally."""
+def _hop_loads(demand: Demand, e: np.ndarray, rows: np.ndarray, ptr: np.ndarray,
+               flat: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Link, phase and rate of every hop of entries ``e`` (in entry order, each path in
+    order), entry ``e[i]`` riding row ``rows[i]`` of the CSR ``(ptr, flat)``."""
+    n = ptr[rows + 1] - ptr[rows]
+    rep = np.repeat(np.arange(len(e)), n)
+    return flat[gather(ptr[rows], n)], demand.ent_phase[e][rep], demand.ent_rate_bps[e][rep]
 
-    def __init__(self, fabric: Fabric, demand: Demand):
-        self.cap = fabric.link_capacity_bps.astype(np.float64)
+
+def _rows_load(demand: Demand, qps: np.ndarray, ptr: np.ndarray, flat: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray]:
+    """The links QPs ``qps`` use (rows of the CSR) and the link x phase rate sums of those
+    QPs on them: :func:`_load_matrix_csr`'s sums there, without a link-sized table."""
+    e = demand.entries(qps)
+    links, phase, rate = _hop_loads(demand, e, demand.ent_qp[e], ptr, flat)
+    u, at = np.unique(links, return_inverse=True)
+    P = max(demand.n_phases, 1)
+    return u, np.bincount(at * P + phase, weights=rate, minlength=len(u) * P).reshape(-1, P)
+
+
+def _one_phase_per_job(demand: Demand) -> bool:
+    """Phase ``j`` is job ``j``'s only phase (a job of one collective)."""
+    nj = max(len(demand.job_names), 1)
+    return nj == max(demand.n_phases, 1) and np.array_equal(demand.phase_job, np.arange(nj))
+
+
+class _Load:
+    """Link x phase rate sums and the objective's per-link value, updated incrementally.
+
+    ``base``: start from these rate sums (the array is taken, not copied) instead of zero.
+    Where every job has one phase (phase ``j`` is job ``j``), a job's maximum over its
+    phases is the phase's load: ``M`` is then ``L`` itself (and ``S``, with one job, its
+    column), where the general case keeps three link-sized tables in step."""
+
+    def __init__(self, fabric: Fabric, demand: Demand, base: np.ndarray | None = None):
+        self.cap = fabric.link_capacity_bps.astype(np.float64, copy=False)  # read only
         self.fab = fabric.link_kind == LINK_FABRIC
         self.n_links = fabric.n_links
         self.demand = demand
         P = max(demand.n_phases, 1)
-        self.L = np.zeros((fabric.n_links, P))
+        self.L = np.zeros((fabric.n_links, P)) if base is None else base
         nj = max(len(demand.job_names), 1)
         self.job_phases = [np.flatnonzero(demand.phase_job == j) for j in range(nj)]
-        self.M = np.zeros((fabric.n_links, nj))
-        self.S = np.zeros(fabric.n_links)
-        self.ptr = demand.ent_ptr()
+        self._alias = _one_phase_per_job(demand)
+        self._s_alias = self._alias and nj == 1
+        if self._alias:
+            self.M = self.L
+            self.S = self.L[:, 0] if self._s_alias else np.zeros(fabric.n_links)
+        else:
+            self.M = np.zeros((fabric.n_links, nj))
+            self.S = np.zeros(fabric.n_links)
         self.q_job = demand.job
         # position of each phase inside its job's phase list
         self.pos_in_job = np.zeros(P, dtype=np.int64)
         for ph in self.job_phases:
             self.pos_in_job[ph] = np.arange(len(ph))
+        if base is not None:
+            self._refresh()
 
-    def q_phase(self, q: int) -> np.ndarray:
-        return self.demand.ent_phase[self.ptr[q]:self.ptr[q + 1]]
-
-    def q_rate(self, q: int) -> np.ndarray:
-        return self.demand.ent_rate_bps[self.ptr[q]:self.ptr[q + 1]]
+    def _span(self, q: int) -> slice:
+        """QP ``q``'s entries (sorted by QP: two binary searches, no QP-sized pointer)."""
+        e = self.demand.ent_qp
+        return slice(int(np.searchsorted(e, q)), int(np.searchsorted(e, q, side="right")))
 
     def _refresh(self, links=None) -> None:
         sel = slice(None) if links is None else links
-        for j, jp in enumerate(self.job_phases):
-            if len(jp):
-                self.M[sel, j] = self.L[sel][:, jp].max(axis=1)
-        self.S[sel] = self.M[sel].sum(axis=1)
+        if not self._alias:
+            for j, jp in enumerate(self.job_phases):
+                if len(jp):
+                    self.M[sel, j] = self.L[sel][:, jp].max(axis=1)
+        if not self._s_alias:
+            self.S[sel] = self.M[sel].sum(axis=1)
 
     def add_many(self, qps: np.ndarray, paths: list[np.ndarray]) -> None:
         """Add many QPs at once (vectorised)."""
@@ -235,16 +269,21 @@ class _Load:
         self._refresh()
 
     def add(self, q: int, links: np.ndarray, sign: float = 1.0) -> None:
-        ps = self.q_phase(q)
+        span = self._span(q)
+        ps = self.demand.ent_phase[span]
         if len(links) == 0 or len(ps) == 0:
             return
-        self.L[np.ix_(links, ps)] += sign * self.q_rate(q)
-        j = int(self.q_job[q])
-        self.M[links, j] = self.L[np.ix_(links, self.job_phases[j])].max(axis=1)
-        self.S[links] = self.M[links].sum(axis=1)
+        self.L[np.ix_(links, ps)] += sign * self.demand.ent_rate_bps[span]
+        if not self._alias:
+            j = int(self.q_job[q])
+            self.M[links, j] = self.L[np.ix_(links, self.job_phases[j])].max(axis=1)
+        if not self._s_alias:
+            self.S[links] = self.M[links].sum(axis=1)
 
     def util(self) -> np.ndarray:
-        return np.where(self.fab, self.S / self.cap, 0.0)
+        u = self.S / self.cap
+        u[~self.fab] = 0.0
+        return u
 
     def score(self, q: int, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(max, sum) of the utilisation of each candidate's links if ``q`` took it."""
@@ -252,14 +291,17 @@ class _Load:
             z = np.zeros(cand.shape[0])
             return z, z
         flat = cand.ravel()
-        j = int(self.q_job[q])
-        jp = self.job_phases[j]
-        sub = self.L[np.ix_(flat, jp)]
-        ps = self.q_phase(q)
-        if len(ps):
-            sub[:, self.pos_in_job[ps]] += self.q_rate(q)
-        newm = sub.max(axis=1) if sub.shape[1] else np.zeros(len(flat))
-        u = (self.S[flat] - self.M[flat, j] + newm) / self.cap[flat]
+        span = self._span(q)
+        ps, rate = self.demand.ent_phase[span], self.demand.ent_rate_bps[span]
+        if self._s_alias:  # S = M = L: the sum below is the new load itself
+            u = (self.L[flat, 0] + (rate[0] if len(ps) else 0.0)) / self.cap[flat]
+        else:
+            j = int(self.q_job[q])
+            sub = self.L[np.ix_(flat, self.job_phases[j])]
+            if len(ps):
+                sub[:, self.pos_in_job[ps]] += rate
+            newm = sub.max(axis=1) if sub.shape[1] else np.zeros(len(flat))
+            u = (self.S[flat] - self.M[flat, j] + newm) / self.cap[flat]
         u = u.reshape(cand.shape)
         return u.max(axis=1), u.sum(axis=1)
 
@@ -299,15 +341,18 @@ def replan_subset(fabric: Fabric, routing: Routing, demand: Demand, qps: np.ndar
     ptr, flat = paths_csr
     others = np.ones(Q, bool)
     others[qps] = False
-    st = _Load(fabric, demand)
     if load is None:
+        st = _Load(fabric, demand)
         st.L += _load_matrix_csr(fabric.n_links, demand, np.where(others, np.arange(Q), -1),
                                  ptr, flat)
+        st._refresh()
     else:
-        pos = np.full(Q, -1, dtype=np.int64)
-        pos[qps] = qps
-        st.L += load - _load_matrix_csr(fabric.n_links, demand, pos, ptr, flat)
-    st._refresh()
+        # the plan's load less that of the QPs that move, summed (as load_state summed
+        # it) on their links only
+        gone, sums = _rows_load(demand, qps, ptr, flat)
+        base = load.copy()
+        base[gone] -= sums
+        st = _Load(fabric, demand, base)
     cands = Candidates(routing, demand, qps=qps)  # only the QPs that move
     choice = np.full(Q, -1, dtype=np.int64)
     forbid = forbid or {}
@@ -339,10 +384,10 @@ def _best_candidate(st, q, cand, forbid) -> tuple[int, np.ndarray]:
 
 
 def _greedy(fabric, routing, demand, cands, st, choice, todo, forbid, rng):
-    rate = demand.peak_rate_bps(todo)
+    rate = demand.peak_rates(todo)
     ncand = np.array([cands.of(q).shape[0] for q in todo], dtype=np.int64)
     # Longest-processing-time order: big rates first, then the most constrained QPs.
-    order = np.lexsort((rng.random(len(todo)), ncand, -rate[todo]))
+    order = np.lexsort((rng.random(len(todo)), ncand, -rate))
     for q in np.asarray(todo)[order].tolist():
         cand = cands.of(q)
         best, _ = _best_candidate(st, q, cand, forbid)
@@ -403,7 +448,7 @@ def _improve(demand, cands, st, choice, movable, max_moves, forbid, swaps=32):
     mq = np.flatnonzero(movable)
     if len(mq) == 0:
         return 0
-    rate = demand.peak_rate_bps(mq)
+    rate = demand.peak_rates(mq)  # of the movable QPs, in their order
     dmax = max(max(cands.of(q).shape[1] for q in mq.tolist()), 1)
     pm = np.full((len(mq), dmax), -1, dtype=np.int64)  # current path of each movable QP
     for i, q in enumerate(mq.tolist()):
@@ -417,13 +462,13 @@ def _improve(demand, cands, st, choice, movable, max_moves, forbid, swaps=32):
             break
         u = st.S[links] / st.cap[links]
         if tabu:
-            u[np.isin(links, list(tabu))] = -1
+            u[np.isin(links, list(tabu), kind="sort")] = -1  # no table over link ids
         k = int(np.argmax(u))
         l, umax = int(links[k]), float(u[k])
         if umax <= 0:
             break
         rows = np.flatnonzero((pm == l).any(axis=1))
-        rows = rows[np.argsort(-rate[mq[rows]], kind="stable")]
+        rows = rows[np.argsort(-rate[rows], kind="stable")]
         moved = False
         for i in rows.tolist():
             q = int(mq[i])

@@ -23,7 +23,7 @@ from icefabric.control.sport import (
     solve_sports,
     solve_sports_by_probing,
 )
-from icefabric.csr import CsrRows, csr_from_lists, within
+from icefabric.csr import CsrRows, csr_from_lists, gather, within
 from icefabric.dataplane.ecmp import HashConfig, ecmp_hash, select_member
 from icefabric.dataplane.roce import ROCE_UDP_DPORT
 from icefabric.topology.model import Fabric
@@ -56,67 +56,88 @@ class Realization:
     meta: dict = field(default_factory=dict)
 
 
-def _member_masks(routing: Routing) -> tuple[np.ndarray, np.ndarray]:
-    """``(out_rank, masks)``: ``out_rank[link]`` is the link's rank among its source
-    node's links and ``masks[w, group]`` bits ``64w..64w+63`` of the set of out-ranks
-    that are members of the group. A group's members all leave one switch and are
+def _member_masks(routing: Routing, groups: np.ndarray | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
+    """``(masks, before)`` of ECMP groups ``groups`` (default: all, cached on the
+    routing): ``masks[w, i]`` bits ``64w..64w+63`` of the set of out-ranks
+    (:attr:`Fabric.out_rank`) of the members of group ``groups[i]`` and ``before[w, i]``
+    the members in words below ``w``. A group's members all leave one switch and are
     ordered by link id (hence by out-rank), so a link's member index is the number of
-    member bits below its own: a lookup and a popcount per path hop, where a binary
-    search of sorted (group, link) keys cost 0.7 s at 1 M QPs. Cached on the routing."""
-    got = getattr(routing, "_ice_member_masks", None)
-    if got is None:
-        f = routing.fabric
-        order = np.argsort(f.link_src, kind="stable")
-        counts = np.bincount(f.link_src, minlength=f.n_nodes)
-        out_rank = np.empty(f.n_links, dtype=np.int64)
-        out_rank[order] = within(counts)
-        W = max(int(counts.max(initial=0)) + 63, 64) // 64
-        r = out_rank[routing.grp_links]
-        sizes = np.diff(routing.grp_indptr)
-        g = np.repeat(np.arange(len(sizes), dtype=np.int64), sizes)
-        masks = np.zeros((W, len(sizes)), dtype=np.uint64)
-        for w in range(W):
-            inw = r // 64 == w  # distinct bits: their sum is their union
-            np.add.at(masks[w], g[inw], np.uint64(1) << (r[inw] % 64).astype(np.uint64))
-        got = routing._ice_member_masks = (out_rank, masks)
-    return got
+    member bits below its own: two lookups and a popcount per path hop, where a binary
+    search of sorted (group, link) keys cost 0.7 s at 1 M QPs."""
+    if groups is None:
+        got = getattr(routing, "_ice_member_masks", None)
+        if got is None:
+            got = routing._ice_member_masks = _member_masks(
+                routing, np.arange(len(routing.grp_indptr) - 1))
+        return got
+    f = routing.fabric
+    W = max(int(np.diff(f.out_indptr).max(initial=0)) + 63, 64) // 64
+    sizes = routing.grp_indptr[groups + 1] - routing.grp_indptr[groups]
+    r = f.out_rank[routing.grp_links[gather(routing.grp_indptr[groups], sizes)]]
+    g = np.repeat(np.arange(len(groups), dtype=np.int64), sizes)
+    masks = np.zeros((W, len(groups)), dtype=np.uint64)
+    for w in range(W):
+        inw = r // 64 == w  # distinct bits: their sum is their union
+        np.add.at(masks[w], g[inw], np.uint64(1) << (r[inw] % 64).astype(np.uint64))
+    count = np.bitwise_count(masks)
+    return masks, np.cumsum(count, axis=0, dtype=np.int64) - count
 
 
 def _member_of(routing: Routing, g: np.ndarray, links: np.ndarray) -> np.ndarray:
-    """Member index of ``links`` in groups ``g`` (-1 where a link is not a member)."""
-    out_rank, masks = _member_masks(routing)
-    r = out_rank[links]
-    word, bit = r // 64, (r % 64).astype(np.uint64)
+    """Member index of ``links`` in groups ``g`` (-1 where a link is not a member).
+
+    A few hops (a re-plan's new ports, on the new link state's routing) read the masks of
+    their own groups; many read every group's, built once per routing."""
+    if getattr(routing, "_ice_member_masks", None) is None and \
+            len(g) * 16 < len(routing.grp_indptr):
+        groups, g = np.unique(g, return_inverse=True)
+        masks, before = _member_masks(routing, groups)
+    else:
+        masks, before = _member_masks(routing)
+    r = routing.fabric.out_rank[links]
+    word, bit = r >> 6, (r & 63).astype(np.uint64)
+    # the one word holding the link's bit: few temporaries (fresh pages are what a first
+    # plan pays most for)
+    m = masks[word, g]
     one = np.uint64(1)
-    idx = np.zeros(len(links), dtype=np.int64)
-    member = np.zeros(len(links), dtype=bool)
-    for w in range(masks.shape[0]):
-        m = masks[w][g]
-        below = np.where(word > w, ~np.uint64(0),
-                         np.where(word == w, (one << bit) - one, np.uint64(0)))
-        idx += np.bitwise_count(m & below)
-        member |= (word == w) & ((m >> bit) & one).astype(bool)
-    return np.where(member, idx, -1)
+    idx = before[word, g] + np.bitwise_count(m & ((one << bit) - one))
+    return np.where(((m >> bit) & one).astype(bool), idx, -1)
 
 
-def decision_chain(fabric: Fabric, routing: Routing, dst_nic: np.ndarray,
-                   paths: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(switch node, group size, wanted member) at every hop of every fabric path.
+@dataclass(frozen=True, eq=False)
+class _Chain:
+    """The ECMP decisions of every hop of every path, one entry per hop: QP ``row``, depth
+    ``col``, switch node ``sw``, group size ``n`` and wanted member ``want``; ``Q`` paths
+    of at most ``D`` hops (``D >= 1``)."""
 
-    Returns three int64 arrays of shape (Q, D) (D = longest path, at least 1); padding
-    has switch ``-1``. Raises ValueError when a path leaves the current ECMP groups.
-    """
+    row: np.ndarray
+    col: np.ndarray
+    sw: np.ndarray
+    n: np.ndarray
+    want: np.ndarray
+    Q: int
+    D: int
+
+    def dense(self, cols: np.ndarray, values: np.ndarray, fill: int) -> np.ndarray:
+        """``(Q, len(cols))`` table of ``values`` (one per entry) at depths ``cols``
+        (``fill`` elsewhere)."""
+        at = np.full(self.D, -1, dtype=np.int64)
+        at[cols] = np.arange(len(cols))
+        out = np.full((self.Q, len(cols)), fill, dtype=np.int64)
+        keep = at[self.col] >= 0
+        out[self.row[keep], at[self.col[keep]]] = values[keep]
+        return out
+
+
+def _chain(fabric: Fabric, routing: Routing, dst_nic: np.ndarray, paths) -> _Chain:
+    """:class:`_Chain` of ``paths``; ValueError when a path leaves the current groups."""
     ptr, flat = _to_csr(paths)
     Q = len(ptr) - 1
     lens = np.diff(ptr)
     D = max(int(lens.max(initial=0)), 1)
-    sw = np.full((Q, D), -1, dtype=np.int64)
-    n = np.ones((Q, D), dtype=np.int64)
-    want = np.zeros((Q, D), dtype=np.int64)
-    if Q == 0 or lens.sum() == 0:
-        return sw, n, want
     row = np.repeat(np.arange(Q), lens)
-    col = np.arange(len(flat)) - np.repeat(np.cumsum(lens) - lens, lens)
+    col = within(lens)
     dl = routing.leaf_index[fabric.nic_leaf[np.asarray(dst_nic, dtype=np.int64)]][row]
     at = routing.sw_index[fabric.link_src[flat]]
     g = routing.grp_id[np.maximum(at, 0) * len(routing.leaves) + dl]
@@ -128,10 +149,20 @@ def decision_chain(fabric: Fabric, routing: Routing, dst_nic: np.ndarray,
     cont = row[1:] == row[:-1]
     if np.any(fabric.link_dst[flat[:-1]][cont] != fabric.link_src[flat[1:]][cont]):
         raise ValueError("a planned path is not a connected link sequence")
-    sw[row, col] = fabric.link_src[flat]
-    n[row, col] = routing.grp_indptr[g + 1] - routing.grp_indptr[g]
-    want[row, col] = i
-    return sw, n, want
+    return _Chain(row, col, fabric.link_src[flat], routing.grp_indptr[g + 1] -
+                  routing.grp_indptr[g], i, Q, D)
+
+
+def decision_chain(fabric: Fabric, routing: Routing, dst_nic: np.ndarray,
+                   paths: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(switch node, group size, wanted member) at every hop of every fabric path.
+
+    Returns three int64 arrays of shape (Q, D) (D = longest path, at least 1); padding
+    has switch ``-1``. Raises ValueError when a path leaves the current ECMP groups.
+    """
+    c = _chain(fabric, routing, dst_nic, paths)
+    every = np.arange(c.D)
+    return c.dense(every, c.sw, -1), c.dense(every, c.n, 1), c.dense(every, c.want, 0)
 
 
 def walk_csr(fabric: Fabric, routing: Routing, src_nic, dst_nic, choose
@@ -161,12 +192,21 @@ def dedup_configs(fabric: Fabric, configs: dict[int, HashConfig]
     cached = _CFG_CACHE.get(fabric)
     if cached is not None and cached[0] is configs:
         return cached[1]
-    uniq: dict[HashConfig, int] = {}
+    # keyed by the fields but the name: a copy of each of 8 k configs (dataclasses.replace
+    # and its checks) cost ~0.2 s of a first plan at 131,072 GPUs
+    names = [x.name for x in dataclasses.fields(HashConfig) if x.name != "name"]
+    uniq: dict[tuple, int] = {}
+    cfg_list: list[HashConfig] = []
     node_cfg = np.full(fabric.n_nodes, -1, dtype=np.int64)
     for s, c in configs.items():
-        node_cfg[s] = uniq.setdefault(dataclasses.replace(c, name=""), len(uniq))
-    _CFG_CACHE[fabric] = (configs, (list(uniq), node_cfg))
-    return list(uniq), node_cfg
+        key = tuple(getattr(c, n) for n in names)
+        i = uniq.get(key)
+        if i is None:
+            i = uniq[key] = len(cfg_list)
+            cfg_list.append(dataclasses.replace(c, name=""))
+        node_cfg[s] = i
+    _CFG_CACHE[fabric] = (configs, (cfg_list, node_cfg))
+    return cfg_list, node_cfg
 
 
 def _model_chooser(cfg_list, node_cfg, src_ip, dst_ip, sport):
@@ -268,19 +308,23 @@ def realize_paths(fabric: Fabric, routing: Routing, configs: dict[int, HashConfi
     dn = np.asarray(dst_nic, dtype=np.int64)
     Q = len(sn)
     ip = fabric.node_ip
-    sw, n, want = decision_chain(fabric, routing, dn, paths)
+    chain = _chain(fabric, routing, dn, paths)
     meta: dict = {"mode": mode}
     if mode == "model":
         cfg_list, node_cfg = dedup_configs(fabric, configs)
-        cfg_index = np.where(sw >= 0, node_cfg[np.maximum(sw, 0)], -1)
+        cfg = node_cfg[chain.sw]
         # Depths where no QP has a choice (downward hops: one member) change no port:
-        # leave them out of the solver's (Q, D) arrays.
-        spray = np.array([c.is_spray for c in cfg_list] + [False])[cfg_index]
-        cols = ((cfg_index >= 0) & ((n > 1) | spray)).any(axis=0)
+        # leave them out of the solver's (Q, D) arrays (never built for every depth).
+        spray = np.array([c.is_spray for c in cfg_list] + [False])[cfg]
+        cols = np.zeros(chain.D, dtype=bool)
+        cols[chain.col[(cfg >= 0) & ((chain.n > 1) | spray)]] = True
         cols[0] |= not cols.any()
-        sport = solve_sports(cfg_list, ip[sn], ip[dn], cfg_index[:, cols], n[:, cols],
-                             want[:, cols], exclude=exclude, seed=seed)
+        cols = np.flatnonzero(cols)
+        sport = solve_sports(cfg_list, ip[sn], ip[dn], chain.dense(cols, cfg, -1),
+                             chain.dense(cols, chain.n, 1), chain.dense(cols, chain.want, 0),
+                             exclude=exclude, seed=seed)
     elif mode == "probe":
+        sw, _, want = decision_chain(fabric, routing, dn, paths)
         prober = _prober(fabric, routing, configs, loss_prob, seed)
         cache = probe_cache if probe_cache is not None else PortPathCache()
         wants = [tuple(want[q, sw[q] >= 0].tolist()) for q in range(Q)]

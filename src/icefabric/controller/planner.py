@@ -10,11 +10,32 @@ collector saw, the QP numbers and ports its hosts reported); jobs are built in l
 and every modelled QP takes the numbers an agent reported for
 ``(job, src_ip, dst_ip, ordinal)``. The plan carries ICE's per-QP pacing rates, recomputed
 at every re-plan.
+
+What the next plan starts from (:func:`compute_plan`, one kind per outcome):
+
+* nothing — the workload is the one the plan in force covers (:meth:`Workload.digest`),
+  under the same links: a report that changes nothing the plan depends on plans nothing;
+* ``rename`` — the workload changed only in its QP numbers (and the ports hosts reported),
+  for a policy whose plan does not depend on them (not ``randomised``): the plan in force
+  is published again under the new numbers, without planning;
+* ``replan`` — the same workload under other link states: the policy re-plans from the
+  plan in force (:meth:`~icefabric.policies.base.Policy.replan`);
+* ``extend`` — jobs ended under the same links (every QP is one of the plan in force,
+  matched by QpId): the others keep their paths and ports
+  (:meth:`~icefabric.policies.base.Policy.extend`); their pacing rates are recomputed, so
+  the capacity the ended jobs held goes to the ones that run on;
+* ``plan`` — from scratch: a job started, or there is no plan in force (or only one
+  restored from the database, whose QpIds are not stored).
+
+A job that starts is planned with the others from scratch, not around them: the plan then
+depends only on the jobs, not on the order their reports arrived (agents report
+concurrently), so it is the simulator's plan of the same jobs, which the twin checks QP by
+QP. A job that ends moves nothing: the plan of the jobs that remain is the plan in force
+less its QPs.
 """
 
 from __future__ import annotations
 
-import hashlib
 import time
 from dataclasses import dataclass, field
 
@@ -23,13 +44,14 @@ import numpy as np
 from icefabric.ccl.workload import Workload
 from icefabric.control.plan import PathPlan, single_path_plan
 from icefabric.pipeline import JobError, build_workload, plan
-from icefabric.pipeline.hosts import host_plans
-from icefabric.pipeline.jobs import JobSpec, qp_jobs, report_job
+from icefabric.pipeline.jobs import JobSpec, report_job
+from icefabric.pipeline.plans import Kept
 from icefabric.policies.base import get_policy
-from icefabric.schemas_service import QP_PLANS, CommReport
+from icefabric.schemas_service import CommReport
 from icefabric.topology.model import Fabric
 from icefabric.topology.routing import Routing
 from icefabric.units import ipv4_str
+from icefabric.wire import QpIds, host_plans, host_record, qp_jobs
 
 
 class PlanInputError(ValueError):
@@ -118,16 +140,29 @@ class JobState:
         return any(r.errors for r in self.reports.values())
 
 
+@dataclass(frozen=True)
+class Previous:
+    """The plan in force, as the next one starts from it."""
+
+    paths: PathPlan
+    key: str  # digest of the workload it plans (Workload.digest)
+    shape_key: str  # the same without QP numbers and reported ports
+    ids: QpIds | None  # the QpId of each of its QPs (None: restored from the database)
+    same_links: bool  # the link states are those it was planned under (same fabric)
+
+
 @dataclass
 class PlanOutcome:
     """A new plan: its paths, what it covers and the QP plans of every host."""
 
-    kind: str  # "plan" | "replan"
+    kind: str  # "plan" | "replan" | "extend" | "rename" (module docstring)
     paths: PathPlan
-    key: str  # digest of the reports the workload was built from
+    key: str  # digest of the workload (Workload.digest)
+    shape_key: str  # the same without QP numbers and reported ports
+    ids: QpIds  # the QpId of each QP of ``paths``
     jobs: list[str]
     n_qps: int
-    hosts: dict[str, bytes]  # per host: its QP plans, serialized by QP_PLANS
+    hosts: dict[str, bytes]  # per host: its QP plans as stored (wire.host_record)
     planning_ms: float
     policy: str
     errors: dict[str, str] = field(default_factory=dict)  # jobs left out, and why
@@ -149,11 +184,10 @@ def job_specs(fabric: Fabric, jobs: dict[str, JobState]) -> tuple[list[JobSpec],
 
 
 def compute_plan(fabric: Fabric, jobs: dict[str, JobState], *, policy_name: str, seed: int,
-                 down_ids: list[int], prev: PathPlan | None, prev_key: str,
-                 unchanged) -> PlanOutcome | None:
-    """Build the workload and plan it (re-plan from ``prev`` if the workload is the one it
-    was made for). None when there is nothing to plan or nothing changed
-    (``unchanged(key)`` says whether the current plan already covers workload ``key``)."""
+                 down_ids: list[int], prev: Previous | None) -> PlanOutcome | None:
+    """Build the workload and plan it, from the plan in force ``prev`` where it can (the
+    kinds are in the module docstring). None when there is nothing to plan or nothing
+    changed."""
     t0 = time.perf_counter()
     specs, errors = job_specs(fabric, jobs)
     no_path: list[dict] = []
@@ -171,24 +205,43 @@ def compute_plan(fabric: Fabric, jobs: dict[str, JobState], *, policy_name: str,
         no_path += cut
         specs = [s for s in specs if s.name not in {x["job"] for x in cut}]
     names = [s.name for s in specs]
-    h = hashlib.sha256()
-    for job in names:
-        for host in sorted(jobs[job].reports):
-            h.update(jobs[job].reports[host].model_dump_json().encode())
-    key = h.hexdigest()
-    if unchanged(key) or (wl.n_qps == 0 and prev is None):
+    key, shape_key = wl.digest(), wl.digest(numbers=False)
+    if (prev is not None and prev.same_links and prev.key == key) or \
+            (wl.n_qps == 0 and prev is None):
         return None
-    if wl.n_qps == 0:  # every job ended or has no path: an empty plan replaces the last
+    ids = QpIds.of(wl)
+    pol = get_policy(policy_name)
+    kind, kept = plan_kind(prev, shape_key, ids, pol.randomised)
+    if kind == "rename":
+        paths = prev.paths
+    elif wl.n_qps == 0:  # every job ended or has no path: an empty plan replaces the last
         paths = single_path_plan([], np.zeros(0, dtype=np.int64), policy_name)
-        return PlanOutcome("plan", paths, key, [], 0, {}, (time.perf_counter() - t0) * 1e3,
-                           policy_name, errors, sorted(no_path, key=lambda e: e["job"]))
-    replan = prev is not None and prev_key == key and prev.n_qps == wl.n_qps
-    p = plan(fabric, wl, get_policy(policy_name), seed=seed, down_links=down_ids,
-             previous=prev if replan else None)
-    hosts = {h: QP_PLANS.dump_json(q) for h, q in host_plans(fabric, wl, p.paths).items()}
-    return PlanOutcome("replan" if replan else "plan", p.paths, key, names, wl.n_qps, hosts,
-                       (time.perf_counter() - t0) * 1e3, p.paths.policy or policy_name, errors,
+    else:
+        start = None if kind == "plan" else prev.paths if kept is None else \
+            Kept(prev.paths, kept)
+        paths = plan(fabric, wl, pol, seed=seed, down_links=down_ids, previous=start).paths
+    hosts = {h: host_record(q) for h, q in host_plans(fabric, wl, paths).items()}
+    return PlanOutcome(kind, paths, key, shape_key, ids, names, wl.n_qps, hosts,
+                       (time.perf_counter() - t0) * 1e3, paths.policy or policy_name, errors,
                        sorted(no_path, key=lambda e: e["job"]))
+
+
+def plan_kind(prev: Previous | None, shape_key: str, ids: QpIds, randomised: bool
+              ) -> tuple[str, np.ndarray | None]:
+    """How the workload of QPs ``ids`` and shape ``shape_key`` is planned after ``prev``
+    (module docstring), for a policy whose plan depends on QP numbers if ``randomised``;
+    for ``extend``, each QP's index in ``prev``, else None."""
+    if prev is None or not len(ids):
+        return "plan", None
+    same_shape = prev.shape_key == shape_key and prev.paths.n_qps == len(ids)
+    if not prev.same_links:
+        return ("replan" if same_shape else "plan"), None
+    if same_shape:  # only QP numbers changed: they matter to a randomised policy's plan
+        return ("plan" if randomised else "rename"), None
+    if prev.ids is None or len(prev.ids) != prev.paths.n_qps:
+        return "plan", None
+    kept = ids.positions_in(prev.ids)
+    return ("extend", kept) if np.all(kept >= 0) else ("plan", None)
 
 
 def no_path_jobs(fabric: Fabric, wl: Workload, down_ids: list[int],
@@ -225,19 +278,20 @@ class FabricNotCached(LookupError):
     pass
 
 
-def compute_plan_in_worker(fabric_version: int, fabric_doc: str | None,
-                           jobs: dict[str, JobState], prev: PathPlan | None,
-                           unchanged_key: str | None, **kw) -> PlanOutcome | None:
+def compute_plan_in_worker(fabric_version: int, fabric: Fabric | None,
+                           jobs: dict[str, JobState], prev: Previous | None,
+                           **kw) -> PlanOutcome | None:
     """:func:`compute_plan` in a planner process (arguments and result are pickled;
-    ``fabric_doc``: the topology document's JSON text, when the process may not have it)."""
-    import json
+    ``fabric``: sent when the process may not have version ``fabric_version`` cached).
 
-    from icefabric.topology.serialize import fabric_from_dict
-
-    fabric = _WORKER_FABRIC.get(fabric_version)
+    The fabric travels as the pickled :class:`Fabric` (numpy arrays), not as its topology
+    document: at 10,000 servers the document's 40 MB of JSON parse into ~180 MB of Python
+    objects, the pickle into ~60 MB (``BENCHMARKS.md``, 10,000 agents)."""
     if fabric is None:
-        if fabric_doc is None:
+        fabric = _WORKER_FABRIC.get(fabric_version)
+        if fabric is None:
             raise FabricNotCached(fabric_version)
+    elif fabric_version not in _WORKER_FABRIC:
         _WORKER_FABRIC.clear()
-        fabric = _WORKER_FABRIC[fabric_version] = fabric_from_dict(json.loads(fabric_doc))
-    return compute_plan(fabric, jobs, prev=prev, unchanged=lambda k: k == unchanged_key, **kw)
+        _WORKER_FABRIC[fabric_version] = fabric
+    return compute_plan(fabric, jobs, prev=prev, **kw)

@@ -1,23 +1,25 @@
 """The plan the controller serves: one :class:`PublishedPlan` per version.
 
-A version holds its typed summary, the :class:`PathPlan` it was computed as (kept to re-plan
-from after a link change), the digest of the reports it covers, and every host's document.
+A version holds its typed summary, the :class:`PathPlan` it was computed as and the QpId of
+each of its QPs (the next plan starts from them: :mod:`.planner`), the digests of the
+workload it covers, and every host's document.
 Each host's document has its own version: the plan version that last changed it (its QP
 plans, the fabric version or the policy). A new plan makes new documents only for the hosts
 it changes, so only their agents are woken, and only their QP plans are stored (a JSON
-array per host and version); the :class:`HostPlan` JSON served is made once, here.
+array per host and version); the :class:`HostPlan` JSON served is made once per document
+(the forms and their conversions: :mod:`icefabric.wire`).
 """
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 
 from icefabric.control.plan import PathPlan
 from icefabric.controller.cables import Cable, refs
 from icefabric.controller.planner import PlanOutcome
 from icefabric.controller.store.repo import Repository
-from icefabric.schemas_service import HostPlan, PlanSummary
+from icefabric.schemas_service import PlanSummary
+from icefabric.wire import QpIds, host_document, path_record, paths_from_record
 
 EMPTY_QPS = b"[]"
 
@@ -29,20 +31,14 @@ class HostDoc:
     version: int  # the plan version that made this document
     fabric_version: int
     policy: str
-    qps: bytes  # QP_PLANS JSON (what the database keeps)
+    qps: bytes  # its QP plans as stored (wire.host_record: what the database keeps)
     doc: bytes  # HostPlan JSON (what the host's agent is sent)
 
     @classmethod
     def make(cls, summary: PlanSummary, host: str, qps: bytes) -> HostDoc:
-        """``host``'s document with QP plans ``qps`` (QP_PLANS JSON made from checked
-        models) made by plan ``summary``: the header is a model, the QP array is spliced
-        in as is, so the bytes just made are not parsed and checked again."""
-        head = HostPlan(host=host, version=summary.version,
-                        fabric_version=summary.fabric_version, policy=summary.policy,
-                        created_at=summary.created_at, qps=[]).model_dump_json().encode()
-        assert head.endswith(b'"qps":[]}'), head[-20:]  # qps is the model's last field
+        """``host``'s document with stored QP plans ``qps`` made by plan ``summary``."""
         return cls(summary.version, summary.fabric_version, summary.policy, qps,
-                   head[:-3] + qps + b"}")
+                   host_document(summary, host, qps))
 
     def same(self, summary: PlanSummary, qps: bytes) -> bool:
         """Would plan ``summary`` leave this document as it is?"""
@@ -56,7 +52,9 @@ class PublishedPlan:
 
     summary: PlanSummary
     paths: PathPlan | None
-    workload_key: str  # digest of the reports the plan was built from
+    workload_key: str  # digest of the workload the plan covers (Workload.digest)
+    shape_key: str  # the same without QP numbers and reported ports
+    ids: QpIds | None  # the QpId of each QP of ``paths`` (None: restored; not stored)
     hosts: dict[str, HostDoc]  # hosts that have (or had) QPs
 
     @property
@@ -94,17 +92,16 @@ def next_plan(cur: PublishedPlan | None, out: PlanOutcome, reason: str,
             HostDoc.make(summary, h, qps)
     changed = sorted(h for h, d in hosts.items() if d.version == summary.version)
     summary = summary.model_copy(update={"hosts_changed": len(changed)})
-    return PublishedPlan(summary, out.paths, out.key, hosts), changed
+    return PublishedPlan(summary, out.paths, out.key, out.shape_key, out.ids, hosts), changed
 
 
 def store(repo: Repository, plan: PublishedPlan, changed: list[str]) -> None:
     """Write ``plan``: summary, path plan and the QP plans of the ``changed`` hosts."""
     s = plan.summary
-    path_plan = {**(plan.paths.to_dict() if plan.paths else {}),
-                 "workload_key": plan.workload_key}
     repo.save_plan(s.version, policy=s.policy, reason=s.reason, created_at=s.created_at,
                    planning_ms=s.planning_ms, fabric_version=s.fabric_version,
-                   summary=s.model_dump(mode="json"), path_plan=path_plan,
+                   summary=s.model_dump(mode="json"),
+                   path_plan=path_record(plan.paths, plan.workload_key, plan.shape_key),
                    host_qps={h: plan.hosts[h].qps for h in changed})
 
 
@@ -117,8 +114,6 @@ def restore(repo: Repository) -> PublishedPlan | None:
     row, qps = latest
     summaries = {v: PlanSummary.model_validate(repo.plan_summary(v))
                  for v in {v for v, _ in qps.values()} | {row.version}}
-    pp = json.loads(row.path_plan)
-    key = pp.pop("workload_key", "")
-    paths = PathPlan.from_dict(pp) if pp.get("sport") is not None else None
+    paths, key, shape_key = paths_from_record(row.path_plan)
     hosts = {h: HostDoc.make(summaries[v], h, q) for h, (v, q) in qps.items()}
-    return PublishedPlan(summaries[row.version], paths, key, hosts)
+    return PublishedPlan(summaries[row.version], paths, key, shape_key, None, hosts)

@@ -177,29 +177,28 @@ class Publisher:
         if inp is None:
             return
         cur = self.current
-        same_links = cur is not None and cur.summary.fabric_version == inp.fabric_version \
-            and cur.down() == inp.down
-        prev = cur.paths if cur is not None else None
-        prev_key = cur.workload_key if cur is not None else ""
-        unchanged_key = prev_key if prev is not None and same_links else None
-        kw = dict(policy_name=self.settings.policy, seed=inp.seed, down_ids=inp.down_ids,
-                  prev_key=prev_key)
+        prev = None  # a plan of another fabric is no start for one of this fabric
+        if cur is not None and cur.paths is not None and \
+                cur.summary.fabric_version == inp.fabric_version:
+            prev = planner.Previous(cur.paths, cur.workload_key, cur.shape_key, cur.ids,
+                                    same_links=cur.down() == inp.down)
+        kw = dict(policy_name=self.settings.policy, seed=inp.seed, down_ids=inp.down_ids)
         if self._pool is None:
-            out = planner.compute_plan(inp.fabric, inp.jobs, prev=prev,
-                                       unchanged=lambda k: k == unchanged_key, **kw)
+            out = planner.compute_plan(inp.fabric, inp.jobs, prev=prev, **kw)
         else:
-            out = self._plan_in_worker(inp, prev, unchanged_key, kw)
+            out = self._plan_in_worker(inp, prev, kw)
         if out is not None:
             self._publish(out, reason, inp)
 
-    def _plan_in_worker(self, inp: PlanInputs, prev, unchanged_key, kw) -> PlanOutcome | None:
+    def _plan_in_worker(self, inp: PlanInputs, prev: planner.Previous | None,
+                        kw: dict) -> PlanOutcome | None:
         fv = inp.fabric_version
         for attempt in range(2):
-            # the planner process caches the fabric; it is sent (as stored) only when new
-            doc = self.repo.fabric_document(fv) if (attempt or self._worker_fv != fv) else None
+            # the planner process caches the fabric; it is sent only when new to it
+            send = inp.fabric if (attempt or self._worker_fv != fv) else None
             try:
-                out = self._pool.submit(planner.compute_plan_in_worker, fv, doc, inp.jobs,
-                                        prev, unchanged_key, **kw).result()
+                out = self._pool.submit(planner.compute_plan_in_worker, fv, send, inp.jobs,
+                                        prev, **kw).result()
             except FabricNotCached:
                 continue
             self._worker_fv = fv

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from icefabric.csr import gather, indptr_from_lengths
-from icefabric.engine.batch_kernel import Dag, Routes, dominated_rows, run_draws
+from icefabric.engine.batch_kernel import Dag, Routes, dominated_rows, run_draws, varying_rows
 from icefabric.engine.problem import EngineError, SimProblem
 
 
@@ -132,21 +132,9 @@ def redundant_links(P: SimProblem, routes) -> np.ndarray:
 def _varying_links(P: SimProblem, rs: RouteSets) -> np.ndarray:
     """Links on a route whose link list is not the same in every route set (its drawn
     segment differs): its fixed segments' and its drawn segment's in every set."""
-    indptr, links, M = rs.mid_indptr, rs.mid_links, rs.mid_per_set
-    lens = np.diff(indptr).reshape(rs.n, M)
-    same = (lens == lens[0]).all(axis=0)
-    ok = np.flatnonzero(same)
-    n = lens[0, ok]
-    rows = (np.arange(rs.n)[:, None] * M + ok).ravel()  # set-major
-    diff = links[gather(indptr[rows], np.tile(n, rs.n))] != \
-        np.tile(links[gather(indptr[ok], n)], rs.n)
-    same[ok] = np.bincount(np.tile(np.repeat(np.arange(len(ok)), n), rs.n), diff,
-                           len(ok)) == 0
+    differs, varying = varying_rows(rs.mid_indptr, rs.mid_links, rs.n, P.n_links)
     drawn = np.flatnonzero(rs.mid_row >= 0)
-    k = drawn[~same[rs.mid_row[drawn]]]
-    rows = (np.arange(rs.n)[:, None] * M + np.unique(rs.mid_row[k])).ravel()
-    varying = np.zeros(P.n_links, dtype=bool)
-    varying[links[gather(indptr[rows], np.diff(indptr)[rows])]] = True
+    k = drawn[differs[rs.mid_row[drawn]]]
     for ends in (rs.pre[k], rs.post[k]):
         ends = ends[ends >= 0]
         varying[rs.fixed_links[gather(rs.fixed_indptr[ends], np.diff(rs.fixed_indptr)[ends])]] \

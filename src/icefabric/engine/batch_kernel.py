@@ -18,9 +18,13 @@ Networks*, 2nd ed., §6.5.2).
 
 The draws' routes come as segments (:class:`Routes`); each draw's link-by-flow incidence
 is built from them in turn (:func:`_incidence`) as :class:`Net`: ``c_ptr[f]``
-starts flow ``f``'s entries ``(c_link, c_coef)`` (links ascending, a link crossed by
-several routes of the flow once, their weights summed in route order as
-``scipy.sparse`` sums duplicates) and ``r_ptr[l]`` starts link ``l``'s flows ``r_flow``.
+starts flow ``f``'s entries ``(c_link, c_coef)`` (a link crossed by several routes of the
+flow once, their weights summed in route order as ``scipy.sparse`` sums duplicates; in the
+order first met: every sum over a link runs over its flows in flow order, so the order
+within a flow changes no float) and ``r_ptr[l]`` starts link ``l``'s flows ``r_flow``
+(ascending) with their weights ``r_coef`` (``r_hash``: a hash of both). Of links with the
+same flows and weights (twins) only one of the least capacity is kept
+(:func:`_merge_twins`).
 """
 
 from __future__ import annotations
@@ -45,7 +49,8 @@ Routes = namedtuple("Routes", ["fixed_ptr", "fixed_links", "pre", "mid_row", "po
                                "mid_ptr", "mid_links", "n_mid", "weight", "fr_ptr",
                                "fr_route", "keep", "cap", "fcap"])
 #: one draw's incidence (see the module docstring)
-Net = namedtuple("Net", ["c_ptr", "c_link", "c_coef", "r_ptr", "r_flow", "cap", "fcap"])
+Net = namedtuple("Net", ["c_ptr", "c_link", "c_coef", "r_ptr", "r_flow", "r_coef", "r_hash",
+                         "cap", "fcap"])
 #: the flows: size, latency, earliest start, dependency counts, dependents (CSR)
 Dag = namedtuple("Dag", ["size", "lat", "fstart", "ndeps", "dptr", "dependents"])
 #: one draw's evolving state. ``run[:n[0]]``: the running flows, ascending (what every
@@ -62,6 +67,7 @@ _ACC, _SUM, _SHARE, _DEC, _REM = range(5)  # rows of Scratch.lf
 _ACC_MARK, _ACC_LIST, _USE_MARK, _USE_LIST, _BELOW = range(5)  # rows of Scratch.li
 _RATE, _M, _PMIN, _FCAP = range(4)  # rows of Scratch.ff
 _RUN, _PEND = 0, 1  # State.n
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)  # hash constants (splitmix64)
 
 
 def kernel_cached() -> bool:
@@ -78,9 +84,12 @@ def run_draws(rt, dag, start, finish) -> int:
     n_draws = len(start)
     net = _net_buffers(rt, len(dag.size), n_draws)
     sc = _scratch(len(net.cap), len(dag.size), len(net.c_link))
+    table = np.empty(1 << int(np.ceil(np.log2(2 * len(net.cap) + 1))), dtype=np.int64)
+    drop = np.zeros(len(net.cap), dtype=np.bool_)
     stuck = 0
     for n in range(n_draws):
-        _incidence(rt, n, net)
+        _incidence(rt, n, net, sc)
+        _merge_twins(net, table, drop)
         st = _new_state(net, dag)
         _run_one(net, dag, st, sc)
         start[n, :] = st.start
@@ -103,57 +112,67 @@ def _net_buffers(rt, F, n_draws):
         E = max(E, fixed + mid)
     L = len(rt.cap)
     return Net(np.zeros(F + 1, dtype=np.int64), np.empty(E, dtype=np.int64), np.empty(E),
-               np.zeros(L + 1, dtype=np.int64), np.empty(E, dtype=np.int64), rt.cap, rt.fcap)
+               np.zeros(L + 1, dtype=np.int64), np.empty(E, dtype=np.int64), np.empty(E),
+               np.empty(L, dtype=np.uint64), rt.cap, rt.fcap)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _mid(rt, n, k):
     """Row of route ``k``'s drawn segment in draw ``n`` (-1: none)."""
     return n * rt.n_mid + rt.mid_row[k] if rt.mid_row[k] >= 0 else -1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _seg_len(ptr, row):
     return ptr[row + 1] - ptr[row] if row >= 0 else 0
 
 
 @njit(cache=True)
-def _incidence(rt, n, net) -> None:
+def _incidence(rt, n, net, sc) -> None:
     """Draw ``n``'s incidence into ``net``: per flow, the kept links of its routes, each
-    once (ascending; weights of a link crossed by several routes summed in route order),
-    then per link its flows."""
+    once (weights of a link crossed by several routes summed in route order, from 0.0, in
+    ``sc.lf[_ACC]``, cleared again), then per link its flows. The links stay in the order
+    first met: a ring's flow crosses thousands, and keeping them sorted while inserting
+    took quadratic time, nearly all of a 1,024-GPU draw. (One loop: a helper called per
+    route with the namedtuples cost 3x the whole of it.)"""
     F = len(net.c_ptr) - 1
+    acc, mark, c_link = sc.lf[_ACC], sc.li[_ACC_MARK], net.c_link
     e = 0
     for f in range(F):
         first = e
         net.c_ptr[f] = e
         for q in range(rt.fr_ptr[f], rt.fr_ptr[f + 1]):
             k = rt.fr_route[q]
-            w = rt.weight[k]
-            e = _segment(net, first, e, rt.fixed_ptr, rt.fixed_links, rt.pre[k], rt.keep, w)
-            e = _segment(net, first, e, rt.mid_ptr, rt.mid_links, _mid(rt, n, k), rt.keep, w)
-            e = _segment(net, first, e, rt.fixed_ptr, rt.fixed_links, rt.post[k], rt.keep, w)
+            for s in range(3):  # the fixed segment before, the drawn one, the fixed one after
+                ptr, links, row = rt.fixed_ptr, rt.fixed_links, rt.pre[k] if s == 0 else rt.post[k]
+                if s == 1:
+                    row = _mid(rt, n, k)
+                    ptr, links = rt.mid_ptr, rt.mid_links
+                lo, hi = (ptr[row], ptr[row + 1]) if row >= 0 else (0, 0)
+                for p in range(lo, hi):
+                    x = links[p]
+                    if rt.keep[x]:
+                        if not mark[x]:
+                            mark[x] = 1
+                            c_link[e] = x
+                            e += 1
+                        acc[x] += rt.weight[k]
+        for i in range(first, e):
+            net.c_coef[i] = acc[c_link[i]]
+            acc[c_link[i]] = 0.0
+            mark[c_link[i]] = 0
     net.c_ptr[F] = e
     _link_flows(net, e)
 
 
-@njit(cache=True, inline="always")
-def _segment(net, first, e, ptr, links, row, keep, w) -> int:
-    """Add the kept links of CSR row ``row`` (-1: none) with weight ``w`` to the flow's
-    entries ``first..e-1``; return their new end."""
-    if row < 0:
-        return e
-    for p in range(ptr[row], ptr[row + 1]):
-        if keep[links[p]]:
-            e = _insert_entry(net, first, e, links[p], w)
-    return e
-
-
 @njit(cache=True)
 def _link_flows(net, e) -> None:
-    """Per link its flows (``r_ptr``/``r_flow``): a counting sort of the ``e`` entries."""
+    """Per link its flows and weights (``r_ptr``/``r_flow``/``r_coef``): a counting sort of
+    the ``e`` entries; and a hash of them (``r_hash``)."""
     r_ptr = net.r_ptr
     r_ptr[:] = 0
+    net.r_hash[:] = 0
+    bits = net.c_coef.view(np.uint64)
     for i in range(e):
         r_ptr[net.c_link[i] + 1] += 1
     for x in range(len(r_ptr) - 1):
@@ -162,28 +181,88 @@ def _link_flows(net, e) -> None:
         for i in range(net.c_ptr[f], net.c_ptr[f + 1]):
             x = net.c_link[i]
             net.r_flow[r_ptr[x]] = f
+            net.r_coef[r_ptr[x]] = net.c_coef[i]
+            net.r_hash[x] = _mix(net.r_hash[x] + (bits[i] ^ (np.uint64(f) * _GOLDEN)))
             r_ptr[x] += 1
     for x in range(len(r_ptr) - 1, 0, -1):
         r_ptr[x] = r_ptr[x - 1]
     r_ptr[0] = 0
 
 
-@njit(cache=True, inline="always")
-def _insert_entry(net, first, e, x, w) -> int:
-    """Add weight ``w`` on link ``x`` to the flow's entries ``first..e-1`` (ascending by
-    link); return the new end."""
-    i = e
-    while i > first and net.c_link[i - 1] > x:
-        i -= 1
-    if i > first and net.c_link[i - 1] == x:
-        net.c_coef[i - 1] += w
-        return e
-    for j in range(e, i, -1):
-        net.c_link[j] = net.c_link[j - 1]
-        net.c_coef[j] = net.c_coef[j - 1]
-    net.c_link[i] = x
-    net.c_coef[i] = w
-    return e + 1
+@njit(cache=True)
+def _merge_twins(net, table, drop) -> None:
+    """Leave out of the incidence every link whose flows and weights are those of a kept
+    link (its twin) of no more capacity: a ring's flow crosses thousands of links, most of
+    them twins (at 1,024 GPUs ~65,000 entries over ~7,000 links, ~400 distinct), and
+    max-min passes over every entry at every event. Exact: twins' loads and weight sums
+    are the same sums in the same order, so the kept twin's spare capacity and share are
+    never above the other's (float rounding is monotone); it is on the same flows'
+    paths, so each flow's bottleneck share stays; a link with no flow held lower
+    elsewhere makes its twin such a link too, so the same flows freeze; and a twin
+    saturated after a finish means the kept one is too, with the same top rate.
+    ``table`` (a power of two long, at least twice the links): open addressing by hash,
+    each slot the kept link of its twins (the least capacity, the first of equals);
+    ``drop``: per link whether it is left out (all False again on return)."""
+    table[:] = -1
+    mask = np.uint64(len(table) - 1)
+    n_drop = 0
+    for x in range(len(net.cap)):
+        if net.r_ptr[x + 1] == net.r_ptr[x]:
+            continue
+        i = net.r_hash[x] & mask
+        while table[i] >= 0:
+            y = table[i]
+            if net.r_hash[y] == net.r_hash[x] and _twins(net, x, y):
+                break
+            i = (i + np.uint64(1)) & mask
+        y = table[i]
+        if y < 0:
+            table[i] = x
+            continue
+        if net.cap[x] < net.cap[y]:
+            table[i], x = x, y
+        drop[x] = True
+        n_drop += 1
+    if n_drop:
+        _drop_links(net, drop)
+        drop[:] = False
+
+
+@njit(cache=True)
+def _twins(net, a, b) -> bool:
+    """Whether links ``a`` and ``b`` carry the same flows with the same weights."""
+    n = net.r_ptr[a + 1] - net.r_ptr[a]
+    if net.r_ptr[b + 1] - net.r_ptr[b] != n:
+        return False
+    for i in range(n):
+        p, q = net.r_ptr[a] + i, net.r_ptr[b] + i
+        if net.r_flow[p] != net.r_flow[q] or net.r_coef[p] != net.r_coef[q]:
+            return False
+    return True
+
+
+@njit(cache=True)
+def _drop_links(net, drop) -> None:
+    """The incidence without the entries of the links ``drop`` marks (order kept)."""
+    e = start = 0
+    for f in range(len(net.c_ptr) - 1):
+        end = net.c_ptr[f + 1]
+        net.c_ptr[f] = e
+        for i in range(start, end):
+            if not drop[net.c_link[i]]:
+                net.c_link[e], net.c_coef[e] = net.c_link[i], net.c_coef[i]
+                e += 1
+        start = end
+    net.c_ptr[len(net.c_ptr) - 1] = e
+    _link_flows(net, e)
+
+
+@njit(cache=True)
+def _mix(z):
+    """splitmix64's finaliser (Steele, Lea & Flood, OOPSLA 2014): a 64-bit hash step."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
 
 
 @njit(cache=True)
@@ -332,7 +411,7 @@ def _discrete_events(st, dag, t) -> bool:
     return started
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _release(st, dag, f, t) -> None:
     """``f`` completed at ``t``: its dependents with no dependency left may start."""
     for p in range(dag.dptr[f], dag.dptr[f + 1]):
@@ -343,13 +422,13 @@ def _release(st, dag, f, t) -> None:
             _push(st, g)
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _push(st, f) -> None:
     st.pend[st.n[_PEND]] = f
     st.n[_PEND] += 1
 
 
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def _insert_running(st, f) -> None:
     """Add ``f`` to the running flows, keeping them ascending (max-min sums over them in
     this order)."""
@@ -587,6 +666,36 @@ def dominated_rows(indptr, indices, data, pair_a, pair_b, n_rows):  # pragma: no
         if ok:
             dropped[a] = True
     return dropped
+
+
+@njit(cache=True)
+def varying_rows(ptr, links, n_sets, n_links):  # pragma: no cover - compiled
+    """A CSR of ``n_sets`` blocks of M rows (a route set's drawn segments each): per row
+    of a block, whether its links differ in some block from the first's; per link
+    whether it is on such a row in some block. What
+    :func:`icefabric.engine.batch._varying_links` gathered with numpy over every set
+    (a second of a 1,024-GPU run's 100 draws)."""
+    M = (len(ptr) - 1) // n_sets
+    differs = np.zeros(M, dtype=np.bool_)
+    varying = np.zeros(n_links, dtype=np.bool_)
+    for m in range(M):
+        lo, hi = ptr[m], ptr[m + 1]
+        for n in range(1, n_sets):
+            r = n * M + m
+            if ptr[r + 1] - ptr[r] != hi - lo:
+                differs[m] = True
+                break
+            for i in range(hi - lo):
+                if links[ptr[r] + i] != links[lo + i]:
+                    differs[m] = True
+                    break
+            if differs[m]:
+                break
+        if differs[m]:
+            for n in range(n_sets):
+                r = n * M + m
+                varying[links[ptr[r]:ptr[r + 1]]] = True
+    return differs, varying
 
 
 @njit(cache=True)

@@ -529,9 +529,9 @@ class FluidSim:
         net.i[fk.N_FIRST_LINK, :self.K] = R.first_link
         net.i[[fk.N_LINKS, fk.N_HOP]] = 0
         net.i[fk.N_LINKS, :E], net.i[fk.N_HOP, :E] = R.links, R.hop
-        st.f[fk.S_Q:fk.S_AE_NEW + 1] = 0.0
+        st.f[fk.S_Q:fk.S_WNEW + 1] = 0.0
         st.f[fk.S_Q, :E] = q
-        st.i[fk.S_AE:fk.S_LK_ENT + 1] = 0
+        st.i[fk.S_AE:fk.S_P_LINK + 1] = 0
         return net, st
 
     def _timeseries(self, st: fk.State) -> dict:

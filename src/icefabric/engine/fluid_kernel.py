@@ -58,7 +58,8 @@ DONE, FAIL_DUE, ENDSIDE_DUE, SAMPLES_FULL, MAX_STEPS = 0, 1, 2, 3, 4
 #: evolving scalars (sf: float, si: int)
 (F_T, F_QUIET, F_MARKS_UNTIL, F_NEXT_SAMPLE, F_ES_NEXT, F_FAIL_T, N_SF) = range(7)
 (I_STEPS, I_DONE, I_HEAP, I_FB_LAST, I_REBUILD, I_HAS_USE, I_NAF, I_NAR, I_NAE, I_NQ,
- I_NLK, I_NLV, I_NNIC, I_NSMP, I_ES_DUE, I_NNEW, I_FB_ROWS, I_NREG, N_SI) = range(19)
+ I_NLK, I_NLV, I_NNIC, I_NSMP, I_ES_DUE, I_NNEW, I_FB_ROWS, I_NREG, I_WORK, I_NCC,
+ N_SI) = range(21)
 
 #: rows of the state and network banks: one 2-D array per dtype (``f`` float, ``i`` int,
 #: ``b`` bool), each row as wide as the widest extent (links + 1, flows + 1, routes, entries,
@@ -69,14 +70,17 @@ ST_BANKS = {
     "f": ["up", "pfc_allow", "pfc_use", "pfc_xoff", "pfc_xon", "pause_ns", "pause_cnt",  # links
           "link_bytes", "peak_util", "max_q", "marked_bytes", "qlink", "serv", "serv_eff",
           "lk_sum", "lk_qsum", "lk_tsum",
-          "q", "arr", "drain", "dep", "ae_new",  # entries
+          "q", "arr", "drain", "dep",  # entries (by net entry: canonical between runs)
+          "wq", "warr", "wdrain", "wdep", "wnew",  # running entries by position (see pos)
           "inj", "start", "finish", "flow_cap", "a_rf", "heap_t",  # flows
-          "deliv", "last_cnp", "es_cnps", "a_dem", "a_alloc", "a_x"],  # routes
+          "deliv", "last_cnp", "es_cnps", "nic_dem", "nic_alloc", "a_x", "a_w",
+          "a_cap"],  # routes
     "i": ["lk_link", "lk_ptr", "lv_ptr", "nic_link", "nic_ptr",  # links (+1)
-          "ae", "ae_route", "ae_link", "ae_ing", "q_ent", "lk_ent",  # entries
+          "ae", "ae_route", "ae_link", "ae_rev", "q_ent", "lk_ent", "pos", "p_up", "p_link",
+          "p_ing", "p_route",  # entries
           "n_deps_left", "heap_f", "a_f", "a_fstart", "new_f",  # flows (+1)
-          "a_r", "a_rflow", "a_estart", "a_ne", "nic_mem", "wf_order",  # routes
-          "wf_tmp"],
+          "a_r", "a_rflow", "a_estart", "a_ne", "wf_order",  # routes
+          "wf_tmp", "a_cc", "nic_slot", "a_last"],
     "b": ["pfc_reg",  # links
           "running", "done", "a_sending",  # flows
           "a_cnp"],  # routes
@@ -95,13 +99,15 @@ NET_BANKS = {
 (S_UP, S_PFC_ALLOW, S_PFC_USE, S_PFC_XOFF, S_PFC_XON, S_PAUSE_NS, S_PAUSE_CNT, S_LINK_BYTES,
  S_PEAK_UTIL, S_MAX_Q, S_MARKED_BYTES, S_QLINK, S_SERV, S_SERV_EFF, S_LK_SUM, S_LK_QSUM,
  S_LK_TSUM,
- S_Q, S_ARR, S_DRAIN, S_DEP, S_AE_NEW,
+ S_Q, S_ARR, S_DRAIN, S_DEP, S_WQ, S_WARR, S_WDRAIN, S_WDEP, S_WNEW,
  S_INJ, S_START, S_FINISH, S_FLOW_CAP, S_A_RF, S_HEAP_T,
- S_DELIV, S_LAST_CNP, S_ES_CNPS, S_A_DEM, S_A_ALLOC, S_A_X) = range(34)  # st.f
+ S_DELIV, S_LAST_CNP, S_ES_CNPS, S_NIC_DEM, S_NIC_ALLOC, S_A_X, S_A_W, S_A_CAP) = range(40)  # st.f
 (S_LK_LINK, S_LK_PTR, S_LV_PTR, S_NIC_LINK, S_NIC_PTR,
- S_AE, S_AE_ROUTE, S_AE_LINK, S_AE_ING, S_Q_ENT, S_LK_ENT,
+ S_AE, S_AE_ROUTE, S_AE_LINK, S_AE_REV, S_Q_ENT, S_LK_ENT, S_POS, S_P_UP, S_P_LINK, S_P_ING,
+ S_P_ROUTE,
  S_N_DEPS_LEFT, S_HEAP_F, S_A_F, S_A_FSTART, S_NEW_F,
- S_A_R, S_A_RFLOW, S_A_ESTART, S_A_NE, S_NIC_MEM, S_WF_ORDER, S_WF_TMP) = range(23)  # st.i
+ S_A_R, S_A_RFLOW, S_A_ESTART, S_A_NE, S_WF_ORDER, S_WF_TMP, S_A_CC,
+ S_NIC_SLOT, S_A_LAST) = range(30)  # st.i
 (S_PFC_REG, S_RUNNING, S_DONE, S_A_SENDING, S_A_CNP) = range(5)  # st.b
 (N_CAP, N_KMIN, N_KMAX, N_PMAX, N_PFC_ALPHA, N_PFC_GAP, N_W, N_FB_LAT, N_SIZE_W, N_LAT,
  N_FLOW_START) = range(11)  # net.f
@@ -240,15 +246,29 @@ def _gather_routes(net, st) -> None:
             sti[S_A_RFLOW, nr] = nf
             sti[S_A_ESTART, nr] = ne
             sti[S_A_NE, nr] = net_indptr[k + 1] - net_indptr[k]
+            st.f[S_A_W, nr] = net.f[N_W, k]  # (read in route order every step)
+            st.f[S_A_CAP, nr] = net.f[N_CAP, nti[N_FIRST_LINK, k]]
             for e in range(net_indptr[k], net_indptr[k + 1]):
                 sti[S_AE, ne] = e
                 sti[S_AE_ROUTE, ne] = nr
                 sti[S_AE_LINK, ne] = nti[N_LINKS, e]
+                sti[S_AE_REV, ne] = nti[N_REV, nti[N_LINKS, e]]  # where its ACKs go
                 ne += 1
             nr += 1
         nf += 1
     sti[S_A_FSTART, nf] = nr
     si[I_NAF], si[I_NAR], si[I_NAE] = nf, nr, ne
+    # the routes ECN can mark (a link with a finite Kmin): only their DCQCN state can
+    # change (the others, NVLink routes, never see a CNP, so their timers never start)
+    ncc = 0
+    for r in range(nr):
+        e0 = sti[S_A_ESTART, r]
+        for j in range(e0, e0 + sti[S_A_NE, r]):
+            if net.f[N_KMIN, sti[S_AE_LINK, j]] < _INF:
+                sti[S_A_CC, ncc] = r
+                ncc += 1
+                break
+    si[I_NCC] = ncc
 
 
 @inline_fn
@@ -306,7 +326,6 @@ def _gather_links(net, st) -> None:
     for j in range(si[I_NAE]):
         if nti[N_HOP, sti[S_AE, j]] > 0:
             sti[S_Q_ENT, nq] = j
-            sti[S_AE_ING, j] = sti[S_AE_LINK, j - 1]  # the port its bytes arrived on
             cnt[sti[S_AE_LINK, j]] += 1
             nq += 1
     si[I_NQ] = nq
@@ -346,11 +365,79 @@ def _gather_links(net, st) -> None:
         s = slot[sti[S_AE_LINK, j]]
         sti[S_LK_ENT, fill[s]] = j
         fill[s] += 1
+    _positions(net, st)
+
+
+@inline_fn
+def _positions(net, st) -> None:
+    """Where each running entry's state lives while steps run: ``lk_ent[p]`` is the entry
+    at position ``p`` (queue entries in the sweep's link order, then the first hops in
+    entry order), ``pos`` its inverse, ``p_up[p]`` the position of the hop before a queue
+    entry, ``p_link[p]`` its link, ``p_ing[p]`` the port its bytes arrived on,
+    ``p_route[p]`` its running route and ``a_last[r]`` the position of route ``r``'s last
+    hop. The FIFO sweep then walks its state rows in memory
+    order (in entry order, where it visits them link by link, every entry cost a handful
+    of cache misses: most of a step at 4,096 GPUs, issue 26)."""
+    sti = st.i
+    nti = net.i
+    nq, ne = st.si[I_NQ], st.si[I_NAE]
+    p = nq
+    for j in range(ne):
+        if nti[N_HOP, sti[S_AE, j]] == 0:
+            sti[S_LK_ENT, p] = j
+            p += 1
+    for p in range(ne):
+        j = sti[S_LK_ENT, p]
+        sti[S_POS, j] = p
+        sti[S_P_LINK, p] = sti[S_AE_LINK, j]
+        sti[S_P_ROUTE, p] = sti[S_AE_ROUTE, j]
+    for r in range(st.si[I_NAR]):  # where each route's last hop (its delivery) lives
+        sti[S_A_LAST, r] = sti[S_POS, sti[S_A_ESTART, r] + sti[S_A_NE, r] - 1]
+    for p in range(nq):
+        j = sti[S_LK_ENT, p]
+        sti[S_P_UP, p] = sti[S_POS, j - 1]
+        sti[S_P_ING, p] = sti[S_AE_LINK, j - 1]  # the port its bytes arrived on
+
+
+@step_fn
+def _load_work(st) -> None:
+    """The running entries' state from its rows by entry (``q``, ...) into its rows by
+    position (``wq``, ...)."""
+    stf = st.f
+    sti = st.i
+    for p in range(st.si[I_NAE]):
+        e = sti[S_AE, sti[S_LK_ENT, p]]
+        stf[S_WQ, p] = stf[S_Q, e]
+        stf[S_WARR, p] = stf[S_ARR, e]
+        stf[S_WDRAIN, p] = stf[S_DRAIN, e]
+        stf[S_WDEP, p] = stf[S_DEP, e]
+    st.si[I_WORK] = 1
+
+
+@step_fn
+def _store_work(st) -> None:
+    """The inverse of :func:`_load_work` (before the running set changes, or the caller
+    reads or rewrites the entries)."""
+    stf = st.f
+    sti = st.i
+    if st.si[I_WORK] == 0:
+        return
+    for p in range(st.si[I_NAE]):
+        e = sti[S_AE, sti[S_LK_ENT, p]]
+        stf[S_Q, e] = stf[S_WQ, p]
+        stf[S_ARR, e] = stf[S_WARR, p]
+        stf[S_DRAIN, e] = stf[S_WDRAIN, p]
+        stf[S_DEP, e] = stf[S_WDEP, p]
+    st.si[I_WORK] = 0
 
 
 @inline_fn
 def _gather_nics(net, st) -> None:
-    """Sender NICs (sorted link ids) and their routes, for the NIC's max-min scheduler."""
+    """Sender NICs (sorted link ids) and their routes, for the NIC's max-min scheduler:
+    ``nic_slot[r]`` is running route ``r``'s NIC position (a NIC's routes contiguous, in
+    route order); demands and shares live by NIC position
+    (``nic_dem``, ``nic_alloc``), so the scheduler walks them in order (a GPU's NVLink
+    routes belong to different channels, far apart in route order)."""
     st_si = st.si
     sti = st.i
     nti = net.i
@@ -371,8 +458,8 @@ def _gather_nics(net, st) -> None:
     fill = sti[S_NIC_PTR, :n].copy()
     for i in range(st_si[I_NAR]):
         s = slot[nti[N_FIRST_LINK, sti[S_A_R, i]]]
-        sti[S_NIC_MEM, fill[s]] = i
-        sti[S_WF_ORDER, fill[s]] = i  # the waterfill's sort starts from here
+        sti[S_NIC_SLOT, i] = fill[s]
+        sti[S_WF_ORDER, fill[s]] = fill[s]  # the waterfill's sort starts from here
         fill[s] += 1
 
 
@@ -399,18 +486,16 @@ def _service(net, st) -> None:
     stf = st.f
     sti = st.i
     ntf = net.f
-    nti = net.i
-    net_indptr = net.indptr
     net_cfg = net.cfg
     L = net.dims[D_L]
     ack = _zeroed(st.tmp_rows[0], L)
     ratio = net_cfg[C_ACK_RATIO]
     if ratio > 0:
         for r in range(st_si[I_NAR]):  # a route's entries are contiguous, in hop order
-            a = ratio * stf[S_DEP, net_indptr[sti[S_A_R, r] + 1] - 1]
             e0 = sti[S_A_ESTART, r]
+            a = ratio * stf[S_WDEP, sti[S_A_LAST, r]]
             for j in range(e0, e0 + sti[S_A_NE, r]):
-                rv = nti[N_REV, sti[S_AE_LINK, j]]
+                rv = sti[S_AE_REV, j]
                 if rv >= 0:
                     ack[rv] += a
     for li in range(L):
@@ -434,7 +519,6 @@ def _allocate(net, st) -> None:
     stb = st.b
     st_cc = st.cc
     ntf = net.f
-    nti = net.i
     net_cfg = net.cfg
     nr, nf = st_si[I_NAR], st_si[I_NAF]
     dcqcn = net_cfg[C_DCQCN] > 0
@@ -443,60 +527,64 @@ def _allocate(net, st) -> None:
         size = ntf[N_SIZE_W, f]
         stb[S_A_SENDING, i] = size - stf[S_INJ, f] > 1e-9 * max(size, 1.0)
     for i in range(nr):
-        k = sti[S_A_R, i]
-        d = ntf[N_CAP, nti[N_FIRST_LINK, k]]
+        d = stf[S_A_CAP, i]
         if dcqcn:
-            d = min(d, st_cc[_RC, k] / 8e9)
-        d = min(d, ntf[N_W, k] * stf[S_FLOW_CAP, sti[S_A_F, sti[S_A_RFLOW, i]]])
-        stf[S_A_DEM, i] = d if stb[S_A_SENDING, sti[S_A_RFLOW, i]] else 0.0
+            d = min(d, st_cc[_RC, sti[S_A_R, i]] / 8e9)
+        d = min(d, stf[S_A_W, i] * stf[S_FLOW_CAP, sti[S_A_F, sti[S_A_RFLOW, i]]])
+        stf[S_NIC_DEM, sti[S_NIC_SLOT, i]] = d if stb[S_A_SENDING, sti[S_A_RFLOW, i]] else 0.0
     nn = st_si[I_NNIC]
     over = False
     for g in range(nn):
         tot = 0.0
         for j in range(sti[S_NIC_PTR, g], sti[S_NIC_PTR, g + 1]):
-            tot += stf[S_A_DEM, sti[S_NIC_MEM, j]]
+            tot += stf[S_NIC_DEM, j]
         if not tot <= stf[S_SERV_EFF, sti[S_NIC_LINK, g]] * (1 + 1e-12):
             over = True
+            break
     if nn == nr or not over:
         for g in range(nn):
             c = stf[S_SERV_EFF, sti[S_NIC_LINK, g]]
             for j in range(sti[S_NIC_PTR, g], sti[S_NIC_PTR, g + 1]):
-                i = sti[S_NIC_MEM, j]
-                stf[S_A_ALLOC, i] = min(stf[S_A_DEM, i], c) if nn == nr else stf[S_A_DEM, i]
+                d = stf[S_NIC_DEM, j]
+                stf[S_NIC_ALLOC, j] = min(d, c) if nn == nr else d
     else:
         _waterfill(st, nn)
     for i in range(nf):
         rf = _INF
         for r in range(sti[S_A_FSTART, i], sti[S_A_FSTART, i + 1]):
-            k = sti[S_A_R, r]
-            per = stf[S_A_ALLOC, r] / ntf[N_W, k] if ntf[N_W, k] > 0 else _INF
-            rf = min(rf, per)
+            w = stf[S_A_W, r]
+            rf = min(rf, stf[S_NIC_ALLOC, sti[S_NIC_SLOT, r]] / w if w > 0 else _INF)
         if not np.isfinite(rf) or not stb[S_A_SENDING, i]:
             rf = 0.0
         stf[S_A_RF, i] = rf
     for r in range(nr):
-        stf[S_A_X, r] = ntf[N_W, sti[S_A_R, r]] * stf[S_A_RF, sti[S_A_RFLOW, r]]
+        stf[S_A_X, r] = stf[S_A_W, r] * stf[S_A_RF, sti[S_A_RFLOW, r]]
 
 
 @step_fn
 def _waterfill(st, nn) -> None:
     stf = st.f
     sti = st.i
-    dem, alloc = stf[S_A_DEM], stf[S_A_ALLOC]
-    mem, order, tmp = sti[S_NIC_MEM], sti[S_WF_ORDER], sti[S_WF_TMP]
+    dem, alloc = stf[S_NIC_DEM], stf[S_NIC_ALLOC]  # by NIC position
+    order, tmp = sti[S_WF_ORDER], sti[S_WF_TMP]
     # the numpy engine sorted all demands by (NIC, demand) (stable) and took one running
     # sum over them; the same sorted values and sums here, without allocating (the order
     # of equal demands changes no sum, level or share)
     cs = 0.0
     for g in range(nn):
         a, b = sti[S_NIC_PTR, g], sti[S_NIC_PTR, g + 1]
-        _sort_by(dem, mem, order, a, b, tmp)
         cap = stf[S_SERV_EFF, sti[S_NIC_LINK, g]]
+        n = b - a
+        d0 = dem[a]
+        same = True
+        for p in range(a + 1, b):
+            same = same and dem[p] == d0
+        if not same:  # (equal demands, often a GPU's NVLink QPs, are in order)
+            _sort_by(dem, order, a, b, tmp)
         cs0 = cs
         level = _INF
-        n = b - a
         for p in range(n):
-            dv = dem[order[a + p]]
+            dv = d0 if same else dem[order[a + p]]
             before = cs - cs0
             n_rest = n - p
             if level == _INF and before + n_rest * dv >= cap:
@@ -504,19 +592,19 @@ def _waterfill(st, nn) -> None:
             cs += dv
         lv = max(level, 0.0)
         for p in range(a, b):
-            alloc[mem[p]] = min(dem[mem[p]], lv)
+            alloc[p] = min(dem[p], lv)
 
 
 @inline_fn
-def _sort_by(key, mem, order, a, b, tmp) -> None:
-    """``order[a:b]``, a NIC's QPs, sorted by ``key``: an insertion sort of the last step's
-    order for a NIC's few QPs (demands change order rarely, so it costs a pass), a stable
-    merge sort of ``mem[a:b]`` (``tmp`` its scratch) beyond. ``_gather_nics`` starts
-    ``order`` as ``mem``."""
+def _sort_by(key, order, a, b, tmp) -> None:
+    """``order[a:b]``, a NIC's positions ``a:b``, sorted by ``key``: an insertion sort of
+    the last step's order for a NIC's few QPs (demands change order rarely, so it costs a
+    pass), a stable merge sort of ``a:b`` (``tmp`` its scratch) beyond. ``_gather_nics``
+    starts ``order`` in position order."""
     n = b - a
     if n > 48:
         for p in range(a, b):
-            order[p] = mem[p]
+            order[p] = p
         _merge_sort_by(key, order, a, b, tmp)
         return
     for p in range(a + 1, b):
@@ -585,8 +673,8 @@ def _dt(net, st, t) -> float:
         # the step at it instead cost a third of the steps at 1,024 GPUs: thousands of
         # QPs' timers, one every few hundred ns, each ending a quiet step early)
         nxt = _INF
-        for i in range(st_si[I_NAR]):
-            k = sti[S_A_R, i]
+        for c in range(st_si[I_NCC]):
+            k = sti[S_A_R, sti[S_A_CC, c]]
             nxt = min(nxt, st_cc[_T_INC, k])
             if st_cc[_DEC_CNP, k]:
                 nxt = min(nxt, st_cc[_T_DEC, k])
@@ -596,35 +684,37 @@ def _dt(net, st, t) -> float:
 
 
 @step_fn
-def _sweep_level(st, dt, lo, hi, views) -> None:
-    """FIFO service of the links ``lk_link[lo:hi]`` (one topological level).
+def _sweep_level(st, dt, lo, hi, views) -> float:
+    """FIFO service of the links ``lk_link[lo:hi]`` (one topological level); returns the
+    largest departure change.
 
     One pass takes every entry's arrivals and each link's sums (arrivals, content, what
     draining entries release); a second moves the bytes (:func:`_fifo`; for an empty link
     that is not overloaded its arithmetic reduces to ``out = in``, done directly), or
     passes the arrivals straight through when nothing at the level queues and no link is
     overloaded. (The draining rule needs content, so the first pass's updates hold in
-    every case.)"""
+    every case.) The second pass also makes the departures current and sums each link's
+    bytes and content (:func:`_settle`), while its entries are in cache."""
     stf = st.f
     sti = st.i
-    q, drain, arr, new, dep_old = views
+    q, drain, arr, new, dep_old, lb = views
+    up = sti[S_P_UP]
+    ddep = 0.0
     passthru = True
     for i in range(lo, hi):
         asum = 0.0
         qsum = 0.0
         tsum = 0.0
         for p in range(sti[S_LK_PTR, i], sti[S_LK_PTR, i + 1]):
-            j = sti[S_LK_ENT, p]
-            e = sti[S_AE, j]
-            a_in = new[j - 1]
-            arr[e] = a_in
-            qv = q[e]
-            dr = drain[e]
+            a_in = new[up[p]]
+            arr[p] = a_in
+            qv = q[p]
+            dr = drain[p]
             if a_in * dt > 0:
                 dr = 0.0
             elif dr <= 0 and qv > 0:
-                dr = dep_old[e]
-            drain[e] = dr
+                dr = dep_old[p]
+            drain[p] = dr
             asum += a_in * dt
             qsum += qv
             tsum += min(qv, dr * dt)
@@ -635,28 +725,48 @@ def _sweep_level(st, dt, lo, hi, views) -> None:
             passthru = False
     for i in range(lo, hi):
         a, b = sti[S_LK_PTR, i], sti[S_LK_PTR, i + 1]
+        asum = stf[S_LK_SUM, i]
         if passthru:  # nothing queued and no link overloaded: arrivals pass through
             for p in range(a, b):
-                j = sti[S_LK_ENT, p]
-                new[j] = new[j - 1]
-            continue
-        asum = stf[S_LK_SUM, i]
-        if (stf[S_LK_QSUM, i] == 0.0 and asum > _TINY
+                new[p] = new[up[p]]
+        elif (stf[S_LK_QSUM, i] == 0.0 and asum > _TINY
                 and asum <= stf[S_SERV_EFF, sti[S_LK_LINK, i]] * dt):
             # _fifo with no content: served = asum, fa = 1, so out = in exactly
             for p in range(a, b):
-                j = sti[S_LK_ENT, p]
-                new[j] = new[j - 1] * dt / dt
-                q[sti[S_AE, j]] = 0.0
-            continue
-        _fifo(stf, sti, views, dt, i)
+                new[p] = new[up[p]] * dt / dt
+                q[p] = 0.0
+        else:
+            _fifo(stf, sti, views, dt, i)
+        ddep = max(ddep, _settle(stf, views, dt, a, b, sti[S_LK_LINK, i]))
+    return ddep
 
 
-@step_fn
+@inline_fn
+def _settle(stf, views, dt, a, b, li) -> float:
+    """Departures of the entries ``a:b`` (all on link ``li``) made current; the link's
+    bytes this step (into ``lb``) and content (``qlink``); returns the largest change."""
+    q, drain, arr, new, dep_old, lb = views
+    ddep = 0.0
+    lbs = lb[li]
+    qs = 0.0
+    for p in range(a, b):
+        nw = new[p]
+        ddep = max(ddep, abs(nw - dep_old[p]))
+        dep_old[p] = nw
+        lbs += nw * dt
+        qs += q[p]
+    lb[li] = lbs
+    stf[S_QLINK, li] = qs
+    return ddep
+
+
+@inline_fn
 def _fifo(stf, sti, views, dt, i) -> None:
     """One link's FIFO: present content leaves first (entries whose arrivals stopped drain
-    linearly at their last departure rate), then this step's arrivals pro rata."""
-    q, drain, arr, new, dep_old = views  # made once per level, not once per link
+    linearly at their last departure rate), then this step's arrivals pro rata. Inlined:
+    a call per link passed the six views by value (a seventh of a step on the validation
+    set's small links)."""
+    q, drain, arr, new, dep_old, lb = views
     asum, qsum, tsum = stf[S_LK_SUM, i], stf[S_LK_QSUM, i], stf[S_LK_TSUM, i]
     served = min(stf[S_SERV_EFF, sti[S_LK_LINK, i]] * dt, qsum + asum)
     tscale = served / tsum if tsum > served else 1.0
@@ -666,15 +776,14 @@ def _fifo(stf, sti, views, dt, i) -> None:
     from_q = min(rest, qrsum)
     fq = from_q / qrsum if qrsum > _TINY else 0.0
     fa = (rest - from_q) / asum if asum > _TINY else 0.0
+    up = sti[S_P_UP]
     for p in range(sti[S_LK_PTR, i], sti[S_LK_PTR, i + 1]):
-        j = sti[S_LK_ENT, p]
-        e = sti[S_AE, j]
-        qv = q[e]
-        in_b = new[j - 1] * dt
-        take = min(qv, drain[e] * dt) * tscale
+        qv = q[p]
+        in_b = new[up[p]] * dt
+        take = min(qv, drain[p] * dt) * tscale
         out_b = take + (qv - take) * fq + in_b * fa
-        new[j] = out_b / dt
-        q[e] = max(qv + in_b - out_b, 0.0)
+        new[p] = out_b / dt
+        q[p] = max(qv + in_b - out_b, 0.0)
 
 
 @step_fn
@@ -684,40 +793,36 @@ def _sweep(net, st, dt) -> float:
     stf = st.f
     sti = st.i
     ntf = net.f
-    nti = net.i
-    net_indptr = net.indptr
-    ne = st_si[I_NAE]
-    views = (stf[S_Q], stf[S_DRAIN], stf[S_ARR], stf[S_AE_NEW], stf[S_DEP])
-    for j in range(ne):
-        first = nti[N_HOP, sti[S_AE, j]] == 0
-        stf[S_AE_NEW, j] = stf[S_A_X, sti[S_AE_ROUTE, j]] if first else 0.0
-    for v in range(st_si[I_NLV]):
-        _sweep_level(st, dt, sti[S_LV_PTR, v], sti[S_LV_PTR, v + 1], views)
-    ddep = 0.0
+    ne, nq = st_si[I_NAE], st_si[I_NQ]
     L = net.dims[D_L]
     lb = st.tmp_rows[0]
     for li in range(L):
         lb[li] = 0.0
         stf[S_QLINK, li] = 0.0
-    for j in range(ne):
-        e = sti[S_AE, j]
-        li = sti[S_AE_LINK, j]
-        ddep = max(ddep, abs(stf[S_AE_NEW, j] - stf[S_DEP, e]))
-        stf[S_DEP, e] = stf[S_AE_NEW, j]
-        lb[li] += stf[S_AE_NEW, j] * dt
-        if nti[N_HOP, e] > 0:  # a queue entry (``q_ent``, in the same order)
-            stf[S_QLINK, li] += stf[S_Q, e]
+    views = (stf[S_WQ], stf[S_WDRAIN], stf[S_WARR], stf[S_WNEW], stf[S_WDEP], lb)
+    for p in range(nq, ne):  # first hops: what the sources inject
+        stf[S_WNEW, p] = stf[S_A_X, sti[S_P_ROUTE, p]]
+    ddep = 0.0
+    for v in range(st_si[I_NLV]):
+        ddep = max(ddep, _sweep_level(st, dt, sti[S_LV_PTR, v], sti[S_LV_PTR, v + 1], views))
+    # the first hops after the queue entries (a link's sums in position order, as before)
+    for p in range(nq, ne):
+        nw = stf[S_WNEW, p]
+        ddep = max(ddep, abs(nw - stf[S_WDEP, p]))
+        stf[S_WDEP, p] = nw
+        lb[sti[S_P_LINK, p]] += nw * dt
     for li in range(L):
         if lb[li] != 0.0:  # (an idle link's bytes and peak stay as they are)
             stf[S_LINK_BYTES, li] += lb[li]
-            util = lb[li] / (ntf[N_CAP, li] * dt + _TINY)
-            stf[S_PEAK_UTIL, li] = max(stf[S_PEAK_UTIL, li], util)
+            den = ntf[N_CAP, li] * dt + _TINY
+            # the division only where the step may raise the peak (well clear of rounding)
+            if lb[li] >= stf[S_PEAK_UTIL, li] * den * (1 - 1e-9):
+                stf[S_PEAK_UTIL, li] = max(stf[S_PEAK_UTIL, li], lb[li] / den)
         stf[S_MAX_Q, li] = max(stf[S_MAX_Q, li], stf[S_QLINK, li])
     for i in range(st_si[I_NAF]):
         stf[S_INJ, sti[S_A_F, i]] += stf[S_A_RF, i] * dt
     for r in range(st_si[I_NAR]):
-        k = sti[S_A_R, r]
-        stf[S_DELIV, k] += stf[S_DEP, net_indptr[k + 1] - 1] * dt
+        stf[S_DELIV, sti[S_A_R, r]] += stf[S_WDEP, sti[S_A_LAST, r]] * dt
     return ddep
 
 
@@ -821,7 +926,8 @@ def _marks(net, st, t_new, dt) -> bool:
     cur_b = _bucket(t_new, bw)
     anyk = False
     until = st_sf[F_MARKS_UNTIL]
-    for r in range(st_si[I_NAR]):
+    for c in range(st_si[I_NCC]):  # (the other routes cross no marking link)
+        r = sti[S_A_CC, c]
         e0, e1 = sti[S_A_ESTART, r], sti[S_A_ESTART, r] + sti[S_A_NE, r]
         hit = False
         for j in range(e0, e1):
@@ -836,7 +942,7 @@ def _marks(net, st, t_new, dt) -> bool:
         for j in range(e1 - 1, e0 - 1, -1):
             li = sti[S_AE_LINK, j]
             e = sti[S_AE, j]
-            mb = stf[S_DEP, e] * dt * pl[li]
+            mb = stf[S_WDEP, sti[S_POS, j]] * dt * pl[li]
             if mb != 0.0:
                 mlink[li] += mb
                 due = t_new + ntf[N_FB_LAT, e] + down + rq
@@ -894,11 +1000,14 @@ def _cnps(net, st, t_new, dt, rng) -> None:
     st_cnp_line = st.cnp_line
     net_dcqcn = net.dcqcn
     net_cfg = net.cfg
-    nr = st_si[I_NAR]
+    # only the routes ECN can mark (``a_cc``; the others' state never changes): their
+    # CNPs by position c in that list
+    ncc = st_si[I_NCC]
+    acc = sti[S_A_CC]
     bw = net_cfg[C_FB_BW]
     rows = st_si[I_FB_ROWS]
     cur_b = _bucket(t_new, bw)
-    cnp_n = _zeroed(st.tmp_rows[0], nr)
+    cnp_n = _zeroed(st.tmp_rows[0], ncc)
     anyn = False
     if cur_b > st_si[I_FB_LAST]:
         nb = min(cur_b - st_si[I_FB_LAST], rows)
@@ -907,40 +1016,51 @@ def _cnps(net, st, t_new, dt, rng) -> None:
             if not st.cnp_dirty[row]:
                 continue  # nothing was written since it was last read: all zero
             st.cnp_dirty[row] = False
-            for r in range(nr):  # other columns belong to flows that ended: never read
-                k = sti[S_A_R, r]
+            for c in range(ncc):  # other columns belong to flows that ended: never read
+                k = sti[S_A_R, acc[c]]
                 v = st_cnp_line[row, k]
                 if v != 0.0:
-                    cnp_n[r] += v
+                    cnp_n[c] += v
                     st_cnp_line[row, k] = 0.0
         st_si[I_FB_LAST] = cur_b
-        for r in range(nr):
-            anyn = anyn or cnp_n[r] != 0
+        for c in range(ncc):
+            anyn = anyn or cnp_n[c] != 0
     cnp = stb[S_A_CNP]
-    for r in range(nr):
-        cnp[r] = False
+    for c in range(ncc):
+        cnp[c] = False
     if anyn:
-        for r in range(nr):
-            cnp[r] = rng.random() < 1.0 - np.exp(-cnp_n[r])
+        # one draw per running route in route order, as before the list existed (the
+        # other routes' draws are discarded: same random stream, same results)
+        d = 0
+        for c in range(ncc):
+            while d < acc[c]:
+                rng.random()
+                d += 1
+            cnp[c] = rng.random() < 1.0 - np.exp(-cnp_n[c])
+            d += 1
+        while d < st_si[I_NAR]:
+            rng.random()
+            d += 1
     interval = net_cfg[C_CNP_INT]
-    for r in range(nr):
-        k = sti[S_A_R, r]
-        if cnp[r] and interval > 0:
+    for c in range(ncc):
+        k = sti[S_A_R, acc[c]]
+        if cnp[c] and interval > 0:
             if t_new - stf[S_LAST_CNP, k] >= interval:
                 stf[S_LAST_CNP, k] = t_new
             else:
-                cnp[r] = False
+                cnp[c] = False
     # a QP without a CNP whose timers are not due keeps its state: skip the update (its
     # byte counter runs only after its first CNP)
     idle_ok = net_dcqcn[_DEC_INT] > 0
     no_bc = net_dcqcn[_BC] <= 0
-    for r in range(nr):
+    for c in range(ncc):
+        r = acc[c]
         k = sti[S_A_R, r]
-        if (idle_ok and not cnp[r] and st_cc[_T_ALPHA, k] > t_new and st_cc[_T_DEC, k] > t_new
+        if (idle_ok and not cnp[c] and st_cc[_T_ALPHA, k] > t_new and st_cc[_T_DEC, k] > t_new
                 and st_cc[_T_INC, k] > t_new and (no_bc or st_cc[_STARTED, k] == 0)):
             continue
-        dcqcn_update_qp(st_cc, k, cnp[r], t_new, net_dcqcn, stf[S_A_X, r] * dt)
-        if cnp[r]:
+        dcqcn_update_qp(st_cc, k, cnp[c], t_new, net_dcqcn, stf[S_A_X, r] * dt)
+        if cnp[c]:
             stf[S_ES_CNPS, k] += 1
 
 
@@ -979,7 +1099,6 @@ def _pfc(net, st, dt) -> None:
     sti = st.i
     ntf = net.f
     ntb = net.b
-    nti = net.i
     net_cfg = net.cfg
     L = net.dims[D_L]
     use = stf[S_PFC_USE]
@@ -990,17 +1109,19 @@ def _pfc(net, st, dt) -> None:
         out[li] = 0.0
         inn[li] = 0.0
     for p in range(st_si[I_NQ]):
-        j = sti[S_Q_ENT, p]
-        use[sti[S_AE_ING, j]] += stf[S_Q, sti[S_AE, j]]
-        out[sti[S_AE_ING, j]] += stf[S_DEP, sti[S_AE, j]]
-        inn[sti[S_AE_ING, j]] += stf[S_ARR, sti[S_AE, j]]
+        ing = sti[S_P_ING, p]
+        use[ing] += stf[S_WQ, p]
+        out[ing] += stf[S_WDEP, p]
+        inn[ing] += stf[S_WARR, p]
     _pfc_thresholds(net, st, use)
     st_si[I_HAS_USE] = 1
     reg = stb[S_PFC_REG]
     if st_si[I_NREG] > 0:
         nic_dem = _zeroed(st.tmp_rows[2], L)
-        for r in range(st_si[I_NAR]):
-            nic_dem[nti[N_FIRST_LINK, sti[S_A_R, r]]] += stf[S_A_DEM, r]
+        for g in range(st_si[I_NNIC]):  # (a NIC's routes in route order, as before)
+            li = sti[S_NIC_LINK, g]
+            for j in range(sti[S_NIC_PTR, g], sti[S_NIC_PTR, g + 1]):
+                nic_dem[li] += stf[S_NIC_DEM, j]
         for li in range(L):
             if not reg[li]:
                 continue
@@ -1053,13 +1174,11 @@ def _horizon(net, st) -> float:
     gp = _zeroed(st.tmp_rows[2], L)
     gl = _zeroed(st.tmp_rows[3], L)
     for p in range(nq):
-        j = sti[S_Q_ENT, p]
-        e = sti[S_AE, j]
-        g = stf[S_ARR, e] - stf[S_DEP, e]
-        if g < -_TINY and stf[S_Q, e] > 0:
-            h = min(h, stf[S_Q, e] / -g)
-        gp[sti[S_AE_ING, j]] += g
-        gl[sti[S_AE_LINK, j]] += g
+        g = stf[S_WARR, p] - stf[S_WDEP, p]
+        if g < -_TINY and stf[S_WQ, p] > 0:
+            h = min(h, stf[S_WQ, p] / -g)
+        gp[sti[S_P_ING, p]] += g
+        gl[sti[S_P_LINK, p]] += g
     pfc = cfg[C_PFC_ON] > 0
     if pfc and st_si[I_NREG] > 0:
         # a paused port's share of its egress FIFO settles over ~Q/C; long steps would
@@ -1159,32 +1278,32 @@ def _complete(net, st, t, ddep, any_marks) -> None:
     cfg, sf = net_cfg, st_sf
     nf = st_si[I_NAF]
     fin = _zeroed(st.tmp_rows[1], nf)  # 1.0: finishes now
-    stopped_q = False
-    rq = _zeroed(st.tmp_rows[0], st_si[I_NAR])
-    for p in range(st_si[I_NQ]):
-        j = sti[S_Q_ENT, p]
-        rq[sti[S_AE_ROUTE, j]] += stf[S_Q, sti[S_AE, j]]
+    stopped = False
     anyfin = False
     for i in range(nf):
         f = sti[S_A_F, i]
         tol = 1e-6 * max(ntf[N_SIZE_W, f], 1.0)
         inj_done = not stb[S_A_SENDING, i] or ntf[N_SIZE_W, f] - stf[S_INJ, f] <= tol
+        stopped = stopped or (stb[S_A_SENDING, i] and inj_done)
         bl = -_INF
         for r in range(sti[S_A_FSTART, i], sti[S_A_FSTART, i + 1]):
             k = sti[S_A_R, r]
             bl = max(bl, ntf[N_W, k] * stf[S_INJ, f] - stf[S_DELIV, k])
-            if stb[S_A_SENDING, i] and inj_done and rq[r] > 1.0:
-                # a source that just stopped while its bytes still queue changes the
-                # next step's arrivals: not steady
-                stopped_q = True
         fin[i] = inj_done and bl <= tol + 1e-6 and stb[S_RUNNING, f]
         anyfin = anyfin or fin[i] > 0
-    dec_pending = False
-    if cfg[C_DCQCN] > 0:
-        for r in range(st_si[I_NAR]):
-            dec_pending = dec_pending or st_cc[_DEC_CNP, sti[S_A_R, r]] > 0
+    # the rest only decides whether the next step may be long: checked only as far as
+    # needed (each is a pass over the running routes or entries)
     steady = (ddep < cfg[C_QUIET_TOL] * cfg[C_CAP_MAX] and t > sf[F_MARKS_UNTIL]
-              and not stopped_q and not any_marks and not dec_pending)
+              and not any_marks)
+    if steady and stopped:
+        # a source that just stopped while its bytes still queue changes the next step's
+        # arrivals: not steady
+        steady = not _stopped_queued(net, st)
+    if steady and cfg[C_DCQCN] > 0:
+        for c in range(st_si[I_NCC]):
+            if st_cc[_DEC_CNP, sti[S_A_R, sti[S_A_CC, c]]] > 0:
+                steady = False  # a rate decrease is pending
+                break
     sf[F_QUIET] = _horizon(net, st) if steady else 0.0
     if not anyfin:
         return
@@ -1206,6 +1325,28 @@ def _complete(net, st, t, ddep, any_marks) -> None:
     # finished flows stay in the running arrays (idle) until the next start rebuilds them
     if not left:
         st_si[I_REBUILD] = 1
+
+
+@step_fn
+def _stopped_queued(net, st) -> bool:
+    """Whether a flow that stopped injecting this step (still marked sending) has more
+    than a byte queued on one of its routes."""
+    stf = st.f
+    sti = st.i
+    stb = st.b
+    ntf = net.f
+    rq = _zeroed(st.tmp_rows[0], st.si[I_NAR])
+    for p in range(st.si[I_NQ]):
+        rq[sti[S_P_ROUTE, p]] += stf[S_WQ, p]
+    for i in range(st.si[I_NAF]):
+        f = sti[S_A_F, i]
+        tol = 1e-6 * max(ntf[N_SIZE_W, f], 1.0)
+        if not (stb[S_A_SENDING, i] and ntf[N_SIZE_W, f] - stf[S_INJ, f] <= tol):
+            continue
+        for r in range(sti[S_A_FSTART, i], sti[S_A_FSTART, i + 1]):
+            if rq[r] > 1.0:
+                return True
+    return False
 
 
 @inline_fn
@@ -1286,7 +1427,18 @@ def _pfc_active(st, L) -> bool:
 
 @njit(cache=True)
 def advance(net, st, rng) -> int:
-    """Run until the end, or until the caller has to act (see the return codes)."""
+    """Run until the end, or until the caller has to act (see the return codes). The
+    running entries' state lives in its rows by position meanwhile (:func:`_positions`);
+    the rows by entry hold it whenever the caller has it."""
+    if st.si[I_REBUILD] == 0 and st.si[I_NAE] > 0:
+        _load_work(st)
+    code = _advance(net, st, rng)
+    _store_work(st)
+    return code
+
+
+@njit(cache=True)
+def _advance(net, st, rng) -> int:
     st_sf = st.sf
     st_si = st.si
     stf = st.f
@@ -1302,7 +1454,9 @@ def advance(net, st, rng) -> int:
             return SAMPLES_FULL
         _start_due(net, st, t)
         if si[I_REBUILD]:
+            _store_work(st)
             rebuild(net, st)
+            _load_work(st)
         if si[I_NAR] == 0:
             nxt = min(stf[S_HEAP_T, 0] if si[I_HEAP] > 0 else _INF, sf[F_FAIL_T])
             if not np.isfinite(nxt):

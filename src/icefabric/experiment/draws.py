@@ -52,21 +52,28 @@ DEFAULT_DRAWS = 100
 QUANTILES = (10, 50, 90)
 
 
-#: Servers above which a default run draws once: every draw is a whole run of each
-#: randomised policy, which costs seconds at that scale (BENCHMARKS.md, "AllToAll over 384
-#: ranks": 10 s of CPU for one ECMP run of 48 servers), and the more flows share the
-#: fabric, the less one draw differs from another. Ask for draws there explicitly.
-DRAWS_MAX_SERVERS = 16
+#: Servers above which a default run draws once. The draws of a (policy, size) share
+#: everything but their QP numbers and paths, and run in the batched kernel: at 128 HGX
+#: servers (1,024 GPUs, ring AllReduce and AllGather) 100 draws cost under 3x one draw
+#: (BENCHMARKS.md, "ECMP draws at 1,024 GPUs").
+DRAWS_MAX_SERVERS = 128
+#: Servers of one AllToAll job above which a default run draws once: its connections grow
+#: with the square of its ranks (BENCHMARKS.md: 6 s of CPU per draw over 48 servers).
+DRAWS_MAX_ALLTOALL_SERVERS = 16
 
 
 def effective_draws(draws: int | None, scenario, engine: str | None = None) -> int:
     """Draws of a run: ``draws`` (the command line), else the scenario's, else
-    :data:`DEFAULT_DRAWS` on the flow engine up to :data:`DRAWS_MAX_SERVERS` servers, and
-    one on the fluid engine (whose runs cost seconds each) or on larger fabrics."""
+    :data:`DEFAULT_DRAWS` on the flow engine up to :data:`DRAWS_MAX_SERVERS` servers (and
+    :data:`DRAWS_MAX_ALLTOALL_SERVERS` in an AllToAll job), and one on the fluid engine
+    (whose runs cost seconds each) or on larger fabrics."""
     if draws or scenario.draws:
         return int(draws or scenario.draws)
-    if (engine or scenario.engine) == "fluid" or \
-            sum(p.count for p in scenario.pools) > DRAWS_MAX_SERVERS:
+    counts = {p.name: p.count for p in scenario.pools}
+    alltoall = [len(j.servers) if j.servers is not None else sum(counts.get(p, 0) for p in j.pools)
+                for j in scenario.jobs if any(c.kind == "alltoall" for c in j.collectives)]
+    if (engine or scenario.engine) == "fluid" or sum(counts.values()) > DRAWS_MAX_SERVERS \
+            or max(alltoall, default=0) > DRAWS_MAX_ALLTOALL_SERVERS:
         return 1
     return DEFAULT_DRAWS
 

@@ -42,8 +42,9 @@
  *
  * Environment: ICE_SHIM_SOCKET (agent socket, default /run/icefab/verbs.sock),
  * ICE_SHIM_TIMEOUT_MS (default 100), ICE_SHIM_RETRY_MS (default 10000: after a failure no
- * QP waits for the agent for this long), ICE_JOB (job name reported with every QP),
- * ICE_SHIM_MLX5_LIB (libmlx5 to dlopen, default libmlx5.so.1; "none": no live changes),
+ * QP waits for the agent for this long, and without an agent the shim connects again this
+ * often, telling each new connection every connected QP), ICE_JOB (job name reported with
+ * every QP), ICE_SHIM_MLX5_LIB (libmlx5 to dlopen, default libmlx5.so.1; "none": no live changes),
  * ICE_SHIM_DISABLE=1, ICE_SHIM_DEBUG=1 (one line per event on stderr).
  *
  * Wire format (one text line each, see icefabric/agent/shim_socket.py):
@@ -51,6 +52,7 @@
  *                  RTR dev= lqpn= ok= sport= planned= srate=
  *                  DONE dev= lqpn= sport_err= rate_err=    GONE dev= lqpn=
  *   agent -> shim  PLAN seq= sport= srate=   NONE seq=   SET dev= lqpn= sport= rate_kbps=
+ *   (a QP told without waiting has seq=0; its answer is ignored)
  *   (srate: enum ibv_rate, 0 = IBV_RATE_MAX = no static rate)
  */
 #define _GNU_SOURCE
@@ -72,6 +74,7 @@
 
 #define LINE_MAX_LEN 512
 #define DESC_LEN 256 /* the QP's fields within a QP line */
+#define RTR_LEN 160  /* an RTR line (a device name is at most 64 bytes) */
 #define SPORT_MIN 0xC000
 #define SPORT_MAX 0xFFFF
 
@@ -264,8 +267,10 @@ static void load_libs(void)
 /* ---- live QPs of this process ---- */
 
 /* The RC QPs of this process from RESET->INIT on: the access flags they got then (NCCL >=
- * 2.29 tells its receive-side QPs by them, see describe_rtr) and, once the agent has been
- * asked at INIT->RTR, `known` (only those can be changed later or are reported GONE). */
+ * 2.29 tells its receive-side QPs by them, see describe_rtr) and, once connected
+ * (`known`), their QP line and what RTR put in force: every agent connection is told
+ * them, whenever it starts, so an agent that was slow, down or restarted still learns
+ * every QP (and can plan and re-port it live). */
 struct live_qp {
     struct ibv_qp *qp;
     char dev[IBV_SYSFS_NAME_MAX];
@@ -273,6 +278,8 @@ struct live_qp {
     int acc; /* qp_access_flags at INIT; -1 = not seen */
     long long init_ns; /* when it went to INIT (CLOCK_MONOTONIC); 0 = not seen */
     int known;
+    char desc[DESC_LEN]; /* the QP line's fields (describe_rtr) */
+    char rtr[RTR_LEN]; /* the RTR line */
 };
 
 static pthread_mutex_t table_mu = PTHREAD_MUTEX_INITIALIZER;
@@ -289,8 +296,9 @@ static struct live_qp *find_qp(const char *dev, uint32_t lqpn, struct ibv_qp *qp
     return NULL;
 }
 
-/* Record `qp`: at INIT with its access flags (acc >= 0), at RTR as known to the agent. */
-static void remember_qp(struct ibv_qp *qp, int acc)
+/* Record `qp`: at INIT with its access flags (acc >= 0), or at RTR (acc < 0) as known,
+ * with its QP line's fields `desc` and its RTR line `rtr`. */
+static void remember_qp(struct ibv_qp *qp, int acc, const char *desc, const char *rtr)
 {
     pthread_mutex_lock(&table_mu);
     struct live_qp *e = find_qp(NULL, 0, qp);
@@ -314,8 +322,11 @@ static void remember_qp(struct ibv_qp *qp, int acc)
         if (acc >= 0) {
             e->acc = acc;
             e->init_ns = now_ns();
-        } else
+        } else {
             e->known = 1;
+            snprintf(e->desc, sizeof(e->desc), "%s", desc);
+            snprintf(e->rtr, sizeof(e->rtr), "%s", rtr);
+        }
     }
     pthread_mutex_unlock(&table_mu);
 }
@@ -337,6 +348,8 @@ static pthread_mutex_t req_mu = PTHREAD_MUTEX_INITIALIZER;  /* one request at a 
 static pthread_mutex_t conn_mu = PTHREAD_MUTEX_INITIALIZER; /* fd, reply slot, writes */
 static pthread_cond_t reply_cv = PTHREAD_COND_INITIALIZER;
 static int agent_fd = -1;
+static long conn_gen; /* bumped at every new agent connection */
+static int reconnecting; /* a reconnect thread is running */
 static long long agent_down_until_ms;
 static long req_seq;
 static char reply[LINE_MAX_LEN];
@@ -352,6 +365,49 @@ static void drop_locked(const char *why)
         pthread_cond_broadcast(&reply_cv);
     }
     agent_down_until_ms = now_ms() + cfg.retry_ms;
+}
+
+static int connect_locked(void);
+
+/* Start a detached thread that does not take the CCL's signals; 0 on success. */
+static int spawn(void *(*fn)(void *), void *arg)
+{
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    pthread_t t;
+    pthread_attr_t at;
+    pthread_attr_init(&at);
+    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
+    int rc = pthread_create(&t, &at, fn, arg);
+    pthread_attr_destroy(&at);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    return rc;
+}
+
+/* Connects again every ICE_SHIM_RETRY_MS while there is no agent connection, so that a
+ * restarted (or late) agent learns this process's QPs without waiting for a new one. */
+static void *reconnect(void *arg)
+{
+    (void)arg;
+    for (;;) {
+        struct timespec ts = {cfg.retry_ms / 1000, (cfg.retry_ms % 1000) * 1000000L};
+        nanosleep(&ts, NULL);
+        pthread_mutex_lock(&conn_mu);
+        int done = agent_fd >= 0 || connect_locked() == 0;
+        if (done)
+            reconnecting = 0;
+        pthread_mutex_unlock(&conn_mu);
+        if (done)
+            return NULL;
+    }
+}
+
+/* Start the reconnect thread unless it runs (conn_mu held). */
+static void start_reconnect_locked(void)
+{
+    if (!reconnecting)
+        reconnecting = spawn(reconnect, NULL) == 0;
 }
 
 /* Never blocks: an agent that does not read its socket must not stall the CCL, so a full
@@ -429,8 +485,11 @@ static void *reader(void *arg)
         char *start = buf, *nl;
         while ((nl = strchr(start, '\n'))) {
             *nl = '\0';
+            long seq;
             if (!strncmp(start, "SET ", 4)) {
                 apply_set(start);
+            } else if (icefab_kv_long(start, "seq", &seq) && seq == 0) {
+                /* the answer to a QP told, not asked: nobody waits for it */
             } else {
                 pthread_mutex_lock(&conn_mu);
                 snprintf(reply, sizeof(reply), "%s", start);
@@ -448,6 +507,7 @@ static void *reader(void *arg)
     if (agent_fd == fd)
         drop_locked("the agent closed the connection");
     close(fd);
+    start_reconnect_locked();
     pthread_mutex_unlock(&conn_mu);
     return NULL;
 }
@@ -467,51 +527,58 @@ static int connect_locked(void)
         return -1;
     }
     fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK); /* the reader blocks in recv() */
-    /* The reader must not take the CCL's signals. */
-    sigset_t all, old;
-    sigfillset(&all);
-    pthread_sigmask(SIG_SETMASK, &all, &old);
-    pthread_t t;
-    pthread_attr_t at;
-    pthread_attr_init(&at);
-    pthread_attr_setdetachstate(&at, PTHREAD_CREATE_DETACHED);
-    int rc = pthread_create(&t, &at, reader, (void *)(long)fd);
-    pthread_attr_destroy(&at);
-    pthread_sigmask(SIG_SETMASK, &old, NULL);
-    if (rc != 0) {
+    if (spawn(reader, (void *)(long)fd) != 0) {
         close(fd);
         return -1;
     }
     agent_fd = fd;
-    char hello[LINE_MAX_LEN];
-    snprintf(hello, sizeof(hello), "HELLO pid=%d job=%s rank=%s\n", (int)getpid(), cfg.job,
+    conn_gen++;
+    char line[LINE_MAX_LEN];
+    snprintf(line, sizeof(line), "HELLO pid=%d job=%s rank=%s\n", (int)getpid(), cfg.job,
              cfg.rank);
-    send_locked(hello);
-    return 0;
+    send_locked(line);
+    /* Every connected QP, in connection order (the agent names data QPs in that order);
+     * its answers are to no request (seq 0) and are ignored.  Lock order: conn_mu, then
+     * table_mu (nothing takes conn_mu while holding table_mu). */
+    pthread_mutex_lock(&table_mu);
+    for (size_t i = 0; i < table_len && agent_fd >= 0; i++) {
+        if (!table[i].known)
+            continue;
+        snprintf(line, sizeof(line), "QP seq=0 %s\n", table[i].desc);
+        send_locked(line);
+        send_locked(table[i].rtr);
+    }
+    pthread_mutex_unlock(&table_mu);
+    return agent_fd >= 0 ? 0 : -1;
 }
 
-/* Ask for the plan of one QP; fills sport (-1 = none) / srate (0 = none) and returns 1 if
- * the agent answered.  Never waits more than the timeout, and after a failure no QP waits
- * at all for ICE_SHIM_RETRY_MS. */
-static int ask_agent(const char *desc, int *sport, int *srate)
+/* Tell the agent about one QP and wait at most the timeout for its plan: sport (-1 =
+ * none) and srate (0 = none).  Returns the generation of the connection the agent was
+ * told on (0: no agent; the QP is told when one connects).  After a failure no QP waits
+ * for ICE_SHIM_RETRY_MS: a slow agent is still told, without waiting. */
+static long ask_agent(const char *desc, int *sport, int *srate)
 {
-    int got = -1;
+    long told = 0;
     *sport = -1;
     *srate = 0;
     pthread_mutex_lock(&req_mu);
     pthread_mutex_lock(&conn_mu);
     long long now = now_ms();
-    if (now < agent_down_until_ms)
-        goto out;
-    if (agent_fd < 0 && connect_locked() != 0) {
-        agent_down_until_ms = now + cfg.retry_ms;
+    if (agent_fd < 0 && (now < agent_down_until_ms || connect_locked() != 0)) {
+        if (now >= agent_down_until_ms)
+            agent_down_until_ms = now + cfg.retry_ms;
+        start_reconnect_locked();
         goto out;
     }
-    long seq = ++req_seq;
+    int wait = now >= agent_down_until_ms;
+    long seq = wait ? ++req_seq : 0;
     char line[LINE_MAX_LEN];
     snprintf(line, sizeof(line), "QP seq=%ld %s\n", seq, desc);
     reply[0] = '\0';
     send_locked(line);
+    told = agent_fd >= 0 ? conn_gen : 0;
+    if (!told || !wait)
+        goto out;
     struct timespec dl;
     clock_gettime(CLOCK_REALTIME, &dl);
     dl.tv_sec += cfg.timeout_ms / 1000;
@@ -520,20 +587,21 @@ static int ask_agent(const char *desc, int *sport, int *srate)
         dl.tv_sec++;
         dl.tv_nsec -= 1000000000L;
     }
+    int got = -1;
     while (agent_fd >= 0 && (got = icefab_parse_plan(reply, seq, sport, srate)) == -1)
         if (pthread_cond_timedwait(&reply_cv, &conn_mu, &dl) == ETIMEDOUT)
             break;
     if (got < 0) {
         *sport = -1;
         *srate = 0;
-        agent_down_until_ms = now_ms() + cfg.retry_ms; /* slow: keep it, but stop asking */
+        agent_down_until_ms = now_ms() + cfg.retry_ms; /* slow: keep it, but stop waiting */
         debug("no usable answer from the agent within %ld ms (reply '%s')", cfg.timeout_ms,
               reply);
     }
 out:
     pthread_mutex_unlock(&conn_mu);
     pthread_mutex_unlock(&req_mu);
-    return got >= 0;
+    return told;
 }
 
 /* ---- the interposed verbs ---- */
@@ -595,7 +663,7 @@ static void copy_attr(struct ibv_qp_attr *dst, const struct ibv_qp_attr *src, in
 static int modify_rtr(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, const char *desc)
 {
     int sport, srate;
-    int asked = ask_agent(desc, &sport, &srate);
+    long told = ask_agent(desc, &sport, &srate);
     uint32_t fl = icefab_flow_label_for_sport(sport);
     int rc = -1, planned = fl != 0 || srate != 0;
     if (planned) {
@@ -614,15 +682,24 @@ static int modify_rtr(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask, con
     }
     if (!planned)
         rc = real_modify(qp, attr, mask);
-    if (rc == 0 && asked) { /* only QPs the agent knows can be changed later */
-        remember_qp(qp, -1);
-        uint32_t used = planned && fl ? fl : attr->ah_attr.grh.flow_label;
-        if (!used)
-            used = icefab_calc_flow_label(qp->qp_num, attr->dest_qp_num);
-        send_line("RTR dev=%s lqpn=%u ok=1 sport=%u planned=%d srate=%d\n",
-                  qp->context->device->name, qp->qp_num, icefab_sport_of_flow_label(used),
-                  planned, planned ? srate : attr->ah_attr.static_rate);
-    }
+    if (rc != 0)
+        return rc;
+    uint32_t used = planned && fl ? fl : attr->ah_attr.grh.flow_label;
+    if (!used)
+        used = icefab_calc_flow_label(qp->qp_num, attr->dest_qp_num);
+    char rtr[RTR_LEN], line[LINE_MAX_LEN];
+    snprintf(rtr, sizeof(rtr), "RTR dev=%s lqpn=%u ok=1 sport=%u planned=%d srate=%d\n",
+             qp->context->device->name, qp->qp_num, icefab_sport_of_flow_label(used), planned,
+             planned ? srate : attr->ah_attr.static_rate);
+    remember_qp(qp, -1, desc, rtr);
+    /* A connection made since the agent was asked may have started before this QP was
+     * remembered: tell it the QP (the agent takes a QP told twice once). */
+    snprintf(line, sizeof(line), "QP seq=0 %s\n", desc);
+    pthread_mutex_lock(&conn_mu);
+    if (agent_fd >= 0 && conn_gen != told)
+        send_locked(line);
+    send_locked(rtr);
+    pthread_mutex_unlock(&conn_mu);
     return rc;
 }
 
@@ -639,7 +716,7 @@ static int shim_modify_qp(struct ibv_qp *qp, struct ibv_qp_attr *attr, int mask)
     int rc = real_modify(qp, attr, mask);
     if (rc == 0 && !cfg.disabled && qp->qp_type == IBV_QPT_RC && (mask & IBV_QP_STATE) &&
         attr->qp_state == IBV_QPS_INIT && (mask & IBV_QP_ACCESS_FLAGS))
-        remember_qp(qp, (int)attr->qp_access_flags);
+        remember_qp(qp, (int)attr->qp_access_flags, NULL, NULL);
     return rc;
 }
 
@@ -715,6 +792,7 @@ static void after_fork_child(void)
     if (agent_fd >= 0)
         close(agent_fd);
     agent_fd = -1;
+    reconnecting = 0;
     table_len = 0;
 }
 

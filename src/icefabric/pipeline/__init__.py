@@ -11,8 +11,9 @@ plan`` and the validation call these, and nothing else assembles the steps:
 * :mod:`.simulation` — :func:`simulate` a plan with :class:`EngineOptions`;
 * :mod:`.recipe` — :class:`RunSpec`: one policy's run of a scenario (the fabric it runs on,
   its QPs per connection, the failures it sees, its engine options), which the runner, the
-  training iteration, the draws and the twin hand to the steps above;
-* :mod:`.hosts` — a plan as the per-host wire plans agents apply, and back.
+  training iteration, the draws and the twin hand to the steps above.
+
+A plan as the per-host wire plans agents apply, and back, is :mod:`icefabric.wire`.
 """
 
 from icefabric.engine.options import EngineOptions

@@ -21,15 +21,14 @@ import numpy as np
 from icefabric.ccl.collectives import add_collective
 from icefabric.ccl.communicator import Communicator, QpsRule
 from icefabric.ccl.workload import Workload, WorkloadBuilder
-from icefabric.csr import within
 from icefabric.errors import IceFabricError
 from icefabric.pipeline.pairing import QpEnd, data_qps
-from icefabric.qpid import QpId
 from icefabric.scenario.build import job_nccl_settings, placed_accels
 from icefabric.scenario.loader import LoadedScenario
 from icefabric.schemas_service import CommReport
 from icefabric.topology.model import Fabric
 from icefabric.units import ipv4_int
+from icefabric.wire import qp_ids
 
 
 class PipelineError(IceFabricError, ValueError):
@@ -86,40 +85,18 @@ def build_workload(fabric: Fabric, jobs: Sequence[JobSpec], *, qpn_seed: int = 0
     return wl
 
 
-def qp_jobs(wl: Workload) -> list[str]:
-    """The job of every QP."""
-    return [wl.conn_job[c] for c in wl.qp_conn.tolist()]
-
-
-def qp_ordinals(wl: Workload) -> np.ndarray:
-    """Ordinal of every QP among the QPs of its job between the same NIC pair, in creation
-    order: with the job and the pair it names the QP across reports and plans
-    (:class:`icefabric.qpid.QpId`; every modelled QP is a data QP)."""
-    if wl.n_qps == 0:
-        return np.zeros(0, dtype=np.int64)
-    job = np.unique(np.asarray(wl.conn_job), return_inverse=True)[1].reshape(-1)[wl.qp_conn]
-    order = np.lexsort((np.arange(wl.n_qps), wl.qp_dst_nic, wl.qp_src_nic, job))
-    keys = np.stack([job, wl.qp_src_nic, wl.qp_dst_nic])[:, order]
-    start = np.r_[True, np.any(keys[:, 1:] != keys[:, :-1], axis=0)]
-    out = np.empty(wl.n_qps, dtype=np.int64)
-    out[order] = within(np.diff(np.r_[np.flatnonzero(start), wl.n_qps]))
-    return out
-
-
 def _apply_observed_qps(wl: Workload, jobs: Sequence[JobSpec]) -> None:
     """Replace modelled QP numbers (and derived ports) by those of the reported data QPs
     (:func:`icefabric.pipeline.pairing.data_qps`), matched by :class:`QpId`."""
     if not any(j.qps for j in jobs):
         return
-    names = qp_jobs(wl)
-    ordinal = qp_ordinals(wl).tolist()
-    sip, dip = wl.qp_src_ip.tolist(), wl.qp_dst_ip.tolist()
+    ids = qp_ids(wl)
     modelled: dict[str, set[tuple[int, int]]] = {}
-    for q, job in enumerate(names):
-        modelled.setdefault(job, set()).add((sip[q], dip[q]))
+    for i in ids:
+        modelled.setdefault(i.job, set()).add((i.src_ip, i.dst_ip))
     observed = {j.name: data_qps(j.qps, modelled.get(j.name, set())) for j in jobs if j.qps}
-    for q, job in enumerate(names):
-        got = observed.get(job, {}).get(QpId(job, sip[q], dip[q], ordinal[q]))
+    for q, i in enumerate(ids):
+        got = observed.get(i.job, {}).get(i)
         if got is not None:
             wl.qp_lqpn[q], wl.qp_rqpn[q], wl.qp_sport[q] = got.lqpn, got.rqpn, got.sport
 

@@ -3,7 +3,7 @@
 Every verbs connection is two RC QPs, one per host: NCCL's send side (``ncclIbConnect``)
 writes the data, its receive side (``ncclIbAccept``) only clear-to-send writes and ACKs
 (``src/transport/net_ib/connect.cc``). Only the send side is a data QP of the job model
-(:func:`icefabric.pipeline.jobs.qp_ordinals`); a receive-side QP must never take a data
+(:func:`icefabric.wire.qp_ordinals`); a receive-side QP must never take a data
 QP's plan. The hosts report both ends (``QpEntry``, with what they could tell); here the
 controller pairs them — A's local QPN is B's remote QPN and the addresses are mirrored —
 and tells the direction of each connection, by the first rule that decides:

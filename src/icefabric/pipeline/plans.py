@@ -108,6 +108,15 @@ def _paced(p: Plan, paths: PathPlan) -> PathPlan:
     return paths.with_rates(qp_rates(p.fabric, p.workload, paths))
 
 
+@dataclass(frozen=True)
+class Kept:
+    """A plan of another workload under the same links, and per QP of the workload to plan
+    its index there (``index``; -1: a new QP)."""
+
+    paths: PathPlan
+    index: np.ndarray
+
+
 def planned(fabric: Fabric, workload: Workload, policy: Policy, paths: PathPlan,
             seed: int = 0) -> Plan:
     """The :class:`Plan` of ``policy``'s ``paths`` for ``workload``, paced as the policy
@@ -117,11 +126,18 @@ def planned(fabric: Fabric, workload: Workload, policy: Policy, paths: PathPlan,
 
 
 def plan(fabric: Fabric, workload: Workload, policy: Policy, *, seed: int = 0,
-         down_links: Sequence[int] = (), previous: PathPlan | None = None) -> Plan:
+         down_links: Sequence[int] = (), previous: PathPlan | Kept | None = None) -> Plan:
     """Plan ``workload`` with ``policy`` (links ``down_links`` excluded). With ``previous``
-    (a plan of the same workload), the policy re-plans from it instead of from scratch."""
+    a plan of the same workload, the policy re-plans from it instead of from scratch; with
+    :class:`Kept`, it keeps the QPs it names where they were
+    (:meth:`~icefabric.policies.base.Policy.extend`)."""
     ctx = PlanContext.create(fabric, workload, seed=seed, down_links=down_links)
-    paths = policy.plan(ctx) if previous is None else policy.replan(ctx, previous)
+    if previous is None:
+        paths = policy.plan(ctx)
+    elif isinstance(previous, Kept):
+        paths = policy.extend(ctx, previous.paths, previous.index)
+    else:
+        paths = policy.replan(ctx, previous)
     return planned(fabric, workload, policy, paths, seed)
 
 

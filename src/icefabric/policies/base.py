@@ -12,6 +12,8 @@ import inspect
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 
+import numpy as np
+
 from icefabric.ccl.workload import Workload
 from icefabric.control.hashing import fabric_hash_configs
 from icefabric.control.plan import PathPlan
@@ -89,6 +91,14 @@ class Policy(ABC):
         """Plan after links failed (``ctx.routing`` excludes them). Must keep the route
         structure of ``previous`` (same ``route_qp`` and weights) so the engine can swap
         route link lists in place."""
+        return self.plan(ctx)
+
+    def extend(self, ctx: PlanContext, previous: PathPlan, kept: np.ndarray) -> PathPlan:
+        """Plan a changed workload under the same links as ``previous``: ``kept[q]`` is the
+        index in ``previous`` of QP ``q`` of ``ctx.workload`` (-1: a new QP). A policy that
+        sets ports keeps the kept QPs' paths and ports, so a job starting or ending does
+        not move other jobs' QPs; the default plans afresh (a policy whose ports are the
+        kernel's derives them from the QP numbers: they stay as they were)."""
         return self.plan(ctx)
 
     def ideal_fabric(self, fabric: Fabric) -> Fabric:

@@ -17,6 +17,12 @@ without a global view — the common per-host fix).
 Its QPs are paced: the plan's rates come from the planned paths
 (:func:`icefabric.pipeline.plans.qp_rates`).
 
+When a job starts or ends :meth:`IcePolicy.extend` keeps every other QP's path, source
+port and backup port and plans only the new QPs around them (pinned greedy,
+:func:`icefabric.control.planning.plan_paths`); the pacing rates are recomputed for all
+(:mod:`icefabric.pipeline.plans`): capacity a job frees or takes changes the others'
+max-min shares, and a new job's QPs fit only if the others slow down.
+
 After a link failure :meth:`IcePolicy.replan` moves only the QPs that need it
 (:func:`icefabric.control.failover.replan_after_failure`). The end-side agent reacts in
 ``agent_failover_ns`` (default 50 µs: link-down detection on the NIC or a CQE error plus
@@ -168,6 +174,44 @@ class IcePolicy(Policy):
         r = realize_paths(f, rt, ctx.hash_configs, d.src_nic, d.dst_nic, alt, mode="model",
                           exclude=excl, seed=ctx.seed + 1)
         return r.sport, alt
+
+    def extend(self, ctx: PlanContext, previous: PathPlan, kept: np.ndarray) -> PathPlan:
+        f, rt = ctx.fabric, ctx.routing
+        d = workload_demand(f, ctx.workload)
+        old, new = np.flatnonzero(kept >= 0), np.flatnonzero(kept < 0)
+        before = previous.meta.get("planned_paths") or _fabric_paths(previous)
+        ptr = previous.qp_route_ptr()
+        planned = [np.zeros(0, np.int64)] * d.n_qps
+        routes: list = [None] * d.n_qps
+        for q, k in zip(old.tolist(), kept[old].tolist(), strict=True):
+            planned[q] = np.asarray(before[k], dtype=np.int64)
+            routes[q] = previous.route(int(ptr[k]))
+        sport = np.full(d.n_qps, -1, dtype=np.int64)
+        sport[old] = previous.sport[kept[old]]
+        meta = {"method": "extend", "kept": len(old), "sport_mode": self.sport_mode,
+                "n_qps": d.n_qps, "planned_paths": planned}
+        if len(new):
+            a = plan_paths(f, rt, d, method="greedy", pinned=kept >= 0, initial=planned,
+                           improve=self.improve, seed=ctx.seed)
+            planned = meta["planned_paths"] = list(a.paths)
+            ip = f.node_ip  # the new ports avoid the kept ones of the same NIC pairs
+            r = realize_paths(f, rt, ctx.hash_configs, d.src_nic[new], d.dst_nic[new],
+                              [planned[q] for q in new.tolist()], mode=self.sport_mode,
+                              exclude=(ip[d.src_nic[old]], ip[d.dst_nic[old]], sport[old]),
+                              seed=ctx.seed)
+            sport[new] = np.where(r.sport >= 0, r.sport, ctx.workload.sports()[new])
+            for q, route in zip(new.tolist(), r.paths, strict=True):
+                routes[q] = route
+            meta.update(planned_max_util=a.max_util, verified_new=int(r.ok.sum()))
+        self._last = (ctx.workload, rt, d)
+        backup = None
+        if self.backup and len(new):
+            backup, meta["backup_paths"] = self._backups(ctx, d, planned, sport)
+            backup[old] = previous.backup_sport[kept[old]]
+        elif self.backup:  # nothing new: every backup port is kept too
+            backup = previous.backup_sport[kept]
+        return single_path_plan(routes, sport, policy=self.name, meta=meta,
+                                backup_sport=backup)
 
     def replan(self, ctx: PlanContext, previous: PathPlan) -> PathPlan:
         f, rt = ctx.fabric, ctx.routing

@@ -248,7 +248,7 @@ class Scenario(_Strict):
         None, ge=1, le=10_000,
         description="draws of QP numbers and switch hash seeds per randomised policy (the "
         "ECMP family); default icefabric.experiment.draws.DEFAULT_DRAWS (1 on the fluid "
-        "engine and above 16 servers); `icefab simulate "
+        "engine, above 128 servers and for an AllToAll over more than 16); `icefab simulate "
         "--draws` wins")
     fabric: FabricSpec = Field(description="the network")
     pools: list[PoolSpec] = Field(min_length=1, description="groups of identical servers")

@@ -112,6 +112,13 @@ class Fabric:
     def out_links(self) -> np.ndarray:
         return np.argsort(self.link_src, kind="stable").astype(np.int64)
 
+    @cached_property
+    def out_rank(self) -> np.ndarray:
+        """Rank of every link among its source node's links (ordered by link id)."""
+        rank = np.empty(self.n_links, dtype=np.int64)
+        rank[self.out_links] = within(np.diff(self.out_indptr))
+        return rank
+
     def links_from(self, node: int) -> np.ndarray:
         return self.out_links[self.out_indptr[node]:self.out_indptr[node + 1]]
 
@@ -149,6 +156,19 @@ class Fabric:
         up = host & (self.node_kind[self.link_src] == NIC)
         out[self.link_src[up]] = self.link_dst[up]
         return out
+
+    @cached_property
+    def nic_links(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per node: the NIC's uplink and downlink ids (-1 for non-NICs); of the fabric, so
+        every link state's routing reads the same pair."""
+        up = np.full(self.n_nodes, -1, dtype=np.int64)
+        down = np.full(self.n_nodes, -1, dtype=np.int64)
+        host = np.flatnonzero(self.link_kind == LINK_HOST)
+        from_nic = self.node_kind[self.link_src[host]] == NIC
+        up[self.link_src[host[from_nic]]] = host[from_nic]
+        to_nic = self.node_kind[self.link_dst[host]] == NIC
+        down[self.link_dst[host[to_nic]]] = host[to_nic]
+        return up, down
 
     @cached_property
     def nic_accel(self) -> np.ndarray:

@@ -36,8 +36,7 @@ from icefabric.csr import csr_from_lists
 from icefabric.errors import IceFabricError
 from icefabric.experiment.runner import ExperimentResult, collective_row
 from icefabric.pipeline import Plan
-from icefabric.pipeline.hosts import paths_from_host_plans, qp_hosts, qp_keys
-from icefabric.pipeline.jobs import JobSpec, qp_jobs, qp_ordinals
+from icefabric.pipeline.jobs import JobSpec
 from icefabric.pipeline.plans import LinkChange, LinkEvent
 from icefabric.pipeline.recipe import RunSpec
 from icefabric.scenario.build import build_fabric
@@ -55,6 +54,7 @@ from icefabric.topology.model import Fabric
 from icefabric.topology.routing import Routing
 from icefabric.topology.serialize import fabric_to_dict
 from icefabric.units import ipv4_str
+from icefabric.wire import paths_from_host_plans, qp_hosts, qp_ids
 
 
 class TwinError(IceFabricError, RuntimeError):
@@ -129,10 +129,10 @@ def host_reports(fabric: Fabric, jobs: list[JobSpec], wl: Workload
     """What each host's collector would report: one CommReport per job it takes part in
     (``jobs`` in launch order, ``wl`` their workload)."""
     qps_by: dict[tuple[str, str], list[QpEntry]] = {}
-    for (s, d, lq, rq), host, job, o in zip(qp_keys(wl), qp_hosts(fabric, wl), qp_jobs(wl),
-                                            qp_ordinals(wl).tolist(), strict=True):
-        qps_by.setdefault((job, host), []).append(
-            QpEntry(src_ip=s, dst_ip=d, lqpn=lq, rqpn=rq, ordinal=o))
+    for i, host, lq, rq in zip(qp_ids(wl), qp_hosts(fabric, wl), wl.qp_lqpn.tolist(),
+                               wl.qp_rqpn.tolist(), strict=True):
+        qps_by.setdefault((i.job, host), []).append(
+            QpEntry(src_ip=i.src, dst_ip=i.dst, lqpn=lq, rqpn=rq, ordinal=i.ordinal))
     out: dict[str, list[CommReport]] = {}
     for j, spec in enumerate(jobs):
         comm = spec.comm
@@ -158,9 +158,9 @@ def applied_plan(fabric: Fabric, wl: Workload, actuators: dict[str, TwinNicActua
     port under the current link state; multi-route (spraying) QPs use their planned routes.
     Returns the plan and the number of QPs whose realized path differs from the planned one.
     """
-    applied = {k: actuators[h].applied[k] for h, k in zip(qp_hosts(fabric, wl), qp_keys(wl),
+    applied = {i: actuators[h].applied[i] for h, i in zip(qp_hosts(fabric, wl), qp_ids(wl),
                                                           strict=True)
-               if k in actuators[h].applied}
+               if i in actuators[h].applied}
     try:
         pp = paths_from_host_plans(wl, applied, policy=policy)
     except KeyError as e:
@@ -294,7 +294,8 @@ class _Session:
     def wait_plan(self, down_ids: set[int]) -> None:
         """Wait until every agent applied a plan of every job with exactly ``down`` down."""
         state: dict = {}
-        want = list(zip(qp_hosts(self.fabric, self.wl), qp_keys(self.wl), strict=True))
+        want = list(zip(qp_hosts(self.fabric, self.wl), qp_ids(self.wl),
+                        self.wl.qp_lqpn.tolist(), self.wl.qp_rqpn.tolist(), strict=True))
 
         def ok() -> bool:
             c = settled_plan(self.admin, self.hosts.agents)
@@ -308,7 +309,8 @@ class _Session:
             # and names every QP by its reported numbers (a job is planned from its first
             # report, before the other hosts' QP numbers are in)
             acts = self.hosts.actuators
-            return all(k in acts[h].applied for h, k in want)
+            return all((p := acts[h].applied.get(i)) is not None and
+                       (p.lqpn, p.rqpn) == (lq, rq) for h, i, lq, rq in want)
 
         _wait(ok, self.timeout_s, f"every agent to apply a plan with links {sorted(down_ids)} "
               "down")

@@ -4,7 +4,7 @@ the verbs shim of NCCL/RCCL processes, dry run). Choose one by name with
 
 from __future__ import annotations
 
-from icefabric.agent.actuators.base import Actuator, ApplyResult, QpKey, qp_key
+from icefabric.agent.actuators.base import Actuator, ApplyResult
 
 
 def get_actuator(name: str, **options) -> Actuator:
@@ -29,4 +29,4 @@ def get_actuator(name: str, **options) -> Actuator:
     raise ValueError(f"unknown actuator {name!r}; available: twin, hccl-cfg, verbs, dry-run")
 
 
-__all__ = ["Actuator", "ApplyResult", "QpKey", "get_actuator", "qp_key"]
+__all__ = ["Actuator", "ApplyResult", "get_actuator"]

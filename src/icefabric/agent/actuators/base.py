@@ -3,13 +3,10 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
-from icefabric.schemas_service import HostPlan, QpKey, QpPlan
-
-
-def qp_key(q: QpPlan) -> QpKey:
-    return q.key
+from icefabric.qpid import QpId
+from icefabric.schemas_service import HostPlan, QpPlan
 
 
 @dataclass
@@ -18,61 +15,78 @@ class ApplyResult:
     retried by the next plan, even an identical one), ``messages`` say why."""
 
     applied: int = 0
-    failed: set[QpKey] = field(default_factory=set)
+    failed: set[QpId] = field(default_factory=set)
     messages: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class InForce:
+    """What an actuator put in force on a QP: its source port and rate, on the QP numbers
+    the plan named (a plan that names the QP by other numbers is a change: the controller
+    found which live QP it is)."""
+
+    lqpn: int
+    rqpn: int
+    sport: int | None
+    rate_bps: float | None
+
+    @classmethod
+    def of(cls, q: QpPlan) -> InForce:
+        return cls(q.lqpn, q.rqpn, q.sport, q.rate_bps)
 
 
 class Actuator(ABC):
     """Applies plans; remembers what it applied (``state``) so it can skip unchanged QPs.
 
-    ``state`` maps a QP key to ``(sport, rate_bps)`` currently in force: only what applied
-    is recorded, so a QP whose apply failed stays "changed" and the next plan retries it.
+    ``state`` maps a QP (its :class:`~icefabric.qpid.QpId`) to what is :class:`InForce` on
+    it: only what applied is recorded, so a QP whose apply failed stays "changed" and the
+    next plan retries it.
     """
 
     name = ""
 
     def __init__(self):
-        self.state: dict[QpKey, tuple[int | None, float | None]] = {}
+        self.state: dict[QpId, InForce] = {}
 
     def apply(self, plan: HostPlan) -> ApplyResult:
         """Bring every QP of ``plan`` to its planned source port and rate."""
-        changed = [q for q in plan.qps if self.state.get(qp_key(q)) != (q.sport, q.rate_bps)]
+        changed = [q for q in plan.qps if self.state.get(q.qp_id) != InForce.of(q)]
         try:
             res = self._apply(plan, changed)
         except OSError as e:
-            return ApplyResult(0, {qp_key(q) for q in changed}, [f"{type(e).__name__}: {e}"])
+            return ApplyResult(0, {q.qp_id for q in changed}, [f"{type(e).__name__}: {e}"])
         for q in changed:
-            if qp_key(q) not in res.failed:
-                self.state[qp_key(q)] = (q.sport, q.rate_bps)
-        # QPs the plan no longer names (ended jobs; modelled numbers replaced by reported
-        # ones) are forgotten, so a plan naming one again applies it again.
-        keys = {qp_key(q) for q in plan.qps}
-        self.state = {k: v for k, v in self.state.items() if k in keys}
+            if q.qp_id not in res.failed:
+                self.state[q.qp_id] = InForce.of(q)
+        # QPs the plan no longer names (ended jobs) are forgotten, so a plan naming one
+        # again applies it again.
+        ids = {q.qp_id for q in plan.qps}
+        self.state = {k: v for k, v in self.state.items() if k in ids}
         res.applied = len(plan.qps) - len(res.failed)
         return res
 
-    def set_sport(self, key: QpKey, sport: int) -> bool:
+    def set_sport(self, qp: QpId, sport: int) -> bool:
         """Change one QP's source port now (autonomous backup switch)."""
-        old = self.state.get(key)
+        old = self.state.get(qp)
         if old is None:
             return False
-        ok = self._set_one(key, sport, old[1])
+        ok = self._set_one(qp, sport, old.rate_bps)
         if ok:
-            self.state[key] = (sport, old[1])
+            self.state[qp] = replace(old, sport=sport)
         return ok
 
-    def set_rate(self, key: QpKey, rate_bps: float | None) -> bool:
-        old = self.state.get(key)
+    def set_rate(self, qp: QpId, rate_bps: float | None) -> bool:
+        old = self.state.get(qp)
         if old is None:
             return False
-        ok = self._set_one(key, old[0], rate_bps)
+        ok = self._set_one(qp, old.sport, rate_bps)
         if ok:
-            self.state[key] = (old[0], rate_bps)
+            self.state[qp] = replace(old, rate_bps=rate_bps)
         return ok
 
     @abstractmethod
     def _apply(self, plan: HostPlan, changed: list[QpPlan]) -> ApplyResult:
         """Apply the changed QPs (the full plan is given for file-based actuators)."""
 
-    def _set_one(self, key: QpKey, sport: int, rate_bps: float | None) -> bool:
+    def _set_one(self, qp: QpId, sport: int, rate_bps: float | None) -> bool:
         return True

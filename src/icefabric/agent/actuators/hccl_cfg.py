@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from icefabric.agent.actuators.base import Actuator, ApplyResult, qp_key
+from icefabric.agent.actuators.base import Actuator, ApplyResult
 from icefabric.schemas_service import HostPlan, QpPlan
 
 FILE_NAME = "MultiQpSrcPort.cfg"
@@ -112,15 +112,14 @@ class HcclCfgActuator(Actuator):
         self.directory = Path(directory)
         self.higher = tuple(higher)
         self.path = self.directory / FILE_NAME
-        self._all: dict[tuple, QpPlan] = {}
 
     def _apply(self, plan: HostPlan, changed: list[QpPlan]) -> ApplyResult:
         text, warnings = render_cfg(plan.qps)
         self._write(text)
-        failed = {qp_key(q) for q in plan.qps if q.sport is None}
+        failed = {q.qp_id for q in plan.qps if q.sport is None}
         for h in self.higher:
             pairs = h.pairs()
-            lost = {qp_key(q) for q in plan.qps if q.sport is not None and overridden(q, pairs)}
+            lost = {q.qp_id for q in plan.qps if q.sport is not None and overridden(q, pairs)}
             if lost:
                 warnings.append(f"{len(lost)} QP(s) not steered: {h.name} sets their NIC "
                                 "pairs' ports and HCCL reads it before MultiQpSrcPort.cfg")

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import threading
 
-from icefabric.agent.actuators.base import Actuator, ApplyResult, QpKey, qp_key
+from icefabric.agent.actuators.base import Actuator, ApplyResult
+from icefabric.qpid import QpId
 from icefabric.schemas_service import HostPlan, QpPlan
 
 
@@ -18,18 +19,18 @@ class TwinNicActuator(Actuator):
     def __init__(self):
         super().__init__()
         self.lock = threading.Lock()
-        self.applied: dict[QpKey, QpPlan] = {}
+        self.applied: dict[QpId, QpPlan] = {}
         self.version = 0
 
     def _apply(self, plan: HostPlan, changed: list[QpPlan]) -> ApplyResult:
-        with self.lock:  # the plan's QPs (one named by modelled numbers leaves once reported)
-            self.applied = {qp_key(q): q for q in plan.qps}
+        with self.lock:  # the plan's QPs, as named in it (QP numbers too)
+            self.applied = {q.qp_id: q for q in plan.qps}
             self.version = plan.version
         return ApplyResult()
 
-    def _set_one(self, key: QpKey, sport: int, rate_bps: float | None) -> bool:
+    def _set_one(self, qp: QpId, sport: int, rate_bps: float | None) -> bool:
         with self.lock:
-            q = self.applied.get(key)
+            q = self.applied.get(qp)
             if q is not None:
-                self.applied[key] = q.model_copy(update={"sport": sport, "rate_bps": rate_bps})
+                self.applied[qp] = q.model_copy(update={"sport": sport, "rate_bps": rate_bps})
         return True

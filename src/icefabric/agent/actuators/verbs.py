@@ -47,22 +47,18 @@ from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from icefabric.agent.actuators.base import Actuator, ApplyResult, QpKey, qp_key
+from icefabric.agent.actuators.base import Actuator, ApplyResult
 from icefabric.agent.shim_socket import ShimConn, ShimProtocolError, ShimServer, format_line
-from icefabric.dataplane.roce import IBV_RATE_GBPS, default_sports, static_rate
+from icefabric.dataplane.roce import IBV_RATE_GBPS, default_sports
 from icefabric.qpid import QpId
 from icefabric.schemas_service import CommReport, HostPlan, QpEntry, QpPlan
 from icefabric.units import bps_to_kbps
+from icefabric.wire import rate_kbps, shim_plan
 
 log = logging.getLogger(__name__)
 
 DEFAULT_SOCKET = "/run/icefab/verbs.sock"
 LiveKey = tuple[int, str, int]  # (connection id, device, local QPN)
-
-
-def rate_kbps(rate_bps: float | None, *, unset: int) -> int:
-    """A plan's rate in bit/s as the verbs ``rate_limit`` (kbit/s, >= 1); ``unset`` if none."""
-    return unset if rate_bps is None else bps_to_kbps(rate_bps)
 
 
 #: access flags at INIT of NCCL's receive-side QPs (>= 2.29.2, ncclIbAccept); its data QPs
@@ -77,11 +73,6 @@ def is_receive_side(access_flags: int) -> bool:
 
 #: a driver's ways of saying "no live per-QP rate limit for this QP"
 NO_RATE_LIMIT = (errno.EOPNOTSUPP, errno.EINVAL)
-
-
-def srate_of(rate_bps: float | None) -> int:
-    """The ``IBV_RATE_*`` sent for a planned rate (0 = none)."""
-    return 0 if rate_bps is None else int(static_rate(rate_bps)[0])
 
 
 def why(what: str, err: int) -> str:
@@ -185,15 +176,14 @@ class VerbsActuator(Actuator):
         job = conn.job or self.default_job
         sip, dip = str(f["sip"]), str(f["dip"])
         receive = is_receive_side(int(f.get("acc", -1)))
-        span = int(f.get("span", -1))
+        key = (id(conn), str(f["dev"]), int(f["lqpn"]))
         with self.lock:
-            qp_id = self._next_id(QpId.of(job, sip, dip, 0)) if job and not receive else None
-            qp = LiveQp(conn, str(f["dev"]), int(f["lqpn"]), int(f["rqpn"]), sip, dip, job,
-                        qp_id, receive, span if span >= 0 else None)
-            self.live[(id(conn), qp.dev, qp.lqpn)] = qp
-            if qp_id is not None:
-                self.by_plan[qp_id] = qp
-                self.by_qpn[(sip, qp.lqpn, qp.rqpn)] = qp
+            qp = self.live.get(key)
+            if qp is None or (qp.rqpn, qp.src_ip, qp.dst_ip) != (int(f["rqpn"]), sip, dip):
+                if qp is not None:  # the QP number was reused without a GONE
+                    self._forget(key)
+                qp = self._register(conn, f, job, receive)
+            qp_id = qp.qp_id  # a QP told again (a shim reconnecting) keeps its ordinal
             plan = self.planned.get(qp_id) if qp_id is not None else None
             if plan is not None and self.live_for(plan) is not qp:
                 plan = None  # the controller names another live QP by this QpId
@@ -202,10 +192,19 @@ class VerbsActuator(Actuator):
                         conn.pid, qp.dev, qp.lqpn)
         if plan is None:
             return format_line("NONE", seq=int(f["seq"]))
-        # the shim's line says "no port" with -1 (icefab_verbs.c)
-        return format_line("PLAN", seq=int(f["seq"]),
-                           sport=-1 if plan.sport is None else plan.sport,
-                           srate=srate_of(plan.rate_bps))
+        return format_line("PLAN", seq=int(f["seq"]), **shim_plan(plan))
+
+    def _register(self, conn: ShimConn, f: dict, job: str | None, receive: bool) -> LiveQp:
+        """A QP new to this host: named (a data QP) and indexed (lock held)."""
+        sip, dip, span = str(f["sip"]), str(f["dip"]), int(f.get("span", -1))
+        qp_id = self._next_id(QpId.of(job, sip, dip, 0)) if job and not receive else None
+        qp = LiveQp(conn, str(f["dev"]), int(f["lqpn"]), int(f["rqpn"]), sip, dip, job,
+                    qp_id, receive, span if span >= 0 else None)
+        self.live[(id(conn), qp.dev, qp.lqpn)] = qp
+        if qp_id is not None:
+            self.by_plan[qp_id] = qp
+            self.by_qpn[(sip, qp.lqpn, qp.rqpn)] = qp
+        return qp
 
     def _next_id(self, first: QpId) -> QpId:
         """The lowest free ordinal of ``first``'s job and NIC pair (lock held)."""
@@ -276,7 +275,7 @@ class VerbsActuator(Actuator):
             qp.steered = False
         counts = Counter(f"{qp.dev}: {msg}" for qp, msg in errors)
         failed = {id(qp) for qp, _ in errors}
-        return ApplyResult(0, {qp_key(q) for qp, q in targets if id(qp) in failed},
+        return ApplyResult(0, {q.qp_id for qp, q in targets if id(qp) in failed},
                            [f"{n} QP(s) on {m}" for m, n in counts.items()])
 
     def _unnamed(self, every: list[tuple[LiveQp | None, QpPlan]]) -> list[LiveQp]:
@@ -308,9 +307,9 @@ class VerbsActuator(Actuator):
             out.append((qp, q))
         return out
 
-    def _set_one(self, key: QpKey, sport: int, rate_bps: float | None) -> bool:
+    def _set_one(self, qp_id: QpId, sport: int, rate_bps: float | None) -> bool:
         with self.lock:
-            q = next((q for q in self.planned.values() if qp_key(q) == key), None)
+            q = self.planned.get(qp_id)
             qp = self.live_for(q) if q is not None else None
         return qp is not None and not self._push([(qp, sport, rate_bps)])
 

@@ -170,12 +170,6 @@ class Repository:
                 return None
             return row.version, row.name, json.loads(row.document), row.plan_seed
 
-    def fabric_document(self, version: int) -> str | None:
-        """Fabric ``version``'s topology document as stored (JSON text)."""
-        with self._reading() as s:
-            row = s.get(t.FabricRow, version)
-            return row.document if row is not None else None
-
     def set_links(self, down: Iterable[Cable], up: Iterable[Cable]) -> None:
         """Cables ``down`` go down, ``up`` come back (an ``up`` cable of index -1 clears
         every cable of its pair)."""

@@ -17,7 +17,7 @@ import json
 import time
 
 from icefabric.experiment.runner import run_scenario
-from icefabric.pipeline.plans import scenario_workload
+from icefabric.pipeline.recipe import RunSpec
 from icefabric.policies.base import PlanContext, get_policy
 from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import load
@@ -33,8 +33,8 @@ def plan_check(name: str) -> dict:
     ls = load(name)
     fab = build_fabric(ls)
     opts = dict(ls.scenario.policy_options.get("ice", {}), backup=False)
-    wl = scenario_workload(ls, fab, ls.scenario.size_list()[-1],
-                           get_policy("ice", **opts)).workload
+    wl = RunSpec(ls, fab, get_policy("ice", **opts)).workload(
+        ls.scenario.size_list()[-1]).workload
     ctx = PlanContext.create(fab, wl, seed=ls.scenario.seed)
     out = {}
     for mode in ("model", "probe"):

@@ -9,7 +9,7 @@ from icefabric.ccl.communicator import Communicator
 from icefabric.control.plan import single_path_plan
 from icefabric.pipeline import plan
 from icefabric.pipeline.jobs import JobSpec, build_workload
-from icefabric.pipeline.plans import scenario_workload
+from icefabric.pipeline.recipe import RunSpec
 from icefabric.policies.base import get_policy
 from icefabric.qpid import QpId
 from icefabric.scenario.build import build_fabric
@@ -39,7 +39,7 @@ def test_host_plans_round_trip_ports_backups_rates_and_routes():
     ls = load("hetero-default")
     fabric = build_fabric(ls)
     pol = get_policy("ice")
-    wl = scenario_workload(ls, fabric, 1 << 20, pol).workload
+    wl = RunSpec(ls, fabric, pol).workload(1 << 20).workload
     p = plan(fabric, wl, pol, seed=ls.scenario.seed).paths
     hosts = host_plans(fabric, wl, p)
     assert set(hosts) == set(qp_hosts(fabric, wl))

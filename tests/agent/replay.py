@@ -34,7 +34,7 @@ from icefabric.agent.client import ControllerClient
 from icefabric.agent.runner import Agent
 from icefabric.controller.settings import Settings
 from icefabric.dataplane.roce import flow_label_to_udp_sport, rdma_get_udp_sport
-from icefabric.pipeline.plans import scenario_policy, scenario_workload
+from icefabric.pipeline.recipe import RunSpec
 from icefabric.qpid import QpId
 from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import loads
@@ -142,7 +142,7 @@ def replay(native, scenario: str, *, old_nccl: bool = False, ranks_per_nic: int 
     ``ranks_per_nic``: CCL processes sharing each NIC (connections dealt out in turn)."""
     ls = loads(scenario, "<replay>")
     fabric = build_fabric(ls)
-    sw = scenario_workload(ls, fabric, size_bytes, scenario_policy(ls, "ice"))
+    sw = RunSpec.of(ls, fabric, "ice").workload(size_bytes)
     wl = sw.workload
     reports = {h: [r.model_copy(update={"qps": []}) for r in reps]
                for h, reps in host_reports(fabric, sw.jobs, wl).items()}

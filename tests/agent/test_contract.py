@@ -16,7 +16,7 @@ from icefabric.agent.actuators import get_actuator
 from icefabric.agent.actuators.hccl_cfg import FILE_NAME, parse_cfg
 from icefabric.agent.shim_socket import ShimConn, parse_line
 from icefabric.pipeline import plan
-from icefabric.pipeline.plans import scenario_workload
+from icefabric.pipeline.recipe import RunSpec
 from icefabric.policies.base import get_policy
 from icefabric.qpid import QpId
 from icefabric.scenario.build import build_fabric
@@ -31,7 +31,7 @@ def planned():
     ls = load("homog-small")
     fabric = build_fabric(ls)
     pol = get_policy("ice")
-    sw = scenario_workload(ls, fabric, 1 << 20, pol)
+    sw = RunSpec(ls, fabric, pol).workload(1 << 20)
     p = plan(sw.fabric, sw.workload, pol, seed=ls.scenario.seed)
     hosts = host_plans(sw.fabric, sw.workload, p.paths)
     wire = {h: HostPlan.model_validate_json(HostPlan(

@@ -115,12 +115,10 @@ def test_host_plans_carry_the_simulators_pacing_rates_also_after_a_failure(setti
     from icefabric.agent.actuators.twin import TwinNicActuator
     from icefabric.pipeline.plans import (
         LinkChange,
-        scenario_plan,
-        scenario_policy,
-        scenario_workload,
         with_link_events,
     )
     from icefabric.pipeline.problem import to_problem
+    from icefabric.pipeline.recipe import RunSpec
     from icefabric.scenario.build import build_fabric
     from icefabric.scenario.loader import load
     from icefabric.schemas_service import FabricUpload, HostPlan
@@ -130,8 +128,9 @@ def test_host_plans_carry_the_simulators_pacing_rates_also_after_a_failure(setti
 
     ls = load("hetero-default")
     fabric, size = build_fabric(ls), 1 << 20
-    sim = scenario_plan(ls, fabric, "ice", size)  # what `icefab simulate` runs
-    sw = scenario_workload(ls, fabric, size, scenario_policy(ls, "ice"))
+    spec = RunSpec.of(ls, fabric, "ice")
+    sim = spec.size_plan(size)  # what `icefab simulate` runs
+    sw = spec.workload(size)
     wl = sw.workload
 
     def rates(paths):

@@ -11,7 +11,7 @@ from icefabric.cli.app import app
 from icefabric.experiment import draws as draws_mod
 from icefabric.experiment.draws import DrawSpread, draw_seeds, run_draws
 from icefabric.experiment.runner import run_scenario
-from icefabric.pipeline import scenario_plan, simulate
+from icefabric.pipeline import RunSpec
 from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import load
 
@@ -118,10 +118,9 @@ def test_batched_draws_match_draw_by_draw(small):
     fabric = build_fabric(small)
     seeds = draw_seeds(small.scenario.seed, 4)
     batched = run_draws(small, fabric, "ecmp", [16 << 20], seeds)[0]
-    opts = small.scenario.run_options()
     for d, s in enumerate(seeds):
-        p = scenario_plan(small.updated(seed=s), fabric, "ecmp", 16 << 20)
-        one = simulate(p, opts).collectives[0]
+        spec = RunSpec.of(small.updated(seed=s), fabric, "ecmp")
+        one = spec.simulate(spec.size_plan(16 << 20)).collectives[0]
         assert batched.runs[d][0].time_ns == one.time_ns
 
 

@@ -9,7 +9,13 @@ from icefabric.ccl.collectives import add_collective
 from icefabric.ccl.communicator import Communicator
 from icefabric.ccl.workload import WorkloadBuilder
 from icefabric.control.plan import PathPlan
-from icefabric.pipeline.problem import HopQps, changed_routes, failure_reroutes, to_problem
+from icefabric.pipeline.problem import (
+    HopQps,
+    changed_routes,
+    failure_reroutes,
+    plan_incidence,
+    to_problem,
+)
 from icefabric.policies.base import PlanContext, get_policy
 from icefabric.topology.builders import ServerGroup, leaf_spine
 from icefabric.topology.model import ACCEL
@@ -60,6 +66,12 @@ def test_routes_match_the_per_hop_reference(small_fabric, kind, policy, qps, cha
         assert prob.route(k).tolist() == links
         assert prob.route_weight[k] == w and prob.route_qp[k] == q and prob.route_flow[k] == f
     assert np.array_equal(pmap.plan_route >= 0, prob.route_qp >= 0)
+    # the planner's link-by-flow incidence (pacing rates) comes from the same routes
+    want = np.zeros((small_fabric.n_links, wl.n_flows))
+    for links, w, _, f in ref:
+        np.add.at(want[:, f], links, w)
+    np.testing.assert_allclose(plan_incidence(small_fabric, wl, plan).toarray(), want,
+                               rtol=1e-12)
 
 
 def test_two_qps_split_a_hop_and_pacers_cap_the_flow(tiny_profile):

@@ -3,6 +3,7 @@ import pytest
 
 from icefabric.experiment.runner import run_scenario
 from icefabric.pipeline.plans import scenario_workload
+from icefabric.pipeline.recipe import RunSpec
 from icefabric.policies.base import PlanContext, get_policy
 from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import builtin_names, load
@@ -166,7 +167,7 @@ def test_ports_follow_plan_on_suite_both_modes(name):
     fab = build_fabric(ls)
     opts = dict(ls.scenario.policy_options.get("ice", {}), backup=False)
     pol = get_policy("ice", **opts)
-    wl = scenario_workload(ls, fab, 1 << 20, pol).workload
+    wl = RunSpec(ls, fab, pol).workload(1 << 20).workload
     ctx = PlanContext.create(fab, wl, seed=ls.scenario.seed)
     for mode in ("model", "probe"):
         plan = get_policy("ice", **dict(opts, sport_mode=mode)).plan(ctx)

@@ -27,7 +27,8 @@ def register(app: typer.Typer) -> None:
         from rich.table import Table
 
         from icefabric.cli.common import fail
-        from icefabric.pipeline.plans import scenario_plan, scenario_policy
+        from icefabric.pipeline.plans import scenario_policy
+        from icefabric.pipeline.recipe import RunSpec
         from icefabric.policies.ice import describe_plan
         from icefabric.scenario.build import build_fabric
         from icefabric.scenario.loader import load
@@ -46,7 +47,7 @@ def register(app: typer.Typer) -> None:
         sz = message_size(size) if size else ls.scenario.size_list()[-1]
         pol = scenario_policy(ls, policy, **({"sport_mode": sport_mode} if policy == "ice"
                                              else {}))
-        p = scenario_plan(ls, build_fabric(ls), pol, sz, failures=False)
+        p = RunSpec(ls, build_fabric(ls), pol, failures=False).size_plan(sz)
         view = describe_plan(p.fabric, p.workload, p.paths)
         view["scenario"] = ls.scenario.name
         view["size_bytes"] = sz

@@ -17,7 +17,7 @@ distribution is reproducible from the one seed.
 What does not change between draws is built once: the fabric, each size's workload and
 engine problem, one plan per draw for all sizes (an ECMP plan depends on the QPs only). On
 the flow engine without link failures, all draws of one size run together in the batched
-engine (:func:`icefabric.engine.batch.run_flow_batch`); otherwise draw by draw.
+engine (:func:`icefabric.pipeline.simulation.simulate_batch`); otherwise draw by draw.
 """
 
 from __future__ import annotations
@@ -30,15 +30,12 @@ from multiprocessing import get_all_start_methods, get_context
 import numpy as np
 
 from icefabric.ccl.workload import Workload
-from icefabric.csr import indptr_from_lengths
-from icefabric.engine.batch import RouteSets, run_flow_batch
-from icefabric.engine.problem import SimProblem
-from icefabric.engine.result import CollectiveResult, SimResult
+from icefabric.engine.result import CollectiveResult
 from icefabric.experiment.cluster import ray_tasks
-from icefabric.pipeline import EngineOptions, Plan, plan, simulate, with_link_events
-from icefabric.pipeline.plans import scenario_link_changes, scenario_policy, scenario_workload
-from icefabric.pipeline.problem import ProblemMap, to_problem
-from icefabric.policies.base import PlanContext, Policy
+from icefabric.pipeline import Plan
+from icefabric.pipeline.recipe import RunSpec
+from icefabric.pipeline.simulation import simulate_batch
+from icefabric.policies.base import PlanContext
 from icefabric.policies.baselines import EcmpPolicy
 from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import LoadedScenario
@@ -129,43 +126,29 @@ def run_draws(ls: LoadedScenario, fabric: Fabric, policy: str, sizes: list[int],
               ) -> list[DrawnCollectives]:
     """Policy ``policy`` at every size over the draws ``seeds`` (:func:`draw_seeds`).
     ``first`` maps size -> the collectives of draw 0 when the caller already ran it."""
-    pol = scenario_policy(ls, policy)
-    opts = ls.scenario.run_options(engine)
+    spec = RunSpec.of(ls, fabric, policy, engine=engine)
     fabrics = draw_fabrics(ls, fabric, seeds)
-    changes = scenario_link_changes(ls, fabric) if ls.scenario.failures else []
     plans: list[Plan] | None = None
     out = []
     for size in sizes:
-        sw = scenario_workload(ls, fabric, size, pol)
+        sw = spec.workload(size)
         if plans is None or not _same_qps(plans[0].workload, sw.workload):
-            plans = draw_plans(fabrics, sw.workload, pol, seeds)
-        # this size's flows on each draw's QPs and paths
+            plans = draw_plans(spec, fabrics, sw.workload, seeds)
+        # this size's flows on each draw's QPs and paths (and re-plans: a randomised
+        # policy's paths depend on the QPs only)
         drawn = [replace(p, workload=replace(sw.workload, qp_lqpn=p.workload.qp_lqpn,
                                              qp_rqpn=p.workload.qp_rqpn)) for p in plans]
         todo = list(range(1 if first and size in first else 0, len(drawn)))
         runs = {0: first[size]} if first and size in first else {}
         same_routes = all(np.array_equal(p.paths.route_qp, drawn[0].paths.route_qp)
                           for p in drawn)
-        if batchable(pol, opts, changes) and same_routes and len(todo) > 1:
-            runs.update(zip(todo, _batched(sw.fabric, [drawn[d] for d in todo])))
+        if spec.batchable and same_routes and len(todo) > 1:
+            runs.update(zip(todo, _batched([drawn[d] for d in todo])))
         else:
             for d in todo:
-                runs[d] = simulate_draw(ls, drawn[d], opts, changes).collectives
+                runs[d] = spec.simulate(drawn[d]).collectives
         out.append(DrawnCollectives(policy, size, [runs[d] for d in range(len(drawn))]))
     return out
-
-
-def batchable(pol: Policy, opts: EngineOptions, changes: list) -> bool:
-    """Whether draws of ``pol`` can run together in the batched flow engine (which has no
-    link failures)."""
-    return (pol.engine_override or opts.engine) == "flow" and not changes
-
-
-def simulate_draw(ls: LoadedScenario, p: Plan, opts: EngineOptions, changes: list
-                  ) -> SimResult:
-    """One draw's plan through the scenario's link events (``changes``) and engine."""
-    return simulate(with_link_events(p, changes) if changes else p, opts,
-                    scenario=ls.scenario.name)
 
 
 @dataclass(frozen=True)
@@ -210,17 +193,18 @@ def _draws_task(ls: LoadedScenario, fabric: Fabric, seeds: list[int], policy: st
     return run_draws(ls, fabric, policy, sizes, seeds, engine=engine, first=first)
 
 
-def draw_plans(fabrics: list[Fabric], workload: Workload, pol: Policy, seeds: list[int]
+def draw_plans(spec: RunSpec, fabrics: list[Fabric], workload: Workload, seeds: list[int]
                ) -> list[Plan]:
     """The plan of every draw: the workload with the draw's QP numbers on the draw's
-    fabric (draw 0: as given). ECMP hashes all draws in one walk where the fabric's hash
-    seeds are fixed."""
+    fabric (draw 0: as given), with the run's link events. ECMP hashes all draws in one
+    walk where the fabric's hash seeds are fixed."""
     ws = [workload] + [workload.with_qpns(s) for s in seeds[1:]]
+    pol = spec.policy
     if isinstance(pol, EcmpPolicy) and all(f is fabrics[0] for f in fabrics):
         ctx = PlanContext.create(fabrics[0], workload, seed=seeds[0])
         paths = pol.plan_draws(ctx, np.stack([w.sports() for w in ws]))
-        return [Plan(fabrics[0], w, pol, p, s) for w, p, s in zip(ws, paths, seeds)]
-    return [plan(f, w, pol, seed=s) for f, w, s in zip(fabrics, ws, seeds)]
+        return [spec.planned(p, w, fabrics[0], s) for w, p, s in zip(ws, paths, seeds)]
+    return [spec.plan(w, fabric=f, seed=s) for f, w, s in zip(fabrics, ws, seeds)]
 
 
 def _same_qps(a, b) -> bool:
@@ -228,28 +212,9 @@ def _same_qps(a, b) -> bool:
         np.array_equal(a.qp_dst_nic, b.qp_dst_nic)
 
 
-def batched_runs(fabric: Fabric, plans: list[Plan]) -> tuple[SimProblem, np.ndarray,
-                                                                np.ndarray]:
-    """Every plan (same workload, own QPs and paths) in one batched flow-engine run: the
-    engine problem of the first and the flows' ``(start_ns, finish_ns)``, shape (plans,
-    flows)."""
-    prob, pmap = to_problem(fabric, plans[0].workload, plans[0].paths)
-    start, finish = run_flow_batch(prob, _route_sets(pmap, plans))
-    return prob, start, finish
-
-
-def _route_sets(pmap: ProblemMap, plans: list[Plan]) -> RouteSets:
-    """The problem's routes in every plan: the paths inside servers (fixed) around each
-    plan's fabric routes (drawn)."""
-    lengths = np.concatenate([np.diff(p.paths.route_indptr) for p in plans])
-    return RouteSets(pmap.sp_indptr, pmap.sp_links, pmap.pre, pmap.plan_route, pmap.post,
-                     indptr_from_lengths(lengths),
-                     np.concatenate([p.paths.route_links for p in plans]), len(plans))
-
-
-def _batched(fabric: Fabric, plans: list[Plan]) -> list[list[CollectiveResult]]:
+def _batched(plans: list[Plan]) -> list[list[CollectiveResult]]:
     """Collective results of every plan, in one batched flow-engine run."""
-    prob, start, finish = batched_runs(fabric, plans)
+    prob, start, finish = simulate_batch(plans)
     out = []
     for s, f in zip(start, finish):
         out.append([CollectiveResult(c.name, c.job, c.kind, c.size_bytes, c.nranks,

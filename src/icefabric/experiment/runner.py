@@ -22,7 +22,8 @@ from icefabric.experiment.draws import (
     draw_seeds,
     quantiles,
 )
-from icefabric.pipeline import scenario_plan, scenario_policy, simulate
+from icefabric.pipeline import scenario_policy
+from icefabric.pipeline.recipe import RunSpec
 from icefabric.provenance import provenance
 from icefabric.scenario.budget import check_budget
 from icefabric.scenario.build import build_fabric
@@ -120,11 +121,9 @@ def run_policy(ls: LoadedScenario, fabric: Fabric, policy_name: str, size_bytes:
                engine: str | None = None, trace: bool = False) -> SimResult:
     """One engine run of one policy at one size (failures applied as the policy reacts);
     ``trace`` records fluid-engine queues and rates for plots."""
-    p = scenario_plan(ls, fabric, policy_name, size_bytes)
-    opts = ls.scenario.run_options(engine)
-    if trace:
-        opts = opts.model_copy(update={"trace": True})
-    res = simulate(p, opts, scenario=ls.scenario.name)
+    spec = RunSpec.of(ls, fabric, policy_name, engine=engine, trace=trace)
+    p = spec.size_plan(size_bytes)
+    res = spec.simulate(p)
     if p.fabric is fabric:  # the cut bound of this fabric (ideal's twin has no cuts)
         res.meta["cut_ns"] = collective_cut_ns(p.fabric, p.workload)
     return res

@@ -11,26 +11,14 @@ bus bandwidth of every group's collectives, and a timeline of a few devices for 
 from __future__ import annotations
 
 from collections import defaultdict
-from dataclasses import dataclass
 
 import numpy as np
 
 from icefabric.ccl.bandwidth import busbw_factor
 from icefabric.engine.result import SimResult
-from icefabric.experiment.draws import (
-    QUANTILES,
-    batchable,
-    batched_runs,
-    draw_fabrics,
-    draw_plans,
-    draw_seeds,
-    quantiles,
-    simulate_draw,
-)
-from icefabric.pipeline import plan
-from icefabric.pipeline.plans import scenario_link_changes, scenario_policy
-from icefabric.policies.base import Policy
-from icefabric.scenario.build import build_training
+from icefabric.experiment.draws import QUANTILES, draw_fabrics, draw_plans, draw_seeds, quantiles
+from icefabric.pipeline.recipe import RunSpec
+from icefabric.pipeline.simulation import simulate_batch
 from icefabric.scenario.loader import LoadedScenario
 from icefabric.topology.model import Fabric
 from icefabric.training.breakdown import DeviceTime, device_times, mean_time, task_intervals
@@ -56,11 +44,11 @@ def run_training(ls: LoadedScenario, fabric: Fabric, policies: list[str], *,
     for i, p in enumerate(policies):
         if progress:
             progress(i, len(policies), f"training {p}")
-        pol = scenario_policy(ls, p)
-        res, tw = run_training_policy(ls, fabric, pol, engine=engine)
+        spec = RunSpec.of(ls, fabric, p, engine=engine)
+        res, tw = run_training_policy(spec)
         drawn = {}
-        if draws > 1 and pol.randomised:
-            res, drawn = _median_draw(_Draws(ls, fabric, pol, tw, seeds, engine), res)
+        if draws > 1 and spec.policy.randomised:
+            res, drawn = _median_draw(spec, tw, seeds, res)
         runs[p], summary = res, tw.summary
         results.append({**policy_result(p, res, tw), **drawn})
         timelines[p] = timeline(res, tw)
@@ -69,49 +57,29 @@ def run_training(ls: LoadedScenario, fabric: Fabric, policies: list[str], *,
             "timeline": timelines}, runs
 
 
-def run_training_policy(ls: LoadedScenario, fabric: Fabric, pol: Policy, *,
-                        engine: str | None = None) -> tuple[SimResult, TrainingWorkload]:
-    """One iteration under ``pol`` through the pipeline (plan, the scenario's link
-    failures as the policy reacts, the engine), with the connections split as the policy
-    wants; the ideal bound runs on its non-blocking twin (without the failures)."""
-    fab = pol.ideal_fabric(fabric)
-    tw = build_training(ls, fab, qps_rule=pol.qps_per_connection)
-    p = plan(fab, tw.workload, pol, seed=ls.scenario.seed)
-    changes = scenario_link_changes(ls, fabric) if fab is fabric and ls.scenario.failures \
-        else []
-    return simulate_draw(ls, p, ls.scenario.run_options(engine), changes), tw
+def run_training_policy(spec: RunSpec) -> tuple[SimResult, TrainingWorkload]:
+    """One iteration of ``spec``'s policy through the pipeline (plan, the scenario's link
+    failures as the policy reacts, the engine), as the recipe says the policy runs."""
+    tw = spec.training()
+    return spec.simulate(spec.plan(tw.workload)), tw
 
 
-@dataclass(frozen=True)
-class _Draws:
-    """What the draws of one randomised policy's iteration share."""
-
-    ls: LoadedScenario
-    fabric: Fabric
-    policy: Policy
-    training: TrainingWorkload
-    seeds: list[int]
-    engine: str | None
-
-
-def _median_draw(d: _Draws, first: SimResult) -> tuple[SimResult, dict]:
+def _median_draw(spec: RunSpec, tw: TrainingWorkload, seeds: list[int], first: SimResult
+                 ) -> tuple[SimResult, dict]:
     """The run of the median draw (``first``: draw 0, already run) and the draws' figures.
     Without link failures the flow engine runs all other draws in one batch
-    (:func:`~icefabric.experiment.draws.batched_runs`); the median draw then runs once more
-    whole."""
-    opts = d.ls.scenario.run_options(d.engine)
-    changes = scenario_link_changes(d.ls, d.fabric) if d.ls.scenario.failures else []
-    plans = draw_plans(draw_fabrics(d.ls, d.fabric, d.seeds), d.training.workload, d.policy,
-                       d.seeds)
-
-    if batchable(d.policy, opts, changes):
-        spans = batched_runs(d.fabric, plans[1:])[2].max(axis=1).tolist()
+    (:func:`~icefabric.pipeline.simulation.simulate_batch`); the median draw then runs
+    once more whole."""
+    plans = draw_plans(spec, draw_fabrics(spec.scenario, spec.fabric, seeds), tw.workload,
+                       seeds)
+    if spec.batchable:
+        spans = simulate_batch(plans[1:])[2].max(axis=1).tolist()
     else:
-        spans = [simulate_draw(d.ls, p, opts, changes).makespan_ns for p in plans[1:]]
+        spans = [spec.simulate(p).makespan_ns for p in plans[1:]]
     ms = np.asarray([first.makespan_ns] + spans, dtype=float) / 1e6
     k = int(np.argsort(ms, kind="stable")[(len(ms) - 1) // 2])
     q = quantiles(ms)
-    return (first if k == 0 else simulate_draw(d.ls, plans[k], opts, changes)), {
+    return (first if k == 0 else spec.simulate(plans[k])), {
         "draws": len(ms), "median_draw": k,
         **{f"iteration_ms_p{n}": round(v, 4) for n, v in zip(QUANTILES, q)},
         "iteration_ms_draws": ms.round(4).tolist()}

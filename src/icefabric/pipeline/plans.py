@@ -1,10 +1,11 @@
 """Plans: a policy's per-QP ports, backup ports, pacing rates and routes for a workload, and
 its re-plans when links fail or come back.
 
-The simulator, the controller, the twin and ``icefab plan`` all plan through :func:`plan`,
-so the numbers an agent receives are the numbers the simulator runs. ICE's active
-congestion control is part of the plan: a policy with ``proactive_rates`` gets every QP's
-NIC pacer rate (:func:`qp_rates`), recomputed at every re-plan.
+The simulator, the controller, the twin and ``icefab plan`` all plan through :func:`plan`
+(a scenario's runs through :class:`icefabric.pipeline.recipe.RunSpec`, which calls it), so
+the numbers an agent receives are the numbers the simulator runs. ICE's active congestion
+control is part of the plan: a policy with ``proactive_rates`` gets every QP's NIC pacer
+rate (:func:`qp_rates`), recomputed at every re-plan (:func:`planned` decides it, once).
 """
 
 from __future__ import annotations
@@ -14,12 +15,13 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from icefabric.ccl.communicator import QpsRule
 from icefabric.ccl.workload import Workload
 from icefabric.control.plan import PathPlan
 from icefabric.control.rates import allocate_rates, dag_phases
 from icefabric.dataplane.roce import static_rate
 from icefabric.pipeline.jobs import JobError, JobSpec, build_workload, scenario_jobs
-from icefabric.pipeline.problem import HopQps, to_problem
+from icefabric.pipeline.problem import HopQps, plan_incidence
 from icefabric.policies.base import PlanContext, Policy, UnknownOptionError, get_policy
 from icefabric.scenario.loader import LoadedScenario
 from icefabric.topology.model import Fabric
@@ -90,8 +92,8 @@ def qp_rates(fabric: Fabric, workload: Workload, paths: PathPlan, *,
     the headroom absorbs the rounding instead of adding to it (a 196 Gb/s pacer of a
     200 Gb/s share goes out at the 200 step, not at 168, 16 % below).
     """
-    prob, _ = to_problem(fabric, workload, paths)
-    flow_rate = allocate_rates(prob.incidence(), prob.link_capacity_bps,
+    flow_rate = allocate_rates(plan_incidence(fabric, workload, paths),
+                               fabric.link_capacity_bps.astype(np.float64),
                                dag_phases(workload.flow_deps), headroom=headroom)
     hq = HopQps.of(workload)
     out = np.full(workload.n_qps, np.inf)
@@ -100,6 +102,7 @@ def qp_rates(fabric: Fabric, workload: Workload, paths: PathPlan, *,
 
 
 def _paced(p: Plan, paths: PathPlan) -> PathPlan:
+    """``paths`` with the pacer rates ``p``'s policy sets: the only place that decides."""
     if not p.policy.proactive_rates:
         return paths
     return paths.with_rates(qp_rates(p.fabric, p.workload, paths))
@@ -112,6 +115,14 @@ class Kept:
 
     paths: PathPlan
     index: np.ndarray
+
+
+def planned(fabric: Fabric, workload: Workload, policy: Policy, paths: PathPlan,
+            seed: int = 0) -> Plan:
+    """The :class:`Plan` of ``policy``'s ``paths`` for ``workload``, paced as the policy
+    paces (for paths the policy made in bulk, e.g. every ECMP draw in one walk)."""
+    p = Plan(fabric, workload, policy, paths, seed)
+    return replace(p, paths=_paced(p, paths))
 
 
 def plan(fabric: Fabric, workload: Workload, policy: Policy, *, seed: int = 0,
@@ -127,8 +138,7 @@ def plan(fabric: Fabric, workload: Workload, policy: Policy, *, seed: int = 0,
         paths = policy.extend(ctx, previous.paths, previous.index)
     else:
         paths = policy.replan(ctx, previous)
-    p = Plan(fabric, workload, policy, paths, seed)
-    return replace(p, paths=_paced(p, paths))
+    return planned(fabric, workload, policy, paths, seed)
 
 
 def with_link_events(p: Plan, changes: Sequence[LinkChange]) -> Plan:
@@ -178,35 +188,24 @@ def scenario_policy(ls: LoadedScenario, name: str, **options) -> Policy:
 
 @dataclass(frozen=True)
 class ScenarioWorkload:
-    """A scenario's jobs at one size, as a policy runs them, and their workload."""
+    """A scenario's jobs at one size on one fabric, and their workload."""
 
-    fabric: Fabric  # the fabric the policy runs on (``ideal``: its non-blocking twin)
+    fabric: Fabric
     jobs: list[JobSpec]
     workload: Workload
 
 
 def scenario_workload(ls: LoadedScenario, fabric: Fabric, size_bytes: int,
-                      policy: Policy | None = None) -> ScenarioWorkload:
-    """The scenario's jobs at ``size_bytes`` (with the QPs per connection ``policy``
-    wants) and their workload on the fabric ``policy`` runs on."""
-    fab = policy.ideal_fabric(fabric) if policy is not None else fabric
-    jobs = scenario_jobs(ls, fab, size_bytes,
-                         policy.qps_per_connection if policy is not None else None)
+                      qps_rule: QpsRule | None = None) -> ScenarioWorkload:
+    """The scenario's jobs at ``size_bytes`` on ``fabric`` (with the QPs per connection
+    ``qps_rule`` sets; a policy's run gets its rule and fabric from
+    :class:`~icefabric.pipeline.recipe.RunSpec`) and their workload. Errors point into
+    the scenario file."""
+    jobs = scenario_jobs(ls, fabric, size_bytes, qps_rule)
     try:
-        return ScenarioWorkload(fab, jobs, build_workload(fab, jobs, qpn_seed=ls.scenario.seed))
+        return ScenarioWorkload(fabric, jobs, build_workload(fabric, jobs,
+                                                             qpn_seed=ls.scenario.seed))
     except JobError as e:
         j = next(i for i, job in enumerate(ls.scenario.jobs) if job.name == e.job)
         where = ("jobs", j) if e.collective is None else ("jobs", j, "collectives", e.collective)
         raise ls.error(where, e.reason) from None
-
-
-def scenario_plan(ls: LoadedScenario, fabric: Fabric, policy: str | Policy, size_bytes: int, *,
-                  failures: bool = True) -> Plan:
-    """Plan the scenario's jobs at ``size_bytes`` with ``policy``, with the re-plans at the
-    scenario's link failures (not on the ideal bound's non-blocking twin: it has none)."""
-    pol = scenario_policy(ls, policy) if isinstance(policy, str) else policy
-    sw = scenario_workload(ls, fabric, size_bytes, pol)
-    p = plan(sw.fabric, sw.workload, pol, seed=ls.scenario.seed)
-    if failures and sw.fabric is fabric and ls.scenario.failures:
-        p = with_link_events(p, scenario_link_changes(ls, fabric))
-    return p

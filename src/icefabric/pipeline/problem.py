@@ -15,11 +15,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import scipy.sparse as sp
 
 from icefabric.ccl.workload import Workload
 from icefabric.control.plan import PathPlan
 from icefabric.csr import csr_from_lists, gather, indptr_from_lengths, within
-from icefabric.engine.problem import CollectiveSpec, LinkFailure, SimProblem
+from icefabric.engine.problem import CollectiveSpec, LinkFailure, SimProblem, route_incidence
 from icefabric.topology.model import Fabric
 from icefabric.topology.routing import ServerPaths
 
@@ -179,6 +180,16 @@ def to_problem(fabric: Fabric, workload: Workload, plan: PathPlan, *, paced: boo
         meta={"scenario": scenario, "policy": plan.policy},
     )
     return prob, pmap
+
+
+def plan_incidence(fabric: Fabric, workload: Workload, plan: PathPlan) -> sp.csr_matrix:
+    """``A[l, f]``: the fraction of flow ``f``'s rate link ``l`` carries under ``plan`` —
+    what :meth:`SimProblem.incidence` of :func:`to_problem` gives, from the same routes,
+    without building the rest of the problem (the planner needs only this)."""
+    r_hop, _, r_weight, pmap = _routes(fabric, workload, plan)
+    indptr, links = pmap.routes(np.arange(len(r_hop)), plan)
+    return route_incidence(indptr, links, workload.hop_flow[r_hop], r_weight, fabric.n_links,
+                           workload.n_flows)
 
 
 def changed_routes(before: PathPlan, after: PathPlan) -> np.ndarray:

@@ -10,25 +10,43 @@ pacers approximate, so it runs the plan unpaced.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 
 import numpy as np
 
+from icefabric.csr import indptr_from_lengths
+from icefabric.engine.batch import RouteSets, run_flow_batch
 from icefabric.engine.options import EngineOptions
 from icefabric.engine.problem import EngineError, SimProblem
 from icefabric.engine.registry import run_engine
 from icefabric.engine.result import SimResult
 from icefabric.pipeline.plans import Plan
 from icefabric.pipeline.problem import failure_reroutes, flow_caps, to_problem
+from icefabric.policies.base import Policy
 from icefabric.topology.model import LINK_FABRIC, Fabric
+
+
+def run_options(policy: Policy, options: EngineOptions, *, engine: str | None = None,
+                trace: bool = False) -> EngineOptions:
+    """The engine options ``policy`` runs with: ``options`` on the engine ``policy`` must run
+    on (its ``engine_override``: ``ideal`` is a bound of the flow engine), else ``engine``,
+    else ``options``' own; ``trace`` turns on the fluid engine's recording. The one place a
+    run's options are made (:class:`~icefabric.pipeline.recipe.RunSpec` and
+    :func:`simulate` both come here)."""
+    update: dict = {"engine": policy.engine_override or engine or options.engine}
+    if trace:
+        update["trace"] = True
+    return options.model_copy(update=update)
 
 
 def simulate(plan: Plan, options: EngineOptions, *, scenario: str = "") -> SimResult:
     """Run ``plan`` (and its link events) on the engine ``options`` choose (a policy's
-    ``engine_override`` wins). Raises :class:`EngineError` when flows never finish."""
+    ``engine_override`` wins, :func:`run_options`). Raises :class:`EngineError` when flows
+    never finish."""
     pol = plan.policy
-    engine = pol.engine_override or options.engine
-    opts = options.model_copy(update={"engine": engine})
+    opts = run_options(pol, options)
+    engine = opts.engine
     paced = engine == "fluid"
     prob, pmap = to_problem(plan.fabric, plan.workload, plan.paths, paced=paced,
                             scenario=scenario)
@@ -55,6 +73,25 @@ def simulate(plan: Plan, options: EngineOptions, *, scenario: str = "") -> SimRe
     res.meta["plan_link_qps"] = plan.paths.link_load(plan.fabric.n_links).tolist()
     res.meta["fabric_links"] = np.flatnonzero(plan.fabric.link_kind == LINK_FABRIC).tolist()
     return res
+
+
+def simulate_batch(plans: Sequence[Plan]) -> tuple[SimProblem, np.ndarray, np.ndarray]:
+    """Plans of one workload that differ only in their routes (ECMP draws: the same fabric
+    but for its switches' hash seeds, the QPs' own numbers) in one batched flow-engine run
+    (:func:`~icefabric.engine.batch.run_flow_batch`): the engine problem of the first and
+    the flows' ``(start_ns, finish_ns)``, shape (plans, flows). Raises
+    :class:`EngineError` for a plan with link events (the batch has none)."""
+    if any(p.events for p in plans):
+        raise EngineError("the batched flow engine runs plans without link events only")
+    first = plans[0]
+    prob, pmap = to_problem(first.fabric, first.workload, first.paths)
+    lengths = np.concatenate([np.diff(p.paths.route_indptr) for p in plans])
+    # the paths inside servers stay; each plan's fabric routes are its own
+    routes = RouteSets(pmap.sp_indptr, pmap.sp_links, pmap.pre, pmap.plan_route, pmap.post,
+                       indptr_from_lengths(lengths),
+                       np.concatenate([p.paths.route_links for p in plans]), len(plans))
+    start, finish = run_flow_batch(prob, routes)
+    return prob, start, finish
 
 
 def switch_buffer_bytes(fabric: Fabric) -> float | None:

@@ -275,11 +275,6 @@ class Scenario(_Strict):
     failures: list[FailureSpec] = Field(default_factory=list, description="links that go "
                                         "down (and up) during the run")
 
-    def run_options(self, engine: str | None = None) -> EngineOptions:
-        """The engine options of a run: ``engine`` (default: the scenario's) with the
-        scenario's ``engine_options``."""
-        return self.engine_options.model_copy(update={"engine": engine or self.engine})
-
     @field_validator("engine_options", mode="before")
     @classmethod
     def _engine_once(cls, v):

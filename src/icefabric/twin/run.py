@@ -35,15 +35,10 @@ from icefabric.control.plan import PathPlan
 from icefabric.csr import csr_from_lists
 from icefabric.errors import IceFabricError
 from icefabric.experiment.runner import ExperimentResult, collective_row
-from icefabric.pipeline import Plan, plan, simulate, with_link_events
+from icefabric.pipeline import Plan
 from icefabric.pipeline.jobs import JobSpec
-from icefabric.pipeline.plans import (
-    LinkChange,
-    LinkEvent,
-    scenario_link_changes,
-    scenario_policy,
-    scenario_workload,
-)
+from icefabric.pipeline.plans import LinkChange, LinkEvent
+from icefabric.pipeline.recipe import RunSpec
 from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import LoadedScenario, load
 from icefabric.scenario.schema import FailureSpec
@@ -405,12 +400,12 @@ def run_twin(scenario: str | LoadedScenario, controller_url: str, admin_token: s
         ctl_policy = admin.get("/healthz").json()["policy"]
         if policy is not None and policy != ctl_policy:
             raise TwinError(f"controller plans with {ctl_policy!r}, not {policy!r}")
-        pol = scenario_policy(ls, ctl_policy)
         fabric = build_fabric(ls)
-        sw = scenario_workload(ls, fabric, size, pol)
-        if sw.fabric is not fabric:
+        spec = RunSpec.of(ls, fabric, ctl_policy, engine=engine)
+        if spec.run_fabric is not fabric:
             raise TwinError(f"policy {ctl_policy!r} does not run on the real fabric")
-        changes = scenario_link_changes(ls, fabric)
+        sw = spec.workload(size)
+        changes = list(spec.link_changes)  # errors in the scenario's failures: now
         upload_fabric(admin, fabric, scn.seed)
         reports = host_reports(fabric, sw.jobs, sw.workload)
         register_jobs(admin, reports)
@@ -427,9 +422,10 @@ def run_twin(scenario: str | LoadedScenario, controller_url: str, admin_token: s
             events, fails, down_ids = run.replay(changes)
         finally:
             hosts.close(poll_wait_s)
-    twin = Plan(fabric, sw.workload, pol, paths0, scn.seed, tuple(events))
+    # the plan the agents applied, as it is (its rates are theirs: not re-paced)
+    twin = Plan(fabric, sw.workload, spec.policy, paths0, scn.seed, tuple(events))
     out = TwinResult(
-        scenario=scn.name, policy=ctl_policy, engine=scn.run_options(engine).engine,
+        scenario=scn.name, policy=ctl_policy, engine=spec.options.engine,
         size_bytes=size, agents=len(hosts.agents), qps=sw.workload.n_qps,
         plan_versions=run.versions, rows=[], agree=False, max_rel_diff=0.0,
         path_mismatches=run.path_mismatches,
@@ -437,9 +433,8 @@ def run_twin(scenario: str | LoadedScenario, controller_url: str, admin_token: s
         notes=[f"agent errors (retried): {sum(a.errors for a in hosts.agents.values())}"],
         description=scn.description, fabric=fabric.describe(), seed=scn.seed,
         paced_qps=int(np.count_nonzero(np.isfinite(paths0.rate_bps))))
-    ref = with_link_events(plan(fabric, sw.workload, pol, seed=scn.seed), changes) \
-        if compare else None
-    _simulate_and_compare(out, twin, ref, scn.run_options(engine))
+    ref = spec.plan(sw.workload) if compare else None
+    _simulate_and_compare(out, twin, ref, spec)
     out.wall_s = time.perf_counter() - t0
     return out
 
@@ -451,15 +446,16 @@ def qps_on_links(paths: PathPlan, links) -> int:
     return len(np.unique(paths.route_qp[route[hit]]))
 
 
-def _simulate_and_compare(out: TwinResult, twin: Plan, ref: Plan | None, options) -> None:
+def _simulate_and_compare(out: TwinResult, twin: Plan, ref: Plan | None, spec: RunSpec
+                          ) -> None:
     """Run the twin's applied plan; with ``ref``, run the in-process plan too and compare
     every collective's time and every QP's ports and rate (initially and at the end)."""
-    res = simulate(twin, options, scenario=out.scenario)
+    res = spec.simulate(twin)
     out.engine = res.engine
     out.rows = [collective_row(c) for c in res.collectives]
     if ref is None:
         return
-    ref_res = simulate(ref, options, scenario=out.scenario)
+    ref_res = spec.simulate(ref)
     out.reference_rows = [collective_row(c) for c in ref_res.collectives]
     out.qp_mismatches = (qp_differences(twin.paths, ref.paths)
                          + qp_differences(twin.final, ref.final))

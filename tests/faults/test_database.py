@@ -52,6 +52,11 @@ def test_postgresql_down_for_a_while(pg_cluster, controller_env, tmp_path):
             errors = fleet.errors()
             time.sleep(2.0)
             assert fleet.errors() > errors and fleet.versions() == held
+            # (between its attempts the event is in flight: it is queued again when the
+            # attempt fails)
+            deadline = time.monotonic() + 10
+            while not ag.events and time.monotonic() < deadline:
+                time.sleep(0.01)
             assert ag.events, "the event must wait in the agent until it is stored"
         finally:
             pg_cluster.start()

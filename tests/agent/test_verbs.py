@@ -20,7 +20,7 @@ import pytest
 
 from icefabric.agent.actuators.verbs import VerbsActuator
 from icefabric.agent.shim_socket import ShimConn
-from icefabric.dataplane.roce import flow_label_to_udp_sport
+from icefabric.dataplane.roce import default_sports, flow_label_to_udp_sport
 from icefabric.schemas_service import CommReport, HostPlan, QpPlan, RankEntry
 
 from .conftest import IBV_QP_RATE_LIMIT, IBV_QPS_RTR, records, rtr_labels, wait_for
@@ -242,6 +242,30 @@ def test_without_a_plan_nothing_changes(native, tmp_path, actuator, agent_sock):
     release(proc, hold)
     assert set(rtr_labels(log).values()) == {0}
     assert not any(r["mask"] == IBV_QP_RATE_LIMIT for r in records(log) if "mask" in r)
+
+
+def test_a_qp_moved_live_then_found_a_receive_side_goes_back_to_the_kernel_port(
+        native, tmp_path, actuator, agent_sock):
+    """Older NCCL: both QPs look like data QPs and take ordinals 0 and 1; a plan naming the
+    ordinals moves both live; the controller's pairing then names ordinal 0 by QP 1's
+    numbers (QP 0 is a receive side), so QP 0 goes back to the kernel's port."""
+    proc, log, hold, qps = connect(native, tmp_path, agent_sock, 2)
+    try:
+        assert wait_for(lambda: all(q.sport for q in actuator.live.values()))
+        actuator.apply(plan_of([50000, 50001]))
+        live = {q.lqpn: q for q in actuator.live.values()}
+        data = live[qps[1]]
+        paired = HostPlan(host="h0", version=2, fabric_version=1, policy="ice", created_at=0.0,
+                          qps=[QpPlan(src_ip=SIP, dst_ip=DIP, lqpn=data.lqpn, rqpn=data.rqpn,
+                                      job=JOB, ordinal=0, sport=50000, routes=[[1]],
+                                      weights=[1.0])])
+        actuator.apply(paired)
+        moved = [(r["qpn"], r["sport"]) for r in records(log)
+                 if r["call"] == "mlx5dv_modify_qp_udp_sport" and r["rc"] == 0]
+        kernel = int(default_sports(qps[0], live[qps[0]].rqpn))
+        assert moved == [(qps[0], 50000), (qps[1], 50001), (qps[1], 50000), (qps[0], kernel)]
+    finally:
+        release(proc, hold)
 
 
 def test_replan_reaches_live_qps_through_mlx5dv(native, tmp_path, actuator, agent_sock):

@@ -108,7 +108,7 @@ class LiveQp:
     rate_kbps: int | None = None  # in force (0 / None = not paced)
     rate_via: str | None = None  # "static_rate" (at RTR) or "rate_limit" (live)
     static_kbps: int = 0  # the static rate set at RTR (0 = none)
-    steered: bool = False  # took a planned port at RTR
+    steered: bool = False  # on a planned port (taken at RTR, or moved there live)
 
 
 class VerbsActuator(Actuator):
@@ -269,7 +269,7 @@ class VerbsActuator(Actuator):
             unnamed = self._unnamed(every)
         errors = self._push([(qp, q.sport, q.rate_bps) for qp, q in targets if qp is not None]
                             + [(qp, int(default_sports(qp.lqpn, qp.rqpn)),
-                                qp.rate_kbps * 1e3 if qp.rate_kbps else None)
+                                qp.static_kbps * 1e3 if qp.static_kbps else None)
                                for qp in unnamed])
         for qp in unnamed:
             qp.steered = False
@@ -279,9 +279,10 @@ class VerbsActuator(Actuator):
                            [f"{n} QP(s) on {m}" for m, n in counts.items()])
 
     def _unnamed(self, every: list[tuple[LiveQp | None, QpPlan]]) -> list[LiveQp]:
-        """QPs that took a planned port at RTR and that the plan no longer names, on a NIC
-        pair where it names live QPs by number: the controller's pairing found them to be
-        receive sides (older NCCL), so they go back to the kernel's port (lock held)."""
+        """QPs on a planned port (from RTR, or moved there by an earlier plan that named
+        them by ordinal) that the plan no longer names, on a NIC pair where it names live
+        QPs by number: the controller's pairing found them to be receive sides (older
+        NCCL), so they go back to the kernel's port and their RTR rate (lock held)."""
         named = {id(qp) for qp, _ in every if qp is not None}
         paired = {qp.qp_id.pair for qp, q in every
                   if qp is not None and (q.lqpn, q.rqpn) == (qp.lqpn, qp.rqpn)}
@@ -342,7 +343,7 @@ class VerbsActuator(Actuator):
                 errors.append((qp, f"no answer from the shim (pid {qp.conn.pid})"))
                 continue
             if s >= 0 and sport_err == 0:
-                qp.sport = s
+                qp.sport, qp.steered = s, True
             elif s >= 0:
                 errors.append((qp, why("sport", sport_err)))
             if r >= 0 and rate_err == 0:

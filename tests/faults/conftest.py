@@ -92,11 +92,18 @@ class Fleet:
         return sum(a.errors for a in self.agents.values())
 
     def wait_converged(self, timeout_s: float = 60.0, at_least: int = 1) -> int:
-        """Wait until the current plan covers every job of the scenario and every agent
-        applied and acknowledged its host's current document; returns the plan's version."""
+        """Wait until every agent sent its reports, the current plan covers every job of
+        the scenario, every agent applied and acknowledged its host's current document, and
+        that holds for half a second (a report sent last may still be planning); returns
+        the plan's version."""
         deadline = time.monotonic() + timeout_s
-        last = None
+        last, seen = None, None
         while time.monotonic() < deadline:
+            if not all(set(a.reported) == {r.job for r in self.reports.get(h, [])}
+                       for h, a in self.agents.items()):
+                last = "reports still being sent"
+                time.sleep(0.1)
+                continue
             try:
                 cur = admin(self.url).get("/v1/plans/current")
                 agents = admin(self.url).get("/v1/agents").json()
@@ -110,7 +117,13 @@ class Fleet:
                            if a["applied_version"] == a["plan_version"]}
                     if v >= at_least and len(c["jobs"]) + len(c["no_path"]) == self.n_jobs \
                             and all(own.get(h) == x for h, x in self.versions().items()):
-                        return v
+                        if seen is not None and seen[0] == v and \
+                                time.monotonic() - seen[1] >= 0.5:
+                            return v
+                        seen = seen if seen is not None and seen[0] == v else \
+                            (v, time.monotonic())
+                    else:
+                        seen = None
                     last = (v, sorted(set(self.versions().values())))
             time.sleep(0.1)
         raise AssertionError(f"agents did not converge in {timeout_s} s: {last}")

@@ -3,7 +3,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from icefabric.control.demand import demand_from_pairs
-from icefabric.control.failover import _changed_pairs, affected_qps, replan_after_failure
+from icefabric.control.failover import (
+    _changed_pairs,
+    _ends,
+    affected_qps,
+    replan_after_failure,
+)
 from icefabric.control.hashing import fabric_hash_configs
 from icefabric.control.planning import load_state, paths_to_csr, plan_paths
 from icefabric.control.realize import realize_paths
@@ -101,7 +106,7 @@ def test_changed_pairs_are_every_group_whose_members_changed(ft_fabric, routing_
         truth = [s * NL + i for s, sw in enumerate(rt.switches.tolist())
                  for i, leaf in enumerate(rt.leaves.tolist())
                  if not np.array_equal(rt.group(sw, leaf), rt2.group(sw, leaf))]
-        assert _changed_pairs(rt, rt2).tolist() == truth
+        assert _changed_pairs(rt, rt2, _ends(rt, rt2)).tolist() == truth
         assert len(truth) > 0
 
 

@@ -70,9 +70,9 @@ def affected_qps(paths: list[np.ndarray], down: np.ndarray) -> np.ndarray:
     return np.flatnonzero(hit > 0)
 
 
-def _changed_pairs(old: Routing, new: Routing) -> np.ndarray:
+def _changed_pairs(old: Routing, new: Routing, at: np.ndarray) -> np.ndarray:
     """Sorted ids ``switch index * n_leaves + leaf index`` of the (switch, leaf) pairs
-    whose ECMP members differ between two link states.
+    whose ECMP members differ between two link states (``at``: :func:`_ends` of them).
 
     The group of switch ``s`` toward leaf ``l`` holds the working links ``s -> t`` with
     ``t`` one hop closer to ``l``, so it can change only if a link out of ``s`` changed
@@ -80,7 +80,6 @@ def _changed_pairs(old: Routing, new: Routing) -> np.ndarray:
     candidate pairs are compared (a few thousand of the 10 M of a 131,072-GPU fabric)."""
     f = old.fabric
     NL = len(old.leaves)
-    at = _ends(old, new)
     parts = [(at[:, None] * NL + np.arange(NL)).ravel()]
     li, si = old.dist_changes(new)  # (leaf, switch) whose distance changed
     if len(si):
@@ -194,9 +193,9 @@ def replan_after_failure(fabric: Fabric, routing: Routing, configs: dict[int, Ha
         affected = np.unique(row[routing.down[flat]])
         maybe = np.arange(Q)
     else:
+        ends = _ends(old_routing, routing)
         affected, maybe = _qps_through(routing, demand, (ptr, flat), routing.down,
-                                       _changed_pairs(old_routing, routing),
-                                       _ends(old_routing, routing))
+                                       _changed_pairs(old_routing, routing, ends), ends)
     new_sub, util = replan_subset(fabric, routing, demand, affected, (ptr, flat), load=load,
                                  seed=seed)
     new_paths = _with_rows(paths, affected, new_sub)

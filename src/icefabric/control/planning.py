@@ -342,10 +342,8 @@ def replan_subset(fabric: Fabric, routing: Routing, demand: Demand, qps: np.ndar
     others = np.ones(Q, bool)
     others[qps] = False
     if load is None:
-        st = _Load(fabric, demand)
-        st.L += _load_matrix_csr(fabric.n_links, demand, np.where(others, np.arange(Q), -1),
-                                 ptr, flat)
-        st._refresh()
+        st = _Load(fabric, demand, _load_matrix_csr(
+            fabric.n_links, demand, np.where(others, np.arange(Q), -1), ptr, flat))
     else:
         # the plan's load less that of the QPs that move, summed (as load_state summed
         # it) on their links only

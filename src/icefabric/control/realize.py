@@ -324,7 +324,8 @@ def realize_paths(fabric: Fabric, routing: Routing, configs: dict[int, HashConfi
                              chain.dense(cols, chain.n, 1), chain.dense(cols, chain.want, 0),
                              exclude=exclude, seed=seed)
     elif mode == "probe":
-        sw, _, want = decision_chain(fabric, routing, dn, paths)
+        every = np.arange(chain.D)
+        sw, want = chain.dense(every, chain.sw, -1), chain.dense(every, chain.want, 0)
         prober = _prober(fabric, routing, configs, loss_prob, seed)
         cache = probe_cache if probe_cache is not None else PortPathCache()
         wants = [tuple(want[q, sw[q] >= 0].tolist()) for q in range(Q)]

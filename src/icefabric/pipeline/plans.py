@@ -162,10 +162,10 @@ def scenario_link_changes(ls: LoadedScenario, fabric: Fabric) -> list[LinkChange
         for n in (a, b):
             if n not in fabric.node_id:
                 raise ls.error(("failures", k, "link"), f"node {n!r} does not exist")
-        why = fabric.missing_cable(a, b, f.cable)
-        if why is not None:
-            raise ls.error(("failures", k, "cable" if fabric.n_cables(a, b) else "link"), why)
         links = fabric.links_between(a, b, f.cable)
+        if not len(links):
+            raise ls.error(("failures", k, "cable" if fabric.n_cables(a, b) else "link"),
+                           fabric.missing_cable(a, b, f.cable))
         out.append(LinkChange(us(f.at_us), False, a, b, links, f.cable))
         if f.until_us is not None:
             if f.until_us <= f.at_us:

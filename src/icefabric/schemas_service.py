@@ -311,12 +311,12 @@ class HostPlan(_Message):
         ids: set[QpId] = set()
         numbers: set[tuple[str, str, int, int]] = set()
         for i, q in enumerate(self.qps):
-            qpn = (q.src_ip, q.dst_ip, q.lqpn, q.rqpn)
-            if q.qp_id in ids or qpn in numbers:
-                what = (f"ordinal {q.ordinal} of job {q.job!r}" if q.qp_id in ids else
+            qid, qpn = q.qp_id, (q.src_ip, q.dst_ip, q.lqpn, q.rqpn)  # qp_id parses the IPs
+            if qid in ids or qpn in numbers:
+                what = (f"ordinal {q.ordinal} of job {q.job!r}" if qid in ids else
                         f"lqpn {q.lqpn} rqpn {q.rqpn}")
                 raise ValueError(f"qps[{i}]: QP {q.src_ip}->{q.dst_ip} {what} is planned twice")
-            ids.add(q.qp_id)
+            ids.add(qid)
             numbers.add(qpn)
         return self
 

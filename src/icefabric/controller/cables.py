@@ -26,8 +26,8 @@ def cables(fabric: Fabric, link: LinkRef, where: str) -> list[Cable]:
     if why is not None:
         raise Invalid(f"{where}: {why}")
     a, b = sorted((link.a, link.b))
-    every = range(fabric.n_cables(a, b))
-    return [(a, b, k) for k in (every if link.cable is None else [link.cable])]
+    ks = range(fabric.n_cables(a, b)) if link.cable is None else [link.cable]
+    return [(a, b, k) for k in ks]
 
 
 def link_ids(fabric: Fabric, down: Iterable[Cable]) -> list[int]:

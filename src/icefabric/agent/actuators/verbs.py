@@ -182,7 +182,7 @@ class VerbsActuator(Actuator):
             if qp is None or (qp.rqpn, qp.src_ip, qp.dst_ip) != (int(f["rqpn"]), sip, dip):
                 if qp is not None:  # the QP number was reused without a GONE
                     self._forget(key)
-                qp = self._register(conn, f, job, receive)
+                qp = self._register(key, conn, f, job, receive)
             qp_id = qp.qp_id  # a QP told again (a shim reconnecting) keeps its ordinal
             plan = self.planned.get(qp_id) if qp_id is not None else None
             if plan is not None and self.live_for(plan) is not qp:
@@ -194,13 +194,15 @@ class VerbsActuator(Actuator):
             return format_line("NONE", seq=int(f["seq"]))
         return format_line("PLAN", seq=int(f["seq"]), **shim_plan(plan))
 
-    def _register(self, conn: ShimConn, f: dict, job: str | None, receive: bool) -> LiveQp:
-        """A QP new to this host: named (a data QP) and indexed (lock held)."""
+    def _register(self, key: LiveKey, conn: ShimConn, f: dict, job: str | None,
+                  receive: bool) -> LiveQp:
+        """A QP new to this host (``key``: its :data:`LiveKey`): named (a data QP) and
+        indexed (lock held)."""
         sip, dip, span = str(f["sip"]), str(f["dip"]), int(f.get("span", -1))
         qp_id = self._next_id(QpId.of(job, sip, dip, 0)) if job and not receive else None
-        qp = LiveQp(conn, str(f["dev"]), int(f["lqpn"]), int(f["rqpn"]), sip, dip, job,
-                    qp_id, receive, span if span >= 0 else None)
-        self.live[(id(conn), qp.dev, qp.lqpn)] = qp
+        qp = LiveQp(conn, key[1], key[2], int(f["rqpn"]), sip, dip, job, qp_id, receive,
+                    span if span >= 0 else None)
+        self.live[key] = qp
         if qp_id is not None:
             self.by_plan[qp_id] = qp
             self.by_qpn[(sip, qp.lqpn, qp.rqpn)] = qp

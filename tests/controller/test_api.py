@@ -1,5 +1,8 @@
 """The /v1 API end to end in-process: fabric, enrolment, reports, plans, events, views."""
 
+import time
+from concurrent.futures import ThreadPoolExecutor
+
 from icefabric.schemas_service import HostPlan
 
 from .conftest import ADMIN, auth, enrol, wait_version
@@ -273,3 +276,24 @@ def test_a_report_with_ccl_errors_marks_the_job_failing(loaded, scenario):
     r = loaded.put(f"/v1/hosts/{host}/communicators/{rep.job}", json=too_many,
                    headers=auth(token))
     assert r.status_code == 422
+
+
+def test_a_long_poll_before_the_first_plan_waits_for_it(loaded, scenario):
+    """An agent that joins before its host has a document, asking for any version
+    (after_version -1), is parked until its first plan, not answered 204 at once (which
+    made every agent of a join storm poll in a busy loop)."""
+    _, _, _, reports = scenario
+    host = sorted(reports)[0]
+    token = enrol(loaded, host)
+    with ThreadPoolExecutor(1) as pool:
+        poll = pool.submit(loaded.get, f"/v1/hosts/{host}/plan",
+                           params={"after_version": -1, "wait_s": 20}, headers=auth(token))
+        time.sleep(0.3)
+        assert not poll.done(), poll.result().status_code
+        for rep in reports[host]:  # a job is planned from its first report
+            r = loaded.put(f"/v1/hosts/{host}/communicators/{rep.job}",
+                           json=rep.model_dump(mode="json"), headers=auth(token))
+            assert r.status_code == 200, r.text
+        r = poll.result(timeout=20)
+    assert r.status_code == 200, r.text
+    assert HostPlan.model_validate_json(r.content).host == host

@@ -5,6 +5,7 @@ from __future__ import annotations
 from fastapi import APIRouter, Path, Query, Response
 
 from icefabric.controller.deps import ERRORS, CoreDep, HostDep
+from icefabric.controller.published import HostDoc
 from icefabric.schemas_service import HostPlan, PlanAck
 
 router = APIRouter(prefix="/v1/hosts", tags=["plans"], responses=ERRORS)
@@ -18,13 +19,21 @@ async def get_plan(core: CoreDep, _: HostDep, host: str = Path(max_length=128),
     """This host's current plan (source port, rate and routes per QP; 204 while it has
     none). With ``after_version`` and ``wait_s`` it long-polls: it answers as soon as this
     host's plan has a newer version (a plan that leaves the host as it was does not wake
-    it), or 204 after ``wait_s`` seconds."""
-    if core.host_version(host) <= after_version and wait_s > 0:
+    it), or 204 after ``wait_s`` seconds. A host without a document yet waits for its
+    first whatever ``after_version`` says: answering at once would turn every agent that
+    joins before its first plan into a busy loop of requests (the soak's join storm)."""
+    if not _newer(core, host, after_version) and wait_s > 0:
         await core.publisher.watch.wait(host, min(wait_s, core.settings.long_poll_max_s))
-    doc = core.plan.hosts.get(host) if core.plan is not None else None
-    if doc is None or doc.version <= after_version:
+    doc = _newer(core, host, after_version)
+    if doc is None:
         return Response(status_code=204)
     return Response(content=doc.doc, media_type="application/json")
+
+
+def _newer(core, host: str, after_version: int) -> HostDoc | None:
+    """``host``'s document if it is newer than ``after_version``."""
+    doc = core.plan.hosts.get(host) if core.plan is not None else None
+    return doc if doc is not None and doc.version > after_version else None
 
 
 @router.post("/{host}/plan/ack", status_code=204)

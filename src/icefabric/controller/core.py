@@ -10,6 +10,7 @@ ask the publisher for one.
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import threading
 
@@ -86,6 +87,16 @@ class ControllerCore:
         # between the two writes); the planner skips the work if the plan is current.
         if self.fabric is not None and self.jobs.states:
             self.publisher.request("startup")
+        self._freeze_heap()
+
+    def _freeze_heap(self) -> None:
+        """With ``settings.freeze_heap``, every object alive now (the imports, the fabric)
+        leaves the garbage collector's full scans: ~150,000 of them made each full
+        collection stop every request for 100-350 ms (BENCHMARKS.md, the soak's ramp).
+        Collected first, so no garbage is kept."""
+        if self.settings.freeze_heap:
+            gc.collect()
+            gc.freeze()
 
     def stop(self) -> None:
         self.publisher.stop()
@@ -118,6 +129,7 @@ class ControllerCore:
             v = self.repo.save_fabric(fabric.name, up.topology, up.plan_seed, sorted(down))
             self.fabric, self.fabric_version, self.fabric_name = fabric, v, fabric.name
             self.plan_seed, self.down = up.plan_seed, down
+        self._freeze_heap()
         self.publisher.request(f"fabric v{v}")
         return v
 

@@ -57,7 +57,7 @@ def serve(
     over = {k: v for k, v in (("database_url", db), ("policy", policy),
                               ("admin_token_file", admin_token_file),
                               ("insecure_local", insecure_local or None)) if v is not None}
-    over["freeze_heap"] = True  # a long-running server: its imports and fabric stay
+    over["tune_gc"] = True  # a long-running server (Settings.tune_gc)
     try:
         app = create_app(Settings(**over))
     except ValidationError as e:

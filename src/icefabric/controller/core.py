@@ -31,6 +31,9 @@ from icefabric.topology.serialize import fabric_from_dict
 
 log = logging.getLogger(__name__)
 
+#: younger collections before a full one, with ``Settings.tune_gc`` (Python's default: 10)
+FULL_GC_AFTER = 100
+
 
 class ControllerCore:
     """State, persistence and planning of one controller process."""
@@ -87,16 +90,19 @@ class ControllerCore:
         # between the two writes); the planner skips the work if the plan is current.
         if self.fabric is not None and self.jobs.states:
             self.publisher.request("startup")
-        self._freeze_heap()
+        self._tune_gc()
 
-    def _freeze_heap(self) -> None:
-        """With ``settings.freeze_heap``, every object alive now (the imports, the fabric)
-        leaves the garbage collector's full scans: ~150,000 of them made each full
-        collection stop every request for 100-350 ms (BENCHMARKS.md, the soak's ramp).
-        Collected first, so no garbage is kept."""
-        if self.settings.freeze_heap:
+    def _tune_gc(self) -> None:
+        """With ``settings.tune_gc``: every object alive now (the imports, the fabric)
+        leaves the garbage collector's scans, and a full collection waits for 100 younger
+        ones instead of 10. Each full collection stops every request: in the soak's ramp
+        the ~170,000 objects of the imports and fabric, and ~150 per parked long-poll,
+        made one every ~5 s that took 100-350 ms (BENCHMARKS.md). Collected first, so no
+        garbage is kept."""
+        if self.settings.tune_gc:
             gc.collect()
             gc.freeze()
+            gc.set_threshold(*gc.get_threshold()[:2], FULL_GC_AFTER)
 
     def stop(self) -> None:
         self.publisher.stop()
@@ -129,7 +135,7 @@ class ControllerCore:
             v = self.repo.save_fabric(fabric.name, up.topology, up.plan_seed, sorted(down))
             self.fabric, self.fabric_version, self.fabric_name = fabric, v, fabric.name
             self.plan_seed, self.down = up.plan_seed, down
-        self._freeze_heap()
+        self._tune_gc()
         self.publisher.request(f"fabric v{v}")
         return v
 

@@ -47,9 +47,10 @@ class Settings(BaseSettings):
                                 "stored (database unavailable) after this long")
     db_lock_timeout_s: float = Field(10.0, gt=0, description="how long a write waits for a "
                                      "locked SQLite file, or a connection for PostgreSQL")
-    freeze_heap: bool = Field(False, description="move the long-lived heap (imports, the "
-                              "fabric) out of the garbage collector's full scans at start "
-                              "and at each fabric load; `controller serve` turns it on")
+    tune_gc: bool = Field(False, description="for a long-running server: keep the "
+                          "long-lived heap (imports, the fabric) out of the garbage "
+                          "collector's scans and make full collections rare; "
+                          "`controller serve` turns it on")
     log_level: str = "info"
 
     @model_validator(mode="after")

@@ -16,7 +16,7 @@ def test_a_serving_controller_tunes_the_garbage_collector(settings, scenario):
     """With ``tune_gc`` (``controller serve``) the objects alive at start and those of
     each loaded fabric leave the collector's scans and full collections are rare; without
     it the collector is left as it is."""
-    ls, fabric, _, _ = scenario
+    _, fabric, _, _ = scenario
     body = FabricUpload(topology=fabric_to_dict(fabric)).model_dump(mode="json")
     before, thresholds = gc.get_freeze_count(), gc.get_threshold()
     with TestClient(create_app(settings)) as c:

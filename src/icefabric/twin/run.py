@@ -39,6 +39,7 @@ from icefabric.pipeline import Plan
 from icefabric.pipeline.jobs import JobSpec
 from icefabric.pipeline.plans import LinkChange, LinkEvent
 from icefabric.pipeline.recipe import RunSpec
+from icefabric.qpid import QpId
 from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import LoadedScenario, load
 from icefabric.scenario.schema import FailureSpec
@@ -150,19 +151,35 @@ def host_reports(fabric: Fabric, jobs: list[JobSpec], wl: Workload
     return out
 
 
+@dataclass(frozen=True)
+class QpNames:
+    """Each QP of a workload by its sending host and its QpId, in QP order: a twin run's
+    workload is fixed, so its QPs are named once and every wait and applied plan reads
+    them."""
+
+    hosts: list[str]
+    ids: list[QpId]
+
+    @classmethod
+    def of(cls, fabric: Fabric, wl: Workload) -> QpNames:
+        return cls(qp_hosts(fabric, wl), qp_ids(wl))
+
+
 def applied_plan(fabric: Fabric, wl: Workload, actuators: dict[str, TwinNicActuator],
-                 down_ids: list[int], policy: str) -> tuple[PathPlan, int]:
+                 down_ids: list[int], policy: str, named: QpNames | None = None
+                 ) -> tuple[PathPlan, int]:
     """The PathPlan the twin's data plane realizes from the agents' applied settings.
 
     A single-route QP with a source port travels where the switches' hash models send that
     port under the current link state; multi-route (spraying) QPs use their planned routes.
     Returns the plan and the number of QPs whose realized path differs from the planned one.
+    ``named``: the QPs of ``wl`` by host and QpId, if the caller has them.
     """
-    applied = {i: actuators[h].applied[i] for h, i in zip(qp_hosts(fabric, wl), qp_ids(wl),
-                                                          strict=True)
+    named = QpNames.of(fabric, wl) if named is None else named
+    applied = {i: actuators[h].applied[i] for h, i in zip(named.hosts, named.ids, strict=True)
                if i in actuators[h].applied}
     try:
-        pp = paths_from_host_plans(wl, applied, policy=policy)
+        pp = paths_from_host_plans(wl, applied, policy=policy, ids=named.ids)
     except KeyError as e:
         raise TwinError(e.args[0]) from None
     ptr = pp.qp_route_ptr()
@@ -290,12 +307,16 @@ class _Session:
     timeout_s: float
     versions: list[int] = field(default_factory=list)
     path_mismatches: int = 0
+    named: QpNames = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.named = QpNames.of(self.fabric, self.wl)
 
     def wait_plan(self, down_ids: set[int]) -> None:
         """Wait until every agent applied a plan of every job with exactly ``down`` down."""
         state: dict = {}
-        want = list(zip(qp_hosts(self.fabric, self.wl), qp_ids(self.wl),
-                        self.wl.qp_lqpn.tolist(), self.wl.qp_rqpn.tolist(), strict=True))
+        want = list(zip(self.named.hosts, self.named.ids, self.wl.qp_lqpn.tolist(),
+                        self.wl.qp_rqpn.tolist(), strict=True))
 
         def ok() -> bool:
             c = settled_plan(self.admin, self.hosts.agents)
@@ -318,7 +339,7 @@ class _Session:
 
     def applied(self, down_ids) -> PathPlan:
         paths, m = applied_plan(self.fabric, self.wl, self.hosts.actuators, sorted(down_ids),
-                                self.policy)
+                                self.policy, self.named)
         self.path_mismatches += m
         return paths
 

@@ -86,19 +86,19 @@ class Demand:
         np.cumsum(np.bincount(self.ent_qp, minlength=self.n_qps), out=ptr[1:])
         return ptr
 
-    def _entry_spans(self, qps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """First entry and entry count of each QP of ``qps`` (entries are sorted by QP:
-        two binary searches, no QP-sized table)."""
+    def entry_spans(self, qps: np.ndarray | int) -> tuple[np.ndarray, np.ndarray]:
+        """First entry and entry count of each QP of ``qps``, or of the one QP ``qps``
+        (entries are sorted by QP: two binary searches, no QP-sized table)."""
         lo = np.searchsorted(self.ent_qp, qps)
         return lo, np.searchsorted(self.ent_qp, qps, side="right") - lo
 
     def entries(self, qps: np.ndarray) -> np.ndarray:
         """Entry indices of QPs ``qps``, in entry order."""
-        return gather(*self._entry_spans(np.sort(np.asarray(qps, dtype=np.int64))))
+        return gather(*self.entry_spans(np.sort(np.asarray(qps, dtype=np.int64))))
 
     def peak_rates(self, qps: np.ndarray) -> np.ndarray:
         """:meth:`peak_rate_bps` of QPs ``qps`` only, in their order (no QP-sized table)."""
-        lo, n = self._entry_spans(np.asarray(qps, dtype=np.int64))
+        lo, n = self.entry_spans(np.asarray(qps, dtype=np.int64))
         out = np.zeros(len(lo))
         has = np.flatnonzero(n > 0)
         if len(has):

@@ -250,9 +250,9 @@ class _Load:
             self._refresh()
 
     def _span(self, q: int) -> slice:
-        """QP ``q``'s entries (sorted by QP: two binary searches, no QP-sized pointer)."""
-        e = self.demand.ent_qp
-        return slice(int(np.searchsorted(e, q)), int(np.searchsorted(e, q, side="right")))
+        """QP ``q``'s entries (:meth:`Demand.entry_spans`: no QP-sized pointer)."""
+        lo, n = self.demand.entry_spans(q)
+        return slice(int(lo), int(lo + n))
 
     def _refresh(self, links=None) -> None:
         sel = slice(None) if links is None else links

@@ -22,7 +22,7 @@ from icefabric.ccl.collectives import add_collective
 from icefabric.ccl.communicator import Communicator
 from icefabric.ccl.workload import WorkloadBuilder
 from icefabric.control.demand import workload_demand
-from icefabric.control.failover import replan_after_failure
+from icefabric.control.failover import PlanBefore, replan_after_failure
 from icefabric.control.planning import load_state, paths_to_csr, plan_paths
 from icefabric.control.realize import realize_paths
 from icefabric.policies.base import PlanContext
@@ -97,9 +97,9 @@ def main() -> None:
     rt2 = Routing(fab, [up, back])
     t_rt = _since(t0)
     t0 = _now()
-    res = replan_after_failure(fab, rt2, ctx.hash_configs, d, a.paths, r.sport,
-                               full_paths=r.paths, old_routing=ctx.routing,
-                               paths_csr=csr, load=load)
+    res = replan_after_failure(fab, rt2, ctx.hash_configs, PlanBefore(
+        d, a.paths, r.sport, full_paths=r.paths, routing=ctx.routing, paths_csr=csr,
+        load=load))
     t_re = _since(t0)
     print(f"  routing tables after failure (switches) {_ms(t_rt)}")
     print(f"  ICE re-plan after failure               {_ms(t_re)}   "

@@ -647,6 +647,123 @@ def plan_fat_tree(fabric, routing, demand, *, seed=None, **_) -> PathAssignment:
 
 
 # --------------------------------------------------------------------------- MILP
+@dataclass
+class _Milp:
+    """The MILP of :func:`plan_milp` as it is built: its variables (``x`` per free QP and
+    candidate, then ``y`` per link and job, then ``z``) and its constraint rows, as COO
+    triplets with their bounds."""
+
+    xq: list[int]  # the QP of each x variable
+    xk: list[int]  # its candidate index
+    links: list[int]  # the fabric links with y variables
+    J: int  # jobs: y variables per link
+    rows: list[int] = field(default_factory=list)
+    cols: list[int] = field(default_factory=list)
+    vals: list[float] = field(default_factory=list)
+    lo: list[float] = field(default_factory=list)
+    hi: list[float] = field(default_factory=list)
+    nx: int = field(init=False)  # x variables
+    nvar: int = field(init=False)  # all variables
+    lidx: dict[int, int] = field(init=False)  # index of each link in ``links``
+
+    def __post_init__(self) -> None:
+        self.nx = len(self.xq)
+        self.nvar = self.nx + len(self.links) * self.J + 1
+        self.lidx = {l: i for i, l in enumerate(self.links)}
+
+    @classmethod
+    def build(cls, fabric: Fabric, demand: Demand, cands: Candidates, free: np.ndarray,
+              base: np.ndarray) -> _Milp:
+        """The model for QPs ``free``, over the pinned QPs' normalised load ``base``."""
+        xq, xk = [], []
+        for q in free.tolist():
+            n = cands.of(q).shape[0]
+            xq += [q] * n
+            xk += list(range(n))
+        links = sorted({int(l) for q in free.tolist() for l in cands.of(q).ravel().tolist()} |
+                       set(np.flatnonzero(base.sum(axis=1) > 0).tolist()))
+        links = [l for l in links if fabric.link_kind[l] == LINK_FABRIC]
+        m = cls(xq, xk, links, max(len(demand.job_names), 1))
+        m.one_path_rows(free)
+        m.load_rows(demand, cands, fabric.link_capacity_bps, base)
+        m.max_rows()
+        return m
+
+    def add(self, terms: list[tuple[int, float]], lo: float, hi: float) -> None:
+        """One constraint row ``lo <= sum(v * var[c] for c, v in terms) <= hi``."""
+        r = len(self.lo)
+        for c, v in terms:
+            self.rows.append(r)
+            self.cols.append(c)
+            self.vals.append(v)
+        self.lo.append(lo)
+        self.hi.append(hi)
+
+    def y(self, link: int, job: int) -> int:
+        return self.nx + self.lidx[link] * self.J + job
+
+    def one_path_rows(self, free: np.ndarray) -> None:
+        """Each free QP takes exactly one candidate."""
+        xq = np.asarray(self.xq)
+        for q in free.tolist():
+            self.add([(i, 1.0) for i in np.flatnonzero(xq == q).tolist()], 1.0, 1.0)
+
+    def load_rows(self, demand: Demand, cands: Candidates, cap: np.ndarray,
+                  base: np.ndarray) -> None:
+        """Per (link, phase): the phase's normalised load on the link, pinned load
+        included, is at most its job's ``y``."""
+        ptr = demand.ent_ptr()
+        lp: dict[tuple[int, int], list[tuple[int, float]]] = {}
+        for i in range(self.nx):
+            q, k = self.xq[i], self.xk[i]
+            for l in cands.of(q)[k].tolist():
+                if l not in self.lidx:
+                    continue
+                for e in range(ptr[q], ptr[q + 1]):
+                    p = int(demand.ent_phase[e])
+                    lp.setdefault((l, p), []).append((i, demand.ent_rate_bps[e] / cap[l]))
+        for l in self.links:
+            for p in np.flatnonzero(base[l] > 0).tolist():
+                lp.setdefault((l, p), [])
+        for (l, p), terms in lp.items():
+            self.add([*terms, (self.y(l, int(demand.phase_job[p])), -1.0)], -np.inf,
+                     -base[l, p])
+
+    def max_rows(self) -> None:
+        """Per link: the sum of its jobs' ``y`` is at most ``z``."""
+        for l in self.links:
+            self.add([(self.y(l, j), 1.0) for j in range(self.J)] + [(self.nvar - 1, -1.0)],
+                     -np.inf, 0.0)
+
+    def solve(self, time_limit: float):
+        """:func:`scipy.optimize.milp` (HiGHS) minimising ``z``, ``x`` binary."""
+        import scipy.sparse as sp
+        from scipy.optimize import Bounds, LinearConstraint, milp
+
+        A = sp.csr_matrix((self.vals, (self.rows, self.cols)), shape=(len(self.lo), self.nvar))
+        c = np.zeros(self.nvar)
+        c[-1] = 1.0
+        integ = np.zeros(self.nvar)
+        integ[:self.nx] = 1
+        ub = np.full(self.nvar, np.inf)
+        ub[:self.nx] = 1
+        return milp(c, constraints=LinearConstraint(A, self.lo, self.hi), integrality=integ,
+                    bounds=Bounds(np.zeros(self.nvar), ub), options={"time_limit": time_limit})
+
+    def choice(self, x: np.ndarray, n_qps: int) -> np.ndarray:
+        """Each free QP's candidate: the one of its ``x`` of the largest value (the first
+        on ties); -1 for the others."""
+        choice = np.full(n_qps, -1, dtype=np.int64)
+        best = {}
+        for i in range(self.nx):
+            q = self.xq[i]
+            if q not in best or x[i] > best[q][0]:
+                best[q] = (x[i], self.xk[i])
+        for q, (_, k) in best.items():
+            choice[q] = k
+        return choice
+
+
 def plan_milp(fabric, routing, demand, *, pinned=None, initial=None, time_limit=30.0,
               seed=None, cands=None, **_) -> PathAssignment:
     """Exact minimum of the maximum link utilisation (small instances).
@@ -662,102 +779,18 @@ def plan_milp(fabric, routing, demand, *, pinned=None, initial=None, time_limit=
     .. [1] Q. Huangfu, J. A. J. Hall, "Parallelizing the dual revised simplex method",
        Mathematical Programming Computation 10, 2018 (HiGHS).
     """
-    import scipy.sparse as sp
-    from scipy.optimize import Bounds, LinearConstraint, milp
-
     cands = cands or Candidates(routing, demand)
     Q = demand.n_qps
     pinned = np.zeros(Q, bool) if pinned is None else np.asarray(pinned, bool)
-    cap = fabric.link_capacity_bps
     st = _Load(fabric, demand)
     for q in np.flatnonzero(pinned).tolist():
         st.add(q, np.asarray(initial[q], dtype=np.int64))
-    base = st.L / cap[:, None]  # pinned load, normalised
-    free = np.flatnonzero(~pinned)
-    ptr = demand.ent_ptr()
-    # x variables
-    xq, xk = [], []
-    for q in free.tolist():
-        n = cands.of(q).shape[0]
-        xq += [q] * n
-        xk += list(range(n))
-    nx = len(xq)
-    links = sorted({int(l) for q in free.tolist() for l in cands.of(q).ravel().tolist()} |
-                   set(np.flatnonzero(base.sum(axis=1) > 0).tolist()))
-    links = [l for l in links if fabric.link_kind[l] == LINK_FABRIC]
-    lidx = {l: i for i, l in enumerate(links)}
-    J = max(len(demand.job_names), 1)
-    ny = len(links) * J
-    nvar = nx + ny + 1
-    rows, cols, vals, lo, hi = [], [], [], [], []
-    r = 0
-    # one-path constraints
-    for q in free.tolist():
-        idx = [i for i in range(nx) if xq[i] == q] if nx < 5000 else None
-        if idx is None:
-            idx = list(np.flatnonzero(np.asarray(xq) == q))
-        rows += [r] * len(idx)
-        cols += idx
-        vals += [1.0] * len(idx)
-        lo.append(1.0)
-        hi.append(1.0)
-        r += 1
-    # (link, phase) load rows
-    lp: dict[tuple[int, int], list[tuple[int, float]]] = {}
-    for i in range(nx):
-        q, k = xq[i], xk[i]
-        for l in cands.of(q)[k].tolist():
-            if l not in lidx:
-                continue
-            for e in range(ptr[q], ptr[q + 1]):
-                p = int(demand.ent_phase[e])
-                lp.setdefault((l, p), []).append((i, demand.ent_rate_bps[e] / cap[l]))
-    for l in links:
-        for p in np.flatnonzero(base[l] > 0).tolist():
-            lp.setdefault((l, p), [])
-    for (l, p), terms in lp.items():
-        j = int(demand.phase_job[p])
-        for i, w in terms:
-            rows.append(r)
-            cols.append(i)
-            vals.append(w)
-        rows.append(r)
-        cols.append(nx + lidx[l] * J + j)
-        vals.append(-1.0)
-        lo.append(-np.inf)
-        hi.append(-base[l, p])
-        r += 1
-    for l in links:
-        for j in range(J):
-            rows.append(r)
-            cols.append(nx + lidx[l] * J + j)
-            vals.append(1.0)
-        rows.append(r)
-        cols.append(nvar - 1)
-        vals.append(-1.0)
-        lo.append(-np.inf)
-        hi.append(0.0)
-        r += 1
-    A = sp.csr_matrix((vals, (rows, cols)), shape=(r, nvar))
-    c = np.zeros(nvar)
-    c[-1] = 1.0
-    integ = np.zeros(nvar)
-    integ[:nx] = 1
-    ub = np.full(nvar, np.inf)
-    ub[:nx] = 1
-    res = milp(c, constraints=LinearConstraint(A, lo, hi), integrality=integ,
-               bounds=Bounds(np.zeros(nvar), ub), options={"time_limit": time_limit})
+    base = st.L / fabric.link_capacity_bps[:, None]  # pinned load, normalised
+    m = _Milp.build(fabric, demand, cands, np.flatnonzero(~pinned), base)
+    res = m.solve(time_limit)
     if res.x is None:
         raise RuntimeError(f"MILP failed: {res.message}")
-    x = res.x[:nx]
-    choice = np.full(Q, -1, dtype=np.int64)
-    best = {}
-    for i in range(nx):
-        q = xq[i]
-        if q not in best or x[i] > best[q][0]:
-            best[q] = (x[i], xk[i])
-    for q, (_, k) in best.items():
-        choice[q] = k
+    choice = m.choice(res.x, Q)
     paths = [np.asarray(initial[q], dtype=np.int64) if pinned[q] else cands.of(q)[choice[q]]
              for q in range(Q)]
     util = link_utilization(fabric, demand, paths)

@@ -77,9 +77,9 @@ class _Decisions:
 
     sip: np.ndarray  # (Q,) uint64
     dip: np.ndarray  # (Q,) uint64
-    cfg: np.ndarray  # (Q, D) int64, -1 = no decision
-    n: np.ndarray  # (Q, D) int64
-    want: np.ndarray  # (Q, D) int64
+    cfg: np.ndarray  # (Q, D) signed int, -1 = no decision
+    n: np.ndarray  # (Q, D) signed int (read only: may be a broadcast view)
+    want: np.ndarray  # (Q, D) signed int (read only)
     dqpn: np.ndarray | None  # (Q,) uint64
 
 
@@ -97,13 +97,13 @@ def _normalise(
     if sip.shape != dip.shape:
         raise ValueError("src_ip and dst_ip must have the same length")
     q = sip.shape[0]
-    cfg = np.asarray(cfg_index, dtype=np.int64)
+    cfg = _signed(cfg_index)
     if cfg.ndim == 1:
         cfg = cfg[:, None]
     if cfg.shape[0] != q:
         raise ValueError(f"cfg_index has {cfg.shape[0]} rows for {q} QPs")
-    n = _per_decision(n_members, cfg.shape).copy()
-    w = _per_decision(want, cfg.shape).copy()
+    n = _per_decision(n_members, cfg.shape)
+    w = _per_decision(want, cfg.shape)
     if cfg.size and int(cfg.max(initial=-1)) >= len(configs):
         raise ValueError(f"cfg_index refers to config {int(cfg.max())}, only {len(configs)} given")
     if np.any((cfg >= 0) & (n < 1)):
@@ -112,9 +112,17 @@ def _normalise(
     return _Decisions(sip, dip, cfg, n, w, dq)
 
 
+def _signed(a: object) -> np.ndarray:
+    """``a`` as an array of signed integers, not copied when it is one already (the
+    solver's (Q, D) tables come as int32 from :mod:`icefabric.control.realize`)."""
+    arr = np.asarray(a)
+    return arr if arr.dtype.kind == "i" else arr.astype(np.int64)
+
+
 def _per_decision(a: object, shape: tuple[int, ...]) -> np.ndarray:
-    """Broadcast a scalar, a per-QP vector (when D == 1) or a (Q, D) array to ``shape``."""
-    arr = np.asarray(a, dtype=np.int64)
+    """Broadcast a scalar, a per-QP vector (when D == 1) or a (Q, D) array to ``shape``
+    (a read-only view: nothing writes the decision tables)."""
+    arr = _signed(a)
     if arr.ndim == 1 and shape[1] == 1 and arr.shape[0] == shape[0]:
         arr = arr[:, None]
     return np.broadcast_to(arr, shape)
@@ -229,6 +237,40 @@ def _dense_ids(keys: np.ndarray, span: int) -> np.ndarray:
     return np.unique(keys, return_inverse=True)[1].ravel().astype(np.int64)
 
 
+def _classify(configs: Sequence[HashConfig], d: _Decisions
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Classify each decision: ``code`` 0 when trivial (N == 1), odd when indexable by the
+    hash's low bits (``1 + 2 * (xid * 32 + bits)``), even > 0 for a filter (``2 + 2 *
+    cfg``); the QPs no port can serve (``impossible``), the decisions whose base hash is
+    needed (``hashed``) and ``xid_of_cfg`` (the linear-key id of each config, -1 past the
+    end). A function of its own so that its dozen (Q, D) masks are gone before the
+    solver's peak (fresh pages are what a first plan at 1 M QPs pays most for)."""
+    active = d.cfg >= 0
+    spray = np.array([c.is_spray for c in configs] + [False], dtype=bool)[d.cfg]
+    impossible = (active & (spray | (d.want < 0) | (d.want >= d.n))).any(axis=1)
+    usable = active & ~spray
+    sel_mod = np.array([c.selection == "mod" for c in configs] + [True])[d.cfg]
+    tsize = np.array([c.table_size for c in configs] + [1], dtype=np.int64)[d.cfg]
+    pow2n = _is_pow2(d.n)
+    indexable = usable & pow2n & (sel_mod | (_is_pow2(tsize) & (d.n <= tsize)))
+    bits = np.where(indexable, np.log2(np.maximum(d.n, 1)).astype(np.int64), 0)
+    # The folded key must fit 62 bits; later decisions beyond that become filters.
+    over = indexable & (np.cumsum(bits, axis=1) > _MAX_KEY_BITS)
+    indexable &= ~over
+    bits = np.where(over, 0, bits)
+    lin_ids: dict[HashConfig, int] = {}
+    xid_of_cfg = np.array(
+        [lin_ids.setdefault(linear_key(c), len(lin_ids)) if not c.is_spray else -1
+         for c in configs] + [-1], dtype=np.int64)
+    xid = xid_of_cfg[d.cfg]
+    trivial = usable & (d.n == 1)  # member 0 whatever the hash: nothing to hash
+    code = np.where(usable & ~indexable, 2 + 2 * d.cfg, 0)
+    code = np.where(indexable, 1 + 2 * (xid * 32 + bits), code)
+    code[trivial] = 0
+    return (code.astype(np.int32), impossible, usable & ~trivial & ~impossible[:, None],
+            xid_of_cfg)
+
+
 def solve_sports(
     configs: Sequence[HashConfig],
     src_ip: object,
@@ -310,33 +352,9 @@ def solve_sports(
     rng = np.random.default_rng(seed)
     order0 = rng.permutation(limits.ports())
 
-    active = d.cfg >= 0
-    spray = np.array([c.is_spray for c in configs] + [False], dtype=bool)[d.cfg]
-    impossible = (active & (spray | (d.want < 0) | (d.want >= d.n))).any(axis=1)
-    usable = active & ~spray
-
-    # Classify each decision: trivial (N == 1), indexable by low bits, or filter.
-    sel_mod = np.array([c.selection == "mod" for c in configs] + [True])[d.cfg]
-    tsize = np.array([c.table_size for c in configs] + [1], dtype=np.int64)[d.cfg]
-    pow2n = _is_pow2(d.n)
-    indexable = usable & pow2n & (sel_mod | (_is_pow2(tsize) & (d.n <= tsize)))
-    bits = np.where(indexable, np.log2(np.maximum(d.n, 1)).astype(np.int64), 0)
-    # The folded key must fit 62 bits; later decisions beyond that become filters.
-    over = indexable & (np.cumsum(bits, axis=1) > _MAX_KEY_BITS)
-    indexable &= ~over
-    bits = np.where(over, 0, bits)
-    lin_ids: dict[HashConfig, int] = {}
-    xid_of_cfg = np.array(
-        [lin_ids.setdefault(linear_key(c), len(lin_ids)) if not c.is_spray else -1
-         for c in configs] + [-1], dtype=np.int64)
-    xid = xid_of_cfg[d.cfg]
-    trivial = usable & (d.n == 1)  # member 0 whatever the hash: nothing to hash
-    base = _base_matrix(configs, d, dport, proto, usable & ~trivial & ~impossible[:, None],
-                        xid_of_cfg, pid)
-    code = np.zeros(d.cfg.shape, dtype=np.int64)
-    code = np.where(usable & ~indexable, 2 + 2 * d.cfg, code)
-    code = np.where(indexable, 1 + 2 * (xid * 32 + bits), code)
-    code = np.where(trivial, 0, code)
+    code, impossible, hashed, xid_of_cfg = _classify(configs, d)
+    base = _base_matrix(configs, d, dport, proto, hashed, xid_of_cfg, pid)
+    del hashed
 
     tables = {i: sport_xor_table(c) for i, c in enumerate(configs) if not c.is_spray}
     xtables: dict[int, np.ndarray] = {}

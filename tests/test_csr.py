@@ -8,9 +8,11 @@ from hypothesis import strategies as st
 from icefabric.csr import (
     CsrRows,
     csr_from_lists,
+    dense_ids,
     gather,
     indptr_from_lengths,
     replace_rows,
+    unique_inverse,
     within,
 )
 
@@ -21,6 +23,17 @@ def test_within_and_gather_by_hand():
     assert within([2, 0, 3]).tolist() == [0, 1, 0, 1, 2]
     assert gather([5, 0], [2, 3]).tolist() == [5, 6, 0, 1, 2]
     assert indptr_from_lengths([2, 0, 3]).tolist() == [0, 2, 2, 5]
+
+
+@given(st.lists(st.integers(0, 10**6), max_size=40), st.booleans())
+def test_unique_inverse_is_numpys(keys, narrow):
+    # narrow: keys in a small span (ranked through a table); else a wide one (a sort)
+    a = np.array(keys, dtype=np.int64) % (50 if narrow else 10**6)
+    span = int(a.max(initial=0)) + 1
+    u, inv = unique_inverse(a, span)
+    want_u, want_inv = np.unique(a, return_inverse=True)
+    assert u.tolist() == want_u.tolist() and inv.tolist() == want_inv.tolist()
+    assert dense_ids(a, span).tolist() == want_inv.tolist()
 
 
 @given(rows, rows, st.data())

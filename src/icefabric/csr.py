@@ -109,6 +109,26 @@ def gather(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.repeat(np.asarray(starts, dtype=np.int64), lengths) + within(lengths)
 
 
+def dense_ids(keys: np.ndarray, span: int) -> np.ndarray:
+    """Rank of each key among the distinct keys (``np.unique``'s inverse). Keys in
+    ``[0, span)`` with ``span`` a few times their count are ranked through a table of
+    the span (no sort); others by ``np.unique``."""
+    if span <= 4 * keys.size + 64:
+        seen = np.zeros(span, dtype=np.int64)
+        seen[keys] = 1
+        return (np.cumsum(seen) - 1)[keys]
+    return np.unique(keys, return_inverse=True)[1].ravel().astype(np.int64)
+
+
+def unique_inverse(keys: np.ndarray, span: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)`` of keys in ``[0, span)``, through
+    :func:`dense_ids` (no sort where the span allows)."""
+    inv = dense_ids(keys, span)
+    uniq = np.empty(int(inv.max(initial=-1)) + 1, dtype=keys.dtype)
+    uniq[inv] = keys
+    return uniq, inv
+
+
 def replace_rows(indptr: np.ndarray, values: np.ndarray, rows: np.ndarray,
                  new_indptr: np.ndarray, new_values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A CSR with ``rows`` replaced by the rows of ``(new_indptr, new_values)``."""

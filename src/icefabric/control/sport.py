@@ -39,6 +39,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from icefabric.csr import dense_ids
 from icefabric.dataplane.ecmp import (
     HashConfig,
     base_hash,
@@ -174,7 +175,7 @@ def _base_matrix(configs: Sequence[HashConfig], d: _Decisions, dport: int, proto
         # The hash of port 0 depends on the IP pair and the switch's config only: hash
         # each distinct (pair, config) once (the QPs of a NIC pair share it).
         key = pid[qs] * len(configs) + cfgs
-        ids = _dense_ids(key, int(key.max()) + 1)
+        ids = dense_ids(key, int(key.max()) + 1)
         one = np.zeros(int(ids.max()) + 1, dtype=np.int64)
         one[ids] = np.arange(len(ids))  # any row of a (pair, config) stands for all
         uq, ud = qs[one], ds[one]
@@ -199,7 +200,7 @@ def _base_matrix(configs: Sequence[HashConfig], d: _Decisions, dport: int, proto
 def _dense_rows(cols: Sequence[np.ndarray]) -> np.ndarray:
     """Dense ids of equal rows of integer columns, in the rows' lexicographic order (that
     of ``np.unique(axis=0)``, faster)."""
-    return _dense_ids(*_row_keys(cols))
+    return dense_ids(*_row_keys(cols))
 
 
 def _row_keys(cols: Sequence[np.ndarray]) -> tuple[np.ndarray, int]:
@@ -219,22 +220,11 @@ def _row_keys(cols: Sequence[np.ndarray]) -> tuple[np.ndarray, int]:
             u, inv = np.unique(c, return_inverse=True)
             width, inv = u.size, inv.ravel()
         if span * width >= 1 << 62:
-            ids = _dense_ids(ids, span)
+            ids = dense_ids(ids, span)
             span = int(ids.max(initial=0)) + 1
         ids = ids * width + inv
         span *= width
     return ids, span
-
-
-def _dense_ids(keys: np.ndarray, span: int) -> np.ndarray:
-    """Rank of each key among the distinct keys (``np.unique``'s inverse). Keys in
-    ``[0, span)`` with ``span`` a few times their count are ranked through a table of
-    the span (no sort); others by ``np.unique``."""
-    if span <= 4 * keys.size + 64:
-        seen = np.zeros(span, dtype=np.int64)
-        seen[keys] = 1
-        return (np.cumsum(seen) - 1)[keys]
-    return np.unique(keys, return_inverse=True)[1].ravel().astype(np.int64)
 
 
 def _classify(configs: Sequence[HashConfig], d: _Decisions

@@ -387,15 +387,10 @@ def _solve_rows(
     index_cache: dict[tuple, tuple[np.ndarray, np.ndarray]],
 ) -> None:
     """Solve the QPs ``rows`` in place into ``out``, grouped by chain signature."""
-    crow = code[rows]
-    inv = _dense_rows([crow[:, j] for j in range(crow.shape[1])])
-    # a few signatures: 16-bit ids sort by radix (numpy's stable sort of small ints)
-    by_sig = np.argsort(inv.astype(np.int16) if inv.max(initial=0) < 1 << 15 else inv,
-                        kind="stable")
-    bounds = np.flatnonzero(np.r_[True, np.diff(inv[by_sig]) != 0, True])
-    for g0, g1 in zip(bounds[:-1], bounds[1:], strict=True):
-        gq = rows[by_sig[g0:g1]]
-        srow = crow[by_sig[g0]]
+    sigs, groups = _signature_groups(code[rows])
+    for srow, at in zip(sigs, groups, strict=True):
+        gq = rows[at]
+        del at
         idx_cols: list[tuple[int, int, int]] = []  # (depth, xid, bits)
         filt_cols: list[tuple[int, int]] = []  # (depth, cfg)
         for depth, cv in enumerate(srow.tolist()):
@@ -433,13 +428,8 @@ def _solve_rows(
         for depth, _ in filt_cols:
             cols += [base[gq, depth].astype(np.uint64), d.n[gq, depth].astype(np.uint64),
                      d.want[gq, depth].astype(np.uint64)]
-        cls = _row_keys(cols)[0]  # order-preserving ids: their sort is the ranks' order
-        srt = np.argsort(cls, kind="stable")
-        cs = cls[srt]
-        starts = np.flatnonzero(np.r_[True, cs[1:] != cs[:-1]])
-        run_start = np.repeat(starts, np.diff(np.r_[starts, cs.size]))
-        rank = np.empty(gq.shape[0], dtype=np.int64)
-        rank[srt] = np.arange(cs.size) - run_start
+        rank = _rank_among_equal(cols)
+        del cols, tgt
 
         if not filt_cols and excl.size == 0:
             # Every port in the slice is valid: the rank-th one, if the slice is long enough.
@@ -450,6 +440,32 @@ def _solve_rows(
         out[gq] = _search_candidates(
             gq, lo, hi, rank, sorted_ports, filt_cols, d, base, pid, excl, configs, tables
         )
+
+
+def _signature_groups(crow: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The distinct chain signatures (rows of ``crow``, in ``np.unique(axis=0)``'s order)
+    and the positions of the rows of each. Its own function: the sort's QP-sized
+    temporaries die before the solver's (fresh pages cost a first plan at 1 M QPs)."""
+    inv = _dense_rows([crow[:, j] for j in range(crow.shape[1])])
+    # a few signatures: 16-bit ids sort by radix (numpy's stable sort of small ints)
+    by_sig = np.argsort(inv.astype(np.int16) if inv.max(initial=0) < 1 << 15 else inv,
+                        kind="stable")
+    bounds = np.flatnonzero(np.r_[True, np.diff(inv[by_sig]) != 0, True])
+    return crow[by_sig[bounds[:-1]]], [by_sig[a:b] for a, b in
+                                       zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def _rank_among_equal(cols: list[np.ndarray]) -> np.ndarray:
+    """Rank of each row (of integer columns ``cols``) among the equal rows before it."""
+    cls = _row_keys(cols)[0]  # order-preserving ids: their sort is the ranks' order
+    srt = np.argsort(cls, kind="stable")
+    cs = cls[srt]
+    del cls
+    starts = np.flatnonzero(np.r_[True, cs[1:] != cs[:-1]])
+    rank = np.zeros(cs.size, dtype=np.int64)
+    if starts.size < cs.size:  # else every row is alone: rank 0
+        rank[srt] = np.arange(cs.size) - np.repeat(starts, np.diff(np.r_[starts, cs.size]))
+    return rank
 
 
 def _search_candidates(

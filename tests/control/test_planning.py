@@ -251,7 +251,7 @@ def test_one_phase_loads_plan_as_the_general_tables(seed, jobs):
         csr = planning.paths_to_csr(a.paths)
         load = planning.load_state(f, d, csr)
         paths, util = planning.replan_subset(f, rt, d, sub, csr, seed=seed, load=load)
-        st = planning._Load(f, d, load)
+        st = load
         cands = planning.Candidates(rt, d)
         scores = [st.score(q, cands.of(q)) for q in range(d.n_qps)]
         return a, paths, util, scores
@@ -269,3 +269,83 @@ def test_one_phase_loads_plan_as_the_general_tables(seed, jobs):
     assert np.array_equal(fast[2], slow[2])
     assert all(np.array_equal(x, y) for a, b in zip(fast[3], slow[3], strict=True)
                for x, y in zip(a, b, strict=True))
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(0, 2**16), st.integers(2, 14), st.integers(1, 3))
+def test_slot_tables_plan_as_the_dense_tables(seed, jobs, phases):
+    """Past ``_DENSE_ENTRIES`` the load keeps a row per (link, job) that carries load: the
+    greedy plan, its utilisation, a re-plan against the kept load and every score are
+    those of the link-sized tables, to the bit (links of three jobs or more included)."""
+    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 4, "h")], servers_per_leaf=1,
+                   n_spines=3)
+    rt = Routing(f)
+    rng = np.random.default_rng(seed)
+    nics = np.array(f.servers[0].nics + f.servers[1].nics)
+    dst = rng.choice(f.servers[2].nics + f.servers[3].nics, size=len(nics))
+    n = 2 * len(nics)
+    d = demand_from_pairs(f, np.r_[nics, dst], np.r_[dst, nics],
+                          rate_bps=rng.uniform(50e9, 400e9, n),
+                          job=rng.integers(0, jobs, n), phase=rng.integers(0, phases, n))
+    sub = rng.choice(d.n_qps, size=4, replace=False)
+
+    def plan():
+        a = plan_paths(f, rt, d, method="greedy", seed=seed)
+        csr = planning.paths_to_csr(a.paths)
+        load = planning.load_state(f, d, csr)
+        paths, util = planning.replan_subset(f, rt, d, sub, csr, seed=seed, load=load)
+        cands = planning.Candidates(rt, d)
+        scores = [load.score(q, cands.of(q)) for q in range(d.n_qps)]
+        return a, paths, util, scores, load
+
+    dense = plan()
+    budget = planning._DENSE_ENTRIES
+    try:
+        planning._DENSE_ENTRIES = 0
+        slots = plan()
+    finally:
+        planning._DENSE_ENTRIES = budget
+    assert dense[4].dense and not slots[4].dense
+    assert np.array_equal(dense[0].link_util, slots[0].link_util)
+    assert all(np.array_equal(x, y) for x, y in zip(dense[0].paths, slots[0].paths,
+                                                     strict=True))
+    assert all(np.array_equal(x, y) for x, y in zip(dense[1], slots[1], strict=True))
+    assert np.array_equal(dense[2], slots[2])
+    assert all(np.array_equal(x, y) for a, b in zip(dense[3], slots[3], strict=True)
+               for x, y in zip(a, b, strict=True))
+    assert np.array_equal(dense[4].rate_sums(), slots[4].rate_sums())
+
+
+def test_load_of_many_jobs_takes_memory_for_the_links_they_use():
+    """5,000 one-QP jobs on 3,328 links: the link x phase and link x job tables would be
+    266 MB; the load keeps a row per (link, job) with load instead (a few MB), and the
+    utilisation is each link's rate sum over its capacity."""
+    import tracemalloc
+
+    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 64, "h")], servers_per_leaf=4,
+                   n_spines=8)
+    rt = Routing(f)
+    rng = np.random.default_rng(0)
+    nics = np.array([x for s in f.servers for x in s.nics])
+    n = 5000
+    d = demand_from_pairs(f, rng.choice(nics, n), rng.choice(nics, n),
+                          rate_bps=rng.uniform(1e9, 50e9, n), job=np.arange(n))
+    paths = [rt.walk(d.src_nic[i:i + 1], d.dst_nic[i:i + 1],
+                     lambda step, idx, sw, dl, size: np.zeros(len(idx), dtype=np.int64)
+                     )[0][1:-1] for i in range(n)]
+    assert f.n_links * (d.n_phases + n) * 8 > 250e6  # the dense tables' size
+    tracemalloc.start()
+    try:
+        util = link_utilization(f, d, paths)
+        load = planning.load_state(f, d, planning.paths_to_csr(paths))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert not load.dense
+    assert peak < 8e6, f"{peak / 1e6:.1f} MB"
+    ptr, flat = planning.paths_to_csr(paths)
+    want = np.bincount(flat, weights=np.repeat(d.ent_rate_bps, np.diff(ptr)),
+                       minlength=f.n_links) / f.link_capacity_bps
+    want[f.link_kind != LINK_FABRIC] = 0.0
+    assert np.allclose(util, want, rtol=1e-12, atol=0)
+    assert np.array_equal(load.util(), util)

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from icefabric.control.demand import Demand
-from icefabric.control.planning import PathAssignment, _paths_csr, replan_subset
+from icefabric.control.planning import PathAssignment, _Load, _paths_csr, replan_subset
 from icefabric.control.realize import (
     inner_csr,
     realize_paths,
@@ -160,7 +160,7 @@ def replan_after_failure(fabric: Fabric, routing: Routing, configs: dict[int, Ha
                          full_paths: list[np.ndarray] | None = None,
                          old_routing: Routing | None = None,
                          paths_csr: tuple[np.ndarray, np.ndarray] | None = None,
-                         load: np.ndarray | None = None, mode: str = "model",
+                         load: _Load | None = None, mode: str = "model",
                          seed: int = 0) -> FailoverResult:
     """Re-plan after failures already reflected in ``routing`` (``routing.down``).
 
@@ -176,7 +176,7 @@ def replan_after_failure(fabric: Fabric, routing: Routing, configs: dict[int, Ha
     old_routing : Routing, optional — link state before the failure. With it only QPs
         through ECMP groups that changed are re-hashed (fast path); without it every QP is.
     paths_csr : (indptr, links), optional — ``paths`` in CSR form, if the caller keeps it.
-    load : array, optional — the plan's :func:`~icefabric.control.planning.load_state`.
+    load : optional — the plan's :func:`~icefabric.control.planning.load_state`.
     mode : {"model", "probe"} — how new ports are found.
     seed : int
 

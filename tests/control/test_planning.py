@@ -349,3 +349,28 @@ def test_load_of_many_jobs_takes_memory_for_the_links_they_use():
     want[f.link_kind != LINK_FABRIC] = 0.0
     assert np.allclose(util, want, rtol=1e-12, atol=0)
     assert np.array_equal(load.util(), util)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 2**16), st.integers(1, 12), st.integers(1, 3))
+def test_leaf_need_is_the_node_phase_tables(seed, jobs, phases):
+    """Each leaf's need (sum over jobs of the peak phase's rate) from the (leaf, phase)
+    pairs that occur is the node x phase table's, to the bit."""
+    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 4, "h")], servers_per_leaf=1,
+                   n_spines=3)
+    rng = np.random.default_rng(seed)
+    nics = np.array([x for s in f.servers for x in s.nics])
+    n = 40
+    d = demand_from_pairs(f, rng.choice(nics, n), rng.choice(nics, n),
+                          rate_bps=rng.uniform(1e9, 400e9, n), job=rng.integers(0, jobs, n),
+                          phase=rng.integers(0, phases, n))
+    q, ph, rate = d.ent_qp, d.ent_phase, d.ent_rate_bps
+    P = d.n_phases
+    per = np.bincount(d.src_leaf[q] * P + ph, rate, minlength=f.n_nodes * P)
+    per = per.reshape(f.n_nodes, P)
+    want = np.zeros(f.n_nodes)
+    for j in range(len(d.job_names)):
+        jp = np.flatnonzero(d.phase_job == j)
+        if len(jp):
+            want += per[:, jp].max(axis=1)
+    assert np.array_equal(planning._leaf_need(f.n_nodes, d, d.src_leaf[q], ph, rate), want)

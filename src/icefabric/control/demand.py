@@ -250,10 +250,10 @@ def workload_demand(fabric: Fabric, workload: Workload) -> Demand:
                       _nic_share(bps, dn[qp], e_phase, e_share, P))
     rate *= e_share
     del e_share
-    # Merge duplicate (QP, phase) entries (a QP used twice in one level): rates add.
     qp_job = np.zeros(W.n_qps, dtype=np.int64)
     qp_job[qp] = e_job
     del e_job
+    # Merge duplicate (QP, phase) entries (a QP used twice in one level): rates add.
     ucode, inv = unique_inverse(qp * P + e_phase, W.n_qps * P)
     del qp, e_phase
     urate = np.bincount(inv, weights=rate, minlength=len(ucode))

@@ -184,7 +184,8 @@ def _one_phase_per_job(demand: Demand) -> bool:
 
 #: Entries (links x phases plus links x jobs) up to which :class:`_Load` keeps link-sized
 #: tables; past it (many jobs) it keeps a row per (link, job) that carries load instead:
-#: 5,000 jobs on 802,560 links asked for 29.9 GiB of dense tables.
+#: 5,000 jobs on 802,560 links asked for 29.9 GiB of dense tables. One job keeps them
+#: link-sized whatever its phases (its row per link would hold the same columns).
 _DENSE_ENTRIES = 1 << 24
 
 

@@ -259,11 +259,8 @@ class Routing:
             if np.any((member < 0) | (member >= sizes)):
                 raise RoutingError("chooser returned a member outside the ECMP group")
             link = self.grp_links[first + member]
-            del g, first, sizes, member
-            # kept until the paths are laid out: int32 halves them (1 M pairs x ~4 steps)
-            steps.append((active.astype(np.int32), link.astype(np.int32)))
+            steps.append((active, link))
             cur[active] = f.link_dst[link]
-            del link
             active = active[cur[active] != dst_leaf[active]]
         nsteps = np.zeros(n, dtype=np.int64)
         for idx, _ in steps:

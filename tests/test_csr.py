@@ -25,10 +25,11 @@ def test_within_and_gather_by_hand():
     assert indptr_from_lengths([2, 0, 3]).tolist() == [0, 2, 2, 5]
 
 
-@given(st.lists(st.integers(0, 10**6), max_size=40), st.booleans())
-def test_unique_inverse_is_numpys(keys, narrow):
-    # narrow: keys in a small span (ranked through a table); else a wide one (a sort)
-    a = np.array(keys, dtype=np.int64) % (50 if narrow else 10**6)
+@given(st.lists(st.integers(0, 2**62), max_size=40), st.sampled_from([50, 10**6, 2**62]))
+def test_unique_inverse_is_numpys(keys, width):
+    # keys in a small span (ranked through a table), a wide one (one sort of the keys
+    # packed with their positions), one too wide to pack (np.unique)
+    a = np.array(keys, dtype=np.int64) % width
     span = int(a.max(initial=0)) + 1
     u, inv = unique_inverse(a, span)
     want_u, want_inv = np.unique(a, return_inverse=True)

@@ -137,10 +137,16 @@ def _pair_ids(
     sip: np.ndarray, dip: np.ndarray, exclude: tuple[object, object, object] | None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Dense ids of (sip, dip) pairs, plus sorted ``pair_id * 65536 + port`` exclusion codes."""
-    pk = (sip << np.uint64(32)) | dip
     if exclude is None:
-        uniq, pid = np.unique(pk, return_inverse=True)
-        return pid.astype(np.int64), np.zeros(0, dtype=np.int64)
+        # np.unique's ids of the 64-bit pairs, from each address's rank (a table of the
+        # range of addresses) and one sort of the ranks' pairs (1 M QPs: 0.18 s before)
+        ranks = [dense_ids(c - c.min(), int(np.ptp(c)) + 1) if c.size else c.astype(np.int64)
+                 for c in (sip, dip)]
+        width = int(ranks[1].max(initial=0)) + 1
+        return (dense_ids(ranks[0] * width + ranks[1],
+                          (int(ranks[0].max(initial=0)) + 1) * width),
+                np.zeros(0, dtype=np.int64))
+    pk = (sip << np.uint64(32)) | dip
     esip = np.asarray(exclude[0]).astype(np.uint64).ravel()
     edip = np.asarray(exclude[1]).astype(np.uint64).ravel()
     eport = np.asarray(exclude[2]).astype(np.int64).ravel()

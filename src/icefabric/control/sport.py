@@ -243,28 +243,34 @@ def _classify(configs: Sequence[HashConfig], d: _Decisions
     solver's peak (fresh pages are what a first plan at 1 M QPs pays most for)."""
     active = d.cfg >= 0
     spray = np.array([c.is_spray for c in configs] + [False], dtype=bool)[d.cfg]
-    impossible = (active & (spray | (d.want < 0) | (d.want >= d.n))).any(axis=1)
+    bad = d.want < 0
+    bad |= d.want >= d.n
+    bad |= spray
+    bad &= active
+    impossible = bad.any(axis=1)
+    del bad
     usable = active & ~spray
     sel_mod = np.array([c.selection == "mod" for c in configs] + [True])[d.cfg]
-    tsize = np.array([c.table_size for c in configs] + [1], dtype=np.int64)[d.cfg]
+    tsize = np.array([c.table_size for c in configs] + [1], dtype=np.int32)[d.cfg]
     pow2n = _is_pow2(d.n)
     indexable = usable & pow2n & (sel_mod | (_is_pow2(tsize) & (d.n <= tsize)))
-    bits = np.where(indexable, np.log2(np.maximum(d.n, 1)).astype(np.int64), 0)
+    bits = np.where(indexable, np.bitwise_count(d.n - 1), 0)  # log2 of a power of two
     # The folded key must fit 62 bits; later decisions beyond that become filters.
-    over = indexable & (np.cumsum(bits, axis=1) > _MAX_KEY_BITS)
-    indexable &= ~over
-    bits = np.where(over, 0, bits)
+    if int(bits.max(initial=0)) * bits.shape[1] > _MAX_KEY_BITS:
+        over = indexable & (np.cumsum(bits, axis=1) > _MAX_KEY_BITS)
+        indexable &= ~over
+        bits = np.where(over, 0, bits)
     lin_ids: dict[HashConfig, int] = {}
     xid_of_cfg = np.array(
         [lin_ids.setdefault(linear_key(c), len(lin_ids)) if not c.is_spray else -1
          for c in configs] + [-1], dtype=np.int64)
-    xid = xid_of_cfg[d.cfg]
+    xid = xid_of_cfg.astype(np.int32)[d.cfg]
     trivial = usable & (d.n == 1)  # member 0 whatever the hash: nothing to hash
     code = np.where(usable & ~indexable, 2 + 2 * d.cfg, 0)
     code = np.where(indexable, 1 + 2 * (xid * 32 + bits), code)
     code[trivial] = 0
-    return (code.astype(np.int32), impossible, usable & ~trivial & ~impossible[:, None],
-            xid_of_cfg)
+    return (code.astype(np.int32, copy=False), impossible,
+            usable & ~trivial & ~impossible[:, None], xid_of_cfg)
 
 
 def solve_sports(

@@ -476,15 +476,16 @@ class _Slots:
         out = np.bincount(pos, weights=self.M[rows], minlength=len(links))
         many = np.bincount(pos, minlength=len(links)) >= 3
         if many.any():
-            sel = many[pos]
-            pos, rows = pos[sel], rows[sel]
+            sel = np.flatnonzero(many[pos])
             idx = np.flatnonzero(many)
-            local = np.searchsorted(idx, pos)
+            local = np.searchsorted(idx, pos[sel])
+            order = np.argsort(local, kind="stable")
+            local, rows = local[order], rows[sel[order]]
             block = max(1, (1 << 22) // self.nj)
             for a in range(0, len(idx), block):
-                inb = (local >= a) & (local < a + block)
+                lo, hi = np.searchsorted(local, [a, a + block])
                 dense = np.zeros((min(block, len(idx) - a), self.nj))
-                dense[local[inb] - a, self.job[rows[inb]]] = self.M[rows[inb]]
+                dense[local[lo:hi] - a, self.job[rows[lo:hi]]] = self.M[rows[lo:hi]]
                 out[idx[a:a + block]] = dense.sum(axis=1)
         return out
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from icefabric.control.demand import Demand
-from icefabric.control.planning import PathAssignment, _paths_csr, replan_subset
+from icefabric.control.planning import PathAssignment, _Load, _paths_csr, replan_subset
 from icefabric.control.realize import (
     inner_csr,
     realize_paths,
@@ -170,7 +170,7 @@ class PlanBefore:
     routing : Routing, optional — link state before the failure. With it only QPs
         through ECMP groups that changed are re-hashed (fast path); without it every QP is.
     paths_csr : (indptr, links), optional — ``paths`` in CSR form, if the caller keeps it.
-    load : array, optional — the plan's :func:`~icefabric.control.planning.load_state`.
+    load : optional — the plan's :func:`~icefabric.control.planning.load_state`.
     """
 
     demand: Demand
@@ -179,7 +179,7 @@ class PlanBefore:
     full_paths: Sequence[np.ndarray] | None = None
     routing: Routing | None = None
     paths_csr: tuple[np.ndarray, np.ndarray] | None = None
-    load: np.ndarray | None = None
+    load: _Load | None = None
 
 
 def replan_after_failure(fabric: Fabric, routing: Routing, configs: dict[int, HashConfig],

@@ -8,9 +8,11 @@ from hypothesis import strategies as st
 from icefabric.csr import (
     CsrRows,
     csr_from_lists,
+    dense_ids,
     gather,
     indptr_from_lengths,
     replace_rows,
+    unique_inverse,
     within,
 )
 
@@ -21,6 +23,18 @@ def test_within_and_gather_by_hand():
     assert within([2, 0, 3]).tolist() == [0, 1, 0, 1, 2]
     assert gather([5, 0], [2, 3]).tolist() == [5, 6, 0, 1, 2]
     assert indptr_from_lengths([2, 0, 3]).tolist() == [0, 2, 2, 5]
+
+
+@given(st.lists(st.integers(0, 2**62), max_size=40), st.sampled_from([50, 10**6, 2**62]))
+def test_unique_inverse_is_numpys(keys, width):
+    # keys in a small span (ranked through a table), a wide one (one sort of the keys
+    # packed with their positions), one too wide to pack (np.unique)
+    a = np.array(keys, dtype=np.int64) % width
+    span = int(a.max(initial=0)) + 1
+    u, inv = unique_inverse(a, span)
+    want_u, want_inv = np.unique(a, return_inverse=True)
+    assert u.tolist() == want_u.tolist() and inv.tolist() == want_inv.tolist()
+    assert dense_ids(a, span).tolist() == want_inv.tolist()
 
 
 @given(rows, rows, st.data())

@@ -92,8 +92,11 @@ def test_rate_conversion():
 
 def test_ordinals_count_qps_per_job_and_nic_pair(small_fabric):
     acc = small_fabric.nodes_of_kind(ACCEL)
-    comm = Communicator("j", small_fabric, acc[:16], channels=4, qps_per_connection=2)
-    wl = build_workload(small_fabric, [JobSpec(comm, (("all_reduce", None),), 1 << 20)])
+    # two jobs over the same NIC pairs, the first one's name sorting last
+    jobs = [JobSpec(Communicator(name, small_fabric, acc[:16], channels=4,
+                                 qps_per_connection=2), (("all_reduce", None),), 1 << 20)
+            for name in ("j", "b")]
+    wl = build_workload(small_fabric, jobs)
     o = qp_ordinals(wl)
     seen: dict[tuple, int] = {}
     for q in range(wl.n_qps):  # creation order, one counter per (job, NIC pair)
@@ -102,5 +105,7 @@ def test_ordinals_count_qps_per_job_and_nic_pair(small_fabric):
         seen[k] = o[q] + 1
     assert o.max() >= 1
     ids = qp_ids(wl)
-    assert len(set(ids)) == wl.n_qps and ids[0] == QpId(
-        "j", int(wl.qp_src_ip[0]), int(wl.qp_dst_ip[0]), int(o[0]))
+    assert len(set(ids)) == wl.n_qps and ids == [
+        QpId(j, s, d, int(n)) for j, s, d, n in zip(
+            qp_jobs(wl), wl.qp_src_ip.tolist(), wl.qp_dst_ip.tolist(), o, strict=True)]
+    assert ids[0].job == "j" and ids[-1].job == "b"

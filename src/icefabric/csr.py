@@ -109,6 +109,42 @@ def gather(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.repeat(np.asarray(starts, dtype=np.int64), lengths) + within(lengths)
 
 
+def dense_ids(keys: np.ndarray, span: int) -> np.ndarray:
+    """Rank of each key among the distinct keys (``np.unique``'s inverse). Keys in
+    ``[0, span)`` with ``span`` a few times their count are ranked through a table of
+    the span (no sort); wider ones by one sort of the keys packed with their positions
+    into 63 bits (numpy's vectorised sort, where ``np.unique``'s argsort of 1 M keys took
+    ~0.15 s more), else by ``np.unique``."""
+    n = keys.size
+    if span <= 4 * n + 64:
+        seen = np.zeros(span, dtype=bool)
+        seen[keys] = True
+        rank = np.cumsum(seen, dtype=np.int32 if span < 1 << 31 else np.int64)
+        return (rank[keys] - 1).astype(np.int64)
+    pb = max(n - 1, 1).bit_length()
+    if (span - 1).bit_length() + pb > 63:
+        return np.unique(keys, return_inverse=True)[1].ravel().astype(np.int64)
+    packed = keys.astype(np.int64) << pb
+    packed |= np.arange(n)
+    packed.sort()
+    k = packed >> pb
+    new = np.empty(n, dtype=bool)
+    new[:1] = True
+    np.not_equal(k[1:], k[:-1], out=new[1:])
+    out = np.empty(n, dtype=np.int64)
+    out[packed & ((1 << pb) - 1)] = np.cumsum(new) - 1
+    return out
+
+
+def unique_inverse(keys: np.ndarray, span: int) -> tuple[np.ndarray, np.ndarray]:
+    """``np.unique(keys, return_inverse=True)`` of keys in ``[0, span)``, through
+    :func:`dense_ids` (no sort where the span allows)."""
+    inv = dense_ids(keys, span)
+    uniq = np.empty(int(inv.max(initial=-1)) + 1, dtype=keys.dtype)
+    uniq[inv] = keys
+    return uniq, inv
+
+
 def replace_rows(indptr: np.ndarray, values: np.ndarray, rows: np.ndarray,
                  new_indptr: np.ndarray, new_values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """A CSR with ``rows`` replaced by the rows of ``(new_indptr, new_values)``."""

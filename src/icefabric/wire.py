@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -65,13 +65,15 @@ def qp_jobs(wl: Workload) -> list[str]:
     return [wl.conn_job[c] for c in wl.qp_conn.tolist()]
 
 
-def qp_ordinals(wl: Workload) -> np.ndarray:
+def qp_ordinals(wl: Workload, job: np.ndarray | None = None) -> np.ndarray:
     """Ordinal of every QP among the QPs of its job between the same NIC pair, in creation
     order: with the job and the pair it names the QP across reports and plans
-    (:class:`icefabric.qpid.QpId`; every modelled QP is a data QP)."""
+    (:class:`icefabric.qpid.QpId`; every modelled QP is a data QP). ``job``: each QP's job
+    as any integer code (one per job name), if the caller has it."""
     if wl.n_qps == 0:
         return np.zeros(0, dtype=np.int64)
-    job = np.unique(np.asarray(wl.conn_job), return_inverse=True)[1].reshape(-1)[wl.qp_conn]
+    if job is None:
+        job = _job_codes(wl)[1]
     order = np.lexsort((np.arange(wl.n_qps), wl.qp_dst_nic, wl.qp_src_nic, job))
     keys = np.stack([job, wl.qp_src_nic, wl.qp_dst_nic])[:, order]
     start = np.r_[True, np.any(keys[:, 1:] != keys[:, :-1], axis=0)]
@@ -80,17 +82,22 @@ def qp_ordinals(wl: Workload) -> np.ndarray:
     return out
 
 
+def _job_codes(wl: Workload) -> tuple[tuple[str, ...], np.ndarray]:
+    """The job names (sorted) and each QP's index in them."""
+    names, job = np.unique(np.asarray(wl.conn_job, dtype=object), return_inverse=True)
+    return tuple(names.tolist()), job.reshape(-1)[wl.qp_conn].astype(np.int32)
+
+
 def qp_ids(wl: Workload) -> list[QpId]:
     """The :class:`QpId` of every QP (its one name in reports, plans and on the hosts)."""
-    return [QpId(j, s, d, o) for j, s, d, o in zip(
-        qp_jobs(wl), wl.qp_src_ip.tolist(), wl.qp_dst_ip.tolist(), qp_ordinals(wl).tolist(),
-        strict=True)]
+    return list(QpIds.of(wl))
 
 
 @dataclass(frozen=True, eq=False)
 class QpIds:
     """The :class:`QpId` of every QP of a workload as arrays (16 bytes a QP: a published
     plan keeps them to find each QP's place in the next workload, :meth:`positions_in`).
+    Iterating gives each QP's :class:`QpId`, in QP order.
 
     Attributes
     ----------
@@ -106,10 +113,15 @@ class QpIds:
 
     @classmethod
     def of(cls, wl: Workload) -> QpIds:
-        names, job = np.unique(np.asarray(wl.conn_job, dtype=object), return_inverse=True)
-        return cls(tuple(names.tolist()), job.reshape(-1)[wl.qp_conn].astype(np.int32),
-                   wl.qp_src_ip.astype(np.uint32), wl.qp_dst_ip.astype(np.uint32),
-                   qp_ordinals(wl).astype(np.int32))
+        names, job = _job_codes(wl)
+        return cls(names, job, wl.qp_src_ip.astype(np.uint32),
+                   wl.qp_dst_ip.astype(np.uint32), qp_ordinals(wl, job).astype(np.int32))
+
+    def __iter__(self) -> Iterator[QpId]:
+        jobs = self.jobs
+        return (QpId(jobs[j], s, d, o) for j, s, d, o in zip(
+            self.job.tolist(), self.src_ip.tolist(), self.dst_ip.tolist(),
+            self.ordinal.tolist(), strict=True))
 
     def __len__(self) -> int:
         return len(self.job)
@@ -140,15 +152,18 @@ def qp_hosts(fabric: Fabric, wl: Workload) -> list[str]:
 
 
 # -- arrays <-> host plans ----------------------------------------------------------------------
-def host_plans(fabric: Fabric, wl: Workload, paths: PathPlan) -> dict[str, list[QpPlan]]:
-    """Per host, the plans of the QPs its NICs send on (in QP order)."""
+def host_plans(fabric: Fabric, wl: Workload, paths: PathPlan,
+               ids: Iterable[QpId] | None = None) -> dict[str, list[QpPlan]]:
+    """Per host, the plans of the QPs its NICs send on (in QP order). ``ids``: the QpId of
+    every QP of ``wl`` (:class:`QpIds`), if the caller has them."""
     ptr = paths.qp_route_ptr().tolist()
     links, rptr = paths.route_links.tolist(), paths.route_indptr.tolist()
     weights, rates = paths.route_weight.tolist(), paths.rate_bps.tolist()
     sport, backup = paths.sport.tolist(), paths.backup_sport.tolist()
     lqpn, rqpn = wl.qp_lqpn.tolist(), wl.qp_rqpn.tolist()
     per_host: dict[str, list[QpPlan]] = {}
-    for q, (host, i) in enumerate(zip(qp_hosts(fabric, wl), qp_ids(wl), strict=True)):
+    ids = QpIds.of(wl) if ids is None else ids
+    for q, (host, i) in enumerate(zip(qp_hosts(fabric, wl), ids, strict=True)):
         per_host.setdefault(host, []).append(QpPlan(
             src_ip=i.src, dst_ip=i.dst, lqpn=lqpn[q], rqpn=rqpn[q], job=i.job,
             ordinal=i.ordinal, sport=port_to_wire(sport[q]), rate_bps=rate_to_wire(rates[q]),
@@ -158,11 +173,12 @@ def host_plans(fabric: Fabric, wl: Workload, paths: PathPlan) -> dict[str, list[
 
 
 def paths_from_host_plans(wl: Workload, applied: Mapping[QpId, QpPlan], *,
-                          policy: str = "") -> PathPlan:
+                          policy: str = "", ids: Iterable[QpId] | None = None) -> PathPlan:
     """The :class:`PathPlan` hosts applied, in the QP order of ``wl`` (KeyError naming the
-    first QP no host applied)."""
+    first QP no host applied). ``ids``: the QpId of every QP of ``wl``, if the caller has
+    them."""
     entries = []
-    for i in qp_ids(wl):
+    for i in QpIds.of(wl) if ids is None else ids:
         e = applied.get(i)
         if e is None:
             raise KeyError(f"QP {i.job} {i.src}->{i.dst} ordinal {i.ordinal} has no applied "

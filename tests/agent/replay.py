@@ -38,7 +38,13 @@ from icefabric.pipeline.recipe import RunSpec
 from icefabric.qpid import QpId
 from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import loads
-from icefabric.twin.run import host_reports, register_jobs, run_twin, upload_fabric
+from icefabric.twin.run import (
+    TwinOptions,
+    host_reports,
+    register_jobs,
+    run_twin,
+    upload_fabric,
+)
 from icefabric.twin.serve import ThreadedController
 from icefabric.units import ipv4_str
 from icefabric.wire import qp_hosts, qp_jobs, qp_ordinals
@@ -315,6 +321,6 @@ def twin_plan(scenario: str, size_bytes: int = 1 << 20) -> tuple[dict, object]:
             got.update({q.qp_id: (q.sport, q.rate_bps) for q in a.actuator.applied.values()})
 
     with tempfile.TemporaryDirectory(prefix="ice") as d, _controller(d) as url:
-        res = run_twin(loads(scenario, "<twin>"), url, ADMIN, size_bytes=size_bytes,
-                       poll_wait_s=0.2, timeout_s=60, on_ready=ready)
+        res = run_twin(loads(scenario, "<twin>"), url, ADMIN, TwinOptions(
+            size_bytes=size_bytes, poll_wait_s=0.2, timeout_s=60, on_ready=ready))
     return got, res

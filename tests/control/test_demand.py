@@ -1,10 +1,13 @@
 import numpy as np
 
-from icefabric.control.demand import demand_from_pairs, flow_levels, workload_demand
+from icefabric.ccl.collectives import add_collective
+from icefabric.ccl.communicator import Communicator
+from icefabric.ccl.workload import WorkloadBuilder
+from icefabric.control.demand import _hop_entries, demand_from_pairs, flow_levels, workload_demand
 from icefabric.pipeline.plans import scenario_workload
 from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import load
-from icefabric.topology.model import NIC
+from icefabric.topology.model import ACCEL, NIC
 
 
 def test_hetero_default_demand_rates_and_phases():
@@ -59,3 +62,30 @@ def test_peak_rates_of_some_qps_are_those_of_all(small_fabric):
     some = d2.peak_rate_bps(np.array([6, 1]))
     assert some.tolist() == [0, 2e9, 0, 0, 0, 0, 3e9, 0]
     assert d2.peak_rates(np.array([6, 1, 6])).tolist() == [3e9, 2e9, 3e9]  # in their order
+
+
+def _expanded(wl):
+    """Every (network hop, QP) entry, expanded hop by hop (the reference)."""
+    ptr, _ = wl.conn_qps()
+    out = []
+    for h in np.flatnonzero(wl.hop_conn >= 0).tolist():
+        c = int(wl.hop_conn[h])
+        k = int(ptr[c + 1] - ptr[c])
+        out += [(int(ptr[c]) + i, float(wl.hop_weight[h]) / k, int(wl.hop_flow[h]), c)
+                for i in range(k)]
+    return out
+
+
+def test_hop_entries_expand_every_hop_to_its_connections_qps(small_fabric):
+    def ring(k):
+        wb = WorkloadBuilder()
+        add_collective(wb, Communicator("j", small_fabric, small_fabric.nodes_of_kind(ACCEL),
+                                        qps_per_connection=k, channels=2),
+                       "all_reduce", 1 << 20)
+        return wb.build(node_ip=small_fabric.node_ip)
+
+    for k in (1, 3):  # one QP per connection: the entries are the hops, not expanded
+        wl = ring(k)
+        assert np.all(np.diff(wl.conn_qps()[0]) == k)
+        got = list(zip(*(a.tolist() for a in _hop_entries(wl)), strict=True))
+        assert got == _expanded(wl)

@@ -4,6 +4,7 @@ from hypothesis import strategies as st
 
 from icefabric.control.demand import demand_from_pairs
 from icefabric.control.failover import (
+    PlanBefore,
     _changed_pairs,
     _ends,
     affected_qps,
@@ -32,7 +33,7 @@ def test_failover_moves_only_affected_paths(small_fabric, routing_of):
     back = f.link_id(int(f.link_dst[up]), int(f.link_src[up]))
     down = [up, back] if f.link_dst[back] == f.link_src[up] else [up]
     rt2 = routing_of(f, tuple(sorted(down)))
-    res = replan_after_failure(f, rt2, cfg, d, a.paths, r.sport)
+    res = replan_after_failure(f, rt2, cfg, PlanBefore(d, a.paths, r.sport))
     hit = affected_qps(a.paths, rt2.down)
     assert set(res.affected.tolist()) == set(hit.tolist()) and len(hit) >= 1
     # Paths of unaffected QPs are unchanged; the new plan avoids the failed link.
@@ -64,9 +65,9 @@ def _one_uplink_down(f, routing_of):
 def test_fast_path_matches_full_rehash(small_fabric, routing_of):
     f = small_fabric
     rt, cfg, d, a, r, rt2 = _one_uplink_down(f, routing_of)
-    slow = replan_after_failure(f, rt2, cfg, d, a.paths, r.sport)
-    fast = replan_after_failure(f, rt2, cfg, d, a.paths, r.sport, old_routing=rt,
-                                full_paths=r.paths)
+    slow = replan_after_failure(f, rt2, cfg, PlanBefore(d, a.paths, r.sport))
+    fast = replan_after_failure(f, rt2, cfg, PlanBefore(d, a.paths, r.sport, routing=rt,
+                                                        full_paths=r.paths))
     assert np.array_equal(slow.affected, fast.affected)
     assert np.array_equal(slow.remapped, fast.remapped)
     assert fast.ok.all() and slow.ok.all()
@@ -79,14 +80,14 @@ def test_a_qp_without_a_planned_port_is_not_rehashed_nor_verified(small_fabric, 
     unverified instead of hashing port -1 (which the hash model rejects)."""
     f = small_fabric
     rt, cfg, d, a, r, rt2 = _one_uplink_down(f, routing_of)
-    first = replan_after_failure(f, rt2, cfg, d, a.paths, r.sport, old_routing=rt,
-                                 full_paths=r.paths)
+    first = replan_after_failure(f, rt2, cfg, PlanBefore(d, a.paths, r.sport, routing=rt,
+                                                         full_paths=r.paths))
     kept = np.setdiff1d(np.arange(d.n_qps), np.r_[first.affected, first.remapped])
     sport = r.sport.copy()
     sport[kept[0]] = -1
     sport[first.affected[0]] = -1  # re-ported: its fallback (-1) is no port either
-    res = replan_after_failure(f, rt2, cfg, d, a.paths, sport, old_routing=rt,
-                               full_paths=r.paths)
+    res = replan_after_failure(f, rt2, cfg, PlanBefore(d, a.paths, sport, routing=rt,
+                                                       full_paths=r.paths))
     assert not res.ok[kept[0]] and res.sport[kept[0]] == -1
     assert res.ok.sum() == d.n_qps - 1 and res.sport[first.affected[0]] >= 0
 
@@ -121,9 +122,10 @@ def test_fast_path_matches_full_rehash_on_a_fat_tree(ft_fabric, routing_of):
     link = int(next(p for p in a.paths if len(p) > 1)[1])  # an aggregation uplink
     rt2 = routing_of(f, tuple(sorted([link, f.link_id(int(f.link_dst[link]),
                                                        int(f.link_src[link]))])))
-    slow = replan_after_failure(f, rt2, cfg, d, a.paths, r.sport)
-    fast = replan_after_failure(f, rt2, cfg, d, CsrRows(*paths_to_csr(a.paths)), r.sport,
-                                old_routing=rt, full_paths=CsrRows(*paths_to_csr(r.paths)))
+    slow = replan_after_failure(f, rt2, cfg, PlanBefore(d, a.paths, r.sport))
+    fast = replan_after_failure(f, rt2, cfg, PlanBefore(
+        d, CsrRows(*paths_to_csr(a.paths)), r.sport, routing=rt,
+        full_paths=CsrRows(*paths_to_csr(r.paths))))
     assert len(fast.affected) > 0
     assert np.array_equal(slow.affected, fast.affected)
     assert np.array_equal(slow.remapped, fast.remapped)
@@ -163,10 +165,10 @@ def test_incremental_replan_is_the_full_replan(ft_fabric, routing_of, picks, bot
     back = [f.link_id(int(f.link_dst[x]), int(f.link_src[x])) for x in k]
     rt2 = routing_of(f, tuple(sorted(set(k.tolist()) | (set(back) if both_ways else set()))))
     csr = paths_to_csr(a.paths)
-    slow = replan_after_failure(f, rt2, cfg, d, a.paths, r.sport)
-    fast = replan_after_failure(f, rt2, cfg, d, CsrRows(*csr), r.sport, old_routing=rt,
-                                full_paths=r.paths, paths_csr=csr,
-                                load=load_state(f, d, csr))
+    slow = replan_after_failure(f, rt2, cfg, PlanBefore(d, a.paths, r.sport))
+    fast = replan_after_failure(f, rt2, cfg, PlanBefore(
+        d, CsrRows(*csr), r.sport, routing=rt, full_paths=r.paths, paths_csr=csr,
+        load=load_state(f, d, csr)))
     assert np.array_equal(slow.affected, fast.affected)
     assert np.array_equal(slow.remapped, fast.remapped)
     assert np.array_equal(slow.sport, fast.sport) and np.array_equal(slow.ok, fast.ok)

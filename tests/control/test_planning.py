@@ -229,6 +229,26 @@ def test_split_needed_when_uplinks_slower_than_nic():
     assert math.isclose(a.max_util, 1.0)
 
 
+def _plan_and_replan(f, rt, d, sub, seed):
+    """A greedy plan, a re-plan of ``sub`` against its kept load, and every QP's scores."""
+    a = plan_paths(f, rt, d, method="greedy", seed=seed)
+    csr = planning.paths_to_csr(a.paths)
+    load = planning.load_state(f, d, csr)
+    paths, util = planning.replan_subset(f, rt, d, sub, csr, seed=seed, load=load)
+    cands = planning.Candidates(rt, d)
+    return a, paths, util, [load.score(q, cands.of(q)) for q in range(d.n_qps)], load
+
+
+def _assert_same_plans(x, y):
+    assert np.array_equal(x[0].link_util, y[0].link_util)
+    assert all(np.array_equal(p, q) for p, q in zip(x[0].paths, y[0].paths, strict=True))
+    assert all(np.array_equal(p, q) for p, q in zip(x[1], y[1], strict=True))
+    assert np.array_equal(x[2], y[2])
+    assert all(np.array_equal(p, q) for a, b in zip(x[3], y[3], strict=True)
+               for p, q in zip(a, b, strict=True))
+    assert np.array_equal(x[4].rate_sums(), y[4].rate_sums())
+
+
 @settings(max_examples=10, deadline=None)
 @given(st.integers(0, 2**16), st.integers(1, 3))
 def test_one_phase_loads_plan_as_the_general_tables(seed, jobs):
@@ -245,27 +265,100 @@ def test_one_phase_loads_plan_as_the_general_tables(seed, jobs):
                           job=rng.integers(0, jobs, len(nics)))
     assert planning._one_phase_per_job(d)
     sub = rng.choice(d.n_qps, size=3, replace=False)
-
-    def plan():
-        a = plan_paths(f, rt, d, method="greedy", seed=seed)
-        csr = planning.paths_to_csr(a.paths)
-        load = planning.load_state(f, d, csr)
-        paths, util = planning.replan_subset(f, rt, d, sub, csr, seed=seed, load=load)
-        st = planning._Load(f, d, load)
-        cands = planning.Candidates(rt, d)
-        scores = [st.score(q, cands.of(q)) for q in range(d.n_qps)]
-        return a, paths, util, scores
-
-    fast = plan()
+    fast = _plan_and_replan(f, rt, d, sub, seed)
     one_phase = planning._one_phase_per_job
     try:
         planning._one_phase_per_job = lambda demand: False
-        slow = plan()
+        slow = _plan_and_replan(f, rt, d, sub, seed)
     finally:
         planning._one_phase_per_job = one_phase
-    assert np.array_equal(fast[0].link_util, slow[0].link_util)
-    assert all(np.array_equal(x, y) for x, y in zip(fast[0].paths, slow[0].paths, strict=True))
-    assert all(np.array_equal(x, y) for x, y in zip(fast[1], slow[1], strict=True))
-    assert np.array_equal(fast[2], slow[2])
-    assert all(np.array_equal(x, y) for a, b in zip(fast[3], slow[3], strict=True)
-               for x, y in zip(a, b, strict=True))
+    _assert_same_plans(fast, slow)
+
+
+@settings(max_examples=10, deadline=None)
+@given(st.integers(0, 2**16), st.integers(2, 14), st.integers(1, 3))
+def test_slot_tables_plan_as_the_dense_tables(seed, jobs, phases):
+    """Past ``_DENSE_ENTRIES`` the load keeps a row per (link, job) that carries load: the
+    greedy plan, its utilisation, a re-plan against the kept load, every score and the
+    rate sums are those of the link-sized tables, to the bit (links of three jobs or more
+    included)."""
+    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 4, "h")], servers_per_leaf=1,
+                   n_spines=3)
+    rt = Routing(f)
+    rng = np.random.default_rng(seed)
+    src = np.array(f.servers[0].nics + f.servers[1].nics)
+    dst = rng.choice(f.servers[2].nics + f.servers[3].nics, size=len(src))
+    n = 2 * len(src)
+    d = demand_from_pairs(f, np.r_[src, dst], np.r_[dst, src],
+                          rate_bps=rng.uniform(50e9, 400e9, n),
+                          job=rng.integers(0, jobs, n), phase=rng.integers(0, phases, n))
+    sub = rng.choice(d.n_qps, size=4, replace=False)
+    dense = _plan_and_replan(f, rt, d, sub, seed)
+    budget = planning._DENSE_ENTRIES
+    try:
+        planning._DENSE_ENTRIES = 0
+        slots = _plan_and_replan(f, rt, d, sub, seed)
+    finally:
+        planning._DENSE_ENTRIES = budget
+    assert dense[4].dense and not slots[4].dense
+    _assert_same_plans(dense, slots)
+
+
+def test_load_of_many_jobs_takes_memory_for_the_links_they_use():
+    """5,000 one-QP jobs on 3,328 links: the link x phase and link x job tables would be
+    266 MB; the load keeps a row per (link, job) with load instead (a few MB), and the
+    utilisation is each link's rate sum over its capacity."""
+    import tracemalloc
+
+    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 64, "h")], servers_per_leaf=4,
+                   n_spines=8)
+    rt = Routing(f)
+    rng = np.random.default_rng(0)
+    nics = np.array([x for s in f.servers for x in s.nics])
+    n = 5000
+    d = demand_from_pairs(f, rng.choice(nics, n), rng.choice(nics, n),
+                          rate_bps=rng.uniform(1e9, 50e9, n), job=np.arange(n))
+    paths = [rt.walk(d.src_nic[i:i + 1], d.dst_nic[i:i + 1],
+                     lambda step, idx, sw, dl, size: np.zeros(len(idx), dtype=np.int64)
+                     )[0][1:-1] for i in range(n)]
+    assert f.n_links * (d.n_phases + n) * 8 > 250e6  # the dense tables' size
+    tracemalloc.start()
+    try:
+        util = link_utilization(f, d, paths)
+        load = planning.load_state(f, d, planning.paths_to_csr(paths))
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert not load.dense
+    assert peak < 8e6, f"{peak / 1e6:.1f} MB"
+    ptr, flat = planning.paths_to_csr(paths)
+    want = np.bincount(flat, weights=np.repeat(d.ent_rate_bps, np.diff(ptr)),
+                       minlength=f.n_links) / f.link_capacity_bps
+    want[f.link_kind != LINK_FABRIC] = 0.0
+    assert np.allclose(util, want, rtol=1e-12, atol=0)
+    assert np.array_equal(load.util(), util)
+
+
+@settings(max_examples=20, deadline=None)
+@given(st.integers(0, 2**16), st.integers(1, 12), st.integers(1, 3))
+def test_leaf_need_is_the_node_phase_tables(seed, jobs, phases):
+    """Each leaf's need (sum over jobs of the peak phase's rate) from the (leaf, phase)
+    pairs that occur is the node x phase table's, to the bit."""
+    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 4, "h")], servers_per_leaf=1,
+                   n_spines=3)
+    rng = np.random.default_rng(seed)
+    nics = np.array([x for s in f.servers for x in s.nics])
+    n = 40
+    d = demand_from_pairs(f, rng.choice(nics, n), rng.choice(nics, n),
+                          rate_bps=rng.uniform(1e9, 400e9, n), job=rng.integers(0, jobs, n),
+                          phase=rng.integers(0, phases, n))
+    q, ph, rate = d.ent_qp, d.ent_phase, d.ent_rate_bps
+    P = d.n_phases
+    per = np.bincount(d.src_leaf[q] * P + ph, rate, minlength=f.n_nodes * P)
+    per = per.reshape(f.n_nodes, P)
+    want = np.zeros(f.n_nodes)
+    for j in range(len(d.job_names)):
+        jp = np.flatnonzero(d.phase_job == j)
+        if len(jp):
+            want += per[:, jp].max(axis=1)
+    assert np.array_equal(planning._leaf_need(f.n_nodes, d, d.src_leaf[q], ph, rate), want)

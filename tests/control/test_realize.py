@@ -1,10 +1,12 @@
 import numpy as np
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from icefabric.control.demand import demand_from_pairs
 from icefabric.control.hashing import fabric_hash_configs
 from icefabric.control.planning import plan_paths
-from icefabric.control.realize import _member_of, decision_chain, realize_paths
+from icefabric.control.realize import _member_of, decision_chain, realize_paths, same_paths
 from icefabric.topology.routing import Routing
 
 from .conftest import nics_of
@@ -71,3 +73,14 @@ def test_member_index_from_a_few_groups_or_all_of_them(ft_fabric):
     assert one_by_one == want.tolist()
     assert np.array_equal(_member_of(rt, g, links), want)  # every group's masks
     assert getattr(rt, "_ice_member_masks", None) is not None
+
+
+@given(st.lists(st.lists(st.integers(0, 3), max_size=4), max_size=6), st.data())
+def test_same_paths_compares_row_by_row(a, data):
+    # b: a with some rows changed (a link, or the length); same lengths take the one-pass
+    # comparison, others the gathered one
+    b = [data.draw(st.sampled_from([r, r[:-1], r[::-1], [x + 1 for x in r]])) for r in a]
+    for x, y in ((a, b), (a, a)):
+        got = same_paths([np.array(r, dtype=np.int64) for r in x],
+                         [np.array(r, dtype=np.int64) for r in y])
+        assert got.tolist() == [list(r) == list(s) for r, s in zip(x, y, strict=True)]

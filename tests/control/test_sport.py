@@ -352,3 +352,18 @@ def test_dense_rows_rank_rows_as_unique_axis0(rows):
     a = np.array(rows, dtype=np.int64)
     want = np.unique(a, axis=0, return_inverse=True)[1].ravel()
     assert _dense_rows([a[:, j] for j in range(3)]).tolist() == want.tolist()
+
+
+def test_chains_past_62_key_bits_check_the_rest_as_filters():
+    """Eight decisions of 2^13 members fold 104 bits: those past 62 no longer fit the
+    index key and are checked as filters; ports are still found where the chain has one
+    (the members some ports take) and every port found takes the wanted members."""
+    cfgs = [HashConfig("crc16_ccitt", seed=s, offset=s) for s in range(8)]
+    sip = np.full(6, 0x0A000001)
+    dip = 0x0A000100 + np.arange(6)
+    cfg = np.tile(np.arange(8), (6, 1))
+    n = np.full((6, 8), 1 << 13)
+    want = path_members(cfgs, sip, dip, 0xC000 + 97 * np.arange(6), cfg, n)
+    sp = solve_sports(cfgs, sip, dip, cfg, n, want)
+    assert np.all(sp >= 0)
+    assert verify_sports(cfgs, sip, dip, sp, cfg, n, want).all()

@@ -9,7 +9,7 @@ import pytest
 
 from icefabric.controller.settings import Settings
 from icefabric.scenario.schema import FailureSpec
-from icefabric.twin.run import run_twin
+from icefabric.twin.run import TwinOptions, run_twin
 from icefabric.twin.serve import SubprocessController, ThreadedController
 
 HERE = Path(__file__).parent
@@ -23,7 +23,8 @@ def test_64_agents_failure_replan_and_agreement(tmp_path):
                  admin_token_file=str(tmp_path / "t"))
     t0 = time.perf_counter()
     with ThreadedController(s) as url:
-        res = run_twin(HERE / "hetero-64.yaml", url, ADMIN, poll_wait_s=2.0, timeout_s=60)
+        res = run_twin(HERE / "hetero-64.yaml", url, ADMIN,
+                       TwinOptions(poll_wait_s=2.0, timeout_s=60))
         plans = httpx.get(f"{url}/v1/plans", headers={"Authorization": f"Bearer {ADMIN}"},
                           trust_env=False).json()
     assert res.agents >= 64 and res.qps > 800
@@ -73,9 +74,10 @@ def test_controller_killed_mid_run_agents_keep_plans_and_restart_serves_same(tmp
         seen["versions"] = versions
 
     try:
-        res = run_twin("hetero-default", url, ADMIN, size_bytes=64 << 20, poll_wait_s=1.0,
-                       failures=[FailureSpec(at_us=50, link=("leaf0", "spine0"))],
-                       on_ready=restart, timeout_s=60)
+        res = run_twin("hetero-default", url, ADMIN, TwinOptions(
+            size_bytes=64 << 20, poll_wait_s=1.0,
+            failures=[FailureSpec(at_us=50, link=("leaf0", "spine0"))], on_ready=restart,
+            timeout_s=60))
     finally:
         ctl.stop()
     assert seen["same"] is True
@@ -90,10 +92,11 @@ def test_two_failures_and_a_recovery_agree(tmp_path):
     s = Settings(database_url=f"sqlite:///{tmp_path}/ice.db", admin_token=ADMIN, policy=POLICY,
                  admin_token_file=str(tmp_path / "t"))
     with ThreadedController(s) as url:
-        res = run_twin("hetero-default", url, ADMIN, size_bytes=64 << 20, poll_wait_s=1.0,
-                       failures=[FailureSpec(at_us=50, link=("leaf0", "spine0"), until_us=400),
-                                 FailureSpec(at_us=100, link=("leaf2", "spine3"))],
-                       timeout_s=60)
+        res = run_twin("hetero-default", url, ADMIN, TwinOptions(
+            size_bytes=64 << 20, poll_wait_s=1.0,
+            failures=[FailureSpec(at_us=50, link=("leaf0", "spine0"), until_us=400),
+                      FailureSpec(at_us=100, link=("leaf2", "spine3"))],
+            timeout_s=60))
     assert [(f["link"], f["up"]) for f in res.failures] == [
         (["leaf0", "spine0"], False), (["leaf2", "spine3"], False), (["leaf0", "spine0"], True)]
     assert res.plan_versions == sorted(set(res.plan_versions)) and len(res.plan_versions) == 4
@@ -107,8 +110,8 @@ def test_fluid_scenario_agrees_with_paced_qps(tmp_path):
     s = Settings(database_url=f"sqlite:///{tmp_path}/ice.db", admin_token=ADMIN, policy=POLICY,
                  admin_token_file=str(tmp_path / "t"))
     with ThreadedController(s) as url:
-        res = run_twin("hetero-ratemismatch", url, ADMIN, size_bytes=16 << 20, poll_wait_s=1.0,
-                       timeout_s=60)
+        res = run_twin("hetero-ratemismatch", url, ADMIN,
+                       TwinOptions(size_bytes=16 << 20, poll_wait_s=1.0, timeout_s=60))
     assert res.engine == "fluid" and res.qps > 0
     assert res.paced_qps == res.qps  # ICE paces every QP, with the controller's rates
     assert res.qp_mismatches == 0 and res.path_mismatches == 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
@@ -17,6 +18,10 @@ from icefabric.cli.common import (
     parse_formats,
     progress_bar,
 )
+
+if TYPE_CHECKING:  # imported when run: the CLI starts without them
+    from icefabric.experiment.runner import ExperimentResult
+    from icefabric.scenario.loader import LoadedScenario
 
 
 def register(app: typer.Typer) -> None:
@@ -86,31 +91,12 @@ def simulate(
     over ecmp, breakdown) and carries it as ``training`` in the JSON; ``--out`` draws its
     timeline (``training_timeline.png``) and breakdown (``training_breakdown.png``).
     """
-    from icefabric.experiment.draws import DrawSpread, effective_draws
+    from icefabric.experiment.draws import DrawSpread
     from icefabric.experiment.runner import run_scenario
-    from icefabric.scenario.loader import DEFAULT_SCENARIO, load
     from icefabric.scenario.schema import message_size
 
-    ls = load(scenario or DEFAULT_SCENARIO)
-    if from_log:
-        from icefabric.experiment.fromlog import scenario_from_log
-
-        missing = [str(p) for p in from_log if not p.exists()]
-        if missing:
-            fail(f"no such log file: {', '.join(missing)}")
-        ls, job = scenario_from_log(ls, from_log, server=server)
-        for w in job.get("warnings", [])[:5]:
-            err_console.print(f"warning: {w}", highlight=False)
-        for note in job.get("inferred", []):
-            err_console.print(f"inferred: {note}", highlight=False)
-    if seed is not None:
-        ls = ls.updated(seed=seed)
-    n_draws = effective_draws(draws, ls.scenario, engine)
-    if n_draws == 1 and not (draws or ls.scenario.draws) and not quiet:
-        err_console.print("note: ECMP runs one draw of QP numbers and hash seeds (the "
-                          "default on the fluid engine, above 128 servers and for an "
-                          "AllToAll over more than 16); --draws N "
-                          "shows its distribution", highlight=False)
+    ls = _scenario(scenario, from_log, server, seed)
+    n_draws = _draws(ls, draws, engine, quiet)
     pol = [p.strip() for p in policies.split(",") if p.strip()] if policies else None
     sz = [message_size(s) for s in sizes.split(",")] if sizes else None
     if engine not in (None, "flow", "fluid"):
@@ -126,26 +112,80 @@ def simulate(
                            spread=DrawSpread(workers or (os.cpu_count() or 1), ray))
     res.provenance["command"] = command_line()
     if out is not None:
-        out.mkdir(parents=True, exist_ok=True)
-        res.to_json(out / "result.json")
-        from icefabric.reports.figures import save_figures
-
-        with progress_bar(not quiet, f"plotting into {out}") as update:
-            save_figures(res, out, formats=formats, progress=update)
-        _save_inputs(out, ls.text, res)
+        _save_out(out, ls.text, res, formats, quiet)
     if report is not None:
-        from icefabric.reports.html import ReportError, ReportInput
-        from icefabric.reports.html import render as render_html
-
-        try:
-            with progress_bar(not quiet, f"drawing the report {report}") as update:
-                render_html([ReportInput(res, "this run", ls.text, res.runs)], report,
-                            command=command_line(), progress=update)
-        except ReportError as e:
-            fail(str(e))
+        _save_report(report, ls.text, res, quiet)
     if json_out:
         typer.echo(res.to_json())
         return
+    _print_results(res, detail, out, report)
+
+
+def _scenario(scenario: str | None, from_log: list[Path] | None, server: str | None,
+              seed: int | None) -> LoadedScenario:
+    """The scenario to run: a file or built-in, with the job of ``from_log`` replayed on
+    its fabric if given (its warnings and inferences on stderr), and ``seed`` if given."""
+    from icefabric.scenario.loader import DEFAULT_SCENARIO, load
+
+    ls = load(scenario or DEFAULT_SCENARIO)
+    if from_log:
+        from icefabric.experiment.fromlog import scenario_from_log
+
+        missing = [str(p) for p in from_log if not p.exists()]
+        if missing:
+            fail(f"no such log file: {', '.join(missing)}")
+        ls, job = scenario_from_log(ls, from_log, server=server)
+        for w in job.get("warnings", [])[:5]:
+            err_console.print(f"warning: {w}", highlight=False)
+        for note in job.get("inferred", []):
+            err_console.print(f"inferred: {note}", highlight=False)
+    if seed is not None:
+        ls = ls.updated(seed=seed)
+    return ls
+
+
+def _draws(ls: LoadedScenario, draws: int | None, engine: str | None, quiet: bool) -> int:
+    """The draws the randomised policies run (a note on stderr when ECMP gets one draw by
+    default)."""
+    from icefabric.experiment.draws import effective_draws
+
+    n_draws = effective_draws(draws, ls.scenario, engine)
+    if n_draws == 1 and not (draws or ls.scenario.draws) and not quiet:
+        err_console.print("note: ECMP runs one draw of QP numbers and hash seeds (the "
+                          "default on the fluid engine, above 128 servers and for an "
+                          "AllToAll over more than 16); --draws N "
+                          "shows its distribution", highlight=False)
+    return n_draws
+
+
+def _save_out(out: Path, scenario_text: str, res: ExperimentResult, formats: tuple[str, ...],
+              quiet: bool) -> None:
+    """``--out``: result.json, the figures, and what `icefab report OUT` reads back."""
+    from icefabric.reports.figures import save_figures
+
+    out.mkdir(parents=True, exist_ok=True)
+    res.to_json(out / "result.json")
+    with progress_bar(not quiet, f"plotting into {out}") as update:
+        save_figures(res, out, formats=formats, progress=update)
+    _save_inputs(out, scenario_text, res)
+
+
+def _save_report(report: Path, scenario_text: str, res: ExperimentResult, quiet: bool) -> None:
+    """``--report``: the self-contained HTML report of this run."""
+    from icefabric.reports.html import ReportError, ReportInput
+    from icefabric.reports.html import render as render_html
+
+    try:
+        with progress_bar(not quiet, f"drawing the report {report}") as update:
+            render_html([ReportInput(res, "this run", scenario_text, res.runs)], report,
+                        command=command_line(), progress=update)
+    except ReportError as e:
+        fail(str(e))
+
+
+def _print_results(res: ExperimentResult, detail: bool, out: Path | None,
+                   report: Path | None) -> None:
+    """The tables on stdout, with the run's notes and where its artefacts went."""
     from icefabric.experiment.calibration import trust_line
     from icefabric.reports.tables import fabric_summary, render
 

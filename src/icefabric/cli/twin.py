@@ -32,7 +32,7 @@ def twin(
     from rich.console import Console
 
     from icefabric.scenario.schema import FailureSpec, message_size
-    from icefabric.twin.run import run_twin
+    from icefabric.twin.run import TwinOptions, run_twin
 
     fails = None
     if fail:
@@ -63,8 +63,8 @@ def twin(
     if engine not in (None, "flow", "fluid"):
         raise typer.BadParameter(f"--engine must be flow or fluid, not {engine!r}")
     try:
-        res = run_twin(scenario, controller, token, engine=engine,
-                       size_bytes=message_size(size) if size else None, failures=fails)
+        res = run_twin(scenario, controller, token, TwinOptions(
+            engine=engine, size_bytes=message_size(size) if size else None, failures=fails))
     finally:
         if server is not None:
             server.stop()

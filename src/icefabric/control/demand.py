@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from icefabric.ccl.workload import Workload
-from icefabric.csr import gather
+from icefabric.csr import gather, unique_inverse
 from icefabric.topology.model import LINK_HOST, NIC, Fabric
 
 __all__ = ["Demand", "demand_from_pairs", "nic_bps", "workload_demand"]
@@ -86,19 +86,19 @@ class Demand:
         np.cumsum(np.bincount(self.ent_qp, minlength=self.n_qps), out=ptr[1:])
         return ptr
 
-    def _entry_spans(self, qps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """First entry and entry count of each QP of ``qps`` (entries are sorted by QP:
-        two binary searches, no QP-sized table)."""
+    def entry_spans(self, qps: np.ndarray | int) -> tuple[np.ndarray, np.ndarray]:
+        """First entry and entry count of each QP of ``qps``, or of the one QP ``qps``
+        (entries are sorted by QP: two binary searches, no QP-sized table)."""
         lo = np.searchsorted(self.ent_qp, qps)
         return lo, np.searchsorted(self.ent_qp, qps, side="right") - lo
 
     def entries(self, qps: np.ndarray) -> np.ndarray:
         """Entry indices of QPs ``qps``, in entry order."""
-        return gather(*self._entry_spans(np.sort(np.asarray(qps, dtype=np.int64))))
+        return gather(*self.entry_spans(np.sort(np.asarray(qps, dtype=np.int64))))
 
     def peak_rates(self, qps: np.ndarray) -> np.ndarray:
         """:meth:`peak_rate_bps` of QPs ``qps`` only, in their order (no QP-sized table)."""
-        lo, n = self._entry_spans(np.asarray(qps, dtype=np.int64))
+        lo, n = self.entry_spans(np.asarray(qps, dtype=np.int64))
         out = np.zeros(len(lo))
         has = np.flatnonzero(n > 0)
         if len(has):
@@ -230,52 +230,70 @@ def workload_demand(fabric: Fabric, workload: Workload) -> Demand:
     f_ = fabric
     lev = flow_levels(W)
     jobs, conn_job = _first_seen_ids(W.conn_job)
-    conn_ptr, _ = W.conn_qps()
-    net = np.flatnonzero(W.hop_conn >= 0)
-    c = W.hop_conn[net].astype(np.int64)
-    k = np.diff(conn_ptr)[c]
-    share = W.hop_weight[net] / k
-    flow = W.hop_flow[net].astype(np.int64)
-    # Expand hop -> its k QPs.
-    rep = np.repeat(np.arange(len(net)), k)
-    first = np.repeat(conn_ptr[c], k)
-    within = np.arange(len(rep)) - np.repeat(np.cumsum(k) - k, k)
-    qp = first + within
-    e_share = share[rep]
-    e_flow = flow[rep]
-    e_job = conn_job[c[rep]]
+    qp, e_share, e_flow, e_conn = _hop_entries(W)
+    e_job = conn_job[e_conn]
+    del e_conn
     # Phases: (job, level).
-    keys = e_job * (int(lev.max(initial=0)) + 1) + lev[e_flow]
-    ukeys, e_phase = np.unique(keys, return_inverse=True)
     nlev = int(lev.max(initial=0)) + 1
+    ukeys, e_phase = unique_inverse(e_job * nlev + lev[e_flow], len(jobs) * nlev)
     phase_job = (ukeys // nlev).astype(np.int64)
     phase_names = tuple(f"{jobs[j]}:L{int(key % nlev)}"
                         for j, key in zip(phase_job, ukeys, strict=True))
     # Bytes per QP over the whole workload.
     size = np.bincount(qp, weights=W.flow_size_bytes[e_flow] * e_share, minlength=W.n_qps)
+    del e_flow
     # NIC share per phase: T[phase, nic], tx at source, rx at destination.
     bps = nic_bps(f_)
     sn, dn = W.qp_src_nic.astype(np.int64), W.qp_dst_nic.astype(np.int64)
-    P, N = len(ukeys), f_.n_nodes
-    tx = np.bincount(e_phase * N + sn[qp], weights=e_share, minlength=P * N)
-    rx = np.bincount(e_phase * N + dn[qp], weights=e_share, minlength=P * N)
-    per_src = bps[sn[qp]] / tx[e_phase * N + sn[qp]]
-    per_dst = bps[dn[qp]] / rx[e_phase * N + dn[qp]]
-    rate = e_share * np.minimum(per_src, per_dst)
+    P = len(ukeys)
+    rate = np.minimum(_nic_share(bps, sn[qp], e_phase, e_share, P),
+                      _nic_share(bps, dn[qp], e_phase, e_share, P))
+    rate *= e_share
+    del e_share
+    qp_job = np.zeros(W.n_qps, dtype=np.int64)
+    qp_job[qp] = e_job
+    del e_job
     # Merge duplicate (QP, phase) entries (a QP used twice in one level): rates add.
-    code = qp * P + e_phase
-    ucode, inv = np.unique(code, return_inverse=True)
+    ucode, inv = unique_inverse(qp * P + e_phase, W.n_qps * P)
+    del qp, e_phase
     urate = np.bincount(inv, weights=rate, minlength=len(ucode))
+    del inv, rate
     # A QP cannot exceed its NICs' line rate.
     uq, up = ucode // P, ucode % P
     urate = np.minimum(urate, np.minimum(bps[sn[uq]], bps[dn[uq]]))
-    qp_job = np.zeros(W.n_qps, dtype=np.int64)
-    qp_job[qp] = e_job
     return Demand(src_nic=sn, dst_nic=dn, src_leaf=f_.nic_leaf[sn], dst_leaf=f_.nic_leaf[dn],
                   job=qp_job, conn=W.qp_conn.astype(np.int64), size_bytes=size,
                   src_nic_bps=bps[sn], dst_nic_bps=bps[dn], ent_qp=uq.astype(np.int64),
                   ent_phase=up.astype(np.int64), ent_rate_bps=urate, phase_job=phase_job,
                   job_names=tuple(jobs), phase_names=phase_names)
+
+
+def _hop_entries(W: Workload) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """QP, share, flow and connection of every (network hop, QP) entry: a hop rides its
+    connection's ``k`` QPs, each with ``1 / k`` of the hop's weight. Where every
+    connection has one QP (NCCL's rings at scale) there is nothing to expand: at 1 M QPs
+    the expansion's temporaries are ~100 MB of fresh pages a first plan pays for."""
+    conn_ptr, _ = W.conn_qps()
+    net = np.flatnonzero(W.hop_conn >= 0)
+    c = W.hop_conn[net].astype(np.int64, copy=False)
+    k = np.diff(conn_ptr)[c]
+    share = W.hop_weight[net] / k
+    flow = W.hop_flow[net].astype(np.int64, copy=False)
+    if np.all(k == 1):
+        return conn_ptr[c], share, flow, c
+    rep = np.repeat(np.arange(len(net)), k)
+    return gather(conn_ptr[c], k), share[rep], flow[rep], c[rep]
+
+
+def _nic_share(bps: np.ndarray, nic: np.ndarray, phase: np.ndarray, share: np.ndarray,
+               P: int) -> np.ndarray:
+    """Per entry: its NIC's line rate over ``T``, the summed share of every entry of that
+    phase on that NIC (``nic``: each entry's source NIC for the transmit side, destination
+    NIC for the receive side)."""
+    at = phase * len(bps)
+    at += nic
+    T = np.bincount(at, weights=share, minlength=P * len(bps))
+    return bps[nic] / T[at]
 
 
 def demand_from_pairs(fabric: Fabric, src_nic, dst_nic, *, rate_bps=None, phase=None,

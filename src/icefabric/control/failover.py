@@ -18,12 +18,13 @@ flows whose bucket pointed at the dead member — measured by
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from icefabric.control.demand import Demand
-from icefabric.control.planning import PathAssignment, _paths_csr, replan_subset
+from icefabric.control.planning import PathAssignment, _Load, _paths_csr, replan_subset
 from icefabric.control.realize import (
     inner_csr,
     realize_paths,
@@ -36,7 +37,7 @@ from icefabric.dataplane.ecmp import HashConfig
 from icefabric.topology.model import Fabric
 from icefabric.topology.routing import Routing
 
-__all__ = ["FailoverResult", "affected_qps", "replan_after_failure"]
+__all__ = ["FailoverResult", "PlanBefore", "affected_qps", "replan_after_failure"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -155,12 +156,34 @@ def _with_rows(seq, rows: np.ndarray, new):
     return out
 
 
+@dataclass(frozen=True, eq=False)
+class PlanBefore:
+    """The plan in force when links failed: what :func:`replan_after_failure` starts from.
+
+    Attributes
+    ----------
+    demand : Demand — the QPs (same order as ``paths``/``sport``).
+    paths : list of arrays (or CsrRows) — the fabric paths planned before the failure.
+    sport : array (Q,) — their source ports.
+    full_paths : list of arrays, optional — the NIC-to-NIC paths before the failure (kept
+        for QPs that do not move; recomputed by re-hashing when not given).
+    routing : Routing, optional — link state before the failure. With it only QPs
+        through ECMP groups that changed are re-hashed (fast path); without it every QP is.
+    paths_csr : (indptr, links), optional — ``paths`` in CSR form, if the caller keeps it.
+    load : optional — the plan's :func:`~icefabric.control.planning.load_state`.
+    """
+
+    demand: Demand
+    paths: Sequence[np.ndarray]
+    sport: np.ndarray
+    full_paths: Sequence[np.ndarray] | None = None
+    routing: Routing | None = None
+    paths_csr: tuple[np.ndarray, np.ndarray] | None = None
+    load: _Load | None = None
+
+
 def replan_after_failure(fabric: Fabric, routing: Routing, configs: dict[int, HashConfig],
-                         demand: Demand, paths: list[np.ndarray], sport: np.ndarray, *,
-                         full_paths: list[np.ndarray] | None = None,
-                         old_routing: Routing | None = None,
-                         paths_csr: tuple[np.ndarray, np.ndarray] | None = None,
-                         load: np.ndarray | None = None, mode: str = "model",
+                         before: PlanBefore, *, mode: str = "model",
                          seed: int = 0) -> FailoverResult:
     """Re-plan after failures already reflected in ``routing`` (``routing.down``).
 
@@ -168,15 +191,7 @@ def replan_after_failure(fabric: Fabric, routing: Routing, configs: dict[int, Ha
     ----------
     fabric, routing : fabric and the *new* link state.
     configs : switch hash models.
-    demand : Demand — the QPs (same order as ``paths``/``sport``).
-    paths : list of arrays — the fabric paths planned before the failure.
-    sport : array (Q,) — their source ports.
-    full_paths : list of arrays, optional — the NIC-to-NIC paths before the failure (kept
-        for QPs that do not move; recomputed by re-hashing when not given).
-    old_routing : Routing, optional — link state before the failure. With it only QPs
-        through ECMP groups that changed are re-hashed (fast path); without it every QP is.
-    paths_csr : (indptr, links), optional — ``paths`` in CSR form, if the caller keeps it.
-    load : array, optional — the plan's :func:`~icefabric.control.planning.load_state`.
+    before : PlanBefore — the plan in force before the failure.
     mode : {"model", "probe"} — how new ports are found.
     seed : int
 
@@ -185,18 +200,11 @@ def replan_after_failure(fabric: Fabric, routing: Routing, configs: dict[int, Ha
     FailoverResult
         Its paths are :class:`~icefabric.csr.CsrRows` where the given ones were.
     """
-    sport = np.asarray(sport, dtype=np.int64).copy()
-    Q = demand.n_qps
-    ptr, flat = paths_csr if paths_csr is not None else _paths_csr(paths)
-    if old_routing is None:
-        row = np.repeat(np.arange(Q), np.diff(ptr))
-        affected = np.unique(row[routing.down[flat]])
-        maybe = np.arange(Q)
-    else:
-        ends = _ends(old_routing, routing)
-        affected, maybe = _qps_through(routing, demand, (ptr, flat), routing.down,
-                                       _changed_pairs(old_routing, routing, ends), ends)
-    new_sub, util = replan_subset(fabric, routing, demand, affected, (ptr, flat), load=load,
+    demand, paths = before.demand, before.paths
+    sport = np.asarray(before.sport, dtype=np.int64).copy()
+    csr = before.paths_csr if before.paths_csr is not None else _paths_csr(paths)
+    affected, maybe = _candidates(routing, before.routing, demand, csr)
+    new_sub, util = replan_subset(fabric, routing, demand, affected, csr, load=before.load,
                                  seed=seed)
     new_paths = _with_rows(paths, affected, new_sub)
     # Which kept QPs does the shrunken group re-hash elsewhere?
@@ -207,24 +215,16 @@ def replan_after_failure(fabric: Fabric, routing: Routing, configs: dict[int, Ha
     stay = same_paths(inner_csr(*now), [paths[q] for q in sub.tolist()])
     remapped = sub[~stay]
     todo = np.union1d(affected, remapped)
-    # Only ports of the same NIC pairs can clash with the new ones.
-    same_src = np.zeros(fabric.n_nodes, dtype=bool)
-    same_src[demand.src_nic[todo]] = True
-    near = np.flatnonzero(same_src[demand.src_nic])
-    pair = demand.src_nic[near] * fabric.n_nodes + demand.dst_nic[near]
-    keep = near[np.isin(pair, demand.src_nic[todo] * fabric.n_nodes + demand.dst_nic[todo])]
-    keep = np.setdiff1d(keep, todo)
-    ip = fabric.node_ip
-    excl = (ip[demand.src_nic[keep]], ip[demand.dst_nic[keep]], sport[keep])
-    if full_paths is None:
+    if before.full_paths is None:
         out_paths = rehash(fabric, routing, configs, demand.src_nic, demand.dst_nic, sport)
     else:
-        out_paths = full_paths
+        out_paths = before.full_paths
     ok = sport >= 0  # kept QPs stay verified; one without a planned port never was
     if len(todo):
         r = realize_paths(fabric, routing, configs, demand.src_nic[todo],
                           demand.dst_nic[todo], [new_paths[q] for q in todo.tolist()],
-                          mode=mode, exclude=excl, fallback_sport=sport[todo], seed=seed)
+                          mode=mode, exclude=_ports_near(fabric, demand, sport, todo),
+                          fallback_sport=sport[todo], seed=seed)
         solved = r.sport >= 0
         sport[todo[solved]] = r.sport[solved]
         out_paths = _with_rows(out_paths, todo, r.paths)
@@ -234,3 +234,30 @@ def replan_after_failure(fabric: Fabric, routing: Routing, configs: dict[int, Ha
                           {"affected": len(affected), "remapped": len(remapped),
                            "rehashed": len(sub), "ports_changed": len(todo),
                            "verified": int(ok.sum()), "max_util": a.max_util})
+
+
+def _candidates(routing: Routing, old_routing: Routing | None, demand: Demand,
+                csr: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The QPs whose path uses a down link, and those whose port may re-hash elsewhere:
+    every QP without the link state before, else those through a group that changed."""
+    ptr, flat = csr
+    if old_routing is None:
+        row = np.repeat(np.arange(demand.n_qps), np.diff(ptr))
+        return np.unique(row[routing.down[flat]]), np.arange(demand.n_qps)
+    ends = _ends(old_routing, routing)
+    return _qps_through(routing, demand, csr, routing.down,
+                        _changed_pairs(old_routing, routing, ends), ends)
+
+
+def _ports_near(fabric: Fabric, demand: Demand, sport: np.ndarray, todo: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(source IPs, destination IPs, ports) of the kept QPs that new ports for QPs
+    ``todo`` must not take: only ports of the same NIC pairs can clash."""
+    same_src = np.zeros(fabric.n_nodes, dtype=bool)
+    same_src[demand.src_nic[todo]] = True
+    near = np.flatnonzero(same_src[demand.src_nic])
+    pair = demand.src_nic[near] * fabric.n_nodes + demand.dst_nic[near]
+    keep = near[np.isin(pair, demand.src_nic[todo] * fabric.n_nodes + demand.dst_nic[todo])]
+    keep = np.setdiff1d(keep, todo)
+    ip = fabric.node_ip
+    return ip[demand.src_nic[keep]], ip[demand.dst_nic[keep]], sport[keep]

@@ -167,29 +167,6 @@ def _paths_csr(paths: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
     return csr_from_lists(paths)
 
 
-def _load_matrix(n_links: int, demand: Demand, qps: np.ndarray, paths: list[np.ndarray]
-                 ) -> np.ndarray:
-    """Link x phase rate sums of QPs ``qps`` on ``paths`` (one path per listed QP)."""
-    ptr, flat = _paths_csr(paths)
-    pos = np.full(demand.n_qps, -1, dtype=np.int64)
-    pos[np.asarray(qps, dtype=np.int64)] = np.arange(len(qps))
-    return _load_matrix_csr(n_links, demand, pos, ptr, flat)
-
-
-def _load_matrix_csr(n_links: int, demand: Demand, pos: np.ndarray, ptr: np.ndarray,
-                     flat: np.ndarray) -> np.ndarray:
-    """Link x phase rate sums, vectorised over all (entry, link) pairs. QP ``q`` counts
-    when ``pos[q] >= 0``; its path is row ``pos[q]`` of the CSR ``(ptr, flat)``."""
-    P = max(demand.n_phases, 1)
-    L = np.zeros(n_links * P)
-    e = np.flatnonzero(pos[demand.ent_qp] >= 0)
-    if len(e) == 0:
-        return L.reshape(n_links, P)
-    links, phase, rate = _hop_loads(demand, e, pos[demand.ent_qp[e]], ptr, flat)
-    L += np.bincount(links * P + phase, weights=rate, minlength=n_links * P)
-    return L.reshape(n_links, P)
-
-
 def _hop_loads(demand: Demand, e: np.ndarray, rows: np.ndarray, ptr: np.ndarray,
                flat: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Link, phase and rate of every hop of entries ``e`` (in entry order, each path in
@@ -199,62 +176,81 @@ def _hop_loads(demand: Demand, e: np.ndarray, rows: np.ndarray, ptr: np.ndarray,
     return flat[gather(ptr[rows], n)], demand.ent_phase[e][rep], demand.ent_rate_bps[e][rep]
 
 
-def _rows_load(demand: Demand, qps: np.ndarray, ptr: np.ndarray, flat: np.ndarray
-               ) -> tuple[np.ndarray, np.ndarray]:
-    """The links QPs ``qps`` use (rows of the CSR) and the link x phase rate sums of those
-    QPs on them: :func:`_load_matrix_csr`'s sums there, without a link-sized table."""
-    e = demand.entries(qps)
-    links, phase, rate = _hop_loads(demand, e, demand.ent_qp[e], ptr, flat)
-    u, at = np.unique(links, return_inverse=True)
-    P = max(demand.n_phases, 1)
-    return u, np.bincount(at * P + phase, weights=rate, minlength=len(u) * P).reshape(-1, P)
-
-
 def _one_phase_per_job(demand: Demand) -> bool:
     """Phase ``j`` is job ``j``'s only phase (a job of one collective)."""
     nj = max(len(demand.job_names), 1)
     return nj == max(demand.n_phases, 1) and np.array_equal(demand.phase_job, np.arange(nj))
 
 
+#: Entries (links x phases plus links x jobs) up to which :class:`_Load` keeps link-sized
+#: tables; past it (many jobs) it keeps a row per (link, job) that carries load instead:
+#: 5,000 jobs on 802,560 links asked for 29.9 GiB of dense tables. One job keeps them
+#: link-sized whatever its phases (its row per link would hold the same columns).
+_DENSE_ENTRIES = 1 << 24
+
+
 class _Load:
     """Link x phase rate sums and the objective's per-link value, updated incrementally.
 
-    ``base``: start from these rate sums (the array is taken, not copied) instead of zero.
-    Where every job has one phase (phase ``j`` is job ``j``), a job's maximum over its
-    phases is the phase's load: ``M`` is then ``L`` itself (and ``S``, with one job, its
-    column), where the general case keeps three link-sized tables in step."""
+    ``L[l, p]``: rate sum of phase ``p`` on link ``l``; ``M[l, j]``: job ``j``'s peak
+    phase there; ``S[l]``: the sum over jobs (the objective's numerator). ``S`` is
+    link-sized; ``L`` and ``M`` are link-sized tables when they are small (``dense``), else
+    rows of the (link, job) pairs that carry load (:class:`_Slots`), with the same values
+    and sums (``S`` of a link with three jobs or more is added as the dense table adds its
+    row). Where every job has one phase (phase ``j`` is job ``j``), a job's maximum over
+    its phases is the phase's load: the dense ``M`` is then ``L`` itself (and ``S``, with
+    one job, its column)."""
 
-    def __init__(self, fabric: Fabric, demand: Demand, base: np.ndarray | None = None):
+    def __init__(self, fabric: Fabric, demand: Demand):
         self.cap = fabric.link_capacity_bps.astype(np.float64, copy=False)  # read only
         self.fab = fabric.link_kind == LINK_FABRIC
         self.n_links = fabric.n_links
         self.demand = demand
         P = max(demand.n_phases, 1)
-        self.L = np.zeros((fabric.n_links, P)) if base is None else base
         nj = max(len(demand.job_names), 1)
         self.job_phases = [np.flatnonzero(demand.phase_job == j) for j in range(nj)]
-        self._alias = _one_phase_per_job(demand)
+        self.q_job = demand.job
+        # position of each phase inside its job's phase list
+        self.pos_in_job = np.zeros(P, dtype=np.int64)
+        for ph in self.job_phases:
+            self.pos_in_job[ph] = np.arange(len(ph))
+        self.dense = nj == 1 or fabric.n_links * (P + nj) <= _DENSE_ENTRIES
+        self._alias = self.dense and _one_phase_per_job(demand)
         self._s_alias = self._alias and nj == 1
+        if not self.dense:
+            self.slots = _Slots(fabric.n_links, demand.phase_job, self.pos_in_job, nj)
+            self.S = np.zeros(fabric.n_links)
+            return
+        self.L = np.zeros((fabric.n_links, P))
         if self._alias:
             self.M = self.L
             self.S = self.L[:, 0] if self._s_alias else np.zeros(fabric.n_links)
         else:
             self.M = np.zeros((fabric.n_links, nj))
             self.S = np.zeros(fabric.n_links)
-        self.q_job = demand.job
-        # position of each phase inside its job's phase list
-        self.pos_in_job = np.zeros(P, dtype=np.int64)
-        for ph in self.job_phases:
-            self.pos_in_job[ph] = np.arange(len(ph))
-        if base is not None:
-            self._refresh()
+
+    def copy(self) -> _Load:
+        """An independent copy (a re-plan changes its copy of the plan's load)."""
+        out = _Load.__new__(_Load)
+        out.__dict__.update(self.__dict__)
+        if not self.dense:
+            out.slots, out.S = self.slots.copy(), self.S.copy()
+            return out
+        out.L = self.L.copy()
+        out.M = out.L if self._alias else self.M.copy()
+        out.S = out.L[:, 0] if self._s_alias else self.S.copy()
+        return out
 
     def _span(self, q: int) -> slice:
-        """QP ``q``'s entries (sorted by QP: two binary searches, no QP-sized pointer)."""
-        e = self.demand.ent_qp
-        return slice(int(np.searchsorted(e, q)), int(np.searchsorted(e, q, side="right")))
+        """QP ``q``'s entries (:meth:`Demand.entry_spans`: no QP-sized pointer)."""
+        lo, n = self.demand.entry_spans(q)
+        return slice(int(lo), int(lo + n))
 
     def _refresh(self, links=None) -> None:
+        if not self.dense:
+            links = np.arange(self.n_links) if links is None else links
+            self.S[links] = self.slots.sums(links)
+            return
         sel = slice(None) if links is None else links
         if not self._alias:
             for j, jp in enumerate(self.job_phases):
@@ -263,15 +259,46 @@ class _Load:
         if not self._s_alias:
             self.S[sel] = self.M[sel].sum(axis=1)
 
+    def add_rows(self, e: np.ndarray, rows: np.ndarray, ptr: np.ndarray, flat: np.ndarray,
+                 sign: float = 1.0) -> None:
+        """Add (``sign`` -1: take away) the load of demand entries ``e`` (sorted), entry
+        ``e[i]`` riding row ``rows[i]`` of the CSR ``(ptr, flat)``: every (link, phase) sum
+        is formed first (in entry order, each path in order), then added to the table."""
+        links, phase, rate = _hop_loads(self.demand, e, rows, ptr, flat)
+        P = max(self.demand.n_phases, 1)
+        if self.dense:
+            if sign > 0 and len(links) * 4 > self.n_links:
+                self.L += np.bincount(links * P + phase, weights=rate,
+                                      minlength=self.n_links * P).reshape(self.n_links, P)
+                self._refresh()
+                return
+            u, at = np.unique(links, return_inverse=True)
+            sums = np.bincount(at * P + phase, weights=rate, minlength=len(u) * P)
+            if sign > 0:
+                self.L[u] += sums.reshape(-1, P)
+            else:
+                self.L[u] -= sums.reshape(-1, P)
+        else:
+            u = self.slots.add(links, phase, rate, sign)
+        self._refresh(u)
+
     def add_many(self, qps: np.ndarray, paths: list[np.ndarray]) -> None:
         """Add many QPs at once (vectorised)."""
-        self.L += _load_matrix(self.n_links, self.demand, np.asarray(qps, np.int64), paths)
-        self._refresh()
+        ptr, flat = _paths_csr(paths)
+        pos = np.full(self.demand.n_qps, -1, dtype=np.int64)
+        pos[np.asarray(qps, dtype=np.int64)] = np.arange(len(qps))
+        e = np.flatnonzero(pos[self.demand.ent_qp] >= 0)
+        self.add_rows(e, pos[self.demand.ent_qp[e]], ptr, flat)
 
     def add(self, q: int, links: np.ndarray, sign: float = 1.0) -> None:
         span = self._span(q)
         ps = self.demand.ent_phase[span]
         if len(links) == 0 or len(ps) == 0:
+            return
+        if not self.dense:
+            j = int(self.q_job[q])
+            self.slots.add_qp(links, j, self.pos_in_job[ps], sign * self.demand.ent_rate_bps[span])
+            self.S[links] = self.slots.sums(links)
             return
         self.L[np.ix_(links, ps)] += sign * self.demand.ent_rate_bps[span]
         if not self._alias:
@@ -285,6 +312,10 @@ class _Load:
         u[~self.fab] = 0.0
         return u
 
+    def rate_sums(self) -> np.ndarray:
+        """The dense link x phase table ``L`` (small instances: the MILP's pinned load)."""
+        return self.L if self.dense else self.slots.dense_l(self.demand.n_phases)
+
     def score(self, q: int, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(max, sum) of the utilisation of each candidate's links if ``q`` took it."""
         if cand.shape[1] == 0:
@@ -297,13 +328,174 @@ class _Load:
             u = (self.L[flat, 0] + (rate[0] if len(ps) else 0.0)) / self.cap[flat]
         else:
             j = int(self.q_job[q])
-            sub = self.L[np.ix_(flat, self.job_phases[j])]
+            if self.dense:
+                sub, m = self.L[np.ix_(flat, self.job_phases[j])], self.M[flat, j]
+            else:
+                sub, m = self.slots.job_rows(flat, j, len(self.job_phases[j]))
             if len(ps):
                 sub[:, self.pos_in_job[ps]] += rate
             newm = sub.max(axis=1) if sub.shape[1] else np.zeros(len(flat))
-            u = (self.S[flat] - self.M[flat, j] + newm) / self.cap[flat]
+            u = (self.S[flat] - m + newm) / self.cap[flat]
         u = u.reshape(cand.shape)
         return u.max(axis=1), u.sum(axis=1)
+
+
+class _Slots:
+    """:class:`_Load`'s tables where they carry load: a row per (link, job) pair, its job's
+    phase sums ``L`` (column = the phase's position in its job; ``-inf`` past the job's
+    phases, so a row's maximum is the job's peak ``M``). A link's rows are chained in job
+    order from ``head[link]`` (``nxt``; -1 ends a chain): looking up many links of one job
+    walks the chains a step per job below it, vectorised over the links."""
+
+    def __init__(self, n_links: int, phase_job: np.ndarray, pos_in_job: np.ndarray, nj: int):
+        self.nj = nj
+        self.phase_job, self.pos_in_job = phase_job, pos_in_job
+        self.n_ph = np.bincount(phase_job, minlength=nj)
+        self.W = max(int(self.n_ph.max(initial=1)), 1)
+        self.head = np.full(n_links, -1, dtype=np.int64)
+        self.n = 0
+        self._grow(64)
+
+    def _grow(self, cap: int) -> None:
+        old = self.n
+        for name, fill, shape in (("link", -1, ()), ("job", -1, ()), ("nxt", -1, ()),
+                                  ("M", 0.0, ()), ("L", 0.0, (self.W,))):
+            a = np.full((cap, *shape), fill, dtype=np.float64 if name in "LM" else np.int64)
+            if old:
+                a[:old] = getattr(self, name)[:old]
+            setattr(self, name, a)
+
+    def copy(self) -> _Slots:
+        out = _Slots.__new__(_Slots)
+        out.__dict__.update(self.__dict__)
+        for name in ("head", "link", "job", "nxt", "M", "L"):
+            setattr(out, name, getattr(self, name).copy())
+        return out
+
+    def find(self, links: np.ndarray, jobs) -> np.ndarray:
+        """Row of (``links[i]``, ``jobs[i]``) (``jobs``: one job or one per link), -1
+        where there is none."""
+        jobs = np.broadcast_to(jobs, links.shape)
+        s = self.head[links]
+        walk = s >= 0
+        while True:
+            walk[walk] = self.job[s[walk]] < jobs[walk]
+            if not walk.any():
+                break
+            s[walk] = self.nxt[s[walk]]
+            walk &= s >= 0
+        found = s >= 0
+        found[found] = self.job[s[found]] == jobs[found]
+        return np.where(found, s, -1)
+
+    def _new_rows(self, links: np.ndarray, jobs: np.ndarray) -> np.ndarray:
+        """Rows for distinct (link, job) pairs that have none, chained in job order."""
+        k = len(links)
+        if self.n + k > len(self.link):
+            self._grow(max(2 * len(self.link), self.n + k))
+        rows = np.arange(self.n, self.n + k)
+        self.n += k
+        self.link[rows], self.job[rows] = links, jobs
+        self.L[rows] = np.where(np.arange(self.W) < self.n_ph[jobs][:, None], 0.0, -np.inf)
+        self.M[rows] = 0.0
+        if k > 64:  # many: re-chain every row of the links that got one
+            mine = np.flatnonzero(np.isin(self.link[:self.n], links))
+            mine = mine[np.lexsort((self.job[mine], self.link[mine]))]
+            last = np.r_[self.link[mine][1:] != self.link[mine][:-1], True]
+            self.nxt[mine] = np.where(last, -1, np.r_[mine[1:], -1])
+            first = np.r_[True, last[:-1]]
+            self.head[self.link[mine[first]]] = mine[first]
+            return rows
+        for r, lk, j in zip(rows.tolist(), links.tolist(), jobs.tolist(), strict=True):
+            prev, cur = -1, int(self.head[lk])
+            while cur >= 0 and self.job[cur] < j:
+                prev, cur = cur, int(self.nxt[cur])
+            self.nxt[r] = cur
+            if prev < 0:
+                self.head[lk] = r
+            else:
+                self.nxt[prev] = r
+        return rows
+
+    def rows_of(self, links: np.ndarray, jobs: np.ndarray) -> np.ndarray:
+        """Row of every (link, job) pair, made where missing."""
+        u, inv = np.unique(links * self.nj + jobs, return_inverse=True)
+        ul, uj = u // self.nj, u % self.nj
+        rows = self.find(ul, uj)
+        miss = rows < 0
+        if miss.any():
+            rows[miss] = self._new_rows(ul[miss], uj[miss])
+        return rows[inv.ravel()]
+
+    def add(self, links: np.ndarray, phase: np.ndarray, rate: np.ndarray, sign: float
+            ) -> np.ndarray:
+        """Add (``sign`` -1: take away) entries' rates, summed per (link, phase) in entry
+        order first; returns the links touched."""
+        rows = self.rows_of(links, self.phase_job[phase])
+        cell = rows * self.W + self.pos_in_job[phase]
+        u, at = np.unique(cell, return_inverse=True)
+        sums = np.bincount(at.ravel(), weights=rate, minlength=len(u))
+        flat_l = self.L.reshape(-1)
+        if sign > 0:
+            flat_l[u] += sums
+        else:
+            flat_l[u] -= sums
+        r = np.unique(u // self.W)
+        self.M[r] = self.L[r].max(axis=1)
+        return np.unique(self.link[r])
+
+    def add_qp(self, links: np.ndarray, j: int, cols: np.ndarray, rate: np.ndarray) -> None:
+        """One QP of job ``j`` on ``links``: ``rate`` (signed) into columns ``cols``."""
+        rows = self.rows_of(links, np.full(len(links), j, dtype=np.int64))
+        self.L[np.ix_(rows, cols)] += rate
+        self.M[rows] = self.L[rows].max(axis=1)
+
+    def job_rows(self, links: np.ndarray, j: int, nph: int) -> tuple[np.ndarray, np.ndarray]:
+        """Job ``j``'s phase sums on ``links`` (``(len(links), nph)``, zeros where it has
+        none) and its peak there."""
+        rows = self.find(links, j)
+        has = rows >= 0
+        sub = np.zeros((len(links), nph))
+        sub[has] = self.L[rows[has], :nph]
+        return sub, np.where(has, self.M[rows], 0.0)
+
+    def sums(self, links: np.ndarray) -> np.ndarray:
+        """``S`` of ``links`` as the dense ``M[links].sum(axis=1)``: one or two jobs add
+        exactly in any order; three or more are added as a dense row of every job (zeros
+        included, numpy's pairwise order), a block of rows at a time."""
+        pos, rows = [np.zeros(0, dtype=np.int64)], [np.zeros(0, dtype=np.int64)]
+        s = self.head[links]
+        at = np.arange(len(links))
+        while len(at):
+            keep = s >= 0
+            at, s = at[keep], s[keep]
+            pos.append(at)
+            rows.append(s)
+            s = self.nxt[s]
+        pos, rows = np.concatenate(pos), np.concatenate(rows)
+        out = np.bincount(pos, weights=self.M[rows], minlength=len(links))
+        many = np.bincount(pos, minlength=len(links)) >= 3
+        if many.any():
+            sel = np.flatnonzero(many[pos])
+            idx = np.flatnonzero(many)
+            local = np.searchsorted(idx, pos[sel])
+            order = np.argsort(local, kind="stable")
+            local, rows = local[order], rows[sel[order]]
+            block = max(1, (1 << 22) // self.nj)
+            for a in range(0, len(idx), block):
+                lo, hi = np.searchsorted(local, [a, a + block])
+                dense = np.zeros((min(block, len(idx) - a), self.nj))
+                dense[local[lo:hi] - a, self.job[rows[lo:hi]]] = self.M[rows[lo:hi]]
+                out[idx[a:a + block]] = dense.sum(axis=1)
+        return out
+
+    def dense_l(self, P: int) -> np.ndarray:
+        """The link x phase table (small instances only)."""
+        out = np.zeros((len(self.head), max(P, 1)))
+        for p in range(P):
+            r = np.flatnonzero(self.job[:self.n] == self.phase_job[p])
+            out[self.link[r], p] = self.L[r, self.pos_in_job[p]]
+        return out
 
 
 def link_utilization(fabric: Fabric, demand: Demand, paths: list[np.ndarray]) -> np.ndarray:
@@ -314,24 +506,27 @@ def link_utilization(fabric: Fabric, demand: Demand, paths: list[np.ndarray]) ->
 
 
 def load_state(fabric: Fabric, demand: Demand, paths_csr: tuple[np.ndarray, np.ndarray]
-               ) -> np.ndarray:
-    """Link x phase rate sums of a whole plan (what a controller keeps next to its plan,
-    so that re-planning a few QPs does not recompute the load of all the others)."""
-    ptr, flat = paths_csr
-    return _load_matrix_csr(fabric.n_links, demand, np.arange(demand.n_qps), ptr, flat)
+               ) -> _Load:
+    """The load of a whole plan: its link x phase rate sums and per-link objective (what a
+    controller keeps next to its plan, so that re-planning a few QPs does not recompute
+    the load of all the others); pass it to :func:`replan_subset` as ``load``."""
+    st = _Load(fabric, demand)
+    st.add_rows(np.arange(len(demand.ent_qp)), demand.ent_qp, *paths_csr)
+    return st
 
 
 def replan_subset(fabric: Fabric, routing: Routing, demand: Demand, qps: np.ndarray,
                   paths_csr: tuple[np.ndarray, np.ndarray], *,
                   forbid: dict[int, set[int]] | None = None, improve: bool = True,
-                  load: np.ndarray | None = None, swaps: int = 0,
+                  load: _Load | None = None, swaps: int = 0,
                   seed: int | None = None) -> tuple[list[np.ndarray], np.ndarray]:
     """Plan only QPs ``qps`` (greedy + local improvement restricted to them) against the
     load of every other QP on its current path; the fast path of failure re-planning.
 
     ``paths_csr`` is ``(indptr, links)`` of the current fabric path of every QP. Returns
     the new paths of ``qps`` (in order) and the resulting per-link utilisation.
-    ``load`` is the plan's :func:`load_state` (all QPs), if the caller keeps it.
+    ``load`` is the plan's :func:`load_state` (all QPs), if the caller keeps it (it is
+    not changed).
     ``swaps`` bounds the two-QP swaps tried (0 by default: a failure that removed capacity
     usually cannot be fully absorbed, and the fail-over path must stay fast).
     """
@@ -342,15 +537,15 @@ def replan_subset(fabric: Fabric, routing: Routing, demand: Demand, qps: np.ndar
     others = np.ones(Q, bool)
     others[qps] = False
     if load is None:
-        st = _Load(fabric, demand, _load_matrix_csr(
-            fabric.n_links, demand, np.where(others, np.arange(Q), -1), ptr, flat))
+        st = _Load(fabric, demand)
+        e = np.flatnonzero(others[demand.ent_qp])
+        st.add_rows(e, demand.ent_qp[e], ptr, flat)
     else:
         # the plan's load less that of the QPs that move, summed (as load_state summed
         # it) on their links only
-        gone, sums = _rows_load(demand, qps, ptr, flat)
-        base = load.copy()
-        base[gone] -= sums
-        st = _Load(fabric, demand, base)
+        st = load.copy()
+        e = demand.entries(qps)
+        st.add_rows(e, demand.ent_qp[e], ptr, flat, sign=-1.0)
     cands = Candidates(routing, demand, qps=qps)  # only the QPs that move
     choice = np.full(Q, -1, dtype=np.int64)
     forbid = forbid or {}
@@ -647,6 +842,123 @@ def plan_fat_tree(fabric, routing, demand, *, seed=None, **_) -> PathAssignment:
 
 
 # --------------------------------------------------------------------------- MILP
+@dataclass
+class _Milp:
+    """The MILP of :func:`plan_milp` as it is built: its variables (``x`` per free QP and
+    candidate, then ``y`` per link and job, then ``z``) and its constraint rows, as COO
+    triplets with their bounds."""
+
+    xq: list[int]  # the QP of each x variable
+    xk: list[int]  # its candidate index
+    links: list[int]  # the fabric links with y variables
+    J: int  # jobs: y variables per link
+    rows: list[int] = field(default_factory=list)
+    cols: list[int] = field(default_factory=list)
+    vals: list[float] = field(default_factory=list)
+    lo: list[float] = field(default_factory=list)
+    hi: list[float] = field(default_factory=list)
+    nx: int = field(init=False)  # x variables
+    nvar: int = field(init=False)  # all variables
+    lidx: dict[int, int] = field(init=False)  # index of each link in ``links``
+
+    def __post_init__(self) -> None:
+        self.nx = len(self.xq)
+        self.nvar = self.nx + len(self.links) * self.J + 1
+        self.lidx = {l: i for i, l in enumerate(self.links)}
+
+    @classmethod
+    def build(cls, fabric: Fabric, demand: Demand, cands: Candidates, free: np.ndarray,
+              base: np.ndarray) -> _Milp:
+        """The model for QPs ``free``, over the pinned QPs' normalised load ``base``."""
+        xq, xk = [], []
+        for q in free.tolist():
+            n = cands.of(q).shape[0]
+            xq += [q] * n
+            xk += list(range(n))
+        links = sorted({int(l) for q in free.tolist() for l in cands.of(q).ravel().tolist()} |
+                       set(np.flatnonzero(base.sum(axis=1) > 0).tolist()))
+        links = [l for l in links if fabric.link_kind[l] == LINK_FABRIC]
+        m = cls(xq, xk, links, max(len(demand.job_names), 1))
+        m.one_path_rows(free)
+        m.load_rows(demand, cands, fabric.link_capacity_bps, base)
+        m.max_rows()
+        return m
+
+    def add(self, terms: list[tuple[int, float]], lo: float, hi: float) -> None:
+        """One constraint row ``lo <= sum(v * var[c] for c, v in terms) <= hi``."""
+        r = len(self.lo)
+        for c, v in terms:
+            self.rows.append(r)
+            self.cols.append(c)
+            self.vals.append(v)
+        self.lo.append(lo)
+        self.hi.append(hi)
+
+    def y(self, link: int, job: int) -> int:
+        return self.nx + self.lidx[link] * self.J + job
+
+    def one_path_rows(self, free: np.ndarray) -> None:
+        """Each free QP takes exactly one candidate."""
+        xq = np.asarray(self.xq)
+        for q in free.tolist():
+            self.add([(i, 1.0) for i in np.flatnonzero(xq == q).tolist()], 1.0, 1.0)
+
+    def load_rows(self, demand: Demand, cands: Candidates, cap: np.ndarray,
+                  base: np.ndarray) -> None:
+        """Per (link, phase): the phase's normalised load on the link, pinned load
+        included, is at most its job's ``y``."""
+        ptr = demand.ent_ptr()
+        lp: dict[tuple[int, int], list[tuple[int, float]]] = {}
+        for i in range(self.nx):
+            q, k = self.xq[i], self.xk[i]
+            for l in cands.of(q)[k].tolist():
+                if l not in self.lidx:
+                    continue
+                for e in range(ptr[q], ptr[q + 1]):
+                    p = int(demand.ent_phase[e])
+                    lp.setdefault((l, p), []).append((i, demand.ent_rate_bps[e] / cap[l]))
+        for l in self.links:
+            for p in np.flatnonzero(base[l] > 0).tolist():
+                lp.setdefault((l, p), [])
+        for (l, p), terms in lp.items():
+            self.add([*terms, (self.y(l, int(demand.phase_job[p])), -1.0)], -np.inf,
+                     -base[l, p])
+
+    def max_rows(self) -> None:
+        """Per link: the sum of its jobs' ``y`` is at most ``z``."""
+        for l in self.links:
+            self.add([(self.y(l, j), 1.0) for j in range(self.J)] + [(self.nvar - 1, -1.0)],
+                     -np.inf, 0.0)
+
+    def solve(self, time_limit: float):
+        """:func:`scipy.optimize.milp` (HiGHS) minimising ``z``, ``x`` binary."""
+        import scipy.sparse as sp
+        from scipy.optimize import Bounds, LinearConstraint, milp
+
+        A = sp.csr_matrix((self.vals, (self.rows, self.cols)), shape=(len(self.lo), self.nvar))
+        c = np.zeros(self.nvar)
+        c[-1] = 1.0
+        integ = np.zeros(self.nvar)
+        integ[:self.nx] = 1
+        ub = np.full(self.nvar, np.inf)
+        ub[:self.nx] = 1
+        return milp(c, constraints=LinearConstraint(A, self.lo, self.hi), integrality=integ,
+                    bounds=Bounds(np.zeros(self.nvar), ub), options={"time_limit": time_limit})
+
+    def choice(self, x: np.ndarray, n_qps: int) -> np.ndarray:
+        """Each free QP's candidate: the one of its ``x`` of the largest value (the first
+        on ties); -1 for the others."""
+        choice = np.full(n_qps, -1, dtype=np.int64)
+        best = {}
+        for i in range(self.nx):
+            q = self.xq[i]
+            if q not in best or x[i] > best[q][0]:
+                best[q] = (x[i], self.xk[i])
+        for q, (_, k) in best.items():
+            choice[q] = k
+        return choice
+
+
 def plan_milp(fabric, routing, demand, *, pinned=None, initial=None, time_limit=30.0,
               seed=None, cands=None, **_) -> PathAssignment:
     """Exact minimum of the maximum link utilisation (small instances).
@@ -662,102 +974,18 @@ def plan_milp(fabric, routing, demand, *, pinned=None, initial=None, time_limit=
     .. [1] Q. Huangfu, J. A. J. Hall, "Parallelizing the dual revised simplex method",
        Mathematical Programming Computation 10, 2018 (HiGHS).
     """
-    import scipy.sparse as sp
-    from scipy.optimize import Bounds, LinearConstraint, milp
-
     cands = cands or Candidates(routing, demand)
     Q = demand.n_qps
     pinned = np.zeros(Q, bool) if pinned is None else np.asarray(pinned, bool)
-    cap = fabric.link_capacity_bps
     st = _Load(fabric, demand)
     for q in np.flatnonzero(pinned).tolist():
         st.add(q, np.asarray(initial[q], dtype=np.int64))
-    base = st.L / cap[:, None]  # pinned load, normalised
-    free = np.flatnonzero(~pinned)
-    ptr = demand.ent_ptr()
-    # x variables
-    xq, xk = [], []
-    for q in free.tolist():
-        n = cands.of(q).shape[0]
-        xq += [q] * n
-        xk += list(range(n))
-    nx = len(xq)
-    links = sorted({int(l) for q in free.tolist() for l in cands.of(q).ravel().tolist()} |
-                   set(np.flatnonzero(base.sum(axis=1) > 0).tolist()))
-    links = [l for l in links if fabric.link_kind[l] == LINK_FABRIC]
-    lidx = {l: i for i, l in enumerate(links)}
-    J = max(len(demand.job_names), 1)
-    ny = len(links) * J
-    nvar = nx + ny + 1
-    rows, cols, vals, lo, hi = [], [], [], [], []
-    r = 0
-    # one-path constraints
-    for q in free.tolist():
-        idx = [i for i in range(nx) if xq[i] == q] if nx < 5000 else None
-        if idx is None:
-            idx = list(np.flatnonzero(np.asarray(xq) == q))
-        rows += [r] * len(idx)
-        cols += idx
-        vals += [1.0] * len(idx)
-        lo.append(1.0)
-        hi.append(1.0)
-        r += 1
-    # (link, phase) load rows
-    lp: dict[tuple[int, int], list[tuple[int, float]]] = {}
-    for i in range(nx):
-        q, k = xq[i], xk[i]
-        for l in cands.of(q)[k].tolist():
-            if l not in lidx:
-                continue
-            for e in range(ptr[q], ptr[q + 1]):
-                p = int(demand.ent_phase[e])
-                lp.setdefault((l, p), []).append((i, demand.ent_rate_bps[e] / cap[l]))
-    for l in links:
-        for p in np.flatnonzero(base[l] > 0).tolist():
-            lp.setdefault((l, p), [])
-    for (l, p), terms in lp.items():
-        j = int(demand.phase_job[p])
-        for i, w in terms:
-            rows.append(r)
-            cols.append(i)
-            vals.append(w)
-        rows.append(r)
-        cols.append(nx + lidx[l] * J + j)
-        vals.append(-1.0)
-        lo.append(-np.inf)
-        hi.append(-base[l, p])
-        r += 1
-    for l in links:
-        for j in range(J):
-            rows.append(r)
-            cols.append(nx + lidx[l] * J + j)
-            vals.append(1.0)
-        rows.append(r)
-        cols.append(nvar - 1)
-        vals.append(-1.0)
-        lo.append(-np.inf)
-        hi.append(0.0)
-        r += 1
-    A = sp.csr_matrix((vals, (rows, cols)), shape=(r, nvar))
-    c = np.zeros(nvar)
-    c[-1] = 1.0
-    integ = np.zeros(nvar)
-    integ[:nx] = 1
-    ub = np.full(nvar, np.inf)
-    ub[:nx] = 1
-    res = milp(c, constraints=LinearConstraint(A, lo, hi), integrality=integ,
-               bounds=Bounds(np.zeros(nvar), ub), options={"time_limit": time_limit})
+    base = st.rate_sums() / fabric.link_capacity_bps[:, None]  # pinned load, normalised
+    m = _Milp.build(fabric, demand, cands, np.flatnonzero(~pinned), base)
+    res = m.solve(time_limit)
     if res.x is None:
         raise RuntimeError(f"MILP failed: {res.message}")
-    x = res.x[:nx]
-    choice = np.full(Q, -1, dtype=np.int64)
-    best = {}
-    for i in range(nx):
-        q = xq[i]
-        if q not in best or x[i] > best[q][0]:
-            best[q] = (x[i], xk[i])
-    for q, (_, k) in best.items():
-        choice[q] = k
+    choice = m.choice(res.x, Q)
     paths = [np.asarray(initial[q], dtype=np.int64) if pinned[q] else cands.of(q)[choice[q]]
              for q in range(Q)]
     util = link_utilization(fabric, demand, paths)
@@ -798,18 +1026,11 @@ def leaf_cut_bound(fabric: Fabric, demand: Demand) -> float:
     e = np.flatnonzero(demand.inter_leaf()[demand.ent_qp])
     if len(e) == 0:
         return 0.0
-    P = max(demand.n_phases, 1)
     q, ph, rate = demand.ent_qp[e], demand.ent_phase[e], demand.ent_rate_bps[e]
     best = 0.0
     for leaf, cap_side in ((demand.src_leaf[q], fabric.link_src),
                            (demand.dst_leaf[q], fabric.link_dst)):
-        per = np.bincount(leaf * P + ph, rate, minlength=fabric.n_nodes * P)
-        per = per.reshape(fabric.n_nodes, P)
-        need = np.zeros(fabric.n_nodes)
-        for j in range(max(len(demand.job_names), 1)):
-            jp = np.flatnonzero(demand.phase_job == j)
-            if len(jp):
-                need += per[:, jp].max(axis=1)
+        need = _leaf_need(fabric.n_nodes, demand, leaf, ph, rate)
         cap = np.bincount(cap_side[fab], fabric.link_capacity_bps[fab],
                           minlength=fabric.n_nodes)
         ok = cap > 0
@@ -819,6 +1040,22 @@ def leaf_cut_bound(fabric: Fabric, demand: Demand) -> float:
         bound[whole] = np.ceil(bound[whole] / quantum[whole] - 1e-9) * quantum[whole]
         best = max(best, float(bound.max(initial=0.0)))
     return best
+
+
+def _leaf_need(n_nodes: int, demand: Demand, leaf: np.ndarray, ph: np.ndarray,
+               rate: np.ndarray) -> np.ndarray:
+    """Per node: the sum over jobs of the job's peak phase of the rates of entries at
+    ``leaf``, from the (leaf, phase) and (leaf, job) pairs that occur (a node x phase table
+    is 7 GB for 5,000 jobs on 176,572 nodes); the sums are the node x phase table's, taken
+    in the same order (each (leaf, phase) in entry order, jobs in job order)."""
+    P = max(demand.n_phases, 1)
+    nj = max(len(demand.job_names), 1)
+    u, inv = np.unique(leaf * P + ph, return_inverse=True)
+    per = np.bincount(inv.ravel(), weights=rate, minlength=len(u))
+    lj, at = np.unique(u // P * nj + demand.phase_job[u % P], return_inverse=True)
+    peak = np.zeros(len(lj))  # rates are positive: as the table's max with its zeros
+    np.maximum.at(peak, at.ravel(), per)
+    return np.bincount(lj // nj, weights=peak, minlength=n_nodes)
 
 
 def _utilisation_quantum(fabric: Fabric, demand: Demand, side: np.ndarray) -> np.ndarray:

@@ -23,7 +23,7 @@ from icefabric.control.sport import (
     solve_sports,
     solve_sports_by_probing,
 )
-from icefabric.csr import CsrRows, csr_from_lists, gather, within
+from icefabric.csr import CsrRows, csr_from_lists, gather
 from icefabric.dataplane.ecmp import HashConfig, ecmp_hash, select_member
 from icefabric.dataplane.roce import ROCE_UDP_DPORT
 from icefabric.topology.model import Fabric
@@ -109,7 +109,8 @@ def _member_of(routing: Routing, g: np.ndarray, links: np.ndarray) -> np.ndarray
 class _Chain:
     """The ECMP decisions of every hop of every path, one entry per hop: QP ``row``, depth
     ``col``, switch node ``sw``, group size ``n`` and wanted member ``want``; ``Q`` paths
-    of at most ``D`` hops (``D >= 1``)."""
+    of at most ``D`` hops (``D >= 1``). int32 throughout: at 1 M QPs the five arrays
+    are 2.1 M entries each, and fresh pages are what a first plan pays most for."""
 
     row: np.ndarray
     col: np.ndarray
@@ -119,14 +120,23 @@ class _Chain:
     Q: int
     D: int
 
-    def dense(self, cols: np.ndarray, values: np.ndarray, fill: int) -> np.ndarray:
-        """``(Q, len(cols))`` table of ``values`` (one per entry) at depths ``cols``
-        (``fill`` elsewhere)."""
-        at = np.full(self.D, -1, dtype=np.int64)
+    def dense(self, cols: np.ndarray, *columns: tuple[np.ndarray, int]) -> list[np.ndarray]:
+        """One ``(Q, len(cols))`` table per ``(values, fill)`` of ``columns``: the entries'
+        ``values`` at depths ``cols``, ``fill`` elsewhere (the tables share one index)."""
+        at = np.full(self.D, -1, dtype=np.int32)
         at[cols] = np.arange(len(cols))
-        out = np.full((self.Q, len(cols)), fill, dtype=np.int64)
-        keep = at[self.col] >= 0
-        out[self.row[keep], at[self.col[keep]]] = values[keep]
+        slot = at[self.col]
+        keep = np.flatnonzero(slot >= 0) if len(cols) < self.D else None
+        if keep is not None:
+            slot = slot[keep]
+        idx = (self.row if keep is None else self.row[keep]).astype(np.int64)
+        idx *= len(cols)
+        idx += slot
+        out = []
+        for values, fill in columns:
+            t = np.full(self.Q * len(cols), fill, dtype=values.dtype)
+            t[idx] = values if keep is None else values[keep]
+            out.append(t.reshape(self.Q, len(cols)))
         return out
 
 
@@ -136,21 +146,28 @@ def _chain(fabric: Fabric, routing: Routing, dst_nic: np.ndarray, paths) -> _Cha
     Q = len(ptr) - 1
     lens = np.diff(ptr)
     D = max(int(lens.max(initial=0)), 1)
-    row = np.repeat(np.arange(Q), lens)
-    col = within(lens)
-    dl = routing.leaf_index[fabric.nic_leaf[np.asarray(dst_nic, dtype=np.int64)]][row]
-    at = routing.sw_index[fabric.link_src[flat]]
-    g = routing.grp_id[np.maximum(at, 0) * len(routing.leaves) + dl]
+    row = np.repeat(np.arange(Q, dtype=np.int32), lens)
+    col = np.arange(len(flat), dtype=np.int32)
+    col -= ptr[:-1].astype(np.int32)[row]
+    dl = routing.leaf_index[fabric.nic_leaf[np.asarray(dst_nic, dtype=np.int64)]]
+    sw = fabric.link_src[flat]
+    at = routing.sw_index[sw]
+    g = np.maximum(at, 0)
+    g *= len(routing.leaves)
+    g += dl[row]
+    g = routing.grp_id[g]
     i = _member_of(routing, g, flat)
     if np.any((i < 0) | (at < 0)):
         bad = int(flat[np.flatnonzero((i < 0) | (at < 0))[0]])
         raise ValueError(f"planned link {fabric.link_names()[bad]} is not an ECMP member "
                          "toward the destination (failed or not on a shortest path)")
+    del at
     cont = row[1:] == row[:-1]
-    if np.any(fabric.link_dst[flat[:-1]][cont] != fabric.link_src[flat[1:]][cont]):
+    if np.any(fabric.link_dst[flat[:-1]][cont] != sw[1:][cont]):
         raise ValueError("a planned path is not a connected link sequence")
-    return _Chain(row, col, fabric.link_src[flat], routing.grp_indptr[g + 1] -
-                  routing.grp_indptr[g], i, Q, D)
+    del cont
+    n = np.diff(routing.grp_indptr).astype(np.int32)[g]
+    return _Chain(row, col, sw.astype(np.int32), n, i.astype(np.int32), Q, D)
 
 
 def decision_chain(fabric: Fabric, routing: Routing, dst_nic: np.ndarray,
@@ -161,8 +178,8 @@ def decision_chain(fabric: Fabric, routing: Routing, dst_nic: np.ndarray,
     has switch ``-1``. Raises ValueError when a path leaves the current ECMP groups.
     """
     c = _chain(fabric, routing, dst_nic, paths)
-    every = np.arange(c.D)
-    return c.dense(every, c.sw, -1), c.dense(every, c.n, 1), c.dense(every, c.want, 0)
+    tables = c.dense(np.arange(c.D), (c.sw, -1), (c.n, 1), (c.want, 0))
+    return tuple(t.astype(np.int64) for t in tables)
 
 
 def walk_csr(fabric: Fabric, routing: Routing, src_nic, dst_nic, choose
@@ -197,7 +214,7 @@ def dedup_configs(fabric: Fabric, configs: dict[int, HashConfig]
     names = [x.name for x in dataclasses.fields(HashConfig) if x.name != "name"]
     uniq: dict[tuple, int] = {}
     cfg_list: list[HashConfig] = []
-    node_cfg = np.full(fabric.n_nodes, -1, dtype=np.int64)
+    node_cfg = np.full(fabric.n_nodes, -1, dtype=np.int32)
     for s, c in configs.items():
         key = tuple(getattr(c, n) for n in names)
         i = uniq.get(key)
@@ -251,6 +268,12 @@ def same_paths(a, b) -> np.ndarray:
     pb, fb = _to_csr(b)
     la, lb = np.diff(pa), np.diff(pb)
     eq = la == lb
+    if len(pa) > 1 and pa[0] == pb[0] == 0 and eq.all():
+        # the same lengths (hence the same indptr): one pass over the links, no gathers
+        # (a plan's rows are 2 M links at 1 M QPs)
+        bad = np.flatnonzero(fa[:pa[-1]] != fb[:pb[-1]])
+        eq[np.searchsorted(pa, bad, side="right") - 1] = False
+        return eq
     rows = np.flatnonzero(eq)
     n = la[rows]
     rep = np.repeat(rows, n)
@@ -276,6 +299,19 @@ def _prober(fabric: Fabric, routing: Routing, configs: dict[int, HashConfig], lo
         return int(routing.sw_index[cur]), len(routing.group(cur, dst))
 
     return HashModelProber(cfg_list, next_decision, loss_prob=loss_prob, seed=seed)
+
+
+def _solver_tables(chain: _Chain, cfg_list: list[HashConfig], node_cfg: np.ndarray
+                   ) -> list[np.ndarray]:
+    """:func:`solve_sports`'s ``(Q, D')`` hash-model, group-size and wanted-member tables
+    of a chain. Depths where no QP has a choice (downward hops: one member) change no
+    port: they are left out (the tables are never built for every depth)."""
+    cfg = node_cfg[chain.sw]
+    spray = np.array([c.is_spray for c in cfg_list] + [False])[cfg]
+    cols = np.zeros(chain.D, dtype=bool)
+    cols[chain.col[(cfg >= 0) & ((chain.n > 1) | spray)]] = True
+    cols[0] |= not cols.any()
+    return chain.dense(np.flatnonzero(cols), (cfg, -1), (chain.n, 1), (chain.want, 0))
 
 
 def realize_paths(fabric: Fabric, routing: Routing, configs: dict[int, HashConfig],
@@ -308,24 +344,17 @@ def realize_paths(fabric: Fabric, routing: Routing, configs: dict[int, HashConfi
     dn = np.asarray(dst_nic, dtype=np.int64)
     Q = len(sn)
     ip = fabric.node_ip
-    chain = _chain(fabric, routing, dn, paths)
     meta: dict = {"mode": mode}
     if mode == "model":
         cfg_list, node_cfg = dedup_configs(fabric, configs)
-        cfg = node_cfg[chain.sw]
-        # Depths where no QP has a choice (downward hops: one member) change no port:
-        # leave them out of the solver's (Q, D) arrays (never built for every depth).
-        spray = np.array([c.is_spray for c in cfg_list] + [False])[cfg]
-        cols = np.zeros(chain.D, dtype=bool)
-        cols[chain.col[(cfg >= 0) & ((chain.n > 1) | spray)]] = True
-        cols[0] |= not cols.any()
-        cols = np.flatnonzero(cols)
-        sport = solve_sports(cfg_list, ip[sn], ip[dn], chain.dense(cols, cfg, -1),
-                             chain.dense(cols, chain.n, 1), chain.dense(cols, chain.want, 0),
-                             exclude=exclude, seed=seed)
+        # the per-hop chain is dropped once the solver's tables are made (not held
+        # through the solver's own peak)
+        tables = _solver_tables(_chain(fabric, routing, dn, paths), cfg_list, node_cfg)
+        sport = solve_sports(cfg_list, ip[sn], ip[dn], *tables, exclude=exclude, seed=seed)
+        del tables
     elif mode == "probe":
-        every = np.arange(chain.D)
-        sw, want = chain.dense(every, chain.sw, -1), chain.dense(every, chain.want, 0)
+        chain = _chain(fabric, routing, dn, paths)
+        sw, want = chain.dense(np.arange(chain.D), (chain.sw, -1), (chain.want, 0))
         prober = _prober(fabric, routing, configs, loss_prob, seed)
         cache = probe_cache if probe_cache is not None else PortPathCache()
         wants = [tuple(want[q, sw[q] >= 0].tolist()) for q in range(Q)]

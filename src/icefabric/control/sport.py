@@ -39,6 +39,7 @@ from typing import Protocol, runtime_checkable
 
 import numpy as np
 
+from icefabric.csr import dense_ids
 from icefabric.dataplane.ecmp import (
     HashConfig,
     base_hash,
@@ -77,9 +78,9 @@ class _Decisions:
 
     sip: np.ndarray  # (Q,) uint64
     dip: np.ndarray  # (Q,) uint64
-    cfg: np.ndarray  # (Q, D) int64, -1 = no decision
-    n: np.ndarray  # (Q, D) int64
-    want: np.ndarray  # (Q, D) int64
+    cfg: np.ndarray  # (Q, D) signed int, -1 = no decision
+    n: np.ndarray  # (Q, D) signed int (read only: may be a broadcast view)
+    want: np.ndarray  # (Q, D) signed int (read only)
     dqpn: np.ndarray | None  # (Q,) uint64
 
 
@@ -97,13 +98,13 @@ def _normalise(
     if sip.shape != dip.shape:
         raise ValueError("src_ip and dst_ip must have the same length")
     q = sip.shape[0]
-    cfg = np.asarray(cfg_index, dtype=np.int64)
+    cfg = _signed(cfg_index)
     if cfg.ndim == 1:
         cfg = cfg[:, None]
     if cfg.shape[0] != q:
         raise ValueError(f"cfg_index has {cfg.shape[0]} rows for {q} QPs")
-    n = _per_decision(n_members, cfg.shape).copy()
-    w = _per_decision(want, cfg.shape).copy()
+    n = _per_decision(n_members, cfg.shape)
+    w = _per_decision(want, cfg.shape)
     if cfg.size and int(cfg.max(initial=-1)) >= len(configs):
         raise ValueError(f"cfg_index refers to config {int(cfg.max())}, only {len(configs)} given")
     if np.any((cfg >= 0) & (n < 1)):
@@ -112,9 +113,17 @@ def _normalise(
     return _Decisions(sip, dip, cfg, n, w, dq)
 
 
+def _signed(a: object) -> np.ndarray:
+    """``a`` as an array of signed integers, not copied when it is one already (the
+    solver's (Q, D) tables come as int32 from :mod:`icefabric.control.realize`)."""
+    arr = np.asarray(a)
+    return arr if arr.dtype.kind == "i" else arr.astype(np.int64)
+
+
 def _per_decision(a: object, shape: tuple[int, ...]) -> np.ndarray:
-    """Broadcast a scalar, a per-QP vector (when D == 1) or a (Q, D) array to ``shape``."""
-    arr = np.asarray(a, dtype=np.int64)
+    """Broadcast a scalar, a per-QP vector (when D == 1) or a (Q, D) array to ``shape``
+    (a read-only view: nothing writes the decision tables)."""
+    arr = _signed(a)
     if arr.ndim == 1 and shape[1] == 1 and arr.shape[0] == shape[0]:
         arr = arr[:, None]
     return np.broadcast_to(arr, shape)
@@ -128,10 +137,16 @@ def _pair_ids(
     sip: np.ndarray, dip: np.ndarray, exclude: tuple[object, object, object] | None
 ) -> tuple[np.ndarray, np.ndarray]:
     """Dense ids of (sip, dip) pairs, plus sorted ``pair_id * 65536 + port`` exclusion codes."""
-    pk = (sip << np.uint64(32)) | dip
     if exclude is None:
-        uniq, pid = np.unique(pk, return_inverse=True)
-        return pid.astype(np.int64), np.zeros(0, dtype=np.int64)
+        # np.unique's ids of the 64-bit pairs, from each address's rank (a table of the
+        # range of addresses) and one sort of the ranks' pairs (1 M QPs: 0.18 s before)
+        ranks = [dense_ids(c - c.min(), int(np.ptp(c)) + 1) if c.size else c.astype(np.int64)
+                 for c in (sip, dip)]
+        width = int(ranks[1].max(initial=0)) + 1
+        return (dense_ids(ranks[0] * width + ranks[1],
+                          (int(ranks[0].max(initial=0)) + 1) * width),
+                np.zeros(0, dtype=np.int64))
+    pk = (sip << np.uint64(32)) | dip
     esip = np.asarray(exclude[0]).astype(np.uint64).ravel()
     edip = np.asarray(exclude[1]).astype(np.uint64).ravel()
     eport = np.asarray(exclude[2]).astype(np.int64).ravel()
@@ -166,7 +181,7 @@ def _base_matrix(configs: Sequence[HashConfig], d: _Decisions, dport: int, proto
         # The hash of port 0 depends on the IP pair and the switch's config only: hash
         # each distinct (pair, config) once (the QPs of a NIC pair share it).
         key = pid[qs] * len(configs) + cfgs
-        ids = _dense_ids(key, int(key.max()) + 1)
+        ids = dense_ids(key, int(key.max()) + 1)
         one = np.zeros(int(ids.max()) + 1, dtype=np.int64)
         one[ids] = np.arange(len(ids))  # any row of a (pair, config) stands for all
         uq, ud = qs[one], ds[one]
@@ -191,7 +206,7 @@ def _base_matrix(configs: Sequence[HashConfig], d: _Decisions, dport: int, proto
 def _dense_rows(cols: Sequence[np.ndarray]) -> np.ndarray:
     """Dense ids of equal rows of integer columns, in the rows' lexicographic order (that
     of ``np.unique(axis=0)``, faster)."""
-    return _dense_ids(*_row_keys(cols))
+    return dense_ids(*_row_keys(cols))
 
 
 def _row_keys(cols: Sequence[np.ndarray]) -> tuple[np.ndarray, int]:
@@ -211,22 +226,51 @@ def _row_keys(cols: Sequence[np.ndarray]) -> tuple[np.ndarray, int]:
             u, inv = np.unique(c, return_inverse=True)
             width, inv = u.size, inv.ravel()
         if span * width >= 1 << 62:
-            ids = _dense_ids(ids, span)
+            ids = dense_ids(ids, span)
             span = int(ids.max(initial=0)) + 1
         ids = ids * width + inv
         span *= width
     return ids, span
 
 
-def _dense_ids(keys: np.ndarray, span: int) -> np.ndarray:
-    """Rank of each key among the distinct keys (``np.unique``'s inverse). Keys in
-    ``[0, span)`` with ``span`` a few times their count are ranked through a table of
-    the span (no sort); others by ``np.unique``."""
-    if span <= 4 * keys.size + 64:
-        seen = np.zeros(span, dtype=np.int64)
-        seen[keys] = 1
-        return (np.cumsum(seen) - 1)[keys]
-    return np.unique(keys, return_inverse=True)[1].ravel().astype(np.int64)
+def _classify(configs: Sequence[HashConfig], d: _Decisions
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Classify each decision: ``code`` 0 when trivial (N == 1), odd when indexable by the
+    hash's low bits (``1 + 2 * (xid * 32 + bits)``), even > 0 for a filter (``2 + 2 *
+    cfg``); the QPs no port can serve (``impossible``), the decisions whose base hash is
+    needed (``hashed``) and ``xid_of_cfg`` (the linear-key id of each config, -1 past the
+    end). A function of its own so that its dozen (Q, D) masks are gone before the
+    solver's peak (fresh pages are what a first plan at 1 M QPs pays most for)."""
+    active = d.cfg >= 0
+    spray = np.array([c.is_spray for c in configs] + [False], dtype=bool)[d.cfg]
+    bad = d.want < 0
+    bad |= d.want >= d.n
+    bad |= spray
+    bad &= active
+    impossible = bad.any(axis=1)
+    del bad
+    usable = active & ~spray
+    sel_mod = np.array([c.selection == "mod" for c in configs] + [True])[d.cfg]
+    tsize = np.array([c.table_size for c in configs] + [1], dtype=np.int32)[d.cfg]
+    pow2n = _is_pow2(d.n)
+    indexable = usable & pow2n & (sel_mod | (_is_pow2(tsize) & (d.n <= tsize)))
+    bits = np.where(indexable, np.bitwise_count(d.n - 1), 0)  # log2 of a power of two
+    # The folded key must fit 62 bits; later decisions beyond that become filters.
+    if int(bits.max(initial=0)) * bits.shape[1] > _MAX_KEY_BITS:
+        over = indexable & (np.cumsum(bits, axis=1) > _MAX_KEY_BITS)
+        indexable &= ~over
+        bits = np.where(over, 0, bits)
+    lin_ids: dict[HashConfig, int] = {}
+    xid_of_cfg = np.array(
+        [lin_ids.setdefault(linear_key(c), len(lin_ids)) if not c.is_spray else -1
+         for c in configs] + [-1], dtype=np.int64)
+    xid = xid_of_cfg.astype(np.int32)[d.cfg]
+    trivial = usable & (d.n == 1)  # member 0 whatever the hash: nothing to hash
+    code = np.where(usable & ~indexable, 2 + 2 * d.cfg, 0)
+    code = np.where(indexable, 1 + 2 * (xid * 32 + bits), code)
+    code[trivial] = 0
+    return (code.astype(np.int32, copy=False), impossible,
+            usable & ~trivial & ~impossible[:, None], xid_of_cfg)
 
 
 def solve_sports(
@@ -310,33 +354,9 @@ def solve_sports(
     rng = np.random.default_rng(seed)
     order0 = rng.permutation(limits.ports())
 
-    active = d.cfg >= 0
-    spray = np.array([c.is_spray for c in configs] + [False], dtype=bool)[d.cfg]
-    impossible = (active & (spray | (d.want < 0) | (d.want >= d.n))).any(axis=1)
-    usable = active & ~spray
-
-    # Classify each decision: trivial (N == 1), indexable by low bits, or filter.
-    sel_mod = np.array([c.selection == "mod" for c in configs] + [True])[d.cfg]
-    tsize = np.array([c.table_size for c in configs] + [1], dtype=np.int64)[d.cfg]
-    pow2n = _is_pow2(d.n)
-    indexable = usable & pow2n & (sel_mod | (_is_pow2(tsize) & (d.n <= tsize)))
-    bits = np.where(indexable, np.log2(np.maximum(d.n, 1)).astype(np.int64), 0)
-    # The folded key must fit 62 bits; later decisions beyond that become filters.
-    over = indexable & (np.cumsum(bits, axis=1) > _MAX_KEY_BITS)
-    indexable &= ~over
-    bits = np.where(over, 0, bits)
-    lin_ids: dict[HashConfig, int] = {}
-    xid_of_cfg = np.array(
-        [lin_ids.setdefault(linear_key(c), len(lin_ids)) if not c.is_spray else -1
-         for c in configs] + [-1], dtype=np.int64)
-    xid = xid_of_cfg[d.cfg]
-    trivial = usable & (d.n == 1)  # member 0 whatever the hash: nothing to hash
-    base = _base_matrix(configs, d, dport, proto, usable & ~trivial & ~impossible[:, None],
-                        xid_of_cfg, pid)
-    code = np.zeros(d.cfg.shape, dtype=np.int64)
-    code = np.where(usable & ~indexable, 2 + 2 * d.cfg, code)
-    code = np.where(indexable, 1 + 2 * (xid * 32 + bits), code)
-    code = np.where(trivial, 0, code)
+    code, impossible, hashed, xid_of_cfg = _classify(configs, d)
+    base = _base_matrix(configs, d, dport, proto, hashed, xid_of_cfg, pid)
+    del hashed
 
     tables = {i: sport_xor_table(c) for i, c in enumerate(configs) if not c.is_spray}
     xtables: dict[int, np.ndarray] = {}
@@ -379,15 +399,10 @@ def _solve_rows(
     index_cache: dict[tuple, tuple[np.ndarray, np.ndarray]],
 ) -> None:
     """Solve the QPs ``rows`` in place into ``out``, grouped by chain signature."""
-    crow = code[rows]
-    inv = _dense_rows([crow[:, j] for j in range(crow.shape[1])])
-    # a few signatures: 16-bit ids sort by radix (numpy's stable sort of small ints)
-    by_sig = np.argsort(inv.astype(np.int16) if inv.max(initial=0) < 1 << 15 else inv,
-                        kind="stable")
-    bounds = np.flatnonzero(np.r_[True, np.diff(inv[by_sig]) != 0, True])
-    for g0, g1 in zip(bounds[:-1], bounds[1:], strict=True):
-        gq = rows[by_sig[g0:g1]]
-        srow = crow[by_sig[g0]]
+    sigs, groups = _signature_groups(code[rows])
+    for srow, at in zip(sigs, groups, strict=True):
+        gq = rows[at]
+        del at
         idx_cols: list[tuple[int, int, int]] = []  # (depth, xid, bits)
         filt_cols: list[tuple[int, int]] = []  # (depth, cfg)
         for depth, cv in enumerate(srow.tolist()):
@@ -425,13 +440,8 @@ def _solve_rows(
         for depth, _ in filt_cols:
             cols += [base[gq, depth].astype(np.uint64), d.n[gq, depth].astype(np.uint64),
                      d.want[gq, depth].astype(np.uint64)]
-        cls = _row_keys(cols)[0]  # order-preserving ids: their sort is the ranks' order
-        srt = np.argsort(cls, kind="stable")
-        cs = cls[srt]
-        starts = np.flatnonzero(np.r_[True, cs[1:] != cs[:-1]])
-        run_start = np.repeat(starts, np.diff(np.r_[starts, cs.size]))
-        rank = np.empty(gq.shape[0], dtype=np.int64)
-        rank[srt] = np.arange(cs.size) - run_start
+        rank = _rank_among_equal(cols)
+        del cols, tgt
 
         if not filt_cols and excl.size == 0:
             # Every port in the slice is valid: the rank-th one, if the slice is long enough.
@@ -442,6 +452,32 @@ def _solve_rows(
         out[gq] = _search_candidates(
             gq, lo, hi, rank, sorted_ports, filt_cols, d, base, pid, excl, configs, tables
         )
+
+
+def _signature_groups(crow: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
+    """The distinct chain signatures (rows of ``crow``, in ``np.unique(axis=0)``'s order)
+    and the positions of the rows of each. Its own function: the sort's QP-sized
+    temporaries die before the solver's (fresh pages cost a first plan at 1 M QPs)."""
+    inv = _dense_rows([crow[:, j] for j in range(crow.shape[1])])
+    # a few signatures: 16-bit ids sort by radix (numpy's stable sort of small ints)
+    by_sig = np.argsort(inv.astype(np.int16) if inv.max(initial=0) < 1 << 15 else inv,
+                        kind="stable")
+    bounds = np.flatnonzero(np.r_[True, np.diff(inv[by_sig]) != 0, True])
+    return crow[by_sig[bounds[:-1]]], [by_sig[a:b] for a, b in
+                                       zip(bounds[:-1], bounds[1:], strict=True)]
+
+
+def _rank_among_equal(cols: list[np.ndarray]) -> np.ndarray:
+    """Rank of each row (of integer columns ``cols``) among the equal rows before it."""
+    cls = _row_keys(cols)[0]  # order-preserving ids: their sort is the ranks' order
+    srt = np.argsort(cls, kind="stable")
+    cs = cls[srt]
+    del cls
+    starts = np.flatnonzero(np.r_[True, cs[1:] != cs[:-1]])
+    rank = np.zeros(cs.size, dtype=np.int64)
+    if starts.size < cs.size:  # else every row is alone: rank 0
+        rank[srt] = np.arange(cs.size) - np.repeat(starts, np.diff(np.r_[starts, cs.size]))
+    return rank
 
 
 def _search_candidates(

@@ -28,7 +28,7 @@ from icefabric.scenario.loader import LoadedScenario
 from icefabric.schemas_service import CommReport
 from icefabric.topology.model import Fabric
 from icefabric.units import ipv4_int
-from icefabric.wire import qp_ids
+from icefabric.wire import port_from_wire, qp_ids
 
 
 class PipelineError(IceFabricError, ValueError):
@@ -158,6 +158,6 @@ def report_job(fabric: Fabric, reports: Sequence[CommReport]) -> JobSpec:
         raise JobError(rep.job, f"reports do not fit the fabric: {e}") from None
     qps = tuple(QpEnd(rep.job, ipv4_int(q.src_ip), ipv4_int(q.dst_ip), q.lqpn, q.rqpn,
                       q.ordinal, q.side == "receive", q.init_rtr_ns,
-                      -1 if q.sport is None else q.sport) for r in reports for q in r.qps)
+                      port_from_wire(q.sport)) for r in reports for q in r.qps)
     return JobSpec(comm, tuple((c.kind, c.algorithm) for c in rep.collectives),
                    rep.size_bytes, qps)

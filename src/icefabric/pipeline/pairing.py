@@ -38,6 +38,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from icefabric.qpid import QpId
+from icefabric.wire import NO_PORT
 
 
 @dataclass(frozen=True)
@@ -58,7 +59,7 @@ class QpEnd:
     order: int
     receive: bool = False
     span_ns: int | None = None
-    sport: int = -1
+    sport: int = NO_PORT
 
     @property
     def peer_key(self) -> tuple[int, int, int, int]:

@@ -35,7 +35,7 @@ from __future__ import annotations
 import numpy as np
 
 from icefabric.control.demand import workload_demand
-from icefabric.control.failover import replan_after_failure
+from icefabric.control.failover import PlanBefore, replan_after_failure
 from icefabric.control.plan import PathPlan, single_path_plan
 from icefabric.control.planning import Candidates, plan_paths
 from icefabric.control.realize import realize_paths, rehash
@@ -223,8 +223,8 @@ class IcePolicy(Policy):
         paths = previous.meta.get("planned_paths") or _fabric_paths(previous)
         ptr = previous.qp_route_ptr()
         full = [previous.route(int(ptr[q])) for q in range(previous.n_qps)]
-        res = replan_after_failure(f, rt, ctx.hash_configs, d, paths, previous.sport,
-                                   full_paths=full, old_routing=old, mode=self.sport_mode,
+        before = PlanBefore(d, paths, previous.sport, full_paths=full, routing=old)
+        res = replan_after_failure(f, rt, ctx.hash_configs, before, mode=self.sport_mode,
                                    seed=ctx.seed)
         self._last = (ctx.workload, rt, d)
         meta = dict(previous.meta)

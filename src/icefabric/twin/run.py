@@ -1,6 +1,6 @@
 """Digital-twin mode: the simulator plays the fabric and the hosts against a real controller.
 
-``run_twin(scenario, controller_url, admin_token)``:
+``run_twin(scenario, controller_url, admin_token, TwinOptions(...))``:
 
 1. uploads the scenario's fabric (topology + switch hash models) to the controller;
 2. starts one :class:`~icefabric.agent.runner.Agent` per server, each with a twin NIC
@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import httpx
 import numpy as np
@@ -37,8 +39,9 @@ from icefabric.errors import IceFabricError
 from icefabric.experiment.runner import ExperimentResult, collective_row
 from icefabric.pipeline import Plan
 from icefabric.pipeline.jobs import JobSpec
-from icefabric.pipeline.plans import LinkChange, LinkEvent
+from icefabric.pipeline.plans import LinkChange, LinkEvent, ScenarioWorkload
 from icefabric.pipeline.recipe import RunSpec
+from icefabric.qpid import QpId
 from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import LoadedScenario, load
 from icefabric.scenario.schema import FailureSpec
@@ -55,6 +58,9 @@ from icefabric.topology.routing import Routing
 from icefabric.topology.serialize import fabric_to_dict
 from icefabric.units import ipv4_str
 from icefabric.wire import paths_from_host_plans, qp_hosts, qp_ids
+
+#: called with the agents and their threads once the first full plan is applied
+OnReady = Callable[[dict[str, Agent], list[threading.Thread]], None]
 
 
 class TwinError(IceFabricError, RuntimeError):
@@ -150,19 +156,35 @@ def host_reports(fabric: Fabric, jobs: list[JobSpec], wl: Workload
     return out
 
 
+@dataclass(frozen=True)
+class QpNames:
+    """Each QP of a workload by its sending host and its QpId, in QP order: a twin run's
+    workload is fixed, so its QPs are named once and every wait and applied plan reads
+    them."""
+
+    hosts: list[str]
+    ids: list[QpId]
+
+    @classmethod
+    def of(cls, fabric: Fabric, wl: Workload) -> QpNames:
+        return cls(qp_hosts(fabric, wl), qp_ids(wl))
+
+
 def applied_plan(fabric: Fabric, wl: Workload, actuators: dict[str, TwinNicActuator],
-                 down_ids: list[int], policy: str) -> tuple[PathPlan, int]:
+                 down_ids: list[int], policy: str, named: QpNames | None = None
+                 ) -> tuple[PathPlan, int]:
     """The PathPlan the twin's data plane realizes from the agents' applied settings.
 
     A single-route QP with a source port travels where the switches' hash models send that
     port under the current link state; multi-route (spraying) QPs use their planned routes.
     Returns the plan and the number of QPs whose realized path differs from the planned one.
+    ``named``: the QPs of ``wl`` by host and QpId, if the caller has them.
     """
-    applied = {i: actuators[h].applied[i] for h, i in zip(qp_hosts(fabric, wl), qp_ids(wl),
-                                                          strict=True)
+    named = QpNames.of(fabric, wl) if named is None else named
+    applied = {i: actuators[h].applied[i] for h, i in zip(named.hosts, named.ids, strict=True)
                if i in actuators[h].applied}
     try:
-        pp = paths_from_host_plans(wl, applied, policy=policy)
+        pp = paths_from_host_plans(wl, applied, policy=policy, ids=named.ids)
     except KeyError as e:
         raise TwinError(e.args[0]) from None
     ptr = pp.qp_route_ptr()
@@ -283,19 +305,30 @@ class _Session:
 
     admin: httpx.Client
     hosts: _Hosts
-    fabric: Fabric
+    spec: RunSpec
     wl: Workload
     policy: str
-    jobs: list[str]
     timeout_s: float
     versions: list[int] = field(default_factory=list)
     path_mismatches: int = 0
+    failures: list[dict] = field(default_factory=list)  # each link change, as reported
+    down_ids: set[int] = field(default_factory=set)  # the links down after the changes
+    named: QpNames = field(init=False)
+    jobs: list[str] = field(init=False)  # every job of the scenario, sorted
+
+    def __post_init__(self) -> None:
+        self.named = QpNames.of(self.fabric, self.wl)
+        self.jobs = sorted(j.name for j in self.spec.scenario.scenario.jobs)
+
+    @property
+    def fabric(self) -> Fabric:
+        return self.spec.fabric
 
     def wait_plan(self, down_ids: set[int]) -> None:
         """Wait until every agent applied a plan of every job with exactly ``down`` down."""
         state: dict = {}
-        want = list(zip(qp_hosts(self.fabric, self.wl), qp_ids(self.wl),
-                        self.wl.qp_lqpn.tolist(), self.wl.qp_rqpn.tolist(), strict=True))
+        want = list(zip(self.named.hosts, self.named.ids, self.wl.qp_lqpn.tolist(),
+                        self.wl.qp_rqpn.tolist(), strict=True))
 
         def ok() -> bool:
             c = settled_plan(self.admin, self.hosts.agents)
@@ -318,7 +351,7 @@ class _Session:
 
     def applied(self, down_ids) -> PathPlan:
         paths, m = applied_plan(self.fabric, self.wl, self.hosts.actuators, sorted(down_ids),
-                                self.policy)
+                                self.policy, self.named)
         self.path_mismatches += m
         return paths
 
@@ -340,25 +373,37 @@ class _Session:
             raise TwinError(f"the controller refused the {kind} of {ch.a}-{ch.b}: "
                             f"HTTP {r.status_code} {r.text[:200]}")
 
-    def replay(self, changes: list[LinkChange]) -> tuple[list[LinkEvent], list[dict], set]:
+    def play(self, changes: list[LinkChange], on_ready: OnReady | None = None) -> Plan:
+        """The plan the agents applied first, and after each of ``changes`` (its rates are
+        theirs: not re-paced); ``on_ready`` as in :class:`TwinOptions`."""
+        self.wait_plan(set())
+        if on_ready is not None:
+            on_ready(self.hosts.agents, self.hosts.threads)
+            self.wait_plan(set())
+        paths0 = self.applied(())
+        events = self.replay(changes)
+        return Plan(self.fabric, self.wl, self.spec.policy, paths0, self.spec.seed,
+                    tuple(events))
+
+    def replay(self, changes: list[LinkChange]) -> list[LinkEvent]:
         """Inject the link changes through the agents that see them; the applied plan after
-        each. Returns the events, their reports and the links down at the end."""
-        down_ids: set[int] = set()
-        events, fails = [], []
+        each. Returns the events; their reports go to ``failures``, the links down at the
+        end to ``down_ids``."""
+        events = []
         for ch in changes:
             ids = set(ch.links.tolist())
-            down_ids = down_ids - ids if ch.up else down_ids | ids
+            self.down_ids = self.down_ids - ids if ch.up else self.down_ids | ids
             owner = self._owner(ch.a, ch.b)
             seen, switched = self.hosts.report_link(ch.a, ch.b, ch.links, ch.up, owner)
             if owner is None:  # a fabric link: the operator (switch telemetry) reports it
                 self._operator_reports(ch)
-            self.wait_plan(down_ids)
-            events.append(LinkEvent(ch.t_ns, ch.links, ch.up, self.applied(down_ids)))
-            fails.append({"t_ns": ch.t_ns, "link": [ch.a, ch.b], "cable": ch.cable, "up": ch.up,
-                          "seen_by": seen,
-                          "reported_by": owner or "operator", "backup_ports_used": switched,
-                          "plan_version": self.versions[-1]})
-        return events, fails, down_ids
+            self.wait_plan(self.down_ids)
+            events.append(LinkEvent(ch.t_ns, ch.links, ch.up, self.applied(self.down_ids)))
+            self.failures.append({
+                "t_ns": ch.t_ns, "link": [ch.a, ch.b], "cable": ch.cable, "up": ch.up,
+                "seen_by": seen, "reported_by": owner or "operator",
+                "backup_ports_used": switched, "plan_version": self.versions[-1]})
+        return events
 
 
 def upload_fabric(admin: httpx.Client, fabric: Fabric, seed: int) -> None:
@@ -369,11 +414,37 @@ def upload_fabric(admin: httpx.Client, fabric: Fabric, seed: int) -> None:
         raise TwinError(f"fabric upload failed: {r.status_code} {r.text[:300]}")
 
 
-def run_twin(scenario: str | LoadedScenario, controller_url: str, admin_token: str, *,
-             enrol_token: str | None = None, size_bytes: int | None = None,
-             failures: list[FailureSpec] | None = None, policy: str | None = None,
-             engine: str | None = None, poll_wait_s: float = 2.0, timeout_s: float = 120.0,
-             compare: bool = True, on_ready=None) -> TwinResult:
+@dataclass(frozen=True)
+class TwinOptions:
+    """How :func:`run_twin` plays a scenario.
+
+    Attributes
+    ----------
+    enrol_token : str, optional — agents enrol with it (default: the admin token).
+    size_bytes : int, optional — message size (default: the scenario's largest).
+    failures : list of FailureSpec, optional — replace the scenario's failures.
+    policy : str, optional — must equal the controller's; read from ``/healthz`` if None.
+    engine : str, optional — ``flow`` or ``fluid`` (default: the scenario's).
+    poll_wait_s : float — the agents' long-poll wait.
+    timeout_s : float — how long every plan may take to be applied.
+    compare : bool — also run the policy in-process and compare with it.
+    on_ready : callable(agents, threads), optional — called once the first full plan is
+        applied (tests use it to restart the controller mid-run).
+    """
+
+    enrol_token: str | None = None
+    size_bytes: int | None = None
+    failures: Sequence[FailureSpec] | None = None
+    policy: str | None = None
+    engine: str | None = None
+    poll_wait_s: float = 2.0
+    timeout_s: float = 120.0
+    compare: bool = True
+    on_ready: OnReady | None = None
+
+
+def run_twin(scenario: str | Path | LoadedScenario, controller_url: str, admin_token: str,
+             opts: TwinOptions | None = None) -> TwinResult:
     """Play ``scenario`` against the controller at ``controller_url`` (see module doc).
 
     Parameters
@@ -381,62 +452,69 @@ def run_twin(scenario: str | LoadedScenario, controller_url: str, admin_token: s
     scenario : name, path or LoadedScenario.
     controller_url : str — ``http://127.0.0.1:PORT``.
     admin_token : str — to load the fabric and read plan summaries.
-    enrol_token : str, optional — agents enrol with it (default: the admin token).
-    size_bytes : int, optional — message size (default: the scenario's largest).
-    failures : list of FailureSpec, optional — replace the scenario's failures.
-    policy : str, optional — must equal the controller's; read from ``/healthz`` if None.
-    engine : str, optional — ``flow`` or ``fluid`` (default: the scenario's).
-    on_ready : callable(agents, threads) — called once the first full plan is applied
-        (tests use it to restart the controller mid-run).
+    opts : TwinOptions, optional — size, failures, engine, waits (default: the scenario's).
     """
+    opts = opts or TwinOptions()
     t0 = time.perf_counter()
     ls = load(scenario) if not isinstance(scenario, LoadedScenario) else scenario
-    if failures is not None:
-        ls = ls.updated(failures=list(failures))
-    scn = ls.scenario
-    size = int(size_bytes or scn.size_list()[-1])
+    if opts.failures is not None:
+        ls = ls.updated(failures=list(opts.failures))
+    size = int(opts.size_bytes or ls.scenario.size_list()[-1])
     with httpx.Client(base_url=controller_url, trust_env=False, timeout=30.0,
                       headers={"Authorization": f"Bearer {admin_token}"}) as admin:
         ctl_policy = admin.get("/healthz").json()["policy"]
-        if policy is not None and policy != ctl_policy:
-            raise TwinError(f"controller plans with {ctl_policy!r}, not {policy!r}")
-        fabric = build_fabric(ls)
-        spec = RunSpec.of(ls, fabric, ctl_policy, engine=engine)
-        if spec.run_fabric is not fabric:
-            raise TwinError(f"policy {ctl_policy!r} does not run on the real fabric")
+        if opts.policy is not None and opts.policy != ctl_policy:
+            raise TwinError(f"controller plans with {ctl_policy!r}, not {opts.policy!r}")
+        spec = _real_fabric_recipe(ls, ctl_policy, opts.engine)
         sw = spec.workload(size)
         changes = list(spec.link_changes)  # errors in the scenario's failures: now
-        upload_fabric(admin, fabric, scn.seed)
-        reports = host_reports(fabric, sw.jobs, sw.workload)
-        register_jobs(admin, reports)
-        hosts = _Hosts.start(fabric, controller_url, enrol_token or admin_token, reports,
-                             poll_wait_s)
-        run = _Session(admin, hosts, fabric, sw.workload, ctl_policy,
-                       sorted(j.name for j in scn.jobs), timeout_s)
+        hosts = _start_hosts(admin, controller_url, opts.enrol_token or admin_token, spec,
+                             sw, opts.poll_wait_s)
         try:
-            run.wait_plan(set())
-            if on_ready is not None:
-                on_ready(hosts.agents, hosts.threads)
-                run.wait_plan(set())
-            paths0 = run.applied(())
-            events, fails, down_ids = run.replay(changes)
+            run = _Session(admin, hosts, spec, sw.workload, ctl_policy, opts.timeout_s)
+            twin = run.play(changes, opts.on_ready)
         finally:
-            hosts.close(poll_wait_s)
-    # the plan the agents applied, as it is (its rates are theirs: not re-paced)
-    twin = Plan(fabric, sw.workload, spec.policy, paths0, scn.seed, tuple(events))
-    out = TwinResult(
-        scenario=scn.name, policy=ctl_policy, engine=spec.options.engine,
-        size_bytes=size, agents=len(hosts.agents), qps=sw.workload.n_qps,
-        plan_versions=run.versions, rows=[], agree=False, max_rel_diff=0.0,
-        path_mismatches=run.path_mismatches,
-        qps_on_down_links=qps_on_links(twin.final, down_ids), failures=fails, wall_s=0.0,
-        notes=[f"agent errors (retried): {sum(a.errors for a in hosts.agents.values())}"],
-        description=scn.description, fabric=fabric.describe(), seed=scn.seed,
-        paced_qps=int(np.count_nonzero(np.isfinite(paths0.rate_bps))))
-    ref = spec.plan(sw.workload) if compare else None
+            hosts.close(opts.poll_wait_s)
+    out = _result(run, twin, size)
+    ref = spec.plan(sw.workload) if opts.compare else None
     _simulate_and_compare(out, twin, ref, spec)
     out.wall_s = time.perf_counter() - t0
     return out
+
+
+def _real_fabric_recipe(ls: LoadedScenario, policy: str, engine: str | None) -> RunSpec:
+    """The run recipe of the controller's ``policy`` on the scenario's fabric (the twin's
+    hosts are that fabric's: a policy planned on another one cannot be played)."""
+    fabric = build_fabric(ls)
+    spec = RunSpec.of(ls, fabric, policy, engine=engine)
+    if spec.run_fabric is not fabric:
+        raise TwinError(f"policy {policy!r} does not run on the real fabric")
+    return spec
+
+
+def _start_hosts(admin: httpx.Client, url: str, enrol_token: str, spec: RunSpec,
+                 sw: ScenarioWorkload, poll_wait_s: float) -> _Hosts:
+    """Give the controller the fabric and the jobs, then start the hosts' agents, each
+    with what its collector reports."""
+    upload_fabric(admin, spec.fabric, spec.seed)
+    reports = host_reports(spec.fabric, sw.jobs, sw.workload)
+    register_jobs(admin, reports)
+    return _Hosts.start(spec.fabric, url, enrol_token, reports, poll_wait_s)
+
+
+def _result(run: _Session, twin: Plan, size: int) -> TwinResult:
+    """The twin run's result before it is simulated (:func:`_simulate_and_compare`)."""
+    spec, scn = run.spec, run.spec.scenario.scenario
+    return TwinResult(
+        scenario=scn.name, policy=run.policy, engine=spec.options.engine,
+        size_bytes=size, agents=len(run.hosts.agents), qps=run.wl.n_qps,
+        plan_versions=run.versions, rows=[], agree=False, max_rel_diff=0.0,
+        path_mismatches=run.path_mismatches,
+        qps_on_down_links=qps_on_links(twin.final, run.down_ids), failures=run.failures,
+        wall_s=0.0,
+        notes=[f"agent errors (retried): {sum(a.errors for a in run.hosts.agents.values())}"],
+        description=scn.description, fabric=spec.fabric.describe(), seed=scn.seed,
+        paced_qps=int(np.count_nonzero(np.isfinite(twin.paths.rate_bps))))
 
 
 def qps_on_links(paths: PathPlan, links) -> int:

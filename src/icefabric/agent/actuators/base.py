@@ -40,28 +40,31 @@ class Actuator(ABC):
 
     ``state`` maps a QP (its :class:`~icefabric.qpid.QpId`) to what is :class:`InForce` on
     it: only what applied is recorded, so a QP whose apply failed stays "changed" and the
-    next plan retries it.
+    next plan retries it. ``planned`` maps each QP of the last plan to its entry (a
+    :class:`~icefabric.schemas_service.HostPlan` names each QP once); it is replaced whole,
+    never changed in place, so a reader without a lock sees one plan or the next.
     """
 
     name = ""
 
     def __init__(self):
         self.state: dict[QpId, InForce] = {}
+        self.planned: dict[QpId, QpPlan] = {}
 
     def apply(self, plan: HostPlan) -> ApplyResult:
         """Bring every QP of ``plan`` to its planned source port and rate."""
-        changed = [q for q in plan.qps if self.state.get(q.qp_id) != InForce.of(q)]
+        self.planned = {q.qp_id: q for q in plan.qps}
+        changed = {i: q for i, q in self.planned.items() if self.state.get(i) != InForce.of(q)}
         try:
-            res = self._apply(plan, changed)
+            res = self._apply(plan, list(changed.values()))
         except OSError as e:
-            return ApplyResult(0, {q.qp_id for q in changed}, [f"{type(e).__name__}: {e}"])
-        for q in changed:
-            if q.qp_id not in res.failed:
-                self.state[q.qp_id] = InForce.of(q)
+            return ApplyResult(0, set(changed), [f"{type(e).__name__}: {e}"])
+        for i, q in changed.items():
+            if i not in res.failed:
+                self.state[i] = InForce.of(q)
         # QPs the plan no longer names (ended jobs) are forgotten, so a plan naming one
         # again applies it again.
-        ids = {q.qp_id for q in plan.qps}
-        self.state = {k: v for k, v in self.state.items() if k in ids}
+        self.state = {k: v for k, v in self.state.items() if k in self.planned}
         res.applied = len(plan.qps) - len(res.failed)
         return res
 
@@ -86,7 +89,8 @@ class Actuator(ABC):
 
     @abstractmethod
     def _apply(self, plan: HostPlan, changed: list[QpPlan]) -> ApplyResult:
-        """Apply the changed QPs (the full plan is given for file-based actuators)."""
+        """Apply the changed QPs (the full plan is given for file-based actuators;
+        ``planned`` already holds it)."""
 
     def _set_one(self, qp: QpId, sport: int, rate_bps: float | None) -> bool:
         return True

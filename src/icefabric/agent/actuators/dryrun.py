@@ -25,7 +25,6 @@ class DryRunActuator(Actuator):
         super().__init__()
         self.stream = stream or sys.stdout
         self.calls: list[str] = []
-        self.planned: dict[QpId, QpPlan] = {}
 
     def _emit(self, line: str) -> None:
         self.calls.append(line)
@@ -45,7 +44,6 @@ class DryRunActuator(Actuator):
     def _apply(self, plan: HostPlan, changed: list[QpPlan]) -> ApplyResult:
         self._emit(f"# plan v{plan.version} ({plan.policy}) for {plan.host}: "
                    f"{len(changed)} of {len(plan.qps)} QPs change")
-        self.planned = {q.qp_id: q for q in plan.qps}
         bad = set()
         for q in changed:
             try:

@@ -24,7 +24,7 @@ class TwinNicActuator(Actuator):
 
     def _apply(self, plan: HostPlan, changed: list[QpPlan]) -> ApplyResult:
         with self.lock:  # the plan's QPs, as named in it (QP numbers too)
-            self.applied = {q.qp_id: q for q in plan.qps}
+            self.applied = dict(self.planned)
             self.version = plan.version
         return ApplyResult()
 

@@ -132,7 +132,6 @@ class VerbsActuator(Actuator):
         self.live: dict[LiveKey, LiveQp] = {}
         self.by_plan: dict[QpId, LiveQp] = {}  # the data QPs by the QpId given at RTR
         self.by_qpn: dict[tuple[str, int, int], LiveQp] = {}  # (src IP, lqpn, rqpn)
-        self.planned: dict[QpId, QpPlan] = {}
         self._ordinals: dict[tuple[str, int, int], set[int]] = {}
         self._waiting: dict[LiveKey, Future] = {}
         self.server = ShimServer(socket_path, self._on_message, self._on_close)
@@ -264,7 +263,6 @@ class VerbsActuator(Actuator):
 
     def _apply(self, plan: HostPlan, changed: list[QpPlan]) -> ApplyResult:
         with self.lock:
-            self.planned = {q.qp_id: q for q in plan.qps}
             every = self.targets(plan.qps)
             changed_ids = {id(q) for q in changed}
             targets = [t for t in every if id(t[1]) in changed_ids]

@@ -232,12 +232,12 @@ def alltoall(wb: WorkloadBuilder, comm: Communicator, size_bytes: int, *, after=
     .sendComm[channelId]``: the first local rank to ask connects, the others reuse it
     (``sendRefCount``), and the receiver accepts once per (NIC, remote proxy rank,
     channel). So all GPUs of a server reach a remote rank over the same connections (one
-    per channel) of the server's NIC on that rank's rail (``NCCL_IB_QPS_PER_CONNECTION`` QPs, one ECMP path
-    each): the model makes that one flow per (source server, destination rank) carrying the
-    ``m`` local GPUs' messages, one hop per local source GPU of weight ``1/m`` (its NVLink
-    leg to the proxy, then the shared network path), all at one rate — each source holds
-    at most ``NCCL_STEPS`` slots of the proxy's shared buffers, so the NVLink legs run at
-    the network's pace.
+    per channel) of the server's NIC on that rank's rail (``NCCL_IB_QPS_PER_CONNECTION``
+    QPs each, one ECMP path per QP): the model makes that one flow per (source server,
+    destination rank) carrying the ``m`` local GPUs' messages, one hop per local source
+    GPU of weight ``1/m`` (its NVLink leg to the proxy, then the shared network path), all
+    at one rate — each source holds at most ``NCCL_STEPS`` slots of the proxy's shared
+    buffers, so the NVLink legs run at the network's pace.
 
     A message to a remote peer is spread evenly over :func:`p2p_net_channels` channels,
     each with its own connection; a GPU with several ports (16-port servers) alternates

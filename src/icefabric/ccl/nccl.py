@@ -239,9 +239,9 @@ def alltoall(wb: WorkloadBuilder, comm: Communicator, size_bytes: int, *, after=
     at one rate — each source holds at most ``NCCL_STEPS`` slots of the proxy's shared
     buffers, so the NVLink legs run at the network's pace.
 
-    A message to a remote peer is spread evenly over :func:`p2p_net_channels` channels,
-    each with its own connection; a GPU with several ports (16-port servers) alternates
-    them over its ports (:meth:`~icefabric.topology.model.Fabric.accel_port`).
+    A message to a remote peer is spread evenly over :func:`p2p_net_channels` channels
+    (NCCL; other libraries: one per port), each with its own connection; a GPU with
+    several ports (16-port servers) alternates them over its ports (:meth:`~icefabric.topology.model.Fabric.accel_port`).
     ``per_pair`` builds one flow per rank pair on the same connections (the reference the
     merged flows are tested against); without PXN or with ``NCCL_NET_SHARED_COMMS=0``
     every rank pair has its own connections and flow.
@@ -288,7 +288,13 @@ class _A2aPairs:
         a, b = np.nonzero(~np.eye(comm.nranks, dtype=bool))
         src, dst = comm.ranks[a].astype(np.int64), comm.ranks[b].astype(np.int64)
         net = comm.rank_server[a] != comm.rank_server[b]
-        return cls(a, b, src, dst, net, np.where(net, p2p_net_channels(comm), 1), pxn)
+        if comm.library == "nccl":
+            channels = np.full(len(a), p2p_net_channels(comm))
+        else:  # one channel per port (RCCL's and cross-vendor exchanges' rule not read)
+            f_ = comm.fabric
+            channels = f_.accel_port_count(dst) if pxn else \
+                np.maximum(f_.accel_port_count(src), f_.accel_port_count(dst))
+        return cls(a, b, src, dst, net, np.where(net, channels, 1), pxn)
 
     def latency_ns(self, comm: Communicator) -> np.ndarray:
         """Completion latency of every pair's message: its one-way delay (NVLink, or the

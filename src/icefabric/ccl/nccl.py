@@ -241,7 +241,8 @@ def alltoall(wb: WorkloadBuilder, comm: Communicator, size_bytes: int, *, after=
 
     A message to a remote peer is spread evenly over :func:`p2p_net_channels` channels
     (NCCL; other libraries: one per port), each with its own connection; a GPU with
-    several ports (16-port servers) alternates them over its ports (:meth:`~icefabric.topology.model.Fabric.accel_port`).
+    several ports (16-port servers) alternates them over its ports
+    (:meth:`~icefabric.topology.model.Fabric.accel_port`).
     ``per_pair`` builds one flow per rank pair on the same connections (the reference the
     merged flows are tested against); without PXN or with ``NCCL_NET_SHARED_COMMS=0``
     every rank pair has its own connections and flow.

@@ -158,10 +158,12 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
             elif kind == _COMPLETE:
                 finish[x] = t
                 done_count += len(x)
-                g = dependents[gather(dptr[x], dptr[x + 1] - dptr[x])]
-                np.subtract.at(ndeps, g, 1)
-                g = np.unique(g[ndeps[g] == 0])
-                ev.starts(g, np.maximum(P.flow_start_ns[g], t))
+                g = dependents[dptr[x[0]]:dptr[x[0] + 1]] if len(x) == 1 else \
+                    dependents[gather(dptr[x], dptr[x + 1] - dptr[x])]
+                if len(g):
+                    np.subtract.at(ndeps, g, 1)
+                    g = np.unique(g[ndeps[g] == 0])
+                    ev.starts(g, np.maximum(P.flow_start_ns[g], t))
             elif kind == _FAIL:
                 fail = P.failures[x]
                 down[fail.links] = not fail.up
@@ -232,6 +234,9 @@ class _Events:
         """Push ``flows`` (int array) due at times ``at``, one entry per distinct time."""
         if len(flows) == 0:
             return
+        if at.min() == at.max():  # the common case (one flow, or one latency): no sort
+            self.push(int(at[0]), kind, flows)
+            return
         order = np.argsort(at, kind="stable")
         times, first = np.unique(at[order], return_index=True)
         for t, part in zip(times.tolist(), np.split(flows[order], first[1:])):
@@ -268,28 +273,45 @@ class _Classes:
 
     def __init__(self, n_flows: int):
         self.cls = np.full(n_flows, -1, dtype=np.int64)
-        self.rem = np.zeros(0)
-        self.moved = np.zeros(0)
-        self.rate = np.zeros(0)
-        self.count = np.zeros(0, dtype=np.int64)
+        self.n = 0  # classes so far; the arrays below hold room for more
+        self.rem = np.zeros(16)
+        self.moved = np.zeros(16)
+        self.rate = np.zeros(16)
+        self.count = np.zeros(16, dtype=np.int64)
         self.members: list[np.ndarray] = []
         self.run = np.zeros(0, dtype=np.int64)
+        self.fresh: list[int] = []  # classes made since the last freeze_running
 
     def _new(self, flows: np.ndarray, bounds: np.ndarray, rem, moved, rate) -> None:
         """Classes of the runs ``flows[bounds[i]:bounds[i+1]]``, with their state."""
-        n0, k = len(self.rem), len(bounds) - 1
-        self.rem = np.concatenate([self.rem, rem])
-        self.moved = np.concatenate([self.moved, moved])
-        self.rate = np.concatenate([self.rate, rate])
-        self.count = np.concatenate([self.count, np.diff(bounds)])
+        n0, k = self.n, len(bounds) - 1
+        if n0 + k > len(self.rem):  # grow by doubling: adding classes costs what they are
+            room = max(2 * len(self.rem), n0 + k)
+            for name in ("rem", "moved", "rate", "count"):
+                old = getattr(self, name)
+                grown = np.zeros(room, dtype=old.dtype)
+                grown[:n0] = old[:n0]
+                setattr(self, name, grown)
+        self.n = n0 + k
+        self.fresh.append(n0)
+        self.rem[n0:n0 + k] = rem
+        self.moved[n0:n0 + k] = moved
+        self.rate[n0:n0 + k] = rate
+        if k == 1:  # one class (a DAG's flows start and change one at a time)
+            self.count[n0] = len(flows)
+            self.members.append(flows)
+            self.cls[flows] = n0
+            return
+        self.count[n0:n0 + k] = np.diff(bounds)
         self.members += np.split(flows, bounds[1:-1])
         self.cls[flows] = np.repeat(np.arange(n0, n0 + k), np.diff(bounds))
 
     def add(self, flows: np.ndarray, size: np.ndarray) -> None:
         """Started ``flows``: one class per size, nothing moved, no rate yet."""
-        flows = flows[np.argsort(size[flows], kind="stable")]
+        if len(flows) > 1:
+            flows = flows[np.argsort(size[flows], kind="stable")]
         s = size[flows]
-        bounds = np.flatnonzero(np.r_[True, s[1:] != s[:-1], True])
+        bounds = np.flatnonzero(np.concatenate(([True], s[1:] != s[:-1], [True])))
         k = len(bounds) - 1
         self._new(flows, bounds, s[bounds[:-1]], np.zeros(k), np.zeros(k))
 
@@ -301,16 +323,24 @@ class _Classes:
         if len(moved) == 0:
             return
         old = self.cls[moved]
-        order = np.lexsort((rate[moved], old))
-        moved, old, r = moved[order], old[order], rate[moved[order]]
-        bounds = np.flatnonzero(np.r_[True, (old[1:] != old[:-1]) | (r[1:] != r[:-1]), True])
+        if len(moved) > 1:
+            order = np.lexsort((rate[moved], old))
+            moved, old = moved[order], old[order]
+        r = rate[moved]
+        bounds = np.flatnonzero(np.concatenate(
+            ([True], (old[1:] != old[:-1]) | (r[1:] != r[:-1]), [True])))
         np.subtract.at(self.count, old, 1)
         head = old[bounds[:-1]]
         self._new(moved, bounds, self.rem[head], self.moved[head], r[bounds[:-1]])
 
     def freeze_running(self) -> None:
-        """The classes with members and a rate: what advances until the rates change."""
-        self.run = np.flatnonzero((self.count > 0) & (self.rate > 0))
+        """The classes with members and a rate: what advances until the rates change.
+        A class's rate is set when it is made, so only the classes made since the last
+        call can join (and any can have lost its members)."""
+        new = np.arange(self.fresh[0], self.n) if self.fresh else self.run[:0]
+        self.fresh = []
+        run = np.concatenate([self.run, new])
+        self.run = run[(self.count[run] > 0) & (self.rate[run] > 0)]
 
     def advance(self, dt_ns: int) -> None:
         _advance(self.rem, self.rate, self.run, self.moved, dt_ns)
@@ -341,6 +371,10 @@ class _Classes:
         """The flows of ``classes``, ascending."""
         if len(classes) == 0:
             return np.zeros(0, dtype=np.int64)
+        if len(classes) == 1:
+            c = int(classes[0])
+            flows = self.members[c]
+            return np.sort(flows[self.cls[flows] == c])
         lists = [self.members[c] for c in classes.tolist()]
         flows = np.concatenate(lists)
         owner = np.repeat(classes, [len(x) for x in lists])

@@ -134,8 +134,7 @@ def test_rates_after_finish_equal_a_full_recomputation(data):
     load = A @ rate
     run = np.ones(F, bool)
     run[fin] = False
-    left = _Classes(F)  # the flows left, in classes by rate as the engine keeps them
-    left.add(np.flatnonzero(run), np.ones(F))
+    left = _Classes(np.ones(F))  # the flows left, in classes by rate as the engine has them
     left.regroup(np.flatnonzero(run), rate)
     left.freeze_running()
     _rates_after_finish(sp.csr_matrix(A), _ColumnIndex(sp.csr_matrix(A)), p, rate, load, left,

@@ -78,7 +78,7 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
 
     active = np.zeros(F, dtype=bool)
     rate = np.zeros(F)
-    cl = _Classes(F)
+    cl = _Classes(size)
     link_bytes = np.zeros(L)
     load = np.zeros(L)
     peak = np.zeros(L)
@@ -150,9 +150,8 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
                 data_done[x[empty]] = t
                 ev.completions(t, x[empty])
                 go = x[~empty]
-                if len(go):
+                if len(go):  # they join classes with their first rates
                     active[go] = True
-                    cl.add(go, size)
                     dirty = True
                     freed = None
             elif kind == _COMPLETE:
@@ -271,8 +270,9 @@ class _Classes:
     changes moves to a new class with its old class's bytes. Only classes advance, by the
     per-flow arithmetic of the flow-by-flow engine (``_advance``, ``_next_data_done``)."""
 
-    def __init__(self, n_flows: int):
-        self.cls = np.full(n_flows, -1, dtype=np.int64)
+    def __init__(self, size: np.ndarray):
+        self.size = size  # every flow's bytes: what a flow has left when it starts
+        self.cls = np.full(len(size), -1, dtype=np.int64)  # -1: not started
         self.n = 0  # classes so far; the arrays below hold room for more
         self.rem = np.zeros(16)
         self.moved = np.zeros(16)
@@ -306,32 +306,28 @@ class _Classes:
         self.members += np.split(flows, bounds[1:-1])
         self.cls[flows] = np.repeat(np.arange(n0, n0 + k), np.diff(bounds))
 
-    def add(self, flows: np.ndarray, size: np.ndarray) -> None:
-        """Started ``flows``: one class per size, nothing moved, no rate yet."""
-        if len(flows) > 1:
-            flows = flows[np.argsort(size[flows], kind="stable")]
-        s = size[flows]
-        bounds = np.flatnonzero(np.concatenate(([True], s[1:] != s[:-1], [True])))
-        k = len(bounds) - 1
-        self._new(flows, bounds, s[bounds[:-1]], np.zeros(k), np.zeros(k))
-
     def regroup(self, flows: np.ndarray, rate: np.ndarray) -> None:
         """Move the ``flows`` whose ``rate`` is not their class's to new classes, one per
-        (old class, new rate)."""
+        (old class, new rate); flows that just started (no class yet: their whole size
+        left, nothing moved) join one per (size, rate)."""
         old = self.cls[flows]
-        moved = flows[rate[flows] != self.rate[old]]
+        had = old >= 0
+        moved = flows[~had | (rate[flows] != self.rate[old])]
         if len(moved) == 0:
             return
         old = self.cls[moved]
+        left = np.where(old >= 0, self.rem[old], self.size[moved])
         if len(moved) > 1:
-            order = np.lexsort((rate[moved], old))
-            moved, old = moved[order], old[order]
+            order = np.lexsort((rate[moved], left, old))
+            moved, old, left = moved[order], old[order], left[order]
         r = rate[moved]
         bounds = np.flatnonzero(np.concatenate(
-            ([True], (old[1:] != old[:-1]) | (r[1:] != r[:-1]), [True])))
-        np.subtract.at(self.count, old, 1)
-        head = old[bounds[:-1]]
-        self._new(moved, bounds, self.rem[head], self.moved[head], r[bounds[:-1]])
+            ([True], (old[1:] != old[:-1]) | (left[1:] != left[:-1]) | (r[1:] != r[:-1]),
+             [True])))
+        np.subtract.at(self.count, old[old >= 0], 1)
+        head = bounds[:-1]
+        self._new(moved, bounds, left[head],
+                  np.where(old[head] >= 0, self.moved[old[head]], 0.0), r[head])
 
     def freeze_running(self) -> None:
         """The classes with members and a rate: what advances until the rates change.

@@ -311,16 +311,21 @@ class _Classes:
         (old class, new rate); flows that just started (no class yet: their whole size
         left, nothing moved) join one per (size, rate)."""
         old = self.cls[flows]
-        had = old >= 0
-        moved = flows[~had | (rate[flows] != self.rate[old])]
-        if len(moved) == 0:
+        r = rate[flows]
+        stale = (old < 0) | (r != self.rate[old])
+        if not stale.any():
             return
-        old = self.cls[moved]
+        moved, old, r = flows[stale], old[stale], r[stale]
+        if len(moved) == 1:  # a DAG's flows change one at a time: no sorting
+            o = int(old[0])
+            if o >= 0:
+                self.count[o] -= 1
+            self._new(moved, np.array([0, 1]), self.rem[o] if o >= 0 else self.size[moved],
+                      self.moved[o] if o >= 0 else 0.0, r)
+            return
         left = np.where(old >= 0, self.rem[old], self.size[moved])
-        if len(moved) > 1:
-            order = np.lexsort((rate[moved], left, old))
-            moved, old, left = moved[order], old[order], left[order]
-        r = rate[moved]
+        order = np.lexsort((r, left, old))
+        moved, old, left, r = moved[order], old[order], left[order], r[order]
         bounds = np.flatnonzero(np.concatenate(
             ([True], (old[1:] != old[:-1]) | (left[1:] != left[:-1]) | (r[1:] != r[:-1]),
              [True])))

@@ -352,29 +352,31 @@ def _alltoall_merged(wb: WorkloadBuilder, comm: Communicator, coll: int, p: _A2a
     """The flows of :func:`alltoall` with shared connections: a flow per rank pair inside a
     server (NVLink), one per (source server, destination rank) across servers."""
     n = comm.nranks
-    lat = p.latency_ns(comm)
     intra = np.flatnonzero(~p.net)
     net = np.flatnonzero(p.net)
     own = wb.flows(np.full(len(intra), size_bytes / n), coll=coll, deps=after,
-                   latency_ns=lat[intra])
+                   latency_ns=comm.intra_delays_ns[p.a[intra]] + comm.step_overhead_ns)
     wb.hops(own, p.src[intra], p.dst[intra], src_nic=np.full(len(intra), -1),
             dst_nic=np.full(len(intra), -1), conn=np.full(len(intra), -1))
-    server = comm.rank_server[p.a[net]]
-    key = server * n + p.b[net]
+    key = comm.rank_server[p.a[net]] * n + p.b[net]
     uniq, first, which = np.unique(key, return_index=True, return_inverse=True)
     m = np.bincount(which)  # local senders of every merged flow
+    a, b = p.a[net[first]], uniq % n  # a sender and the destination of every merged flow
+    everywhere = np.ones(len(uniq), dtype=bool)
+    sn, dn = _alltoall_nics(comm, a, b, everywhere, 0, True)  # same for all its senders
     merged = wb.flows(m * (size_bytes / n), coll=coll, deps=after,
-                      latency_ns=lat[net[first]])
-    for c in range(int(p.channels.max(initial=1))):
-        sn, dn = _alltoall_nics(comm, p.a[net], p.b[net], np.ones(len(net), bool), c, True)
-        on = p.channels[net] > c
-        fo = np.flatnonzero(p.channels[net[first]] > c)  # the flows with a channel c
+                      latency_ns=comm.hop_delays_ns(sn, dn) + comm.step_overhead_ns)
+    channels = p.channels[net[first]]
+    for c in range(int(channels.max(initial=1))):
+        if c:
+            sn, dn = _alltoall_nics(comm, a, b, everywhere, c, True)
+        fo = np.flatnonzero(channels > c)  # the flows with a channel c
         conn = np.full(len(uniq), -1, dtype=np.int64)
-        conn[fo] = _a2a_connections(wb, comm, uniq[fo] // n, uniq[fo] % n, c, True,
-                                    sn[first[fo]], dn[first[fo]])
-        i = net[on]
-        wb.hops(merged[which[on]], p.src[i], p.dst[i], src_nic=sn[on], dst_nic=dn[on],
-                conn=conn[which[on]], weight=1.0 / (m[which[on]] * p.channels[i]))
+        conn[fo] = _a2a_connections(wb, comm, uniq[fo] // n, b[fo], c, True, sn[fo], dn[fo])
+        on = channels[which] > c
+        w = which[on]
+        wb.hops(merged[w], p.src[net[on]], p.dst[net[on]], src_nic=sn[w], dst_nic=dn[w],
+                conn=conn[w], weight=1.0 / (m[w] * channels[w]))
     return own.tolist() + merged.tolist()
 
 

@@ -233,7 +233,7 @@ class _Events:
         """Push ``flows`` (int array) due at times ``at``, one entry per distinct time."""
         if len(flows) == 0:
             return
-        if at.min() == at.max():  # the common case (one flow, or one latency): no sort
+        if len(flows) == 1 or at.min() == at.max():  # the common cases: no sort
             self.push(int(at[0]), kind, flows)
             return
         order = np.argsort(at, kind="stable")
@@ -338,10 +338,12 @@ class _Classes:
         """The classes with members and a rate: what advances until the rates change.
         A class's rate is set when it is made, so only the classes made since the last
         call can join (and any can have lost its members)."""
-        new = np.arange(self.fresh[0], self.n) if self.fresh else self.run[:0]
-        self.fresh = []
-        run = np.concatenate([self.run, new])
-        self.run = run[(self.count[run] > 0) & (self.rate[run] > 0)]
+        run = self.run
+        if self.fresh:
+            new = np.arange(self.fresh[0], self.n)
+            run = np.concatenate([run, new[self.rate[new] > 0]])
+            self.fresh = []
+        self.run = run[self.count[run] > 0]
 
     def advance(self, dt_ns: int) -> None:
         _advance(self.rem, self.rate, self.run, self.moved, dt_ns)

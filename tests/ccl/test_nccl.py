@@ -87,7 +87,7 @@ def test_alltoall_pxn_uses_destination_rail(fabric):
     assert np.array_equal(rails_src, rails_dst)
     np.testing.assert_allclose(w.flow_size_bytes[:intra], (32 << 20) / 32)
     np.testing.assert_allclose(w.flow_size_bytes[intra:], 8 * (32 << 20) / 32)
-    # every merged flow: 8 hops from 8 distinct GPUs of one server, 1/8 of its rate each
+    # every merged flow: a hop per GPU of one server and channel, 1/16 of its rate each
     assert np.array_equal(np.bincount(w.hop_flow[net]), [0] * intra + [16] * merged)
     np.testing.assert_allclose(w.hop_weight[net], 1 / 16)
     assert len(set(zip(w.hop_flow[net].tolist(), w.hop_src[net].tolist()))) == 8 * merged

@@ -3,7 +3,8 @@ import pytest
 
 from icefabric.ccl.collectives import add_collective
 from icefabric.ccl.communicator import Communicator
-from icefabric.ccl.nccl import btree_parents, ring_order
+from icefabric.ccl.nccl import alltoall, btree_parents, p2p_net_channels, ring_order
+from icefabric.ccl.nccl_defaults import NcclSettings
 from icefabric.ccl.workload import WorkloadBuilder
 from icefabric.topology.builders import ServerGroup, leaf_spine
 from icefabric.topology.catalog import server_profile
@@ -69,15 +70,37 @@ def test_btree_matches_nccl_trees():
 
 
 def test_alltoall_pxn_uses_destination_rail(fabric):
+    """With PXN and shared connections (NCCL's defaults) a server's 8 GPUs reach a remote
+    rank as one flow of their 8 messages on the connections (2 channels: 32 ranks, 16
+    channels) of the NIC on that rank's rail; messages inside a server stay one flow per
+    rank pair."""
     wb = WorkloadBuilder()
-    add_collective(wb, comm(fabric), "alltoall", 32 << 20)
+    c = comm(fabric)
+    add_collective(wb, c, "alltoall", 32 << 20)
     w = wb.build(node_ip=fabric.node_ip)
-    assert w.n_flows == 32 * 31
+    intra, merged = 4 * 8 * 7, 4 * 24
+    assert w.n_flows == intra + merged and p2p_net_channels(c) == 2
+    assert w.n_conns == 2 * merged and len(w.hop_flow) == intra + 2 * 8 * merged
     net = w.hop_conn >= 0
     rails_src = fabric.node_index[w.hop_src_nic[net]]
     rails_dst = fabric.node_index[w.hop_dst_nic[net]]
     assert np.array_equal(rails_src, rails_dst)
-    np.testing.assert_allclose(w.flow_size_bytes, (32 << 20) / 32)
+    np.testing.assert_allclose(w.flow_size_bytes[:intra], (32 << 20) / 32)
+    np.testing.assert_allclose(w.flow_size_bytes[intra:], 8 * (32 << 20) / 32)
+    # every merged flow: a hop per GPU of one server and channel, 1/16 of its rate each
+    assert np.array_equal(np.bincount(w.hop_flow[net]), [0] * intra + [16] * merged)
+    np.testing.assert_allclose(w.hop_weight[net], 1 / 16)
+    assert len(set(zip(w.hop_flow[net].tolist(), w.hop_src[net].tolist()))) == 8 * merged
+
+
+def test_alltoall_without_shared_comms_has_a_connection_per_rank_pair(fabric):
+    """``NCCL_NET_SHARED_COMMS=0``: every local rank opens its own connection to each
+    remote rank (through the proxy's NIC), one flow per rank pair."""
+    wb = WorkloadBuilder()
+    c = comm(fabric, nccl=NcclSettings.resolve(env={"NCCL_NET_SHARED_COMMS": 0}))
+    add_collective(wb, c, "alltoall", 32 << 20)
+    w = wb.build(node_ip=fabric.node_ip)
+    assert w.n_flows == 32 * 31 and w.n_conns == 32 * 24 * 2
 
 
 def test_unknown_algorithm_lists_the_known_ones(fabric):
@@ -106,22 +129,22 @@ def test_coupled_ring_agrees_with_its_explicit_step_dag(fabric, kind):
 
 @pytest.mark.parametrize("pxn", [True, False])
 def test_alltoall_pairs_match_the_per_pair_helpers(pxn):
-    """The rank-pair arrays of AllToAll agree with the scalar helpers, pair by pair, on
-    mixed servers (8 x 400G and 16 x 200G ports) across leaves: channel 0 of every pair
-    first, then channel 1 of the pairs whose GPUs have two ports, which carries half."""
+    """The rank-pair arrays of AllToAll (one flow per rank pair) agree with the scalar
+    helpers, pair by pair, on mixed servers (8 x 400G and 16 x 200G ports) across leaves:
+    channel 0 of every pair first, then channel 1 of the pairs across servers (2 channels
+    per remote peer), each carrying half, on alternate ports of two-port GPUs."""
     f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 2, "h"),
                     ServerGroup(server_profile("bm-gpu-h100-8"), 2, "o")], servers_per_leaf=1,
                    n_spines=4)
     c = comm(f)
     wb = WorkloadBuilder()
-    add_collective(wb, c, "alltoall", 64 << 20, algorithm="pxn" if pxn else "direct")
+    alltoall(wb, c, 64 << 20, pxn=pxn, per_pair=True)
     w = wb.build(node_ip=f.node_ip)
     n = c.nranks
     pairs = [(a, b) for a in range(n) for b in range(n) if a != b]
     net = [c.rank_server[a] != c.rank_server[b] for a, b in pairs]
-    ports = [max(int(f.accel_port_count(c.ranks[b])),
-                 0 if pxn else int(f.accel_port_count(c.ranks[a]))) if m else 1
-             for (a, b), m in zip(pairs, net)]
+    assert p2p_net_channels(c) == 2
+    ports = [2 if m else 1 for m in net]
     hops = [(i, ch) for ch in (0, 1) for i in range(len(pairs)) if ports[i] > ch]
     assert w.hop_src.tolist() == [int(c.ranks[pairs[i][0]]) for i, _ in hops]
     assert w.hop_flow.tolist() == [i for i, _ in hops]
@@ -137,7 +160,9 @@ def test_alltoall_pairs_match_the_per_pair_helpers(pxn):
         assert (w.hop_src_nic[h], w.hop_dst_nic[h]) == (sn, dn)
         if ch == 0:
             assert w.flow_latency_ns[i] == c.hop_delay_ns(sn, dn) + c.step_overhead_ns
-    assert w.n_conns == sum(p for p, m in zip(ports, net) if m)
+    # with PXN a server's ranks share their connections to a remote rank
+    owner = [int(c.rank_server[a]) if pxn else a for a, _ in pairs]
+    assert w.n_conns == len({(owner[i], pairs[i][1], ch) for i, ch in hops if net[i]})
 
 
 def test_alltoall_uses_every_port_of_a_16_port_server():
@@ -154,3 +179,46 @@ def test_alltoall_uses_every_port_of_a_16_port_server():
         np.add.at(sent, w.hop_src_nic[on], w.flow_size_bytes[w.hop_flow[on]] * w.hop_weight[on])
         per_port = sent[list(f.servers[0].nics) + list(f.servers[1].nics)]
         assert per_port.min() == pytest.approx(per_port.max()) and per_port.min() > 0, algo
+
+
+@pytest.mark.parametrize("groups,qps", [((("hgx-h100", 4),), 1),
+                                        ((("hgx-h100", 2), ("bm-gpu-h100-8", 2)), 2)])
+def test_merged_alltoall_equals_the_per_pair_model(groups, qps):
+    """On shared connections (NCCL's default) the flow per (source server, destination
+    rank) gives what one flow per rank pair gives: the same ECMP paths, the same link
+    bytes, the same AllToAll time (the messages on one connection share its rate)."""
+    from icefabric.engine.flow import run_flow
+    from icefabric.pipeline.problem import to_problem
+    from icefabric.policies.base import PlanContext, get_policy
+
+    f = leaf_spine([ServerGroup(server_profile(p), k, p) for p, k in groups],
+                   servers_per_leaf=1, n_spines=4)
+    out = {}
+    for per_pair in (False, True):
+        wb = WorkloadBuilder()
+        alltoall(wb, comm(f, qps_per_connection=qps), 64 << 20, per_pair=per_pair)
+        w = wb.build(node_ip=f.node_ip)
+        prob, _ = to_problem(f, w, get_policy("ecmp").plan(PlanContext.create(f, w)))
+        out[per_pair] = (w, run_flow(prob))
+    (wm, merged), (wp, pairs) = out[False], out[True]
+    assert wm.n_flows < wp.n_flows and wm.n_qps == wp.n_qps
+    assert np.array_equal(wm.sports(), wp.sports())
+    assert merged.collectives[0].time_ns == pairs.collectives[0].time_ns
+    np.testing.assert_allclose(merged.link_bytes, pairs.link_bytes, rtol=1e-9)
+    np.testing.assert_allclose(merged.link_peak_util, pairs.link_peak_util, rtol=1e-9)
+
+
+def test_p2p_net_channels_follow_nccl():
+    """2 channels per remote peer in small communicators, one per GPU port beyond
+    2 x p2pnChannels ranks (NCCL 2.20 on); always 2 up to 2.19."""
+    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 8, "h")], servers_per_leaf=4,
+                   n_spines=4)
+    ranks = f.nodes_of_kind(ACCEL)
+    small = Communicator("j", f, ranks[:32], channels=16)
+    large = Communicator("j", f, ranks, channels=16)  # 64 ranks: 2 * 64 > 16 * 4
+    old = Communicator("j", f, ranks, channels=16, nccl=NcclSettings.resolve("2.19.3"))
+    assert [p2p_net_channels(c) for c in (small, large, old)] == [2, 1, 2]
+    two_ports = leaf_spine([ServerGroup(server_profile("bm-gpu-h100-8"), 8, "o")],
+                           servers_per_leaf=4, n_spines=4)
+    assert p2p_net_channels(Communicator("j", two_ports, two_ports.nodes_of_kind(ACCEL),
+                                         channels=16)) == 2

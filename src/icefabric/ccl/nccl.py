@@ -14,9 +14,12 @@ bytes at the same rate, so the ring runs at its slowest hop (hardware behaviour)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from icefabric.ccl.communicator import Communicator
+from icefabric.ccl.nccl_defaults import NcclSettings
 from icefabric.ccl.workload import CollectiveCall, WorkloadBuilder
 
 RING_STEPS = {"all_reduce": lambda n: 2 * (n - 1), "all_gather": lambda n: n - 1,
@@ -214,43 +217,167 @@ def tree_allreduce(wb: WorkloadBuilder, comm: Communicator, size_bytes: int, *, 
 
 
 def alltoall(wb: WorkloadBuilder, comm: Communicator, size_bytes: int, *, after=(),
-             pxn: bool = True, name: str = "") -> list[int]:
+             pxn: bool = True, per_pair: bool = False, name: str = "") -> list[int]:
     """AllToAll as NCCL runs it: every rank sends ``size/n`` to every other rank at once.
-    Inter-node messages use the destination's rail; with PXN the source first crosses
-    NVLink to its local GPU on that rail (domain-facts §5.1). A GPU with several ports
-    (16-port servers) spreads each peer's channels over them
-    (:meth:`~icefabric.topology.model.Fabric.accel_port`): one connection per port, each
-    carrying an equal share of the pair's bytes."""
+
+    Inter-node messages use the destination's rail. With PXN (``NCCL_PXN_DISABLE`` 0,
+    ``NCCL_P2P_PXN_LEVEL`` 2), ``ncclTopoGetNetDev`` (``src/graph/search.cc``) sends to a
+    remote rank through the local NIC of the remote GPU's rail, with the local GPU attached
+    to that NIC (``ncclTopoGetLocalGpu``) as proxy rank: the message first crosses NVLink
+    into the proxy GPU's buffers, and the proxy's thread posts it on the network
+    (domain-facts §5.1). Point-to-point connections (``connIndex`` 1, no graph) use shared
+    buffers, and with ``NCCL_NET_SHARED_COMMS`` 1, the default (``NCCL_PARAM(NetSharedComms,
+    "NET_SHARED_COMMS", 1)``), ``sendProxyConnect`` (``src/transport/net.cc``) opens one
+    send comm per (NIC, remote rank, channel), ``netComms[netDev][tpRemoteRank]
+    .sendComm[channelId]``: the first local rank to ask connects, the others reuse it
+    (``sendRefCount``), and the receiver accepts once per (NIC, remote proxy rank,
+    channel). So all GPUs of a server reach a remote rank over the same connections (one
+    per channel) of the server's NIC on that rank's rail (``NCCL_IB_QPS_PER_CONNECTION``
+    QPs each, one ECMP path per QP): the model makes that one flow per (source server,
+    destination rank) carrying the ``m`` local GPUs' messages, one hop per local source
+    GPU of weight ``1/m`` (its NVLink leg to the proxy, then the shared network path), all
+    at one rate — each source holds at most ``NCCL_STEPS`` slots of the proxy's shared
+    buffers, so the NVLink legs run at the network's pace.
+
+    A message to a remote peer is spread evenly over :func:`p2p_net_channels` channels
+    (NCCL; other libraries: one per port), each with its own connection; a GPU with
+    several ports (16-port servers) alternates them over its ports
+    (:meth:`~icefabric.topology.model.Fabric.accel_port`).
+    ``per_pair`` builds one flow per rank pair on the same connections (the reference the
+    merged flows are tested against); without PXN or with ``NCCL_NET_SHARED_COMMS=0``
+    every rank pair has its own connections and flow.
+    """
     n = comm.nranks
     coll = wb.collective(CollectiveCall(name or f"{comm.job}:alltoall:{size_bytes}", comm.job,
                                         "alltoall", size_bytes, n, "pxn" if pxn else "direct",
                                         comm.library))
-    f_ = comm.fabric
-    # every ordered pair a != b, in row-major order (a, then b)
-    a, b = np.nonzero(~np.eye(n, dtype=bool))
-    src, dst = comm.ranks[a].astype(np.int64), comm.ranks[b].astype(np.int64)
-    net = comm.rank_server[a] != comm.rank_server[b]
-    ports = f_.accel_port_count(dst) if pxn else \
-        np.maximum(f_.accel_port_count(src), f_.accel_port_count(dst))
-    ports = np.where(net, ports, 1)
-    sn, dn = _alltoall_nics(comm, a, b, net, 0, pxn)
-    lat = comm.intra_delays_ns[a]
-    lat[net] = comm.hop_delays_ns(sn[net], dn[net])
-    flows = wb.flows(np.full(len(a), size_bytes / n), coll=coll, deps=after,
-                     latency_ns=lat + comm.step_overhead_ns)
-    for c in range(int(ports.max(initial=1))):
-        if c:
-            sn, dn = _alltoall_nics(comm, a, b, net, c, pxn)
-        on = ports > c
-        link = on & net
-        conn = np.full(len(a), -1, dtype=np.int64)
-        keys = [(comm.job, "p2p", x, y) + ((c,) if c else ())
-                for x, y in zip(a[link].tolist(), b[link].tolist())]
-        conn[link] = wb.connections(keys, sn[link], dn[link], comm.qps_per_connection,
-                                    comm.job)
-        wb.hops(flows[on], src[on], dst[on], src_nic=sn[on], dst_nic=dn[on], conn=conn[on],
-                weight=1.0 / ports[on])
+    shared = pxn and (comm.nccl is None or comm.nccl.net_shared_comms)
+    p = _A2aPairs.of(comm, pxn)
+    if shared and not per_pair:
+        return _alltoall_merged(wb, comm, coll, p, size_bytes, after)
+    flows = wb.flows(np.full(len(p.a), size_bytes / n), coll=coll, deps=after,
+                     latency_ns=p.latency_ns(comm))
+    owner = comm.rank_server[p.a] if shared else p.a
+    for c in range(int(p.channels.max(initial=1))):
+        sn, dn = _alltoall_nics(comm, p.a, p.b, p.net, c, pxn)
+        on = p.channels > c
+        conn = np.full(len(p.a), -1, dtype=np.int64)
+        link = on & p.net
+        conn[link] = _a2a_connections(wb, comm, owner[link], p.b[link], c, shared,
+                                      sn[link], dn[link])
+        wb.hops(flows[on], p.src[on], p.dst[on], src_nic=sn[on], dst_nic=dn[on],
+                conn=conn[on], weight=1.0 / p.channels[on])
     return flows.tolist()
+
+
+@dataclass(frozen=True)
+class _A2aPairs:
+    """Every ordered pair ``a != b`` of an AllToAll's ranks, in row-major order (``a``,
+    then ``b``): accelerators ``src``/``dst``, whether the pair crosses the network and
+    the channels (connections) it uses."""
+
+    a: np.ndarray
+    b: np.ndarray
+    src: np.ndarray
+    dst: np.ndarray
+    net: np.ndarray
+    channels: np.ndarray
+    pxn: bool
+
+    @classmethod
+    def of(cls, comm: Communicator, pxn: bool) -> _A2aPairs:
+        a, b = np.nonzero(~np.eye(comm.nranks, dtype=bool))
+        src, dst = comm.ranks[a].astype(np.int64), comm.ranks[b].astype(np.int64)
+        net = comm.rank_server[a] != comm.rank_server[b]
+        if comm.library == "nccl":
+            channels = np.full(len(a), p2p_net_channels(comm))
+        else:  # one channel per port (RCCL's and cross-vendor exchanges' rule not read)
+            f_ = comm.fabric
+            channels = f_.accel_port_count(dst) if pxn else \
+                np.maximum(f_.accel_port_count(src), f_.accel_port_count(dst))
+        return cls(a, b, src, dst, net, np.where(net, channels, 1), pxn)
+
+    def latency_ns(self, comm: Communicator) -> np.ndarray:
+        """Completion latency of every pair's message: its one-way delay (NVLink, or the
+        network hop of channel 0) plus the step overhead."""
+        sn, dn = _alltoall_nics(comm, self.a, self.b, self.net, 0, self.pxn)
+        lat = comm.intra_delays_ns[self.a]
+        lat[self.net] = comm.hop_delays_ns(sn[self.net], dn[self.net])
+        return lat + comm.step_overhead_ns
+
+
+def p2p_net_channels(comm: Communicator) -> int:
+    """Channels NCCL spreads a point-to-point message to a remote rank over
+    (``p2pnChannelsPerPeer``), each its own network connection.
+
+    ``ncclTopoComputeP2pChannels`` (``src/graph/paths.cc``) takes ``p2pnChannels`` =
+    ``nChannels`` and the fewest channels any peer needs, both rounded up to a power of
+    two. For a remote peer ``ncclTopoGetNchannels`` gives ``NCCL_NCHANNELS_PER_NET_PEER``,
+    default 2 up to 2.19 (v2.19.3 ``:669``); from 2.20 it is unset (-1) and computed
+    (v2.27.7 ``:818-830``): ``max(NICs the GPU needs, nChannelsMax)`` with
+    ``nChannelsMax`` starting at 2 and halved while ``nChannelsMax * nRanks >
+    p2pnChannels * 4`` — so 2 channels per peer in small communicators and one per GPU
+    port beyond ``2 * p2pnChannels`` ranks. A local (NVLink) peer needs at least 2, so
+    only the network's count can be the fewest (one NIC per GPU: the GPU's ports)."""
+    p2p = min(comm.n_channels, 64)
+    settings = comm.nccl or NcclSettings.resolve()
+    ports = int(comm.fabric.accel_port_count(comm.ranks).min())
+    if settings.version < (2, 20, 0):
+        per_peer = 2
+    else:
+        c_max = 2
+        while c_max * comm.nranks > p2p * 4 and c_max > 1:
+            c_max //= 2
+        per_peer = max(ports, c_max)
+    return min(_pow2_up(per_peer), _pow2_up(p2p))
+
+
+def _pow2_up(x: int) -> int:
+    return 1 << max(int(x) - 1, 0).bit_length()
+
+
+def _a2a_connections(wb: WorkloadBuilder, comm: Communicator, owner: np.ndarray,
+                     b: np.ndarray, c: int, shared: bool, sn: np.ndarray,
+                     dn: np.ndarray) -> np.ndarray:
+    """Connections of channel ``c`` from ``owner`` (a source server when ``shared``,
+    else a source rank) to ranks ``b``."""
+    tag = "pxn" if shared else "p2p"
+    keys = [(comm.job, tag, x, y) + ((c,) if c else ())
+            for x, y in zip(owner.tolist(), b.tolist())]
+    return wb.connections(keys, sn, dn, comm.qps_per_connection, comm.job)
+
+
+def _alltoall_merged(wb: WorkloadBuilder, comm: Communicator, coll: int, p: _A2aPairs,
+                     size_bytes: int, after) -> list[int]:
+    """The flows of :func:`alltoall` with shared connections: a flow per rank pair inside a
+    server (NVLink), one per (source server, destination rank) across servers."""
+    n = comm.nranks
+    intra = np.flatnonzero(~p.net)
+    net = np.flatnonzero(p.net)
+    own = wb.flows(np.full(len(intra), size_bytes / n), coll=coll, deps=after,
+                   latency_ns=comm.intra_delays_ns[p.a[intra]] + comm.step_overhead_ns)
+    wb.hops(own, p.src[intra], p.dst[intra], src_nic=np.full(len(intra), -1),
+            dst_nic=np.full(len(intra), -1), conn=np.full(len(intra), -1))
+    key = comm.rank_server[p.a[net]] * n + p.b[net]
+    uniq, first, which = np.unique(key, return_index=True, return_inverse=True)
+    m = np.bincount(which)  # local senders of every merged flow
+    a, b = p.a[net[first]], uniq % n  # a sender and the destination of every merged flow
+    everywhere = np.ones(len(uniq), dtype=bool)
+    sn, dn = _alltoall_nics(comm, a, b, everywhere, 0, True)  # same for all its senders
+    merged = wb.flows(m * (size_bytes / n), coll=coll, deps=after,
+                      latency_ns=comm.hop_delays_ns(sn, dn) + comm.step_overhead_ns)
+    channels = p.channels[net[first]]
+    for c in range(int(channels.max(initial=1))):
+        if c:
+            sn, dn = _alltoall_nics(comm, a, b, everywhere, c, True)
+        fo = np.flatnonzero(channels > c)  # the flows with a channel c
+        conn = np.full(len(uniq), -1, dtype=np.int64)
+        conn[fo] = _a2a_connections(wb, comm, uniq[fo] // n, b[fo], c, True, sn[fo], dn[fo])
+        on = channels[which] > c
+        w = which[on]
+        wb.hops(merged[w], p.src[net[on]], p.dst[net[on]], src_nic=sn[w], dst_nic=dn[w],
+                conn=conn[w], weight=1.0 / (m[w] * channels[w]))
+    return own.tolist() + merged.tolist()
 
 
 def _alltoall_nics(comm: Communicator, a: np.ndarray, b: np.ndarray, net: np.ndarray,

@@ -62,7 +62,7 @@ MAXCHANNELS = 64
 """``src/include/device.h``."""
 
 NCCL_ENV_KEYS = ("NCCL_IB_QPS_PER_CONNECTION", "NCCL_IB_SPLIT_DATA_ON_QPS",
-                 "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS")
+                 "NCCL_MIN_NCHANNELS", "NCCL_MAX_NCHANNELS", "NCCL_NET_SHARED_COMMS")
 """The ``NCCL_*`` variables this model honours (others do not change the fabric's traffic
 in the model and are rejected, so a typo never passes silently)."""
 
@@ -131,6 +131,10 @@ class NcclSettings:
         (always True before 2.18, default True in 2.18-2.19, False from 2.20).
     min_channels, max_channels : int or None — ``NCCL_MIN_NCHANNELS`` /
         ``NCCL_MAX_NCHANNELS`` (None = unset).
+    net_shared_comms : bool — ``NCCL_NET_SHARED_COMMS`` (default 1, ``src/transport/net.cc``
+        ``NCCL_PARAM(NetSharedComms, "NET_SHARED_COMMS", 1)``): a PXN proxy sends for all
+        its local GPUs over one network connection per remote rank and channel
+        (:func:`icefabric.ccl.nccl.alltoall`).
     """
 
     version: tuple[int, int, int]
@@ -138,6 +142,7 @@ class NcclSettings:
     split_data_on_qps: bool = False
     min_channels: int | None = None
     max_channels: int | None = None
+    net_shared_comms: bool = True
 
     @classmethod
     def resolve(cls, version: str | None = None,
@@ -159,7 +164,8 @@ class NcclSettings:
         qps = _env_int(env, "NCCL_IB_QPS_PER_CONNECTION", 1, 128)  # NCCL_IB_MAX_QPS
         lo = _env_int(env, "NCCL_MIN_NCHANNELS", 1, MAXCHANNELS)
         hi = _env_int(env, "NCCL_MAX_NCHANNELS", 1, MAXCHANNELS)
-        return cls(v, qps or 1, split, lo, hi)
+        shared = _env_int(env, "NCCL_NET_SHARED_COMMS", 0, 1)
+        return cls(v, qps or 1, split, lo, hi, shared != 0)
 
     @property
     def version_text(self) -> str:

@@ -57,13 +57,7 @@ class WorkloadBuilder:
         self.flow_start: list[int] = []
         self.flow_latency: list[int] = []
         self.flow_coll: list[int] = []
-        self.hop_flow: list[int] = []
-        self.hop_src: list[int] = []
-        self.hop_dst: list[int] = []
-        self.hop_src_nic: list[int] = []
-        self.hop_dst_nic: list[int] = []
-        self.hop_weight: list[float] = []
-        self.hop_conn: list[int] = []
+        self._hops = _Hops()
         self.conn_key: dict[tuple, int] = {}
         self.conn_src_nic: list[int] = []
         self.conn_dst_nic: list[int] = []
@@ -146,22 +140,16 @@ class WorkloadBuilder:
              src_nic: np.ndarray, dst_nic: np.ndarray, conn: np.ndarray,
              weight: np.ndarray | float = 1.0) -> None:
         """:meth:`hop` of many hops; -1 NICs and connection for intra-server."""
-        for lst, v in ((self.hop_flow, flows), (self.hop_src, src), (self.hop_dst, dst),
-                       (self.hop_src_nic, src_nic), (self.hop_dst_nic, dst_nic),
-                       (self.hop_conn, conn)):
-            lst += np.asarray(v, dtype=np.int64).tolist()
-        self.hop_weight += np.broadcast_to(np.asarray(weight, dtype=np.float64),
-                                           (len(flows),)).tolist()
+        n = len(flows)
+        i64 = [np.array(np.broadcast_to(np.asarray(v, dtype=np.int64), (n,)))
+               for v in (flows, src, dst, src_nic, dst_nic, conn)]
+        self._hops.add_block(*i64, np.array(np.broadcast_to(
+            np.asarray(weight, dtype=np.float64), (n,))))
 
     def hop(self, flow: int, src: int, dst: int, *, src_nic: int = -1, dst_nic: int = -1,
             conn: int = -1, weight: float = 1.0) -> None:
-        self.hop_flow.append(flow)
-        self.hop_src.append(int(src))
-        self.hop_dst.append(int(dst))
-        self.hop_src_nic.append(int(src_nic))
-        self.hop_dst_nic.append(int(dst_nic))
-        self.hop_conn.append(int(conn))
-        self.hop_weight.append(float(weight))
+        self._hops.rows.append((int(flow), int(src), int(dst), int(src_nic), int(dst_nic),
+                                int(conn), float(weight)))
 
     def build(self, *, node_ip: np.ndarray, qpn_seed: int = 0, qpn_base: int = QPN_BASE
               ) -> Workload:
@@ -171,19 +159,15 @@ class WorkloadBuilder:
         dst_nic = np.array(self.conn_dst_nic, dtype=np.int64)[qp_conn]
         lqpn, rqpn = _allocate_qpns(src_nic, dst_nic, qpn_seed, qpn_base)
         i64 = np.int64
+        hops = self._hops.columns()
         return Workload(
             flow_size_bytes=np.array(self.flow_size, dtype=np.float64),
             flow_deps=self.flow_deps,
             flow_start_ns=np.array(self.flow_start, dtype=np.int64),
             flow_latency_ns=np.array(self.flow_latency, dtype=np.int64),
             flow_collective=np.array(self.flow_coll, dtype=i64),
-            hop_flow=np.array(self.hop_flow, dtype=i64),
-            hop_src=np.array(self.hop_src, dtype=i64),
-            hop_dst=np.array(self.hop_dst, dtype=i64),
-            hop_src_nic=np.array(self.hop_src_nic, dtype=i64),
-            hop_dst_nic=np.array(self.hop_dst_nic, dtype=i64),
-            hop_weight=np.array(self.hop_weight, dtype=np.float64),
-            hop_conn=np.array(self.hop_conn, dtype=i64),
+            hop_flow=hops[0], hop_src=hops[1], hop_dst=hops[2], hop_src_nic=hops[3],
+            hop_dst_nic=hops[4], hop_conn=hops[5], hop_weight=hops[6],
             conn_src_nic=np.array(self.conn_src_nic, dtype=i64),
             conn_dst_nic=np.array(self.conn_dst_nic, dtype=i64),
             conn_job=list(self.conn_job),
@@ -199,6 +183,34 @@ class WorkloadBuilder:
             qp_sport=np.full(len(lqpn), -1, dtype=np.int64),
             collectives=self.collectives,
         )
+
+
+class _Hops:
+    """The hops' columns (flow, src, dst, src NIC, dst NIC, connection, weight): blocks of
+    arrays as bulk calls gave them, and the rows added one at a time since the last block
+    (Python lists of a million hops' ints cost several times the arrays' memory)."""
+
+    def __init__(self):
+        self.blocks: list[tuple[np.ndarray, ...]] = []
+        self.rows: list[tuple] = []
+
+    def _flush(self) -> None:
+        if self.rows:
+            cols = list(zip(*self.rows))
+            self.blocks.append(tuple(np.array(c, dtype=np.int64) for c in cols[:6]) +
+                               (np.array(cols[6], dtype=np.float64),))
+            self.rows = []
+
+    def add_block(self, *cols: np.ndarray) -> None:
+        self._flush()
+        self.blocks.append(cols)
+
+    def columns(self) -> tuple[np.ndarray, ...]:
+        """Every column over all hops, in the order they were added."""
+        self._flush()
+        if not self.blocks:
+            return tuple(np.zeros(0, dtype=np.int64) for _ in range(6)) + (np.zeros(0),)
+        return tuple(np.concatenate(c) for c in zip(*self.blocks))
 
 
 def _allocate_qpns(src_nic, dst_nic, seed, base):

@@ -34,6 +34,13 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
              until_ns: int | None = None, progress=None) -> SimResult:
     """Run the flow-level engine on ``problem``.
 
+    Flows that started together with the same size and have had the same rate ever since
+    have the same bytes left, so they advance as one class (:class:`_Classes`): an event
+    costs in proportion to the classes running, not to the flows (an AllToAll's equal
+    flows, which finish together when their rates agree). Starts and completions due at
+    one time are one heap entry. The arithmetic per class is the one per flow, so the
+    times are those of the flow-by-flow loop to the nanosecond.
+
     Parameters
     ----------
     problem : SimProblem
@@ -56,24 +63,23 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
     ci = _ColumnIndex(A)  # column slices of the active flows
     flow_blocked = np.zeros(F, dtype=bool)
 
-    remaining = P.flow_size_bytes.astype(np.float64).copy()
+    size = P.flow_size_bytes.astype(np.float64)
     start = np.full(F, -1, dtype=np.int64)
     data_done = np.full(F, -1, dtype=np.int64)
     finish = np.full(F, -1, dtype=np.int64)
     ndeps = np.diff(P.dep_indptr).astype(np.int64)
     dptr, dependents = P.dependents()
 
-    seq = itertools.count()
-    heap: list[tuple[int, int, int, int]] = []
-    for f in np.flatnonzero(ndeps == 0):
-        heapq.heappush(heap, (int(P.flow_start_ns[f]), _START, next(seq), int(f)))
+    ev = _Events(P.flow_latency_ns)
+    roots = np.flatnonzero(ndeps == 0)
+    ev.starts(roots, P.flow_start_ns[roots])
     for i, fail in enumerate(P.failures):
-        heapq.heappush(heap, (int(fail.t_ns), _FAIL, next(seq), i))
+        ev.push(int(fail.t_ns), _FAIL, i)
 
     active = np.zeros(F, dtype=bool)
     rate = np.zeros(F)
+    cl = _Classes(size)
     link_bytes = np.zeros(L)
-    moved = np.zeros(F)  # bytes each flow sent since the routes last changed
     load = np.zeros(L)
     peak = np.zeros(L)
     t = 0
@@ -82,21 +88,20 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
     done_count = 0
     events = 0
     limit = until_ns if until_ns is not None else np.iinfo(np.int64).max
-    run = np.zeros(0, np.int64)
 
-    t_adv = 0  # ``remaining`` and ``moved`` are up to date at t_adv
+    t_adv = 0  # the classes' bytes left and moved are up to date at t_adv
     never = np.iinfo(np.int64).max
     while True:
         if dirty:
-            _advance(remaining, rate, run, moved, t - t_adv)
+            cl.advance(t - t_adv)
             t_adv = t
-            run_mask = active & ~flow_blocked
             if freed is not None and len(freed):
-                _rates_after_finish(A, ci, P, rate, load, run_mask, np.concatenate(freed))
+                changed = _rates_after_finish(A, ci, P, rate, load, cl,
+                                              np.concatenate(freed))
             else:
                 # only the running flows and the links they cross: an event costs in
                 # proportion to what runs, not to every flow of a long dependency DAG
-                idx = np.flatnonzero(run_mask)
+                idx = np.flatnonzero(active & ~flow_blocked)
                 rate[:] = 0.0
                 load[:] = 0.0
                 if len(idx):
@@ -104,67 +109,66 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
                     rate[idx] = sub.maxmin(P.link_capacity_bps[sub.rows],
                                            P.flow_rate_cap_bps[idx])
                     load[sub.rows] = sub.load(_finite(rate[idx]))
+                changed = np.flatnonzero(active)
+            cl.regroup(changed, rate)
             np.maximum(peak, load / P.link_capacity_bps, out=peak)
             dirty = False
             freed = []
-            # rates are constant until the next recompute: so are the running flows and
-            # the time the next of them sends its last byte
-            run = np.flatnonzero(active & (rate > 0))
-            t_data = _next_data_done(remaining, rate, run, t)
-        t_event = heap[0][0] if heap else never
+            # rates are constant until the next recompute: so are the running classes
+            # and the time the next of them sends its last byte
+            cl.freeze_running()
+            t_data = cl.next_data_done(t)
+        t_event = ev.next_time()
         t_next = min(t_data, t_event)
         if t_next == never:
             break
         if t_next > limit:
-            _advance(remaining, rate, run, moved, limit - t_adv)
+            cl.advance(limit - t_adv)
             t = limit
             break
         t = t_next
         events += 1
         if t == t_data:  # flows whose last byte left by now
-            _advance(remaining, rate, run, moved, t - t_adv)
+            cl.advance(t - t_adv)
             t_adv = t
-            r = rate[run]
-            fin = run[(remaining[run] <= np.maximum(r, 1.0) * 1e-9 / 8 + 1e-9) | np.isinf(r)]
+            fin = cl.finish_done()
             if len(fin):
-                # the sub-ns residue of a finishing flow still crosses its links
-                moved[fin] += remaining[fin]
-                remaining[fin] = 0.0
                 active[fin] = False
                 data_done[fin] = t
                 dirty = True
                 if freed is not None:
                     freed.append(fin)
-                for f in fin.tolist():
-                    heapq.heappush(heap, (t + int(P.flow_latency_ns[f]), _COMPLETE, next(seq), f))
+                ev.completions(t, fin)
             else:  # rounding left a sliver: wait for it
-                t_data = _next_data_done(remaining, rate, run, t)
+                t_data = cl.next_data_done(t)
         # discrete events at t
-        while heap and heap[0][0] <= t:
-            _, kind, _, x = heapq.heappop(heap)
+        while ev.due(t):
+            kind, x = ev.pop()
             if kind == _START:
                 start[x] = t
-                if remaining[x] <= 0:
-                    data_done[x] = t
-                    heapq.heappush(heap, (t + int(P.flow_latency_ns[x]), _COMPLETE, next(seq), x))
-                else:
-                    active[x] = True
+                empty = size[x] <= 0
+                data_done[x[empty]] = t
+                ev.completions(t, x[empty])
+                go = x[~empty]
+                if len(go):  # they join classes with their first rates
+                    active[go] = True
                     dirty = True
                     freed = None
             elif kind == _COMPLETE:
                 finish[x] = t
-                done_count += 1
-                for g in dependents[dptr[x]:dptr[x + 1]].tolist():
-                    ndeps[g] -= 1
-                    if ndeps[g] == 0:
-                        heapq.heappush(heap, (max(t, int(P.flow_start_ns[g])), _START,
-                                              next(seq), g))
+                done_count += len(x)
+                g = dependents[dptr[x[0]]:dptr[x[0] + 1]] if len(x) == 1 else \
+                    dependents[gather(dptr[x], dptr[x + 1] - dptr[x])]
+                if len(g):
+                    np.subtract.at(ndeps, g, 1)
+                    g = np.unique(g[ndeps[g] == 0])
+                    ev.starts(g, np.maximum(P.flow_start_ns[g], t))
             elif kind == _FAIL:
                 fail = P.failures[x]
                 down[fail.links] = not fail.up
                 hit = routes_touching(r_ptr, r_links, down)
                 blocked = hit if fail.up else blocked | hit
-                heapq.heappush(heap, (t + int(fail.reroute_delay_ns), _REROUTE, next(seq), x))
+                ev.push(t + int(fail.reroute_delay_ns), _REROUTE, x)
                 flow_blocked[:] = np.bincount(P.route_flow[blocked], minlength=F) > 0
                 dirty, freed = True, None
                 log.info("t=%d ns: %d links %s", t, len(fail.links), "up" if fail.up else "down")
@@ -174,15 +178,14 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
                                               fail.reroute_indptr, fail.reroute_links)
                 blocked[fail.reroute_route] = routes_touching(
                     fail.reroute_indptr, fail.reroute_links, down)
-                link_bytes += A @ moved
-                moved[:] = 0.0
+                link_bytes += A @ cl.take_moved()
                 A = route_incidence(r_ptr, r_links, P.route_flow, P.route_weight, L, F)
                 ci = _ColumnIndex(A)
                 flow_blocked[:] = np.bincount(P.route_flow[blocked], minlength=F) > 0
                 dirty, freed = True, None
         if progress is not None:
             progress(done_count, F)
-        if not heap and not active.any():
+        if ev.empty() and not active.any():
             break
 
     if done_count < F and until_ns is None:
@@ -195,7 +198,7 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
         raise EngineError(f"deadlock at t={t} ns: {F - done_count} flows never finished "
                           f"(e.g. flow {int(waiting[0]) if len(waiting) else -1}: "
                           f"dependency cycle?)")
-    link_bytes += A @ moved
+    link_bytes += A @ cl.take_moved()
     makespan = int(finish.max()) if F else 0
     colls = []
     for c in P.collectives:
@@ -212,8 +215,187 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
         events=events, meta=dict(P.meta))
 
 
-def _rates_after_finish(A, ci, P: SimProblem, rate, load, run_mask, fin) -> None:
-    """Update ``rate`` and ``load`` (link loads) in place after flows ``fin`` left.
+class _Events:
+    """The event heap: ``(time, kind, seq, payload)``; a start or completion entry holds
+    every flow due at that time (an array), a failure entry its index. Flows due at one
+    time are handled together, as the flow-by-flow heap handled them one after the other
+    within that time (nothing at one time depends on their order)."""
+
+    def __init__(self, latency_ns: np.ndarray):
+        self.heap: list[tuple[int, int, int, object]] = []
+        self.seq = itertools.count()
+        self.latency = latency_ns
+
+    def push(self, t: int, kind: int, payload) -> None:
+        heapq.heappush(self.heap, (t, kind, next(self.seq), payload))
+
+    def _grouped(self, kind: int, flows: np.ndarray, at: np.ndarray) -> None:
+        """Push ``flows`` (int array) due at times ``at``, one entry per distinct time."""
+        if len(flows) == 0:
+            return
+        if len(flows) == 1 or at.min() == at.max():  # the common cases: no sort
+            self.push(int(at[0]), kind, flows)
+            return
+        order = np.argsort(at, kind="stable")
+        times, first = np.unique(at[order], return_index=True)
+        for t, part in zip(times.tolist(), np.split(flows[order], first[1:])):
+            self.push(t, kind, part)
+
+    def starts(self, flows: np.ndarray, at_ns: np.ndarray) -> None:
+        """Start ``flows`` at ``at_ns`` (one time per flow)."""
+        self._grouped(_START, flows, at_ns)
+
+    def completions(self, t: int, flows: np.ndarray) -> None:
+        """``flows`` sent their last byte at ``t``: they complete their latency later."""
+        self._grouped(_COMPLETE, flows, t + self.latency[flows])
+
+    def next_time(self) -> int:
+        return self.heap[0][0] if self.heap else np.iinfo(np.int64).max
+
+    def due(self, t: int) -> bool:
+        return bool(self.heap) and self.heap[0][0] <= t
+
+    def pop(self):
+        _, kind, _, payload = heapq.heappop(self.heap)
+        return kind, payload
+
+    def empty(self) -> bool:
+        return not self.heap
+
+
+class _Classes:
+    """Flows that move as one: same bytes left, same bytes moved since the routes last
+    changed, same rate. A class's members (``members[c]``, filtered by ``cls`` on use:
+    a flow that left keeps its old entry) run, and finish, together; a flow whose rate
+    changes moves to a new class with its old class's bytes. Only classes advance, by the
+    per-flow arithmetic of the flow-by-flow engine (``_advance``, ``_next_data_done``)."""
+
+    def __init__(self, size: np.ndarray):
+        self.size = size  # every flow's bytes: what a flow has left when it starts
+        self.cls = np.full(len(size), -1, dtype=np.int64)  # -1: not started
+        self.n = 0  # classes so far; the arrays below hold room for more
+        self.rem = np.zeros(16)
+        self.moved = np.zeros(16)
+        self.rate = np.zeros(16)
+        self.count = np.zeros(16, dtype=np.int64)
+        self.members: list[np.ndarray] = []
+        self.run = np.zeros(0, dtype=np.int64)
+        self.fresh: list[int] = []  # classes made since the last freeze_running
+
+    def _new(self, flows: np.ndarray, bounds: np.ndarray, rem, moved, rate) -> None:
+        """Classes of the runs ``flows[bounds[i]:bounds[i+1]]``, with their state."""
+        n0, k = self.n, len(bounds) - 1
+        if n0 + k > len(self.rem):  # grow by doubling: adding classes costs what they are
+            room = max(2 * len(self.rem), n0 + k)
+            for name in ("rem", "moved", "rate", "count"):
+                old = getattr(self, name)
+                grown = np.zeros(room, dtype=old.dtype)
+                grown[:n0] = old[:n0]
+                setattr(self, name, grown)
+        self.n = n0 + k
+        self.fresh.append(n0)
+        self.rem[n0:n0 + k] = rem
+        self.moved[n0:n0 + k] = moved
+        self.rate[n0:n0 + k] = rate
+        if k == 1:  # one class (a DAG's flows start and change one at a time)
+            self.count[n0] = len(flows)
+            self.members.append(flows)
+            self.cls[flows] = n0
+            return
+        self.count[n0:n0 + k] = np.diff(bounds)
+        self.members += np.split(flows, bounds[1:-1])
+        self.cls[flows] = np.repeat(np.arange(n0, n0 + k), np.diff(bounds))
+
+    def regroup(self, flows: np.ndarray, rate: np.ndarray) -> None:
+        """Move the ``flows`` whose ``rate`` is not their class's to new classes, one per
+        (old class, new rate); flows that just started (no class yet: their whole size
+        left, nothing moved) join one per (size, rate)."""
+        old = self.cls[flows]
+        r = rate[flows]
+        stale = (old < 0) | (r != self.rate[old])
+        if not stale.any():
+            return
+        moved, old, r = flows[stale], old[stale], r[stale]
+        if len(moved) == 1:  # a DAG's flows change one at a time: no sorting
+            o = int(old[0])
+            if o >= 0:
+                self.count[o] -= 1
+            self._new(moved, np.array([0, 1]), self.rem[o] if o >= 0 else self.size[moved],
+                      self.moved[o] if o >= 0 else 0.0, r)
+            return
+        left = np.where(old >= 0, self.rem[old], self.size[moved])
+        order = np.lexsort((r, left, old))
+        moved, old, left, r = moved[order], old[order], left[order], r[order]
+        bounds = np.flatnonzero(np.concatenate(
+            ([True], (old[1:] != old[:-1]) | (left[1:] != left[:-1]) | (r[1:] != r[:-1]),
+             [True])))
+        np.subtract.at(self.count, old[old >= 0], 1)
+        head = bounds[:-1]
+        self._new(moved, bounds, left[head],
+                  np.where(old[head] >= 0, self.moved[old[head]], 0.0), r[head])
+
+    def freeze_running(self) -> None:
+        """The classes with members and a rate: what advances until the rates change.
+        A class's rate is set when it is made, so only the classes made since the last
+        call can join (and any can have lost its members)."""
+        run = self.run
+        if self.fresh:
+            new = np.arange(self.fresh[0], self.n)
+            run = np.concatenate([run, new[self.rate[new] > 0]])
+            self.fresh = []
+        self.run = run[self.count[run] > 0]
+
+    def advance(self, dt_ns: int) -> None:
+        _advance(self.rem, self.rate, self.run, self.moved, dt_ns)
+
+    def next_data_done(self, t: int) -> int:
+        return _next_data_done(self.rem, self.rate, self.run, t)
+
+    def finish_done(self) -> np.ndarray:
+        """The flows of the running classes whose last byte left (the sub-ns residue of a
+        finishing flow still crosses its links); those classes end."""
+        run = self.run
+        r = self.rate[run]
+        done = run[(self.rem[run] <= np.maximum(r, 1.0) * 1e-9 / 8 + 1e-9) | np.isinf(r)]
+        if len(done) == 0:
+            return done
+        self.moved[done] += self.rem[done]
+        self.rem[done] = 0.0
+        flows = self._flows_of(done)
+        self.count[done] = 0
+        self.run = run[self.count[run] > 0]
+        return flows
+
+    def flows_at_least(self, lam: float) -> np.ndarray:
+        """The running flows whose rate is at least ``lam``, ascending."""
+        return self._flows_of(self.run[self.rate[self.run] >= lam])
+
+    def _flows_of(self, classes: np.ndarray) -> np.ndarray:
+        """The flows of ``classes``, ascending."""
+        if len(classes) == 0:
+            return np.zeros(0, dtype=np.int64)
+        if len(classes) == 1:
+            c = int(classes[0])
+            flows = self.members[c]
+            return np.sort(flows[self.cls[flows] == c])
+        lists = [self.members[c] for c in classes.tolist()]
+        flows = np.concatenate(lists)
+        owner = np.repeat(classes, [len(x) for x in lists])
+        return np.sort(flows[self.cls[flows] == owner])  # entries of flows that left: out
+
+    def take_moved(self) -> np.ndarray:
+        """Bytes every flow moved since the last call (or the start); resets them."""
+        out = np.zeros(len(self.cls))
+        has = self.cls >= 0
+        out[has] = self.moved[self.cls[has]]
+        self.moved[:] = 0.0
+        return out
+
+
+def _rates_after_finish(A, ci, P: SimProblem, rate, load, cl: _Classes,
+                        fin) -> np.ndarray:
+    """Update ``rate`` and ``load`` (link loads) in place after flows ``fin`` left (the
+    others run in the classes ``cl``); return the flows whose rates were recomputed.
 
     Only links crossed by ``fin`` lost load. In progressive filling nothing changes below
     ``lam``, the lowest level at which one of those links saturated (the highest rate on
@@ -231,7 +413,7 @@ def _rates_after_finish(A, ci, P: SimProblem, rate, load, run_mask, fin) -> None
         flows, _, n = _entries(A, sat)  # the flows on each saturated link
         first = (np.cumsum(n) - n)[n > 0]
         lam = np.maximum.reduceat(rate[flows], first).min()
-        refill = np.flatnonzero(run_mask & (rate >= lam * (1 - 1e-9)))
+        refill = cl.flows_at_least(lam * (1 - 1e-9))
     gone = np.concatenate([fin, refill])
     links, vals, n = _entries(ci.Ac, gone)
     load -= np.bincount(links, vals * np.repeat(_finite(rate[gone]), n), minlength=len(load))
@@ -241,6 +423,7 @@ def _rates_after_finish(A, ci, P: SimProblem, rate, load, run_mask, fin) -> None
         spare = np.maximum(cap[sub.rows] - load[sub.rows], 0.0)
         rate[refill] = sub.maxmin(spare, P.flow_rate_cap_bps[refill])
         load[sub.rows] += sub.load(_finite(rate[refill]))
+    return refill
 
 
 def _entries(M: sp.spmatrix, idx: np.ndarray):

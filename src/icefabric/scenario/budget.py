@@ -112,7 +112,10 @@ def _job_qps(ls: LoadedScenario, job, accels: dict[str, int]) -> tuple[int, int]
     qps = 0
     for c in getattr(job, "collectives", ()):
         if c.kind == "alltoall":
-            qps += ranks * max(ranks - 1, 0) * job.qps_per_connection
+            # NCCL opens 2 channels (connections) per remote peer up to 2 x p2pnChannels
+            # (<= 128) ranks, one beyond (icefabric.ccl.nccl.p2p_net_channels)
+            per_peer = 2 if ranks <= 128 else 1
+            qps += per_peer * ranks * max(ranks - 1, 0) * job.qps_per_connection
         else:
             qps += ranks * (job.channels or DEFAULT_CHANNELS) * job.qps_per_connection
     return ranks, qps or ranks * TRAINING_QPS_PER_RANK

@@ -172,7 +172,8 @@ class ScenarioJob(_Strict):
     nccl_env: dict[str, Annotated[int, Field(ge=0, le=MAX_NCCL_ENV)]] = Field(
         default_factory=dict,
         description="NCCL_* variables the job sets: NCCL_IB_QPS_PER_CONNECTION, "
-        "NCCL_IB_SPLIT_DATA_ON_QPS, NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS")
+        "NCCL_IB_SPLIT_DATA_ON_QPS, NCCL_MIN_NCHANNELS, NCCL_MAX_NCHANNELS, "
+        "NCCL_NET_SHARED_COMMS")
     step_overhead_ns: int = Field(1000, ge=0, le=MAX_OVERHEAD_NS,
                                   description="fixed cost of every step of a "
                                   "collective (kernel launch, synchronisation)")

@@ -383,7 +383,8 @@ class FluidSim:
                 "links": R.links, "hop": R.hop}
         return fk.Net(
             **_banks(fk.NET_BANKS, cols, self._width()),
-            dims=np.array([self.L, self.F], np.int64), indptr=R.indptr,
+            dims=np.array([self.L, self.F, R.level.max(initial=0)], np.int64),
+            indptr=R.indptr,
             r_order=self.r_order.astype(np.int64), dependants=self.dependants.astype(np.int64),
             pfc_pool=np.asarray(self.pfc_pool, np.float64),
             rec_links=np.array([p.link_names.index(n) for n in self.cfg.record_links],
@@ -524,6 +525,7 @@ class FluidSim:
         net = net._replace(f=_widened(net.f, E), i=_widened(net.i, E), indptr=R.indptr)
         st = st._replace(f=_widened(st.f, E), i=_widened(st.i, E))
         net.i[fk.N_LEVEL, :self.L] = R.level
+        net.dims[fk.D_MAX_LV] = R.level.max(initial=0)
         net.f[fk.N_FB_LAT] = 0.0
         net.f[fk.N_FB_LAT, :E] = self.fb_lat
         net.i[fk.N_FIRST_LINK, :self.K] = R.first_link

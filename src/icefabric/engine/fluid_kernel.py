@@ -80,7 +80,8 @@ ST_BANKS = {
           "p_ing", "p_route",  # entries
           "n_deps_left", "heap_f", "a_f", "a_fstart", "new_f",  # flows (+1)
           "a_r", "a_rflow", "a_estart", "a_ne", "wf_order",  # routes
-          "wf_tmp", "a_cc", "nic_slot", "a_last"],
+          "wf_tmp", "a_cc", "nic_slot", "a_last",
+          "scr_a", "scr_b", "scr_c", "scr_d"],  # rebuild's scratch (links + 1, flows + 1)
     "b": ["pfc_reg",  # links
           "running", "done", "a_sending",  # flows
           "a_cnp"],  # routes
@@ -107,14 +108,15 @@ NET_BANKS = {
  S_P_ROUTE,
  S_N_DEPS_LEFT, S_HEAP_F, S_A_F, S_A_FSTART, S_NEW_F,
  S_A_R, S_A_RFLOW, S_A_ESTART, S_A_NE, S_WF_ORDER, S_WF_TMP, S_A_CC,
- S_NIC_SLOT, S_A_LAST) = range(30)  # st.i
+ S_NIC_SLOT, S_A_LAST, S_SCR_A, S_SCR_B, S_SCR_C, S_SCR_D) = range(34)  # st.i
 (S_PFC_REG, S_RUNNING, S_DONE, S_A_SENDING, S_A_CNP) = range(5)  # st.b
 (N_CAP, N_KMIN, N_KMAX, N_PMAX, N_PFC_ALPHA, N_PFC_GAP, N_W, N_FB_LAT, N_SIZE_W, N_LAT,
  N_FLOW_START) = range(11)  # net.f
 (N_REV, N_SW_OF, N_LEVEL, N_LINKS, N_HOP, N_FIRST_LINK, N_F_RPTR, N_DPTR) = range(8)  # net.i
 (N_INGRESS_SW,) = range(1)  # net.b
-#: ``net.dims``: the number of links and of flows (the banks are wider)
-D_L, D_F = range(2)
+#: ``net.dims``: the number of links and of flows (the banks are wider), the largest link
+#: level
+D_L, D_F, D_MAX_LV = range(3)
 
 Net = namedtuple("Net", ["f", "i", "b", "dims", "indptr", "r_order", "dependants", "pfc_pool",
                          "rec_links", "rec_flows", "dcqcn", "cfg"])
@@ -232,7 +234,8 @@ def _gather_routes(net, st) -> None:
     si = st_si
     # running flows in id order: the previous set (already in id order) less finished
     # flows, merged with the new starts (sorted here)
-    cand = _merge_sorted(sti[S_A_F], si[I_NAF], _heapsort(sti[S_NEW_F], si[I_NNEW]))
+    cand = _merge_sorted(sti[S_A_F], si[I_NAF], _heapsort(sti[S_NEW_F], si[I_NNEW]),
+                         sti[S_SCR_A])
     si[I_NNEW] = 0
     nf = nr = ne = 0
     for f in cand:
@@ -299,9 +302,10 @@ def _sift_down(v, i, n) -> None:
 
 
 @inline_fn
-def _merge_sorted(a, na, b):
-    """The ascending ``a[:na]`` and ``b`` merged into a new ascending array."""
-    out = np.empty(na + len(b), np.int64)
+def _merge_sorted(a, na, b, buf):
+    """The ascending ``a[:na]`` and ``b`` merged into ``buf`` (ascending); returns the
+    merged slice of ``buf``."""
+    out = buf[:na + len(b)]
     i = j = 0
     for p in range(len(out)):
         if j >= len(b) or (i < na and a[i] <= b[j]):
@@ -316,12 +320,13 @@ def _merge_sorted(a, na, b):
 @inline_fn
 def _gather_links(net, st) -> None:
     """Queue entries (hop >= 1) grouped by link, links ordered by topological level."""
-    st_si = st.si
     sti = st.i
     nti = net.i
-    si = st_si
+    si = st.si
     L = net.dims[D_L]
-    cnt = np.zeros(L, np.int64)
+    cnt, slot, per, fill = sti[S_SCR_A], sti[S_SCR_B], sti[S_SCR_C], sti[S_SCR_D]
+    for li in range(L):
+        cnt[li] = 0
     nq = 0
     for j in range(si[I_NAE]):
         if nti[N_HOP, sti[S_AE, j]] > 0:
@@ -329,26 +334,18 @@ def _gather_links(net, st) -> None:
             cnt[sti[S_AE_LINK, j]] += 1
             nq += 1
     si[I_NQ] = nq
-    max_lv = 0
-    for li in range(L):
-        if cnt[li] > 0:
-            max_lv = max(max_lv, nti[N_LEVEL, li])
     # links ordered by (level, id): count per level, then place in id order
-    per = np.zeros(max_lv + 2, np.int64)
-    for li in range(L):
-        if cnt[li] > 0:
-            per[nti[N_LEVEL, li] + 1] += 1
-    for v in range(1, max_lv + 2):
-        per[v] += per[v - 1]
-    nl = per[max_lv + 1]
-    slot = np.full(L, -1, np.int64)
-    at = per[:max_lv + 1].copy()
+    max_lv = 0
+    for v in range(net.dims[D_MAX_LV] + 2):
+        per[v] = 0
     for li in range(L):
         if cnt[li] > 0:
             v = nti[N_LEVEL, li]
-            sti[S_LK_LINK, at[v]] = li
-            slot[li] = at[v]
-            at[v] += 1
+            max_lv = max(max_lv, v)
+            per[v + 1] += 1
+    for v in range(1, max_lv + 2):
+        per[v] += per[v - 1]
+    nl = per[max_lv + 1]
     nv = 0
     for v in range(1, max_lv + 1):
         if per[v + 1] > per[v]:
@@ -356,10 +353,16 @@ def _gather_links(net, st) -> None:
             nv += 1
     sti[S_LV_PTR, nv] = nl
     si[I_NLK], si[I_NLV] = nl, nv
+    for li in range(L):
+        if cnt[li] > 0:
+            v = nti[N_LEVEL, li]
+            sti[S_LK_LINK, per[v]] = li
+            slot[li] = per[v]
+            per[v] += 1
     sti[S_LK_PTR, 0] = 0
     for i in range(nl):
-        sti[S_LK_PTR, i + 1] = sti[S_LK_PTR, i] + cnt[sti[S_LK_LINK, i]]
-    fill = sti[S_LK_PTR, :nl].copy()
+        fill[i] = sti[S_LK_PTR, i]
+        sti[S_LK_PTR, i + 1] = fill[i] + cnt[sti[S_LK_LINK, i]]
     for i in range(nq):
         j = sti[S_Q_ENT, i]
         s = slot[sti[S_AE_LINK, j]]
@@ -441,36 +444,36 @@ def _gather_nics(net, st) -> None:
     sti = st.i
     nti = net.i
     L = net.dims[D_L]
-    cnt = np.zeros(L, np.int64)
+    cnt, fill = sti[S_SCR_A], sti[S_SCR_B]
+    for li in range(L):
+        cnt[li] = 0
     for i in range(st_si[I_NAR]):
         cnt[nti[N_FIRST_LINK, sti[S_A_R, i]]] += 1
     n = 0
-    slot = np.full(L, -1, np.int64)
     sti[S_NIC_PTR, 0] = 0
     for li in range(L):
         if cnt[li] > 0:
             sti[S_NIC_LINK, n] = li
-            slot[li] = n
+            fill[li] = sti[S_NIC_PTR, n]  # the NIC's next free position
             sti[S_NIC_PTR, n + 1] = sti[S_NIC_PTR, n] + cnt[li]
             n += 1
     st_si[I_NNIC] = n
-    fill = sti[S_NIC_PTR, :n].copy()
     for i in range(st_si[I_NAR]):
-        s = slot[nti[N_FIRST_LINK, sti[S_A_R, i]]]
-        sti[S_NIC_SLOT, i] = fill[s]
-        sti[S_WF_ORDER, fill[s]] = fill[s]  # the waterfill's sort starts from here
-        fill[s] += 1
+        li = nti[N_FIRST_LINK, sti[S_A_R, i]]
+        sti[S_NIC_SLOT, i] = fill[li]
+        sti[S_WF_ORDER, fill[li]] = fill[li]  # the waterfill's sort starts from here
+        fill[li] += 1
 
 
-@njit(cache=True, no_cpython_wrapper=True)  # allocates: reference counting on
+@step_fn
 def rebuild(net, st) -> None:
-    st_sf = st.sf
-    st_si = st.si
+    """The running set's index rows (``a_*``, ``lk_*``, ``nic_*``, positions) gathered
+    afresh after flows started or finished (scratch in ``scr_*``: allocates nothing)."""
     _gather_routes(net, st)
     _gather_links(net, st)
     _gather_nics(net, st)
-    st_si[I_REBUILD] = 0
-    st_sf[F_QUIET] = 0.0
+    st.si[I_REBUILD] = 0
+    st.sf[F_QUIET] = 0.0
 
 
 # --------------------------------------------------------------------------------------

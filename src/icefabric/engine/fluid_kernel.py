@@ -121,10 +121,10 @@ D_L, D_F, D_MAX_LV = range(3)
 Net = namedtuple("Net", ["f", "i", "b", "dims", "indptr", "r_order", "dependants", "pfc_pool",
                          "rec_links", "rec_flows", "dcqcn", "cfg"])
 State = namedtuple("State", ["sf", "si", "f", "i", "b", "cc", "cnp_line", "cnp_dirty", "smp",
-                             "tmp_rows"])
-#: ``tmp_rows``: per-step scratch rows (length >= links, routes, flows and nodes), so a step
-#: allocates nothing; views made once by the caller (making a view costs two atomic
-#: reference-count updates, which per step and per link added up)
+                             "tmp"])
+#: ``tmp``: per-step scratch rows (length >= links, routes, flows and nodes), so a step
+#: allocates nothing. One 2-D array: a call passes every array of its tuples as separate
+#: arguments (7 + 2 x ndim words each), and the helpers are called ~15 times a step
 N_TMP = 6
 
 
@@ -490,7 +490,7 @@ def _service(net, st) -> None:
     ntf = net.f
     net_cfg = net.cfg
     L = net.dims[D_L]
-    ack = _zeroed(st.tmp_rows[0], L)
+    ack = _zeroed(st.tmp[0], L)
     ratio = net_cfg[C_ACK_RATIO]
     if ratio > 0:
         for r in range(st_si[I_NAR]):  # a route's entries are contiguous, in hop order
@@ -797,7 +797,7 @@ def _sweep(net, st, dt) -> float:
     ntf = net.f
     ne, nq = st_si[I_NAE], st_si[I_NQ]
     L = net.dims[D_L]
-    lb = st.tmp_rows[0]
+    lb = st.tmp[0]
     for li in range(L):
         lb[li] = 0.0
         stf[S_QLINK, li] = 0.0
@@ -903,17 +903,17 @@ def _marks(net, st, t_new, dt) -> bool:
     ntf = net.f
     net_cfg = net.cfg
     L = net.dims[D_L]
-    pl = st.tmp_rows[0]
+    pl = st.tmp[0]
     anyp = False
     for li in range(L):
         pl[li] = _red(net, li, stf[S_QLINK, li])
         anyp = anyp or pl[li] > 0
     if not anyp:
         return False
-    mlink = _zeroed(st.tmp_rows[1], L)
+    mlink = _zeroed(st.tmp[1], L)
     # CNPs ride ACKs: the reverse path's queueing delay
-    rd = _zeroed(st.tmp_rows[3], L)
-    qw = st.tmp_rows[2]  # every link's queue wait, once (a division) rather than per entry
+    rd = _zeroed(st.tmp[3], L)
+    qw = st.tmp[2]  # every link's queue wait, once (a division) rather than per entry
     for li in range(L):
         qw[li] = _queue_wait(net, st, li)
     if net_cfg[C_ACK_QUEUE] > 0:
@@ -1009,7 +1009,7 @@ def _cnps(net, st, t_new, dt, rng) -> None:
     bw = net_cfg[C_FB_BW]
     rows = st_si[I_FB_ROWS]
     cur_b = _bucket(t_new, bw)
-    cnp_n = _zeroed(st.tmp_rows[0], ncc)
+    cnp_n = _zeroed(st.tmp[0], ncc)
     anyn = False
     if cur_b > st_si[I_FB_LAST]:
         nb = min(cur_b - st_si[I_FB_LAST], rows)
@@ -1077,7 +1077,7 @@ def _pfc_thresholds(net, st, use) -> None:
     cfg = net_cfg
     L = net.dims[D_L]
     if cfg[C_PFC_DYN] > 0:
-        sw_shared = _zeroed(st.tmp_rows[3], len(net_pfc_pool))
+        sw_shared = _zeroed(st.tmp[3], len(net_pfc_pool))
         for li in range(L):
             if ntb[N_INGRESS_SW, li]:
                 sw_shared[nti[N_SW_OF, li]] += max(use[li] - cfg[C_RESERVE], 0.0)
@@ -1104,8 +1104,8 @@ def _pfc(net, st, dt) -> None:
     net_cfg = net.cfg
     L = net.dims[D_L]
     use = stf[S_PFC_USE]
-    out = st.tmp_rows[1]
-    inn = st.tmp_rows[4]
+    out = st.tmp[1]
+    inn = st.tmp[4]
     for li in range(L):
         use[li] = 0.0
         out[li] = 0.0
@@ -1119,7 +1119,7 @@ def _pfc(net, st, dt) -> None:
     st_si[I_HAS_USE] = 1
     reg = stb[S_PFC_REG]
     if st_si[I_NREG] > 0:
-        nic_dem = _zeroed(st.tmp_rows[2], L)
+        nic_dem = _zeroed(st.tmp[2], L)
         for g in range(st_si[I_NNIC]):  # (a NIC's routes in route order, as before)
             li = sti[S_NIC_LINK, g]
             for j in range(sti[S_NIC_PTR, g], sti[S_NIC_PTR, g + 1]):
@@ -1173,8 +1173,8 @@ def _horizon(net, st) -> float:
     if nq == 0:
         return h
     L = net.dims[D_L]
-    gp = _zeroed(st.tmp_rows[2], L)
-    gl = _zeroed(st.tmp_rows[3], L)
+    gp = _zeroed(st.tmp[2], L)
+    gl = _zeroed(st.tmp[3], L)
     for p in range(nq):
         g = stf[S_WARR, p] - stf[S_WDEP, p]
         if g < -_TINY and stf[S_WQ, p] > 0:
@@ -1211,7 +1211,7 @@ def _pfc_horizon(net, st, gp, h) -> float:
     L = net.dims[D_L]
     reg, use = stb[S_PFC_REG], stf[S_PFC_USE]
     dyn = net_cfg[C_PFC_DYN] > 0
-    gs = _zeroed(st.tmp_rows[4], len(net_pfc_pool))
+    gs = _zeroed(st.tmp[4], len(net_pfc_pool))
     if dyn:
         for li in range(L):
             if ntb[N_INGRESS_SW, li]:
@@ -1279,7 +1279,7 @@ def _complete(net, st, t, ddep, any_marks) -> None:
     net_cfg = net.cfg
     cfg, sf = net_cfg, st_sf
     nf = st_si[I_NAF]
-    fin = _zeroed(st.tmp_rows[1], nf)  # 1.0: finishes now
+    fin = _zeroed(st.tmp[1], nf)  # 1.0: finishes now
     stopped = False
     anyfin = False
     for i in range(nf):
@@ -1309,9 +1309,9 @@ def _complete(net, st, t, ddep, any_marks) -> None:
     sf[F_QUIET] = _horizon(net, st) if steady else 0.0
     if not anyfin:
         return
-    rd = st.tmp_rows[5][:0]
+    rd = st.tmp[5][:0]
     if cfg[C_ACK_QUEUE] > 0:
-        rd = rev_delay(net, st, st.tmp_rows[5])
+        rd = rev_delay(net, st, st.tmp[5])
     left = False
     for i in range(nf):
         f = sti[S_A_F, i]
@@ -1337,7 +1337,7 @@ def _stopped_queued(net, st) -> bool:
     sti = st.i
     stb = st.b
     ntf = net.f
-    rq = _zeroed(st.tmp_rows[0], st.si[I_NAR])
+    rq = _zeroed(st.tmp[0], st.si[I_NAR])
     for p in range(st.si[I_NQ]):
         rq[sti[S_P_ROUTE, p]] += stf[S_WQ, p]
     for i in range(st.si[I_NAF]):

@@ -122,9 +122,16 @@ Net = namedtuple("Net", ["f", "i", "b", "dims", "indptr", "r_order", "dependants
                          "rec_links", "rec_flows", "dcqcn", "cfg"])
 State = namedtuple("State", ["sf", "si", "f", "i", "b", "cc", "cnp_line", "cnp_dirty", "smp",
                              "tmp"])
+#: What the per-step helpers read and write (the arrays of ``Net`` and ``State`` they use,
+#: ``L`` the number of links): a call passes every array of its tuples as separate
+#: arguments (7 + 2 x ndim words each), and the helpers are called ~15 times a step, so
+#: passing the whole ``Net`` and ``State`` (174 words) was most of a small run's step.
+Work = namedtuple("Work", ["nf", "ni", "nb", "cfg", "pool", "L", "sf", "si", "f", "i", "b",
+                           "cc", "tmp"])
+#: the CNP delay line and the DCQCN parameters, for the ECN and CNP helpers
+Feedback = namedtuple("Feedback", ["line", "dirty", "dcqcn"])
 #: ``tmp``: per-step scratch rows (length >= links, routes, flows and nodes), so a step
-#: allocates nothing. One 2-D array: a call passes every array of its tuples as separate
-#: arguments (7 + 2 x ndim words each), and the helpers are called ~15 times a step
+#: allocates nothing (one 2-D array: fewer words per call than a tuple of rows)
 N_TMP = 6
 
 
@@ -482,15 +489,15 @@ def rebuild(net, st) -> None:
 
 
 @step_fn
-def _service(net, st) -> None:
+def _service(ws) -> None:
     """Link service rates: capacity less the ACKs of last step's deliveries, and PFC."""
-    st_si = st.si
-    stf = st.f
-    sti = st.i
-    ntf = net.f
-    net_cfg = net.cfg
-    L = net.dims[D_L]
-    ack = _zeroed(st.tmp[0], L)
+    st_si = ws.si
+    stf = ws.f
+    sti = ws.i
+    ntf = ws.nf
+    net_cfg = ws.cfg
+    L = ws.L
+    ack = _zeroed(ws.tmp[0], L)
     ratio = net_cfg[C_ACK_RATIO]
     if ratio > 0:
         for r in range(st_si[I_NAR]):  # a route's entries are contiguous, in hop order
@@ -509,19 +516,19 @@ def _service(net, st) -> None:
 
 
 @step_fn
-def _allocate(net, st) -> None:
+def _allocate(ws) -> None:
     """Demands and NIC shares of the running routes, then each flow's rate ``a_rf``.
 
     The NIC shares its capacity max-min among its QPs: sort a NIC's demands, the fair level
     is the first ``(cap − Σ smaller) / n_rest`` that does not exceed the next demand.
     """
-    st_si = st.si
-    stf = st.f
-    sti = st.i
-    stb = st.b
-    st_cc = st.cc
-    ntf = net.f
-    net_cfg = net.cfg
+    st_si = ws.si
+    stf = ws.f
+    sti = ws.i
+    stb = ws.b
+    st_cc = ws.cc
+    ntf = ws.nf
+    net_cfg = ws.cfg
     nr, nf = st_si[I_NAR], st_si[I_NAF]
     dcqcn = net_cfg[C_DCQCN] > 0
     for i in range(nf):
@@ -550,7 +557,7 @@ def _allocate(net, st) -> None:
                 d = stf[S_NIC_DEM, j]
                 stf[S_NIC_ALLOC, j] = min(d, c) if nn == nr else d
     else:
-        _waterfill(st, nn)
+        _waterfill(ws, nn)
     for i in range(nf):
         rf = _INF
         for r in range(sti[S_A_FSTART, i], sti[S_A_FSTART, i + 1]):
@@ -564,9 +571,9 @@ def _allocate(net, st) -> None:
 
 
 @step_fn
-def _waterfill(st, nn) -> None:
-    stf = st.f
-    sti = st.i
+def _waterfill(ws, nn) -> None:
+    stf = ws.f
+    sti = ws.i
     dem, alloc = stf[S_NIC_DEM], stf[S_NIC_ALLOC]  # by NIC position
     order, tmp = sti[S_WF_ORDER], sti[S_WF_TMP]
     # the numpy engine sorted all demands by (NIC, demand) (stable) and took one running
@@ -649,14 +656,14 @@ def _merge_sort_by(key, order, a, b, tmp) -> None:
 
 
 @step_fn
-def _dt(net, st, t) -> float:
-    st_sf = st.sf
-    st_si = st.si
-    stf = st.f
-    sti = st.i
-    st_cc = st.cc
-    ntf = net.f
-    net_cfg = net.cfg
+def _dt(ws, t) -> float:
+    st_sf = ws.sf
+    st_si = ws.si
+    stf = ws.f
+    sti = ws.i
+    st_cc = ws.cc
+    ntf = ws.nf
+    net_cfg = ws.cfg
     cfg, sf = net_cfg, st_sf
     quiet = sf[F_QUIET]
     dt = max(quiet, cfg[C_DT]) if quiet else cfg[C_DT]
@@ -686,7 +693,7 @@ def _dt(net, st, t) -> float:
 
 
 @step_fn
-def _sweep_level(st, dt, lo, hi, views) -> float:
+def _sweep_level(ws, dt, lo, hi) -> float:
     """FIFO service of the links ``lk_link[lo:hi]`` (one topological level); returns the
     largest departure change.
 
@@ -697,8 +704,9 @@ def _sweep_level(st, dt, lo, hi, views) -> float:
     overloaded. (The draining rule needs content, so the first pass's updates hold in
     every case.) The second pass also makes the departures current and sums each link's
     bytes and content (:func:`_settle`), while its entries are in cache."""
-    stf = st.f
-    sti = st.i
+    stf = ws.f
+    sti = ws.i
+    views = (stf[S_WQ], stf[S_WDRAIN], stf[S_WARR], stf[S_WNEW], stf[S_WDEP], ws.tmp[0])
     q, drain, arr, new, dep_old, lb = views
     up = sti[S_P_UP]
     ddep = 0.0
@@ -789,24 +797,23 @@ def _fifo(stf, sti, views, dt, i) -> None:
 
 
 @step_fn
-def _sweep(net, st, dt) -> float:
+def _sweep(ws, dt) -> float:
     """Move every running entry's bytes one step; returns the largest departure change."""
-    st_si = st.si
-    stf = st.f
-    sti = st.i
-    ntf = net.f
+    st_si = ws.si
+    stf = ws.f
+    sti = ws.i
+    ntf = ws.nf
     ne, nq = st_si[I_NAE], st_si[I_NQ]
-    L = net.dims[D_L]
-    lb = st.tmp[0]
+    L = ws.L
+    lb = ws.tmp[0]
     for li in range(L):
         lb[li] = 0.0
         stf[S_QLINK, li] = 0.0
-    views = (stf[S_WQ], stf[S_WDRAIN], stf[S_WARR], stf[S_WNEW], stf[S_WDEP], lb)
     for p in range(nq, ne):  # first hops: what the sources inject
         stf[S_WNEW, p] = stf[S_A_X, sti[S_P_ROUTE, p]]
     ddep = 0.0
     for v in range(st_si[I_NLV]):
-        ddep = max(ddep, _sweep_level(st, dt, sti[S_LV_PTR, v], sti[S_LV_PTR, v + 1], views))
+        ddep = max(ddep, _sweep_level(ws, dt, sti[S_LV_PTR, v], sti[S_LV_PTR, v + 1]))
     # the first hops after the queue entries (a link's sums in position order, as before)
     for p in range(nq, ne):
         nw = stf[S_WNEW, p]
@@ -829,23 +836,23 @@ def _sweep(net, st, dt) -> float:
 
 
 @inline_fn
-def _queue_wait(net, st, li) -> float:
+def _queue_wait(ws, li) -> float:
     """Time (ns) link ``li``'s egress queue takes to drain at its line rate: what a packet
     joining it now waits (at most 1 s; a link that is down would never drain)."""
-    return min(st.f[S_QLINK, li] / max(net.f[N_CAP, li] * st.f[S_UP, li], _TINY), 1e9)
+    return min(ws.f[S_QLINK, li] / max(ws.nf[N_CAP, li] * ws.f[S_UP, li], _TINY), 1e9)
 
 
 @inline_fn
-def rev_delay(net, st, out) -> np.ndarray:
+def rev_delay(ws, out) -> np.ndarray:
     """Queueing delay (ns) an ACK meets on the reverse direction of each link, written
     to ``out``."""
-    nti = net.i
-    L = net.dims[D_L]
+    nti = ws.ni
+    L = ws.L
     _zeroed(out, L)
     for li in range(L):
         rv = nti[N_REV, li]
         if rv >= 0:
-            out[li] = _queue_wait(net, st, rv)
+            out[li] = _queue_wait(ws, rv)
     return out
 
 
@@ -864,10 +871,10 @@ def _bucket(t, bw) -> np.int64:
 
 
 @inline_fn
-def _red(net, li, q) -> float:
+def _red(ws, li, q) -> float:
     """RED marking probability of link ``li`` at queue ``q`` (dataplane/ecn.py)."""
-    ntf = net.f
-    net_cfg = net.cfg
+    ntf = ws.nf
+    net_cfg = ws.cfg
     kmin, kmax = ntf[N_KMIN, li], ntf[N_KMAX, li]
     if not q > kmin:
         return 0.0
@@ -878,7 +885,7 @@ def _red(net, li, q) -> float:
 
 
 @step_fn
-def _marks(net, st, t_new, dt) -> bool:
+def _marks(ws, fb, t_new, dt) -> bool:
     """ECN marks of this step into the CNP delay line; returns whether any was made.
 
     When the CNP reaches the sender (HPCC ns-3, ``simulation/src/point-to-point/model``):
@@ -895,29 +902,29 @@ def _marks(net, st, t_new, dt) -> bool:
     earlier one. Runs after :func:`_cnps` of the step, so
     the slots after the step's bucket are free.
     """
-    st_sf = st.sf
-    st_si = st.si
-    stf = st.f
-    sti = st.i
-    st_cnp_line = st.cnp_line
-    ntf = net.f
-    net_cfg = net.cfg
-    L = net.dims[D_L]
-    pl = st.tmp[0]
+    st_sf = ws.sf
+    st_si = ws.si
+    stf = ws.f
+    sti = ws.i
+    st_cnp_line = fb.line
+    ntf = ws.nf
+    net_cfg = ws.cfg
+    L = ws.L
+    pl = ws.tmp[0]
     anyp = False
     for li in range(L):
-        pl[li] = _red(net, li, stf[S_QLINK, li])
+        pl[li] = _red(ws, li, stf[S_QLINK, li])
         anyp = anyp or pl[li] > 0
     if not anyp:
         return False
-    mlink = _zeroed(st.tmp[1], L)
+    mlink = _zeroed(ws.tmp[1], L)
     # CNPs ride ACKs: the reverse path's queueing delay
-    rd = _zeroed(st.tmp[3], L)
-    qw = st.tmp[2]  # every link's queue wait, once (a division) rather than per entry
+    rd = _zeroed(ws.tmp[3], L)
+    qw = ws.tmp[2]  # every link's queue wait, once (a division) rather than per entry
     for li in range(L):
-        qw[li] = _queue_wait(net, st, li)
+        qw[li] = _queue_wait(ws, li)
     if net_cfg[C_ACK_QUEUE] > 0:
-        nti = net.i
+        nti = ws.ni
         for li in range(L):
             rv = nti[N_REV, li]
             if rv >= 0:
@@ -950,10 +957,10 @@ def _marks(net, st, t_new, dt) -> bool:
                 due = t_new + ntf[N_FB_LAT, e] + down + rq
                 b = max(_bucket(due, bw), cur_b + 1)
                 if b > cur_b + rows:
-                    rows = _grow_line(st, cur_b, b)
+                    rows = _grow_line(ws, fb, cur_b, b)
                     b = min(b, cur_b + rows)
                 st_cnp_line[b % rows, k] += mb / pkt
-                st.cnp_dirty[b % rows] = True
+                fb.dirty[b % rows] = True
                 until = max(until, b * bw)
                 anyk = True
             down += qw[li]
@@ -964,16 +971,16 @@ def _marks(net, st, t_new, dt) -> bool:
 
 
 @step_fn
-def _grow_line(st, cur_b, need) -> int:
+def _grow_line(ws, fb, cur_b, need) -> int:
     """Double the CNP delay line's slots in use (``si[I_FB_ROWS]``, at most its allocated
     rows) until bucket ``need`` fits; returns the new count. Bucket ``b`` lives in row
     ``b % rows``: after doubling, a pending bucket's row stays or moves up by the old count,
     onto a row never used before, so the moves need no scratch. The line is allocated at
     its largest but only touched as far as it grows (a full-size ring swept by the clock
     cost a page fault per 4 kB: up to +50 % run time on validation DCQCN runs)."""
-    rows = st.si[I_FB_ROWS]
-    line = st.cnp_line
-    dirty = st.cnp_dirty
+    rows = ws.si[I_FB_ROWS]
+    line = fb.line
+    dirty = fb.dirty
     while need > cur_b + rows and 2 * rows <= line.shape[0]:
         for o in range(rows):
             if not dirty[o]:
@@ -987,21 +994,21 @@ def _grow_line(st, cur_b, need) -> int:
                 dirty[n] = True
                 dirty[o] = False
         rows *= 2
-    st.si[I_FB_ROWS] = rows
+    ws.si[I_FB_ROWS] = rows
     return rows
 
 
 @step_fn
-def _cnps(net, st, t_new, dt, rng) -> None:
+def _cnps(ws, fb, t_new, dt, rng) -> None:
     """Collect the CNPs due now, draw which QPs see one, and run DCQCN on every QP."""
-    st_si = st.si
-    stf = st.f
-    stb = st.b
-    sti = st.i
-    st_cc = st.cc
-    st_cnp_line = st.cnp_line
-    net_dcqcn = net.dcqcn
-    net_cfg = net.cfg
+    st_si = ws.si
+    stf = ws.f
+    stb = ws.b
+    sti = ws.i
+    st_cc = ws.cc
+    st_cnp_line = fb.line
+    net_dcqcn = fb.dcqcn
+    net_cfg = ws.cfg
     # only the routes ECN can mark (``a_cc``; the others' state never changes): their
     # CNPs by position c in that list
     ncc = st_si[I_NCC]
@@ -1009,15 +1016,15 @@ def _cnps(net, st, t_new, dt, rng) -> None:
     bw = net_cfg[C_FB_BW]
     rows = st_si[I_FB_ROWS]
     cur_b = _bucket(t_new, bw)
-    cnp_n = _zeroed(st.tmp[0], ncc)
+    cnp_n = _zeroed(ws.tmp[0], ncc)
     anyn = False
     if cur_b > st_si[I_FB_LAST]:
         nb = min(cur_b - st_si[I_FB_LAST], rows)
         for m in range(nb):
             row = (st_si[I_FB_LAST] + 1 + m) % rows
-            if not st.cnp_dirty[row]:
+            if not fb.dirty[row]:
                 continue  # nothing was written since it was last read: all zero
-            st.cnp_dirty[row] = False
+            fb.dirty[row] = False
             for c in range(ncc):  # other columns belong to flows that ended: never read
                 k = sti[S_A_R, acc[c]]
                 v = st_cnp_line[row, k]
@@ -1067,17 +1074,17 @@ def _cnps(net, st, t_new, dt, rng) -> None:
 
 
 @step_fn
-def _pfc_thresholds(net, st, use) -> None:
-    stf = st.f
-    ntf = net.f
-    ntb = net.b
-    nti = net.i
-    net_pfc_pool = net.pfc_pool
-    net_cfg = net.cfg
+def _pfc_thresholds(ws, use) -> None:
+    stf = ws.f
+    ntf = ws.nf
+    ntb = ws.nb
+    nti = ws.ni
+    net_pfc_pool = ws.pool
+    net_cfg = ws.cfg
     cfg = net_cfg
-    L = net.dims[D_L]
+    L = ws.L
     if cfg[C_PFC_DYN] > 0:
-        sw_shared = _zeroed(st.tmp[3], len(net_pfc_pool))
+        sw_shared = _zeroed(ws.tmp[3], len(net_pfc_pool))
         for li in range(L):
             if ntb[N_INGRESS_SW, li]:
                 sw_shared[nti[N_SW_OF, li]] += max(use[li] - cfg[C_RESERVE], 0.0)
@@ -1093,19 +1100,19 @@ def _pfc_thresholds(net, st, use) -> None:
 
 
 @step_fn
-def _pfc(net, st, dt) -> None:
+def _pfc(ws, dt) -> None:
     """Fluid PFC: throttle each upstream transmitter so its ingress port holds XOFF."""
-    st_si = st.si
-    stf = st.f
-    stb = st.b
-    sti = st.i
-    ntf = net.f
-    ntb = net.b
-    net_cfg = net.cfg
-    L = net.dims[D_L]
+    st_si = ws.si
+    stf = ws.f
+    stb = ws.b
+    sti = ws.i
+    ntf = ws.nf
+    ntb = ws.nb
+    net_cfg = ws.cfg
+    L = ws.L
     use = stf[S_PFC_USE]
-    out = st.tmp[1]
-    inn = st.tmp[4]
+    out = ws.tmp[1]
+    inn = ws.tmp[4]
     for li in range(L):
         use[li] = 0.0
         out[li] = 0.0
@@ -1115,11 +1122,11 @@ def _pfc(net, st, dt) -> None:
         use[ing] += stf[S_WQ, p]
         out[ing] += stf[S_WDEP, p]
         inn[ing] += stf[S_WARR, p]
-    _pfc_thresholds(net, st, use)
+    _pfc_thresholds(ws, use)
     st_si[I_HAS_USE] = 1
     reg = stb[S_PFC_REG]
     if st_si[I_NREG] > 0:
-        nic_dem = _zeroed(st.tmp[2], L)
+        nic_dem = _zeroed(ws.tmp[2], L)
         for g in range(st_si[I_NNIC]):  # (a NIC's routes in route order, as before)
             li = sti[S_NIC_LINK, g]
             for j in range(sti[S_NIC_PTR, g], sti[S_NIC_PTR, g + 1]):
@@ -1159,22 +1166,22 @@ def _pfc(net, st, dt) -> None:
 
 
 @step_fn
-def _horizon(net, st) -> float:
+def _horizon(ws) -> float:
     """Longest step over which constant rates keep the model exact: until a queue entry
     empties, a PFC port crosses XOFF/XON, or a queue reaches Kmin (DCQCN)."""
-    st_si = st.si
-    stf = st.f
-    sti = st.i
-    ntf = net.f
-    net_cfg = net.cfg
+    st_si = ws.si
+    stf = ws.f
+    sti = ws.i
+    ntf = ws.nf
+    net_cfg = ws.cfg
     cfg = net_cfg
     h = cfg[C_DT_QUIET]
     nq = st_si[I_NQ]
     if nq == 0:
         return h
-    L = net.dims[D_L]
-    gp = _zeroed(st.tmp[2], L)
-    gl = _zeroed(st.tmp[3], L)
+    L = ws.L
+    gp = _zeroed(ws.tmp[2], L)
+    gl = _zeroed(ws.tmp[3], L)
     for p in range(nq):
         g = stf[S_WARR, p] - stf[S_WDEP, p]
         if g < -_TINY and stf[S_WQ, p] > 0:
@@ -1187,7 +1194,7 @@ def _horizon(net, st) -> float:
         # freeze whatever shares the last event left (FluidConfig.dt_pfc_max_ns)
         h = min(h, cfg[C_DT_PFC])
     if pfc and st_si[I_HAS_USE] > 0:
-        h = _pfc_horizon(net, st, gp, h)
+        h = _pfc_horizon(ws, gp, h)
     if cfg[C_DCQCN] > 0:
         for li in range(L):
             if stf[S_QLINK, li] >= ntf[N_KMIN, li] * (1 - 1e-9):
@@ -1200,18 +1207,18 @@ def _horizon(net, st) -> float:
 
 
 @step_fn
-def _pfc_horizon(net, st, gp, h) -> float:
-    stf = st.f
-    stb = st.b
-    ntf = net.f
-    ntb = net.b
-    nti = net.i
-    net_pfc_pool = net.pfc_pool
-    net_cfg = net.cfg
-    L = net.dims[D_L]
+def _pfc_horizon(ws, gp, h) -> float:
+    stf = ws.f
+    stb = ws.b
+    ntf = ws.nf
+    ntb = ws.nb
+    nti = ws.ni
+    net_pfc_pool = ws.pool
+    net_cfg = ws.cfg
+    L = ws.L
     reg, use = stb[S_PFC_REG], stf[S_PFC_USE]
     dyn = net_cfg[C_PFC_DYN] > 0
-    gs = _zeroed(st.tmp[4], len(net_pfc_pool))
+    gs = _zeroed(ws.tmp[4], len(net_pfc_pool))
     if dyn:
         for li in range(L):
             if ntb[N_INGRESS_SW, li]:
@@ -1267,19 +1274,17 @@ def _sample(net, st, t) -> None:
 
 
 @step_fn
-def _complete(net, st, t, ddep, any_marks) -> None:
-    """Flows whose bytes were all delivered finish (plus the ACK's way back)."""
-    st_sf = st.sf
-    st_si = st.si
-    stf = st.f
-    sti = st.i
-    stb = st.b
-    st_cc = st.cc
-    ntf = net.f
-    net_cfg = net.cfg
-    cfg, sf = net_cfg, st_sf
+def _complete(ws, t, ddep, any_marks) -> bool:
+    """Which flows delivered all their bytes (``tmp[1]``: 1.0 for those) and whether the
+    next step may be long; returns whether some flow finishes (:func:`_finish`)."""
+    st_si = ws.si
+    stf = ws.f
+    sti = ws.i
+    stb = ws.b
+    ntf = ws.nf
+    cfg, sf = ws.cfg, ws.sf
     nf = st_si[I_NAF]
-    fin = _zeroed(st.tmp[1], nf)  # 1.0: finishes now
+    fin = _zeroed(ws.tmp[1], nf)  # 1.0: finishes now
     stopped = False
     anyfin = False
     for i in range(nf):
@@ -1300,20 +1305,30 @@ def _complete(net, st, t, ddep, any_marks) -> None:
     if steady and stopped:
         # a source that just stopped while its bytes still queue changes the next step's
         # arrivals: not steady
-        steady = not _stopped_queued(net, st)
+        steady = not _stopped_queued(ws)
     if steady and cfg[C_DCQCN] > 0:
         for c in range(st_si[I_NCC]):
-            if st_cc[_DEC_CNP, sti[S_A_R, sti[S_A_CC, c]]] > 0:
+            if ws.cc[_DEC_CNP, sti[S_A_R, sti[S_A_CC, c]]] > 0:
                 steady = False  # a rate decrease is pending
                 break
-    sf[F_QUIET] = _horizon(net, st) if steady else 0.0
-    if not anyfin:
-        return
+    sf[F_QUIET] = _horizon(ws) if steady else 0.0
+    return anyfin
+
+
+@step_fn
+def _finish(net, st, ws, t) -> None:
+    """The flows :func:`_complete` found delivered finish (plus the ACK's way back) and
+    release their dependants."""
+    st_si = st.si
+    stf = st.f
+    sti = st.i
+    stb = st.b
+    fin = st.tmp[1]
     rd = st.tmp[5][:0]
-    if cfg[C_ACK_QUEUE] > 0:
-        rd = rev_delay(net, st, st.tmp[5])
+    if net.cfg[C_ACK_QUEUE] > 0:
+        rd = rev_delay(ws, st.tmp[5])
     left = False
-    for i in range(nf):
+    for i in range(st_si[I_NAF]):
         f = sti[S_A_F, i]
         if not fin[i] > 0:
             left = left or stb[S_RUNNING, f]
@@ -1322,7 +1337,7 @@ def _complete(net, st, t, ddep, any_marks) -> None:
         stb[S_DONE, f] = True
         st_si[I_DONE] += 1
         # the ACK of the last byte queues behind data on the reverse path
-        stf[S_FINISH, f] = t + ntf[N_LAT, f] + _ack_queue_ns(net, f, rd)
+        stf[S_FINISH, f] = t + net.f[N_LAT, f] + _ack_queue_ns(net, f, rd)
         release(net, st, f, stf[S_FINISH, f])
     # finished flows stay in the running arrays (idle) until the next start rebuilds them
     if not left:
@@ -1330,17 +1345,17 @@ def _complete(net, st, t, ddep, any_marks) -> None:
 
 
 @step_fn
-def _stopped_queued(net, st) -> bool:
+def _stopped_queued(ws) -> bool:
     """Whether a flow that stopped injecting this step (still marked sending) has more
     than a byte queued on one of its routes."""
-    stf = st.f
-    sti = st.i
-    stb = st.b
-    ntf = net.f
-    rq = _zeroed(st.tmp[0], st.si[I_NAR])
-    for p in range(st.si[I_NQ]):
+    stf = ws.f
+    sti = ws.i
+    stb = ws.b
+    ntf = ws.nf
+    rq = _zeroed(ws.tmp[0], ws.si[I_NAR])
+    for p in range(ws.si[I_NQ]):
         rq[sti[S_P_ROUTE, p]] += stf[S_WQ, p]
-    for i in range(st.si[I_NAF]):
+    for i in range(ws.si[I_NAF]):
         f = sti[S_A_F, i]
         tol = 1e-6 * max(ntf[N_SIZE_W, f], 1.0)
         if not (stb[S_A_SENDING, i] and ntf[N_SIZE_W, f] - stf[S_INJ, f] <= tol):
@@ -1417,12 +1432,12 @@ def _dcqcn_fresh(s, k) -> None:
 
 
 @inline_fn
-def _pfc_active(st, L) -> bool:
+def _pfc_active(ws) -> bool:
     """Some port is paused or some queue holds bytes (else PFC has nothing to do)."""
-    if st.si[I_NREG] > 0:
+    if ws.si[I_NREG] > 0:
         return True
-    for li in range(L):
-        if st.f[S_QLINK, li] > 0.0:
+    for li in range(ws.L):
+        if ws.f[S_QLINK, li] > 0.0:
             return True
     return False
 
@@ -1441,12 +1456,10 @@ def advance(net, st, rng) -> int:
 
 @njit(cache=True)
 def _advance(net, st, rng) -> int:
-    st_sf = st.sf
-    st_si = st.si
-    stf = st.f
-    st_smp = st.smp
-    net_cfg = net.cfg
-    cfg, sf, si = net_cfg, st_sf, st_si
+    sf, si, stf, st_smp, cfg = st.sf, st.si, st.f, st.smp, net.cfg
+    ws = Work(net.f, net.i, net.b, net.cfg, net.pfc_pool, net.dims[D_L], st.sf, st.si, st.f,
+              st.i, st.b, st.cc, st.tmp)
+    fb = Feedback(st.cnp_line, st.cnp_dirty, net.dcqcn)
     F = net.dims[D_F]
     while si[I_DONE] < F:
         t = sf[F_T]
@@ -1454,7 +1467,8 @@ def _advance(net, st, rng) -> int:
             return FAIL_DUE
         if st_smp.shape[0] and si[I_NSMP] == st_smp.shape[0]:
             return SAMPLES_FULL
-        _start_due(net, st, t)
+        if si[I_HEAP] > 0 and stf[S_HEAP_T, 0] <= t + cfg[C_COALESCE]:
+            _start_due(net, st, t)
         if si[I_REBUILD]:
             _store_work(st)
             rebuild(net, st)
@@ -1470,24 +1484,25 @@ def _advance(net, st, rng) -> int:
             return DONE  # stalled (a failed link with no reroute): unfinished flows
         if si[I_STEPS] > cfg[C_MAX_STEPS]:
             return MAX_STEPS
-        _service(net, st)
-        _allocate(net, st)
-        dt = _dt(net, st, t)
-        ddep = _sweep(net, st, dt)
+        _service(ws)
+        _allocate(ws)
+        dt = _dt(ws, t)
+        ddep = _sweep(ws, dt)
         t_new = t + dt
         any_marks = False
         if cfg[C_DCQCN] > 0:
-            _cnps(net, st, t_new, dt, rng)  # first: frees the slots _marks writes to
-            any_marks = _marks(net, st, t_new, dt)
+            _cnps(ws, fb, t_new, dt, rng)  # first: frees the slots _marks writes to
+            any_marks = _marks(ws, fb, t_new, dt)
             if cfg[C_ES_ON] > 0 and t_new >= sf[F_ES_NEXT]:
                 si[I_ES_DUE] = 1
-        if cfg[C_PFC_ON] > 0 and (si[I_HAS_USE] == 0 or _pfc_active(st, net.dims[D_L])):
-            _pfc(net, st, dt)
+        if cfg[C_PFC_ON] > 0 and (si[I_HAS_USE] == 0 or _pfc_active(ws)):
+            _pfc(ws, dt)
         if t_new >= sf[F_NEXT_SAMPLE] - 1e-6:
             _sample(net, st, t_new)
             sf[F_NEXT_SAMPLE] += cfg[C_SAMPLE_INT]
         sf[F_T] = t_new
-        _complete(net, st, t_new, ddep, any_marks)
+        if _complete(ws, t_new, ddep, any_marks):
+            _finish(net, st, ws, t_new)
         if si[I_ES_DUE]:
             return ENDSIDE_DUE
     return DONE

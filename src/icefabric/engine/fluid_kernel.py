@@ -58,8 +58,8 @@ DONE, FAIL_DUE, ENDSIDE_DUE, SAMPLES_FULL, MAX_STEPS = 0, 1, 2, 3, 4
 #: evolving scalars (sf: float, si: int)
 (F_T, F_QUIET, F_MARKS_UNTIL, F_NEXT_SAMPLE, F_ES_NEXT, F_FAIL_T, N_SF) = range(7)
 (I_STEPS, I_DONE, I_HEAP, I_FB_LAST, I_REBUILD, I_HAS_USE, I_NAF, I_NAR, I_NAE, I_NQ,
- I_NLK, I_NLV, I_NNIC, I_NSMP, I_ES_DUE, I_NNEW, I_FB_ROWS, I_NREG, I_WORK, I_NCC,
- N_SI) = range(21)
+ I_NLK, I_NLV, I_NNIC, I_NSMP, I_ES_DUE, I_NNEW, I_FB_ROWS, I_NREG, I_WORK, I_NCC, I_NING,
+ N_SI) = range(22)
 
 #: rows of the state and network banks: one 2-D array per dtype (``f`` float, ``i`` int,
 #: ``b`` bool), each row as wide as the widest extent (links + 1, flows + 1, routes, entries,
@@ -81,7 +81,8 @@ ST_BANKS = {
           "n_deps_left", "heap_f", "a_f", "a_fstart", "new_f",  # flows (+1)
           "a_r", "a_rflow", "a_estart", "a_ne", "wf_order",  # routes
           "wf_tmp", "a_cc", "nic_slot", "a_last",
-          "scr_a", "scr_b", "scr_c", "scr_d"],  # rebuild's scratch (links + 1, flows + 1)
+          "scr_a", "scr_b", "scr_c", "scr_d",  # rebuild's scratch (links + 1, flows + 1)
+          "ing_link"],  # links
     "b": ["pfc_reg",  # links
           "running", "done", "a_sending",  # flows
           "a_cnp"],  # routes
@@ -108,7 +109,7 @@ NET_BANKS = {
  S_P_ROUTE,
  S_N_DEPS_LEFT, S_HEAP_F, S_A_F, S_A_FSTART, S_NEW_F,
  S_A_R, S_A_RFLOW, S_A_ESTART, S_A_NE, S_WF_ORDER, S_WF_TMP, S_A_CC,
- S_NIC_SLOT, S_A_LAST, S_SCR_A, S_SCR_B, S_SCR_C, S_SCR_D) = range(34)  # st.i
+ S_NIC_SLOT, S_A_LAST, S_SCR_A, S_SCR_B, S_SCR_C, S_SCR_D, S_ING_LINK) = range(35)  # st.i
 (S_PFC_REG, S_RUNNING, S_DONE, S_A_SENDING, S_A_CNP) = range(5)  # st.b
 (N_CAP, N_KMIN, N_KMAX, N_PMAX, N_PFC_ALPHA, N_PFC_GAP, N_W, N_FB_LAT, N_SIZE_W, N_LAT,
  N_FLOW_START) = range(11)  # net.f
@@ -409,6 +410,24 @@ def _positions(net, st) -> None:
         sti[S_P_ING, p] = sti[S_AE_LINK, j - 1]  # the port its bytes arrived on
 
 
+@inline_fn
+def _gather_ports(net, st) -> None:
+    """``ing_link``: the ports (links) the running queue entries arrive on, ascending (the
+    only ones PFC can pause while none is paused, :func:`_pfc`)."""
+    sti = st.i
+    mark = sti[S_SCR_A]
+    for li in range(net.dims[D_L]):
+        mark[li] = 0
+    for p in range(st.si[I_NQ]):
+        mark[sti[S_P_ING, p]] = 1
+    n = 0
+    for li in range(net.dims[D_L]):
+        if mark[li]:
+            sti[S_ING_LINK, n] = li
+            n += 1
+    st.si[I_NING] = n
+
+
 @step_fn
 def _load_work(st) -> None:
     """The running entries' state from its rows by entry (``q``, ``arr``, ``drain``,
@@ -433,7 +452,9 @@ def _move_work(st, load) -> None:
     sti = st.i
     for p in range(st.si[I_NAE]):
         e = sti[S_AE, sti[S_LK_ENT, p]]
-        for o in range(S_WQ - S_Q):  # q, arr, drain, dep
+        for o in range(S_WQ - S_Q):  # q, drain, dep (the sweep rewrites arr first)
+            if o == S_ARR - S_Q:
+                continue
             if load:
                 stf[S_WQ + o, p] = stf[S_Q + o, e]
             else:
@@ -479,6 +500,7 @@ def rebuild(net, st) -> None:
     _gather_routes(net, st)
     _gather_links(net, st)
     _gather_nics(net, st)
+    _gather_ports(net, st)
     st.si[I_REBUILD] = 0
     st.sf[F_QUIET] = 0.0
 
@@ -1074,46 +1096,41 @@ def _cnps(ws, fb, t_new, dt, rng) -> None:
 
 
 @step_fn
-def _pfc_thresholds(ws, use) -> None:
-    stf = ws.f
-    ntf = ws.nf
-    ntb = ws.nb
-    nti = ws.ni
-    net_pfc_pool = ws.pool
-    net_cfg = ws.cfg
-    cfg = net_cfg
-    L = ws.L
+def _pfc_thresholds(ws, use, full) -> None:
+    """Every port's XOFF/XON; a switch's shared-pool use summed over its ingress ports
+    (``full``: all of them; else only the ports of the running queue entries, ``ing_link``,
+    the others holding nothing)."""
+    stf, ntf, nti, cfg = ws.f, ws.nf, ws.ni, ws.cfg
     if cfg[C_PFC_DYN] > 0:
-        sw_shared = _zeroed(ws.tmp[3], len(net_pfc_pool))
-        for li in range(L):
-            if ntb[N_INGRESS_SW, li]:
+        sw_shared = _zeroed(ws.tmp[3], len(ws.pool))
+        for x in range(ws.L if full else ws.si[I_NING]):
+            li = x if full else ws.i[S_ING_LINK, x]
+            if ws.nb[N_INGRESS_SW, li]:
                 sw_shared[nti[N_SW_OF, li]] += max(use[li] - cfg[C_RESERVE], 0.0)
-        for li in range(L):
+        for li in range(ws.L):
             s = nti[N_SW_OF, li]
-            thr = ntf[N_PFC_ALPHA, li] * max(net_pfc_pool[s] - sw_shared[s], 0.0)
+            thr = ntf[N_PFC_ALPHA, li] * max(ws.pool[s] - sw_shared[s], 0.0)
             stf[S_PFC_XOFF, li] = cfg[C_RESERVE] + thr
             stf[S_PFC_XON, li] = cfg[C_RESERVE] + thr - cfg[C_RESUME]
     else:
-        for li in range(L):
+        for li in range(ws.L):
             stf[S_PFC_XOFF, li] = cfg[C_XOFF]
             stf[S_PFC_XON, li] = cfg[C_XON]
 
 
 @step_fn
 def _pfc(ws, dt) -> None:
-    """Fluid PFC: throttle each upstream transmitter so its ingress port holds XOFF."""
-    st_si = ws.si
-    stf = ws.f
-    stb = ws.b
-    sti = ws.i
-    ntf = ws.nf
-    ntb = ws.nb
-    net_cfg = ws.cfg
-    L = ws.L
-    use = stf[S_PFC_USE]
-    out = ws.tmp[1]
-    inn = ws.tmp[4]
-    for li in range(L):
+    """Fluid PFC: throttle each upstream transmitter so its ingress port holds XOFF.
+
+    While no port is paused only the ports the running queue entries arrive on
+    (``ing_link``) can pause, so the per-port passes visit those alone (a port no entry
+    arrives on holds nothing and stays unpaused); once one is, every port."""
+    st_si, stf, sti = ws.si, ws.f, ws.i
+    full = st_si[I_NREG] > 0
+    n = ws.L if full else st_si[I_NING]
+    use, out, inn = stf[S_PFC_USE], ws.tmp[1], ws.tmp[4]
+    for x in range(n):
+        li = x if full else sti[S_ING_LINK, x]
         use[li] = 0.0
         out[li] = 0.0
         inn[li] = 0.0
@@ -1122,38 +1139,21 @@ def _pfc(ws, dt) -> None:
         use[ing] += stf[S_WQ, p]
         out[ing] += stf[S_WDEP, p]
         inn[ing] += stf[S_WARR, p]
-    _pfc_thresholds(ws, use)
+    _pfc_thresholds(ws, use, full)
     st_si[I_HAS_USE] = 1
-    reg = stb[S_PFC_REG]
-    if st_si[I_NREG] > 0:
-        nic_dem = _zeroed(ws.tmp[2], L)
-        for g in range(st_si[I_NNIC]):  # (a NIC's routes in route order, as before)
-            li = sti[S_NIC_LINK, g]
-            for j in range(sti[S_NIC_PTR, g], sti[S_NIC_PTR, g + 1]):
-                nic_dem[li] += stf[S_NIC_DEM, j]
-        for li in range(L):
-            if not reg[li]:
-                continue
-            serv = stf[S_SERV, li]
-            allow = min(stf[S_PFC_ALLOW, li], serv)
-            if not (stf[S_QLINK, li] > 1.0 or nic_dem[li] > allow * (1 + 1e-9)):
-                continue
-            frac = min(max(1.0 - allow / serv, 0.0), 1.0) if serv > 0 else 0.0
-            stf[S_PAUSE_NS, li] += frac * dt
-            o = min(out[li], serv)
-            if frac > 1e-6 and o > _TINY:
-                gap = ntf[N_PFC_GAP, li]
-                period = gap / max(o, _TINY) + gap / max(serv - o, _TINY)
-                stf[S_PAUSE_CNT, li] += dt / period
-    tau = max(dt, net_cfg[C_TAU])
+    if full:
+        _pause_time(ws, dt, out)
+    tau = max(dt, ws.cfg[C_TAU])
     # as in ns-3, a port is checked for pause only when bytes arrive on it
     # (SwitchNode::SendToDev -> CheckAndSendPfc) and for resume only when its own bytes
     # leave (SwitchNotifyDequeue -> CheckAndSendResume): a threshold that moves because
     # other ports filled or drained the shared pool acts at the port's next packet (an
     # empty port has no packet left to wait for: its last dequeue resumed it)
+    reg = ws.b[S_PFC_REG]
     nreg = 0
-    for li in range(L):
-        if (ntb[N_INGRESS_SW, li] and not reg[li] and use[li] >= stf[S_PFC_XOFF, li]
+    for x in range(n):
+        li = x if full else sti[S_ING_LINK, x]
+        if (ws.nb[N_INGRESS_SW, li] and not reg[li] and use[li] >= stf[S_PFC_XOFF, li]
                 and inn[li] > 0):
             stf[S_PAUSE_CNT, li] += 1.0
             reg[li] = True
@@ -1161,8 +1161,34 @@ def _pfc(ws, dt) -> None:
             reg[li] = False
         nreg += reg[li]
         stf[S_PFC_ALLOW, li] = (max(out[li] + (stf[S_PFC_XOFF, li] - use[li]) / tau, 0.0)
-                            if reg[li] else _INF)
+                                if reg[li] else _INF)
     st_si[I_NREG] = nreg
+
+
+@step_fn
+def _pause_time(ws, dt, out) -> None:
+    """Pause time and pause count of the paused ports that hold back traffic this step."""
+    stf, sti, L = ws.f, ws.i, ws.L
+    reg = ws.b[S_PFC_REG]
+    nic_dem = _zeroed(ws.tmp[2], L)
+    for g in range(ws.si[I_NNIC]):  # (a NIC's routes in route order, as before)
+        li = sti[S_NIC_LINK, g]
+        for j in range(sti[S_NIC_PTR, g], sti[S_NIC_PTR, g + 1]):
+            nic_dem[li] += stf[S_NIC_DEM, j]
+    for li in range(L):
+        if not reg[li]:
+            continue
+        serv = stf[S_SERV, li]
+        allow = min(stf[S_PFC_ALLOW, li], serv)
+        if not (stf[S_QLINK, li] > 1.0 or nic_dem[li] > allow * (1 + 1e-9)):
+            continue
+        frac = min(max(1.0 - allow / serv, 0.0), 1.0) if serv > 0 else 0.0
+        stf[S_PAUSE_NS, li] += frac * dt
+        o = min(out[li], serv)
+        if frac > 1e-6 and o > _TINY:
+            gap = ws.nf[N_PFC_GAP, li]
+            period = gap / max(o, _TINY) + gap / max(serv - o, _TINY)
+            stf[S_PAUSE_CNT, li] += dt / period
 
 
 @step_fn

@@ -430,8 +430,9 @@ def _gather_ports(net, st) -> None:
 
 @step_fn
 def _load_work(st) -> None:
-    """The running entries' state from its rows by entry (``q``, ``arr``, ``drain``,
-    ``dep``) into its rows by position (``wq``, ... in the same order)."""
+    """The running entries' state from its rows by entry (``q``, ``drain``, ``dep``) into
+    its rows by position (``wq``, ... in the same order; ``warr`` is rewritten by every
+    step's sweep before it is read, so it never moves)."""
     _move_work(st, True)
     st.si[I_WORK] = 1
 

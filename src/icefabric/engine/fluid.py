@@ -414,8 +414,7 @@ class FluidSim:
             sf=sf, si=si, **_banks(fk.ST_BANKS, cols, self._width()),
             cc=state_matrix(dcqcn_init(line, self.dp)), cnp_line=np.zeros((fb_rows, Kr)),
             cnp_dirty=np.zeros(fb_rows, bool),
-            smp=np.zeros((n_smp, 1 + len(net.rec_links) + 2 * len(net.rec_flows))),
-            tmp=np.zeros((fk.N_TMP, max(L, Kr, F, len(self.pfc_pool), 1))))
+            smp=np.zeros((n_smp, 1 + len(net.rec_links) + 2 * len(net.rec_flows))))
         # flows without prerequisites wait in the start heap: in (time, flow) order, which
         # a binary heap with these keys pops in whatever its layout, and a sorted array is one
         ready = np.flatnonzero(self.n_deps_left == 0)

@@ -74,7 +74,8 @@ ST_BANKS = {
           "wq", "warr", "wdrain", "wdep", "wnew",  # running entries by position (_positions)
           "inj", "start", "finish", "flow_cap", "a_rf", "heap_t",  # flows
           "deliv", "last_cnp", "es_cnps", "nic_dem", "nic_alloc", "a_x", "a_w",
-          "a_cap"],  # routes
+          "a_cap",  # routes
+          "tmp0", "tmp1", "tmp2", "tmp3", "tmp4", "tmp5"],  # per-step scratch (widest)
     "i": ["lk_link", "lk_ptr", "lv_ptr", "nic_link", "nic_ptr",  # links (+1)
           "ae", "ae_route", "ae_link", "ae_rev", "q_ent", "lk_ent", "pos", "p_up", "p_link",
           "p_ing", "p_route",  # entries
@@ -95,15 +96,17 @@ NET_BANKS = {
     "i": ["rev", "sw_of", "level",  # links
           "links", "hop",  # entries
           "first_link",  # routes
-          "f_rptr", "dptr"],  # flows (+1)
-    "b": ["ingress_sw"],  # links
+          "f_rptr", "dptr",  # flows (+1)
+          "ingress_sw"],  # links (0/1)
+    "b": [],
 }
 (S_UP, S_PFC_ALLOW, S_PFC_USE, S_PFC_XOFF, S_PFC_XON, S_PAUSE_NS, S_PAUSE_CNT, S_LINK_BYTES,
  S_PEAK_UTIL, S_MAX_Q, S_MARKED_BYTES, S_QLINK, S_SERV, S_SERV_EFF, S_LK_SUM, S_LK_QSUM,
  S_LK_TSUM,
  S_Q, S_ARR, S_DRAIN, S_DEP, S_WQ, S_WARR, S_WDRAIN, S_WDEP, S_WNEW,
  S_INJ, S_START, S_FINISH, S_FLOW_CAP, S_A_RF, S_HEAP_T,
- S_DELIV, S_LAST_CNP, S_ES_CNPS, S_NIC_DEM, S_NIC_ALLOC, S_A_X, S_A_W, S_A_CAP) = range(40)  # st.f
+ S_DELIV, S_LAST_CNP, S_ES_CNPS, S_NIC_DEM, S_NIC_ALLOC, S_A_X, S_A_W, S_A_CAP,
+ S_TMP0, S_TMP1, S_TMP2, S_TMP3, S_TMP4, S_TMP5) = range(46)  # st.f
 (S_LK_LINK, S_LK_PTR, S_LV_PTR, S_NIC_LINK, S_NIC_PTR,
  S_AE, S_AE_ROUTE, S_AE_LINK, S_AE_REV, S_Q_ENT, S_LK_ENT, S_POS, S_P_UP, S_P_LINK, S_P_ING,
  S_P_ROUTE,
@@ -113,27 +116,25 @@ NET_BANKS = {
 (S_PFC_REG, S_RUNNING, S_DONE, S_A_SENDING, S_A_CNP) = range(5)  # st.b
 (N_CAP, N_KMIN, N_KMAX, N_PMAX, N_PFC_ALPHA, N_PFC_GAP, N_W, N_FB_LAT, N_SIZE_W, N_LAT,
  N_FLOW_START) = range(11)  # net.f
-(N_REV, N_SW_OF, N_LEVEL, N_LINKS, N_HOP, N_FIRST_LINK, N_F_RPTR, N_DPTR) = range(8)  # net.i
-(N_INGRESS_SW,) = range(1)  # net.b
+(N_REV, N_SW_OF, N_LEVEL, N_LINKS, N_HOP, N_FIRST_LINK, N_F_RPTR, N_DPTR,
+ N_INGRESS_SW) = range(9)  # net.i
 #: ``net.dims``: the number of links and of flows (the banks are wider), the largest link
 #: level
 D_L, D_F, D_MAX_LV = range(3)
 
 Net = namedtuple("Net", ["f", "i", "b", "dims", "indptr", "r_order", "dependants", "pfc_pool",
                          "rec_links", "rec_flows", "dcqcn", "cfg"])
-State = namedtuple("State", ["sf", "si", "f", "i", "b", "cc", "cnp_line", "cnp_dirty", "smp",
-                             "tmp"])
+State = namedtuple("State", ["sf", "si", "f", "i", "b", "cc", "cnp_line", "cnp_dirty", "smp"])
 #: What the per-step helpers read and write (the arrays of ``Net`` and ``State`` they use,
 #: ``L`` the number of links): a call passes every array of its tuples as separate
 #: arguments (7 + 2 x ndim words each), and the helpers are called ~15 times a step, so
 #: passing the whole ``Net`` and ``State`` (174 words) was most of a small run's step.
-Work = namedtuple("Work", ["nf", "ni", "nb", "cfg", "pool", "L", "sf", "si", "f", "i", "b",
-                           "cc", "tmp"])
+Work = namedtuple("Work", ["nf", "ni", "cfg", "pool", "L", "sf", "si", "f", "i", "b", "cc"])
 #: the CNP delay line and the DCQCN parameters, for the ECN and CNP helpers
 Feedback = namedtuple("Feedback", ["line", "dirty", "dcqcn"])
-#: ``tmp``: per-step scratch rows (length >= links, routes, flows and nodes), so a step
-#: allocates nothing (one 2-D array: fewer words per call than a tuple of rows)
-N_TMP = 6
+#: ``tmp0``-``tmp5`` (``st.f``): per-step scratch rows (as wide as links, routes, flows and
+#: nodes), so a step allocates nothing; rows of the bank, not arrays of their own, for the
+#: same reason
 
 
 #: How the helpers compile. The first run after an install compiles the kernel (then it
@@ -520,7 +521,7 @@ def _service(ws) -> None:
     ntf = ws.nf
     net_cfg = ws.cfg
     L = ws.L
-    ack = _zeroed(ws.tmp[0], L)
+    ack = _zeroed(ws.f[S_TMP0], L)
     ratio = net_cfg[C_ACK_RATIO]
     if ratio > 0:
         for r in range(st_si[I_NAR]):  # a route's entries are contiguous, in hop order
@@ -729,7 +730,7 @@ def _sweep_level(ws, dt, lo, hi) -> float:
     bytes and content (:func:`_settle`), while its entries are in cache."""
     stf = ws.f
     sti = ws.i
-    views = (stf[S_WQ], stf[S_WDRAIN], stf[S_WARR], stf[S_WNEW], stf[S_WDEP], ws.tmp[0])
+    views = (stf[S_WQ], stf[S_WDRAIN], stf[S_WARR], stf[S_WNEW], stf[S_WDEP], ws.f[S_TMP0])
     q, drain, arr, new, dep_old, lb = views
     up = sti[S_P_UP]
     ddep = 0.0
@@ -828,7 +829,7 @@ def _sweep(ws, dt) -> float:
     ntf = ws.nf
     ne, nq = st_si[I_NAE], st_si[I_NQ]
     L = ws.L
-    lb = ws.tmp[0]
+    lb = ws.f[S_TMP0]
     for li in range(L):
         lb[li] = 0.0
         stf[S_QLINK, li] = 0.0
@@ -933,17 +934,17 @@ def _marks(ws, fb, t_new, dt) -> bool:
     ntf = ws.nf
     net_cfg = ws.cfg
     L = ws.L
-    pl = ws.tmp[0]
+    pl = ws.f[S_TMP0]
     anyp = False
     for li in range(L):
         pl[li] = _red(ws, li, stf[S_QLINK, li])
         anyp = anyp or pl[li] > 0
     if not anyp:
         return False
-    mlink = _zeroed(ws.tmp[1], L)
+    mlink = _zeroed(ws.f[S_TMP1], L)
     # CNPs ride ACKs: the reverse path's queueing delay
-    rd = _zeroed(ws.tmp[3], L)
-    qw = ws.tmp[2]  # every link's queue wait, once (a division) rather than per entry
+    rd = _zeroed(ws.f[S_TMP3], L)
+    qw = ws.f[S_TMP2]  # every link's queue wait, once (a division) rather than per entry
     for li in range(L):
         qw[li] = _queue_wait(ws, li)
     if net_cfg[C_ACK_QUEUE] > 0:
@@ -1039,7 +1040,7 @@ def _cnps(ws, fb, t_new, dt, rng) -> None:
     bw = net_cfg[C_FB_BW]
     rows = st_si[I_FB_ROWS]
     cur_b = _bucket(t_new, bw)
-    cnp_n = _zeroed(ws.tmp[0], ncc)
+    cnp_n = _zeroed(ws.f[S_TMP0], ncc)
     anyn = False
     if cur_b > st_si[I_FB_LAST]:
         nb = min(cur_b - st_si[I_FB_LAST], rows)
@@ -1103,10 +1104,10 @@ def _pfc_thresholds(ws, use, full) -> None:
     the others holding nothing)."""
     stf, ntf, nti, cfg = ws.f, ws.nf, ws.ni, ws.cfg
     if cfg[C_PFC_DYN] > 0:
-        sw_shared = _zeroed(ws.tmp[3], len(ws.pool))
+        sw_shared = _zeroed(ws.f[S_TMP3], len(ws.pool))
         for x in range(ws.L if full else ws.si[I_NING]):
             li = x if full else ws.i[S_ING_LINK, x]
-            if ws.nb[N_INGRESS_SW, li]:
+            if ws.ni[N_INGRESS_SW, li]:
                 sw_shared[nti[N_SW_OF, li]] += max(use[li] - cfg[C_RESERVE], 0.0)
         for li in range(ws.L):
             s = nti[N_SW_OF, li]
@@ -1129,7 +1130,7 @@ def _pfc(ws, dt) -> None:
     st_si, stf, sti = ws.si, ws.f, ws.i
     full = st_si[I_NREG] > 0
     n = ws.L if full else st_si[I_NING]
-    use, out, inn = stf[S_PFC_USE], ws.tmp[1], ws.tmp[4]
+    use, out, inn = stf[S_PFC_USE], ws.f[S_TMP1], ws.f[S_TMP4]
     for x in range(n):
         li = x if full else sti[S_ING_LINK, x]
         use[li] = 0.0
@@ -1154,7 +1155,7 @@ def _pfc(ws, dt) -> None:
     nreg = 0
     for x in range(n):
         li = x if full else sti[S_ING_LINK, x]
-        if (ws.nb[N_INGRESS_SW, li] and not reg[li] and use[li] >= stf[S_PFC_XOFF, li]
+        if (ws.ni[N_INGRESS_SW, li] and not reg[li] and use[li] >= stf[S_PFC_XOFF, li]
                 and inn[li] > 0):
             stf[S_PAUSE_CNT, li] += 1.0
             reg[li] = True
@@ -1171,7 +1172,7 @@ def _pause_time(ws, dt, out) -> None:
     """Pause time and pause count of the paused ports that hold back traffic this step."""
     stf, sti, L = ws.f, ws.i, ws.L
     reg = ws.b[S_PFC_REG]
-    nic_dem = _zeroed(ws.tmp[2], L)
+    nic_dem = _zeroed(ws.f[S_TMP2], L)
     for g in range(ws.si[I_NNIC]):  # (a NIC's routes in route order, as before)
         li = sti[S_NIC_LINK, g]
         for j in range(sti[S_NIC_PTR, g], sti[S_NIC_PTR, g + 1]):
@@ -1207,8 +1208,8 @@ def _horizon(ws) -> float:
     if nq == 0:
         return h
     L = ws.L
-    gp = _zeroed(ws.tmp[2], L)
-    gl = _zeroed(ws.tmp[3], L)
+    gp = _zeroed(ws.f[S_TMP2], L)
+    gl = _zeroed(ws.f[S_TMP3], L)
     for p in range(nq):
         g = stf[S_WARR, p] - stf[S_WDEP, p]
         if g < -_TINY and stf[S_WQ, p] > 0:
@@ -1238,20 +1239,19 @@ def _pfc_horizon(ws, gp, h) -> float:
     stf = ws.f
     stb = ws.b
     ntf = ws.nf
-    ntb = ws.nb
     nti = ws.ni
     net_pfc_pool = ws.pool
     net_cfg = ws.cfg
     L = ws.L
     reg, use = stb[S_PFC_REG], stf[S_PFC_USE]
     dyn = net_cfg[C_PFC_DYN] > 0
-    gs = _zeroed(ws.tmp[4], len(net_pfc_pool))
+    gs = _zeroed(ws.f[S_TMP4], len(net_pfc_pool))
     if dyn:
         for li in range(L):
-            if ntb[N_INGRESS_SW, li]:
+            if nti[N_INGRESS_SW, li]:
                 gs[nti[N_SW_OF, li]] += gp[li]
     for li in range(L):
-        if not reg[li] and ntb[N_INGRESS_SW, li] and gp[li] > _TINY:
+        if not reg[li] and nti[N_INGRESS_SW, li] and gp[li] > _TINY:
             if dyn:
                 tt = (stf[S_PFC_XOFF, li] - use[li]) / (
                     gp[li] + ntf[N_PFC_ALPHA, li] * max(gs[nti[N_SW_OF, li]], 0.0))
@@ -1311,7 +1311,7 @@ def _complete(ws, t, ddep, any_marks) -> bool:
     ntf = ws.nf
     cfg, sf = ws.cfg, ws.sf
     nf = st_si[I_NAF]
-    fin = _zeroed(ws.tmp[1], nf)  # 1.0: finishes now
+    fin = _zeroed(ws.f[S_TMP1], nf)  # 1.0: finishes now
     stopped = False
     anyfin = False
     for i in range(nf):
@@ -1350,10 +1350,10 @@ def _finish(net, st, ws, t) -> None:
     stf = st.f
     sti = st.i
     stb = st.b
-    fin = st.tmp[1]
-    rd = st.tmp[5][:0]
+    fin = st.f[S_TMP1]
+    rd = st.f[S_TMP5][:0]
     if net.cfg[C_ACK_QUEUE] > 0:
-        rd = rev_delay(ws, st.tmp[5])
+        rd = rev_delay(ws, st.f[S_TMP5])
     left = False
     for i in range(st_si[I_NAF]):
         f = sti[S_A_F, i]
@@ -1379,7 +1379,7 @@ def _stopped_queued(ws) -> bool:
     sti = ws.i
     stb = ws.b
     ntf = ws.nf
-    rq = _zeroed(ws.tmp[0], ws.si[I_NAR])
+    rq = _zeroed(ws.f[S_TMP0], ws.si[I_NAR])
     for p in range(ws.si[I_NQ]):
         rq[sti[S_P_ROUTE, p]] += stf[S_WQ, p]
     for i in range(ws.si[I_NAF]):
@@ -1484,8 +1484,8 @@ def advance(net, st, rng) -> int:
 @njit(cache=True)
 def _advance(net, st, rng) -> int:
     sf, si, stf, st_smp, cfg = st.sf, st.si, st.f, st.smp, net.cfg
-    ws = Work(net.f, net.i, net.b, net.cfg, net.pfc_pool, net.dims[D_L], st.sf, st.si, st.f,
-              st.i, st.b, st.cc, st.tmp)
+    ws = Work(net.f, net.i, net.cfg, net.pfc_pool, net.dims[D_L], st.sf, st.si, st.f, st.i,
+              st.b, st.cc)
     fb = Feedback(st.cnp_line, st.cnp_dirty, net.dcqcn)
     F = net.dims[D_F]
     while si[I_DONE] < F:

@@ -926,71 +926,76 @@ def _marks(ws, fb, t_new, dt) -> bool:
     earlier one. Runs after :func:`_cnps` of the step, so
     the slots after the step's bucket are free.
     """
-    st_sf = ws.sf
-    st_si = ws.si
-    stf = ws.f
-    sti = ws.i
-    st_cnp_line = fb.line
-    ntf = ws.nf
-    net_cfg = ws.cfg
-    L = ws.L
     pl = ws.f[S_TMP0]
     anyp = False
-    for li in range(L):
-        pl[li] = _red(ws, li, stf[S_QLINK, li])
+    for li in range(ws.L):
+        pl[li] = _red(ws, li, ws.f[S_QLINK, li])
         anyp = anyp or pl[li] > 0
     if not anyp:
         return False
-    mlink = _zeroed(ws.f[S_TMP1], L)
-    # CNPs ride ACKs: the reverse path's queueing delay
-    rd = _zeroed(ws.f[S_TMP3], L)
-    qw = ws.f[S_TMP2]  # every link's queue wait, once (a division) rather than per entry
-    for li in range(L):
+    mlink = _zeroed(ws.f[S_TMP1], ws.L)
+    _queue_waits(ws)
+    cur_b = _bucket(t_new, ws.cfg[C_FB_BW])
+    anyk = False
+    for c in range(ws.si[I_NCC]):  # (the other routes cross no marking link)
+        anyk = _mark_route(ws, fb, ws.i[S_A_CC, c], t_new, dt, cur_b) or anyk
+    for li in range(ws.L):
+        ws.f[S_MARKED_BYTES, li] += mlink[li]
+    return anyk
+
+
+@inline_fn
+def _queue_waits(ws) -> None:
+    """Every link's queue wait (``tmp2``; once per link, a division, rather than per
+    entry) and the queue wait its ACKs (which carry CNPs) meet on the reverse link
+    (``tmp3``)."""
+    rd = _zeroed(ws.f[S_TMP3], ws.L)
+    qw = ws.f[S_TMP2]
+    for li in range(ws.L):
         qw[li] = _queue_wait(ws, li)
-    if net_cfg[C_ACK_QUEUE] > 0:
-        nti = ws.ni
-        for li in range(L):
-            rv = nti[N_REV, li]
+    if ws.cfg[C_ACK_QUEUE] > 0:
+        for li in range(ws.L):
+            rv = ws.ni[N_REV, li]
             if rv >= 0:
                 rd[li] = qw[rv]
-    bw = net_cfg[C_FB_BW]
-    pkt = net_cfg[C_PKT_WIRE]
-    rows = st_si[I_FB_ROWS]
-    cur_b = _bucket(t_new, bw)
+
+
+@inline_fn
+def _mark_route(ws, fb, r, t_new, dt, cur_b) -> bool:
+    """Running route ``r``'s marks of this step (marking probability by link in ``tmp0``)
+    into the delay line, each due after the queues downstream of its hop and on the
+    reverse path; its marked bytes by link into ``tmp1``. Returns whether it made one."""
+    sti, pl, mlink = ws.i, ws.f[S_TMP0], ws.f[S_TMP1]
+    qw, rd = ws.f[S_TMP2], ws.f[S_TMP3]
+    e0, e1 = sti[S_A_ESTART, r], sti[S_A_ESTART, r] + sti[S_A_NE, r]
+    hit = False
+    for j in range(e0, e1):
+        hit = hit or pl[sti[S_AE_LINK, j]] > 0
+    if not hit:
+        return False
+    rq = 0.0  # the reverse path's queueing, over the route's entries in order
+    for j in range(e0, e1):
+        rq += rd[sti[S_AE_LINK, j]]
+    bw, k = ws.cfg[C_FB_BW], sti[S_A_R, r]
     anyk = False
-    until = st_sf[F_MARKS_UNTIL]
-    for c in range(st_si[I_NCC]):  # (the other routes cross no marking link)
-        r = sti[S_A_CC, c]
-        e0, e1 = sti[S_A_ESTART, r], sti[S_A_ESTART, r] + sti[S_A_NE, r]
-        hit = False
-        for j in range(e0, e1):
-            hit = hit or pl[sti[S_AE_LINK, j]] > 0
-        if not hit:
-            continue
-        rq = 0.0  # the reverse path's queueing, over the route's entries in order
-        for j in range(e0, e1):
-            rq += rd[sti[S_AE_LINK, j]]
-        k = sti[S_A_R, r]
-        down = 0.0  # queue wait at the hops after entry j
-        for j in range(e1 - 1, e0 - 1, -1):
-            li = sti[S_AE_LINK, j]
-            e = sti[S_AE, j]
-            mb = stf[S_WDEP, sti[S_POS, j]] * dt * pl[li]
-            if mb != 0.0:
-                mlink[li] += mb
-                due = t_new + ntf[N_FB_LAT, e] + down + rq
-                b = max(_bucket(due, bw), cur_b + 1)
-                if b > cur_b + rows:
-                    rows = _grow_line(ws, fb, cur_b, b)
-                    b = min(b, cur_b + rows)
-                st_cnp_line[b % rows, k] += mb / pkt
-                fb.dirty[b % rows] = True
-                until = max(until, b * bw)
-                anyk = True
-            down += qw[li]
-    for li in range(L):
-        stf[S_MARKED_BYTES, li] += mlink[li]
-    st_sf[F_MARKS_UNTIL] = until  # no quiet (long) step before the last of them is due
+    down = 0.0  # queue wait at the hops after entry j
+    for j in range(e1 - 1, e0 - 1, -1):
+        li = sti[S_AE_LINK, j]
+        mb = ws.f[S_WDEP, sti[S_POS, j]] * dt * pl[li]
+        if mb != 0.0:
+            mlink[li] += mb
+            due = t_new + ws.nf[N_FB_LAT, sti[S_AE, j]] + down + rq
+            b = max(_bucket(due, bw), cur_b + 1)
+            rows = ws.si[I_FB_ROWS]
+            if b > cur_b + rows:
+                rows = _grow_line(ws, fb, cur_b, b)
+                b = min(b, cur_b + rows)
+            fb.line[b % rows, k] += mb / ws.cfg[C_PKT_WIRE]
+            fb.dirty[b % rows] = True
+            # no quiet (long) step before the last of them is due
+            ws.sf[F_MARKS_UNTIL] = max(ws.sf[F_MARKS_UNTIL], b * bw)
+            anyk = True
+        down += qw[li]
     return anyk
 
 
@@ -1024,41 +1029,11 @@ def _grow_line(ws, fb, cur_b, need) -> int:
 
 @step_fn
 def _cnps(ws, fb, t_new, dt, rng) -> None:
-    """Collect the CNPs due now, draw which QPs see one, and run DCQCN on every QP."""
-    st_si = ws.si
-    stf = ws.f
-    stb = ws.b
-    sti = ws.i
-    st_cc = ws.cc
-    st_cnp_line = fb.line
-    net_dcqcn = fb.dcqcn
-    net_cfg = ws.cfg
-    # only the routes ECN can mark (``a_cc``; the others' state never changes): their
-    # CNPs by position c in that list
-    ncc = st_si[I_NCC]
-    acc = sti[S_A_CC]
-    bw = net_cfg[C_FB_BW]
-    rows = st_si[I_FB_ROWS]
-    cur_b = _bucket(t_new, bw)
-    cnp_n = _zeroed(ws.f[S_TMP0], ncc)
-    anyn = False
-    if cur_b > st_si[I_FB_LAST]:
-        nb = min(cur_b - st_si[I_FB_LAST], rows)
-        for m in range(nb):
-            row = (st_si[I_FB_LAST] + 1 + m) % rows
-            if not fb.dirty[row]:
-                continue  # nothing was written since it was last read: all zero
-            fb.dirty[row] = False
-            for c in range(ncc):  # other columns belong to flows that ended: never read
-                k = sti[S_A_R, acc[c]]
-                v = st_cnp_line[row, k]
-                if v != 0.0:
-                    cnp_n[c] += v
-                    st_cnp_line[row, k] = 0.0
-        st_si[I_FB_LAST] = cur_b
-        for c in range(ncc):
-            anyn = anyn or cnp_n[c] != 0
-    cnp = stb[S_A_CNP]
+    """Collect the CNPs due now, draw which QPs see one, and run DCQCN on every QP (only
+    the routes ECN can mark, ``a_cc``: the others' state never changes)."""
+    anyn = _collect_cnps(ws, fb, t_new)
+    ncc, acc = ws.si[I_NCC], ws.i[S_A_CC]
+    cnp, cnp_n = ws.b[S_A_CNP], ws.f[S_TMP0]
     for c in range(ncc):
         cnp[c] = False
     if anyn:
@@ -1071,28 +1046,64 @@ def _cnps(ws, fb, t_new, dt, rng) -> None:
                 d += 1
             cnp[c] = rng.random() < 1.0 - np.exp(-cnp_n[c])
             d += 1
-        while d < st_si[I_NAR]:
+        while d < ws.si[I_NAR]:
             rng.random()
             d += 1
-    interval = net_cfg[C_CNP_INT]
+    _dcqcn_steps(ws, fb, t_new, dt)
+
+
+@inline_fn
+def _collect_cnps(ws, fb, t_new) -> bool:
+    """The CNPs of the delay-line slots due by ``t_new`` summed per ``a_cc`` position into
+    ``tmp0`` (the slots cleared); returns whether there is one."""
+    si, sti, acc = ws.si, ws.i, ws.i[S_A_CC]
+    ncc, rows = si[I_NCC], si[I_FB_ROWS]
+    cur_b = _bucket(t_new, ws.cfg[C_FB_BW])
+    cnp_n = _zeroed(ws.f[S_TMP0], ncc)
+    if not cur_b > si[I_FB_LAST]:
+        return False
+    for m in range(min(cur_b - si[I_FB_LAST], rows)):
+        row = (si[I_FB_LAST] + 1 + m) % rows
+        if not fb.dirty[row]:
+            continue  # nothing was written since it was last read: all zero
+        fb.dirty[row] = False
+        for c in range(ncc):  # other columns belong to flows that ended: never read
+            k = sti[S_A_R, acc[c]]
+            v = fb.line[row, k]
+            if v != 0.0:
+                cnp_n[c] += v
+                fb.line[row, k] = 0.0
+    si[I_FB_LAST] = cur_b
+    anyn = False
     for c in range(ncc):
+        anyn = anyn or cnp_n[c] != 0
+    return anyn
+
+
+@inline_fn
+def _dcqcn_steps(ws, fb, t_new, dt) -> None:
+    """DCQCN on the ``a_cc`` routes: a CNP within the CNP interval of the last one is
+    ignored; a QP without a CNP whose timers are not due keeps its state (the update is
+    skipped; its byte counter runs only after its first CNP)."""
+    stf, sti, st_cc, dq = ws.f, ws.i, ws.cc, fb.dcqcn
+    acc, cnp = sti[S_A_CC], ws.b[S_A_CNP]
+    interval = ws.cfg[C_CNP_INT]
+    for c in range(ws.si[I_NCC]):
         k = sti[S_A_R, acc[c]]
         if cnp[c] and interval > 0:
             if t_new - stf[S_LAST_CNP, k] >= interval:
                 stf[S_LAST_CNP, k] = t_new
             else:
                 cnp[c] = False
-    # a QP without a CNP whose timers are not due keeps its state: skip the update (its
-    # byte counter runs only after its first CNP)
-    idle_ok = net_dcqcn[_DEC_INT] > 0
-    no_bc = net_dcqcn[_BC] <= 0
-    for c in range(ncc):
+    idle_ok = dq[_DEC_INT] > 0
+    no_bc = dq[_BC] <= 0
+    for c in range(ws.si[I_NCC]):
         r = acc[c]
         k = sti[S_A_R, r]
         if (idle_ok and not cnp[c] and st_cc[_T_ALPHA, k] > t_new and st_cc[_T_DEC, k] > t_new
                 and st_cc[_T_INC, k] > t_new and (no_bc or st_cc[_STARTED, k] == 0)):
             continue
-        dcqcn_update_qp(st_cc, k, cnp[c], t_new, net_dcqcn, stf[S_A_X, r] * dt)
+        dcqcn_update_qp(st_cc, k, cnp[c], t_new, dq, stf[S_A_X, r] * dt)
         if cnp[c]:
             stf[S_ES_CNPS, k] += 1
 

@@ -594,7 +594,7 @@ def _allocate(ws) -> None:
         stf[S_A_X, r] = stf[S_A_W, r] * stf[S_A_RF, sti[S_A_RFLOW, r]]
 
 
-@step_fn
+@inline_fn
 def _waterfill(ws, nn) -> None:
     stf = ws.f
     sti = ws.i
@@ -716,7 +716,7 @@ def _dt(ws, t) -> float:
     return max(dt, 1e-3)
 
 
-@step_fn
+@inline_fn
 def _sweep_level(ws, dt, lo, hi) -> float:
     """FIFO service of the links ``lk_link[lo:hi]`` (one topological level); returns the
     largest departure change.
@@ -1108,7 +1108,7 @@ def _dcqcn_steps(ws, fb, t_new, dt) -> None:
             stf[S_ES_CNPS, k] += 1
 
 
-@step_fn
+@inline_fn
 def _pfc_thresholds(ws, use, full) -> None:
     """Every port's XOFF/XON; a switch's shared-pool use summed over its ingress ports
     (``full``: all of them; else only the ports of the running queue entries, ``ing_link``,
@@ -1178,7 +1178,7 @@ def _pfc(ws, dt) -> None:
     st_si[I_NREG] = nreg
 
 
-@step_fn
+@inline_fn
 def _pause_time(ws, dt, out) -> None:
     """Pause time and pause count of the paused ports that hold back traffic this step."""
     stf, sti, L = ws.f, ws.i, ws.L
@@ -1204,7 +1204,7 @@ def _pause_time(ws, dt, out) -> None:
             stf[S_PAUSE_CNT, li] += dt / period
 
 
-@step_fn
+@inline_fn
 def _horizon(ws) -> float:
     """Longest step over which constant rates keep the model exact: until a queue entry
     empties, a PFC port crosses XOFF/XON, or a queue reaches Kmin (DCQCN)."""
@@ -1245,7 +1245,7 @@ def _horizon(ws) -> float:
     return h
 
 
-@step_fn
+@inline_fn
 def _pfc_horizon(ws, gp, h) -> float:
     stf = ws.f
     stb = ws.b
@@ -1382,7 +1382,7 @@ def _finish(net, st, ws, t) -> None:
         st_si[I_REBUILD] = 1
 
 
-@step_fn
+@inline_fn
 def _stopped_queued(ws) -> bool:
     """Whether a flow that stopped injecting this step (still marked sending) has more
     than a byte queued on one of its routes."""

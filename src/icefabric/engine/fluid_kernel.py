@@ -518,7 +518,7 @@ def rebuild(net, st) -> None:
 # --------------------------------------------------------------------------------------
 
 
-@inline_fn
+@step_fn
 def _service(ws) -> None:
     """Link service rates: capacity less the ACKs of last step's deliveries, and PFC."""
     st_si = ws.si
@@ -545,7 +545,7 @@ def _service(ws) -> None:
         stf[S_SERV_EFF, li] = min(s, stf[S_PFC_ALLOW, li])
 
 
-@inline_fn
+@step_fn
 def _allocate(ws) -> None:
     """Demands and NIC shares of the running routes, then each flow's rate ``a_rf``.
 
@@ -685,7 +685,7 @@ def _merge_sort_by(key, order, a, b, tmp) -> None:
             order[a + p] = tmp[p]
 
 
-@inline_fn
+@step_fn
 def _dt(ws, t) -> float:
     st_sf = ws.sf
     st_si = ws.si
@@ -1317,7 +1317,7 @@ def _sample(net, st, t) -> None:
     st_si[I_NSMP] = n + 1
 
 
-@inline_fn
+@step_fn
 def _complete(ws, t, ddep, any_marks) -> bool:
     """Which flows delivered all their bytes (``tmp[1]``: 1.0 for those) and whether the
     next step may be long; returns whether some flow finishes (:func:`_finish`)."""
@@ -1526,42 +1526,28 @@ def _advance(net, st, rng) -> int:
             return DONE  # stalled (a failed link with no reroute): unfinished flows
         if si[I_STEPS] > cfg[C_MAX_STEPS]:
             return MAX_STEPS
-        anyfin = _step(ws, fb, rng, t)
-        t_new = sf[F_T]
-        if t_new >= sf[F_NEXT_SAMPLE] - 1e-6:  # (reads nothing the completion check wrote)
+        _service(ws)
+        _allocate(ws)
+        dt = _dt(ws, t)
+        ddep = _sweep(ws, dt)
+        t_new = t + dt
+        any_marks = False
+        if cfg[C_DCQCN] > 0:
+            _cnps(ws, fb, t_new, dt, rng)  # first: frees the slots _marks writes to
+            any_marks = _marks(ws, fb, t_new, dt)
+            if cfg[C_ES_ON] > 0 and t_new >= sf[F_ES_NEXT]:
+                si[I_ES_DUE] = 1
+        if cfg[C_PFC_ON] > 0 and (si[I_HAS_USE] == 0 or _pfc_active(ws)):
+            _pfc(ws, dt)
+        if t_new >= sf[F_NEXT_SAMPLE] - 1e-6:
             _sample(net, st, t_new)
             sf[F_NEXT_SAMPLE] += cfg[C_SAMPLE_INT]
-        if anyfin:
+        sf[F_T] = t_new
+        if _complete(ws, t_new, ddep, any_marks):
             _finish(net, st, ws, t_new)
         if si[I_ES_DUE]:
             return ENDSIDE_DUE
     return DONE
-
-
-@step_fn
-def _step(ws, fb, rng, t) -> bool:
-    """One step from ``t`` (service, allocation, the FIFO sweep, CNPs and marks, PFC, the
-    completion check); returns whether some flow finishes (:func:`_finish`). Its small
-    helpers are inlined (numba passes each array of a tuple argument as separate words,
-    so a call costs ~90 pushed words); the sweep, CNPs, marks and PFC are compiled on
-    their own: inlining them too saved another ~3 % of the validation set's time but
-    added ~10 s to the first run's compilation (issue 26)."""
-    sf, si, cfg = ws.sf, ws.si, ws.cfg
-    _service(ws)
-    _allocate(ws)
-    dt = _dt(ws, t)
-    ddep = _sweep(ws, dt)
-    t_new = t + dt
-    any_marks = False
-    if cfg[C_DCQCN] > 0:
-        _cnps(ws, fb, t_new, dt, rng)  # first: frees the slots _marks writes to
-        any_marks = _marks(ws, fb, t_new, dt)
-        if cfg[C_ES_ON] > 0 and t_new >= sf[F_ES_NEXT]:
-            si[I_ES_DUE] = 1
-    if cfg[C_PFC_ON] > 0 and (si[I_HAS_USE] == 0 or _pfc_active(ws)):
-        _pfc(ws, dt)
-    sf[F_T] = t_new
-    return _complete(ws, t_new, ddep, any_marks)
 
 
 __all__ = ["Net", "State", "advance", "rebuild", "DONE", "FAIL_DUE", "ENDSIDE_DUE",

@@ -128,7 +128,8 @@ State = namedtuple("State", ["sf", "si", "f", "i", "b", "cc", "cnp_line", "cnp_d
 #: What the per-step helpers read and write (the arrays of ``Net`` and ``State`` they use,
 #: ``L`` the number of links): a call passes every array of its tuples as separate
 #: arguments (7 + 2 x ndim words each), and the helpers are called ~15 times a step, so
-#: passing the whole ``Net`` and ``State`` (174 words) was most of a small run's step.
+#: passing the whole ``Net`` and ``State`` (207 words then, 83 for ``Work``) was a third of
+#: a small run's step (issue 26). Single-call-site helpers are inlined for the same reason.
 Work = namedtuple("Work", ["nf", "ni", "cfg", "pool", "L", "sf", "si", "f", "i", "b", "cc"])
 #: the CNP delay line and the DCQCN parameters, for the ECN and CNP helpers
 Feedback = namedtuple("Feedback", ["line", "dirty", "dcqcn"])
@@ -145,8 +146,9 @@ Feedback = namedtuple("Feedback", ["line", "dirty", "dcqcn"])
 #:   array, so the atomic reference-count updates of every state array at every call
 #:   (which otherwise dominated a step) buy nothing. numba refuses any allocation there,
 #:   and the functions they call inherit the setting (so they may not allocate either).
-#: - ``inline_fn``: a few lines inlined into its caller (and helpers returning an array,
-#:   which a function without reference counting may not hand to one with it).
+#: - ``inline_fn``: a few lines, or a helper with one call site, inlined into its caller
+#:   (and helpers returning an array, which a function without reference counting may not
+#:   hand to one with it).
 step_fn = njit(cache=True, no_cpython_wrapper=True, _nrt=False)
 inline_fn = njit(cache=True, inline="always")
 

@@ -403,6 +403,8 @@ def test_running_set_merge_sorts_new_starts_into_the_running_flows(running, new)
     from icefabric.engine import fluid_kernel as fk
 
     run_ = np.array(sorted(running) + [-5], np.int64)  # a stale slot past the count
+    buf = np.full(len(running) + len(new) + 1, -7, np.int64)
     got = fk._merge_sorted(run_, len(running), fk._heapsort(np.array(new[::-1] + [3]),
-                                                            len(new)))
+                                                            len(new)), buf)
     assert got.tolist() == sorted(running + new), "merged running set out of order"
+    assert buf[-1] == -7, "wrote past the merged slice of its buffer"

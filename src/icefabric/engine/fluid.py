@@ -383,7 +383,8 @@ class FluidSim:
                 "links": R.links, "hop": R.hop}
         return fk.Net(
             **_banks(fk.NET_BANKS, cols, self._width()),
-            dims=np.array([self.L, self.F], np.int64), indptr=R.indptr,
+            dims=np.array([self.L, self.F, R.level.max(initial=0)], np.int64),
+            indptr=R.indptr,
             r_order=self.r_order.astype(np.int64), dependants=self.dependants.astype(np.int64),
             pfc_pool=np.asarray(self.pfc_pool, np.float64),
             rec_links=np.array([p.link_names.index(n) for n in self.cfg.record_links],
@@ -413,8 +414,7 @@ class FluidSim:
             sf=sf, si=si, **_banks(fk.ST_BANKS, cols, self._width()),
             cc=state_matrix(dcqcn_init(line, self.dp)), cnp_line=np.zeros((fb_rows, Kr)),
             cnp_dirty=np.zeros(fb_rows, bool),
-            smp=np.zeros((n_smp, 1 + len(net.rec_links) + 2 * len(net.rec_flows))),
-            tmp_rows=tuple(np.zeros((fk.N_TMP, max(L, Kr, F, len(self.pfc_pool), 1)))))
+            smp=np.zeros((n_smp, 1 + len(net.rec_links) + 2 * len(net.rec_flows))))
         # flows without prerequisites wait in the start heap: in (time, flow) order, which
         # a binary heap with these keys pops in whatever its layout, and a sorted array is one
         ready = np.flatnonzero(self.n_deps_left == 0)
@@ -524,6 +524,7 @@ class FluidSim:
         net = net._replace(f=_widened(net.f, E), i=_widened(net.i, E), indptr=R.indptr)
         st = st._replace(f=_widened(st.f, E), i=_widened(st.i, E))
         net.i[fk.N_LEVEL, :self.L] = R.level
+        net.dims[fk.D_MAX_LV] = R.level.max(initial=0)
         net.f[fk.N_FB_LAT] = 0.0
         net.f[fk.N_FB_LAT, :E] = self.fb_lat
         net.i[fk.N_FIRST_LINK, :self.K] = R.first_link

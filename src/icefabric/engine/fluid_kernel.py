@@ -58,8 +58,8 @@ DONE, FAIL_DUE, ENDSIDE_DUE, SAMPLES_FULL, MAX_STEPS = 0, 1, 2, 3, 4
 #: evolving scalars (sf: float, si: int)
 (F_T, F_QUIET, F_MARKS_UNTIL, F_NEXT_SAMPLE, F_ES_NEXT, F_FAIL_T, N_SF) = range(7)
 (I_STEPS, I_DONE, I_HEAP, I_FB_LAST, I_REBUILD, I_HAS_USE, I_NAF, I_NAR, I_NAE, I_NQ,
- I_NLK, I_NLV, I_NNIC, I_NSMP, I_ES_DUE, I_NNEW, I_FB_ROWS, I_NREG, I_WORK, I_NCC,
- N_SI) = range(21)
+ I_NLK, I_NLV, I_NNIC, I_NSMP, I_ES_DUE, I_NNEW, I_FB_ROWS, I_NREG, I_WORK, I_NCC, I_NING,
+ N_SI) = range(22)
 
 #: rows of the state and network banks: one 2-D array per dtype (``f`` float, ``i`` int,
 #: ``b`` bool), each row as wide as the widest extent (links + 1, flows + 1, routes, entries,
@@ -74,13 +74,16 @@ ST_BANKS = {
           "wq", "warr", "wdrain", "wdep", "wnew",  # running entries by position (_positions)
           "inj", "start", "finish", "flow_cap", "a_rf", "heap_t",  # flows
           "deliv", "last_cnp", "es_cnps", "nic_dem", "nic_alloc", "a_x", "a_w",
-          "a_cap"],  # routes
+          "a_cap",  # routes
+          "tmp0", "tmp1", "tmp2", "tmp3", "tmp4", "tmp5"],  # per-step scratch (widest)
     "i": ["lk_link", "lk_ptr", "lv_ptr", "nic_link", "nic_ptr",  # links (+1)
           "ae", "ae_route", "ae_link", "ae_rev", "q_ent", "lk_ent", "pos", "p_up", "p_link",
           "p_ing", "p_route",  # entries
           "n_deps_left", "heap_f", "a_f", "a_fstart", "new_f",  # flows (+1)
           "a_r", "a_rflow", "a_estart", "a_ne", "wf_order",  # routes
-          "wf_tmp", "a_cc", "nic_slot", "a_last"],
+          "wf_tmp", "a_cc", "nic_slot", "a_last",
+          "scr_a", "scr_b", "scr_c", "scr_d",  # rebuild's scratch (links + 1, flows + 1)
+          "ing_link"],  # links
     "b": ["pfc_reg",  # links
           "running", "done", "a_sending",  # flows
           "a_cnp"],  # routes
@@ -93,37 +96,46 @@ NET_BANKS = {
     "i": ["rev", "sw_of", "level",  # links
           "links", "hop",  # entries
           "first_link",  # routes
-          "f_rptr", "dptr"],  # flows (+1)
-    "b": ["ingress_sw"],  # links
+          "f_rptr", "dptr",  # flows (+1)
+          "ingress_sw"],  # links (0/1)
+    "b": [],
 }
 (S_UP, S_PFC_ALLOW, S_PFC_USE, S_PFC_XOFF, S_PFC_XON, S_PAUSE_NS, S_PAUSE_CNT, S_LINK_BYTES,
  S_PEAK_UTIL, S_MAX_Q, S_MARKED_BYTES, S_QLINK, S_SERV, S_SERV_EFF, S_LK_SUM, S_LK_QSUM,
  S_LK_TSUM,
  S_Q, S_ARR, S_DRAIN, S_DEP, S_WQ, S_WARR, S_WDRAIN, S_WDEP, S_WNEW,
  S_INJ, S_START, S_FINISH, S_FLOW_CAP, S_A_RF, S_HEAP_T,
- S_DELIV, S_LAST_CNP, S_ES_CNPS, S_NIC_DEM, S_NIC_ALLOC, S_A_X, S_A_W, S_A_CAP) = range(40)  # st.f
+ S_DELIV, S_LAST_CNP, S_ES_CNPS, S_NIC_DEM, S_NIC_ALLOC, S_A_X, S_A_W, S_A_CAP,
+ S_TMP0, S_TMP1, S_TMP2, S_TMP3, S_TMP4, S_TMP5) = range(46)  # st.f
 (S_LK_LINK, S_LK_PTR, S_LV_PTR, S_NIC_LINK, S_NIC_PTR,
  S_AE, S_AE_ROUTE, S_AE_LINK, S_AE_REV, S_Q_ENT, S_LK_ENT, S_POS, S_P_UP, S_P_LINK, S_P_ING,
  S_P_ROUTE,
  S_N_DEPS_LEFT, S_HEAP_F, S_A_F, S_A_FSTART, S_NEW_F,
  S_A_R, S_A_RFLOW, S_A_ESTART, S_A_NE, S_WF_ORDER, S_WF_TMP, S_A_CC,
- S_NIC_SLOT, S_A_LAST) = range(30)  # st.i
+ S_NIC_SLOT, S_A_LAST, S_SCR_A, S_SCR_B, S_SCR_C, S_SCR_D, S_ING_LINK) = range(35)  # st.i
 (S_PFC_REG, S_RUNNING, S_DONE, S_A_SENDING, S_A_CNP) = range(5)  # st.b
 (N_CAP, N_KMIN, N_KMAX, N_PMAX, N_PFC_ALPHA, N_PFC_GAP, N_W, N_FB_LAT, N_SIZE_W, N_LAT,
  N_FLOW_START) = range(11)  # net.f
-(N_REV, N_SW_OF, N_LEVEL, N_LINKS, N_HOP, N_FIRST_LINK, N_F_RPTR, N_DPTR) = range(8)  # net.i
-(N_INGRESS_SW,) = range(1)  # net.b
-#: ``net.dims``: the number of links and of flows (the banks are wider)
-D_L, D_F = range(2)
+(N_REV, N_SW_OF, N_LEVEL, N_LINKS, N_HOP, N_FIRST_LINK, N_F_RPTR, N_DPTR,
+ N_INGRESS_SW) = range(9)  # net.i
+#: ``net.dims``: the number of links and of flows (the banks are wider), the largest link
+#: level
+D_L, D_F, D_MAX_LV = range(3)
 
 Net = namedtuple("Net", ["f", "i", "b", "dims", "indptr", "r_order", "dependants", "pfc_pool",
                          "rec_links", "rec_flows", "dcqcn", "cfg"])
-State = namedtuple("State", ["sf", "si", "f", "i", "b", "cc", "cnp_line", "cnp_dirty", "smp",
-                             "tmp_rows"])
-#: ``tmp_rows``: per-step scratch rows (length >= links, routes, flows and nodes), so a step
-#: allocates nothing; views made once by the caller (making a view costs two atomic
-#: reference-count updates, which per step and per link added up)
-N_TMP = 6
+State = namedtuple("State", ["sf", "si", "f", "i", "b", "cc", "cnp_line", "cnp_dirty", "smp"])
+#: What the per-step helpers read and write (the arrays of ``Net`` and ``State`` they use,
+#: ``L`` the number of links): a call passes every array of its tuples as separate
+#: arguments (7 + 2 x ndim words each), and the helpers are called ~15 times a step, so
+#: passing the whole ``Net`` and ``State`` (207 words then, 83 for ``Work``) was a third of
+#: a small run's step (issue 26). Single-call-site helpers are inlined for the same reason.
+Work = namedtuple("Work", ["nf", "ni", "cfg", "pool", "L", "sf", "si", "f", "i", "b", "cc"])
+#: the CNP delay line and the DCQCN parameters, for the ECN and CNP helpers
+Feedback = namedtuple("Feedback", ["line", "dirty", "dcqcn"])
+#: ``tmp0``-``tmp5`` (``st.f``): per-step scratch rows (as wide as links, routes, flows and
+#: nodes), so a step allocates nothing; rows of the bank, not arrays of their own, for the
+#: same reason
 
 
 #: How the helpers compile. The first run after an install compiles the kernel (then it
@@ -134,8 +146,9 @@ N_TMP = 6
 #:   array, so the atomic reference-count updates of every state array at every call
 #:   (which otherwise dominated a step) buy nothing. numba refuses any allocation there,
 #:   and the functions they call inherit the setting (so they may not allocate either).
-#: - ``inline_fn``: a few lines inlined into its caller (and helpers returning an array,
-#:   which a function without reference counting may not hand to one with it).
+#: - ``inline_fn``: a few lines, or a helper with one call site, inlined into its caller
+#:   (and helpers returning an array, which a function without reference counting may not
+#:   hand to one with it).
 step_fn = njit(cache=True, no_cpython_wrapper=True, _nrt=False)
 inline_fn = njit(cache=True, inline="always")
 
@@ -232,7 +245,8 @@ def _gather_routes(net, st) -> None:
     si = st_si
     # running flows in id order: the previous set (already in id order) less finished
     # flows, merged with the new starts (sorted here)
-    cand = _merge_sorted(sti[S_A_F], si[I_NAF], _heapsort(sti[S_NEW_F], si[I_NNEW]))
+    cand = _merge_sorted(sti[S_A_F], si[I_NAF], _heapsort(sti[S_NEW_F], si[I_NNEW]),
+                         sti[S_SCR_A])
     si[I_NNEW] = 0
     nf = nr = ne = 0
     for f in cand:
@@ -299,9 +313,10 @@ def _sift_down(v, i, n) -> None:
 
 
 @inline_fn
-def _merge_sorted(a, na, b):
-    """The ascending ``a[:na]`` and ``b`` merged into a new ascending array."""
-    out = np.empty(na + len(b), np.int64)
+def _merge_sorted(a, na, b, buf):
+    """The ascending ``a[:na]`` and ``b`` merged into ``buf`` (ascending); returns the
+    merged slice of ``buf``."""
+    out = buf[:na + len(b)]
     i = j = 0
     for p in range(len(out)):
         if j >= len(b) or (i < na and a[i] <= b[j]):
@@ -316,12 +331,13 @@ def _merge_sorted(a, na, b):
 @inline_fn
 def _gather_links(net, st) -> None:
     """Queue entries (hop >= 1) grouped by link, links ordered by topological level."""
-    st_si = st.si
     sti = st.i
     nti = net.i
-    si = st_si
+    si = st.si
     L = net.dims[D_L]
-    cnt = np.zeros(L, np.int64)
+    cnt, slot, per, fill = sti[S_SCR_A], sti[S_SCR_B], sti[S_SCR_C], sti[S_SCR_D]
+    for li in range(L):
+        cnt[li] = 0
     nq = 0
     for j in range(si[I_NAE]):
         if nti[N_HOP, sti[S_AE, j]] > 0:
@@ -329,26 +345,18 @@ def _gather_links(net, st) -> None:
             cnt[sti[S_AE_LINK, j]] += 1
             nq += 1
     si[I_NQ] = nq
-    max_lv = 0
-    for li in range(L):
-        if cnt[li] > 0:
-            max_lv = max(max_lv, nti[N_LEVEL, li])
     # links ordered by (level, id): count per level, then place in id order
-    per = np.zeros(max_lv + 2, np.int64)
-    for li in range(L):
-        if cnt[li] > 0:
-            per[nti[N_LEVEL, li] + 1] += 1
-    for v in range(1, max_lv + 2):
-        per[v] += per[v - 1]
-    nl = per[max_lv + 1]
-    slot = np.full(L, -1, np.int64)
-    at = per[:max_lv + 1].copy()
+    max_lv = 0
+    for v in range(net.dims[D_MAX_LV] + 2):
+        per[v] = 0
     for li in range(L):
         if cnt[li] > 0:
             v = nti[N_LEVEL, li]
-            sti[S_LK_LINK, at[v]] = li
-            slot[li] = at[v]
-            at[v] += 1
+            max_lv = max(max_lv, v)
+            per[v + 1] += 1
+    for v in range(1, max_lv + 2):
+        per[v] += per[v - 1]
+    nl = per[max_lv + 1]
     nv = 0
     for v in range(1, max_lv + 1):
         if per[v + 1] > per[v]:
@@ -356,10 +364,16 @@ def _gather_links(net, st) -> None:
             nv += 1
     sti[S_LV_PTR, nv] = nl
     si[I_NLK], si[I_NLV] = nl, nv
+    for li in range(L):
+        if cnt[li] > 0:
+            v = nti[N_LEVEL, li]
+            sti[S_LK_LINK, per[v]] = li
+            slot[li] = per[v]
+            per[v] += 1
     sti[S_LK_PTR, 0] = 0
     for i in range(nl):
-        sti[S_LK_PTR, i + 1] = sti[S_LK_PTR, i] + cnt[sti[S_LK_LINK, i]]
-    fill = sti[S_LK_PTR, :nl].copy()
+        fill[i] = sti[S_LK_PTR, i]
+        sti[S_LK_PTR, i + 1] = fill[i] + cnt[sti[S_LK_LINK, i]]
     for i in range(nq):
         j = sti[S_Q_ENT, i]
         s = slot[sti[S_AE_LINK, j]]
@@ -399,10 +413,29 @@ def _positions(net, st) -> None:
         sti[S_P_ING, p] = sti[S_AE_LINK, j - 1]  # the port its bytes arrived on
 
 
+@inline_fn
+def _gather_ports(net, st) -> None:
+    """``ing_link``: the ports (links) the running queue entries arrive on, ascending (the
+    only ones PFC can pause while none is paused, :func:`_pfc`)."""
+    sti = st.i
+    mark = sti[S_SCR_A]
+    for li in range(net.dims[D_L]):
+        mark[li] = 0
+    for p in range(st.si[I_NQ]):
+        mark[sti[S_P_ING, p]] = 1
+    n = 0
+    for li in range(net.dims[D_L]):
+        if mark[li]:
+            sti[S_ING_LINK, n] = li
+            n += 1
+    st.si[I_NING] = n
+
+
 @step_fn
 def _load_work(st) -> None:
-    """The running entries' state from its rows by entry (``q``, ``arr``, ``drain``,
-    ``dep``) into its rows by position (``wq``, ... in the same order)."""
+    """The running entries' state from its rows by entry (``q``, ``drain``, ``dep``) into
+    its rows by position (``wq``, ... in the same order; ``warr`` is rewritten by every
+    step's sweep before it is read, so it never moves)."""
     _move_work(st, True)
     st.si[I_WORK] = 1
 
@@ -423,7 +456,9 @@ def _move_work(st, load) -> None:
     sti = st.i
     for p in range(st.si[I_NAE]):
         e = sti[S_AE, sti[S_LK_ENT, p]]
-        for o in range(S_WQ - S_Q):  # q, arr, drain, dep
+        for o in range(S_WQ - S_Q):  # q, drain, dep (the sweep rewrites arr first)
+            if o == S_ARR - S_Q:
+                continue
             if load:
                 stf[S_WQ + o, p] = stf[S_Q + o, e]
             else:
@@ -441,36 +476,43 @@ def _gather_nics(net, st) -> None:
     sti = st.i
     nti = net.i
     L = net.dims[D_L]
-    cnt = np.zeros(L, np.int64)
+    cnt, fill = sti[S_SCR_A], sti[S_SCR_B]
+    for li in range(L):
+        cnt[li] = 0
     for i in range(st_si[I_NAR]):
         cnt[nti[N_FIRST_LINK, sti[S_A_R, i]]] += 1
     n = 0
-    slot = np.full(L, -1, np.int64)
     sti[S_NIC_PTR, 0] = 0
     for li in range(L):
         if cnt[li] > 0:
             sti[S_NIC_LINK, n] = li
-            slot[li] = n
+            fill[li] = sti[S_NIC_PTR, n]  # the NIC's next free position
             sti[S_NIC_PTR, n + 1] = sti[S_NIC_PTR, n] + cnt[li]
             n += 1
     st_si[I_NNIC] = n
-    fill = sti[S_NIC_PTR, :n].copy()
     for i in range(st_si[I_NAR]):
-        s = slot[nti[N_FIRST_LINK, sti[S_A_R, i]]]
-        sti[S_NIC_SLOT, i] = fill[s]
-        sti[S_WF_ORDER, fill[s]] = fill[s]  # the waterfill's sort starts from here
-        fill[s] += 1
+        li = nti[N_FIRST_LINK, sti[S_A_R, i]]
+        sti[S_NIC_SLOT, i] = fill[li]
+        sti[S_WF_ORDER, fill[li]] = fill[li]  # the waterfill's sort starts from here
+        fill[li] += 1
 
 
-@njit(cache=True, no_cpython_wrapper=True)  # allocates: reference counting on
+@step_fn
 def rebuild(net, st) -> None:
-    st_sf = st.sf
-    st_si = st.si
+    """The running set's index rows (``a_*``, ``lk_*``, ``nic_*``, positions) gathered
+    afresh after flows started or finished (scratch in ``scr_*``: allocates nothing); the
+    running entries' state goes back to its rows by entry first and comes out at its new
+    positions after (one call, not three: every call passes ~170 words)."""
+    if st.si[I_WORK]:
+        _move_work(st, False)
     _gather_routes(net, st)
     _gather_links(net, st)
     _gather_nics(net, st)
-    st_si[I_REBUILD] = 0
-    st_sf[F_QUIET] = 0.0
+    _gather_ports(net, st)
+    st.si[I_REBUILD] = 0
+    st.sf[F_QUIET] = 0.0
+    _move_work(st, True)
+    st.si[I_WORK] = 1
 
 
 # --------------------------------------------------------------------------------------
@@ -479,15 +521,15 @@ def rebuild(net, st) -> None:
 
 
 @step_fn
-def _service(net, st) -> None:
+def _service(ws) -> None:
     """Link service rates: capacity less the ACKs of last step's deliveries, and PFC."""
-    st_si = st.si
-    stf = st.f
-    sti = st.i
-    ntf = net.f
-    net_cfg = net.cfg
-    L = net.dims[D_L]
-    ack = _zeroed(st.tmp_rows[0], L)
+    st_si = ws.si
+    stf = ws.f
+    sti = ws.i
+    ntf = ws.nf
+    net_cfg = ws.cfg
+    L = ws.L
+    ack = _zeroed(ws.f[S_TMP0], L)
     ratio = net_cfg[C_ACK_RATIO]
     if ratio > 0:
         for r in range(st_si[I_NAR]):  # a route's entries are contiguous, in hop order
@@ -506,19 +548,19 @@ def _service(net, st) -> None:
 
 
 @step_fn
-def _allocate(net, st) -> None:
+def _allocate(ws) -> None:
     """Demands and NIC shares of the running routes, then each flow's rate ``a_rf``.
 
     The NIC shares its capacity max-min among its QPs: sort a NIC's demands, the fair level
     is the first ``(cap − Σ smaller) / n_rest`` that does not exceed the next demand.
     """
-    st_si = st.si
-    stf = st.f
-    sti = st.i
-    stb = st.b
-    st_cc = st.cc
-    ntf = net.f
-    net_cfg = net.cfg
+    st_si = ws.si
+    stf = ws.f
+    sti = ws.i
+    stb = ws.b
+    st_cc = ws.cc
+    ntf = ws.nf
+    net_cfg = ws.cfg
     nr, nf = st_si[I_NAR], st_si[I_NAF]
     dcqcn = net_cfg[C_DCQCN] > 0
     for i in range(nf):
@@ -547,7 +589,7 @@ def _allocate(net, st) -> None:
                 d = stf[S_NIC_DEM, j]
                 stf[S_NIC_ALLOC, j] = min(d, c) if nn == nr else d
     else:
-        _waterfill(st, nn)
+        _waterfill(ws, nn)
     for i in range(nf):
         rf = _INF
         for r in range(sti[S_A_FSTART, i], sti[S_A_FSTART, i + 1]):
@@ -560,10 +602,10 @@ def _allocate(net, st) -> None:
         stf[S_A_X, r] = stf[S_A_W, r] * stf[S_A_RF, sti[S_A_RFLOW, r]]
 
 
-@step_fn
-def _waterfill(st, nn) -> None:
-    stf = st.f
-    sti = st.i
+@inline_fn
+def _waterfill(ws, nn) -> None:
+    stf = ws.f
+    sti = ws.i
     dem, alloc = stf[S_NIC_DEM], stf[S_NIC_ALLOC]  # by NIC position
     order, tmp = sti[S_WF_ORDER], sti[S_WF_TMP]
     # the numpy engine sorted all demands by (NIC, demand) (stable) and took one running
@@ -646,14 +688,14 @@ def _merge_sort_by(key, order, a, b, tmp) -> None:
 
 
 @step_fn
-def _dt(net, st, t) -> float:
-    st_sf = st.sf
-    st_si = st.si
-    stf = st.f
-    sti = st.i
-    st_cc = st.cc
-    ntf = net.f
-    net_cfg = net.cfg
+def _dt(ws, t) -> float:
+    st_sf = ws.sf
+    st_si = ws.si
+    stf = ws.f
+    sti = ws.i
+    st_cc = ws.cc
+    ntf = ws.nf
+    net_cfg = ws.cfg
     cfg, sf = net_cfg, st_sf
     quiet = sf[F_QUIET]
     dt = max(quiet, cfg[C_DT]) if quiet else cfg[C_DT]
@@ -682,8 +724,8 @@ def _dt(net, st, t) -> float:
     return max(dt, 1e-3)
 
 
-@step_fn
-def _sweep_level(st, dt, lo, hi, views) -> float:
+@inline_fn
+def _sweep_level(ws, dt, lo, hi) -> float:
     """FIFO service of the links ``lk_link[lo:hi]`` (one topological level); returns the
     largest departure change.
 
@@ -694,8 +736,9 @@ def _sweep_level(st, dt, lo, hi, views) -> float:
     overloaded. (The draining rule needs content, so the first pass's updates hold in
     every case.) The second pass also makes the departures current and sums each link's
     bytes and content (:func:`_settle`), while its entries are in cache."""
-    stf = st.f
-    sti = st.i
+    stf = ws.f
+    sti = ws.i
+    views = (stf[S_WQ], stf[S_WDRAIN], stf[S_WARR], stf[S_WNEW], stf[S_WDEP], ws.f[S_TMP0])
     q, drain, arr, new, dep_old, lb = views
     up = sti[S_P_UP]
     ddep = 0.0
@@ -786,24 +829,23 @@ def _fifo(stf, sti, views, dt, i) -> None:
 
 
 @step_fn
-def _sweep(net, st, dt) -> float:
+def _sweep(ws, dt) -> float:
     """Move every running entry's bytes one step; returns the largest departure change."""
-    st_si = st.si
-    stf = st.f
-    sti = st.i
-    ntf = net.f
+    st_si = ws.si
+    stf = ws.f
+    sti = ws.i
+    ntf = ws.nf
     ne, nq = st_si[I_NAE], st_si[I_NQ]
-    L = net.dims[D_L]
-    lb = st.tmp_rows[0]
+    L = ws.L
+    lb = ws.f[S_TMP0]
     for li in range(L):
         lb[li] = 0.0
         stf[S_QLINK, li] = 0.0
-    views = (stf[S_WQ], stf[S_WDRAIN], stf[S_WARR], stf[S_WNEW], stf[S_WDEP], lb)
     for p in range(nq, ne):  # first hops: what the sources inject
         stf[S_WNEW, p] = stf[S_A_X, sti[S_P_ROUTE, p]]
     ddep = 0.0
     for v in range(st_si[I_NLV]):
-        ddep = max(ddep, _sweep_level(st, dt, sti[S_LV_PTR, v], sti[S_LV_PTR, v + 1], views))
+        ddep = max(ddep, _sweep_level(ws, dt, sti[S_LV_PTR, v], sti[S_LV_PTR, v + 1]))
     # the first hops after the queue entries (a link's sums in position order, as before)
     for p in range(nq, ne):
         nw = stf[S_WNEW, p]
@@ -826,23 +868,23 @@ def _sweep(net, st, dt) -> float:
 
 
 @inline_fn
-def _queue_wait(net, st, li) -> float:
+def _queue_wait(ws, li) -> float:
     """Time (ns) link ``li``'s egress queue takes to drain at its line rate: what a packet
     joining it now waits (at most 1 s; a link that is down would never drain)."""
-    return min(st.f[S_QLINK, li] / max(net.f[N_CAP, li] * st.f[S_UP, li], _TINY), 1e9)
+    return min(ws.f[S_QLINK, li] / max(ws.nf[N_CAP, li] * ws.f[S_UP, li], _TINY), 1e9)
 
 
 @inline_fn
-def rev_delay(net, st, out) -> np.ndarray:
+def rev_delay(ws, out) -> np.ndarray:
     """Queueing delay (ns) an ACK meets on the reverse direction of each link, written
     to ``out``."""
-    nti = net.i
-    L = net.dims[D_L]
+    nti = ws.ni
+    L = ws.L
     _zeroed(out, L)
     for li in range(L):
         rv = nti[N_REV, li]
         if rv >= 0:
-            out[li] = _queue_wait(net, st, rv)
+            out[li] = _queue_wait(ws, rv)
     return out
 
 
@@ -861,10 +903,10 @@ def _bucket(t, bw) -> np.int64:
 
 
 @inline_fn
-def _red(net, li, q) -> float:
+def _red(ws, li, q) -> float:
     """RED marking probability of link ``li`` at queue ``q`` (dataplane/ecn.py)."""
-    ntf = net.f
-    net_cfg = net.cfg
+    ntf = ws.nf
+    net_cfg = ws.cfg
     kmin, kmax = ntf[N_KMIN, li], ntf[N_KMAX, li]
     if not q > kmin:
         return 0.0
@@ -875,7 +917,7 @@ def _red(net, li, q) -> float:
 
 
 @step_fn
-def _marks(net, st, t_new, dt) -> bool:
+def _marks(ws, fb, t_new, dt) -> bool:
     """ECN marks of this step into the CNP delay line; returns whether any was made.
 
     When the CNP reaches the sender (HPCC ns-3, ``simulation/src/point-to-point/model``):
@@ -892,85 +934,90 @@ def _marks(net, st, t_new, dt) -> bool:
     earlier one. Runs after :func:`_cnps` of the step, so
     the slots after the step's bucket are free.
     """
-    st_sf = st.sf
-    st_si = st.si
-    stf = st.f
-    sti = st.i
-    st_cnp_line = st.cnp_line
-    ntf = net.f
-    net_cfg = net.cfg
-    L = net.dims[D_L]
-    pl = st.tmp_rows[0]
+    pl = ws.f[S_TMP0]
     anyp = False
-    for li in range(L):
-        pl[li] = _red(net, li, stf[S_QLINK, li])
+    for li in range(ws.L):
+        pl[li] = _red(ws, li, ws.f[S_QLINK, li])
         anyp = anyp or pl[li] > 0
     if not anyp:
         return False
-    mlink = _zeroed(st.tmp_rows[1], L)
-    # CNPs ride ACKs: the reverse path's queueing delay
-    rd = _zeroed(st.tmp_rows[3], L)
-    qw = st.tmp_rows[2]  # every link's queue wait, once (a division) rather than per entry
-    for li in range(L):
-        qw[li] = _queue_wait(net, st, li)
-    if net_cfg[C_ACK_QUEUE] > 0:
-        nti = net.i
-        for li in range(L):
-            rv = nti[N_REV, li]
+    mlink = _zeroed(ws.f[S_TMP1], ws.L)
+    _queue_waits(ws)
+    cur_b = _bucket(t_new, ws.cfg[C_FB_BW])
+    anyk = False
+    for c in range(ws.si[I_NCC]):  # (the other routes cross no marking link)
+        anyk = _mark_route(ws, fb, ws.i[S_A_CC, c], t_new, dt, cur_b) or anyk
+    for li in range(ws.L):
+        ws.f[S_MARKED_BYTES, li] += mlink[li]
+    return anyk
+
+
+@inline_fn
+def _queue_waits(ws) -> None:
+    """Every link's queue wait (``tmp2``; once per link, a division, rather than per
+    entry) and the queue wait its ACKs (which carry CNPs) meet on the reverse link
+    (``tmp3``)."""
+    rd = _zeroed(ws.f[S_TMP3], ws.L)
+    qw = ws.f[S_TMP2]
+    for li in range(ws.L):
+        qw[li] = _queue_wait(ws, li)
+    if ws.cfg[C_ACK_QUEUE] > 0:
+        for li in range(ws.L):
+            rv = ws.ni[N_REV, li]
             if rv >= 0:
                 rd[li] = qw[rv]
-    bw = net_cfg[C_FB_BW]
-    pkt = net_cfg[C_PKT_WIRE]
-    rows = st_si[I_FB_ROWS]
-    cur_b = _bucket(t_new, bw)
+
+
+@inline_fn
+def _mark_route(ws, fb, r, t_new, dt, cur_b) -> bool:
+    """Running route ``r``'s marks of this step (marking probability by link in ``tmp0``)
+    into the delay line, each due after the queues downstream of its hop and on the
+    reverse path; its marked bytes by link into ``tmp1``. Returns whether it made one."""
+    sti, pl, mlink = ws.i, ws.f[S_TMP0], ws.f[S_TMP1]
+    qw, rd = ws.f[S_TMP2], ws.f[S_TMP3]
+    e0, e1 = sti[S_A_ESTART, r], sti[S_A_ESTART, r] + sti[S_A_NE, r]
+    hit = False
+    for j in range(e0, e1):
+        hit = hit or pl[sti[S_AE_LINK, j]] > 0
+    if not hit:
+        return False
+    rq = 0.0  # the reverse path's queueing, over the route's entries in order
+    for j in range(e0, e1):
+        rq += rd[sti[S_AE_LINK, j]]
+    bw, k = ws.cfg[C_FB_BW], sti[S_A_R, r]
     anyk = False
-    until = st_sf[F_MARKS_UNTIL]
-    for c in range(st_si[I_NCC]):  # (the other routes cross no marking link)
-        r = sti[S_A_CC, c]
-        e0, e1 = sti[S_A_ESTART, r], sti[S_A_ESTART, r] + sti[S_A_NE, r]
-        hit = False
-        for j in range(e0, e1):
-            hit = hit or pl[sti[S_AE_LINK, j]] > 0
-        if not hit:
-            continue
-        rq = 0.0  # the reverse path's queueing, over the route's entries in order
-        for j in range(e0, e1):
-            rq += rd[sti[S_AE_LINK, j]]
-        k = sti[S_A_R, r]
-        down = 0.0  # queue wait at the hops after entry j
-        for j in range(e1 - 1, e0 - 1, -1):
-            li = sti[S_AE_LINK, j]
-            e = sti[S_AE, j]
-            mb = stf[S_WDEP, sti[S_POS, j]] * dt * pl[li]
-            if mb != 0.0:
-                mlink[li] += mb
-                due = t_new + ntf[N_FB_LAT, e] + down + rq
-                b = max(_bucket(due, bw), cur_b + 1)
-                if b > cur_b + rows:
-                    rows = _grow_line(st, cur_b, b)
-                    b = min(b, cur_b + rows)
-                st_cnp_line[b % rows, k] += mb / pkt
-                st.cnp_dirty[b % rows] = True
-                until = max(until, b * bw)
-                anyk = True
-            down += qw[li]
-    for li in range(L):
-        stf[S_MARKED_BYTES, li] += mlink[li]
-    st_sf[F_MARKS_UNTIL] = until  # no quiet (long) step before the last of them is due
+    down = 0.0  # queue wait at the hops after entry j
+    for j in range(e1 - 1, e0 - 1, -1):
+        li = sti[S_AE_LINK, j]
+        mb = ws.f[S_WDEP, sti[S_POS, j]] * dt * pl[li]
+        if mb != 0.0:
+            mlink[li] += mb
+            due = t_new + ws.nf[N_FB_LAT, sti[S_AE, j]] + down + rq
+            b = max(_bucket(due, bw), cur_b + 1)
+            rows = ws.si[I_FB_ROWS]
+            if b > cur_b + rows:
+                rows = _grow_line(ws, fb, cur_b, b)
+                b = min(b, cur_b + rows)
+            fb.line[b % rows, k] += mb / ws.cfg[C_PKT_WIRE]
+            fb.dirty[b % rows] = True
+            # no quiet (long) step before the last of them is due
+            ws.sf[F_MARKS_UNTIL] = max(ws.sf[F_MARKS_UNTIL], b * bw)
+            anyk = True
+        down += qw[li]
     return anyk
 
 
 @step_fn
-def _grow_line(st, cur_b, need) -> int:
+def _grow_line(ws, fb, cur_b, need) -> int:
     """Double the CNP delay line's slots in use (``si[I_FB_ROWS]``, at most its allocated
     rows) until bucket ``need`` fits; returns the new count. Bucket ``b`` lives in row
     ``b % rows``: after doubling, a pending bucket's row stays or moves up by the old count,
     onto a row never used before, so the moves need no scratch. The line is allocated at
     its largest but only touched as far as it grows (a full-size ring swept by the clock
     cost a page fault per 4 kB: up to +50 % run time on validation DCQCN runs)."""
-    rows = st.si[I_FB_ROWS]
-    line = st.cnp_line
-    dirty = st.cnp_dirty
+    rows = ws.si[I_FB_ROWS]
+    line = fb.line
+    dirty = fb.dirty
     while need > cur_b + rows and 2 * rows <= line.shape[0]:
         for o in range(rows):
             if not dirty[o]:
@@ -984,47 +1031,17 @@ def _grow_line(st, cur_b, need) -> int:
                 dirty[n] = True
                 dirty[o] = False
         rows *= 2
-    st.si[I_FB_ROWS] = rows
+    ws.si[I_FB_ROWS] = rows
     return rows
 
 
 @step_fn
-def _cnps(net, st, t_new, dt, rng) -> None:
-    """Collect the CNPs due now, draw which QPs see one, and run DCQCN on every QP."""
-    st_si = st.si
-    stf = st.f
-    stb = st.b
-    sti = st.i
-    st_cc = st.cc
-    st_cnp_line = st.cnp_line
-    net_dcqcn = net.dcqcn
-    net_cfg = net.cfg
-    # only the routes ECN can mark (``a_cc``; the others' state never changes): their
-    # CNPs by position c in that list
-    ncc = st_si[I_NCC]
-    acc = sti[S_A_CC]
-    bw = net_cfg[C_FB_BW]
-    rows = st_si[I_FB_ROWS]
-    cur_b = _bucket(t_new, bw)
-    cnp_n = _zeroed(st.tmp_rows[0], ncc)
-    anyn = False
-    if cur_b > st_si[I_FB_LAST]:
-        nb = min(cur_b - st_si[I_FB_LAST], rows)
-        for m in range(nb):
-            row = (st_si[I_FB_LAST] + 1 + m) % rows
-            if not st.cnp_dirty[row]:
-                continue  # nothing was written since it was last read: all zero
-            st.cnp_dirty[row] = False
-            for c in range(ncc):  # other columns belong to flows that ended: never read
-                k = sti[S_A_R, acc[c]]
-                v = st_cnp_line[row, k]
-                if v != 0.0:
-                    cnp_n[c] += v
-                    st_cnp_line[row, k] = 0.0
-        st_si[I_FB_LAST] = cur_b
-        for c in range(ncc):
-            anyn = anyn or cnp_n[c] != 0
-    cnp = stb[S_A_CNP]
+def _cnps(ws, fb, t_new, dt, rng) -> None:
+    """Collect the CNPs due now, draw which QPs see one, and run DCQCN on every QP (only
+    the routes ECN can mark, ``a_cc``: the others' state never changes)."""
+    anyn = _collect_cnps(ws, fb, t_new)
+    ncc, acc = ws.si[I_NCC], ws.i[S_A_CC]
+    cnp, cnp_n = ws.b[S_A_CNP], ws.f[S_TMP0]
     for c in range(ncc):
         cnp[c] = False
     if anyn:
@@ -1037,73 +1054,104 @@ def _cnps(net, st, t_new, dt, rng) -> None:
                 d += 1
             cnp[c] = rng.random() < 1.0 - np.exp(-cnp_n[c])
             d += 1
-        while d < st_si[I_NAR]:
+        while d < ws.si[I_NAR]:
             rng.random()
             d += 1
-    interval = net_cfg[C_CNP_INT]
+    _dcqcn_steps(ws, fb, t_new, dt)
+
+
+@inline_fn
+def _collect_cnps(ws, fb, t_new) -> bool:
+    """The CNPs of the delay-line slots due by ``t_new`` summed per ``a_cc`` position into
+    ``tmp0`` (the slots cleared); returns whether there is one."""
+    si, sti, acc = ws.si, ws.i, ws.i[S_A_CC]
+    ncc, rows = si[I_NCC], si[I_FB_ROWS]
+    cur_b = _bucket(t_new, ws.cfg[C_FB_BW])
+    cnp_n = _zeroed(ws.f[S_TMP0], ncc)
+    if not cur_b > si[I_FB_LAST]:
+        return False
+    for m in range(min(cur_b - si[I_FB_LAST], rows)):
+        row = (si[I_FB_LAST] + 1 + m) % rows
+        if not fb.dirty[row]:
+            continue  # nothing was written since it was last read: all zero
+        fb.dirty[row] = False
+        for c in range(ncc):  # other columns belong to flows that ended: never read
+            k = sti[S_A_R, acc[c]]
+            v = fb.line[row, k]
+            if v != 0.0:
+                cnp_n[c] += v
+                fb.line[row, k] = 0.0
+    si[I_FB_LAST] = cur_b
+    anyn = False
     for c in range(ncc):
+        anyn = anyn or cnp_n[c] != 0
+    return anyn
+
+
+@inline_fn
+def _dcqcn_steps(ws, fb, t_new, dt) -> None:
+    """DCQCN on the ``a_cc`` routes: a CNP within the CNP interval of the last one is
+    ignored; a QP without a CNP whose timers are not due keeps its state (the update is
+    skipped; its byte counter runs only after its first CNP)."""
+    stf, sti, st_cc, dq = ws.f, ws.i, ws.cc, fb.dcqcn
+    acc, cnp = sti[S_A_CC], ws.b[S_A_CNP]
+    interval = ws.cfg[C_CNP_INT]
+    for c in range(ws.si[I_NCC]):
         k = sti[S_A_R, acc[c]]
         if cnp[c] and interval > 0:
             if t_new - stf[S_LAST_CNP, k] >= interval:
                 stf[S_LAST_CNP, k] = t_new
             else:
                 cnp[c] = False
-    # a QP without a CNP whose timers are not due keeps its state: skip the update (its
-    # byte counter runs only after its first CNP)
-    idle_ok = net_dcqcn[_DEC_INT] > 0
-    no_bc = net_dcqcn[_BC] <= 0
-    for c in range(ncc):
+    idle_ok = dq[_DEC_INT] > 0
+    no_bc = dq[_BC] <= 0
+    for c in range(ws.si[I_NCC]):
         r = acc[c]
         k = sti[S_A_R, r]
         if (idle_ok and not cnp[c] and st_cc[_T_ALPHA, k] > t_new and st_cc[_T_DEC, k] > t_new
                 and st_cc[_T_INC, k] > t_new and (no_bc or st_cc[_STARTED, k] == 0)):
             continue
-        dcqcn_update_qp(st_cc, k, cnp[c], t_new, net_dcqcn, stf[S_A_X, r] * dt)
+        dcqcn_update_qp(st_cc, k, cnp[c], t_new, dq, stf[S_A_X, r] * dt)
         if cnp[c]:
             stf[S_ES_CNPS, k] += 1
 
 
-@step_fn
-def _pfc_thresholds(net, st, use) -> None:
-    stf = st.f
-    ntf = net.f
-    ntb = net.b
-    nti = net.i
-    net_pfc_pool = net.pfc_pool
-    net_cfg = net.cfg
-    cfg = net_cfg
-    L = net.dims[D_L]
+@inline_fn
+def _pfc_thresholds(ws, use, full) -> None:
+    """Every port's XOFF/XON; a switch's shared-pool use summed over its ingress ports
+    (``full``: all of them; else only the ports of the running queue entries, ``ing_link``,
+    the others holding nothing)."""
+    stf, ntf, nti, cfg = ws.f, ws.nf, ws.ni, ws.cfg
     if cfg[C_PFC_DYN] > 0:
-        sw_shared = _zeroed(st.tmp_rows[3], len(net_pfc_pool))
-        for li in range(L):
-            if ntb[N_INGRESS_SW, li]:
+        sw_shared = _zeroed(ws.f[S_TMP3], len(ws.pool))
+        for x in range(ws.L if full else ws.si[I_NING]):
+            li = x if full else ws.i[S_ING_LINK, x]
+            if ws.ni[N_INGRESS_SW, li]:
                 sw_shared[nti[N_SW_OF, li]] += max(use[li] - cfg[C_RESERVE], 0.0)
-        for li in range(L):
+        for li in range(ws.L):
             s = nti[N_SW_OF, li]
-            thr = ntf[N_PFC_ALPHA, li] * max(net_pfc_pool[s] - sw_shared[s], 0.0)
+            thr = ntf[N_PFC_ALPHA, li] * max(ws.pool[s] - sw_shared[s], 0.0)
             stf[S_PFC_XOFF, li] = cfg[C_RESERVE] + thr
             stf[S_PFC_XON, li] = cfg[C_RESERVE] + thr - cfg[C_RESUME]
     else:
-        for li in range(L):
+        for li in range(ws.L):
             stf[S_PFC_XOFF, li] = cfg[C_XOFF]
             stf[S_PFC_XON, li] = cfg[C_XON]
 
 
 @step_fn
-def _pfc(net, st, dt) -> None:
-    """Fluid PFC: throttle each upstream transmitter so its ingress port holds XOFF."""
-    st_si = st.si
-    stf = st.f
-    stb = st.b
-    sti = st.i
-    ntf = net.f
-    ntb = net.b
-    net_cfg = net.cfg
-    L = net.dims[D_L]
-    use = stf[S_PFC_USE]
-    out = st.tmp_rows[1]
-    inn = st.tmp_rows[4]
-    for li in range(L):
+def _pfc(ws, dt) -> None:
+    """Fluid PFC: throttle each upstream transmitter so its ingress port holds XOFF.
+
+    While no port is paused only the ports the running queue entries arrive on
+    (``ing_link``) can pause, so the per-port passes visit those alone (a port no entry
+    arrives on holds nothing and stays unpaused); once one is, every port."""
+    st_si, stf, sti = ws.si, ws.f, ws.i
+    full = st_si[I_NREG] > 0
+    n = ws.L if full else st_si[I_NING]
+    use, out, inn = stf[S_PFC_USE], ws.f[S_TMP1], ws.f[S_TMP4]
+    for x in range(n):
+        li = x if full else sti[S_ING_LINK, x]
         use[li] = 0.0
         out[li] = 0.0
         inn[li] = 0.0
@@ -1112,38 +1160,21 @@ def _pfc(net, st, dt) -> None:
         use[ing] += stf[S_WQ, p]
         out[ing] += stf[S_WDEP, p]
         inn[ing] += stf[S_WARR, p]
-    _pfc_thresholds(net, st, use)
+    _pfc_thresholds(ws, use, full)
     st_si[I_HAS_USE] = 1
-    reg = stb[S_PFC_REG]
-    if st_si[I_NREG] > 0:
-        nic_dem = _zeroed(st.tmp_rows[2], L)
-        for g in range(st_si[I_NNIC]):  # (a NIC's routes in route order, as before)
-            li = sti[S_NIC_LINK, g]
-            for j in range(sti[S_NIC_PTR, g], sti[S_NIC_PTR, g + 1]):
-                nic_dem[li] += stf[S_NIC_DEM, j]
-        for li in range(L):
-            if not reg[li]:
-                continue
-            serv = stf[S_SERV, li]
-            allow = min(stf[S_PFC_ALLOW, li], serv)
-            if not (stf[S_QLINK, li] > 1.0 or nic_dem[li] > allow * (1 + 1e-9)):
-                continue
-            frac = min(max(1.0 - allow / serv, 0.0), 1.0) if serv > 0 else 0.0
-            stf[S_PAUSE_NS, li] += frac * dt
-            o = min(out[li], serv)
-            if frac > 1e-6 and o > _TINY:
-                gap = ntf[N_PFC_GAP, li]
-                period = gap / max(o, _TINY) + gap / max(serv - o, _TINY)
-                stf[S_PAUSE_CNT, li] += dt / period
-    tau = max(dt, net_cfg[C_TAU])
+    if full:
+        _pause_time(ws, dt, out)
+    tau = max(dt, ws.cfg[C_TAU])
     # as in ns-3, a port is checked for pause only when bytes arrive on it
     # (SwitchNode::SendToDev -> CheckAndSendPfc) and for resume only when its own bytes
     # leave (SwitchNotifyDequeue -> CheckAndSendResume): a threshold that moves because
     # other ports filled or drained the shared pool acts at the port's next packet (an
     # empty port has no packet left to wait for: its last dequeue resumed it)
+    reg = ws.b[S_PFC_REG]
     nreg = 0
-    for li in range(L):
-        if (ntb[N_INGRESS_SW, li] and not reg[li] and use[li] >= stf[S_PFC_XOFF, li]
+    for x in range(n):
+        li = x if full else sti[S_ING_LINK, x]
+        if (ws.ni[N_INGRESS_SW, li] and not reg[li] and use[li] >= stf[S_PFC_XOFF, li]
                 and inn[li] > 0):
             stf[S_PAUSE_CNT, li] += 1.0
             reg[li] = True
@@ -1151,27 +1182,53 @@ def _pfc(net, st, dt) -> None:
             reg[li] = False
         nreg += reg[li]
         stf[S_PFC_ALLOW, li] = (max(out[li] + (stf[S_PFC_XOFF, li] - use[li]) / tau, 0.0)
-                            if reg[li] else _INF)
+                                if reg[li] else _INF)
     st_si[I_NREG] = nreg
 
 
-@step_fn
-def _horizon(net, st) -> float:
+@inline_fn
+def _pause_time(ws, dt, out) -> None:
+    """Pause time and pause count of the paused ports that hold back traffic this step."""
+    stf, sti, L = ws.f, ws.i, ws.L
+    reg = ws.b[S_PFC_REG]
+    nic_dem = _zeroed(ws.f[S_TMP2], L)
+    for g in range(ws.si[I_NNIC]):  # (a NIC's routes in route order, as before)
+        li = sti[S_NIC_LINK, g]
+        for j in range(sti[S_NIC_PTR, g], sti[S_NIC_PTR, g + 1]):
+            nic_dem[li] += stf[S_NIC_DEM, j]
+    for li in range(L):
+        if not reg[li]:
+            continue
+        serv = stf[S_SERV, li]
+        allow = min(stf[S_PFC_ALLOW, li], serv)
+        if not (stf[S_QLINK, li] > 1.0 or nic_dem[li] > allow * (1 + 1e-9)):
+            continue
+        frac = min(max(1.0 - allow / serv, 0.0), 1.0) if serv > 0 else 0.0
+        stf[S_PAUSE_NS, li] += frac * dt
+        o = min(out[li], serv)
+        if frac > 1e-6 and o > _TINY:
+            gap = ws.nf[N_PFC_GAP, li]
+            period = gap / max(o, _TINY) + gap / max(serv - o, _TINY)
+            stf[S_PAUSE_CNT, li] += dt / period
+
+
+@inline_fn
+def _horizon(ws) -> float:
     """Longest step over which constant rates keep the model exact: until a queue entry
     empties, a PFC port crosses XOFF/XON, or a queue reaches Kmin (DCQCN)."""
-    st_si = st.si
-    stf = st.f
-    sti = st.i
-    ntf = net.f
-    net_cfg = net.cfg
+    st_si = ws.si
+    stf = ws.f
+    sti = ws.i
+    ntf = ws.nf
+    net_cfg = ws.cfg
     cfg = net_cfg
     h = cfg[C_DT_QUIET]
     nq = st_si[I_NQ]
     if nq == 0:
         return h
-    L = net.dims[D_L]
-    gp = _zeroed(st.tmp_rows[2], L)
-    gl = _zeroed(st.tmp_rows[3], L)
+    L = ws.L
+    gp = _zeroed(ws.f[S_TMP2], L)
+    gl = _zeroed(ws.f[S_TMP3], L)
     for p in range(nq):
         g = stf[S_WARR, p] - stf[S_WDEP, p]
         if g < -_TINY and stf[S_WQ, p] > 0:
@@ -1184,7 +1241,7 @@ def _horizon(net, st) -> float:
         # freeze whatever shares the last event left (FluidConfig.dt_pfc_max_ns)
         h = min(h, cfg[C_DT_PFC])
     if pfc and st_si[I_HAS_USE] > 0:
-        h = _pfc_horizon(net, st, gp, h)
+        h = _pfc_horizon(ws, gp, h)
     if cfg[C_DCQCN] > 0:
         for li in range(L):
             if stf[S_QLINK, li] >= ntf[N_KMIN, li] * (1 - 1e-9):
@@ -1196,25 +1253,24 @@ def _horizon(net, st) -> float:
     return h
 
 
-@step_fn
-def _pfc_horizon(net, st, gp, h) -> float:
-    stf = st.f
-    stb = st.b
-    ntf = net.f
-    ntb = net.b
-    nti = net.i
-    net_pfc_pool = net.pfc_pool
-    net_cfg = net.cfg
-    L = net.dims[D_L]
+@inline_fn
+def _pfc_horizon(ws, gp, h) -> float:
+    stf = ws.f
+    stb = ws.b
+    ntf = ws.nf
+    nti = ws.ni
+    net_pfc_pool = ws.pool
+    net_cfg = ws.cfg
+    L = ws.L
     reg, use = stb[S_PFC_REG], stf[S_PFC_USE]
     dyn = net_cfg[C_PFC_DYN] > 0
-    gs = _zeroed(st.tmp_rows[4], len(net_pfc_pool))
+    gs = _zeroed(ws.f[S_TMP4], len(net_pfc_pool))
     if dyn:
         for li in range(L):
-            if ntb[N_INGRESS_SW, li]:
+            if nti[N_INGRESS_SW, li]:
                 gs[nti[N_SW_OF, li]] += gp[li]
     for li in range(L):
-        if not reg[li] and ntb[N_INGRESS_SW, li] and gp[li] > _TINY:
+        if not reg[li] and nti[N_INGRESS_SW, li] and gp[li] > _TINY:
             if dyn:
                 tt = (stf[S_PFC_XOFF, li] - use[li]) / (
                     gp[li] + ntf[N_PFC_ALPHA, li] * max(gs[nti[N_SW_OF, li]], 0.0))
@@ -1264,19 +1320,17 @@ def _sample(net, st, t) -> None:
 
 
 @step_fn
-def _complete(net, st, t, ddep, any_marks) -> None:
-    """Flows whose bytes were all delivered finish (plus the ACK's way back)."""
-    st_sf = st.sf
-    st_si = st.si
-    stf = st.f
-    sti = st.i
-    stb = st.b
-    st_cc = st.cc
-    ntf = net.f
-    net_cfg = net.cfg
-    cfg, sf = net_cfg, st_sf
+def _complete(ws, t, ddep, any_marks) -> bool:
+    """Which flows delivered all their bytes (``tmp[1]``: 1.0 for those) and whether the
+    next step may be long; returns whether some flow finishes (:func:`_finish`)."""
+    st_si = ws.si
+    stf = ws.f
+    sti = ws.i
+    stb = ws.b
+    ntf = ws.nf
+    cfg, sf = ws.cfg, ws.sf
     nf = st_si[I_NAF]
-    fin = _zeroed(st.tmp_rows[1], nf)  # 1.0: finishes now
+    fin = _zeroed(ws.f[S_TMP1], nf)  # 1.0: finishes now
     stopped = False
     anyfin = False
     for i in range(nf):
@@ -1297,20 +1351,30 @@ def _complete(net, st, t, ddep, any_marks) -> None:
     if steady and stopped:
         # a source that just stopped while its bytes still queue changes the next step's
         # arrivals: not steady
-        steady = not _stopped_queued(net, st)
+        steady = not _stopped_queued(ws)
     if steady and cfg[C_DCQCN] > 0:
         for c in range(st_si[I_NCC]):
-            if st_cc[_DEC_CNP, sti[S_A_R, sti[S_A_CC, c]]] > 0:
+            if ws.cc[_DEC_CNP, sti[S_A_R, sti[S_A_CC, c]]] > 0:
                 steady = False  # a rate decrease is pending
                 break
-    sf[F_QUIET] = _horizon(net, st) if steady else 0.0
-    if not anyfin:
-        return
-    rd = st.tmp_rows[5][:0]
-    if cfg[C_ACK_QUEUE] > 0:
-        rd = rev_delay(net, st, st.tmp_rows[5])
+    sf[F_QUIET] = _horizon(ws) if steady else 0.0
+    return anyfin
+
+
+@step_fn
+def _finish(net, st, ws, t) -> None:
+    """The flows :func:`_complete` found delivered finish (plus the ACK's way back) and
+    release their dependants."""
+    st_si = st.si
+    stf = st.f
+    sti = st.i
+    stb = st.b
+    fin = st.f[S_TMP1]
+    rd = st.f[S_TMP5][:0]
+    if net.cfg[C_ACK_QUEUE] > 0:
+        rd = rev_delay(ws, st.f[S_TMP5])
     left = False
-    for i in range(nf):
+    for i in range(st_si[I_NAF]):
         f = sti[S_A_F, i]
         if not fin[i] > 0:
             left = left or stb[S_RUNNING, f]
@@ -1319,25 +1383,25 @@ def _complete(net, st, t, ddep, any_marks) -> None:
         stb[S_DONE, f] = True
         st_si[I_DONE] += 1
         # the ACK of the last byte queues behind data on the reverse path
-        stf[S_FINISH, f] = t + ntf[N_LAT, f] + _ack_queue_ns(net, f, rd)
+        stf[S_FINISH, f] = t + net.f[N_LAT, f] + _ack_queue_ns(net, f, rd)
         release(net, st, f, stf[S_FINISH, f])
     # finished flows stay in the running arrays (idle) until the next start rebuilds them
     if not left:
         st_si[I_REBUILD] = 1
 
 
-@step_fn
-def _stopped_queued(net, st) -> bool:
+@inline_fn
+def _stopped_queued(ws) -> bool:
     """Whether a flow that stopped injecting this step (still marked sending) has more
     than a byte queued on one of its routes."""
-    stf = st.f
-    sti = st.i
-    stb = st.b
-    ntf = net.f
-    rq = _zeroed(st.tmp_rows[0], st.si[I_NAR])
-    for p in range(st.si[I_NQ]):
+    stf = ws.f
+    sti = ws.i
+    stb = ws.b
+    ntf = ws.nf
+    rq = _zeroed(ws.f[S_TMP0], ws.si[I_NAR])
+    for p in range(ws.si[I_NQ]):
         rq[sti[S_P_ROUTE, p]] += stf[S_WQ, p]
-    for i in range(st.si[I_NAF]):
+    for i in range(ws.si[I_NAF]):
         f = sti[S_A_F, i]
         tol = 1e-6 * max(ntf[N_SIZE_W, f], 1.0)
         if not (stb[S_A_SENDING, i] and ntf[N_SIZE_W, f] - stf[S_INJ, f] <= tol):
@@ -1414,12 +1478,12 @@ def _dcqcn_fresh(s, k) -> None:
 
 
 @inline_fn
-def _pfc_active(st, L) -> bool:
+def _pfc_active(ws) -> bool:
     """Some port is paused or some queue holds bytes (else PFC has nothing to do)."""
-    if st.si[I_NREG] > 0:
+    if ws.si[I_NREG] > 0:
         return True
-    for li in range(L):
-        if st.f[S_QLINK, li] > 0.0:
+    for li in range(ws.L):
+        if ws.f[S_QLINK, li] > 0.0:
             return True
     return False
 
@@ -1438,12 +1502,10 @@ def advance(net, st, rng) -> int:
 
 @njit(cache=True)
 def _advance(net, st, rng) -> int:
-    st_sf = st.sf
-    st_si = st.si
-    stf = st.f
-    st_smp = st.smp
-    net_cfg = net.cfg
-    cfg, sf, si = net_cfg, st_sf, st_si
+    sf, si, stf, st_smp, cfg = st.sf, st.si, st.f, st.smp, net.cfg
+    ws = Work(net.f, net.i, net.cfg, net.pfc_pool, net.dims[D_L], st.sf, st.si, st.f, st.i,
+              st.b, st.cc)
+    fb = Feedback(st.cnp_line, st.cnp_dirty, net.dcqcn)
     F = net.dims[D_F]
     while si[I_DONE] < F:
         t = sf[F_T]
@@ -1451,11 +1513,10 @@ def _advance(net, st, rng) -> int:
             return FAIL_DUE
         if st_smp.shape[0] and si[I_NSMP] == st_smp.shape[0]:
             return SAMPLES_FULL
-        _start_due(net, st, t)
+        if si[I_HEAP] > 0 and stf[S_HEAP_T, 0] <= t + cfg[C_COALESCE]:
+            _start_due(net, st, t)
         if si[I_REBUILD]:
-            _store_work(st)
             rebuild(net, st)
-            _load_work(st)
         if si[I_NAR] == 0:
             nxt = min(stf[S_HEAP_T, 0] if si[I_HEAP] > 0 else _INF, sf[F_FAIL_T])
             if not np.isfinite(nxt):
@@ -1467,24 +1528,25 @@ def _advance(net, st, rng) -> int:
             return DONE  # stalled (a failed link with no reroute): unfinished flows
         if si[I_STEPS] > cfg[C_MAX_STEPS]:
             return MAX_STEPS
-        _service(net, st)
-        _allocate(net, st)
-        dt = _dt(net, st, t)
-        ddep = _sweep(net, st, dt)
+        _service(ws)
+        _allocate(ws)
+        dt = _dt(ws, t)
+        ddep = _sweep(ws, dt)
         t_new = t + dt
         any_marks = False
         if cfg[C_DCQCN] > 0:
-            _cnps(net, st, t_new, dt, rng)  # first: frees the slots _marks writes to
-            any_marks = _marks(net, st, t_new, dt)
+            _cnps(ws, fb, t_new, dt, rng)  # first: frees the slots _marks writes to
+            any_marks = _marks(ws, fb, t_new, dt)
             if cfg[C_ES_ON] > 0 and t_new >= sf[F_ES_NEXT]:
                 si[I_ES_DUE] = 1
-        if cfg[C_PFC_ON] > 0 and (si[I_HAS_USE] == 0 or _pfc_active(st, net.dims[D_L])):
-            _pfc(net, st, dt)
+        if cfg[C_PFC_ON] > 0 and (si[I_HAS_USE] == 0 or _pfc_active(ws)):
+            _pfc(ws, dt)
         if t_new >= sf[F_NEXT_SAMPLE] - 1e-6:
             _sample(net, st, t_new)
             sf[F_NEXT_SAMPLE] += cfg[C_SAMPLE_INT]
         sf[F_T] = t_new
-        _complete(net, st, t_new, ddep, any_marks)
+        if _complete(ws, t_new, ddep, any_marks):
+            _finish(net, st, ws, t_new)
         if si[I_ES_DUE]:
             return ENDSIDE_DUE
     return DONE

@@ -232,7 +232,7 @@ def compute_plan(fabric: Fabric, jobs: dict[str, JobState], *, policy_name: str,
         start = None if kind == "plan" else prev.paths if kept is None else \
             Kept(prev.paths, kept)
         paths = plan(fabric, wl, pol, seed=seed, down_links=down_ids, previous=start).paths
-    hosts = {h: host_record(q) for h, q in host_plans(fabric, wl, paths).items()}
+    hosts = {h: host_record(q) for h, q in host_plans(fabric, wl, paths, ids).items()}
     return PlanOutcome(kind, paths, key, shape_key, ids, names, wl.n_qps, hosts,
                        (time.perf_counter() - t0) * 1e3, paths.policy or policy_name, errors,
                        sorted(no_path, key=lambda e: e["job"]))

@@ -69,7 +69,7 @@ def main() -> None:
     plan = get_policy(args.policy).plan(ctx)
     stage(f"plan ({args.policy})", t0)
     t0 = _now()
-    prob, _ = to_problem(fab, wl, plan)
+    prob, _ = to_problem(fab, wl, plan, shared=True)  # the flow engine takes shared legs
     stage("engine problem", t0)
     t0 = _now()
     res = run_engine(prob, "flow")
@@ -78,7 +78,8 @@ def main() -> None:
     rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
     print(f"{args.gpus} GPUs, {len(fab.servers)} servers, {fab.n_nodes} nodes, "
           f"{fab.n_links} links; workload {wl.summary()}; {prob.n_routes} routes, "
-          f"{len(prob.route_links)} route-links")
+          f"{len(prob.route_links)} route-links"
+          + (f", {len(prob.shared.group)} shared routes" if prob.shared is not None else ""))
     c = res.collectives[0]
     print(f"  total              {total[0]:7.2f} s wall {total[1]:7.2f} s CPU   "
           f"peak RSS {rss_gib:.2f} GiB")

@@ -73,24 +73,37 @@ def test_alltoall_pxn_uses_destination_rail(fabric):
     """With PXN and shared connections (NCCL's defaults) a server's 8 GPUs reach a remote
     rank as one flow of their 8 messages on the connections (2 channels: 32 ranks, 16
     channels) of the NIC on that rank's rail; messages inside a server stay one flow per
-    rank pair."""
+    rank pair. A merged flow has a hop per channel from that NIC, and the 8 GPUs' NVLink
+    legs to it are shared legs, one group per (NIC, channel)."""
     wb = WorkloadBuilder()
     c = comm(fabric)
     add_collective(wb, c, "alltoall", 32 << 20)
     w = wb.build(node_ip=fabric.node_ip)
     intra, merged = 4 * 8 * 7, 4 * 24
     assert w.n_flows == intra + merged and p2p_net_channels(c) == 2
-    assert w.n_conns == 2 * merged and len(w.hop_flow) == intra + 2 * 8 * merged
+    assert w.n_conns == 2 * merged and len(w.hop_flow) == intra + 2 * merged
     net = w.hop_conn >= 0
     rails_src = fabric.node_index[w.hop_src_nic[net]]
     rails_dst = fabric.node_index[w.hop_dst_nic[net]]
     assert np.array_equal(rails_src, rails_dst)
     np.testing.assert_allclose(w.flow_size_bytes[:intra], (32 << 20) / 32)
     np.testing.assert_allclose(w.flow_size_bytes[intra:], 8 * (32 << 20) / 32)
-    # every merged flow: a hop per GPU of one server and channel, 1/16 of its rate each
-    assert np.array_equal(np.bincount(w.hop_flow[net]), [0] * intra + [16] * merged)
-    np.testing.assert_allclose(w.hop_weight[net], 1 / 16)
-    assert len(set(zip(w.hop_flow[net].tolist(), w.hop_src[net].tolist()))) == 8 * merged
+    # every merged flow: a hop per channel from its NIC, half its rate each
+    assert np.array_equal(np.bincount(w.hop_flow[net]), [0] * intra + [2] * merged)
+    np.testing.assert_allclose(w.hop_weight[net], 1 / 2)
+    assert np.array_equal(w.hop_src[net], w.hop_src_nic[net])
+    legs = w.legs
+    assert np.array_equal(np.sort(legs.hop), np.flatnonzero(net))
+    assert legs.n_groups == 4 * 8 * 2  # a group per NIC and channel
+    assert np.array_equal(np.bincount(legs.leg_group), [8] * 64)
+    np.testing.assert_allclose(legs.leg_weight, 1 / 16)
+    for g in range(legs.n_groups):  # the legs of a group: every GPU of the NIC's server
+        nic = legs.leg_nic[legs.leg_group == g]
+        srcs = legs.leg_src[legs.leg_group == g]
+        assert len(set(nic.tolist())) == 1
+        assert set(fabric.node_server[srcs].tolist()) == {fabric.node_server[nic[0]]}
+        assert len(set(srcs.tolist())) == 8
+        assert np.all(w.hop_src_nic[legs.hop[legs.group == g]] == nic[0])
 
 
 def test_alltoall_without_shared_comms_has_a_connection_per_rank_pair(fabric):
@@ -206,6 +219,81 @@ def test_merged_alltoall_equals_the_per_pair_model(groups, qps):
     assert merged.collectives[0].time_ns == pairs.collectives[0].time_ns
     np.testing.assert_allclose(merged.link_bytes, pairs.link_bytes, rtol=1e-9)
     np.testing.assert_allclose(merged.link_peak_util, pairs.link_peak_util, rtol=1e-9)
+
+
+def _per_message_alltoall(wb, c, size):
+    """The PXN AllToAll as built before shared legs (the reference they are tested
+    against): the same flows and connections, but a hop per message (local GPU) and
+    channel at ``1 / (m * channels)``, from that GPU through the proxy's NIC."""
+    from icefabric.ccl.nccl import _a2a_connections, _A2aPairs, _alltoall_nics
+    from icefabric.ccl.workload import CollectiveCall
+
+    n = c.nranks
+    coll = wb.collective(CollectiveCall(f"j:alltoall:{size}", "j", "alltoall", size, n, "pxn",
+                                        c.library))
+    p = _A2aPairs.of(c, True)
+    intra, net = np.flatnonzero(~p.net), np.flatnonzero(p.net)
+    own = wb.flows(np.full(len(intra), size / n), coll=coll,
+                   latency_ns=c.intra_delays_ns[p.a[intra]] + c.step_overhead_ns)
+    none = np.full(len(intra), -1)
+    wb.hops(own, p.src[intra], p.dst[intra], src_nic=none, dst_nic=none, conn=none)
+    uniq, first, which = np.unique(c.rank_server[p.a[net]] * n + p.b[net], return_index=True,
+                                   return_inverse=True)
+    m = np.bincount(which)
+    a, b = p.a[net[first]], uniq % n
+    on_all = np.ones(len(uniq), dtype=bool)
+    sn, dn = _alltoall_nics(c, a, b, on_all, 0, True)
+    merged = wb.flows(m * (size / n), coll=coll,
+                      latency_ns=c.hop_delays_ns(sn, dn) + c.step_overhead_ns)
+    ch = p.channels[net[first]]
+    for k in range(int(ch.max())):
+        sn, dn = _alltoall_nics(c, a, b, on_all, k, True)
+        fo = np.flatnonzero(ch > k)
+        conn = np.full(len(uniq), -1, dtype=np.int64)
+        conn[fo] = _a2a_connections(wb, c, uniq[fo] // n, b[fo], k, True, sn[fo], dn[fo])
+        on = ch[which] > k
+        w = which[on]
+        wb.hops(merged[w], p.src[net[on]], p.dst[net[on]], src_nic=sn[w], dst_nic=dn[w],
+                conn=conn[w], weight=1.0 / (m[w] * ch[w]))
+
+
+@pytest.mark.parametrize("groups,qps", [((("hgx-h100", 4),), 1),
+                                        ((("hgx-h100", 2), ("bm-gpu-h100-8", 2)), 2)])
+def test_shared_legs_equal_a_hop_per_message(groups, qps):
+    """The merged flows' NVLink legs, shared per (NIC, channel), give the per-message
+    model's incidence exactly — expanded into a route per leg (what every engine but the
+    flow engine reads) and as shared routes (the flow engine's, with ~1/8 of the routes)
+    — and so the same start and finish of every flow, link bytes and peaks."""
+    from icefabric.engine.flow import run_flow
+    from icefabric.pipeline.problem import to_problem
+    from icefabric.policies.base import PlanContext, get_policy
+
+    f = leaf_spine([ServerGroup(server_profile(p), k, p) for p, k in groups],
+                   servers_per_leaf=1, n_spines=4)
+    probs = {}
+    for name in ("messages", "legs"):
+        wb = WorkloadBuilder()
+        cm = comm(f, qps_per_connection=qps)
+        if name == "messages":
+            _per_message_alltoall(wb, cm, 64 << 20)
+        else:
+            alltoall(wb, cm, 64 << 20)
+        w = wb.build(node_ip=f.node_ip)
+        plan = get_policy("ecmp").plan(PlanContext.create(f, w))
+        probs[name] = to_problem(f, w, plan)[0]
+        if name == "legs":
+            assert len(w.legs.hop) and len(w.hop_flow) < len(w.legs.leg_group)
+            probs["shared"] = to_problem(f, w, plan, shared=True)[0]
+    ref = probs["messages"]
+    assert probs["shared"].shared is not None and ref.shared is None
+    assert probs["shared"].n_routes * 4 < ref.n_routes == probs["legs"].n_routes
+    out = {name: run_flow(pr) for name, pr in probs.items()}
+    for name in ("legs", "shared"):
+        assert (probs[name].incidence() != ref.incidence()).nnz == 0, name
+        np.testing.assert_array_equal(probs[name].flow_size_bytes, ref.flow_size_bytes)
+        for field in ("flow_start_ns", "flow_finish_ns", "link_bytes", "link_peak_util"):
+            np.testing.assert_array_equal(getattr(out[name], field),
+                                          getattr(out["messages"], field), err_msg=name)
 
 
 def test_p2p_net_channels_follow_nccl():

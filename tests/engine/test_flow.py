@@ -63,6 +63,45 @@ def test_dependency_cycle_is_reported():
         run_flow(p)
 
 
+def _with_shared_link(shared: bool, failures=()):
+    """Flows 0 and 1 (own links 1 and 2) also cross link 0 at 1/2 of their rates: as a
+    shared route of the group {0, 1} or as a route of each."""
+    from dataclasses import replace
+
+    from icefabric.engine.problem import SharedRoutes
+
+    own = [[1], [2]] if shared else [[1], [2], [0], [0]]
+    p = build_problem(link_capacity_bps=[10e9, 8e9, 20e9], link_delay_ns=[0, 0, 0],
+                      flow_size_bytes=[1e6, 3e6], routes=own,
+                      route_flow=[0, 1] if shared else [0, 1, 0, 1],
+                      route_weight=[1, 1] if shared else [1, 1, 0.5, 0.5], failures=failures)
+    if not shared:
+        return p
+    grp = SharedRoutes(group_indptr=np.array([0, 2]), group_flows=np.array([0, 1]),
+                       group=np.array([0]), weight=np.array([0.5]), indptr=np.array([0, 1]),
+                       links=np.array([0]))
+    return replace(p, shared=grp)
+
+
+def test_shared_routes_load_every_flow_of_their_group():
+    """A shared route is the route of each flow of its group: same incidence, same run;
+    a failure of its link blocks the group's flows; engines that read routes refuse it."""
+    from icefabric.engine.fluid import run as run_fluid
+
+    a, b = run_flow(_with_shared_link(True)), run_flow(_with_shared_link(False))
+    # link 1 holds flow 0 at 8G, flow 1 takes the rest of link 0 (2 x 10G - 8G), then 20G
+    assert a.flow_finish_ns.tolist() == [1_000_000, 1_600_000]
+    np.testing.assert_array_equal(a.flow_finish_ns, b.flow_finish_ns)
+    np.testing.assert_array_equal(a.link_bytes, b.link_bytes)
+    assert a.link_bytes[0] == 2e6
+    fail = LinkFailure(t_ns=10, links=np.array([0]), reroute_route=np.zeros(0, np.int64),
+                       reroute_indptr=np.zeros(1, np.int64), reroute_links=np.zeros(0, np.int64))
+    with pytest.raises(EngineError, match="cannot progress"):
+        run_flow(_with_shared_link(True, [fail]))
+    with pytest.raises(EngineError, match="needs a route per flow"):
+        run_fluid(_with_shared_link(True))
+
+
 @st.composite
 def problems(draw):
     L = draw(st.integers(1, 5))

@@ -20,7 +20,8 @@ import numpy as np
 
 from icefabric.ccl.communicator import Communicator
 from icefabric.ccl.nccl_defaults import NcclSettings
-from icefabric.ccl.workload import CollectiveCall, WorkloadBuilder
+from icefabric.ccl.workload import CollectiveCall, SharedLegs, WorkloadBuilder
+from icefabric.csr import gather, indptr_from_lengths
 
 RING_STEPS = {"all_reduce": lambda n: 2 * (n - 1), "all_gather": lambda n: n - 1,
               "reduce_scatter": lambda n: n - 1, "broadcast": lambda n: n - 1,
@@ -234,10 +235,12 @@ def alltoall(wb: WorkloadBuilder, comm: Communicator, size_bytes: int, *, after=
     channel). So all GPUs of a server reach a remote rank over the same connections (one
     per channel) of the server's NIC on that rank's rail (``NCCL_IB_QPS_PER_CONNECTION``
     QPs each, one ECMP path per QP): the model makes that one flow per (source server,
-    destination rank) carrying the ``m`` local GPUs' messages, one hop per local source
-    GPU of weight ``1/m`` (its NVLink leg to the proxy, then the shared network path), all
-    at one rate — each source holds at most ``NCCL_STEPS`` slots of the proxy's shared
-    buffers, so the NVLink legs run at the network's pace.
+    destination rank) carrying the ``m`` local GPUs' messages at one rate — each source
+    holds at most ``NCCL_STEPS`` slots of the proxy's shared buffers, so the NVLink legs
+    run at the network's pace: each local GPU's NVLink leg to the proxy carries ``1/m`` of
+    it, and the network path all of it. The legs of every flow from one server on one
+    rail are the same, so they are built once per (NIC, channel) as shared legs
+    (:func:`_alltoall_merged`).
 
     A message to a remote peer is spread evenly over :func:`p2p_net_channels` channels
     (NCCL; other libraries: one per port), each with its own connection; a GPU with
@@ -252,9 +255,9 @@ def alltoall(wb: WorkloadBuilder, comm: Communicator, size_bytes: int, *, after=
                                         "alltoall", size_bytes, n, "pxn" if pxn else "direct",
                                         comm.library))
     shared = pxn and (comm.nccl is None or comm.nccl.net_shared_comms)
-    p = _A2aPairs.of(comm, pxn)
     if shared and not per_pair:
-        return _alltoall_merged(wb, comm, coll, p, size_bytes, after)
+        return _alltoall_merged(wb, comm, coll, size_bytes, after)
+    p = _A2aPairs.of(comm, pxn)
     flows = wb.flows(np.full(len(p.a), size_bytes / n), coll=coll, deps=after,
                      latency_ns=p.latency_ns(comm))
     owner = comm.rank_server[p.a] if shared else p.a
@@ -289,13 +292,8 @@ class _A2aPairs:
         a, b = np.nonzero(~np.eye(comm.nranks, dtype=bool))
         src, dst = comm.ranks[a].astype(np.int64), comm.ranks[b].astype(np.int64)
         net = comm.rank_server[a] != comm.rank_server[b]
-        if comm.library == "nccl":
-            channels = np.full(len(a), p2p_net_channels(comm))
-        else:  # one channel per port (RCCL's and cross-vendor exchanges' rule not read)
-            f_ = comm.fabric
-            channels = f_.accel_port_count(dst) if pxn else \
-                np.maximum(f_.accel_port_count(src), f_.accel_port_count(dst))
-        return cls(a, b, src, dst, net, np.where(net, channels, 1), pxn)
+        return cls(a, b, src, dst, net, np.where(net, _pair_channels(comm, src, dst, pxn), 1),
+                   pxn)
 
     def latency_ns(self, comm: Communicator) -> np.ndarray:
         """Completion latency of every pair's message: its one-way delay (NVLink, or the
@@ -304,6 +302,18 @@ class _A2aPairs:
         lat = comm.intra_delays_ns[self.a]
         lat[self.net] = comm.hop_delays_ns(sn[self.net], dn[self.net])
         return lat + comm.step_overhead_ns
+
+
+def _pair_channels(comm: Communicator, src: np.ndarray, dst: np.ndarray,
+                   pxn: bool) -> np.ndarray:
+    """Channels (connections) a message from accelerator ``src`` to a remote ``dst``
+    is spread over: :func:`p2p_net_channels` in NCCL, else one per port (RCCL's and
+    cross-vendor exchanges' rule not read)."""
+    if comm.library == "nccl":
+        return np.full(len(src), p2p_net_channels(comm))
+    f_ = comm.fabric
+    return f_.accel_port_count(dst) if pxn else \
+        np.maximum(f_.accel_port_count(src), f_.accel_port_count(dst))
 
 
 def p2p_net_channels(comm: Communicator) -> int:
@@ -347,37 +357,66 @@ def _a2a_connections(wb: WorkloadBuilder, comm: Communicator, owner: np.ndarray,
     return wb.connections(keys, sn, dn, comm.qps_per_connection, comm.job)
 
 
-def _alltoall_merged(wb: WorkloadBuilder, comm: Communicator, coll: int, p: _A2aPairs,
-                     size_bytes: int, after) -> list[int]:
+def _alltoall_merged(wb: WorkloadBuilder, comm: Communicator, coll: int, size_bytes: int,
+                     after) -> list[int]:
     """The flows of :func:`alltoall` with shared connections: a flow per rank pair inside a
-    server (NVLink), one per (source server, destination rank) across servers."""
+    server (NVLink), one per (source server, destination rank) across servers, in the
+    order of the rank pairs (source rank, then destination) they start at.
+
+    A merged flow has one network hop per channel, from the source NIC (weight ``1 /
+    channels``); its ``m`` local GPUs' NVLink legs to that NIC (``1 / (m * channels)``
+    each) are :class:`~icefabric.ccl.workload.SharedLegs` of the (NIC, channel) group
+    every flow from the server on that rail shares, built once per group. Per flow that
+    is the same load as a hop per local GPU at ``1 / (m * channels)`` over its leg and
+    the shared network path: the ``m`` hops' shares of the network path sum to the one
+    hop's (exactly where ``m * channels`` is a power of two: 8-GPU servers)."""
     n = comm.nranks
-    intra = np.flatnonzero(~p.net)
-    net = np.flatnonzero(p.net)
-    own = wb.flows(np.full(len(intra), size_bytes / n), coll=coll, deps=after,
-                   latency_ns=comm.intra_delays_ns[p.a[intra]] + comm.step_overhead_ns)
-    wb.hops(own, p.src[intra], p.dst[intra], src_nic=np.full(len(intra), -1),
-            dst_nic=np.full(len(intra), -1), conn=np.full(len(intra), -1))
-    key = comm.rank_server[p.a[net]] * n + p.b[net]
-    uniq, first, which = np.unique(key, return_index=True, return_inverse=True)
-    m = np.bincount(which)  # local senders of every merged flow
-    a, b = p.a[net[first]], uniq % n  # a sender and the destination of every merged flow
-    everywhere = np.ones(len(uniq), dtype=bool)
-    sn, dn = _alltoall_nics(comm, a, b, everywhere, 0, True)  # same for all its senders
-    merged = wb.flows(m * (size_bytes / n), coll=coll, deps=after,
+    rs = comm.rank_server
+    ranks = comm.ranks.astype(np.int64)
+    servers, sidx, m = np.unique(rs, return_inverse=True, return_counts=True)
+    sidx = sidx.reshape(-1)
+    local = np.argsort(rs, kind="stable")  # ranks by server, ascending within
+    ptr = indptr_from_lengths(m)
+    a = np.repeat(np.arange(n), m[sidx])  # inside a server: every pair, row-major
+    b = local[gather(ptr[sidx], m[sidx])]
+    a, b = a[a != b], b[a != b]
+    own = wb.flows(np.full(len(a), size_bytes / n), coll=coll, deps=after,
+                   latency_ns=comm.intra_delays_ns[a] + comm.step_overhead_ns)
+    none = np.full(len(a), -1)
+    wb.hops(own, ranks[a], ranks[b], src_nic=none, dst_nic=none, conn=none)
+    fs = np.repeat(np.arange(len(servers)), n - m)  # across: every (server, remote rank)
+    b = np.concatenate([np.flatnonzero(rs != s) for s in servers.tolist()])
+    a = local[ptr[fs]]  # the server's first rank: every local rank has the same NICs
+    everywhere = np.ones(len(b), dtype=bool)
+    sn, dn = _alltoall_nics(comm, a, b, everywhere, 0, True)
+    merged = wb.flows(m[fs] * (size_bytes / n), coll=coll, deps=after,
                       latency_ns=comm.hop_delays_ns(sn, dn) + comm.step_overhead_ns)
-    channels = p.channels[net[first]]
+    channels = _pair_channels(comm, ranks[a], ranks[b], True)
     for c in range(int(channels.max(initial=1))):
         if c:
             sn, dn = _alltoall_nics(comm, a, b, everywhere, c, True)
         fo = np.flatnonzero(channels > c)  # the flows with a channel c
-        conn = np.full(len(uniq), -1, dtype=np.int64)
-        conn[fo] = _a2a_connections(wb, comm, uniq[fo] // n, b[fo], c, True, sn[fo], dn[fo])
-        on = channels[which] > c
-        w = which[on]
-        wb.hops(merged[w], p.src[net[on]], p.dst[net[on]], src_nic=sn[w], dst_nic=dn[w],
-                conn=conn[w], weight=1.0 / (m[w] * channels[w]))
+        conn = _a2a_connections(wb, comm, servers[fs[fo]], b[fo], c, True, sn[fo], dn[fo])
+        hops = wb.hops(merged[fo], sn[fo], ranks[b[fo]], src_nic=sn[fo], dst_nic=dn[fo],
+                       conn=conn, weight=1.0 / channels[fo])
+        wb.shared_legs(_pxn_legs(hops, sn[fo], channels[fo], fs[fo], m, local, ranks))
     return own.tolist() + merged.tolist()
+
+
+def _pxn_legs(hops: np.ndarray, sn: np.ndarray, channels: np.ndarray, fs: np.ndarray,
+              m: np.ndarray, by_server: np.ndarray, ranks: np.ndarray) -> SharedLegs:
+    """The NVLink legs of merged hops (source NIC ``sn``, ``channels`` per flow, source
+    server ``fs`` of ``m`` local ranks, ``by_server`` the ranks server by server): one
+    group per (NIC, channel count), a leg from each local GPU at ``1 / (m * channels)``."""
+    key = sn * (int(channels.max(initial=1)) + 1) + channels
+    uniq, first, group = np.unique(key, return_index=True, return_inverse=True)
+    gs, gm = fs[first], m[fs[first]]
+    start = indptr_from_lengths(m)[gs]
+    return SharedLegs(hop=hops, group=group.reshape(-1),
+                      leg_group=np.repeat(np.arange(len(uniq)), gm),
+                      leg_src=ranks[by_server[gather(start, gm)]],
+                      leg_nic=np.repeat(sn[first], gm),
+                      leg_weight=np.repeat(1.0 / (gm * channels[first]), gm))
 
 
 def _alltoall_nics(comm: Communicator, a: np.ndarray, b: np.ndarray, net: np.ndarray,

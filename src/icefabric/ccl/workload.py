@@ -12,6 +12,11 @@ Three levels, each a table of numpy columns:
   channel and peer; HCCL: one per rank pair) and a connection has ``k`` QPs that split its
   data evenly (``NCCL_IB_QPS_PER_CONNECTION`` / ``HCCL_RDMA_QPS_PER_CONNECTION``). QPs carry
   their 5-tuple: NIC IPs, UDP destination port 4791 and the UDP source port.
+* **shared legs** (:class:`SharedLegs`) — where several flows reach one source NIC over the
+  same server paths (NCCL PXN with shared connections: a server's GPUs hand their messages
+  to the proxy on the destination's rail), a network hop can start at the NIC and name a
+  group of legs instead: each leg carries ``weight`` of the rate of every flow of the
+  group's hops from an accelerator to the NIC. Built once per group, not per flow.
 
 Policies decide the fabric path of every QP; :func:`icefabric.policies.base.build_problem`
 turns workload + plan into the engine's :class:`~icefabric.engine.problem.SimProblem`.
@@ -24,6 +29,7 @@ from dataclasses import dataclass, field, fields, replace
 
 import numpy as np
 
+from icefabric.csr import indptr_from_lengths
 from icefabric.dataplane.roce import default_sports
 
 #: first QP number a NIC hands out before its seeded random offset
@@ -64,6 +70,8 @@ class WorkloadBuilder:
         self.conn_nqps: list[int] = []
         self.conn_job: list[str] = []
         self.collectives: list[CollectiveCall] = []
+        self._legs: list[SharedLegs] = []
+        self._n_groups = 0
 
     # ---------------------------------------------------------------------------------
     def collective(self, call: CollectiveCall) -> int:
@@ -138,13 +146,21 @@ class WorkloadBuilder:
 
     def hops(self, flows: np.ndarray, src: np.ndarray, dst: np.ndarray, *,
              src_nic: np.ndarray, dst_nic: np.ndarray, conn: np.ndarray,
-             weight: np.ndarray | float = 1.0) -> None:
-        """:meth:`hop` of many hops; -1 NICs and connection for intra-server."""
+             weight: np.ndarray | float = 1.0) -> np.ndarray:
+        """:meth:`hop` of many hops; -1 NICs and connection for intra-server. Returns
+        their ids."""
         n = len(flows)
+        first = self._hops.count
         i64 = [np.array(np.broadcast_to(np.asarray(v, dtype=np.int64), (n,)))
                for v in (flows, src, dst, src_nic, dst_nic, conn)]
         self._hops.add_block(*i64, np.array(np.broadcast_to(
             np.asarray(weight, dtype=np.float64), (n,))))
+        return np.arange(first, first + n)
+
+    def shared_legs(self, legs: SharedLegs) -> None:
+        """Add ``legs`` (group ids numbered from 0 within them; hops from :meth:`hops`)."""
+        self._legs.append(legs.shifted(self._n_groups))
+        self._n_groups += legs.n_groups
 
     def hop(self, flow: int, src: int, dst: int, *, src_nic: int = -1, dst_nic: int = -1,
             conn: int = -1, weight: float = 1.0) -> None:
@@ -182,6 +198,7 @@ class WorkloadBuilder:
             qp_rqpn=rqpn,
             qp_sport=np.full(len(lqpn), -1, dtype=np.int64),
             collectives=self.collectives,
+            legs=SharedLegs.concat(self._legs),
         )
 
 
@@ -193,17 +210,24 @@ class _Hops:
     def __init__(self):
         self.blocks: list[tuple[np.ndarray, ...]] = []
         self.rows: list[tuple] = []
+        self.in_blocks = 0  # hops in ``blocks``
+
+    @property
+    def count(self) -> int:
+        return self.in_blocks + len(self.rows)
 
     def _flush(self) -> None:
         if self.rows:
             cols = list(zip(*self.rows))
             self.blocks.append(tuple(np.array(c, dtype=np.int64) for c in cols[:6]) +
                                (np.array(cols[6], dtype=np.float64),))
+            self.in_blocks += len(self.rows)
             self.rows = []
 
     def add_block(self, *cols: np.ndarray) -> None:
         self._flush()
         self.blocks.append(cols)
+        self.in_blocks += len(cols[0])
 
     def columns(self) -> tuple[np.ndarray, ...]:
         """Every column over all hops, in the order they were added."""
@@ -231,6 +255,55 @@ def _allocate_qpns(src_nic, dst_nic, seed, base):
     nth[order] = np.arange(len(ev)) - first
     qpn = start[np.searchsorted(nics, ev)] + nth
     return qpn[0::2] & 0xFFFFFF, qpn[1::2] & 0xFFFFFF
+
+
+@dataclass(frozen=True)
+class SharedLegs:
+    """Network hops whose data reaches their source NIC over legs shared by a group.
+
+    Hop ``hop[i]`` (which starts at its source NIC: no server path of its own) belongs to
+    group ``group[i]``; leg ``j`` of group ``leg_group[j]`` carries ``leg_weight[j]`` of the
+    rate of the flow of every hop of the group from accelerator ``leg_src[j]`` to NIC
+    ``leg_nic[j]`` (the source NIC of those hops). Per flow that is what a hop per leg from
+    ``leg_src`` at ``leg_weight``, all sharing the network path, would carry."""
+
+    hop: np.ndarray
+    group: np.ndarray
+    leg_group: np.ndarray
+    leg_src: np.ndarray
+    leg_nic: np.ndarray
+    leg_weight: np.ndarray
+
+    @classmethod
+    def empty(cls) -> SharedLegs:
+        z = np.zeros(0, dtype=np.int64)
+        return cls(z, z, z, z, z, np.zeros(0))
+
+    @property
+    def n_groups(self) -> int:
+        return int(max(self.group.max(initial=-1), self.leg_group.max(initial=-1))) + 1
+
+    def shifted(self, by: int) -> SharedLegs:
+        return replace(self, group=self.group + by, leg_group=self.leg_group + by)
+
+    @classmethod
+    def concat(cls, parts: list[SharedLegs]) -> SharedLegs:
+        if not parts:
+            return cls.empty()
+        return cls(*(np.concatenate([getattr(p, f.name) for p in parts])
+                     for f in fields(cls)))
+
+    def hop_group(self, n_hops: int) -> np.ndarray:
+        """The group of every hop (-1: its own server path)."""
+        out = np.full(n_hops, -1, dtype=np.int64)
+        out[self.hop] = self.group
+        return out
+
+    def group_legs(self) -> tuple[np.ndarray, np.ndarray]:
+        """CSR ``(indptr, legs)`` of the legs of every group."""
+        order = np.argsort(self.leg_group, kind="stable")
+        return indptr_from_lengths(np.bincount(self.leg_group, minlength=self.n_groups)), \
+            order
 
 
 @dataclass
@@ -261,6 +334,7 @@ class Workload:
     qp_rqpn: np.ndarray
     qp_sport: np.ndarray  # source port a host reported (-1: the kernel derives it)
     collectives: list[CollectiveCall]
+    legs: SharedLegs = field(default_factory=SharedLegs.empty)
 
     @property
     def n_flows(self) -> int:
@@ -302,6 +376,11 @@ class Workload:
             if not numbers and f.name in ("qp_lqpn", "qp_rqpn", "qp_sport"):
                 continue
             v = getattr(self, f.name)
+            if isinstance(v, SharedLegs):  # (none: the digest of a workload without legs)
+                if len(v.hop) or len(v.leg_group):
+                    for g in fields(v):
+                        h.update(getattr(v, g.name).tobytes())
+                continue
             h.update(f.name.encode())
             if isinstance(v, np.ndarray):
                 h.update(f"{v.dtype.str}{v.shape}".encode())

@@ -66,6 +66,7 @@ def run_flow_batch(problem: SimProblem, routes: RouteSets) -> tuple[np.ndarray, 
     The problem's own routes must be one of the sets (e.g. the first draw's): links are
     left out of max-min on its incidence (:func:`redundant_links`)."""
     P = problem
+    P.require_own_routes("batched flow")
     if P.failures:
         raise EngineError("run_flow_batch runs problems without link failures only")
     if len(routes.mid_row) != P.n_routes or \

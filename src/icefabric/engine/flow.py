@@ -20,7 +20,7 @@ import scipy.sparse as sp
 
 from icefabric.csr import gather, replace_rows
 from icefabric.engine.batch_kernel import maxmin_compiled
-from icefabric.engine.problem import EngineError, SimProblem, route_incidence, routes_touching
+from icefabric.engine.problem import EngineError, SimProblem, routes_touching
 from icefabric.engine.registry import register_engine
 from icefabric.engine.result import CollectiveResult, SimResult
 
@@ -169,7 +169,7 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
                 hit = routes_touching(r_ptr, r_links, down)
                 blocked = hit if fail.up else blocked | hit
                 ev.push(t + int(fail.reroute_delay_ns), _REROUTE, x)
-                flow_blocked[:] = np.bincount(P.route_flow[blocked], minlength=F) > 0
+                flow_blocked[:] = P.flows_touching(blocked, down)
                 dirty, freed = True, None
                 log.info("t=%d ns: %d links %s", t, len(fail.links), "up" if fail.up else "down")
             elif kind == _REROUTE:
@@ -179,9 +179,9 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
                 blocked[fail.reroute_route] = routes_touching(
                     fail.reroute_indptr, fail.reroute_links, down)
                 link_bytes += A @ cl.take_moved()
-                A = route_incidence(r_ptr, r_links, P.route_flow, P.route_weight, L, F)
+                A = P.incidence_of(r_ptr, r_links)
                 ci = _ColumnIndex(A)
-                flow_blocked[:] = np.bincount(P.route_flow[blocked], minlength=F) > 0
+                flow_blocked[:] = P.flows_touching(blocked, down)
                 dirty, freed = True, None
         if progress is not None:
             progress(done_count, F)

@@ -218,6 +218,7 @@ class FluidSim:
 
     def __init__(self, problem: SimProblem, cfg: FluidConfig):
         problem.validate()
+        problem.require_own_routes("fluid")
         self.p = problem
         self.cfg = cfg
         L, F, K = problem.n_links, problem.n_flows, problem.n_routes

@@ -22,6 +22,11 @@ Model
 
 The link-by-flow incidence ``A[l, f] = sum_k weight_k * [l in route_k]`` is what a max-min
 engine needs; the ordered routes are what a queueing engine needs.
+
+* **Shared routes** (optional, :class:`SharedRoutes`; the flow engine only): a route of a
+  *group* of flows carries ``weight`` times the sum of their rates — the NVLink legs every
+  flow of a PXN AllToAll from one server on one rail crosses, built once per group, not
+  per flow. They add ``weight`` to ``A[l, f]`` of every flow of the group.
 """
 
 from __future__ import annotations
@@ -95,6 +100,53 @@ class LinkFailure:
 
 
 @dataclass(frozen=True)
+class SharedRoutes:
+    """Routes shared by groups of flows: route ``k`` (links ``links[indptr[k]:indptr[k+1]]``)
+    carries ``weight[k]`` times the summed rate of the flows of group ``group[k]``
+    (``group_flows[group_indptr[g]:group_indptr[g+1]]``; a flow listed twice counts twice).
+    Per flow it is what a route of its own with that weight would carry."""
+
+    group_indptr: np.ndarray  # [G+1]
+    group_flows: np.ndarray
+    group: np.ndarray  # [KS] int64
+    weight: np.ndarray  # [KS] float64
+    indptr: np.ndarray  # [KS+1]
+    links: np.ndarray
+
+    @property
+    def n_groups(self) -> int:
+        return len(self.group_indptr) - 1
+
+    def incidence(self, n_links: int, n_flows: int) -> sp.csr_matrix:
+        """What the shared routes add to ``A[l, f]``: the groups' incidence times their
+        membership (each a single product, 1.0 times a group's summed weight)."""
+        per_group = route_incidence(self.indptr, self.links, self.group, self.weight, n_links,
+                                    self.n_groups)
+        member = sp.csr_matrix((np.ones(len(self.group_flows)), self.group_flows,
+                                self.group_indptr), shape=(self.n_groups, n_flows))
+        return per_group @ member
+
+    def flows_touching(self, mask: np.ndarray, n_flows: int) -> np.ndarray:
+        """Per flow: whether one of its shared routes crosses a link where ``mask``."""
+        hit = np.zeros(self.n_groups + 1, dtype=bool)
+        hit[self.group[routes_touching(self.indptr, self.links, mask)]] = True
+        owner = np.repeat(np.arange(self.n_groups), np.diff(self.group_indptr))
+        out = np.zeros(n_flows, dtype=bool)
+        out[self.group_flows[hit[owner]]] = True
+        return out
+
+    def validate(self, n_links: int, n_flows: int) -> None:
+        G, K = self.n_groups, len(self.group)
+        if len(self.weight) != K or len(self.indptr) != K + 1:
+            raise ValueError("shared routes: weight/indptr do not match the routes")
+        for name, arr, hi in (("group", self.group, G), ("group_flows", self.group_flows,
+                                                         n_flows), ("links", self.links,
+                                                                    n_links)):
+            if len(arr) and (arr.min() < 0 or arr.max() >= hi):
+                raise ValueError(f"shared routes: {name} out of range")
+
+
+@dataclass(frozen=True)
 class SimProblem:
     """Arrays for one simulation. Build with :func:`build_problem`; never mutate."""
 
@@ -120,6 +172,7 @@ class SimProblem:
     link_names: tuple[str, ...] = ()
     flow_names: tuple[str, ...] = ()
     meta: dict = field(default_factory=dict)
+    shared: SharedRoutes | None = None  # the flow engine's only (others refuse them)
 
     @property
     def n_links(self) -> int:
@@ -149,19 +202,44 @@ class SimProblem:
 
     def incidence(self) -> sp.csr_matrix:
         """``A[l, f]``: fraction of flow ``f``'s rate carried by link ``l`` (summed over its
-        routes; a link used twice by one route counts twice). Built once per problem; do
-        not modify it."""
+        routes and shared routes; a link used twice by one route counts twice). Built once
+        per problem; do not modify it."""
         return self._incidence
 
     @cached_property
     def _incidence(self) -> sp.csr_matrix:
-        return route_incidence(self.route_indptr, self.route_links, self.route_flow,
-                               self.route_weight, self.n_links, self.n_flows)
+        return self.incidence_of(self.route_indptr, self.route_links)
+
+    def incidence_of(self, indptr: np.ndarray, links: np.ndarray) -> sp.csr_matrix:
+        """:meth:`incidence` with the routes' links ``(indptr, links)`` (after a
+        re-route); shared routes are never re-routed."""
+        A = route_incidence(indptr, links, self.route_flow, self.route_weight, self.n_links,
+                            self.n_flows)
+        if self.shared is None:
+            return A
+        A = A + self.shared.incidence(self.n_links, self.n_flows)
+        A.sum_duplicates()
+        return A
+
+    def flows_touching(self, blocked_routes: np.ndarray, down: np.ndarray) -> np.ndarray:
+        """Per flow: whether a route of it is ``blocked`` or a shared route of it
+        crosses a ``down`` link."""
+        out = np.bincount(self.route_flow[blocked_routes], minlength=self.n_flows) > 0
+        if self.shared is not None:
+            out |= self.shared.flows_touching(down, self.n_flows)
+        return out
 
     def route_delay_ns(self) -> np.ndarray:
         """One-way propagation delay of every route."""
         d = self.link_delay_ns[self.route_links]
         return np.add.reduceat(d, self.route_indptr[:-1]) if len(d) else np.zeros(0, np.int64)
+
+    def require_own_routes(self, engine: str) -> None:
+        """Raise :class:`EngineError` if the problem has shared routes: ``engine`` reads
+        every flow's own routes (build the problem without ``shared``)."""
+        if self.shared is not None:
+            raise EngineError(f"the {engine} engine needs a route per flow; this problem has "
+                              f"shared routes (build it without shared=True)")
 
     def validate(self) -> None:
         """Raise ValueError on inconsistent arrays (cheap; called by engines)."""
@@ -186,6 +264,8 @@ class SimProblem:
             raise ValueError("route references a flow that does not exist")
         if len(self.dep_indices) and (self.dep_indices.min() < 0 or self.dep_indices.max() >= F):
             raise ValueError("dependency references a flow that does not exist")
+        if self.shared is not None:
+            self.shared.validate(L, F)
         counts = np.bincount(self.route_flow, minlength=F)
         if np.any((counts == 0) & (self.flow_size_bytes > 0)):
             bad = int(np.flatnonzero((counts == 0) & (self.flow_size_bytes > 0))[0])

@@ -20,7 +20,13 @@ import scipy.sparse as sp
 from icefabric.ccl.workload import Workload
 from icefabric.control.plan import PathPlan
 from icefabric.csr import csr_from_lists, gather, indptr_from_lengths, within
-from icefabric.engine.problem import CollectiveSpec, LinkFailure, SimProblem, route_incidence
+from icefabric.engine.problem import (
+    CollectiveSpec,
+    LinkFailure,
+    SharedRoutes,
+    SimProblem,
+    route_incidence,
+)
 from icefabric.topology.model import Fabric
 from icefabric.topology.routing import ServerPaths
 
@@ -97,9 +103,15 @@ def _concat(m: ProblemMap, pre, rte, post, plan: PathPlan) -> tuple[np.ndarray, 
     return indptr, out
 
 
-def _routes(fabric: Fabric, W: Workload, plan: PathPlan):
+def _routes(fabric: Fabric, W: Workload, plan: PathPlan, *, shared: bool = False):
     """Every engine route, hop by hop: (hop, plan route or -1, QP or -1, weight) and the
-    :class:`ProblemMap` that assembles its links."""
+    :class:`ProblemMap` that assembles its links.
+
+    A hop's data enters at its source (its own server path, at its weight) or, for a hop
+    with shared legs, at every leg of its group (the leg's server path to the NIC, at the
+    leg's weight: a route per leg and QP route, as a hop per leg would give); with
+    ``shared`` such a hop starts at its NIC and its legs become shared routes
+    (:func:`_shared_routes`)."""
     H = len(W.hop_flow)
     conn_ptr, _ = W.conn_qps()
     qptr = plan.qp_route_ptr()
@@ -112,22 +124,63 @@ def _routes(fabric: Fabric, W: Workload, plan: PathPlan):
     first[ni] = qptr[conn_ptr[c]]
     hop_nr = np.ones(H, dtype=np.int64)  # engine routes of every hop
     hop_nr[ni] = qptr[conn_ptr[c + 1]] - first[ni]
+    e_hop, src, weight = _sources(W, shared)
+    E = len(e_hop)
+    e_net = net[e_hop]
     # server paths: src -> dst (intra hops), src -> src NIC and dst NIC -> dst (network hops)
     sp_indptr, sp_links, pair = _server_paths(
-        fabric, np.concatenate([W.hop_src, W.hop_dst_nic[ni]]),
-        np.concatenate([np.where(net, W.hop_src_nic, W.hop_dst), W.hop_dst[ni]]))
+        fabric, np.concatenate([src, W.hop_dst_nic[ni]]),
+        np.concatenate([np.where(e_net, W.hop_src_nic[e_hop], W.hop_dst[e_hop]),
+                        W.hop_dst[ni]]))
     hop_post = np.full(H, -1, dtype=np.int64)
-    hop_post[ni] = pair[H:]
-    r_hop = np.repeat(np.arange(H), hop_nr)
+    hop_post[ni] = pair[E:]
+    e_nr = hop_nr[e_hop]
+    r_e = np.repeat(np.arange(E), e_nr)
+    r_hop = e_hop[r_e]
     rn = np.flatnonzero(net[r_hop])
-    r_plan = np.full(len(r_hop), -1, dtype=np.int64)
-    r_plan[rn] = (np.repeat(first, hop_nr) + within(hop_nr))[rn]
-    r_qp = np.full(len(r_hop), -1, dtype=np.int64)
+    r_plan = np.full(len(r_e), -1, dtype=np.int64)
+    r_plan[rn] = (np.repeat(first[e_hop], e_nr) + within(e_nr))[rn]
+    r_qp = np.full(len(r_e), -1, dtype=np.int64)
     r_qp[rn] = plan.route_qp[r_plan[rn]]
-    r_weight = W.hop_weight[r_hop].astype(np.float64)
-    r_weight[rn] = (W.hop_weight / k)[r_hop[rn]] * plan.route_weight[r_plan[rn]]
-    pmap = ProblemMap(r_plan, pair[:H][r_hop], hop_post[r_hop], sp_indptr, sp_links)
+    r_weight = weight[r_e].astype(np.float64)
+    r_weight[rn] = (weight / k[e_hop])[r_e[rn]] * plan.route_weight[r_plan[rn]]
+    pmap = ProblemMap(r_plan, pair[:E][r_e], hop_post[r_hop], sp_indptr, sp_links)
     return r_hop, r_qp, r_weight, pmap
+
+
+def _sources(W: Workload, shared: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where data enters every hop: (hop, source node, weight) per entry, hop by hop — a
+    hop's own source, or each leg of a hop with shared legs unless ``shared``."""
+    H = len(W.hop_flow)
+    legs = W.legs
+    if shared or len(legs.hop) == 0:
+        return np.arange(H), W.hop_src, W.hop_weight
+    group = legs.hop_group(H)
+    gptr, order = legs.group_legs()
+    lg = np.flatnonzero(group >= 0)
+    n_src = np.ones(H, dtype=np.int64)
+    n_src[lg] = np.diff(gptr)[group[lg]]
+    e_hop = np.repeat(np.arange(H), n_src)
+    le = np.flatnonzero(group[e_hop] >= 0)  # entries of legged hops, hop by hop
+    leg = order[gather(gptr[group[lg]], n_src[lg])]
+    src, weight = W.hop_src[e_hop], W.hop_weight[e_hop]
+    src[le], weight[le] = legs.leg_src[leg], legs.leg_weight[leg]
+    return e_hop, src, weight
+
+
+def _shared_routes(fabric: Fabric, W: Workload) -> SharedRoutes:
+    """The shared legs of ``W`` as the engine's shared routes: a group per leg group
+    (its hops' flows), a route per leg along its server path."""
+    legs = W.legs
+    G = legs.n_groups
+    order = np.argsort(legs.group, kind="stable")
+    indptr, links, pair = _server_paths(fabric, legs.leg_src, legs.leg_nic)
+    length = np.diff(indptr)[pair]
+    return SharedRoutes(
+        group_indptr=indptr_from_lengths(np.bincount(legs.group, minlength=G)),
+        group_flows=W.hop_flow[legs.hop[order]], group=legs.leg_group,
+        weight=legs.leg_weight.astype(np.float64),
+        indptr=indptr_from_lengths(length), links=links[gather(indptr[pair], length)])
 
 
 def flow_caps(workload: Workload, plan: PathPlan) -> np.ndarray:
@@ -142,14 +195,17 @@ def flow_caps(workload: Workload, plan: PathPlan) -> np.ndarray:
 
 
 def to_problem(fabric: Fabric, workload: Workload, plan: PathPlan, *, paced: bool = False,
-               scenario: str = "") -> tuple[SimProblem, ProblemMap]:
+               scenario: str = "", shared: bool = False) -> tuple[SimProblem, ProblemMap]:
     """The engine problem of ``workload`` under ``plan`` (see module doc).
 
     With ``paced``, the QPs' pacing rates (``plan.rate_bps``) cap their flows: a flow cannot
-    exceed ``rate / share`` of any QP it runs on.
+    exceed ``rate / share`` of any QP it runs on. With ``shared`` (the flow engine's), the
+    workload's shared legs stay shared routes instead of a route per leg and flow: the
+    same incidence, a fraction of the routes.
     """
     W = workload
-    r_hop, r_qp, r_weight, pmap = _routes(fabric, W, plan)
+    shared = shared and len(W.legs.hop) > 0
+    r_hop, r_qp, r_weight, pmap = _routes(fabric, W, plan, shared=shared)
     indptr, links = pmap.routes(np.arange(len(r_hop)), plan)
     cap = flow_caps(W, plan) if paced else np.full(W.n_flows, np.inf)
     d_indptr, d_idx = csr_from_lists(W.flow_deps)
@@ -178,6 +234,7 @@ def to_problem(fabric: Fabric, workload: Workload, plan: PathPlan, *, paced: boo
         flow_names=tuple(f"{names[c] if c >= 0 else 'delay'}#{f}"
                          for f, c in enumerate(W.flow_collective.tolist())),
         meta={"scenario": scenario, "policy": plan.policy},
+        shared=_shared_routes(fabric, W) if shared else None,
     )
     return prob, pmap
 

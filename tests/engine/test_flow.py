@@ -145,14 +145,19 @@ def test_engine_invariants(p):
 
 
 @settings(max_examples=200, deadline=None)
-@given(st.data())
-def test_rates_after_finish_equal_a_full_recomputation(data):
+@given(st.data(), st.booleans())
+def test_rates_after_finish_equal_a_full_recomputation(data, grouped):
     # the engine re-fills only the flows above the lowest level the finished flows freed;
-    # that must give exactly the max-min rates of the flows that are left
+    # that must give exactly the max-min rates of the flows that are left — with the
+    # incidence as one matrix, or (``grouped``) with a shared route of a group of flows
+    # kept apart (GroupedIndex: water-filling)
+    from dataclasses import replace
+
     import scipy.sparse as sp
 
-    from icefabric.engine.flow import _Classes, _ColumnIndex, _rates_after_finish
+    from icefabric.engine.flow import _Classes, _index, _rates_after_finish
     from icefabric.engine.maxmin import maxmin_rates
+    from icefabric.engine.problem import SharedRoutes
 
     L, F = data.draw(st.integers(1, 6)), data.draw(st.integers(2, 12))
     A = np.zeros((L, F))
@@ -166,9 +171,19 @@ def test_rates_after_finish_equal_a_full_recomputation(data):
                                        min_size=F, max_size=F)))
     fin = np.array(sorted(data.draw(st.sets(st.integers(0, F - 1), min_size=1,
                                             max_size=F - 1))))
+    ls, fs = np.nonzero(A)
     p = build_problem(link_capacity_bps=cap, link_delay_ns=np.zeros(L),
-                      flow_size_bytes=np.ones(F), routes=[[0]] * F, route_flow=range(F),
-                      flow_rate_cap_bps=fcap)
+                      flow_size_bytes=np.ones(F), routes=[[x] for x in ls], route_flow=fs,
+                      route_weight=A[ls, fs], flow_rate_cap_bps=fcap)
+    if grouped:  # a group of flows shares a route over two links
+        members = np.array(sorted(data.draw(st.sets(st.integers(0, F - 1), min_size=1))))
+        links = data.draw(st.lists(st.integers(0, L - 1), min_size=1, max_size=2))
+        w = data.draw(st.sampled_from([0.25, 0.5]))
+        p = replace(p, shared=SharedRoutes(np.array([0, len(members)]), members,
+                                           np.array([0]), np.array([w]),
+                                           np.array([0, len(links)]), np.array(links)))
+        for x in links:
+            A[x, members] += w
     rate = maxmin_rates(sp.csr_matrix(A), cap, fcap)
     load = A @ rate
     run = np.ones(F, bool)
@@ -176,12 +191,58 @@ def test_rates_after_finish_equal_a_full_recomputation(data):
     left = _Classes(np.ones(F))  # the flows left, in classes by rate as the engine has them
     left.regroup(np.flatnonzero(run), rate)
     left.freeze_running()
-    _rates_after_finish(sp.csr_matrix(A), _ColumnIndex(sp.csr_matrix(A)), p, rate, load, left,
-                        fin)
+    _rates_after_finish(_index(p, p.route_indptr, p.route_links), p, rate, load, left, fin)
     expect = np.zeros(F)
     expect[run] = maxmin_rates(sp.csr_matrix(A[:, run]), cap, fcap[run])
     np.testing.assert_allclose(rate, expect, rtol=1e-7)
     np.testing.assert_allclose(load, A @ expect, rtol=1e-7, atol=1e-9)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.data())
+def test_waterfill_gives_the_max_min_rates(data):
+    """Water-filling over own entries and groups' entries gives the rates of progressive
+    filling on the expanded incidence (within 1e-9), caps and flows on no link included."""
+    from dataclasses import replace
+
+    import scipy.sparse as sp
+
+    from icefabric.engine.grouped import GroupedIndex
+    from icefabric.engine.maxmin import maxmin_rates
+    from icefabric.engine.problem import SharedRoutes
+
+    L, F, G = data.draw(st.integers(1, 6)), data.draw(st.integers(1, 12)), 2
+    A = np.zeros((L, F))
+    ls, fs, ws = [], [], []
+    for f in range(F):
+        for l in data.draw(st.lists(st.integers(0, L - 1), max_size=3, unique=True)):
+            ls.append(l), fs.append(f), ws.append(data.draw(st.sampled_from([0.5, 1.0, 3.0])))
+            A[l, f] += ws[-1]
+    cap = np.array(data.draw(st.lists(st.floats(1.0, 100.0), min_size=L, max_size=L)))
+    fcap = np.array(data.draw(st.lists(st.sampled_from([np.inf, 5.0, 30.0]), min_size=F,
+                                       max_size=F)))
+    gflows = [data.draw(st.lists(st.integers(0, F - 1), max_size=F)) for _ in range(G)]
+    glinks = [data.draw(st.lists(st.integers(0, L - 1), min_size=1, max_size=2))
+              for _ in range(G)]
+    gw = [data.draw(st.sampled_from([0.125, 0.875, 1 / 3])) for _ in range(G)]
+    for g in range(G):
+        for f in gflows[g]:  # a flow listed twice counts twice
+            for x in glinks[g]:
+                A[x, f] += gw[g]
+    p = build_problem(link_capacity_bps=cap, link_delay_ns=np.zeros(L),
+                      flow_size_bytes=np.zeros(F), routes=[[x] for x in ls] or [[0]],
+                      route_flow=fs or [0], route_weight=ws or [0.0], flow_rate_cap_bps=fcap)
+    p = replace(p, shared=SharedRoutes(
+        np.cumsum([0] + [len(x) for x in gflows]), np.array(sum(gflows, []), dtype=np.int64),
+        np.arange(G), np.array(gw), np.cumsum([0] + [len(x) for x in glinks]),
+        np.array(sum(glinks, []))))
+    ix = GroupedIndex(p, p.route_indptr, p.route_links)
+    rate, load = np.zeros(F), np.zeros(L)
+    ix.fill(np.arange(F), rate, load, cap, fcap)
+    want = maxmin_rates(sp.csr_matrix(A), cap, fcap)
+    np.testing.assert_allclose(rate, want, rtol=1e-9)
+    np.testing.assert_allclose(load, A @ np.where(np.isfinite(want), want, 0.0), rtol=1e-9,
+                               atol=1e-9)
 
 
 def test_delay_flows_are_dependency_delays():

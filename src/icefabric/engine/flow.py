@@ -20,6 +20,7 @@ import scipy.sparse as sp
 
 from icefabric.csr import gather, replace_rows
 from icefabric.engine.batch_kernel import maxmin_compiled
+from icefabric.engine.grouped import GroupedIndex
 from icefabric.engine.problem import EngineError, SimProblem, routes_touching
 from icefabric.engine.registry import register_engine
 from icefabric.engine.result import CollectiveResult, SimResult
@@ -57,10 +58,9 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
     F, L = P.n_flows, P.n_links
     # the routes in force (CSR; failures re-route some) and their incidence
     r_ptr, r_links = P.route_indptr, P.route_links
-    A = P.incidence()
     down = np.zeros(L, dtype=bool)
     blocked = np.zeros(P.n_routes, dtype=bool)
-    ci = _ColumnIndex(A)  # column slices of the active flows
+    ci = _index(P, r_ptr, r_links)  # column slices of the active flows
     flow_blocked = np.zeros(F, dtype=bool)
 
     size = P.flow_size_bytes.astype(np.float64)
@@ -96,8 +96,7 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
             cl.advance(t - t_adv)
             t_adv = t
             if freed is not None and len(freed):
-                changed = _rates_after_finish(A, ci, P, rate, load, cl,
-                                              np.concatenate(freed))
+                changed = _rates_after_finish(ci, P, rate, load, cl, np.concatenate(freed))
             else:
                 # only the running flows and the links they cross: an event costs in
                 # proportion to what runs, not to every flow of a long dependency DAG
@@ -105,10 +104,7 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
                 rate[:] = 0.0
                 load[:] = 0.0
                 if len(idx):
-                    sub = ci.columns(idx)
-                    rate[idx] = sub.maxmin(P.link_capacity_bps[sub.rows],
-                                           P.flow_rate_cap_bps[idx])
-                    load[sub.rows] = sub.load(_finite(rate[idx]))
+                    ci.fill(idx, rate, load, P.link_capacity_bps, P.flow_rate_cap_bps)
                 changed = np.flatnonzero(active)
             cl.regroup(changed, rate)
             np.maximum(peak, load / P.link_capacity_bps, out=peak)
@@ -178,9 +174,8 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
                                               fail.reroute_indptr, fail.reroute_links)
                 blocked[fail.reroute_route] = routes_touching(
                     fail.reroute_indptr, fail.reroute_links, down)
-                link_bytes += A @ cl.take_moved()
-                A = P.incidence_of(r_ptr, r_links)
-                ci = _ColumnIndex(A)
+                link_bytes += ci.link_bytes(cl.take_moved())
+                ci = _index(P, r_ptr, r_links)
                 flow_blocked[:] = P.flows_touching(blocked, down)
                 dirty, freed = True, None
         if progress is not None:
@@ -198,7 +193,7 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
         raise EngineError(f"deadlock at t={t} ns: {F - done_count} flows never finished "
                           f"(e.g. flow {int(waiting[0]) if len(waiting) else -1}: "
                           f"dependency cycle?)")
-    link_bytes += A @ cl.take_moved()
+    link_bytes += ci.link_bytes(cl.take_moved())
     makespan = int(finish.max()) if F else 0
     colls = []
     for c in P.collectives:
@@ -392,8 +387,7 @@ class _Classes:
         return out
 
 
-def _rates_after_finish(A, ci, P: SimProblem, rate, load, cl: _Classes,
-                        fin) -> np.ndarray:
+def _rates_after_finish(ci, P: SimProblem, rate, load, cl: _Classes, fin) -> np.ndarray:
     """Update ``rate`` and ``load`` (link loads) in place after flows ``fin`` left (the
     others run in the classes ``cl``); return the flows whose rates were recomputed.
 
@@ -405,24 +399,16 @@ def _rates_after_finish(A, ci, P: SimProblem, rate, load, cl: _Classes,
     costs in proportion to the flows it touches, not to the whole problem.
     """
     cap = P.link_capacity_bps
-    links, vals, _ = _entries(ci.Ac, fin)
-    touched = np.unique(links)
+    touched = ci.touched(fin)
     sat = touched[load[touched] >= cap[touched] * (1 - 1e-6)]
     refill = np.zeros(0, np.int64)
     if len(sat):
-        flows, _, n = _entries(A, sat)  # the flows on each saturated link
-        first = (np.cumsum(n) - n)[n > 0]
-        lam = np.maximum.reduceat(rate[flows], first).min()
-        refill = cl.flows_at_least(lam * (1 - 1e-9))
+        refill = cl.flows_at_least(ci.top_rate(sat, rate) * (1 - 1e-9))
     gone = np.concatenate([fin, refill])
-    links, vals, n = _entries(ci.Ac, gone)
-    load -= np.bincount(links, vals * np.repeat(_finite(rate[gone]), n), minlength=len(load))
+    load -= ci.load(gone, _finite(rate[gone]))
     rate[gone] = 0.0
     if len(refill):
-        sub = ci.columns(refill)
-        spare = np.maximum(cap[sub.rows] - load[sub.rows], 0.0)
-        rate[refill] = sub.maxmin(spare, P.flow_rate_cap_bps[refill])
-        load[sub.rows] += sub.load(_finite(rate[refill]))
+        ci.fill(refill, rate, load, cap, P.flow_rate_cap_bps)
     return refill
 
 
@@ -435,17 +421,56 @@ def _entries(M: sp.spmatrix, idx: np.ndarray):
     return M.indices[pos], M.data[pos], n
 
 
+def _index(P: SimProblem, r_ptr: np.ndarray, r_links: np.ndarray):
+    """What the engine reads of the incidence of the routes ``(r_ptr, r_links)`` (the
+    problem's own, or after a re-route): with shared routes kept apart
+    (:class:`~icefabric.engine.grouped.GroupedIndex`), else as one matrix."""
+    if P.shared is not None:
+        return GroupedIndex(P, r_ptr, r_links)
+    own = r_ptr is P.route_indptr and r_links is P.route_links
+    return _ColumnIndex(P.incidence() if own else P.incidence_of(r_ptr, r_links))
+
+
 class _ColumnIndex:
     """The incidence as a canonical CSC (each column's rows ascending, once) and two
     link-sized tables reused by every event, so that taking the columns of the running
     flows costs what they touch, not the fabric's size."""
 
     def __init__(self, A: sp.csr_matrix):
+        self.A = A
         self.Ac = A.tocsc()
         self.Ac.sum_duplicates()
         L = self.Ac.shape[0]
         self._last = np.empty(L, dtype=np.int64)
         self._id = np.empty(L, dtype=np.int64)
+
+    def touched(self, flows: np.ndarray) -> np.ndarray:
+        """The links ``flows`` cross, ascending."""
+        return np.unique(_entries(self.Ac, flows)[0])
+
+    def top_rate(self, links: np.ndarray, rate: np.ndarray) -> float:
+        """The least, over ``links``, of the highest ``rate`` of a flow on the link."""
+        flows, _, n = _entries(self.A, links)
+        first = (np.cumsum(n) - n)[n > 0]
+        return np.maximum.reduceat(rate[flows], first).min()
+
+    def load(self, flows: np.ndarray, rates: np.ndarray) -> np.ndarray:
+        """Per link: the load of ``flows`` at ``rates`` (finite)."""
+        links, vals, n = _entries(self.Ac, flows)
+        return np.bincount(links, vals * np.repeat(rates, n), minlength=self.Ac.shape[0])
+
+    def fill(self, flows: np.ndarray, rate: np.ndarray, load: np.ndarray, cap: np.ndarray,
+             fcap: np.ndarray) -> None:
+        """Max-min rates of ``flows`` (ascending) on what the others leave of ``cap``
+        (``load``): into ``rate``, their load added to ``load``."""
+        sub = self.columns(flows)
+        spare = np.maximum(cap[sub.rows] - load[sub.rows], 0.0)
+        rate[flows] = sub.maxmin(spare, fcap[flows])
+        load[sub.rows] += sub.load(_finite(rate[flows]))
+
+    def link_bytes(self, moved: np.ndarray) -> np.ndarray:
+        """Per link: the bytes of flows that moved ``moved`` bytes."""
+        return self.A @ moved
 
     def columns(self, cols: np.ndarray) -> _Columns:
         """Columns ``cols`` over the links they touch, numbered in the tables (written

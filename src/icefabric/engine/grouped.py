@@ -1,0 +1,252 @@
+"""The flow engine's view of a problem with shared routes (:class:`SharedRoutes`): each
+flow's own incidence entries plus its groups', never the product of the two.
+
+A PXN AllToAll over ``n`` ranks has ``n / 8 * (n - 8)`` merged flows, each on ~6 links of
+its own and ~8 NVLink legs it shares with the ~``n / 8`` other flows of its (NIC, channel)
+group; expanded, the legs are more than half of the incidence (117 M entries at 8,192
+ranks). Here a flow's column is its own entries plus, per group it belongs to, the group's
+entries (``A = A_own + A_group @ M``): the legs are stored once per group.
+
+Max-min on it is water-filling in link order (:func:`waterfill`, Bertsekas & Gallager,
+*Data Networks*, 2nd ed., §6.5.2, "progressive filling" taken one bottleneck at a time):
+the link of least fair share ``rem / sum`` is the next bottleneck, its unfrozen flows
+freeze at that share and leave every link they cross. Each entry is visited a constant
+number of times (the rounds of :func:`~icefabric.engine.batch_kernel.maxmin_compiled`
+visit every unfrozen entry each round, and a 4,096-rank AllToAll takes hundreds), and a
+heap keyed by share (shares only rise as flows freeze: a flow leaves ``rem`` and ``sum``
+at most the link's own share) finds the next bottleneck. The rates are the max-min
+rates; their floats can differ from the rounds' in the last bits (the sums run in another
+order), so this path serves only problems with shared routes, which only the flow engine
+reads: every other problem keeps the rounds' arithmetic to the bit.
+"""
+
+from __future__ import annotations
+
+from collections import namedtuple
+
+import numpy as np
+import scipy.sparse as sp
+from numba import njit
+
+from icefabric.csr import gather
+from icefabric.engine.problem import SimProblem, route_incidence
+
+_STALE = 1e-12  # a popped share this much below the link's current one is re-queued
+
+Cols = namedtuple("Cols", "c_ptr c_idx c_val o_ptr o_idx o_val g_ptr g_idx g_val gr_ptr "
+                          "gr_idx m_ptr m_idx r_ptr r_idx")
+Cols.__doc__ = """The kernel's arrays: a flow's own entries ``c_*`` (CSC) and groups ``o_*``
+(CSC, with multiplicity), a group's entries ``g_*`` (CSC); a link's groups ``gr_*``
+(CSR), a group's flows ``m_*`` (CSR) and a link's own flows ``r_*`` (CSR)."""
+
+
+class GroupedIndex:
+    """The incidence of ``P``'s own routes ``(r_ptr, r_links)`` and of its shared routes,
+    kept apart, with what the flow engine asks of an incidence (the methods of
+    :class:`~icefabric.engine.flow._ColumnIndex`)."""
+
+    def __init__(self, P: SimProblem, r_ptr: np.ndarray, r_links: np.ndarray):
+        sh = P.shared
+        L, F = P.n_links, P.n_flows
+        own = route_incidence(r_ptr, r_links, P.route_flow, P.route_weight, L, F)
+        self.rows = own  # CSR: the flows of every link
+        self.cols = own.tocsc()  # CSC: the links of every flow
+        self.cols.sum_duplicates()
+        grp = route_incidence(sh.indptr, sh.links, sh.group, sh.weight, L, sh.n_groups)
+        self.g_rows = grp  # CSR: the groups of every link
+        self.g_cols = grp.tocsc()  # CSC: the links of every group
+        self.g_cols.sum_duplicates()
+        member = sp.csr_matrix((np.ones(len(sh.group_flows)), sh.group_flows,
+                                sh.group_indptr), shape=(sh.n_groups, F))
+        member.sum_duplicates()  # a flow listed twice: weight 2
+        self.members = member  # CSR: the flows of every group (with multiplicity)
+        self.of_flow = member.tocsc()  # CSC: the groups of every flow
+        self.of_flow.sum_duplicates()
+        self.n_links = L
+
+    def _cols(self) -> Cols:
+        c, g, m, o, r = self.cols, self.g_cols, self.members, self.of_flow, self.g_rows
+        return Cols(c.indptr, c.indices, c.data, o.indptr, o.indices, o.data, g.indptr,
+                    g.indices, g.data, r.indptr, r.indices, m.indptr, m.indices,
+                    self.rows.indptr, self.rows.indices)
+
+    def touched(self, flows: np.ndarray) -> np.ndarray:
+        """The links ``flows`` cross (own or shared), ascending."""
+        own = self.cols.indices[_slices(self.cols.indptr, flows)]
+        groups = np.unique(self.of_flow.indices[_slices(self.of_flow.indptr, flows)])
+        shared = self.g_cols.indices[_slices(self.g_cols.indptr, groups)]
+        return np.unique(np.concatenate([own, shared]))
+
+    def top_rate(self, links: np.ndarray, rate: np.ndarray) -> float:
+        """The least, over ``links``, of the highest ``rate`` of a flow on the link."""
+        return float(_top_rate(links, rate, self.rows.indptr, self.rows.indices,
+                               self.g_rows.indptr, self.g_rows.indices,
+                               self.members.indptr, self.members.indices))
+
+    def load(self, flows: np.ndarray, rates: np.ndarray) -> np.ndarray:
+        """Per link: the load of ``flows`` at ``rates`` (finite)."""
+        c = self.cols
+        pos = _slices(c.indptr, flows)
+        n = c.indptr[flows + 1] - c.indptr[flows]
+        out = np.bincount(c.indices[pos], c.data[pos] * np.repeat(rates, n),
+                          minlength=self.n_links)
+        o = self.of_flow
+        pos = _slices(o.indptr, flows)
+        if len(pos):
+            n = o.indptr[flows + 1] - o.indptr[flows]
+            per_group = np.bincount(o.indices[pos], o.data[pos] * np.repeat(rates, n),
+                                    minlength=self.g_cols.shape[1])
+            out += self.g_rows @ per_group
+        return out
+
+    def fill(self, flows: np.ndarray, rate: np.ndarray, load: np.ndarray, cap: np.ndarray,
+             fcap: np.ndarray) -> None:
+        """Max-min rates of ``flows`` (ascending) on what the others leave of ``cap``
+        (``load``): into ``rate``, their load added to ``load``."""
+        spare = np.maximum(cap - load, 0.0)
+        rate[flows] = waterfill(flows, spare, fcap[flows].astype(np.float64), self._cols())
+        load += self.load(flows, np.where(np.isfinite(rate[flows]), rate[flows], 0.0))
+
+    def link_bytes(self, moved: np.ndarray) -> np.ndarray:
+        """Per link: the bytes of flows that moved ``moved`` bytes."""
+        return self.rows @ moved + self.g_rows @ (self.members @ moved)
+
+
+def _slices(indptr: np.ndarray, idx: np.ndarray) -> np.ndarray:
+    """Positions of the rows (or columns) ``idx`` of a compressed matrix."""
+    return gather(indptr[idx], indptr[idx + 1] - indptr[idx])
+
+
+@njit(cache=True)
+def _top_rate(links, rate, r_ptr, r_idx, g_ptr, g_idx, m_ptr, m_idx):  # pragma: no cover
+    lam = np.inf
+    for l in links:
+        top = -np.inf
+        for e in range(r_ptr[l], r_ptr[l + 1]):
+            top = max(top, rate[r_idx[e]])
+        for e in range(g_ptr[l], g_ptr[l + 1]):
+            g = g_idx[e]
+            for j in range(m_ptr[g], m_ptr[g + 1]):
+                top = max(top, rate[m_idx[j]])
+        lam = min(lam, top)
+    return lam
+
+
+@njit(cache=True)
+def _push(hk, hv, size, key, v):  # pragma: no cover
+    """Push ``(key, v)`` on the binary min-heap ``hk, hv`` of ``size``; the new size."""
+    i = size
+    hk[i], hv[i] = key, v
+    while i > 0:
+        p = (i - 1) // 2
+        if hk[p] <= hk[i]:
+            break
+        hk[p], hk[i] = hk[i], hk[p]
+        hv[p], hv[i] = hv[i], hv[p]
+        i = p
+    return size + 1
+
+
+@njit(cache=True)
+def _pop(hk, hv, size):  # pragma: no cover
+    """Remove the top of the heap; the new size."""
+    size -= 1
+    hk[0], hv[0] = hk[size], hv[size]
+    i = 0
+    while True:
+        a, b, m = 2 * i + 1, 2 * i + 2, i
+        if a < size and hk[a] < hk[m]:
+            m = a
+        if b < size and hk[b] < hk[m]:
+            m = b
+        if m == i:
+            return size
+        hk[m], hk[i] = hk[i], hk[m]
+        hv[m], hv[i] = hv[i], hv[m]
+        i = m
+
+
+@njit(cache=True)
+def _leave(f, lv, rem, s, cnt, k):  # pragma: no cover
+    """Flow ``f`` freezes at ``lv``: it leaves every link it crosses (own and shared)."""
+    for e in range(k.c_ptr[f], k.c_ptr[f + 1]):
+        x = k.c_idx[e]
+        rem[x] -= k.c_val[e] * lv
+        s[x] -= k.c_val[e]
+        cnt[x] -= 1
+    for e in range(k.o_ptr[f], k.o_ptr[f + 1]):
+        g, mult = k.o_idx[e], k.o_val[e]
+        for j in range(k.g_ptr[g], k.g_ptr[g + 1]):
+            x = k.g_idx[j]
+            rem[x] -= k.g_val[j] * mult * lv
+            s[x] -= k.g_val[j] * mult
+            cnt[x] -= 1
+
+
+@njit(cache=True)
+def waterfill(flows, spare, fcap, k):  # pragma: no cover
+    """Max-min rates of ``flows`` (capped at ``fcap``) on ``spare`` (per link) over the
+    columns :class:`Cols` ``k`` (see the module docstring)."""
+    n, L = len(flows), len(spare)
+    loc = np.full(len(k.c_ptr) - 1, -1, dtype=np.int64)
+    for i in range(n):
+        loc[flows[i]] = i
+    rem, s, cnt = spare.copy(), np.zeros(L), np.zeros(L, dtype=np.int64)
+    for i in range(n):  # the sums of the flows' coefficients (negated: leaving at 0)
+        _leave(flows[i], 0.0, rem, s, cnt, k)
+    s, cnt = -s, -cnt
+    hk, hv = np.empty(L), np.empty(L, dtype=np.int64)
+    size = 0
+    for x in range(L):
+        if cnt[x] > 0:
+            size = _push(hk, hv, size, rem[x] / s[x] if s[x] > 0 else np.inf, x)
+    rate = np.full(n, np.nan)
+    by_cap = np.argsort(fcap)
+    pc, done, level = 0, 0, 0.0
+    while done < n:
+        while pc < n and not np.isnan(rate[by_cap[pc]]):
+            pc += 1
+        nxt = fcap[by_cap[pc]] if pc < n else np.inf
+        share, x = np.inf, -1
+        if size:
+            x = hv[0]
+            if cnt[x] == 0:
+                size = _pop(hk, hv, size)
+                continue
+            share = max(rem[x] / s[x] if s[x] > 0 else np.inf, 0.0)
+            if share > hk[0] * (1 + _STALE):  # it rose since queued: queue it anew
+                size = _pop(hk, hv, size)
+                size = _push(hk, hv, size, share, x)
+                continue
+        if nxt <= share:  # a flow reaches its cap first (or no link is left)
+            i = by_cap[pc]
+            rate[i] = nxt
+            done += 1
+            _leave(flows[i], nxt, rem, s, cnt, k)
+            continue
+        size = _pop(hk, hv, size)
+        level = max(level, share)
+        done += _freeze_link(x, level, rate, loc, flows, rem, s, cnt, k)
+    return rate
+
+
+@njit(cache=True)
+def _freeze_link(x, level, rate, loc, flows, rem, s, cnt, k):  # pragma: no cover
+    """Freeze the unfrozen flows of link ``x`` (own, then its groups') at ``level``;
+    return how many."""
+    done = 0
+    for e in range(k.r_ptr[x], k.r_ptr[x + 1]):
+        i = loc[k.r_idx[e]]
+        if i >= 0 and np.isnan(rate[i]):
+            rate[i] = level
+            done += 1
+            _leave(flows[i], level, rem, s, cnt, k)
+    for e in range(k.gr_ptr[x], k.gr_ptr[x + 1]):
+        g = k.gr_idx[e]
+        for j in range(k.m_ptr[g], k.m_ptr[g + 1]):
+            i = loc[k.m_idx[j]]
+            if i >= 0 and np.isnan(rate[i]):
+                rate[i] = level
+                done += 1
+                _leave(flows[i], level, rem, s, cnt, k)
+    return done

@@ -50,7 +50,8 @@ def main() -> None:
 
     def stage(name: str, t0: np.ndarray) -> None:
         t[name] = _now() - t0
-        print(f"  {name:<18} {t[name][0]:7.2f} s wall {t[name][1]:7.2f} s CPU", flush=True)
+        print(f"  {name:<18} {t[name][0]:7.2f} s wall {t[name][1]:7.2f} s CPU   "
+              f"peak RSS so far {_peak_gib():.2f} GiB", flush=True)
 
     t0 = _now()
     fab = fat_tree_for([ServerGroup(server_profile("hgx-h100"), servers, "h100")],
@@ -75,7 +76,7 @@ def main() -> None:
     res = run_engine(prob, "flow")
     stage("flow engine run", t0)
     total = sum(t.values())
-    rss_gib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
+    rss_gib = _peak_gib()
     print(f"{args.gpus} GPUs, {len(fab.servers)} servers, {fab.n_nodes} nodes, "
           f"{fab.n_links} links; workload {wl.summary()}; {prob.n_routes} routes, "
           f"{len(prob.route_links)} route-links"
@@ -85,6 +86,10 @@ def main() -> None:
           f"peak RSS {rss_gib:.2f} GiB")
     print(f"  result: {args.collective} {args.size} B in {c.time_us:.1f} us, busbw "
           f"{c.busbw_GBps:.1f} GB/s ({res.events} events)")
+
+
+def _peak_gib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20
 
 
 def _now() -> np.ndarray:

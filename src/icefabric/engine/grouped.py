@@ -49,10 +49,12 @@ class GroupedIndex:
         sh = P.shared
         L, F = P.n_links, P.n_flows
         own = route_incidence(r_ptr, r_links, P.route_flow, P.route_weight, L, F)
+        own.eliminate_zeros()  # a zero weight limits nothing (maxmin_entries drops them)
         self.rows = own  # CSR: the flows of every link
         self.cols = own.tocsc()  # CSC: the links of every flow
         self.cols.sum_duplicates()
         grp = route_incidence(sh.indptr, sh.links, sh.group, sh.weight, L, sh.n_groups)
+        grp.eliminate_zeros()
         self.g_rows = grp  # CSR: the groups of every link
         self.g_cols = grp.tocsc()  # CSC: the links of every group
         self.g_cols.sum_duplicates()
@@ -63,6 +65,7 @@ class GroupedIndex:
         self.of_flow = member.tocsc()  # CSC: the groups of every flow
         self.of_flow.sum_duplicates()
         self.n_links = L
+        self._last = np.empty(L, dtype=np.int64)  # scratch of touched()
 
     def _cols(self) -> Cols:
         c, g, m, o, r = self.cols, self.g_cols, self.members, self.of_flow, self.g_rows
@@ -70,12 +73,32 @@ class GroupedIndex:
                     g.indices, g.data, r.indptr, r.indices, m.indptr, m.indices,
                     self.rows.indptr, self.rows.indices)
 
+    def _entries(self, flows: np.ndarray, rates: np.ndarray | None = None):
+        """The links ``flows`` cross — own entries, then their groups' (each group once) —
+        and, given ``rates``, the load of each entry."""
+        c, o, gc = self.cols, self.of_flow, self.g_cols
+        pos = _slices(c.indptr, flows)
+        links = c.indices[pos]
+        gpos = _slices(o.indptr, flows)
+        groups, inv = np.unique(o.indices[gpos], return_inverse=True)
+        at = _slices(gc.indptr, groups)
+        links = np.concatenate([links, gc.indices[at]])
+        if rates is None:
+            return links, None
+        n = c.indptr[flows + 1] - c.indptr[flows]
+        per_group = np.bincount(inv.reshape(-1), o.data[gpos] * np.repeat(
+            rates, o.indptr[flows + 1] - o.indptr[flows]), minlength=len(groups))
+        load = np.concatenate([c.data[pos] * np.repeat(rates, n), gc.data[at] * np.repeat(
+            per_group, gc.indptr[groups + 1] - gc.indptr[groups])])
+        return links, load
+
     def touched(self, flows: np.ndarray) -> np.ndarray:
-        """The links ``flows`` cross (own or shared), ascending."""
-        own = self.cols.indices[_slices(self.cols.indptr, flows)]
-        groups = np.unique(self.of_flow.indices[_slices(self.of_flow.indptr, flows)])
-        shared = self.g_cols.indices[_slices(self.g_cols.indptr, groups)]
-        return np.unique(np.concatenate([own, shared]))
+        """The links ``flows`` cross (own or shared), each once (in no particular order:
+        what the engine does with them does not depend on it)."""
+        links, _ = self._entries(flows)
+        e = np.arange(len(links))
+        self._last[links] = e  # one entry per distinct link survives (the last)
+        return links[self._last[links] == e]
 
     def top_rate(self, links: np.ndarray, rate: np.ndarray) -> float:
         """The least, over ``links``, of the highest ``rate`` of a flow on the link."""
@@ -85,19 +108,8 @@ class GroupedIndex:
 
     def load(self, flows: np.ndarray, rates: np.ndarray) -> np.ndarray:
         """Per link: the load of ``flows`` at ``rates`` (finite)."""
-        c = self.cols
-        pos = _slices(c.indptr, flows)
-        n = c.indptr[flows + 1] - c.indptr[flows]
-        out = np.bincount(c.indices[pos], c.data[pos] * np.repeat(rates, n),
-                          minlength=self.n_links)
-        o = self.of_flow
-        pos = _slices(o.indptr, flows)
-        if len(pos):
-            n = o.indptr[flows + 1] - o.indptr[flows]
-            per_group = np.bincount(o.indices[pos], o.data[pos] * np.repeat(rates, n),
-                                    minlength=self.g_cols.shape[1])
-            out += self.g_rows @ per_group
-        return out
+        links, load = self._entries(flows, rates)
+        return np.bincount(links, load, minlength=self.n_links)
 
     def fill(self, flows: np.ndarray, rate: np.ndarray, load: np.ndarray, cap: np.ndarray,
              fcap: np.ndarray) -> None:

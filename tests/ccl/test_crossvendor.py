@@ -39,7 +39,9 @@ def test_a_qps_rule_splits_each_pool_by_its_own_library():
     assert c.qps_per_connection == 1 and c.pool_qps == (("hccl", 1), ("nccl", 3))
     wb = WorkloadBuilder()
     add_collective(wb, c, "all_reduce", 48 << 20)
-    pool = {n: f.servers[f.node_server[n]].pool for n in set(wb.conn_src_nic + wb.conn_dst_nic)}
+    w = wb.build(node_ip=f.node_ip)
+    src, dst = w.conn_src_nic.tolist(), w.conn_dst_nic.tolist()
+    pool = {n: f.servers[f.node_server[n]].pool for n in set(src + dst)}
     nqps = {(pool[s], pool[d]): q for s, d, q in
-            zip(wb.conn_src_nic, wb.conn_dst_nic, wb.conn_nqps)}
+            zip(src, dst, np.bincount(w.qp_conn, minlength=w.n_conns).tolist())}
     assert nqps == {("h", "h"): 3, ("a", "a"): 1, ("h", "a"): 1, ("a", "h"): 1}

@@ -137,3 +137,14 @@ def test_a_replan_must_keep_the_route_structure(small_fabric):
                      plan.rate_bps)
     with pytest.raises(ValueError, match="route structure"):
         changed_routes(plan, other)
+
+
+def test_flow_names_name_each_flow_by_its_collective(small_fabric):
+    wl = workload(small_fabric, "alltoall")
+    prob, _ = to_problem(small_fabric, wl, get_policy("ecmp").plan(
+        PlanContext.create(small_fabric, wl)))
+    name = wl.collectives[0].name
+    assert len(prob.flow_names) == wl.n_flows
+    assert list(prob.flow_names) == [f"{name}#{f}" for f in range(wl.n_flows)]
+    assert prob.flow_names[-1] == f"{name}#{wl.n_flows - 1}"
+    assert prob.flow_names[1:3] == [f"{name}#1", f"{name}#2"]

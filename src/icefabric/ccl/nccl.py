@@ -351,10 +351,8 @@ def _a2a_connections(wb: WorkloadBuilder, comm: Communicator, owner: np.ndarray,
                      dn: np.ndarray) -> np.ndarray:
     """Connections of channel ``c`` from ``owner`` (a source server when ``shared``,
     else a source rank) to ranks ``b``."""
-    tag = "pxn" if shared else "p2p"
-    keys = [(comm.job, tag, x, y) + ((c,) if c else ())
-            for x, y in zip(owner.tolist(), b.tolist())]
-    return wb.connections(keys, sn, dn, comm.qps_per_connection, comm.job)
+    return wb.connection_table((comm.job, "pxn" if shared else "p2p", c), owner, b, sn, dn,
+                               comm.qps_per_connection, comm.job)
 
 
 def _alltoall_merged(wb: WorkloadBuilder, comm: Communicator, coll: int, size_bytes: int,

@@ -63,11 +63,10 @@ class WorkloadBuilder:
         self.flow_start: list[int] = []
         self.flow_latency: list[int] = []
         self.flow_coll: list[int] = []
-        self._hops = _Hops()
+        self._hops = _Table((np.int64,) * 6 + (np.float64,))
         self.conn_key: dict[tuple, int] = {}
-        self.conn_src_nic: list[int] = []
-        self.conn_dst_nic: list[int] = []
-        self.conn_nqps: list[int] = []
+        self._conns = _Table((np.int64,) * 3)  # source NIC, destination NIC, QPs
+        self._key_tables: dict[tuple, _KeyTable] = {}
         self.conn_job: list[str] = []
         self.collectives: list[CollectiveCall] = []
         self._legs: list[SharedLegs] = []
@@ -95,7 +94,7 @@ class WorkloadBuilder:
         first, m = len(self.flow_size), len(sizes)
         dep = [int(d) for d in deps]
         self.flow_size += np.asarray(sizes, dtype=np.float64).tolist()
-        self.flow_deps += [list(dep) for _ in range(m)]
+        self.flow_deps += [dep] * m  # one list for all (read only: a list each cost ~1 GB)
         self.flow_start += [0] * m
         self.flow_latency += np.asarray(latency_ns, dtype=np.int64).tolist()
         self.flow_coll += [coll] * m
@@ -118,11 +117,8 @@ class WorkloadBuilder:
     def connection(self, key: tuple, src_nic: int, dst_nic: int, nqps: int, job: str) -> int:
         c = self.conn_key.get(key)
         if c is None:
-            c = len(self.conn_src_nic)
-            self.conn_key[key] = c
-            self.conn_src_nic.append(int(src_nic))
-            self.conn_dst_nic.append(int(dst_nic))
-            self.conn_nqps.append(int(nqps))
+            c = self.conn_key[key] = self._conns.count
+            self._conns.rows.append((int(src_nic), int(dst_nic), int(nqps)))
             self.conn_job.append(job)
         return c
 
@@ -131,18 +127,45 @@ class WorkloadBuilder:
         """:meth:`connection` of many keys (one job, same QP count)."""
         out, new = [], []
         get = self.conn_key.get
-        n = len(self.conn_src_nic)
+        n = self._conns.count
         for i, k in enumerate(keys):
             c = get(k)
             if c is None:
                 c = self.conn_key[k] = n + len(new)
                 new.append(i)
             out.append(c)
-        self.conn_src_nic += np.asarray(src_nic, dtype=np.int64)[new].tolist()
-        self.conn_dst_nic += np.asarray(dst_nic, dtype=np.int64)[new].tolist()
-        self.conn_nqps += [int(nqps)] * len(new)
-        self.conn_job += [job] * len(new)
+        self._add_conns(np.asarray(src_nic, dtype=np.int64)[new],
+                        np.asarray(dst_nic, dtype=np.int64)[new], nqps, job)
         return np.array(out, dtype=np.int64)
+
+    def connection_table(self, prefix: tuple, x: np.ndarray, y: np.ndarray,
+                         src_nic: np.ndarray, dst_nic: np.ndarray, nqps: int,
+                         job: str) -> np.ndarray:
+        """:meth:`connections` of the keys ``prefix + (x[i], y[i])`` (ints in ``[0,
+        2**31)``), kept as arrays per prefix: no tuple per key (an 8,192-rank AllToAll
+        has 8 M connections). Keys made here are found only here; new connections are
+        numbered in the order their keys first appear, as :meth:`connections` does."""
+        table = self._key_tables.setdefault(prefix, _KeyTable())
+        code = (np.asarray(x, dtype=np.int64) << 32) | np.asarray(y, dtype=np.int64)
+        ids = table.find(code)
+        miss = np.flatnonzero(ids < 0)
+        if len(miss):
+            uniq, first, inv = np.unique(code[miss], return_index=True, return_inverse=True)
+            rank = np.empty(len(uniq), dtype=np.int64)
+            rank[np.argsort(first, kind="stable")] = np.arange(len(uniq))
+            new = self._conns.count + rank
+            ids[miss] = new[inv.reshape(-1)]
+            table.add(uniq, new)
+            at = miss[np.sort(first)]
+            self._add_conns(np.asarray(src_nic, dtype=np.int64)[at],
+                            np.asarray(dst_nic, dtype=np.int64)[at], nqps, job)
+        return ids
+
+    def _add_conns(self, src_nic: np.ndarray, dst_nic: np.ndarray, nqps: int,
+                   job: str) -> None:
+        n = len(src_nic)
+        self._conns.add_block(src_nic, dst_nic, np.full(n, int(nqps), dtype=np.int64))
+        self.conn_job += [job] * n
 
     def hops(self, flows: np.ndarray, src: np.ndarray, dst: np.ndarray, *,
              src_nic: np.ndarray, dst_nic: np.ndarray, conn: np.ndarray,
@@ -169,10 +192,10 @@ class WorkloadBuilder:
 
     def build(self, *, node_ip: np.ndarray, qpn_seed: int = 0, qpn_base: int = QPN_BASE
               ) -> Workload:
-        conn_nqps = np.array(self.conn_nqps, dtype=np.int64)
+        conn_src, conn_dst, conn_nqps = self._conns.columns()
         qp_conn = np.repeat(np.arange(len(conn_nqps)), conn_nqps)
-        src_nic = np.array(self.conn_src_nic, dtype=np.int64)[qp_conn]
-        dst_nic = np.array(self.conn_dst_nic, dtype=np.int64)[qp_conn]
+        src_nic = conn_src[qp_conn]
+        dst_nic = conn_dst[qp_conn]
         lqpn, rqpn = _allocate_qpns(src_nic, dst_nic, qpn_seed, qpn_base)
         i64 = np.int64
         hops = self._hops.columns()
@@ -184,8 +207,8 @@ class WorkloadBuilder:
             flow_collective=np.array(self.flow_coll, dtype=i64),
             hop_flow=hops[0], hop_src=hops[1], hop_dst=hops[2], hop_src_nic=hops[3],
             hop_dst_nic=hops[4], hop_conn=hops[5], hop_weight=hops[6],
-            conn_src_nic=np.array(self.conn_src_nic, dtype=i64),
-            conn_dst_nic=np.array(self.conn_dst_nic, dtype=i64),
+            conn_src_nic=conn_src,
+            conn_dst_nic=conn_dst,
             conn_job=list(self.conn_job),
             qp_conn=qp_conn,
             qp_src_nic=src_nic,
@@ -202,15 +225,16 @@ class WorkloadBuilder:
         )
 
 
-class _Hops:
-    """The hops' columns (flow, src, dst, src NIC, dst NIC, connection, weight): blocks of
-    arrays as bulk calls gave them, and the rows added one at a time since the last block
-    (Python lists of a million hops' ints cost several times the arrays' memory)."""
+class _Table:
+    """Columns of the given dtypes (the hops', the connections'): blocks of arrays as bulk
+    calls gave them, and the rows added one at a time since the last block (Python lists
+    of a million hops' ints cost several times the arrays' memory)."""
 
-    def __init__(self):
+    def __init__(self, dtypes: tuple):
+        self.dtypes = dtypes
         self.blocks: list[tuple[np.ndarray, ...]] = []
         self.rows: list[tuple] = []
-        self.in_blocks = 0  # hops in ``blocks``
+        self.in_blocks = 0  # rows in ``blocks``
 
     @property
     def count(self) -> int:
@@ -219,8 +243,7 @@ class _Hops:
     def _flush(self) -> None:
         if self.rows:
             cols = list(zip(*self.rows))
-            self.blocks.append(tuple(np.array(c, dtype=np.int64) for c in cols[:6]) +
-                               (np.array(cols[6], dtype=np.float64),))
+            self.blocks.append(tuple(np.array(c, dtype=t) for c, t in zip(cols, self.dtypes)))
             self.in_blocks += len(self.rows)
             self.rows = []
 
@@ -230,11 +253,34 @@ class _Hops:
         self.in_blocks += len(cols[0])
 
     def columns(self) -> tuple[np.ndarray, ...]:
-        """Every column over all hops, in the order they were added."""
+        """Every column over all rows, in the order they were added."""
         self._flush()
         if not self.blocks:
-            return tuple(np.zeros(0, dtype=np.int64) for _ in range(6)) + (np.zeros(0),)
-        return tuple(np.concatenate(c) for c in zip(*self.blocks))
+            return tuple(np.zeros(0, dtype=t) for t in self.dtypes)
+        return tuple(np.concatenate(c).astype(t, copy=False)
+                     for c, t in zip(zip(*self.blocks), self.dtypes))
+
+
+class _KeyTable:
+    """Connection keys of one prefix as sorted codes and their connection ids."""
+
+    def __init__(self):
+        self.code = np.zeros(0, dtype=np.int64)
+        self.ids = np.zeros(0, dtype=np.int64)
+
+    def find(self, code: np.ndarray) -> np.ndarray:
+        """The connection of every code (-1: none yet)."""
+        out = np.full(len(code), -1, dtype=np.int64)
+        if len(self.code):
+            pos = np.minimum(np.searchsorted(self.code, code), len(self.code) - 1)
+            hit = self.code[pos] == code
+            out[hit] = self.ids[pos[hit]]
+        return out
+
+    def add(self, code: np.ndarray, ids: np.ndarray) -> None:
+        code, ids = np.concatenate([self.code, code]), np.concatenate([self.ids, ids])
+        order = np.argsort(code, kind="stable")
+        self.code, self.ids = code[order], ids[order]
 
 
 def _allocate_qpns(src_nic, dst_nic, seed, base):

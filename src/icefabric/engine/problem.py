@@ -31,6 +31,7 @@ engine needs; the ordered routes are what a queueing engine needs.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 
@@ -170,7 +171,7 @@ class SimProblem:
     node_is_switch: np.ndarray | None = None  # [N] bool, indexed by link_src/link_dst
     failures: tuple[LinkFailure, ...] = ()
     link_names: tuple[str, ...] = ()
-    flow_names: tuple[str, ...] = ()
+    flow_names: Sequence[str] = ()
     meta: dict = field(default_factory=dict)
     shared: SharedRoutes | None = None  # the flow engine's only (others refuse them)
 

@@ -12,6 +12,7 @@ are built by gathering the segments of all routes at once (no per-hop Python loo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -29,6 +30,26 @@ from icefabric.engine.problem import (
 )
 from icefabric.topology.model import Fabric
 from icefabric.topology.routing import ServerPaths
+
+
+class FlowNames(Sequence):
+    """``"<collective>#<flow>"`` (``"delay#<flow>"`` outside collectives) of every flow,
+    made when read: millions of flows' strings cost seconds and ~70 bytes each, and a
+    run reads a few (error messages, the flows a trace records)."""
+
+    __slots__ = ("names", "collective")
+
+    def __init__(self, names: tuple[str, ...], collective: np.ndarray):
+        self.names, self.collective = names, collective
+
+    def __len__(self) -> int:
+        return len(self.collective)
+
+    def __getitem__(self, f):
+        if isinstance(f, slice):
+            return [self[i] for i in range(*f.indices(len(self)))]
+        c = int(self.collective[f])
+        return f"{self.names[c] if c >= 0 else 'delay'}#{int(f) % len(self)}"
 
 
 @dataclass(frozen=True)
@@ -231,8 +252,7 @@ def to_problem(fabric: Fabric, workload: Workload, plan: PathPlan, *, paced: boo
         link_kind=fabric.link_kind.astype(np.int8),
         node_is_switch=fabric.is_switch.copy(),
         link_names=fabric.link_names(),
-        flow_names=tuple(f"{names[c] if c >= 0 else 'delay'}#{f}"
-                         for f, c in enumerate(W.flow_collective.tolist())),
+        flow_names=FlowNames(tuple(names), W.flow_collective),
         meta={"scenario": scenario, "policy": plan.policy},
         shared=_shared_routes(fabric, W) if shared else None,
     )

@@ -405,7 +405,7 @@ def _rates_after_finish(ci, P: SimProblem, rate, load, cl: _Classes, fin) -> np.
     if len(sat):
         refill = cl.flows_at_least(ci.top_rate(sat, rate) * (1 - 1e-9))
     gone = np.concatenate([fin, refill])
-    load -= ci.load(gone, _finite(rate[gone]))
+    ci.unload(load, gone, _finite(rate[gone]))
     rate[gone] = 0.0
     if len(refill):
         ci.fill(refill, rate, load, cap, P.flow_rate_cap_bps)
@@ -454,10 +454,10 @@ class _ColumnIndex:
         first = (np.cumsum(n) - n)[n > 0]
         return np.maximum.reduceat(rate[flows], first).min()
 
-    def load(self, flows: np.ndarray, rates: np.ndarray) -> np.ndarray:
-        """Per link: the load of ``flows`` at ``rates`` (finite)."""
+    def unload(self, load: np.ndarray, flows: np.ndarray, rates: np.ndarray) -> None:
+        """Take the load of ``flows`` at ``rates`` (finite) off ``load``, in place."""
         links, vals, n = _entries(self.Ac, flows)
-        return np.bincount(links, vals * np.repeat(rates, n), minlength=self.Ac.shape[0])
+        load -= np.bincount(links, vals * np.repeat(rates, n), minlength=self.Ac.shape[0])
 
     def fill(self, flows: np.ndarray, rate: np.ndarray, load: np.ndarray, cap: np.ndarray,
              fcap: np.ndarray) -> None:

@@ -28,7 +28,6 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
-from icefabric.csr import gather
 from icefabric.engine.problem import SimProblem, route_incidence
 
 _STALE = 1e-12  # a popped share this much below the link's current one is re-queued
@@ -65,40 +64,23 @@ class GroupedIndex:
         self.of_flow = member.tocsc()  # CSC: the groups of every flow
         self.of_flow.sum_duplicates()
         self.n_links = L
-        self._last = np.empty(L, dtype=np.int64)  # scratch of touched()
+        self._mark = np.zeros(L, dtype=np.int64)  # touched(): the call that last saw a link
+        self._stamp = 0
+        self._k = None
 
     def _cols(self) -> Cols:
-        c, g, m, o, r = self.cols, self.g_cols, self.members, self.of_flow, self.g_rows
-        return Cols(c.indptr, c.indices, c.data, o.indptr, o.indices, o.data, g.indptr,
-                    g.indices, g.data, r.indptr, r.indices, m.indptr, m.indices,
-                    self.rows.indptr, self.rows.indices)
-
-    def _entries(self, flows: np.ndarray, rates: np.ndarray | None = None):
-        """The links ``flows`` cross — own entries, then their groups' (each group once) —
-        and, given ``rates``, the load of each entry."""
-        c, o, gc = self.cols, self.of_flow, self.g_cols
-        pos = _slices(c.indptr, flows)
-        links = c.indices[pos]
-        gpos = _slices(o.indptr, flows)
-        groups, inv = np.unique(o.indices[gpos], return_inverse=True)
-        at = _slices(gc.indptr, groups)
-        links = np.concatenate([links, gc.indices[at]])
-        if rates is None:
-            return links, None
-        n = c.indptr[flows + 1] - c.indptr[flows]
-        per_group = np.bincount(inv.reshape(-1), o.data[gpos] * np.repeat(
-            rates, o.indptr[flows + 1] - o.indptr[flows]), minlength=len(groups))
-        load = np.concatenate([c.data[pos] * np.repeat(rates, n), gc.data[at] * np.repeat(
-            per_group, gc.indptr[groups + 1] - gc.indptr[groups])])
-        return links, load
+        if self._k is None:
+            c, g, m, o, r = self.cols, self.g_cols, self.members, self.of_flow, self.g_rows
+            self._k = Cols(c.indptr, c.indices, c.data, o.indptr, o.indices, o.data,
+                           g.indptr, g.indices, g.data, r.indptr, r.indices, m.indptr,
+                           m.indices, self.rows.indptr, self.rows.indices)
+        return self._k
 
     def touched(self, flows: np.ndarray) -> np.ndarray:
         """The links ``flows`` cross (own or shared), each once (in no particular order:
         what the engine does with them does not depend on it)."""
-        links, _ = self._entries(flows)
-        e = np.arange(len(links))
-        self._last[links] = e  # one entry per distinct link survives (the last)
-        return links[self._last[links] == e]
+        self._stamp += 1
+        return _touched(flows, self._cols(), self._mark, self._stamp)
 
     def top_rate(self, links: np.ndarray, rate: np.ndarray) -> float:
         """The least, over ``links``, of the highest ``rate`` of a flow on the link."""
@@ -106,10 +88,10 @@ class GroupedIndex:
                                self.g_rows.indptr, self.g_rows.indices,
                                self.members.indptr, self.members.indices))
 
-    def load(self, flows: np.ndarray, rates: np.ndarray) -> np.ndarray:
-        """Per link: the load of ``flows`` at ``rates`` (finite)."""
-        links, load = self._entries(flows, rates)
-        return np.bincount(links, load, minlength=self.n_links)
+    def unload(self, load: np.ndarray, flows: np.ndarray, rates: np.ndarray) -> None:
+        """Take the load of ``flows`` at ``rates`` (finite) off ``load``, in place (entry
+        by entry: no link-sized temporary per event)."""
+        _add_load(flows, -rates, load, self._cols())
 
     def fill(self, flows: np.ndarray, rate: np.ndarray, load: np.ndarray, cap: np.ndarray,
              fcap: np.ndarray) -> None:
@@ -117,16 +99,50 @@ class GroupedIndex:
         (``load``): into ``rate``, their load added to ``load``."""
         spare = np.maximum(cap - load, 0.0)
         rate[flows] = waterfill(flows, spare, fcap[flows].astype(np.float64), self._cols())
-        load += self.load(flows, np.where(np.isfinite(rate[flows]), rate[flows], 0.0))
+        r = rate[flows]
+        _add_load(flows, np.where(np.isfinite(r), r, 0.0), load, self._cols())
 
     def link_bytes(self, moved: np.ndarray) -> np.ndarray:
         """Per link: the bytes of flows that moved ``moved`` bytes."""
         return self.rows @ moved + self.g_rows @ (self.members @ moved)
 
 
-def _slices(indptr: np.ndarray, idx: np.ndarray) -> np.ndarray:
-    """Positions of the rows (or columns) ``idx`` of a compressed matrix."""
-    return gather(indptr[idx], indptr[idx + 1] - indptr[idx])
+@njit(cache=True)
+def _touched(flows, k, mark, stamp):  # pragma: no cover
+    """The links of ``flows`` (own and their groups'), each once: ``mark`` holds the
+    ``stamp`` of the call that last saw a link."""
+    out = np.empty(len(mark), dtype=np.int64)
+    n = 0
+    for f in flows:
+        for e in range(k.c_ptr[f], k.c_ptr[f + 1]):
+            x = k.c_idx[e]
+            if mark[x] != stamp:
+                mark[x] = stamp
+                out[n] = x
+                n += 1
+        for e in range(k.o_ptr[f], k.o_ptr[f + 1]):
+            g = k.o_idx[e]
+            for j in range(k.g_ptr[g], k.g_ptr[g + 1]):
+                x = k.g_idx[j]
+                if mark[x] != stamp:
+                    mark[x] = stamp
+                    out[n] = x
+                    n += 1
+    return out[:n].copy()
+
+
+@njit(cache=True)
+def _add_load(flows, rates, load, k):  # pragma: no cover
+    """Add every entry of ``flows`` (own and their groups') times its flow's rate to
+    ``load``."""
+    for i in range(len(flows)):
+        f, r = flows[i], rates[i]
+        for e in range(k.c_ptr[f], k.c_ptr[f + 1]):
+            load[k.c_idx[e]] += k.c_val[e] * r
+        for e in range(k.o_ptr[f], k.o_ptr[f + 1]):
+            g, mult = k.o_idx[e], k.o_val[e]
+            for j in range(k.g_ptr[g], k.g_ptr[g + 1]):
+                load[k.g_idx[j]] += k.g_val[j] * mult * r
 
 
 @njit(cache=True)

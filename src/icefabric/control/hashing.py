@@ -40,10 +40,13 @@ def hash_chooser(fabric: Fabric, configs: dict[int, HashConfig], src_ip, dst_ip,
     sport = np.asarray(sport, dtype=np.int64)
 
     def choose(step, idx, switches, dst_leaves, n_members):
+        # the pairs at each switch as one slice of a sort by switch: a mask per switch
+        # costs switches x pairs (30 s of an 8,192-rank AllToAll's 8 M QPs at 4,480)
         member = np.empty(len(idx), dtype=np.int64)
-        for s in np.unique(switches):
-            m = switches == s
-            cfg = configs[int(s)]
+        order = np.argsort(switches, kind="stable")
+        at, first = np.unique(switches[order], return_index=True)
+        for s, m in zip(at.tolist(), np.split(order, first[1:])):
+            cfg = configs[s]
             h = ecmp_hash(cfg, src_ip[idx[m]], dst_ip[idx[m]], sport[idx[m]], dport)
             member[m] = select_member(cfg, h, n_members[m])
         return member

@@ -7,7 +7,10 @@ Run on demand (not part of the tests):
         [--oversub 1] [--rail] [--collective alltoall]
 
 Prints the wall and CPU time of every stage and the peak resident memory; BENCHMARKS.md
-records the figures. Targets: under 60 s and under 4 GiB on 2 cores at 16,384 GPUs (issue
+records the figures. numpy's transparent-huge-page advice is off unless ``--hugepages``:
+with the kernel's THP defrag on ``madvise`` (this machine's), every fault in a large fresh
+array can compact memory first, which was 42 s of system time in the 8,192-rank AllToAll
+(BENCHMARKS.md). Targets: under 60 s and under 4 GiB on 2 cores at 16,384 GPUs (issue
 2), under 60 s and 8 GiB at 131,072 (issue 26); ``--collective alltoall`` (NCCL's PXN
 AllToAll over every GPU) under 60 s at 8,192 GPUs (issue 26). To compare the stages with
 another revision side by side, run that revision's copy of this script from its own tree
@@ -23,6 +26,7 @@ import resource
 import time
 
 import numpy as np
+from numpy._core.multiarray import _set_madvise_hugepage
 
 from icefabric.ccl.collectives import add_collective
 from icefabric.ccl.communicator import Communicator
@@ -44,7 +48,10 @@ def main() -> None:
     ap.add_argument("--policy", default="ecmp")
     ap.add_argument("--size", type=int, default=1 << 30)
     ap.add_argument("--collective", default="all_reduce", choices=("all_reduce", "alltoall"))
+    ap.add_argument("--hugepages", action="store_true",
+                    help="keep numpy's madvise(MADV_HUGEPAGE) on large arrays")
     args = ap.parse_args()
+    _set_madvise_hugepage(args.hugepages)
     servers = args.gpus // 8
     t: dict[str, np.ndarray] = {}
 

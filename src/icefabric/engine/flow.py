@@ -306,6 +306,8 @@ class _Classes:
         """Move the ``flows`` whose ``rate`` is not their class's to new classes, one per
         (old class, new rate); flows that just started (no class yet: their whole size
         left, nothing moved) join one per (size, rate)."""
+        if len(flows) == 0:  # (most events of an AllToAll: only finishes, no refill)
+            return
         old = self.cls[flows]
         r = rate[flows]
         stale = (old < 0) | (r != self.rate[old])

@@ -176,10 +176,25 @@ def _push(hk, hv, size, key, v):  # pragma: no cover
 
 
 @njit(cache=True)
+def _second(hk, size):  # pragma: no cover
+    """The least key below the top (inf if none)."""
+    return min(hk[1] if size > 1 else np.inf, hk[2] if size > 2 else np.inf)
+
+
+@njit(cache=True)
 def _pop(hk, hv, size):  # pragma: no cover
     """Remove the top of the heap; the new size."""
     size -= 1
-    hk[0], hv[0] = hk[size], hv[size]
+    _sift_down(hk, hv, size, hk[size], hv[size])
+    return size
+
+
+@njit(cache=True)
+def _sift_down(hk, hv, size, key, v=-1):  # pragma: no cover
+    """Put ``key`` (and ``v``, unless -1: the top's own) at the top and sift it down."""
+    hk[0] = key
+    if v >= 0:
+        hv[0] = v
     i = 0
     while True:
         a, b, m = 2 * i + 1, 2 * i + 2, i
@@ -188,7 +203,7 @@ def _pop(hk, hv, size):  # pragma: no cover
         if b < size and hk[b] < hk[m]:
             m = b
         if m == i:
-            return size
+            return
         hk[m], hk[i] = hk[i], hk[m]
         hv[m], hv[i] = hv[i], hv[m]
         i = m
@@ -242,9 +257,10 @@ def waterfill(flows, spare, fcap, k):  # pragma: no cover
                 size = _pop(hk, hv, size)
                 continue
             share = max(rem[x] / s[x] if s[x] > 0 else np.inf, 0.0)
-            if share > hk[0] * (1 + _STALE):  # it rose since queued: queue it anew
-                size = _pop(hk, hv, size)
-                size = _push(hk, hv, size, share, x)
+            # it rose since queued: unless still below every other key (each a lower
+            # bound of its link's share), queue it anew
+            if share > hk[0] * (1 + _STALE) and share > _second(hk, size):
+                _sift_down(hk, hv, size, share)
                 continue
         if nxt <= share:  # a flow reaches its cap first (or no link is left)
             i = by_cap[pc]

@@ -2,11 +2,12 @@
 
 import numpy as np
 import pytest
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from icefabric.csr import (
     CsrRows,
+    copy_slices,
     csr_from_lists,
     dense_ids,
     gather,
@@ -92,3 +93,19 @@ def test_csr_rows_index_like_a_list():
     assert [r.tolist() for r in seq[0:2]] == [[7, 8], []]
     with pytest.raises(IndexError, match="row 3 of 3"):
         seq[3]
+
+
+@settings(deadline=None)  # the first call compiles the kernel
+@given(rows)
+def test_copy_slices_is_the_gather_assignment(lists):
+    """copy_slices writes what ``dst[gather(at, n)] = src[gather(start, n)]`` writes."""
+    indptr, src = csr_from_lists(lists)
+    n = np.diff(indptr)
+    start = indptr[:-1][::-1].copy()  # the rows in reverse, to fresh places
+    n = n[::-1].copy()
+    at = indptr_from_lengths(n)[:-1] + 3
+    want = np.full(int(n.sum()) + 3, -1, dtype=np.int64)
+    want[gather(at, n)] = src[gather(start, n)]
+    got = np.full(len(want), -1, dtype=np.int64)
+    copy_slices(got, at, src, start, n)
+    assert got.tolist() == want.tolist()

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import numpy as np
+from numba import njit
 
 
 class CsrRows(Sequence):
@@ -107,6 +108,17 @@ def gather(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     ``values[gather(indptr[rows], lengths[rows])]`` are the entries of ``rows`` of a CSR."""
     lengths = np.asarray(lengths, dtype=np.int64)
     return np.repeat(np.asarray(starts, dtype=np.int64), lengths) + within(lengths)
+
+
+@njit(cache=True)
+def copy_slices(dst, at, src, start, length):  # pragma: no cover
+    """``dst[at[i]:at[i] + length[i]] = src[start[i]:start[i] + length[i]]`` for every
+    ``i``: ``dst[gather(at, length)] = src[gather(start, length)]`` without its two index
+    arrays (an 8,192-rank AllToAll's routes: 50 M links, 400 MB each)."""
+    for i in range(len(at)):
+        a, b = at[i], start[i]
+        for j in range(length[i]):
+            dst[a + j] = src[b + j]
 
 
 def dense_ids(keys: np.ndarray, span: int) -> np.ndarray:

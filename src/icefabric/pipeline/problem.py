@@ -20,7 +20,7 @@ import scipy.sparse as sp
 
 from icefabric.ccl.workload import Workload
 from icefabric.control.plan import PathPlan
-from icefabric.csr import csr_from_lists, gather, indptr_from_lengths, within
+from icefabric.csr import copy_slices, csr_from_lists, gather, indptr_from_lengths, within
 from icefabric.engine.problem import (
     CollectiveSpec,
     LinkFailure,
@@ -119,7 +119,7 @@ def _concat(m: ProblemMap, pre, rte, post, plan: PathPlan) -> tuple[np.ndarray, 
     out = np.empty(int(indptr[-1]), dtype=np.int64)
     at = indptr[:-1].copy()
     for values, start, length in segs:
-        out[gather(at, length)] = values[gather(start, length)]
+        copy_slices(out, at, values, start, length)
         at += length
     return indptr, out
 

@@ -69,6 +69,7 @@ def main() -> None:
     comm = Communicator("ring", fab, fab.nodes_of_kind(ACCEL), channels=16)
     add_collective(wb, comm, args.collective, args.size)
     wl = wb.build(node_ip=fab.node_ip)
+    del wb  # (its Python lists: ~1.4 GB at 8,192 ranks of AllToAll)
     stage("workload", t0)
     t0 = _now()
     ctx = PlanContext.create(fab, wl)
@@ -77,7 +78,9 @@ def main() -> None:
     plan = get_policy(args.policy).plan(ctx)
     stage(f"plan ({args.policy})", t0)
     t0 = _now()
-    prob, _ = to_problem(fab, wl, plan, shared=True)  # the flow engine takes shared legs
+    prob, pmap = to_problem(fab, wl, plan, shared=True)  # the flow engine: shared legs
+    summary = wl.summary()
+    del ctx, plan, wl, pmap  # the engine reads only the problem
     stage("engine problem", t0)
     t0 = _now()
     res = run_engine(prob, "flow")
@@ -85,7 +88,7 @@ def main() -> None:
     total = sum(t.values())
     rss_gib = _peak_gib()
     print(f"{args.gpus} GPUs, {len(fab.servers)} servers, {fab.n_nodes} nodes, "
-          f"{fab.n_links} links; workload {wl.summary()}; {prob.n_routes} routes, "
+          f"{fab.n_links} links; workload {summary}; {prob.n_routes} routes, "
           f"{len(prob.route_links)} route-links"
           + (f", {len(prob.shared.group)} shared routes" if prob.shared is not None else ""))
     c = res.collectives[0]

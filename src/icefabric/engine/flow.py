@@ -41,7 +41,9 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
     costs in proportion to the classes running, not to the flows (an AllToAll's equal
     flows, which finish together when their rates agree). Starts and completions due at
     one time are one heap entry. The arithmetic per class is the one per flow, so the
-    times are those of the flow-by-flow loop to the nanosecond.
+    times are those of the flow-by-flow loop to the nanosecond. A problem with shared
+    routes (a PXN AllToAll's NVLink legs) keeps them apart and takes max-min by
+    water-filling (:mod:`icefabric.engine.grouped`): the same rates up to the last bits.
 
     Parameters
     ----------

@@ -129,7 +129,7 @@ class SharedRoutes:
 
     def flows_touching(self, mask: np.ndarray, n_flows: int) -> np.ndarray:
         """Per flow: whether one of its shared routes crosses a link where ``mask``."""
-        hit = np.zeros(self.n_groups + 1, dtype=bool)
+        hit = np.zeros(self.n_groups, dtype=bool)
         hit[self.group[routes_touching(self.indptr, self.links, mask)]] = True
         owner = np.repeat(np.arange(self.n_groups), np.diff(self.group_indptr))
         out = np.zeros(n_flows, dtype=bool)

@@ -34,6 +34,11 @@ _STALE = 1e-12  # a popped share this much below the link's current one is re-qu
 
 Cols = namedtuple("Cols", "c_ptr c_idx c_val o_ptr o_idx o_val g_ptr g_idx g_val gr_ptr "
                           "gr_idx m_ptr m_idx r_ptr r_idx")
+Fill = namedtuple("Fill", "rem s cnt left rate loc")
+Fill.__doc__ = """Water-filling's state: per link the spare ``rem``, the unfrozen flows'
+summed coefficient ``s`` and entry count ``cnt``; per group its unfrozen members
+``left``; per flow (of those filled) its ``rate`` (NaN: unfrozen); ``loc``: a flow's
+position among them (-1: not filled)."""
 Cols.__doc__ = """The kernel's arrays: a flow's own entries ``c_*`` (CSC) and groups ``o_*``
 (CSC, with multiplicity), a group's entries ``g_*`` (CSC); a link's groups ``gr_*``
 (CSR), a group's flows ``m_*`` (CSR) and a link's own flows ``r_*`` (CSR)."""
@@ -210,20 +215,21 @@ def _sift_down(hk, hv, size, key, v=-1):  # pragma: no cover
 
 
 @njit(cache=True)
-def _leave(f, lv, rem, s, cnt, k):  # pragma: no cover
+def _leave(f, lv, st, k):  # pragma: no cover
     """Flow ``f`` freezes at ``lv``: it leaves every link it crosses (own and shared)."""
     for e in range(k.c_ptr[f], k.c_ptr[f + 1]):
         x = k.c_idx[e]
-        rem[x] -= k.c_val[e] * lv
-        s[x] -= k.c_val[e]
-        cnt[x] -= 1
+        st.rem[x] -= k.c_val[e] * lv
+        st.s[x] -= k.c_val[e]
+        st.cnt[x] -= 1
     for e in range(k.o_ptr[f], k.o_ptr[f + 1]):
         g, mult = k.o_idx[e], k.o_val[e]
+        st.left[g] -= 1
         for j in range(k.g_ptr[g], k.g_ptr[g + 1]):
             x = k.g_idx[j]
-            rem[x] -= k.g_val[j] * mult * lv
-            s[x] -= k.g_val[j] * mult
-            cnt[x] -= 1
+            st.rem[x] -= k.g_val[j] * mult * lv
+            st.s[x] -= k.g_val[j] * mult
+            st.cnt[x] -= 1
 
 
 @njit(cache=True)
@@ -231,32 +237,32 @@ def waterfill(flows, spare, fcap, k):  # pragma: no cover
     """Max-min rates of ``flows`` (capped at ``fcap``) on ``spare`` (per link) over the
     columns :class:`Cols` ``k`` (see the module docstring)."""
     n, L = len(flows), len(spare)
-    loc = np.full(len(k.c_ptr) - 1, -1, dtype=np.int64)
+    st = Fill(spare.copy(), np.zeros(L), np.zeros(L, dtype=np.int64),
+              np.zeros(len(k.g_ptr) - 1, dtype=np.int64), np.full(n, np.nan),
+              np.full(len(k.c_ptr) - 1, -1, dtype=np.int64))
     for i in range(n):
-        loc[flows[i]] = i
-    rem, s, cnt = spare.copy(), np.zeros(L), np.zeros(L, dtype=np.int64)
+        st.loc[flows[i]] = i
     for i in range(n):  # the sums of the flows' coefficients (negated: leaving at 0)
-        _leave(flows[i], 0.0, rem, s, cnt, k)
-    s, cnt = -s, -cnt
+        _leave(flows[i], 0.0, st, k)
+    st.s[:], st.cnt[:], st.left[:] = -st.s, -st.cnt, -st.left
     hk, hv = np.empty(L), np.empty(L, dtype=np.int64)
     size = 0
     for x in range(L):
-        if cnt[x] > 0:
-            size = _push(hk, hv, size, rem[x] / s[x] if s[x] > 0 else np.inf, x)
-    rate = np.full(n, np.nan)
+        if st.cnt[x] > 0:
+            size = _push(hk, hv, size, st.rem[x] / st.s[x] if st.s[x] > 0 else np.inf, x)
     by_cap = np.argsort(fcap)
     pc, done, level = 0, 0, 0.0
     while done < n:
-        while pc < n and not np.isnan(rate[by_cap[pc]]):
+        while pc < n and not np.isnan(st.rate[by_cap[pc]]):
             pc += 1
         nxt = fcap[by_cap[pc]] if pc < n else np.inf
         share, x = np.inf, -1
         if size:
             x = hv[0]
-            if cnt[x] == 0:
+            if st.cnt[x] == 0:
                 size = _pop(hk, hv, size)
                 continue
-            share = max(rem[x] / s[x] if s[x] > 0 else np.inf, 0.0)
+            share = max(st.rem[x] / st.s[x] if st.s[x] > 0 else np.inf, 0.0)
             # it rose since queued: unless still below every other key (each a lower
             # bound of its link's share), queue it anew
             if share > hk[0] * (1 + _STALE) and share > _second(hk, size):
@@ -264,33 +270,35 @@ def waterfill(flows, spare, fcap, k):  # pragma: no cover
                 continue
         if nxt <= share:  # a flow reaches its cap first (or no link is left)
             i = by_cap[pc]
-            rate[i] = nxt
+            st.rate[i] = nxt
             done += 1
-            _leave(flows[i], nxt, rem, s, cnt, k)
+            _leave(flows[i], nxt, st, k)
             continue
         size = _pop(hk, hv, size)
         level = max(level, share)
-        done += _freeze_link(x, level, rate, loc, flows, rem, s, cnt, k)
-    return rate
+        done += _freeze_link(x, level, flows, st, k)
+    return st.rate
 
 
 @njit(cache=True)
-def _freeze_link(x, level, rate, loc, flows, rem, s, cnt, k):  # pragma: no cover
-    """Freeze the unfrozen flows of link ``x`` (own, then its groups') at ``level``;
-    return how many."""
+def _freeze_link(x, level, flows, st, k):  # pragma: no cover
+    """Freeze the unfrozen flows of link ``x`` (own, then its groups' with any left) at
+    ``level``; return how many."""
     done = 0
     for e in range(k.r_ptr[x], k.r_ptr[x + 1]):
-        i = loc[k.r_idx[e]]
-        if i >= 0 and np.isnan(rate[i]):
-            rate[i] = level
+        i = st.loc[k.r_idx[e]]
+        if i >= 0 and np.isnan(st.rate[i]):
+            st.rate[i] = level
             done += 1
-            _leave(flows[i], level, rem, s, cnt, k)
+            _leave(flows[i], level, st, k)
     for e in range(k.gr_ptr[x], k.gr_ptr[x + 1]):
         g = k.gr_idx[e]
         for j in range(k.m_ptr[g], k.m_ptr[g + 1]):
-            i = loc[k.m_idx[j]]
-            if i >= 0 and np.isnan(rate[i]):
-                rate[i] = level
+            if st.left[g] == 0:  # (a group's members are walked while some are unfrozen)
+                break
+            i = st.loc[k.m_idx[j]]
+            if i >= 0 and np.isnan(st.rate[i]):
+                st.rate[i] = level
                 done += 1
-                _leave(flows[i], level, rem, s, cnt, k)
+                _leave(flows[i], level, st, k)
     return done

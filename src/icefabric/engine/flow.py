@@ -403,14 +403,13 @@ def _rates_after_finish(ci, P: SimProblem, rate, load, cl: _Classes, fin) -> np.
     costs in proportion to the flows it touches, not to the whole problem.
     """
     cap = P.link_capacity_bps
-    touched = ci.touched(fin)
-    sat = touched[load[touched] >= cap[touched] * (1 - 1e-6)]
+    sat = ci.leave(fin, rate, load, cap)
     refill = np.zeros(0, np.int64)
     if len(sat):
         refill = cl.flows_at_least(ci.top_rate(sat, rate) * (1 - 1e-9))
-    gone = np.concatenate([fin, refill])
-    ci.unload(load, gone, _finite(rate[gone]))
-    rate[gone] = 0.0
+    ci.release(load, fin, refill, rate)
+    rate[fin] = 0.0
+    rate[refill] = 0.0
     if len(refill):
         ci.fill(refill, rate, load, cap, P.flow_rate_cap_bps)
     return refill
@@ -448,9 +447,12 @@ class _ColumnIndex:
         self._last = np.empty(L, dtype=np.int64)
         self._id = np.empty(L, dtype=np.int64)
 
-    def touched(self, flows: np.ndarray) -> np.ndarray:
-        """The links ``flows`` cross, ascending."""
-        return np.unique(_entries(self.Ac, flows)[0])
+    def leave(self, fin: np.ndarray, rate: np.ndarray, load: np.ndarray,
+              cap: np.ndarray) -> np.ndarray:
+        """The links the finished flows ``fin`` cross that are saturated (``load``
+        within 1e-6 of ``cap``), ascending; :meth:`release` takes their load off."""
+        touched = np.unique(_entries(self.Ac, fin)[0])
+        return touched[load[touched] >= cap[touched] * (1 - 1e-6)]
 
     def top_rate(self, links: np.ndarray, rate: np.ndarray) -> float:
         """The least, over ``links``, of the highest ``rate`` of a flow on the link."""
@@ -458,10 +460,14 @@ class _ColumnIndex:
         first = (np.cumsum(n) - n)[n > 0]
         return np.maximum.reduceat(rate[flows], first).min()
 
-    def unload(self, load: np.ndarray, flows: np.ndarray, rates: np.ndarray) -> None:
-        """Take the load of ``flows`` at ``rates`` (finite) off ``load``, in place."""
-        links, vals, n = _entries(self.Ac, flows)
-        load -= np.bincount(links, vals * np.repeat(rates, n), minlength=self.Ac.shape[0])
+    def release(self, load: np.ndarray, fin: np.ndarray, refill: np.ndarray,
+                rate: np.ndarray) -> None:
+        """Take the load of the finished flows ``fin`` and of ``refill`` (at ``rate``) off
+        ``load``, in place: one sum per link."""
+        gone = np.concatenate([fin, refill])
+        links, vals, n = _entries(self.Ac, gone)
+        load -= np.bincount(links, vals * np.repeat(_finite(rate[gone]), n),
+                            minlength=self.Ac.shape[0])
 
     def fill(self, flows: np.ndarray, rate: np.ndarray, load: np.ndarray, cap: np.ndarray,
              fcap: np.ndarray) -> None:

@@ -69,8 +69,7 @@ class GroupedIndex:
         self.of_flow = member.tocsc()  # CSC: the groups of every flow
         self.of_flow.sum_duplicates()
         self.n_links = L
-        self._mark = np.zeros(L, dtype=np.int64)  # touched(): the call that last saw a link
-        self._stamp = 0
+        self._mark = np.zeros(L + 1, dtype=np.int64)  # leave(): the call that last saw a link
         self._k = None
 
     def _cols(self) -> Cols:
@@ -81,11 +80,14 @@ class GroupedIndex:
                            m.indices, self.rows.indptr, self.rows.indices)
         return self._k
 
-    def touched(self, flows: np.ndarray) -> np.ndarray:
-        """The links ``flows`` cross (own or shared), each once (in no particular order:
-        what the engine does with them does not depend on it)."""
-        self._stamp += 1
-        return _touched(flows, self._cols(), self._mark, self._stamp)
+    def leave(self, fin: np.ndarray, rate: np.ndarray, load: np.ndarray,
+              cap: np.ndarray) -> np.ndarray:
+        """The links the finished flows ``fin`` cross (own or shared) that are saturated
+        (``load`` within 1e-6 of ``cap``), each once in no particular order; their load
+        comes off ``load`` in the same pass (each link read before it loses any)."""
+        r = rate[fin]
+        return _leave_links(fin, np.where(np.isfinite(r), r, 0.0), load, cap, self._mark,
+                            self._cols())
 
     def top_rate(self, links: np.ndarray, rate: np.ndarray) -> float:
         """The least, over ``links``, of the highest ``rate`` of a flow on the link."""
@@ -93,10 +95,13 @@ class GroupedIndex:
                                self.g_rows.indptr, self.g_rows.indices,
                                self.members.indptr, self.members.indices))
 
-    def unload(self, load: np.ndarray, flows: np.ndarray, rates: np.ndarray) -> None:
-        """Take the load of ``flows`` at ``rates`` (finite) off ``load``, in place (entry
-        by entry: no link-sized temporary per event)."""
-        _add_load(flows, -rates, load, self._cols())
+    def release(self, load: np.ndarray, fin: np.ndarray, refill: np.ndarray,
+                rate: np.ndarray) -> None:
+        """Take the load of ``refill`` (at ``rate``) off ``load``, in place; :meth:`leave`
+        took the finished flows' (entry by entry: no link-sized temporary per event)."""
+        if len(refill):
+            r = rate[refill]
+            _add_load(refill, -np.where(np.isfinite(r), r, 0.0), load, self._cols())
 
     def fill(self, flows: np.ndarray, rate: np.ndarray, load: np.ndarray, cap: np.ndarray,
              fcap: np.ndarray) -> None:
@@ -113,26 +118,33 @@ class GroupedIndex:
 
 
 @njit(cache=True)
-def _touched(flows, k, mark, stamp):  # pragma: no cover
-    """The links of ``flows`` (own and their groups'), each once: ``mark`` holds the
-    ``stamp`` of the call that last saw a link."""
+def _leave_links(flows, rates, load, cap, mark, k):  # pragma: no cover
+    """:meth:`GroupedIndex.leave`: ``mark[x]`` holds the call that last saw link ``x``
+    (``mark[-1]``: the calls so far)."""
+    mark[-1] += 1
+    stamp = mark[-1]
     out = np.empty(len(mark), dtype=np.int64)
     n = 0
-    for f in flows:
+    for i in range(len(flows)):
+        f, r = flows[i], rates[i]
         for e in range(k.c_ptr[f], k.c_ptr[f + 1]):
             x = k.c_idx[e]
             if mark[x] != stamp:
                 mark[x] = stamp
-                out[n] = x
-                n += 1
+                if load[x] >= cap[x] * (1 - 1e-6):
+                    out[n] = x
+                    n += 1
+            load[x] -= k.c_val[e] * r
         for e in range(k.o_ptr[f], k.o_ptr[f + 1]):
-            g = k.o_idx[e]
+            g, mult = k.o_idx[e], k.o_val[e]
             for j in range(k.g_ptr[g], k.g_ptr[g + 1]):
                 x = k.g_idx[j]
                 if mark[x] != stamp:
                     mark[x] = stamp
-                    out[n] = x
-                    n += 1
+                    if load[x] >= cap[x] * (1 - 1e-6):
+                        out[n] = x
+                        n += 1
+                load[x] -= k.g_val[j] * mult * r
     return out[:n].copy()
 
 

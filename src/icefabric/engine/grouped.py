@@ -34,6 +34,9 @@ _STALE = 1e-12  # a popped share this much below the link's current one is re-qu
 
 Cols = namedtuple("Cols", "c_ptr c_idx c_val o_ptr o_idx o_val g_ptr g_idx g_val gr_ptr "
                           "gr_idx m_ptr m_idx r_ptr r_idx")
+Marks = namedtuple("Marks", "link group rate")
+Marks.__doc__ = """Scratch of :meth:`GroupedIndex.leave`: the call that last saw each link
+(``link[-1]``: the calls so far) and each group, and a group's summed finished rate."""
 Fill = namedtuple("Fill", "rem s cnt left rate loc")
 Fill.__doc__ = """Water-filling's state: per link the spare ``rem``, the unfrozen flows'
 summed coefficient ``s`` and entry count ``cnt``; per group its unfrozen members
@@ -69,7 +72,8 @@ class GroupedIndex:
         self.of_flow = member.tocsc()  # CSC: the groups of every flow
         self.of_flow.sum_duplicates()
         self.n_links = L
-        self._mark = np.zeros(L + 1, dtype=np.int64)  # leave(): the call that last saw a link
+        self._marks = Marks(np.zeros(L + 1, dtype=np.int64),
+                            np.zeros(sh.n_groups, dtype=np.int64), np.zeros(sh.n_groups))
         self._k = None
 
     def _cols(self) -> Cols:
@@ -86,7 +90,7 @@ class GroupedIndex:
         (``load`` within 1e-6 of ``cap``), each once in no particular order; their load
         comes off ``load`` in the same pass (each link read before it loses any)."""
         r = rate[fin]
-        return _leave_links(fin, np.where(np.isfinite(r), r, 0.0), load, cap, self._mark,
+        return _leave_links(fin, np.where(np.isfinite(r), r, 0.0), load, cap, self._marks,
                             self._cols())
 
     def top_rate(self, links: np.ndarray, rate: np.ndarray) -> float:
@@ -118,34 +122,49 @@ class GroupedIndex:
 
 
 @njit(cache=True)
-def _leave_links(flows, rates, load, cap, mark, k):  # pragma: no cover
-    """:meth:`GroupedIndex.leave`: ``mark[x]`` holds the call that last saw link ``x``
-    (``mark[-1]``: the calls so far)."""
-    mark[-1] += 1
-    stamp = mark[-1]
-    out = np.empty(len(mark), dtype=np.int64)
-    n = 0
+def _leave_links(flows, rates, load, cap, sc, k):  # pragma: no cover
+    """:meth:`GroupedIndex.leave` over the scratch :class:`Marks` ``sc``. A group's links
+    are walked once, at the summed rate of its finished flows."""
+    sc.link[-1] += 1
+    stamp = sc.link[-1]
+    out = np.empty(len(sc.link), dtype=np.int64)
+    groups = np.empty(len(flows) + 1, dtype=np.int64)  # the groups seen (grown by doubling)
+    n = ng = 0
     for i in range(len(flows)):
         f, r = flows[i], rates[i]
         for e in range(k.c_ptr[f], k.c_ptr[f + 1]):
             x = k.c_idx[e]
-            if mark[x] != stamp:
-                mark[x] = stamp
-                if load[x] >= cap[x] * (1 - 1e-6):
-                    out[n] = x
-                    n += 1
+            n = _saturated(x, load, cap, sc.link, stamp, out, n)
             load[x] -= k.c_val[e] * r
         for e in range(k.o_ptr[f], k.o_ptr[f + 1]):
-            g, mult = k.o_idx[e], k.o_val[e]
-            for j in range(k.g_ptr[g], k.g_ptr[g + 1]):
-                x = k.g_idx[j]
-                if mark[x] != stamp:
-                    mark[x] = stamp
-                    if load[x] >= cap[x] * (1 - 1e-6):
-                        out[n] = x
-                        n += 1
-                load[x] -= k.g_val[j] * mult * r
+            g = k.o_idx[e]
+            if sc.group[g] != stamp:
+                sc.group[g] = stamp
+                sc.rate[g] = 0.0
+                if ng == len(groups):
+                    groups = np.concatenate((groups, np.empty(ng + 1, dtype=np.int64)))
+                groups[ng] = g
+                ng += 1
+            sc.rate[g] += k.o_val[e] * r
+    for j in range(ng):
+        g = groups[j]
+        for e in range(k.g_ptr[g], k.g_ptr[g + 1]):
+            x = k.g_idx[e]
+            n = _saturated(x, load, cap, sc.link, stamp, out, n)
+            load[x] -= k.g_val[e] * sc.rate[g]
     return out[:n].copy()
+
+
+@njit(cache=True)
+def _saturated(x, load, cap, mark, stamp, out, n):  # pragma: no cover
+    """On first sight of link ``x`` in this call, add it to ``out[:n]`` if saturated;
+    the new ``n``."""
+    if mark[x] != stamp:
+        mark[x] = stamp
+        if load[x] >= cap[x] * (1 - 1e-6):
+            out[n] = x
+            n += 1
+    return n
 
 
 @njit(cache=True)
@@ -298,6 +317,8 @@ def _freeze_link(x, level, flows, st, k):  # pragma: no cover
     ``level``; return how many."""
     done = 0
     for e in range(k.r_ptr[x], k.r_ptr[x + 1]):
+        if st.cnt[x] == 0:  # (every flow of the link is frozen: the rest were before)
+            return done
         i = st.loc[k.r_idx[e]]
         if i >= 0 and np.isnan(st.rate[i]):
             st.rate[i] = level
@@ -306,7 +327,7 @@ def _freeze_link(x, level, flows, st, k):  # pragma: no cover
     for e in range(k.gr_ptr[x], k.gr_ptr[x + 1]):
         g = k.gr_idx[e]
         for j in range(k.m_ptr[g], k.m_ptr[g + 1]):
-            if st.left[g] == 0:  # (a group's members are walked while some are unfrozen)
+            if st.left[g] == 0 or st.cnt[x] == 0:  # (walked while some are unfrozen)
                 break
             i = st.loc[k.m_idx[j]]
             if i >= 0 and np.isnan(st.rate[i]):

@@ -10,14 +10,14 @@ entries (``A = A_own + A_group @ M``): the legs are stored once per group.
 Max-min on it is water-filling in link order (:func:`waterfill`, Bertsekas & Gallager,
 *Data Networks*, 2nd ed., §6.5.2, "progressive filling" taken one bottleneck at a time):
 the link of least fair share ``rem / sum`` is the next bottleneck, its unfrozen flows
-freeze at that share and leave every link they cross. Each entry is visited a constant
-number of times (the rounds of :func:`~icefabric.engine.batch_kernel.maxmin_compiled`
-visit every unfrozen entry each round, and a 4,096-rank AllToAll takes hundreds), and a
-heap keyed by share (shares only rise as flows freeze: a flow leaves ``rem`` and ``sum``
-at most the link's own share) finds the next bottleneck. The rates are the max-min
-rates; their floats can differ from the rounds' in the last bits (the sums run in another
-order), so this path serves only problems with shared routes, which only the flow engine
-reads: every other problem keeps the rounds' arithmetic to the bit.
+freeze at that share and leave every link they cross. A flow leaves its links once (the
+rounds of :func:`~icefabric.engine.batch_kernel.maxmin_compiled` visit every unfrozen
+entry each round: 132 rounds at 1,024 ranks, BENCHMARKS.md), and a heap keyed by share
+(shares only rise as flows freeze: a flow leaves ``rem`` and ``sum`` at most the link's
+own share) finds the next bottleneck. The rates are the max-min rates; their floats can
+differ from the rounds' in the last bits (the sums run in another order), so this path
+serves only problems with shared routes, which only the flow engine reads: every other
+problem keeps the rounds' arithmetic to the bit.
 """
 
 from __future__ import annotations
@@ -95,9 +95,7 @@ class GroupedIndex:
 
     def top_rate(self, links: np.ndarray, rate: np.ndarray) -> float:
         """The least, over ``links``, of the highest ``rate`` of a flow on the link."""
-        return float(_top_rate(links, rate, self.rows.indptr, self.rows.indices,
-                               self.g_rows.indptr, self.g_rows.indices,
-                               self.members.indptr, self.members.indices))
+        return float(_top_rate(links, rate, self._cols()))
 
     def release(self, load: np.ndarray, fin: np.ndarray, refill: np.ndarray,
                 rate: np.ndarray) -> None:
@@ -182,16 +180,17 @@ def _add_load(flows, rates, load, k):  # pragma: no cover
 
 
 @njit(cache=True)
-def _top_rate(links, rate, r_ptr, r_idx, g_ptr, g_idx, m_ptr, m_idx):  # pragma: no cover
+def _top_rate(links, rate, k):  # pragma: no cover
+    """:meth:`GroupedIndex.top_rate` over the columns ``k``."""
     lam = np.inf
-    for l in links:
+    for x in links:
         top = -np.inf
-        for e in range(r_ptr[l], r_ptr[l + 1]):
-            top = max(top, rate[r_idx[e]])
-        for e in range(g_ptr[l], g_ptr[l + 1]):
-            g = g_idx[e]
-            for j in range(m_ptr[g], m_ptr[g + 1]):
-                top = max(top, rate[m_idx[j]])
+        for e in range(k.r_ptr[x], k.r_ptr[x + 1]):
+            top = max(top, rate[k.r_idx[e]])
+        for e in range(k.gr_ptr[x], k.gr_ptr[x + 1]):
+            g = k.gr_idx[e]
+            for j in range(k.m_ptr[g], k.m_ptr[g + 1]):
+                top = max(top, rate[k.m_idx[j]])
         lam = min(lam, top)
     return lam
 

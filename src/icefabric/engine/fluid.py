@@ -48,9 +48,14 @@ Stepping is adaptive: ``dt_ns`` while queues move, marks are in flight or rate c
 pending. When departures are unchanged, every queue evolves linearly, so a step runs to the
 next event (flow start/end, DCQCN timer, failure, sample) or until a queue
 empties or reaches a PFC threshold or Kmin — at most ``dt_quiet_max_ns``
-(``dt_pfc_max_ns`` while a port is paused), and at least ``dt_ns`` when a DCQCN timer ends
-it (the timer fires at the step's end, as in active steps). An uncontended collective
-costs one step per flow event.
+(``dt_pfc_max_ns`` while a port is paused), and at least ``dt_ns`` unless a failure or a
+sample ends it. Events inside a step happen at their own time: a DCQCN timer fires at the
+step's end; a flow starts and stops injecting inside it, its demand on its NIC being its
+rate limit times the part of the step it is active and at most its remaining bytes, so its
+bytes are exact and its rate is its mean over the step; its start is its due time and its
+end, for the completion, the moment its last byte left (at the rate the NIC gave it) plus
+the queue wait on its path. An uncontended collective costs about one step per flow event
+or per ``dt_ns``, whichever is fewer.
 
 References
 ----------

@@ -72,9 +72,9 @@ ST_BANKS = {
           "lk_sum", "lk_qsum", "lk_tsum",
           "q", "arr", "drain", "dep",  # entries (by net entry: canonical between runs)
           "wq", "warr", "wdrain", "wdep", "wnew",  # running entries by position (_positions)
-          "inj", "start", "finish", "flow_cap", "a_rf", "heap_t",  # flows
+          "inj", "start", "finish", "flow_cap", "a_rf", "heap_t", "a_ri", "t_end",  # flows
           "deliv", "last_cnp", "es_cnps", "nic_dem", "nic_alloc", "a_x", "a_w",
-          "a_cap",  # routes
+          "a_cap", "a_du", "nic_lv",  # routes
           "tmp0", "tmp1", "tmp2", "tmp3", "tmp4", "tmp5"],  # per-step scratch (widest)
     "i": ["lk_link", "lk_ptr", "lv_ptr", "nic_link", "nic_ptr",  # links (+1)
           "ae", "ae_route", "ae_link", "ae_rev", "q_ent", "lk_ent", "pos", "p_up", "p_link",
@@ -104,9 +104,9 @@ NET_BANKS = {
  S_PEAK_UTIL, S_MAX_Q, S_MARKED_BYTES, S_QLINK, S_SERV, S_SERV_EFF, S_LK_SUM, S_LK_QSUM,
  S_LK_TSUM,
  S_Q, S_ARR, S_DRAIN, S_DEP, S_WQ, S_WARR, S_WDRAIN, S_WDEP, S_WNEW,
- S_INJ, S_START, S_FINISH, S_FLOW_CAP, S_A_RF, S_HEAP_T,
- S_DELIV, S_LAST_CNP, S_ES_CNPS, S_NIC_DEM, S_NIC_ALLOC, S_A_X, S_A_W, S_A_CAP,
- S_TMP0, S_TMP1, S_TMP2, S_TMP3, S_TMP4, S_TMP5) = range(46)  # st.f
+ S_INJ, S_START, S_FINISH, S_FLOW_CAP, S_A_RF, S_HEAP_T, S_A_RI, S_T_END,
+ S_DELIV, S_LAST_CNP, S_ES_CNPS, S_NIC_DEM, S_NIC_ALLOC, S_A_X, S_A_W, S_A_CAP, S_A_DU,
+ S_NIC_LV, S_TMP0, S_TMP1, S_TMP2, S_TMP3, S_TMP4, S_TMP5) = range(50)  # st.f
 (S_LK_LINK, S_LK_PTR, S_LV_PTR, S_NIC_LINK, S_NIC_PTR,
  S_AE, S_AE_ROUTE, S_AE_LINK, S_AE_REV, S_Q_ENT, S_LK_ENT, S_POS, S_P_UP, S_P_LINK, S_P_ING,
  S_P_ROUTE,
@@ -548,11 +548,16 @@ def _service(ws) -> None:
 
 
 @step_fn
-def _allocate(ws) -> None:
-    """Demands and NIC shares of the running routes, then each flow's rate ``a_rf``.
+def _allocate(ws, t, dt) -> None:
+    """Demands and NIC shares of the running routes over the step ``[t, t + dt]``, then
+    each flow's rate: ``a_rf`` its mean over the step, ``a_ri`` while it sends.
 
-    The NIC shares its capacity max-min among its QPs: sort a NIC's demands, the fair level
-    is the first ``(cap − Σ smaller) / n_rest`` that does not exceed the next demand.
+    A flow starts and stops injecting inside the step at its own time: its demand is its
+    rate limit (``a_du``) times the part of the step it is active, and at most its
+    remaining bytes over the step, so its bytes are exact and its rate is its mean over
+    the step (``fluid.py``, "Stepping"). The NIC shares its capacity max-min among its
+    QPs: sort a NIC's demands, the fair level (``nic_lv``, by NIC position) is the first
+    ``(cap − Σ smaller) / n_rest`` that does not exceed the next demand.
     """
     st_si = ws.si
     stf = ws.f
@@ -568,11 +573,18 @@ def _allocate(ws) -> None:
         size = ntf[N_SIZE_W, f]
         stb[S_A_SENDING, i] = size - stf[S_INJ, f] > 1e-9 * max(size, 1.0)
     for i in range(nr):
+        f = sti[S_A_F, sti[S_A_RFLOW, i]]
         d = stf[S_A_CAP, i]
         if dcqcn:
             d = min(d, st_cc[_RC, sti[S_A_R, i]] / 8e9)
-        d = min(d, stf[S_A_W, i] * stf[S_FLOW_CAP, sti[S_A_F, sti[S_A_RFLOW, i]]])
-        stf[S_NIC_DEM, sti[S_NIC_SLOT, i]] = d if stb[S_A_SENDING, sti[S_A_RFLOW, i]] else 0.0
+        w = stf[S_A_W, i]
+        d = min(d, w * stf[S_FLOW_CAP, f])
+        stf[S_A_DU, i] = d
+        phi = _active(stf[S_START, f], t, dt)
+        d = min(d * phi, w * (ntf[N_SIZE_W, f] - stf[S_INJ, f]) / dt)
+        slot = sti[S_NIC_SLOT, i]
+        stf[S_NIC_DEM, slot] = d if stb[S_A_SENDING, sti[S_A_RFLOW, i]] else 0.0
+        stf[S_NIC_LV, slot] = phi  # (read by _free_share, then replaced by the level)
     nn = st_si[I_NNIC]
     over = False
     for g in range(nn):
@@ -588,18 +600,50 @@ def _allocate(ws) -> None:
             for j in range(sti[S_NIC_PTR, g], sti[S_NIC_PTR, g + 1]):
                 d = stf[S_NIC_DEM, j]
                 stf[S_NIC_ALLOC, j] = min(d, c) if nn == nr else d
+                if nn == nr:
+                    stf[S_NIC_LV, j] = c
+            if nn != nr:
+                _free_share(stf, sti[S_NIC_PTR, g], sti[S_NIC_PTR, g + 1], c)
     else:
         _waterfill(ws, nn)
     for i in range(nf):
         rf = _INF
+        ri = _INF
         for r in range(sti[S_A_FSTART, i], sti[S_A_FSTART, i + 1]):
             w = stf[S_A_W, r]
-            rf = min(rf, stf[S_NIC_ALLOC, sti[S_NIC_SLOT, r]] / w if w > 0 else _INF)
+            if w > 0:
+                slot = sti[S_NIC_SLOT, r]
+                rf = min(rf, stf[S_NIC_ALLOC, slot] / w)
+                ri = min(ri, min(stf[S_A_DU, r], stf[S_NIC_LV, slot]) / w)
         if not np.isfinite(rf) or not stb[S_A_SENDING, i]:
-            rf = 0.0
+            rf = ri = 0.0
         stf[S_A_RF, i] = rf
+        stf[S_A_RI, i] = ri
     for r in range(nr):
         stf[S_A_X, r] = stf[S_A_W, r] * stf[S_A_RF, sti[S_A_RFLOW, r]]
+
+
+@inline_fn
+def _free_share(stf, a, b, c) -> None:
+    """The rate each QP of a NIC (positions ``a:b``, capacity ``c``) that is not overloaded
+    sends at while it sends (``nic_lv``, where ``_waterfill`` writes the fair level): what
+    the QPs active the whole step leave it, or its share of what they use, whichever is
+    more (8 QPs sharing a NIC that all end inside a step take turns, not the line rate
+    each; a QP whose successor starts after it ended had the NIC to itself)."""
+    lv, dem = stf[S_NIC_LV], stf[S_NIC_DEM]
+    s1 = 0.0
+    for j in range(a, b):
+        if lv[j] >= 1.0:  # (the part of the step each is active, from _allocate)
+            s1 += dem[j]
+    for j in range(a, b):
+        others = s1 - dem[j] if lv[j] >= 1.0 else s1
+        lv[j] = max(c - others, c * dem[j] / s1) if s1 > 0 else c
+
+
+@inline_fn
+def _active(start, t, dt) -> float:
+    """The part of the step ``[t, t + dt]`` after ``start``."""
+    return min(max((t + dt - start) / dt, 0.0), 1.0) if start > t else 1.0
 
 
 @inline_fn
@@ -634,6 +678,7 @@ def _waterfill(ws, nn) -> None:
         lv = max(level, 0.0)
         for p in range(a, b):
             alloc[p] = min(dem[p], lv)
+            stf[S_NIC_LV, p] = lv
 
 
 @inline_fn
@@ -689,37 +734,37 @@ def _merge_sort_by(key, order, a, b, tmp) -> None:
 
 @step_fn
 def _dt(ws, t) -> float:
-    st_sf = ws.sf
-    st_si = ws.si
-    stf = ws.f
-    sti = ws.i
-    st_cc = ws.cc
-    ntf = ws.nf
-    net_cfg = ws.cfg
-    cfg, sf = net_cfg, st_sf
+    """The step's length: ``dt_ns`` while queues move; a quiet step runs to the next event
+    (a flow's start or end, a DCQCN timer) or its horizon, but lasts at least ``dt_ns``:
+    flows start and stop inside a step at their own time (:func:`_allocate`) and timers
+    fire at its end, as in active steps. Failures and samples end a step exactly.
+
+    (Flow events used to end steps too: the 64-GPU rack-order ring of the validation set
+    took 13,045 steps, one per start and end of its 8,064 flows, most far below 2 µs.)"""
+    sf, si, stf, sti, cfg = ws.sf, ws.si, ws.f, ws.i, ws.cfg
     quiet = sf[F_QUIET]
-    dt = max(quiet, cfg[C_DT]) if quiet else cfg[C_DT]
-    for i in range(st_si[I_NAF]):
-        rf = stf[S_A_RF, i]
-        if rf > 0:
-            f = sti[S_A_F, i]
-            dt = min(dt, (ntf[N_SIZE_W, f] - stf[S_INJ, f]) / rf)
-    if st_si[I_HEAP] > 0:
-        dt = min(dt, stf[S_HEAP_T, 0] - t)
+    dt = cfg[C_DT]
+    if quiet:
+        dt = max(quiet, dt)
+        for i in range(si[I_NAF]):  # the next end of injection (steady: the same rates)
+            rf = stf[S_A_RF, i]
+            if rf > 0:
+                f = sti[S_A_F, i]
+                dt = min(dt, (ws.nf[N_SIZE_W, f] - stf[S_INJ, f]) / rf)
+        if si[I_HEAP] > 0:
+            dt = min(dt, stf[S_HEAP_T, 0] - t)
+        if cfg[C_DCQCN] > 0:
+            # a quiet jump must not skip a rate increase (or a pending decrease) by more
+            # than a step (cutting the step at every timer cost a third of the steps at
+            # 1,024 GPUs: thousands of QPs' timers, one every few hundred ns)
+            for c in range(si[I_NCC]):
+                k = sti[S_A_R, sti[S_A_CC, c]]
+                dt = min(dt, ws.cc[_T_INC, k] - t)
+                if ws.cc[_DEC_CNP, k]:
+                    dt = min(dt, ws.cc[_T_DEC, k] - t)
+        dt = max(dt, cfg[C_DT])
     if np.isfinite(sf[F_FAIL_T]):
         dt = min(dt, sf[F_FAIL_T] - t)
-    if cfg[C_DCQCN] > 0 and quiet:
-        # a quiet jump must not skip a rate increase (or a pending decrease); one due
-        # within dt_ns fires at the step end, <= dt_ns late, as in active steps (cutting
-        # the step at it instead cost a third of the steps at 1,024 GPUs: thousands of
-        # QPs' timers, one every few hundred ns, each ending a quiet step early)
-        nxt = _INF
-        for c in range(st_si[I_NCC]):
-            k = sti[S_A_R, sti[S_A_CC, c]]
-            nxt = min(nxt, st_cc[_T_INC, k])
-            if st_cc[_DEC_CNP, k]:
-                nxt = min(nxt, st_cc[_T_DEC, k])
-        dt = min(dt, max(nxt - t, cfg[C_DT]))
     dt = min(dt, sf[F_NEXT_SAMPLE] - t)
     return max(dt, 1e-3)
 
@@ -861,10 +906,25 @@ def _sweep(ws, dt) -> float:
                 stf[S_PEAK_UTIL, li] = max(stf[S_PEAK_UTIL, li], lb[li] / den)
         stf[S_MAX_Q, li] = max(stf[S_MAX_Q, li], stf[S_QLINK, li])
     for i in range(st_si[I_NAF]):
-        stf[S_INJ, sti[S_A_F, i]] += stf[S_A_RF, i] * dt
+        if stf[S_A_RF, i] > 0:
+            _inject(ws, i, dt)
     for r in range(st_si[I_NAR]):
         stf[S_DELIV, sti[S_A_R, r]] += stf[S_WDEP, sti[S_A_LAST, r]] * dt
     return ddep
+
+
+@inline_fn
+def _inject(ws, i, dt) -> None:
+    """Running flow ``i`` injects its step's bytes; if that was its last, ``t_end`` is when
+    it stopped inside the step (from its start in the step, at the rate it sends at)."""
+    stf, ntf, f = ws.f, ws.nf, ws.i[S_A_F, i]
+    rem = ntf[N_SIZE_W, f] - stf[S_INJ, f]
+    stf[S_INJ, f] += stf[S_A_RF, i] * dt
+    if ntf[N_SIZE_W, f] - stf[S_INJ, f] <= 1e-6 * max(ntf[N_SIZE_W, f], 1.0):
+        t = ws.sf[F_T]
+        a = max(t, stf[S_START, f])
+        ri = stf[S_A_RI, i]
+        stf[S_T_END, f] = min(a + rem / ri, t + dt) if ri > 0 else t + dt
 
 
 @inline_fn
@@ -1321,8 +1381,8 @@ def _sample(net, st, t) -> None:
 
 @step_fn
 def _complete(ws, t, ddep, any_marks) -> bool:
-    """Which flows delivered all their bytes (``tmp[1]``: 1.0 for those) and whether the
-    next step may be long; returns whether some flow finishes (:func:`_finish`)."""
+    """Which flows delivered all their bytes (``tmp1``: when, > 0, for those) and whether
+    the next step may be long; returns whether some flow finishes (:func:`_finish`)."""
     st_si = ws.si
     stf = ws.f
     sti = ws.i
@@ -1330,7 +1390,7 @@ def _complete(ws, t, ddep, any_marks) -> bool:
     ntf = ws.nf
     cfg, sf = ws.cfg, ws.sf
     nf = st_si[I_NAF]
-    fin = _zeroed(ws.f[S_TMP1], nf)  # 1.0: finishes now
+    fin = _zeroed(ws.f[S_TMP1], nf)  # > 0: finishes; when its last byte was delivered
     stopped = False
     anyfin = False
     for i in range(nf):
@@ -1342,8 +1402,9 @@ def _complete(ws, t, ddep, any_marks) -> bool:
         for r in range(sti[S_A_FSTART, i], sti[S_A_FSTART, i + 1]):
             k = sti[S_A_R, r]
             bl = max(bl, ntf[N_W, k] * stf[S_INJ, f] - stf[S_DELIV, k])
-        fin[i] = inj_done and bl <= tol + 1e-6 and stb[S_RUNNING, f]
-        anyfin = anyfin or fin[i] > 0
+        if inj_done and bl <= tol + 1e-6 and stb[S_RUNNING, f]:
+            fin[i] = _delivered_at(ws, i, t) if stb[S_A_SENDING, i] else t
+            anyfin = True
     # the rest only decides whether the next step may be long: checked only as far as
     # needed (each is a pass over the running routes or entries)
     steady = (ddep < cfg[C_QUIET_TOL] * cfg[C_CAP_MAX] and t > sf[F_MARKS_UNTIL]
@@ -1362,7 +1423,7 @@ def _complete(ws, t, ddep, any_marks) -> bool:
 
 
 @step_fn
-def _finish(net, st, ws, t) -> None:
+def _finish(net, st, ws) -> None:
     """The flows :func:`_complete` found delivered finish (plus the ACK's way back) and
     release their dependants."""
     st_si = st.si
@@ -1383,11 +1444,28 @@ def _finish(net, st, ws, t) -> None:
         stb[S_DONE, f] = True
         st_si[I_DONE] += 1
         # the ACK of the last byte queues behind data on the reverse path
-        stf[S_FINISH, f] = t + net.f[N_LAT, f] + _ack_queue_ns(net, f, rd)
+        stf[S_FINISH, f] = fin[i] + net.f[N_LAT, f] + _ack_queue_ns(net, f, rd)
         release(net, st, f, stf[S_FINISH, f])
     # finished flows stay in the running arrays (idle) until the next start rebuilds them
     if not left:
         st_si[I_REBUILD] = 1
+
+
+@inline_fn
+def _delivered_at(ws, i, t) -> float:
+    """When running flow ``i``, which stopped injecting in the step ending at ``t`` (at
+    ``t_end``) and delivered everything in it, delivered its last byte: after the queues
+    still on its path (their wait at the step's end; a flow whose bytes drain over later
+    steps is delivered at the end of the step that empties them)."""
+    sti = ws.i
+    wait = 0.0
+    for r in range(sti[S_A_FSTART, i], sti[S_A_FSTART, i + 1]):
+        e0 = sti[S_A_ESTART, r]
+        s = 0.0
+        for j in range(e0 + 1, e0 + sti[S_A_NE, r]):
+            s += _queue_wait(ws, sti[S_AE_LINK, j])
+        wait = max(wait, s)
+    return min(ws.f[S_T_END, sti[S_A_F, i]] + wait, t)
 
 
 @inline_fn
@@ -1435,8 +1513,9 @@ def _ack_queue_ns(net, f, rd) -> float:
 
 
 @step_fn
-def _start_due(net, st, t) -> None:
-    """Start every flow due within ``coalesce_ns`` of now."""
+def _start_due(net, st, t, until) -> None:
+    """Start every flow due within ``coalesce_ns`` of now (at ``t``) or before ``until``
+    (at its own time, inside the step ``[t, until]``)."""
     st_si = st.si
     stf = st.f
     stb = st.b
@@ -1446,9 +1525,11 @@ def _start_due(net, st, t) -> None:
     nti = net.i
     net_r_order = net.r_order
     net_cfg = net.cfg
-    while st_si[I_HEAP] > 0 and stf[S_HEAP_T, 0] <= t + net_cfg[C_COALESCE]:
+    while st_si[I_HEAP] > 0 and (stf[S_HEAP_T, 0] <= t + net_cfg[C_COALESCE]
+                                 or stf[S_HEAP_T, 0] < until):
+        t0 = stf[S_HEAP_T, 0]
         f = _heap_pop(st)
-        stf[S_START, f] = t
+        stf[S_START, f] = t0 if t0 > t + net_cfg[C_COALESCE] else t
         if ntf[N_SIZE_W, f] <= 0:
             stf[S_FINISH, f] = t + ntf[N_LAT, f]
             stb[S_DONE, f] = True
@@ -1513,24 +1594,31 @@ def _advance(net, st, rng) -> int:
             return FAIL_DUE
         if st_smp.shape[0] and si[I_NSMP] == st_smp.shape[0]:
             return SAMPLES_FULL
-        if si[I_HEAP] > 0 and stf[S_HEAP_T, 0] <= t + cfg[C_COALESCE]:
-            _start_due(net, st, t)
         if si[I_REBUILD]:
             rebuild(net, st)
         if si[I_NAR] == 0:
-            nxt = min(stf[S_HEAP_T, 0] if si[I_HEAP] > 0 else _INF, sf[F_FAIL_T])
-            if not np.isfinite(nxt):
-                return DONE  # nothing can ever start (a dependency cycle or unrouted flow)
-            sf[F_T] = max(t, nxt)
-            continue
+            if si[I_HEAP] > 0 and stf[S_HEAP_T, 0] <= t + cfg[C_COALESCE]:
+                _start_due(net, st, t, t)
+                rebuild(net, st)
+            if si[I_NAR] == 0:
+                nxt = min(stf[S_HEAP_T, 0] if si[I_HEAP] > 0 else _INF, sf[F_FAIL_T])
+                if not np.isfinite(nxt):
+                    return DONE  # nothing can ever start (a dependency cycle, unrouted flow)
+                sf[F_T] = max(t, nxt)
+                continue
         si[I_STEPS] += 1
         if t > cfg[C_MAX_TIME]:
             return DONE  # stalled (a failed link with no reroute): unfinished flows
         if si[I_STEPS] > cfg[C_MAX_STEPS]:
             return MAX_STEPS
-        _service(ws)
-        _allocate(ws)
         dt = _dt(ws, t)
+        if si[I_HEAP] > 0 and (stf[S_HEAP_T, 0] < t + dt
+                               or stf[S_HEAP_T, 0] <= t + cfg[C_COALESCE]):
+            _start_due(net, st, t, t + dt)  # flows that start inside the step
+            if si[I_REBUILD]:
+                rebuild(net, st)
+        _service(ws)
+        _allocate(ws, t, dt)
         ddep = _sweep(ws, dt)
         t_new = t + dt
         any_marks = False
@@ -1546,7 +1634,7 @@ def _advance(net, st, rng) -> int:
             sf[F_NEXT_SAMPLE] += cfg[C_SAMPLE_INT]
         sf[F_T] = t_new
         if _complete(ws, t_new, ddep, any_marks):
-            _finish(net, st, ws, t_new)
+            _finish(net, st, ws)
         if si[I_ES_DUE]:
             return ENDSIDE_DUE
     return DONE

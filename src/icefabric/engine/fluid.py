@@ -118,6 +118,9 @@ class FluidConfig:
     dt_pfc_max_ns : float — longest step while some port is paused.
     coalesce_ns : float — flows due to start within this much of now start now (merges
         near-simultaneous ring steps into one event; error ≤ this per step).
+    start_ahead_ns : float — when flows start, those due within this much after the step
+        join the running set too, idle until due (one rebuild of the running set for
+        several starts; an idle flow changes no result).
     quiet_tol : float — a step counts as steady when no queue entry's arrival and departure
         rates differ by more than this fraction of the fastest link.
     seed : int — seeds the CNP draws.
@@ -139,6 +142,7 @@ class FluidConfig:
     quiet_tol: float = 1e-3
     dt_pfc_max_ns: float = 20_000.0
     coalesce_ns: float = 20.0
+    start_ahead_ns: float = 10_000.0
     seed: int = 0
     record_links: tuple[str, ...] = ()
     #: ICE end-side autonomous rules (``EndSideParams``) for paced flows: a QP whose CNPs
@@ -369,7 +373,7 @@ class FluidSim:
             fk.C_ABOVE: self.p_above, fk.C_WO: cfg.wire_overhead,
             fk.C_CNP_INT: self.dp.cnp_interval_ns if dcqcn else 0.0,
             fk.C_ES_ON: cfg.endside is not None and dcqcn,
-            fk.C_SAMPLE_INT: cfg.sample_interval_ns}
+            fk.C_SAMPLE_INT: cfg.sample_interval_ns, fk.C_AHEAD: cfg.start_ahead_ns}
         v = np.zeros(fk.N_CFG)
         for i, x in values.items():
             v[i] = x

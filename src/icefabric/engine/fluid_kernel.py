@@ -54,12 +54,12 @@ DONE, FAIL_DUE, ENDSIDE_DUE, SAMPLES_FULL, MAX_STEPS = 0, 1, 2, 3, 4
 (C_DT, C_DT_QUIET, C_DT_PFC, C_TAU, C_QUIET_TOL, C_COALESCE, C_MAX_TIME, C_MAX_STEPS,
  C_ACK_RATIO, C_PKT_WIRE, C_FB_BW, C_PFC_ON, C_PFC_DYN, C_RESERVE, C_RESUME, C_XOFF, C_XON,
  C_DCQCN, C_ACK_QUEUE, C_CAP_MAX, C_ABOVE, C_WO, C_CNP_INT, C_ES_ON, C_SAMPLE_INT,
- N_CFG) = range(26)
+ C_AHEAD, N_CFG) = range(27)
 #: evolving scalars (sf: float, si: int)
 (F_T, F_QUIET, F_MARKS_UNTIL, F_NEXT_SAMPLE, F_ES_NEXT, F_FAIL_T, N_SF) = range(7)
 (I_STEPS, I_DONE, I_HEAP, I_FB_LAST, I_REBUILD, I_HAS_USE, I_NAF, I_NAR, I_NAE, I_NQ,
  I_NLK, I_NLV, I_NNIC, I_NSMP, I_ES_DUE, I_NNEW, I_FB_ROWS, I_NREG, I_WORK, I_NCC, I_NING,
- N_SI) = range(22)
+ I_PASS, N_SI) = range(23)
 
 #: rows of the state and network banks: one 2-D array per dtype (``f`` float, ``i`` int,
 #: ``b`` bool), each row as wide as the widest extent (links + 1, flows + 1, routes, entries,
@@ -746,13 +746,19 @@ def _dt(ws, t) -> float:
     dt = cfg[C_DT]
     if quiet:
         dt = max(quiet, dt)
+        ev = _INF
         for i in range(si[I_NAF]):  # the next end of injection (steady: the same rates)
             rf = stf[S_A_RF, i]
-            if rf > 0:
-                f = sti[S_A_F, i]
-                dt = min(dt, (ws.nf[N_SIZE_W, f] - stf[S_INJ, f]) / rf)
+            f = sti[S_A_F, i]
+            rem = ws.nf[N_SIZE_W, f] - stf[S_INJ, f]
+            if rf > 0 and rem > 1e-6 * max(ws.nf[N_SIZE_W, f], 1.0):
+                ev = min(ev, rem / rf)
         if si[I_HEAP] > 0:
-            dt = min(dt, stf[S_HEAP_T, 0] - t)
+            ev = min(ev, stf[S_HEAP_T, 0] - t)
+        for i in range(si[I_NAF]):  # flows started ahead of time (idle until due)
+            if stf[S_START, sti[S_A_F, i]] >= t:
+                ev = min(ev, stf[S_START, sti[S_A_F, i]] - t)
+        dt = min(dt, ev)
         if cfg[C_DCQCN] > 0:
             # a quiet jump must not skip a rate increase (or a pending decrease) by more
             # than a step (cutting the step at every timer cost a third of the steps at
@@ -810,6 +816,8 @@ def _sweep_level(ws, dt, lo, hi) -> float:
         stf[S_LK_TSUM, i] = tsum
         if qsum != 0.0 or not asum <= stf[S_SERV_EFF, sti[S_LK_LINK, i]] * dt:
             passthru = False
+    if not passthru:
+        ws.si[I_PASS] = 0
     for i in range(lo, hi):
         a, b = sti[S_LK_PTR, i], sti[S_LK_PTR, i + 1]
         asum = stf[S_LK_SUM, i]
@@ -889,6 +897,7 @@ def _sweep(ws, dt) -> float:
     for p in range(nq, ne):  # first hops: what the sources inject
         stf[S_WNEW, p] = stf[S_A_X, sti[S_P_ROUTE, p]]
     ddep = 0.0
+    st_si[I_PASS] = 1  # every level passed its arrivals through (cleared where not)
     for v in range(st_si[I_NLV]):
         ddep = max(ddep, _sweep_level(ws, dt, sti[S_LV_PTR, v], sti[S_LV_PTR, v + 1]))
     # the first hops after the queue entries (a link's sums in position order, as before)
@@ -1105,18 +1114,11 @@ def _cnps(ws, fb, t_new, dt, rng) -> None:
     for c in range(ncc):
         cnp[c] = False
     if anyn:
-        # one draw per running route in route order, as before the list existed (the
-        # other routes' draws are discarded: same random stream, same results)
-        d = 0
+        # a draw per QP with CNPs due (in route order): one without cannot see one, so
+        # the stream does not depend on which other routes are running
         for c in range(ncc):
-            while d < acc[c]:
-                rng.random()
-                d += 1
-            cnp[c] = rng.random() < 1.0 - np.exp(-cnp_n[c])
-            d += 1
-        while d < ws.si[I_NAR]:
-            rng.random()
-            d += 1
+            if cnp_n[c] > 0:
+                cnp[c] = rng.random() < 1.0 - np.exp(-cnp_n[c])
     _dcqcn_steps(ws, fb, t_new, dt)
 
 
@@ -1407,8 +1409,11 @@ def _complete(ws, t, ddep, any_marks) -> bool:
             anyfin = True
     # the rest only decides whether the next step may be long: checked only as far as
     # needed (each is a pass over the running routes or entries)
-    steady = (ddep < cfg[C_QUIET_TOL] * cfg[C_CAP_MAX] and t > sf[F_MARKS_UNTIL]
-              and not any_marks)
+    # departures that changed make the next step's FIFO shares change, unless nothing
+    # queues anywhere (every link passed its arrivals through) and no QP is under DCQCN's
+    # control (then only flows starting or ending changed them)
+    steady = ((ddep < cfg[C_QUIET_TOL] * cfg[C_CAP_MAX] or _free_flowing(ws))
+              and t > sf[F_MARKS_UNTIL] and not any_marks)
     if steady and stopped:
         # a source that just stopped while its bytes still queue changes the next step's
         # arrivals: not steady
@@ -1449,6 +1454,19 @@ def _finish(net, st, ws) -> None:
     # finished flows stay in the running arrays (idle) until the next start rebuilds them
     if not left:
         st_si[I_REBUILD] = 1
+
+
+@inline_fn
+def _free_flowing(ws) -> bool:
+    """Nothing queued or overloaded in the step (every link passed its arrivals through)
+    and no running QP saw a CNP yet."""
+    if ws.si[I_PASS] == 0:
+        return False
+    if ws.cfg[C_DCQCN] > 0:
+        for c in range(ws.si[I_NCC]):
+            if ws.cc[_STARTED, ws.i[S_A_R, ws.i[S_A_CC, c]]] > 0:
+                return False
+    return True
 
 
 @inline_fn
@@ -1515,7 +1533,7 @@ def _ack_queue_ns(net, f, rd) -> float:
 @step_fn
 def _start_due(net, st, t, until) -> None:
     """Start every flow due within ``coalesce_ns`` of now (at ``t``) or before ``until``
-    (at its own time, inside the step ``[t, until]``)."""
+    (at its own time: inside this step, or idle until a later one)."""
     st_si = st.si
     stf = st.f
     stb = st.b
@@ -1598,7 +1616,7 @@ def _advance(net, st, rng) -> int:
             rebuild(net, st)
         if si[I_NAR] == 0:
             if si[I_HEAP] > 0 and stf[S_HEAP_T, 0] <= t + cfg[C_COALESCE]:
-                _start_due(net, st, t, t)
+                _start_due(net, st, t, t + cfg[C_AHEAD])
                 rebuild(net, st)
             if si[I_NAR] == 0:
                 nxt = min(stf[S_HEAP_T, 0] if si[I_HEAP] > 0 else _INF, sf[F_FAIL_T])
@@ -1614,7 +1632,9 @@ def _advance(net, st, rng) -> int:
         dt = _dt(ws, t)
         if si[I_HEAP] > 0 and (stf[S_HEAP_T, 0] < t + dt
                                or stf[S_HEAP_T, 0] <= t + cfg[C_COALESCE]):
-            _start_due(net, st, t, t + dt)  # flows that start inside the step
+            # flows that start inside the step, and those due soon after (idle until then:
+            # one rebuild of the running set for several starts)
+            _start_due(net, st, t, t + dt + cfg[C_AHEAD])
             if si[I_REBUILD]:
                 rebuild(net, st)
         _service(ws)

@@ -208,8 +208,9 @@ def test_a_delay_longer_than_the_line_is_clamped_not_wrapped(monkeypatch):
     prob = chain(100)
     sim = fluid.FluidSim(prob, fluid.FluidConfig(packet_bytes=1000.0))
     first, slots = sim._feedback_slots()
-    assert first == slots == int(np.ceil(sim.fb_lat.max() / 250.0)) + 8, (
-        "the line cannot grow, and the unqueued latency still fits")
+    need = int(np.ceil(sim.fb_lat.max() / 250.0)) + 8  # the unqueued latency, in slots
+    assert first == slots == 1 << (need - 1).bit_length(), (
+        "the line cannot grow; it holds the unqueued latency, rounded up to a power of two")
     steps = cnp_timeline(prob)
     t_mark, due = _first_cnp_due(100)
     last = (t_mark // 250 + slots) * 250  # the line's last slot at mark time

@@ -233,7 +233,7 @@ def _pow_int(b, m):
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _cnp_and_alpha(s, i, cnp, t_ns, pv) -> None:
     if cnp:
         s[_CNPS, i] += 1

@@ -1067,8 +1067,9 @@ def _mark_route(ws, fb, r, t_new, dt, cur_b) -> bool:
             if b > cur_b + rows:
                 rows = _grow_line(ws, fb, cur_b, b)
                 b = min(b, cur_b + rows)
-            fb.line[b % rows, k] += mb / ws.cfg[C_PKT_WIRE]
-            fb.dirty[b % rows] = True
+            row = b & (rows - 1)  # b % rows: the line's rows are a power of two
+            fb.line[row, k] += mb / ws.cfg[C_PKT_WIRE]
+            fb.dirty[row] = True
             # no quiet (long) step before the last of them is due
             ws.sf[F_MARKS_UNTIL] = max(ws.sf[F_MARKS_UNTIL], b * bw)
             anyk = True
@@ -1133,7 +1134,7 @@ def _collect_cnps(ws, fb, t_new) -> bool:
     if not cur_b > si[I_FB_LAST]:
         return False
     for m in range(min(cur_b - si[I_FB_LAST], rows)):
-        row = (si[I_FB_LAST] + 1 + m) % rows
+        row = (si[I_FB_LAST] + 1 + m) & (rows - 1)
         if not fb.dirty[row]:
             continue  # nothing was written since it was last read: all zero
         fb.dirty[row] = False
@@ -1180,23 +1181,27 @@ def _dcqcn_steps(ws, fb, t_new, dt) -> None:
 
 @inline_fn
 def _pfc_thresholds(ws, use, full) -> None:
-    """Every port's XOFF/XON; a switch's shared-pool use summed over its ingress ports
-    (``full``: all of them; else only the ports of the running queue entries, ``ing_link``,
-    the others holding nothing)."""
+    """XOFF/XON of every port (``full``), else of the ports the running queue entries
+    arrive on (``ing_link``: the others hold nothing, and are read only once some port is
+    paused, when every one is computed); a switch's shared-pool use summed over the same
+    ports."""
     stf, ntf, nti, cfg = ws.f, ws.nf, ws.ni, ws.cfg
+    n = ws.L if full else ws.si[I_NING]
     if cfg[C_PFC_DYN] > 0:
         sw_shared = _zeroed(ws.f[S_TMP3], len(ws.pool))
-        for x in range(ws.L if full else ws.si[I_NING]):
+        for x in range(n):
             li = x if full else ws.i[S_ING_LINK, x]
             if ws.ni[N_INGRESS_SW, li]:
                 sw_shared[nti[N_SW_OF, li]] += max(use[li] - cfg[C_RESERVE], 0.0)
-        for li in range(ws.L):
+        for x in range(n):
+            li = x if full else ws.i[S_ING_LINK, x]
             s = nti[N_SW_OF, li]
             thr = ntf[N_PFC_ALPHA, li] * max(ws.pool[s] - sw_shared[s], 0.0)
             stf[S_PFC_XOFF, li] = cfg[C_RESERVE] + thr
             stf[S_PFC_XON, li] = cfg[C_RESERVE] + thr - cfg[C_RESUME]
     else:
-        for li in range(ws.L):
+        for x in range(n):
+            li = x if full else ws.i[S_ING_LINK, x]
             stf[S_PFC_XOFF, li] = cfg[C_XOFF]
             stf[S_PFC_XON, li] = cfg[C_XON]
 
@@ -1291,7 +1296,9 @@ def _horizon(ws) -> float:
     L = ws.L
     gp = _zeroed(ws.f[S_TMP2], L)
     gl = _zeroed(ws.f[S_TMP3], L)
-    for p in range(nq):
+    # a step that passed every arrival through left every entry empty with arrivals equal
+    # to departures: nothing empties or fills (gp, gl stay zero)
+    for p in range(0 if st_si[I_PASS] > 0 else nq):
         g = stf[S_WARR, p] - stf[S_WDEP, p]
         if g < -_TINY and stf[S_WQ, p] > 0:
             h = min(h, stf[S_WQ, p] / -g)
@@ -1302,13 +1309,14 @@ def _horizon(ws) -> float:
         # a paused port's share of its egress FIFO settles over ~Q/C; long steps would
         # freeze whatever shares the last event left (FluidConfig.dt_pfc_max_ns)
         h = min(h, cfg[C_DT_PFC])
-    if pfc and st_si[I_HAS_USE] > 0:
+    passed = st_si[I_PASS] > 0
+    if pfc and st_si[I_HAS_USE] > 0 and not passed:
         h = _pfc_horizon(ws, gp, h)
     if cfg[C_DCQCN] > 0:
         for li in range(L):
             if stf[S_QLINK, li] >= ntf[N_KMIN, li] * (1 - 1e-9):
                 return 0.0  # marking: DCQCN dynamics, no long steps
-        for li in range(L):
+        for li in range(0 if passed else L):
             if gl[li] > _TINY and stf[S_QLINK, li] < ntf[N_KMIN, li]:
                 # +1 ns: land just above Kmin so that marking starts
                 h = min(h, (ntf[N_KMIN, li] - stf[S_QLINK, li]) / gl[li] + 1.0)
@@ -1644,10 +1652,12 @@ def _advance(net, st, rng) -> int:
         any_marks = False
         if cfg[C_DCQCN] > 0:
             _cnps(ws, fb, t_new, dt, rng)  # first: frees the slots _marks writes to
-            any_marks = _marks(ws, fb, t_new, dt)
+            # (nothing queued at the end of a step that passed every arrival through)
+            any_marks = si[I_PASS] == 0 and _marks(ws, fb, t_new, dt)
             if cfg[C_ES_ON] > 0 and t_new >= sf[F_ES_NEXT]:
                 si[I_ES_DUE] = 1
-        if cfg[C_PFC_ON] > 0 and (si[I_HAS_USE] == 0 or _pfc_active(ws)):
+        if cfg[C_PFC_ON] > 0 and (si[I_HAS_USE] == 0 or si[I_NREG] > 0
+                                  or (si[I_PASS] == 0 and _pfc_active(ws))):
             _pfc(ws, dt)
         if t_new >= sf[F_NEXT_SAMPLE] - 1e-6:
             _sample(net, st, t_new)

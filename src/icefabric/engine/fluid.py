@@ -122,7 +122,11 @@ class FluidConfig:
         join the running set too, idle until due (one rebuild of the running set for
         several starts; an idle flow changes no result).
     quiet_tol : float — a step counts as steady when no queue entry's arrival and departure
-        rates differ by more than this fraction of the fastest link.
+        rates differ by more than this fraction of the fastest link, or when the fabric is
+        free-flowing: no queue holds more than a packet and no QP has seen a CNP (then a
+        quiet step ends before a queue grows past a packet).
+    dt_free_ns : float — shortest quiet step while free-flowing that a flow's start or end
+        ends (it starts or ends inside the step).
     seed : int — seeds the CNP draws.
     record_links, record_flows : names whose queue / rate are sampled every
         ``sample_interval_ns`` into ``SimResult.timeseries``.
@@ -143,6 +147,7 @@ class FluidConfig:
     dt_pfc_max_ns: float = 20_000.0
     coalesce_ns: float = 20.0
     start_ahead_ns: float = 10_000.0
+    dt_free_ns: float = 4000.0
     seed: int = 0
     record_links: tuple[str, ...] = ()
     #: ICE end-side autonomous rules (``EndSideParams``) for paced flows: a QP whose CNPs
@@ -374,7 +379,8 @@ class FluidSim:
             fk.C_ABOVE: self.p_above, fk.C_WO: cfg.wire_overhead,
             fk.C_CNP_INT: self.dp.cnp_interval_ns if dcqcn else 0.0,
             fk.C_ES_ON: cfg.endside is not None and dcqcn,
-            fk.C_SAMPLE_INT: cfg.sample_interval_ns, fk.C_AHEAD: cfg.start_ahead_ns}
+            fk.C_SAMPLE_INT: cfg.sample_interval_ns, fk.C_AHEAD: cfg.start_ahead_ns,
+            fk.C_DT_FREE: cfg.dt_free_ns}
         v = np.zeros(fk.N_CFG)
         for i, x in values.items():
             v[i] = x

@@ -54,12 +54,12 @@ DONE, FAIL_DUE, ENDSIDE_DUE, SAMPLES_FULL, MAX_STEPS = 0, 1, 2, 3, 4
 (C_DT, C_DT_QUIET, C_DT_PFC, C_TAU, C_QUIET_TOL, C_COALESCE, C_MAX_TIME, C_MAX_STEPS,
  C_ACK_RATIO, C_PKT_WIRE, C_FB_BW, C_PFC_ON, C_PFC_DYN, C_RESERVE, C_RESUME, C_XOFF, C_XON,
  C_DCQCN, C_ACK_QUEUE, C_CAP_MAX, C_ABOVE, C_WO, C_CNP_INT, C_ES_ON, C_SAMPLE_INT,
- C_AHEAD, N_CFG) = range(27)
+ C_AHEAD, C_DT_FREE, N_CFG) = range(28)
 #: evolving scalars (sf: float, si: int)
 (F_T, F_QUIET, F_MARKS_UNTIL, F_NEXT_SAMPLE, F_ES_NEXT, F_FAIL_T, N_SF) = range(7)
 (I_STEPS, I_DONE, I_HEAP, I_FB_LAST, I_REBUILD, I_HAS_USE, I_NAF, I_NAR, I_NAE, I_NQ,
  I_NLK, I_NLV, I_NNIC, I_NSMP, I_ES_DUE, I_NNEW, I_FB_ROWS, I_NREG, I_WORK, I_NCC, I_NING,
- I_PASS, N_SI) = range(23)
+ I_PASS, I_FREE, N_SI) = range(24)
 
 #: rows of the state and network banks: one 2-D array per dtype (``f`` float, ``i`` int,
 #: ``b`` bool), each row as wide as the widest extent (links + 1, flows + 1, routes, entries,
@@ -758,7 +758,8 @@ def _dt(ws, t) -> float:
         for i in range(si[I_NAF]):  # flows started ahead of time (idle until due)
             if stf[S_START, sti[S_A_F, i]] >= t:
                 ev = min(ev, stf[S_START, sti[S_A_F, i]] - t)
-        dt = min(dt, ev)
+        # free-flowing: longer steps hold the flow events (dt_free_ns)
+        dt = min(dt, max(ev, cfg[C_DT_FREE]) if si[I_FREE] else ev)
         if cfg[C_DCQCN] > 0:
             # a quiet jump must not skip a rate increase (or a pending decrease) by more
             # than a step (cutting the step at every timer cost a third of the steps at
@@ -1280,7 +1281,7 @@ def _pause_time(ws, dt, out) -> None:
 
 
 @inline_fn
-def _horizon(ws) -> float:
+def _horizon(ws, calm) -> float:
     """Longest step over which constant rates keep the model exact: until a queue entry
     empties, a PFC port crosses XOFF/XON, or a queue reaches Kmin (DCQCN)."""
     st_si = ws.si
@@ -1312,6 +1313,10 @@ def _horizon(ws) -> float:
     passed = st_si[I_PASS] > 0
     if pfc and st_si[I_HAS_USE] > 0 and not passed:
         h = _pfc_horizon(ws, gp, h)
+    if calm and not passed:  # free-flowing: until a queue grows past a packet
+        for li in range(L):
+            if gl[li] > _TINY:
+                h = min(h, max(cfg[C_PKT_WIRE] - stf[S_QLINK, li], 0.0) / gl[li])
     if cfg[C_DCQCN] > 0:
         for li in range(L):
             if stf[S_QLINK, li] >= ntf[N_KMIN, li] * (1 - 1e-9):
@@ -1420,8 +1425,9 @@ def _complete(ws, t, ddep, any_marks) -> bool:
     # departures that changed make the next step's FIFO shares change, unless nothing
     # queues anywhere (every link passed its arrivals through) and no QP is under DCQCN's
     # control (then only flows starting or ending changed them)
-    steady = ((ddep < cfg[C_QUIET_TOL] * cfg[C_CAP_MAX] or _free_flowing(ws))
-              and t > sf[F_MARKS_UNTIL] and not any_marks)
+    calm = ddep >= cfg[C_QUIET_TOL] * cfg[C_CAP_MAX]  # then steady only if free-flowing
+    st_si[I_FREE] = _free_flowing(ws)
+    steady = ((not calm or st_si[I_FREE] > 0) and t > sf[F_MARKS_UNTIL] and not any_marks)
     if steady and stopped:
         # a source that just stopped while its bytes still queue changes the next step's
         # arrivals: not steady
@@ -1431,7 +1437,7 @@ def _complete(ws, t, ddep, any_marks) -> bool:
             if ws.cc[_DEC_CNP, sti[S_A_R, sti[S_A_CC, c]]] > 0:
                 steady = False  # a rate decrease is pending
                 break
-    sf[F_QUIET] = _horizon(ws) if steady else 0.0
+    sf[F_QUIET] = _horizon(ws, calm) if steady else 0.0
     return anyfin
 
 
@@ -1466,10 +1472,13 @@ def _finish(net, st, ws) -> None:
 
 @inline_fn
 def _free_flowing(ws) -> bool:
-    """Nothing queued or overloaded in the step (every link passed its arrivals through)
-    and no running QP saw a CNP yet."""
+    """No queue holds more than a packet (below the model's resolution: a packet in
+    service) and no running QP saw a CNP yet: departures that changed (flows started or
+    ended) change no FIFO's shares that matter and no DCQCN state."""
     if ws.si[I_PASS] == 0:
-        return False
+        for li in range(ws.L):
+            if ws.f[S_QLINK, li] > ws.cfg[C_PKT_WIRE]:
+                return False
     if ws.cfg[C_DCQCN] > 0:
         for c in range(ws.si[I_NCC]):
             if ws.cc[_STARTED, ws.i[S_A_R, ws.i[S_A_CC, c]]] > 0:

@@ -292,6 +292,21 @@ def test_flows_start_and_stop_inside_a_step_at_their_own_time():
     assert res.meta["steps"] <= 8, f"{res.meta['steps']} steps: flow events end steps"
 
 
+def test_free_flowing_steps_hold_several_flow_events():
+    """Forty flows on their own host pairs start 1 us apart: nothing queues and no QP sees
+    a CNP (free-flowing), so a step whose rates changed is still steady and a quiet step
+    holds the flow events of ``dt_free_ns`` (4 us): about one step per 4 us, each flow
+    still ending exactly 20 us after its start. Ending every step after a start or end
+    with a 2 us step took 59 (and 30 with ``dt_free_ns`` = ``dt_ns``)."""
+    n = 40
+    prob = star([100] * (2 * n), [(i, n + i, 250_000) for i in range(n)],
+                flow_start_ns=[1000 * i for i in range(n)])
+    res = run(prob)
+    assert res.flow_finish_ns.tolist() == [1000 * i + 20_000 for i in range(n)]
+    assert res.meta["steps"] <= 20, f"{res.meta['steps']} steps"
+    assert run(prob, dt_free_ns=2000.0).meta["steps"] > 25
+
+
 def test_nic_sharers_that_all_end_inside_a_step_take_turns():
     """Eight QPs of one NIC with a few bytes each end inside one step: they share the line
     (each ends when the NIC has sent all eight), not each at the line rate."""

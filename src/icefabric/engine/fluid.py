@@ -54,8 +54,13 @@ step's end; a flow starts and stops injecting inside it, its demand on its NIC b
 rate limit times the part of the step it is active and at most its remaining bytes, so its
 bytes are exact and its rate is its mean over the step; its start is its due time and its
 end, for the completion, the moment its last byte left (at the rate the NIC gave it) plus
-the queue wait on its path. An uncontended collective costs about one step per flow event
-or per ``dt_ns``, whichever is fewer.
+the queue wait on its path. While the fabric is free-flowing (no queue holds more than a
+packet, no QP has seen a CNP) a step whose rates changed because flows started or ended
+still counts as steady; its quiet successor ends before any queue grows past a packet and
+lasts at least ``dt_free_ns`` (4 µs) when a flow event would end it. Flows due soon after
+a step that starts flows join the running set with them, idle until due
+(``start_ahead_ns``). An uncontended collective costs about one step per flow event or per
+``dt_free_ns``, whichever is fewer.
 
 References
 ----------

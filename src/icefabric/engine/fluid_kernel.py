@@ -56,10 +56,10 @@ DONE, FAIL_DUE, ENDSIDE_DUE, SAMPLES_FULL, MAX_STEPS = 0, 1, 2, 3, 4
  C_DCQCN, C_ACK_QUEUE, C_CAP_MAX, C_ABOVE, C_WO, C_CNP_INT, C_ES_ON, C_SAMPLE_INT,
  C_AHEAD, C_DT_FREE, N_CFG) = range(28)
 #: evolving scalars (sf: float, si: int)
-(F_T, F_QUIET, F_MARKS_UNTIL, F_NEXT_SAMPLE, F_ES_NEXT, F_FAIL_T, N_SF) = range(7)
+(F_T, F_QUIET, F_MARKS_UNTIL, F_NEXT_SAMPLE, F_ES_NEXT, F_FAIL_T, F_QMAX, N_SF) = range(8)
 (I_STEPS, I_DONE, I_HEAP, I_FB_LAST, I_REBUILD, I_HAS_USE, I_NAF, I_NAR, I_NAE, I_NQ,
  I_NLK, I_NLV, I_NNIC, I_NSMP, I_ES_DUE, I_NNEW, I_FB_ROWS, I_NREG, I_WORK, I_NCC, I_NING,
- I_PASS, I_FREE, N_SI) = range(24)
+ I_PASS, I_FREE, I_ENDS, N_SI) = range(25)
 
 #: rows of the state and network banks: one 2-D array per dtype (``f`` float, ``i`` int,
 #: ``b`` bool), each row as wide as the widest extent (links + 1, flows + 1, routes, entries,
@@ -72,7 +72,7 @@ ST_BANKS = {
           "lk_sum", "lk_qsum", "lk_tsum",
           "q", "arr", "drain", "dep",  # entries (by net entry: canonical between runs)
           "wq", "warr", "wdrain", "wdep", "wnew",  # running entries by position (_positions)
-          "inj", "start", "finish", "flow_cap", "a_rf", "heap_t", "a_ri", "t_end",  # flows
+          "inj", "start", "finish", "flow_cap", "a_rf", "heap_t", "t_end",  # flows
           "deliv", "last_cnp", "es_cnps", "nic_dem", "nic_alloc", "a_x", "a_w",
           "a_cap", "a_du", "nic_lv",  # routes
           "tmp0", "tmp1", "tmp2", "tmp3", "tmp4", "tmp5"],  # per-step scratch (widest)
@@ -104,9 +104,9 @@ NET_BANKS = {
  S_PEAK_UTIL, S_MAX_Q, S_MARKED_BYTES, S_QLINK, S_SERV, S_SERV_EFF, S_LK_SUM, S_LK_QSUM,
  S_LK_TSUM,
  S_Q, S_ARR, S_DRAIN, S_DEP, S_WQ, S_WARR, S_WDRAIN, S_WDEP, S_WNEW,
- S_INJ, S_START, S_FINISH, S_FLOW_CAP, S_A_RF, S_HEAP_T, S_A_RI, S_T_END,
+ S_INJ, S_START, S_FINISH, S_FLOW_CAP, S_A_RF, S_HEAP_T, S_T_END,
  S_DELIV, S_LAST_CNP, S_ES_CNPS, S_NIC_DEM, S_NIC_ALLOC, S_A_X, S_A_W, S_A_CAP, S_A_DU,
- S_NIC_LV, S_TMP0, S_TMP1, S_TMP2, S_TMP3, S_TMP4, S_TMP5) = range(50)  # st.f
+ S_NIC_LV, S_TMP0, S_TMP1, S_TMP2, S_TMP3, S_TMP4, S_TMP5) = range(49)  # st.f
 (S_LK_LINK, S_LK_PTR, S_LV_PTR, S_NIC_LINK, S_NIC_PTR,
  S_AE, S_AE_ROUTE, S_AE_LINK, S_AE_REV, S_Q_ENT, S_LK_ENT, S_POS, S_P_UP, S_P_LINK, S_P_ING,
  S_P_ROUTE,
@@ -550,14 +550,16 @@ def _service(ws) -> None:
 @step_fn
 def _allocate(ws, t, dt) -> None:
     """Demands and NIC shares of the running routes over the step ``[t, t + dt]``, then
-    each flow's rate: ``a_rf`` its mean over the step, ``a_ri`` while it sends.
+    each flow's rate ``a_rf`` (its mean over the step).
 
     A flow starts and stops injecting inside the step at its own time: its demand is its
     rate limit (``a_du``) times the part of the step it is active, and at most its
     remaining bytes over the step, so its bytes are exact and its rate is its mean over
     the step (``fluid.py``, "Stepping"). The NIC shares its capacity max-min among its
     QPs: sort a NIC's demands, the fair level (``nic_lv``, by NIC position) is the first
-    ``(cap − Σ smaller) / n_rest`` that does not exceed the next demand.
+    ``(cap − Σ smaller) / n_rest`` that does not exceed the next demand. When the
+    remaining bytes bound some demand (``I_ENDS``: a flow ends inside the step), ``nic_lv``
+    also holds what each QP of a NIC that is not overloaded may send at (``_inject``).
     """
     st_si = ws.si
     stf = ws.f
@@ -568,23 +570,33 @@ def _allocate(ws, t, dt) -> None:
     net_cfg = ws.cfg
     nr, nf = st_si[I_NAR], st_si[I_NAF]
     dcqcn = net_cfg[C_DCQCN] > 0
+    phi, rdt = ws.f[S_TMP2], ws.f[S_TMP3]  # by running flow: active part, remaining / dt
     for i in range(nf):
         f = sti[S_A_F, i]
         size = ntf[N_SIZE_W, f]
-        stb[S_A_SENDING, i] = size - stf[S_INJ, f] > 1e-9 * max(size, 1.0)
+        rem = size - stf[S_INJ, f]
+        stb[S_A_SENDING, i] = rem > 1e-9 * max(size, 1.0)
+        phi[i] = _active(stf[S_START, f], t, dt)
+        rdt[i] = rem / dt
+    ends = False
     for i in range(nr):
-        f = sti[S_A_F, sti[S_A_RFLOW, i]]
+        fi = sti[S_A_RFLOW, i]
         d = stf[S_A_CAP, i]
         if dcqcn:
             d = min(d, st_cc[_RC, sti[S_A_R, i]] / 8e9)
         w = stf[S_A_W, i]
-        d = min(d, w * stf[S_FLOW_CAP, f])
+        d = min(d, w * stf[S_FLOW_CAP, sti[S_A_F, fi]])
         stf[S_A_DU, i] = d
-        phi = _active(stf[S_START, f], t, dt)
-        d = min(d * phi, w * (ntf[N_SIZE_W, f] - stf[S_INJ, f]) / dt)
         slot = sti[S_NIC_SLOT, i]
-        stf[S_NIC_DEM, slot] = d if stb[S_A_SENDING, sti[S_A_RFLOW, i]] else 0.0
-        stf[S_NIC_LV, slot] = phi  # (read by _free_share, then replaced by the level)
+        if stb[S_A_SENDING, fi]:
+            d *= phi[fi]
+            if w * rdt[fi] <= d:
+                d = w * rdt[fi]
+                ends = True
+            stf[S_NIC_DEM, slot] = d
+        else:
+            stf[S_NIC_DEM, slot] = 0.0
+        stf[S_NIC_LV, slot] = phi[fi]  # (read by _free_share, then replaced by the level)
     nn = st_si[I_NNIC]
     over = False
     for g in range(nn):
@@ -602,23 +614,19 @@ def _allocate(ws, t, dt) -> None:
                 stf[S_NIC_ALLOC, j] = min(d, c) if nn == nr else d
                 if nn == nr:
                     stf[S_NIC_LV, j] = c
-            if nn != nr:
+            if nn != nr and ends:
                 _free_share(stf, sti[S_NIC_PTR, g], sti[S_NIC_PTR, g + 1], c)
     else:
         _waterfill(ws, nn)
+    st_si[I_ENDS] = ends
     for i in range(nf):
         rf = _INF
-        ri = _INF
         for r in range(sti[S_A_FSTART, i], sti[S_A_FSTART, i + 1]):
             w = stf[S_A_W, r]
-            if w > 0:
-                slot = sti[S_NIC_SLOT, r]
-                rf = min(rf, stf[S_NIC_ALLOC, slot] / w)
-                ri = min(ri, min(stf[S_A_DU, r], stf[S_NIC_LV, slot]) / w)
+            rf = min(rf, stf[S_NIC_ALLOC, sti[S_NIC_SLOT, r]] / w if w > 0 else _INF)
         if not np.isfinite(rf) or not stb[S_A_SENDING, i]:
-            rf = ri = 0.0
+            rf = 0.0
         stf[S_A_RF, i] = rf
-        stf[S_A_RI, i] = ri
     for r in range(nr):
         stf[S_A_X, r] = stf[S_A_W, r] * stf[S_A_RF, sti[S_A_RFLOW, r]]
 
@@ -834,6 +842,7 @@ def _sweep_level(ws, dt, lo, hi) -> float:
         else:
             _fifo(stf, sti, views, dt, i)
         ddep = max(ddep, _settle(stf, views, dt, a, b, sti[S_LK_LINK, i]))
+        ws.sf[F_QMAX] = max(ws.sf[F_QMAX], stf[S_QLINK, sti[S_LK_LINK, i]])
     return ddep
 
 
@@ -899,6 +908,7 @@ def _sweep(ws, dt) -> float:
         stf[S_WNEW, p] = stf[S_A_X, sti[S_P_ROUTE, p]]
     ddep = 0.0
     st_si[I_PASS] = 1  # every level passed its arrivals through (cleared where not)
+    ws.sf[F_QMAX] = 0.0  # the largest link content at the step's end
     for v in range(st_si[I_NLV]):
         ddep = max(ddep, _sweep_level(ws, dt, sti[S_LV_PTR, v], sti[S_LV_PTR, v + 1]))
     # the first hops after the queue entries (a link's sums in position order, as before)
@@ -926,15 +936,22 @@ def _sweep(ws, dt) -> float:
 @inline_fn
 def _inject(ws, i, dt) -> None:
     """Running flow ``i`` injects its step's bytes; if that was its last, ``t_end`` is when
-    it stopped inside the step (from its start in the step, at the rate it sends at)."""
-    stf, ntf, f = ws.f, ws.nf, ws.i[S_A_F, i]
+    it stopped: the step's end, or, when its remaining bytes bound its demand, after them
+    at the rate it sends at (its rate limit, or what its NIC gives it: ``nic_lv``,
+    :func:`_allocate`), from when it became active."""
+    stf, sti, ntf, f = ws.f, ws.i, ws.nf, ws.i[S_A_F, i]
     rem = ntf[N_SIZE_W, f] - stf[S_INJ, f]
     stf[S_INJ, f] += stf[S_A_RF, i] * dt
     if ntf[N_SIZE_W, f] - stf[S_INJ, f] <= 1e-6 * max(ntf[N_SIZE_W, f], 1.0):
         t = ws.sf[F_T]
-        a = max(t, stf[S_START, f])
-        ri = stf[S_A_RI, i]
-        stf[S_T_END, f] = min(a + rem / ri, t + dt) if ri > 0 else t + dt
+        ri = _INF
+        if ws.si[I_ENDS]:
+            for r in range(sti[S_A_FSTART, i], sti[S_A_FSTART, i + 1]):
+                w = stf[S_A_W, r]
+                if w > 0:
+                    ri = min(ri, min(stf[S_A_DU, r], stf[S_NIC_LV, sti[S_NIC_SLOT, r]]) / w)
+        te = max(t, stf[S_START, f]) + rem / ri if 0 < ri < _INF else t + dt
+        stf[S_T_END, f] = min(te, t + dt)
 
 
 @inline_fn
@@ -1475,10 +1492,8 @@ def _free_flowing(ws) -> bool:
     """No queue holds more than a packet (below the model's resolution: a packet in
     service) and no running QP saw a CNP yet: departures that changed (flows started or
     ended) change no FIFO's shares that matter and no DCQCN state."""
-    if ws.si[I_PASS] == 0:
-        for li in range(ws.L):
-            if ws.f[S_QLINK, li] > ws.cfg[C_PKT_WIRE]:
-                return False
+    if ws.sf[F_QMAX] > ws.cfg[C_PKT_WIRE]:
+        return False
     if ws.cfg[C_DCQCN] > 0:
         for c in range(ws.si[I_NCC]):
             if ws.cc[_STARTED, ws.i[S_A_R, ws.i[S_A_CC, c]]] > 0:

@@ -57,10 +57,8 @@ end, for the completion, the moment its last byte left (at the rate the NIC gave
 the queue wait on its path. While the fabric is free-flowing (no queue holds more than a
 packet, no QP has seen a CNP) a step whose rates changed because flows started or ended
 still counts as steady; its quiet successor ends before any queue grows past a packet and
-lasts at least ``dt_free_ns`` (4 µs) when a flow event would end it. Flows due soon after
-a step that starts flows join the running set with them, idle until due
-(``start_ahead_ns``). An uncontended collective costs about one step per flow event or per
-``dt_free_ns``, whichever is fewer.
+lasts at least ``dt_free_ns`` (4 µs) when a flow event would end it. An uncontended
+collective costs about one step per flow event or per ``dt_free_ns``, whichever is fewer.
 
 References
 ----------
@@ -123,9 +121,6 @@ class FluidConfig:
     dt_pfc_max_ns : float — longest step while some port is paused.
     coalesce_ns : float — flows due to start within this much of now start now (merges
         near-simultaneous ring steps into one event; error ≤ this per step).
-    start_ahead_ns : float — when flows start, those due within this much after the step
-        join the running set too, idle until due (one rebuild of the running set for
-        several starts; an idle flow changes no result).
     quiet_tol : float — a step counts as steady when no queue entry's arrival and departure
         rates differ by more than this fraction of the fastest link, or when the fabric is
         free-flowing: no queue holds more than a packet and no QP has seen a CNP (then a
@@ -151,7 +146,6 @@ class FluidConfig:
     quiet_tol: float = 1e-3
     dt_pfc_max_ns: float = 20_000.0
     coalesce_ns: float = 20.0
-    start_ahead_ns: float = 10_000.0
     dt_free_ns: float = 4000.0
     seed: int = 0
     record_links: tuple[str, ...] = ()
@@ -384,8 +378,7 @@ class FluidSim:
             fk.C_ABOVE: self.p_above, fk.C_WO: cfg.wire_overhead,
             fk.C_CNP_INT: self.dp.cnp_interval_ns if dcqcn else 0.0,
             fk.C_ES_ON: cfg.endside is not None and dcqcn,
-            fk.C_SAMPLE_INT: cfg.sample_interval_ns, fk.C_AHEAD: cfg.start_ahead_ns,
-            fk.C_DT_FREE: cfg.dt_free_ns}
+            fk.C_SAMPLE_INT: cfg.sample_interval_ns, fk.C_DT_FREE: cfg.dt_free_ns}
         v = np.zeros(fk.N_CFG)
         for i, x in values.items():
             v[i] = x

@@ -54,7 +54,7 @@ DONE, FAIL_DUE, ENDSIDE_DUE, SAMPLES_FULL, MAX_STEPS = 0, 1, 2, 3, 4
 (C_DT, C_DT_QUIET, C_DT_PFC, C_TAU, C_QUIET_TOL, C_COALESCE, C_MAX_TIME, C_MAX_STEPS,
  C_ACK_RATIO, C_PKT_WIRE, C_FB_BW, C_PFC_ON, C_PFC_DYN, C_RESERVE, C_RESUME, C_XOFF, C_XON,
  C_DCQCN, C_ACK_QUEUE, C_CAP_MAX, C_ABOVE, C_WO, C_CNP_INT, C_ES_ON, C_SAMPLE_INT,
- C_AHEAD, C_DT_FREE, N_CFG) = range(28)
+ C_DT_FREE, N_CFG) = range(27)
 #: evolving scalars (sf: float, si: int)
 (F_T, F_QUIET, F_MARKS_UNTIL, F_NEXT_SAMPLE, F_ES_NEXT, F_FAIL_T, F_QMAX, N_SF) = range(8)
 (I_STEPS, I_DONE, I_HEAP, I_FB_LAST, I_REBUILD, I_HAS_USE, I_NAF, I_NAR, I_NAE, I_NQ,
@@ -763,9 +763,6 @@ def _dt(ws, t) -> float:
                 ev = min(ev, rem / rf)
         if si[I_HEAP] > 0:
             ev = min(ev, stf[S_HEAP_T, 0] - t)
-        for i in range(si[I_NAF]):  # flows started ahead of time (idle until due)
-            if stf[S_START, sti[S_A_F, i]] >= t:
-                ev = min(ev, stf[S_START, sti[S_A_F, i]] - t)
         # free-flowing: longer steps hold the flow events (dt_free_ns)
         dt = min(dt, max(ev, cfg[C_DT_FREE]) if si[I_FREE] else ev)
         if cfg[C_DCQCN] > 0:
@@ -1565,7 +1562,7 @@ def _ack_queue_ns(net, f, rd) -> float:
 @step_fn
 def _start_due(net, st, t, until) -> None:
     """Start every flow due within ``coalesce_ns`` of now (at ``t``) or before ``until``
-    (at its own time: inside this step, or idle until a later one)."""
+    (at its own time, inside the step ``[t, until]``)."""
     st_si = st.si
     stf = st.f
     stb = st.b
@@ -1648,7 +1645,7 @@ def _advance(net, st, rng) -> int:
             rebuild(net, st)
         if si[I_NAR] == 0:
             if si[I_HEAP] > 0 and stf[S_HEAP_T, 0] <= t + cfg[C_COALESCE]:
-                _start_due(net, st, t, t + cfg[C_AHEAD])
+                _start_due(net, st, t, t)
                 rebuild(net, st)
             if si[I_NAR] == 0:
                 nxt = min(stf[S_HEAP_T, 0] if si[I_HEAP] > 0 else _INF, sf[F_FAIL_T])
@@ -1664,9 +1661,7 @@ def _advance(net, st, rng) -> int:
         dt = _dt(ws, t)
         if si[I_HEAP] > 0 and (stf[S_HEAP_T, 0] < t + dt
                                or stf[S_HEAP_T, 0] <= t + cfg[C_COALESCE]):
-            # flows that start inside the step, and those due soon after (idle until then:
-            # one rebuild of the running set for several starts)
-            _start_due(net, st, t, t + dt + cfg[C_AHEAD])
+            _start_due(net, st, t, t + dt)  # flows that start inside the step
             if si[I_REBUILD]:
                 rebuild(net, st)
         _service(ws)

@@ -565,38 +565,8 @@ def _allocate(ws, t, dt) -> None:
     stf = ws.f
     sti = ws.i
     stb = ws.b
-    st_cc = ws.cc
-    ntf = ws.nf
-    net_cfg = ws.cfg
     nr, nf = st_si[I_NAR], st_si[I_NAF]
-    dcqcn = net_cfg[C_DCQCN] > 0
-    phi, rdt = ws.f[S_TMP2], ws.f[S_TMP3]  # by running flow: active part, remaining / dt
-    for i in range(nf):
-        f = sti[S_A_F, i]
-        size = ntf[N_SIZE_W, f]
-        rem = size - stf[S_INJ, f]
-        stb[S_A_SENDING, i] = rem > 1e-9 * max(size, 1.0)
-        phi[i] = _active(stf[S_START, f], t, dt)
-        rdt[i] = rem / dt
-    ends = False
-    for i in range(nr):
-        fi = sti[S_A_RFLOW, i]
-        d = stf[S_A_CAP, i]
-        if dcqcn:
-            d = min(d, st_cc[_RC, sti[S_A_R, i]] / 8e9)
-        w = stf[S_A_W, i]
-        d = min(d, w * stf[S_FLOW_CAP, sti[S_A_F, fi]])
-        stf[S_A_DU, i] = d
-        slot = sti[S_NIC_SLOT, i]
-        if stb[S_A_SENDING, fi]:
-            d *= phi[fi]
-            if w * rdt[fi] <= d:
-                d = w * rdt[fi]
-                ends = True
-            stf[S_NIC_DEM, slot] = d
-        else:
-            stf[S_NIC_DEM, slot] = 0.0
-        stf[S_NIC_LV, slot] = phi[fi]  # (read by _free_share, then replaced by the level)
+    ends = _demands(ws, t, dt)
     nn = st_si[I_NNIC]
     over = False
     for g in range(nn):
@@ -629,6 +599,43 @@ def _allocate(ws, t, dt) -> None:
         stf[S_A_RF, i] = rf
     for r in range(nr):
         stf[S_A_X, r] = stf[S_A_W, r] * stf[S_A_RF, sti[S_A_RFLOW, r]]
+
+
+@inline_fn
+def _demands(ws, t, dt) -> bool:
+    """Each running route's demand on its NIC over the step (``nic_dem``, by NIC position;
+    ``a_du`` its rate limit); returns whether some flow's remaining bytes bound it (the
+    flow ends inside the step)."""
+    stf, sti, stb, ntf = ws.f, ws.i, ws.b, ws.nf
+    dcqcn = ws.cfg[C_DCQCN] > 0
+    phi, rdt = ws.f[S_TMP2], ws.f[S_TMP3]  # by running flow: active part, remaining / dt
+    for i in range(ws.si[I_NAF]):
+        f = sti[S_A_F, i]
+        size = ntf[N_SIZE_W, f]
+        rem = size - stf[S_INJ, f]
+        stb[S_A_SENDING, i] = rem > 1e-9 * max(size, 1.0)
+        phi[i] = _active(stf[S_START, f], t, dt)
+        rdt[i] = rem / dt
+    ends = False
+    for i in range(ws.si[I_NAR]):
+        fi = sti[S_A_RFLOW, i]
+        d = stf[S_A_CAP, i]
+        if dcqcn:
+            d = min(d, ws.cc[_RC, sti[S_A_R, i]] / 8e9)
+        w = stf[S_A_W, i]
+        d = min(d, w * stf[S_FLOW_CAP, sti[S_A_F, fi]])
+        stf[S_A_DU, i] = d
+        slot = sti[S_NIC_SLOT, i]
+        if stb[S_A_SENDING, fi]:
+            d *= phi[fi]
+            if w * rdt[fi] <= d:
+                d = w * rdt[fi]
+                ends = True
+            stf[S_NIC_DEM, slot] = d
+        else:
+            stf[S_NIC_DEM, slot] = 0.0
+        stf[S_NIC_LV, slot] = phi[fi]  # (read by _free_share, then replaced by the level)
+    return ends
 
 
 @inline_fn
@@ -1125,7 +1132,7 @@ def _cnps(ws, fb, t_new, dt, rng) -> None:
     """Collect the CNPs due now, draw which QPs see one, and run DCQCN on every QP (only
     the routes ECN can mark, ``a_cc``: the others' state never changes)."""
     anyn = _collect_cnps(ws, fb, t_new)
-    ncc, acc = ws.si[I_NCC], ws.i[S_A_CC]
+    ncc = ws.si[I_NCC]
     cnp, cnp_n = ws.b[S_A_CNP], ws.f[S_TMP0]
     for c in range(ncc):
         cnp[c] = False

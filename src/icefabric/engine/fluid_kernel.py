@@ -1334,18 +1334,19 @@ def _horizon(ws, calm) -> float:
     passed = st_si[I_PASS] > 0
     if pfc and st_si[I_HAS_USE] > 0 and not passed:
         h = _pfc_horizon(ws, gp, h)
-    if calm and not passed:  # free-flowing: until a queue grows past a packet
-        for li in range(L):
-            if gl[li] > _TINY:
-                h = min(h, max(cfg[C_PKT_WIRE] - stf[S_QLINK, li], 0.0) / gl[li])
-    if cfg[C_DCQCN] > 0:
-        for li in range(L):
-            if stf[S_QLINK, li] >= ntf[N_KMIN, li] * (1 - 1e-9):
-                return 0.0  # marking: DCQCN dynamics, no long steps
-        for li in range(0 if passed else L):
-            if gl[li] > _TINY and stf[S_QLINK, li] < ntf[N_KMIN, li]:
+    dcqcn = cfg[C_DCQCN] > 0
+    if not (dcqcn or (calm and not passed)):
+        return h
+    for li in range(L):
+        q = stf[S_QLINK, li]
+        if dcqcn and q >= ntf[N_KMIN, li] * (1 - 1e-9):
+            return 0.0  # marking: DCQCN dynamics, no long steps
+        if gl[li] > _TINY:
+            if calm:  # free-flowing: until a queue grows past a packet
+                h = min(h, max(cfg[C_PKT_WIRE] - q, 0.0) / gl[li])
+            if dcqcn and q < ntf[N_KMIN, li]:
                 # +1 ns: land just above Kmin so that marking starts
-                h = min(h, (ntf[N_KMIN, li] - stf[S_QLINK, li]) / gl[li] + 1.0)
+                h = min(h, (ntf[N_KMIN, li] - q) / gl[li] + 1.0)
     return h
 
 
@@ -1530,16 +1531,17 @@ def _stopped_queued(ws) -> bool:
     sti = ws.i
     stb = ws.b
     ntf = ws.nf
-    rq = _zeroed(ws.f[S_TMP0], ws.si[I_NAR])
-    for p in range(ws.si[I_NQ]):
-        rq[sti[S_P_ROUTE, p]] += stf[S_WQ, p]
     for i in range(ws.si[I_NAF]):
         f = sti[S_A_F, i]
         tol = 1e-6 * max(ntf[N_SIZE_W, f], 1.0)
         if not (stb[S_A_SENDING, i] and ntf[N_SIZE_W, f] - stf[S_INJ, f] <= tol):
             continue
         for r in range(sti[S_A_FSTART, i], sti[S_A_FSTART, i + 1]):
-            if rq[r] > 1.0:
+            e0 = sti[S_A_ESTART, r]
+            rq = 0.0  # its queued bytes (the first hop queues nothing)
+            for j in range(e0 + 1, e0 + sti[S_A_NE, r]):
+                rq += stf[S_WQ, sti[S_POS, j]]
+            if rq > 1.0:
                 return True
     return False
 

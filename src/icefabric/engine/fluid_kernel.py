@@ -59,7 +59,7 @@ DONE, FAIL_DUE, ENDSIDE_DUE, SAMPLES_FULL, MAX_STEPS = 0, 1, 2, 3, 4
 (F_T, F_QUIET, F_MARKS_UNTIL, F_NEXT_SAMPLE, F_ES_NEXT, F_FAIL_T, F_QMAX, N_SF) = range(8)
 (I_STEPS, I_DONE, I_HEAP, I_FB_LAST, I_REBUILD, I_HAS_USE, I_NAF, I_NAR, I_NAE, I_NQ,
  I_NLK, I_NLV, I_NNIC, I_NSMP, I_ES_DUE, I_NNEW, I_FB_ROWS, I_NREG, I_WORK, I_NCC, I_NING,
- I_PASS, I_FREE, I_ENDS, N_SI) = range(25)
+ I_PASS, I_FREE, I_ENDS, I_OVER, N_SI) = range(26)
 
 #: rows of the state and network banks: one 2-D array per dtype (``f`` float, ``i`` int,
 #: ``b`` bool), each row as wide as the widest extent (links + 1, flows + 1, routes, entries,
@@ -74,14 +74,14 @@ ST_BANKS = {
           "wq", "warr", "wdrain", "wdep", "wnew",  # running entries by position (_positions)
           "inj", "start", "finish", "flow_cap", "a_rf", "heap_t", "t_end",  # flows
           "deliv", "last_cnp", "es_cnps", "nic_dem", "nic_alloc", "a_x", "a_w",
-          "a_cap", "a_du", "nic_lv",  # routes
+          "a_cap", "nic_lv",  # routes
           "tmp0", "tmp1", "tmp2", "tmp3", "tmp4", "tmp5"],  # per-step scratch (widest)
     "i": ["lk_link", "lk_ptr", "lv_ptr", "nic_link", "nic_ptr",  # links (+1)
           "ae", "ae_route", "ae_link", "ae_rev", "q_ent", "lk_ent", "pos", "p_up", "p_link",
           "p_ing", "p_route",  # entries
           "n_deps_left", "heap_f", "a_f", "a_fstart", "new_f",  # flows (+1)
           "a_r", "a_rflow", "a_estart", "a_ne", "wf_order",  # routes
-          "wf_tmp", "a_cc", "nic_slot", "a_last",
+          "wf_tmp", "a_cc", "nic_slot", "a_last", "nic_g", "nic_r",
           "scr_a", "scr_b", "scr_c", "scr_d",  # rebuild's scratch (links + 1, flows + 1)
           "ing_link"],  # links
     "b": ["pfc_reg",  # links
@@ -105,14 +105,15 @@ NET_BANKS = {
  S_LK_TSUM,
  S_Q, S_ARR, S_DRAIN, S_DEP, S_WQ, S_WARR, S_WDRAIN, S_WDEP, S_WNEW,
  S_INJ, S_START, S_FINISH, S_FLOW_CAP, S_A_RF, S_HEAP_T, S_T_END,
- S_DELIV, S_LAST_CNP, S_ES_CNPS, S_NIC_DEM, S_NIC_ALLOC, S_A_X, S_A_W, S_A_CAP, S_A_DU,
- S_NIC_LV, S_TMP0, S_TMP1, S_TMP2, S_TMP3, S_TMP4, S_TMP5) = range(49)  # st.f
+ S_DELIV, S_LAST_CNP, S_ES_CNPS, S_NIC_DEM, S_NIC_ALLOC, S_A_X, S_A_W, S_A_CAP,
+ S_NIC_LV, S_TMP0, S_TMP1, S_TMP2, S_TMP3, S_TMP4, S_TMP5) = range(48)  # st.f
 (S_LK_LINK, S_LK_PTR, S_LV_PTR, S_NIC_LINK, S_NIC_PTR,
  S_AE, S_AE_ROUTE, S_AE_LINK, S_AE_REV, S_Q_ENT, S_LK_ENT, S_POS, S_P_UP, S_P_LINK, S_P_ING,
  S_P_ROUTE,
  S_N_DEPS_LEFT, S_HEAP_F, S_A_F, S_A_FSTART, S_NEW_F,
  S_A_R, S_A_RFLOW, S_A_ESTART, S_A_NE, S_WF_ORDER, S_WF_TMP, S_A_CC,
- S_NIC_SLOT, S_A_LAST, S_SCR_A, S_SCR_B, S_SCR_C, S_SCR_D, S_ING_LINK) = range(35)  # st.i
+ S_NIC_SLOT, S_A_LAST, S_NIC_G, S_NIC_R, S_SCR_A, S_SCR_B, S_SCR_C, S_SCR_D,
+ S_ING_LINK) = range(37)  # st.i
 (S_PFC_REG, S_RUNNING, S_DONE, S_A_SENDING, S_A_CNP) = range(5)  # st.b
 (N_CAP, N_KMIN, N_KMAX, N_PMAX, N_PFC_ALPHA, N_PFC_GAP, N_W, N_FB_LAT, N_SIZE_W, N_LAT,
  N_FLOW_START) = range(11)  # net.f
@@ -490,9 +491,13 @@ def _gather_nics(net, st) -> None:
             sti[S_NIC_PTR, n + 1] = sti[S_NIC_PTR, n] + cnt[li]
             n += 1
     st_si[I_NNIC] = n
+    for g in range(n):
+        for p in range(sti[S_NIC_PTR, g], sti[S_NIC_PTR, g + 1]):
+            sti[S_NIC_G, p] = g
     for i in range(st_si[I_NAR]):
         li = nti[N_FIRST_LINK, sti[S_A_R, i]]
         sti[S_NIC_SLOT, i] = fill[li]
+        sti[S_NIC_R, fill[li]] = i
         sti[S_WF_ORDER, fill[li]] = fill[li]  # the waterfill's sort starts from here
         fill[li] += 1
 
@@ -553,13 +558,14 @@ def _allocate(ws, t, dt) -> None:
     each flow's rate ``a_rf`` (its mean over the step).
 
     A flow starts and stops injecting inside the step at its own time: its demand is its
-    rate limit (``a_du``) times the part of the step it is active, and at most its
+    rate limit (:func:`_limit`) times the part of the step it is active, and at most its
     remaining bytes over the step, so its bytes are exact and its rate is its mean over
     the step (``fluid.py``, "Stepping"). The NIC shares its capacity max-min among its
     QPs: sort a NIC's demands, the fair level (``nic_lv``, by NIC position) is the first
-    ``(cap − Σ smaller) / n_rest`` that does not exceed the next demand. When the
-    remaining bytes bound some demand (``I_ENDS``: a flow ends inside the step), ``nic_lv``
-    also holds what each QP of a NIC that is not overloaded may send at (``_inject``).
+    ``(cap − Σ smaller) / n_rest`` that does not exceed the next demand (``I_OVER``: some
+    NIC is; else ``nic_lv`` holds the part of the step each QP is active, for
+    :func:`_free_share`). ``I_ENDS``: the remaining bytes of some flow bound its demand
+    (it ends inside the step).
     """
     st_si = ws.si
     stf = ws.f
@@ -582,12 +588,10 @@ def _allocate(ws, t, dt) -> None:
             for j in range(sti[S_NIC_PTR, g], sti[S_NIC_PTR, g + 1]):
                 d = stf[S_NIC_DEM, j]
                 stf[S_NIC_ALLOC, j] = min(d, c) if nn == nr else d
-                if nn == nr:
-                    stf[S_NIC_LV, j] = c
-            if nn != nr and ends:
-                _free_share(stf, sti[S_NIC_PTR, g], sti[S_NIC_PTR, g + 1], c)
+        st_si[I_OVER] = 0
     else:
         _waterfill(ws, nn)
+        st_si[I_OVER] = 1
     st_si[I_ENDS] = ends
     for i in range(nf):
         rf = _INF
@@ -603,11 +607,9 @@ def _allocate(ws, t, dt) -> None:
 
 @inline_fn
 def _demands(ws, t, dt) -> bool:
-    """Each running route's demand on its NIC over the step (``nic_dem``, by NIC position;
-    ``a_du`` its rate limit); returns whether some flow's remaining bytes bound it (the
-    flow ends inside the step)."""
+    """Each running route's demand on its NIC over the step (``nic_dem``, by NIC position);
+    returns whether some flow's remaining bytes bound it (the flow ends inside the step)."""
     stf, sti, stb, ntf = ws.f, ws.i, ws.b, ws.nf
-    dcqcn = ws.cfg[C_DCQCN] > 0
     phi, rdt = ws.f[S_TMP2], ws.f[S_TMP3]  # by running flow: active part, remaining / dt
     for i in range(ws.si[I_NAF]):
         f = sti[S_A_F, i]
@@ -619,40 +621,41 @@ def _demands(ws, t, dt) -> bool:
     ends = False
     for i in range(ws.si[I_NAR]):
         fi = sti[S_A_RFLOW, i]
-        d = stf[S_A_CAP, i]
-        if dcqcn:
-            d = min(d, ws.cc[_RC, sti[S_A_R, i]] / 8e9)
         w = stf[S_A_W, i]
-        d = min(d, w * stf[S_FLOW_CAP, sti[S_A_F, fi]])
-        stf[S_A_DU, i] = d
-        slot = sti[S_NIC_SLOT, i]
-        if stb[S_A_SENDING, fi]:
-            d *= phi[fi]
-            if w * rdt[fi] <= d:
-                d = w * rdt[fi]
-                ends = True
-            stf[S_NIC_DEM, slot] = d
-        else:
-            stf[S_NIC_DEM, slot] = 0.0
-        stf[S_NIC_LV, slot] = phi[fi]  # (read by _free_share, then replaced by the level)
+        d = _limit(ws, i) * phi[fi]
+        if w * rdt[fi] <= d:
+            d = w * rdt[fi]
+            ends = True
+        stf[S_NIC_DEM, sti[S_NIC_SLOT, i]] = d if stb[S_A_SENDING, fi] else 0.0
     return ends
 
 
 @inline_fn
-def _free_share(stf, a, b, c) -> None:
-    """The rate each QP of a NIC (positions ``a:b``, capacity ``c``) that is not overloaded
-    sends at while it sends (``nic_lv``, where ``_waterfill`` writes the fair level): what
-    the QPs active the whole step leave it, or its share of what they use, whichever is
-    more (8 QPs sharing a NIC that all end inside a step take turns, not the line rate
-    each; a QP whose successor starts after it ended had the NIC to itself)."""
-    lv, dem = stf[S_NIC_LV], stf[S_NIC_DEM]
+def _limit(ws, r) -> float:
+    """Running route ``r``'s rate limit: its first link, its DCQCN rate, its flow's pacer."""
+    d = ws.f[S_A_CAP, r]
+    if ws.cfg[C_DCQCN] > 0:
+        d = min(d, ws.cc[_RC, ws.i[S_A_R, r]] / 8e9)
+    return min(d, ws.f[S_A_W, r] * ws.f[S_FLOW_CAP, ws.i[S_A_F, ws.i[S_A_RFLOW, r]]])
+
+
+@inline_fn
+def _free_share(ws, p) -> float:
+    """The rate the QP at NIC position ``p`` sends at while it sends, its NIC not being
+    overloaded: what the NIC's QPs active the whole step leave it, or its share of what
+    they use, whichever is more (8 QPs sharing a NIC that all end inside a step take turns,
+    not the line rate each; a QP whose successor starts after it ended had the NIC to
+    itself)."""
+    stf, sti = ws.f, ws.i
+    phi, dem = stf[S_TMP2], stf[S_NIC_DEM]  # (by running flow: the part of the step active)
+    g = sti[S_NIC_G, p]
+    c = stf[S_SERV_EFF, sti[S_NIC_LINK, g]]
     s1 = 0.0
-    for j in range(a, b):
-        if lv[j] >= 1.0:  # (the part of the step each is active, from _allocate)
+    for j in range(sti[S_NIC_PTR, g], sti[S_NIC_PTR, g + 1]):
+        if phi[sti[S_A_RFLOW, sti[S_NIC_R, j]]] >= 1.0:
             s1 += dem[j]
-    for j in range(a, b):
-        others = s1 - dem[j] if lv[j] >= 1.0 else s1
-        lv[j] = max(c - others, c * dem[j] / s1) if s1 > 0 else c
+    others = s1 - dem[p] if phi[sti[S_A_RFLOW, sti[S_NIC_R, p]]] >= 1.0 else s1
+    return max(c - others, c * dem[p] / s1) if s1 > 0 else c
 
 
 @inline_fn
@@ -831,6 +834,7 @@ def _sweep_level(ws, dt, lo, hi) -> float:
             passthru = False
     if not passthru:
         ws.si[I_PASS] = 0
+    qmax = 0.0
     for i in range(lo, hi):
         a, b = sti[S_LK_PTR, i], sti[S_LK_PTR, i + 1]
         asum = stf[S_LK_SUM, i]
@@ -846,7 +850,8 @@ def _sweep_level(ws, dt, lo, hi) -> float:
         else:
             _fifo(stf, sti, views, dt, i)
         ddep = max(ddep, _settle(stf, views, dt, a, b, sti[S_LK_LINK, i]))
-        ws.sf[F_QMAX] = max(ws.sf[F_QMAX], stf[S_QLINK, sti[S_LK_LINK, i]])
+        qmax = max(qmax, stf[S_QLINK, sti[S_LK_LINK, i]])
+    ws.sf[F_QMAX] = max(ws.sf[F_QMAX], qmax)  # (once: a store per link slowed the loop)
     return ddep
 
 
@@ -941,8 +946,8 @@ def _sweep(ws, dt) -> float:
 def _inject(ws, i, dt) -> None:
     """Running flow ``i`` injects its step's bytes; if that was its last, ``t_end`` is when
     it stopped: the step's end, or, when its remaining bytes bound its demand, after them
-    at the rate it sends at (its rate limit, or what its NIC gives it: ``nic_lv``,
-    :func:`_allocate`), from when it became active."""
+    at the rate it sends at (its rate limit, or what its NIC gives it: the fair level of an
+    overloaded NIC, else :func:`_free_share`), from when it became active."""
     stf, sti, ntf, f = ws.f, ws.i, ws.nf, ws.i[S_A_F, i]
     rem = ntf[N_SIZE_W, f] - stf[S_INJ, f]
     stf[S_INJ, f] += stf[S_A_RF, i] * dt
@@ -953,7 +958,9 @@ def _inject(ws, i, dt) -> None:
             for r in range(sti[S_A_FSTART, i], sti[S_A_FSTART, i + 1]):
                 w = stf[S_A_W, r]
                 if w > 0:
-                    ri = min(ri, min(stf[S_A_DU, r], stf[S_NIC_LV, sti[S_NIC_SLOT, r]]) / w)
+                    p = sti[S_NIC_SLOT, r]
+                    lv = stf[S_NIC_LV, p] if ws.si[I_OVER] else _free_share(ws, p)
+                    ri = min(ri, min(_limit(ws, r), lv) / w)
         te = max(t, stf[S_START, f]) + rem / ri if 0 < ri < _INF else t + dt
         stf[S_T_END, f] = min(te, t + dt)
 
@@ -1203,27 +1210,24 @@ def _dcqcn_steps(ws, fb, t_new, dt) -> None:
 
 @inline_fn
 def _pfc_thresholds(ws, use, full) -> None:
-    """XOFF/XON of every port (``full``), else of the ports the running queue entries
-    arrive on (``ing_link``: the others hold nothing, and are read only once some port is
-    paused, when every one is computed); a switch's shared-pool use summed over the same
-    ports."""
+    """Every port's XOFF/XON; a switch's shared-pool use summed over its ingress ports
+    (``full``: all of them; else only the ports of the running queue entries, ``ing_link``,
+    the others holding nothing). (Thresholds of the ``ing_link`` ports alone, through the
+    index, cost more than every port's in one contiguous pass at 1,024 GPUs.)"""
     stf, ntf, nti, cfg = ws.f, ws.nf, ws.ni, ws.cfg
-    n = ws.L if full else ws.si[I_NING]
     if cfg[C_PFC_DYN] > 0:
         sw_shared = _zeroed(ws.f[S_TMP3], len(ws.pool))
-        for x in range(n):
+        for x in range(ws.L if full else ws.si[I_NING]):
             li = x if full else ws.i[S_ING_LINK, x]
             if ws.ni[N_INGRESS_SW, li]:
                 sw_shared[nti[N_SW_OF, li]] += max(use[li] - cfg[C_RESERVE], 0.0)
-        for x in range(n):
-            li = x if full else ws.i[S_ING_LINK, x]
+        for li in range(ws.L):
             s = nti[N_SW_OF, li]
             thr = ntf[N_PFC_ALPHA, li] * max(ws.pool[s] - sw_shared[s], 0.0)
             stf[S_PFC_XOFF, li] = cfg[C_RESERVE] + thr
             stf[S_PFC_XON, li] = cfg[C_RESERVE] + thr - cfg[C_RESUME]
     else:
-        for x in range(n):
-            li = x if full else ws.i[S_ING_LINK, x]
+        for li in range(ws.L):
             stf[S_PFC_XOFF, li] = cfg[C_XOFF]
             stf[S_PFC_XON, li] = cfg[C_XON]
 
@@ -1430,18 +1434,24 @@ def _complete(ws, t, ddep, any_marks) -> bool:
     fin = _zeroed(ws.f[S_TMP1], nf)  # > 0: finishes; when its last byte was delivered
     stopped = False
     anyfin = False
+    just = False  # some flow stopped injecting and delivered everything in this step
     for i in range(nf):
         f = sti[S_A_F, i]
         tol = 1e-6 * max(ntf[N_SIZE_W, f], 1.0)
         inj_done = not stb[S_A_SENDING, i] or ntf[N_SIZE_W, f] - stf[S_INJ, f] <= tol
         stopped = stopped or (stb[S_A_SENDING, i] and inj_done)
+        if not (inj_done and stb[S_RUNNING, f]):
+            continue
         bl = -_INF
         for r in range(sti[S_A_FSTART, i], sti[S_A_FSTART, i + 1]):
             k = sti[S_A_R, r]
             bl = max(bl, ntf[N_W, k] * stf[S_INJ, f] - stf[S_DELIV, k])
-        if inj_done and bl <= tol + 1e-6 and stb[S_RUNNING, f]:
-            fin[i] = _delivered_at(ws, i, t) if stb[S_A_SENDING, i] else t
+        if bl <= tol + 1e-6:
+            fin[i] = -1.0 if stb[S_A_SENDING, i] else t
+            just = just or stb[S_A_SENDING, i]
             anyfin = True
+    if just:
+        _delivered_at(ws, t)
     # the rest only decides whether the next step may be long: checked only as far as
     # needed (each is a pass over the running routes or entries)
     # departures that changed make the next step's FIFO shares change, unless nothing
@@ -1507,20 +1517,26 @@ def _free_flowing(ws) -> bool:
 
 
 @inline_fn
-def _delivered_at(ws, i, t) -> float:
-    """When running flow ``i``, which stopped injecting in the step ending at ``t`` (at
-    ``t_end``) and delivered everything in it, delivered its last byte: after the queues
-    still on its path (their wait at the step's end; a flow whose bytes drain over later
-    steps is delivered at the end of the step that empties them)."""
-    sti = ws.i
-    wait = 0.0
-    for r in range(sti[S_A_FSTART, i], sti[S_A_FSTART, i + 1]):
-        e0 = sti[S_A_ESTART, r]
-        s = 0.0
-        for j in range(e0 + 1, e0 + sti[S_A_NE, r]):
-            s += _queue_wait(ws, sti[S_AE_LINK, j])
-        wait = max(wait, s)
-    return min(ws.f[S_T_END, sti[S_A_F, i]] + wait, t)
+def _delivered_at(ws, t) -> None:
+    """When the running flows marked -1 in ``tmp1`` (they stopped injecting in the step
+    ending at ``t``, at ``t_end``, and delivered everything in it) delivered their last
+    byte: after the queues still on their path (their wait at the step's end, each link's
+    once, in ``tmp2``; a flow whose bytes drain over later steps is delivered at the end
+    of the step that empties them)."""
+    sti, fin, qw = ws.i, ws.f[S_TMP1], ws.f[S_TMP2]
+    for li in range(ws.L):
+        qw[li] = _queue_wait(ws, li)
+    for i in range(ws.si[I_NAF]):
+        if fin[i] != -1.0:
+            continue
+        wait = 0.0
+        for r in range(sti[S_A_FSTART, i], sti[S_A_FSTART, i + 1]):
+            e0 = sti[S_A_ESTART, r]
+            s = 0.0
+            for j in range(e0 + 1, e0 + sti[S_A_NE, r]):
+                s += qw[sti[S_AE_LINK, j]]
+            wait = max(wait, s)
+        fin[i] = min(ws.f[S_T_END, sti[S_A_F, i]] + wait, t)
 
 
 @inline_fn

@@ -948,21 +948,29 @@ def _inject(ws, i, dt) -> None:
     it stopped: the step's end, or, when its remaining bytes bound its demand, after them
     at the rate it sends at (its rate limit, or what its NIC gives it: the fair level of an
     overloaded NIC, else :func:`_free_share`), from when it became active."""
-    stf, sti, ntf, f = ws.f, ws.i, ws.nf, ws.i[S_A_F, i]
+    stf, ntf, f = ws.f, ws.nf, ws.i[S_A_F, i]
     rem = ntf[N_SIZE_W, f] - stf[S_INJ, f]
     stf[S_INJ, f] += stf[S_A_RF, i] * dt
     if ntf[N_SIZE_W, f] - stf[S_INJ, f] <= 1e-6 * max(ntf[N_SIZE_W, f], 1.0):
+        ri = _send_rate(ws, i) if ws.si[I_ENDS] else _INF
         t = ws.sf[F_T]
-        ri = _INF
-        if ws.si[I_ENDS]:
-            for r in range(sti[S_A_FSTART, i], sti[S_A_FSTART, i + 1]):
-                w = stf[S_A_W, r]
-                if w > 0:
-                    p = sti[S_NIC_SLOT, r]
-                    lv = stf[S_NIC_LV, p] if ws.si[I_OVER] else _free_share(ws, p)
-                    ri = min(ri, min(_limit(ws, r), lv) / w)
         te = max(t, stf[S_START, f]) + rem / ri if 0 < ri < _INF else t + dt
         stf[S_T_END, f] = min(te, t + dt)
+
+
+@step_fn
+def _send_rate(ws, i) -> float:
+    """The rate running flow ``i`` sends at while it sends (compiled on its own: a flow's
+    end is rare, and inlined it grew the first run's compilation)."""
+    stf, sti = ws.f, ws.i
+    ri = _INF
+    for r in range(sti[S_A_FSTART, i], sti[S_A_FSTART, i + 1]):
+        w = stf[S_A_W, r]
+        if w > 0:
+            p = sti[S_NIC_SLOT, r]
+            lv = stf[S_NIC_LV, p] if ws.si[I_OVER] else _free_share(ws, p)
+            ri = min(ri, min(_limit(ws, r), lv) / w)
+    return ri
 
 
 @inline_fn
@@ -1451,7 +1459,7 @@ def _complete(ws, t, ddep, any_marks) -> bool:
             just = just or stb[S_A_SENDING, i]
             anyfin = True
     if just:
-        _delivered_at(ws, t)
+        _delivered_at(ws, t)  # (compiled on its own: rare)
     # the rest only decides whether the next step may be long: checked only as far as
     # needed (each is a pass over the running routes or entries)
     # departures that changed make the next step's FIFO shares change, unless nothing
@@ -1516,7 +1524,7 @@ def _free_flowing(ws) -> bool:
     return True
 
 
-@inline_fn
+@step_fn
 def _delivered_at(ws, t) -> None:
     """When the running flows marked -1 in ``tmp1`` (they stopped injecting in the step
     ending at ``t``, at ``t_end``, and delivered everything in it) delivered their last
@@ -1539,7 +1547,7 @@ def _delivered_at(ws, t) -> None:
         fin[i] = min(ws.f[S_T_END, sti[S_A_F, i]] + wait, t)
 
 
-@inline_fn
+@step_fn
 def _stopped_queued(ws) -> bool:
     """Whether a flow that stopped injecting this step (still marked sending) has more
     than a byte queued on one of its routes."""

@@ -1,5 +1,9 @@
 """Fluid engine: hand-computed cases, PFC back-pressure and victims, conservation, determinism."""
 
+import json
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -204,8 +208,9 @@ def test_a_delay_longer_than_the_line_is_clamped_not_wrapped(monkeypatch):
     prob = chain(100)
     sim = fluid.FluidSim(prob, fluid.FluidConfig(packet_bytes=1000.0))
     first, slots = sim._feedback_slots()
-    assert first == slots == int(np.ceil(sim.fb_lat.max() / 250.0)) + 8, (
-        "the line cannot grow, and the unqueued latency still fits")
+    need = int(np.ceil(sim.fb_lat.max() / 250.0)) + 8  # the unqueued latency, in slots
+    assert first == slots == 1 << (need - 1).bit_length(), (
+        "the line cannot grow; it holds the unqueued latency, rounded up to a power of two")
     steps = cnp_timeline(prob)
     t_mark, due = _first_cnp_due(100)
     last = (t_mark // 250 + slots) * 250  # the line's last slot at mark time
@@ -273,12 +278,48 @@ def test_endside_fallback_releases_a_pacer_that_reality_contradicts():
     assert fixed.meta["endside_fallbacks"] == 0
 
 
+def test_flows_start_and_stop_inside_a_step_at_their_own_time():
+    """Twelve flows, each from its own host to its own host, start 300 ns apart: a step
+    (2 us at least) holds several starts and ends, yet each flow starts when it is due and
+    ends exactly size / line rate later (its bytes are exact; only its rate is averaged
+    over the steps it starts and ends in). Ending a step at every start and end took 25."""
+    n = 12
+    prob = star([100] * (2 * n), [(i, n + i, 250_000) for i in range(n)],
+                flow_start_ns=[300 * i for i in range(n)])
+    res = run(prob)
+    assert res.flow_start_ns.tolist() == [300 * i for i in range(n)]
+    assert res.flow_finish_ns.tolist() == [300 * i + 20_000 for i in range(n)]
+    assert res.meta["steps"] <= 8, f"{res.meta['steps']} steps: flow events end steps"
+
+
+def test_free_flowing_steps_hold_several_flow_events():
+    """Forty flows on their own host pairs start 1 us apart: nothing queues and no QP sees
+    a CNP (free-flowing), so a step whose rates changed is still steady and a quiet step
+    holds the flow events of ``dt_free_ns`` (4 us): about one step per 4 us, each flow
+    still ending exactly 20 us after its start. Ending every step after a start or end
+    with a 2 us step took 59 (and 30 with ``dt_free_ns`` = ``dt_ns``)."""
+    n = 40
+    prob = star([100] * (2 * n), [(i, n + i, 250_000) for i in range(n)],
+                flow_start_ns=[1000 * i for i in range(n)])
+    res = run(prob)
+    assert res.flow_finish_ns.tolist() == [1000 * i + 20_000 for i in range(n)]
+    assert res.meta["steps"] <= 20, f"{res.meta['steps']} steps"
+    assert run(prob, dt_free_ns=2000.0).meta["steps"] > 25
+
+
+def test_nic_sharers_that_all_end_inside_a_step_take_turns():
+    """Eight QPs of one NIC with a few bytes each end inside one step: they share the line
+    (each ends when the NIC has sent all eight), not each at the line rate."""
+    prob = star([100] * 9, [(0, 1 + i, 10_000) for i in range(8)])
+    res = run(prob)
+    assert res.flow_finish_ns.tolist() == [6400] * 8  # 80 kB at 100 Gb/s
+
+
 def test_a_quiet_step_ended_by_a_dcqcn_timer_lasts_at_least_dt():
     """50 QPs cut by an incast recover once the short flows are gone: their rate-increase
     timers (55 us apart per QP, one every ~1 us among them) come due during quiet steps.
     A timer due within ``dt_ns`` fires at the step's end, as in active steps, so no step is
-    shorter than 2 us except those a flow's start or end ends (cutting quiet steps at every
-    timer took 4,415 steps here)."""
+    shorter than 2 us (cutting quiet steps at every timer took 4,415 steps here)."""
     flows = [(i, 0, 100_000) for i in range(1, 51)] + [(i, 0, 1_000_000) for i in range(1, 51)]
     res = run(star([100] * 51, flows), cc="dcqcn", dcqcn="paper", pfc="dynamic")
     assert (res.flow_finish_ns > 0).all(), "a flow did not finish"
@@ -328,27 +369,34 @@ def equality_cases() -> dict:
     }
 
 
+REGRESSION = Path(__file__).parent / "fluid_regression.json"
+
+
+def observed(case: str) -> dict:
+    """What ``fluid_regression.json`` records of one equality case."""
+    prob, opts = equality_cases()[case]
+    res = run(prob, **opts)
+    return {"flow_start_ns": res.flow_start_ns.tolist(),
+            "flow_finish_ns": res.flow_finish_ns.tolist(),
+            "link_bytes": res.link_bytes.tolist(),
+            "link_peak_util": res.link_peak_util.tolist(),
+            "link_max_queue_bytes": res.link_max_queue_bytes,
+            "link_pfc_pause_ns": res.link_pfc_pause_ns,
+            "link_pfc_pause_count": res.link_pfc_pause_count,
+            "link_ecn_marked_frac": res.link_ecn_marked_frac, "qp_cnp_count": res.qp_cnp_count,
+            "steps": res.meta["steps"], "endside_fallbacks": res.meta["endside_fallbacks"],
+            "timeseries": res.timeseries}
+
+
 @pytest.mark.parametrize("case", sorted(equality_cases()))
 def test_kernel_reproduces_the_recorded_results_bit_for_bit(case):
     """Same floats as recorded: the numpy engine's (commit 611f927), which the compiled loop
     reproduced operation by operation, re-recorded only where the model changed on purpose
-    (issue 28: CNPs due after the queues downstream of the mark). Any change to the model
-    shows here first."""
-    import json
-    from pathlib import Path
-
-    want = json.loads((Path(__file__).parent / "fluid_regression.json").read_text())[case]
-    prob, opts = equality_cases()[case]
-    res = run(prob, **opts)
-    got = {"flow_start_ns": res.flow_start_ns.tolist(),
-           "flow_finish_ns": res.flow_finish_ns.tolist(), "link_bytes": res.link_bytes.tolist(),
-           "link_peak_util": res.link_peak_util.tolist(),
-           "link_max_queue_bytes": res.link_max_queue_bytes,
-           "link_pfc_pause_ns": res.link_pfc_pause_ns,
-           "link_pfc_pause_count": res.link_pfc_pause_count,
-           "link_ecn_marked_frac": res.link_ecn_marked_frac, "qp_cnp_count": res.qp_cnp_count,
-           "steps": res.meta["steps"], "endside_fallbacks": res.meta["endside_fallbacks"],
-           "timeseries": res.timeseries}
+    (issue 28: CNPs due after the queues downstream of the mark; issue 26: flows start and
+    stop inside a step). Any change to the model shows here first. Re-record with
+    ``python tests/engine/test_fluid.py --record`` (only for a deliberate model change)."""
+    want = json.loads(REGRESSION.read_text())[case]
+    got = observed(case)
     for key, value in want.items():
         assert got[key] == value, f"{case}: {key} differs from the recorded run"
 
@@ -408,3 +456,8 @@ def test_running_set_merge_sorts_new_starts_into_the_running_flows(running, new)
                                                             len(new)), buf)
     assert got.tolist() == sorted(running + new), "merged running set out of order"
     assert buf[-1] == -7, "wrote past the merged slice of its buffer"
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--record"]:
+    REGRESSION.write_text(json.dumps({c: observed(c) for c in sorted(equality_cases())},
+                                     indent=0, sort_keys=True) + "\n")

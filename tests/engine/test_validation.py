@@ -144,7 +144,9 @@ def test_pfc_spreading_pauses_the_same_links(ref):
 
 def test_dcqcn_rate_dynamics_follow_reference_samples():
     """After the first flow ends, the three remaining DCQCN limits sum to ~85-95 Gb/s and
-    recover only by AI steps (README, staggered scenario) - compare with rate_samples."""
+    recover only by AI steps (README, staggered scenario) - compare with rate_samples.
+    The CNP draws make the sum at an instant stochastic (a cut just before it): the
+    median of seeds 0-2, as ``icefab validate`` compares DCQCN runs."""
     import numpy as np
 
     from icefabric.engine.registry import get_engine
@@ -155,14 +157,13 @@ def test_dcqcn_rate_dynamics_follow_reference_samples():
     flows = ["long1", "long2", "long3"]
     opts = engine_options(sc, "ns3-dcqcn").model_copy(
         update={"record_flows": tuple(flows), "sample_interval_ns": 100_000.0})
-    res = get_engine("fluid")(prob, **opts.engine_args())
-    ts = res.timeseries
-    t = np.asarray(ts["t_us"])
-    ours = np.sum([ts["rate_gbps"][f] for f in flows], axis=0)
+    runs = [get_engine("fluid")(prob, **opts.engine_args(), seed=seed).timeseries
+            for seed in range(3)]
     samples = sc.data["results"]["ns3-dcqcn"]["rate_samples"]["flows"]
     for when in (10_000.0, 11_000.0, 12_000.0):
         ref = sum(np.interp(when, np.asarray(samples[f])[:, 0], np.asarray(samples[f])[:, 1])
                   for f in flows)
-        mine = ours[np.argmin(np.abs(t - when))]
+        mine = np.median([np.sum([ts["rate_gbps"][f] for f in flows], axis=0)[
+            np.argmin(np.abs(np.asarray(ts["t_us"]) - when))] for ts in runs])
         assert 80 <= ref <= 100
         assert abs(mine - ref) <= 10, (when, mine, ref)

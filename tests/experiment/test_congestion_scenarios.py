@@ -19,9 +19,10 @@ def test_pfc_victim():
     assert pauses_us(res, "ecmp") > 1000 and len(res.runs["ecmp"].link_pfc_pause_ns) > 4
     assert frac[("ecmp", "victim")] < 0.5  # the innocent job is blocked behind pauses
     assert pauses_us(res, "ice") < 1.0
-    # pacers at static-rate steps; the incast's run a little below its share (-1.2 % of ECMP)
+    # pacers at static-rate steps; the incast's run a little below its share (-3.6 % of
+    # ECMP's, a DCQCN run: -2.6 % before issue 26's in-step flow events moved it by +1 %)
     assert frac[("ice", "victim")] > 0.9
-    assert frac[("ice", "incast")] >= 0.97 * frac[("ecmp", "incast")]
+    assert frac[("ice", "incast")] >= 0.95 * frac[("ecmp", "incast")]
     summary = {c["policy"]: c for c in res.congestion}
     assert summary["ice"]["pfc_pause_us"] == 0 and summary["ecmp"]["paused_links"] > 4
     assert "ideal" not in summary  # the bound runs on the flow engine

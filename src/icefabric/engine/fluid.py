@@ -48,9 +48,17 @@ Stepping is adaptive: ``dt_ns`` while queues move, marks are in flight or rate c
 pending. When departures are unchanged, every queue evolves linearly, so a step runs to the
 next event (flow start/end, DCQCN timer, failure, sample) or until a queue
 empties or reaches a PFC threshold or Kmin — at most ``dt_quiet_max_ns``
-(``dt_pfc_max_ns`` while a port is paused), and at least ``dt_ns`` when a DCQCN timer ends
-it (the timer fires at the step's end, as in active steps). An uncontended collective
-costs one step per flow event.
+(``dt_pfc_max_ns`` while a port is paused), and at least ``dt_ns`` unless a failure or a
+sample ends it. Events inside a step happen at their own time: a DCQCN timer fires at the
+step's end; a flow starts and stops injecting inside it, its demand on its NIC being its
+rate limit times the part of the step it is active and at most its remaining bytes, so its
+bytes are exact and its rate is its mean over the step; its start is its due time and its
+end, for the completion, the moment its last byte left (at the rate the NIC gave it) plus
+the queue wait on its path. While the fabric is free-flowing (no queue holds more than a
+packet, no QP has seen a CNP) a step whose rates changed because flows started or ended
+still counts as steady; its quiet successor ends before any queue grows past a packet and
+lasts at least ``dt_free_ns`` (4 µs) when a flow event would end it. An uncontended
+collective costs about one step per flow event or per ``dt_free_ns``, whichever is fewer.
 
 References
 ----------
@@ -114,7 +122,11 @@ class FluidConfig:
     coalesce_ns : float — flows due to start within this much of now start now (merges
         near-simultaneous ring steps into one event; error ≤ this per step).
     quiet_tol : float — a step counts as steady when no queue entry's arrival and departure
-        rates differ by more than this fraction of the fastest link.
+        rates differ by more than this fraction of the fastest link, or when the fabric is
+        free-flowing: no queue holds more than a packet and no QP has seen a CNP (then a
+        quiet step ends before a queue grows past a packet).
+    dt_free_ns : float — shortest quiet step while free-flowing that a flow's start or end
+        ends (it starts or ends inside the step).
     seed : int — seeds the CNP draws.
     record_links, record_flows : names whose queue / rate are sampled every
         ``sample_interval_ns`` into ``SimResult.timeseries``.
@@ -134,6 +146,7 @@ class FluidConfig:
     quiet_tol: float = 1e-3
     dt_pfc_max_ns: float = 20_000.0
     coalesce_ns: float = 20.0
+    dt_free_ns: float = 4000.0
     seed: int = 0
     record_links: tuple[str, ...] = ()
     #: ICE end-side autonomous rules (``EndSideParams``) for paced flows: a QP whose CNPs
@@ -335,7 +348,8 @@ class FluidSim:
         to the longest feedback delay the switch buffers allow (path latency, plus a full
         buffer at line rate at every later hop and every reverse hop) within
         ``_FB_MAX_BYTES`` of memory. Longer delays (queues past a buffer with PFC off) are
-        clamped."""
+        clamped. Both are powers of two (the kernel takes a slot's row with a mask instead
+        of an integer division: a tenth of the marking step's time)."""
         R = self.routes
         wait = self.pfc.buffer_bytes / self.cap
         per = wait[R.links] + (np.where(self.rev >= 0, wait[self.rev], 0.0)[R.links]
@@ -343,7 +357,7 @@ class FluidSim:
         route = np.repeat(np.arange(len(R.lengths)), R.lengths)
         lat = float(self.fb_lat.max(initial=0.0))
         bound = lat + float(np.bincount(route, per, minlength=1).max(initial=0.0))
-        first = int(np.ceil(lat / _FB_BW)) + 8
+        first = 1 << int(np.ceil(lat / _FB_BW) + 8 - 1).bit_length()
         most = first
         while most < np.ceil(bound / _FB_BW) + 8 and 2 * most * 8 * self.K <= _FB_MAX_BYTES:
             most *= 2
@@ -365,7 +379,7 @@ class FluidSim:
             fk.C_ABOVE: self.p_above, fk.C_WO: cfg.wire_overhead,
             fk.C_CNP_INT: self.dp.cnp_interval_ns if dcqcn else 0.0,
             fk.C_ES_ON: cfg.endside is not None and dcqcn,
-            fk.C_SAMPLE_INT: cfg.sample_interval_ns}
+            fk.C_SAMPLE_INT: cfg.sample_interval_ns, fk.C_DT_FREE: cfg.dt_free_ns}
         v = np.zeros(fk.N_CFG)
         for i, x in values.items():
             v[i] = x

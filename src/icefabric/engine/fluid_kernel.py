@@ -54,12 +54,12 @@ DONE, FAIL_DUE, ENDSIDE_DUE, SAMPLES_FULL, MAX_STEPS = 0, 1, 2, 3, 4
 (C_DT, C_DT_QUIET, C_DT_PFC, C_TAU, C_QUIET_TOL, C_COALESCE, C_MAX_TIME, C_MAX_STEPS,
  C_ACK_RATIO, C_PKT_WIRE, C_FB_BW, C_PFC_ON, C_PFC_DYN, C_RESERVE, C_RESUME, C_XOFF, C_XON,
  C_DCQCN, C_ACK_QUEUE, C_CAP_MAX, C_ABOVE, C_WO, C_CNP_INT, C_ES_ON, C_SAMPLE_INT,
- N_CFG) = range(26)
+ C_DT_FREE, N_CFG) = range(27)
 #: evolving scalars (sf: float, si: int)
-(F_T, F_QUIET, F_MARKS_UNTIL, F_NEXT_SAMPLE, F_ES_NEXT, F_FAIL_T, N_SF) = range(7)
+(F_T, F_QUIET, F_MARKS_UNTIL, F_NEXT_SAMPLE, F_ES_NEXT, F_FAIL_T, F_QMAX, N_SF) = range(8)
 (I_STEPS, I_DONE, I_HEAP, I_FB_LAST, I_REBUILD, I_HAS_USE, I_NAF, I_NAR, I_NAE, I_NQ,
  I_NLK, I_NLV, I_NNIC, I_NSMP, I_ES_DUE, I_NNEW, I_FB_ROWS, I_NREG, I_WORK, I_NCC, I_NING,
- N_SI) = range(22)
+ I_PASS, I_FREE, I_ENDS, I_OVER, N_SI) = range(26)
 
 #: rows of the state and network banks: one 2-D array per dtype (``f`` float, ``i`` int,
 #: ``b`` bool), each row as wide as the widest extent (links + 1, flows + 1, routes, entries,
@@ -72,16 +72,16 @@ ST_BANKS = {
           "lk_sum", "lk_qsum", "lk_tsum",
           "q", "arr", "drain", "dep",  # entries (by net entry: canonical between runs)
           "wq", "warr", "wdrain", "wdep", "wnew",  # running entries by position (_positions)
-          "inj", "start", "finish", "flow_cap", "a_rf", "heap_t",  # flows
+          "inj", "start", "finish", "flow_cap", "a_rf", "heap_t", "t_end",  # flows
           "deliv", "last_cnp", "es_cnps", "nic_dem", "nic_alloc", "a_x", "a_w",
-          "a_cap",  # routes
+          "a_cap", "nic_lv",  # routes
           "tmp0", "tmp1", "tmp2", "tmp3", "tmp4", "tmp5"],  # per-step scratch (widest)
     "i": ["lk_link", "lk_ptr", "lv_ptr", "nic_link", "nic_ptr",  # links (+1)
           "ae", "ae_route", "ae_link", "ae_rev", "q_ent", "lk_ent", "pos", "p_up", "p_link",
           "p_ing", "p_route",  # entries
           "n_deps_left", "heap_f", "a_f", "a_fstart", "new_f",  # flows (+1)
           "a_r", "a_rflow", "a_estart", "a_ne", "wf_order",  # routes
-          "wf_tmp", "a_cc", "nic_slot", "a_last",
+          "wf_tmp", "a_cc", "nic_slot", "a_last", "nic_g", "nic_r",
           "scr_a", "scr_b", "scr_c", "scr_d",  # rebuild's scratch (links + 1, flows + 1)
           "ing_link"],  # links
     "b": ["pfc_reg",  # links
@@ -104,15 +104,16 @@ NET_BANKS = {
  S_PEAK_UTIL, S_MAX_Q, S_MARKED_BYTES, S_QLINK, S_SERV, S_SERV_EFF, S_LK_SUM, S_LK_QSUM,
  S_LK_TSUM,
  S_Q, S_ARR, S_DRAIN, S_DEP, S_WQ, S_WARR, S_WDRAIN, S_WDEP, S_WNEW,
- S_INJ, S_START, S_FINISH, S_FLOW_CAP, S_A_RF, S_HEAP_T,
+ S_INJ, S_START, S_FINISH, S_FLOW_CAP, S_A_RF, S_HEAP_T, S_T_END,
  S_DELIV, S_LAST_CNP, S_ES_CNPS, S_NIC_DEM, S_NIC_ALLOC, S_A_X, S_A_W, S_A_CAP,
- S_TMP0, S_TMP1, S_TMP2, S_TMP3, S_TMP4, S_TMP5) = range(46)  # st.f
+ S_NIC_LV, S_TMP0, S_TMP1, S_TMP2, S_TMP3, S_TMP4, S_TMP5) = range(48)  # st.f
 (S_LK_LINK, S_LK_PTR, S_LV_PTR, S_NIC_LINK, S_NIC_PTR,
  S_AE, S_AE_ROUTE, S_AE_LINK, S_AE_REV, S_Q_ENT, S_LK_ENT, S_POS, S_P_UP, S_P_LINK, S_P_ING,
  S_P_ROUTE,
  S_N_DEPS_LEFT, S_HEAP_F, S_A_F, S_A_FSTART, S_NEW_F,
  S_A_R, S_A_RFLOW, S_A_ESTART, S_A_NE, S_WF_ORDER, S_WF_TMP, S_A_CC,
- S_NIC_SLOT, S_A_LAST, S_SCR_A, S_SCR_B, S_SCR_C, S_SCR_D, S_ING_LINK) = range(35)  # st.i
+ S_NIC_SLOT, S_A_LAST, S_NIC_G, S_NIC_R, S_SCR_A, S_SCR_B, S_SCR_C, S_SCR_D,
+ S_ING_LINK) = range(37)  # st.i
 (S_PFC_REG, S_RUNNING, S_DONE, S_A_SENDING, S_A_CNP) = range(5)  # st.b
 (N_CAP, N_KMIN, N_KMAX, N_PMAX, N_PFC_ALPHA, N_PFC_GAP, N_W, N_FB_LAT, N_SIZE_W, N_LAT,
  N_FLOW_START) = range(11)  # net.f
@@ -490,9 +491,13 @@ def _gather_nics(net, st) -> None:
             sti[S_NIC_PTR, n + 1] = sti[S_NIC_PTR, n] + cnt[li]
             n += 1
     st_si[I_NNIC] = n
+    for g in range(n):
+        for p in range(sti[S_NIC_PTR, g], sti[S_NIC_PTR, g + 1]):
+            sti[S_NIC_G, p] = g
     for i in range(st_si[I_NAR]):
         li = nti[N_FIRST_LINK, sti[S_A_R, i]]
         sti[S_NIC_SLOT, i] = fill[li]
+        sti[S_NIC_R, fill[li]] = i
         sti[S_WF_ORDER, fill[li]] = fill[li]  # the waterfill's sort starts from here
         fill[li] += 1
 
@@ -548,31 +553,26 @@ def _service(ws) -> None:
 
 
 @step_fn
-def _allocate(ws) -> None:
-    """Demands and NIC shares of the running routes, then each flow's rate ``a_rf``.
+def _allocate(ws, t, dt) -> None:
+    """Demands and NIC shares of the running routes over the step ``[t, t + dt]``, then
+    each flow's rate ``a_rf`` (its mean over the step).
 
-    The NIC shares its capacity max-min among its QPs: sort a NIC's demands, the fair level
-    is the first ``(cap − Σ smaller) / n_rest`` that does not exceed the next demand.
+    A flow starts and stops injecting inside the step at its own time: its demand is its
+    rate limit (:func:`_limit`) times the part of the step it is active, and at most its
+    remaining bytes over the step, so its bytes are exact and its rate is its mean over
+    the step (``fluid.py``, "Stepping"). The NIC shares its capacity max-min among its
+    QPs: sort a NIC's demands, the fair level (``nic_lv``, by NIC position) is the first
+    ``(cap − Σ smaller) / n_rest`` that does not exceed the next demand (``I_OVER``: some
+    NIC is; else ``nic_lv`` holds the part of the step each QP is active, for
+    :func:`_free_share`). ``I_ENDS``: the remaining bytes of some flow bound its demand
+    (it ends inside the step).
     """
     st_si = ws.si
     stf = ws.f
     sti = ws.i
     stb = ws.b
-    st_cc = ws.cc
-    ntf = ws.nf
-    net_cfg = ws.cfg
     nr, nf = st_si[I_NAR], st_si[I_NAF]
-    dcqcn = net_cfg[C_DCQCN] > 0
-    for i in range(nf):
-        f = sti[S_A_F, i]
-        size = ntf[N_SIZE_W, f]
-        stb[S_A_SENDING, i] = size - stf[S_INJ, f] > 1e-9 * max(size, 1.0)
-    for i in range(nr):
-        d = stf[S_A_CAP, i]
-        if dcqcn:
-            d = min(d, st_cc[_RC, sti[S_A_R, i]] / 8e9)
-        d = min(d, stf[S_A_W, i] * stf[S_FLOW_CAP, sti[S_A_F, sti[S_A_RFLOW, i]]])
-        stf[S_NIC_DEM, sti[S_NIC_SLOT, i]] = d if stb[S_A_SENDING, sti[S_A_RFLOW, i]] else 0.0
+    ends = _demands(ws, t, dt)
     nn = st_si[I_NNIC]
     over = False
     for g in range(nn):
@@ -588,8 +588,11 @@ def _allocate(ws) -> None:
             for j in range(sti[S_NIC_PTR, g], sti[S_NIC_PTR, g + 1]):
                 d = stf[S_NIC_DEM, j]
                 stf[S_NIC_ALLOC, j] = min(d, c) if nn == nr else d
+        st_si[I_OVER] = 0
     else:
         _waterfill(ws, nn)
+        st_si[I_OVER] = 1
+    st_si[I_ENDS] = ends
     for i in range(nf):
         rf = _INF
         for r in range(sti[S_A_FSTART, i], sti[S_A_FSTART, i + 1]):
@@ -600,6 +603,65 @@ def _allocate(ws) -> None:
         stf[S_A_RF, i] = rf
     for r in range(nr):
         stf[S_A_X, r] = stf[S_A_W, r] * stf[S_A_RF, sti[S_A_RFLOW, r]]
+
+
+@inline_fn
+def _demands(ws, t, dt) -> bool:
+    """Each running route's demand on its NIC over the step (``nic_dem``, by NIC position);
+    returns whether some flow's remaining bytes bound it (the flow ends inside the step)."""
+    stf, sti, stb, ntf = ws.f, ws.i, ws.b, ws.nf
+    phi, rdt = ws.f[S_TMP2], ws.f[S_TMP3]  # by running flow: active part, remaining / dt
+    for i in range(ws.si[I_NAF]):
+        f = sti[S_A_F, i]
+        size = ntf[N_SIZE_W, f]
+        rem = size - stf[S_INJ, f]
+        stb[S_A_SENDING, i] = rem > 1e-9 * max(size, 1.0)
+        phi[i] = _active(stf[S_START, f], t, dt)
+        rdt[i] = rem / dt
+    ends = False
+    for i in range(ws.si[I_NAR]):
+        fi = sti[S_A_RFLOW, i]
+        w = stf[S_A_W, i]
+        d = _limit(ws, i) * phi[fi]
+        if w * rdt[fi] <= d:
+            d = w * rdt[fi]
+            ends = True
+        stf[S_NIC_DEM, sti[S_NIC_SLOT, i]] = d if stb[S_A_SENDING, fi] else 0.0
+    return ends
+
+
+@inline_fn
+def _limit(ws, r) -> float:
+    """Running route ``r``'s rate limit: its first link, its DCQCN rate, its flow's pacer."""
+    d = ws.f[S_A_CAP, r]
+    if ws.cfg[C_DCQCN] > 0:
+        d = min(d, ws.cc[_RC, ws.i[S_A_R, r]] / 8e9)
+    return min(d, ws.f[S_A_W, r] * ws.f[S_FLOW_CAP, ws.i[S_A_F, ws.i[S_A_RFLOW, r]]])
+
+
+@inline_fn
+def _free_share(ws, p) -> float:
+    """The rate the QP at NIC position ``p`` sends at while it sends, its NIC not being
+    overloaded: what the NIC's QPs active the whole step leave it, or its share of what
+    they use, whichever is more (8 QPs sharing a NIC that all end inside a step take turns,
+    not the line rate each; a QP whose successor starts after it ended had the NIC to
+    itself)."""
+    stf, sti = ws.f, ws.i
+    phi, dem = stf[S_TMP2], stf[S_NIC_DEM]  # (by running flow: the part of the step active)
+    g = sti[S_NIC_G, p]
+    c = stf[S_SERV_EFF, sti[S_NIC_LINK, g]]
+    s1 = 0.0
+    for j in range(sti[S_NIC_PTR, g], sti[S_NIC_PTR, g + 1]):
+        if phi[sti[S_A_RFLOW, sti[S_NIC_R, j]]] >= 1.0:
+            s1 += dem[j]
+    others = s1 - dem[p] if phi[sti[S_A_RFLOW, sti[S_NIC_R, p]]] >= 1.0 else s1
+    return max(c - others, c * dem[p] / s1) if s1 > 0 else c
+
+
+@inline_fn
+def _active(start, t, dt) -> float:
+    """The part of the step ``[t, t + dt]`` after ``start``."""
+    return min(max((t + dt - start) / dt, 0.0), 1.0) if start > t else 1.0
 
 
 @inline_fn
@@ -634,6 +696,7 @@ def _waterfill(ws, nn) -> None:
         lv = max(level, 0.0)
         for p in range(a, b):
             alloc[p] = min(dem[p], lv)
+            stf[S_NIC_LV, p] = lv
 
 
 @inline_fn
@@ -689,37 +752,43 @@ def _merge_sort_by(key, order, a, b, tmp) -> None:
 
 @step_fn
 def _dt(ws, t) -> float:
-    st_sf = ws.sf
-    st_si = ws.si
-    stf = ws.f
-    sti = ws.i
-    st_cc = ws.cc
-    ntf = ws.nf
-    net_cfg = ws.cfg
-    cfg, sf = net_cfg, st_sf
+    """The step's length: ``dt_ns`` while queues move; a quiet step runs to the next event
+    (a flow's start or end, a DCQCN timer) or its horizon, but lasts at least ``dt_ns``
+    (``dt_free_ns`` when a flow event ends it while the fabric is free-flowing,
+    :func:`_free_flowing`): flows start and stop inside a step at their own time
+    (:func:`_allocate`) and timers fire at its end, as in active steps. Failures and
+    samples end a step exactly.
+
+    (Flow events used to end steps too: the 64-GPU rack-order ring of the validation set
+    took 13,045 steps, one per start and end of its 8,064 flows, most far below 2 µs.)"""
+    sf, si, stf, sti, cfg = ws.sf, ws.si, ws.f, ws.i, ws.cfg
     quiet = sf[F_QUIET]
-    dt = max(quiet, cfg[C_DT]) if quiet else cfg[C_DT]
-    for i in range(st_si[I_NAF]):
-        rf = stf[S_A_RF, i]
-        if rf > 0:
+    dt = cfg[C_DT]
+    if quiet:
+        dt = max(quiet, dt)
+        ev = _INF
+        for i in range(si[I_NAF]):  # the next end of injection (steady: the same rates)
+            rf = stf[S_A_RF, i]
             f = sti[S_A_F, i]
-            dt = min(dt, (ntf[N_SIZE_W, f] - stf[S_INJ, f]) / rf)
-    if st_si[I_HEAP] > 0:
-        dt = min(dt, stf[S_HEAP_T, 0] - t)
+            rem = ws.nf[N_SIZE_W, f] - stf[S_INJ, f]
+            if rf > 0 and rem > 1e-6 * max(ws.nf[N_SIZE_W, f], 1.0):
+                ev = min(ev, rem / rf)
+        if si[I_HEAP] > 0:
+            ev = min(ev, stf[S_HEAP_T, 0] - t)
+        # free-flowing: longer steps hold the flow events (dt_free_ns)
+        dt = min(dt, max(ev, cfg[C_DT_FREE]) if si[I_FREE] else ev)
+        if cfg[C_DCQCN] > 0:
+            # a quiet jump must not skip a rate increase (or a pending decrease) by more
+            # than a step (cutting the step at every timer cost a third of the steps at
+            # 1,024 GPUs: thousands of QPs' timers, one every few hundred ns)
+            for c in range(si[I_NCC]):
+                k = sti[S_A_R, sti[S_A_CC, c]]
+                dt = min(dt, ws.cc[_T_INC, k] - t)
+                if ws.cc[_DEC_CNP, k]:
+                    dt = min(dt, ws.cc[_T_DEC, k] - t)
+        dt = max(dt, cfg[C_DT])
     if np.isfinite(sf[F_FAIL_T]):
         dt = min(dt, sf[F_FAIL_T] - t)
-    if cfg[C_DCQCN] > 0 and quiet:
-        # a quiet jump must not skip a rate increase (or a pending decrease); one due
-        # within dt_ns fires at the step end, <= dt_ns late, as in active steps (cutting
-        # the step at it instead cost a third of the steps at 1,024 GPUs: thousands of
-        # QPs' timers, one every few hundred ns, each ending a quiet step early)
-        nxt = _INF
-        for c in range(st_si[I_NCC]):
-            k = sti[S_A_R, sti[S_A_CC, c]]
-            nxt = min(nxt, st_cc[_T_INC, k])
-            if st_cc[_DEC_CNP, k]:
-                nxt = min(nxt, st_cc[_T_DEC, k])
-        dt = min(dt, max(nxt - t, cfg[C_DT]))
     dt = min(dt, sf[F_NEXT_SAMPLE] - t)
     return max(dt, 1e-3)
 
@@ -765,6 +834,9 @@ def _sweep_level(ws, dt, lo, hi) -> float:
         stf[S_LK_TSUM, i] = tsum
         if qsum != 0.0 or not asum <= stf[S_SERV_EFF, sti[S_LK_LINK, i]] * dt:
             passthru = False
+    if not passthru:
+        ws.si[I_PASS] = 0
+    qmax = 0.0
     for i in range(lo, hi):
         a, b = sti[S_LK_PTR, i], sti[S_LK_PTR, i + 1]
         asum = stf[S_LK_SUM, i]
@@ -780,6 +852,8 @@ def _sweep_level(ws, dt, lo, hi) -> float:
         else:
             _fifo(stf, sti, views, dt, i)
         ddep = max(ddep, _settle(stf, views, dt, a, b, sti[S_LK_LINK, i]))
+        qmax = max(qmax, stf[S_QLINK, sti[S_LK_LINK, i]])
+    ws.sf[F_QMAX] = max(ws.sf[F_QMAX], qmax)  # (once: a store per link slowed the loop)
     return ddep
 
 
@@ -844,6 +918,8 @@ def _sweep(ws, dt) -> float:
     for p in range(nq, ne):  # first hops: what the sources inject
         stf[S_WNEW, p] = stf[S_A_X, sti[S_P_ROUTE, p]]
     ddep = 0.0
+    st_si[I_PASS] = 1  # every level passed its arrivals through (cleared where not)
+    ws.sf[F_QMAX] = 0.0  # the largest link content at the step's end
     for v in range(st_si[I_NLV]):
         ddep = max(ddep, _sweep_level(ws, dt, sti[S_LV_PTR, v], sti[S_LV_PTR, v + 1]))
     # the first hops after the queue entries (a link's sums in position order, as before)
@@ -861,10 +937,42 @@ def _sweep(ws, dt) -> float:
                 stf[S_PEAK_UTIL, li] = max(stf[S_PEAK_UTIL, li], lb[li] / den)
         stf[S_MAX_Q, li] = max(stf[S_MAX_Q, li], stf[S_QLINK, li])
     for i in range(st_si[I_NAF]):
-        stf[S_INJ, sti[S_A_F, i]] += stf[S_A_RF, i] * dt
+        if stf[S_A_RF, i] > 0:
+            _inject(ws, i, dt)
     for r in range(st_si[I_NAR]):
         stf[S_DELIV, sti[S_A_R, r]] += stf[S_WDEP, sti[S_A_LAST, r]] * dt
     return ddep
+
+
+@inline_fn
+def _inject(ws, i, dt) -> None:
+    """Running flow ``i`` injects its step's bytes; if that was its last, ``t_end`` is when
+    it stopped: the step's end, or, when its remaining bytes bound its demand, after them
+    at the rate it sends at (its rate limit, or what its NIC gives it: the fair level of an
+    overloaded NIC, else :func:`_free_share`), from when it became active."""
+    stf, ntf, f = ws.f, ws.nf, ws.i[S_A_F, i]
+    rem = ntf[N_SIZE_W, f] - stf[S_INJ, f]
+    stf[S_INJ, f] += stf[S_A_RF, i] * dt
+    if ntf[N_SIZE_W, f] - stf[S_INJ, f] <= 1e-6 * max(ntf[N_SIZE_W, f], 1.0):
+        ri = _send_rate(ws, i) if ws.si[I_ENDS] else _INF
+        t = ws.sf[F_T]
+        te = max(t, stf[S_START, f]) + rem / ri if 0 < ri < _INF else t + dt
+        stf[S_T_END, f] = min(te, t + dt)
+
+
+@step_fn
+def _send_rate(ws, i) -> float:
+    """The rate running flow ``i`` sends at while it sends (compiled on its own: a flow's
+    end is rare, and inlined it grew the first run's compilation)."""
+    stf, sti = ws.f, ws.i
+    ri = _INF
+    for r in range(sti[S_A_FSTART, i], sti[S_A_FSTART, i + 1]):
+        w = stf[S_A_W, r]
+        if w > 0:
+            p = sti[S_NIC_SLOT, r]
+            lv = stf[S_NIC_LV, p] if ws.si[I_OVER] else _free_share(ws, p)
+            ri = min(ri, min(_limit(ws, r), lv) / w)
+    return ri
 
 
 @inline_fn
@@ -998,8 +1106,9 @@ def _mark_route(ws, fb, r, t_new, dt, cur_b) -> bool:
             if b > cur_b + rows:
                 rows = _grow_line(ws, fb, cur_b, b)
                 b = min(b, cur_b + rows)
-            fb.line[b % rows, k] += mb / ws.cfg[C_PKT_WIRE]
-            fb.dirty[b % rows] = True
+            row = b & (rows - 1)  # b % rows: the line's rows are a power of two
+            fb.line[row, k] += mb / ws.cfg[C_PKT_WIRE]
+            fb.dirty[row] = True
             # no quiet (long) step before the last of them is due
             ws.sf[F_MARKS_UNTIL] = max(ws.sf[F_MARKS_UNTIL], b * bw)
             anyk = True
@@ -1040,23 +1149,16 @@ def _cnps(ws, fb, t_new, dt, rng) -> None:
     """Collect the CNPs due now, draw which QPs see one, and run DCQCN on every QP (only
     the routes ECN can mark, ``a_cc``: the others' state never changes)."""
     anyn = _collect_cnps(ws, fb, t_new)
-    ncc, acc = ws.si[I_NCC], ws.i[S_A_CC]
+    ncc = ws.si[I_NCC]
     cnp, cnp_n = ws.b[S_A_CNP], ws.f[S_TMP0]
     for c in range(ncc):
         cnp[c] = False
     if anyn:
-        # one draw per running route in route order, as before the list existed (the
-        # other routes' draws are discarded: same random stream, same results)
-        d = 0
+        # a draw per QP with CNPs due (in route order): one without cannot see one, so
+        # the stream does not depend on which other routes are running
         for c in range(ncc):
-            while d < acc[c]:
-                rng.random()
-                d += 1
-            cnp[c] = rng.random() < 1.0 - np.exp(-cnp_n[c])
-            d += 1
-        while d < ws.si[I_NAR]:
-            rng.random()
-            d += 1
+            if cnp_n[c] > 0:
+                cnp[c] = rng.random() < 1.0 - np.exp(-cnp_n[c])
     _dcqcn_steps(ws, fb, t_new, dt)
 
 
@@ -1071,7 +1173,7 @@ def _collect_cnps(ws, fb, t_new) -> bool:
     if not cur_b > si[I_FB_LAST]:
         return False
     for m in range(min(cur_b - si[I_FB_LAST], rows)):
-        row = (si[I_FB_LAST] + 1 + m) % rows
+        row = (si[I_FB_LAST] + 1 + m) & (rows - 1)
         if not fb.dirty[row]:
             continue  # nothing was written since it was last read: all zero
         fb.dirty[row] = False
@@ -1120,7 +1222,8 @@ def _dcqcn_steps(ws, fb, t_new, dt) -> None:
 def _pfc_thresholds(ws, use, full) -> None:
     """Every port's XOFF/XON; a switch's shared-pool use summed over its ingress ports
     (``full``: all of them; else only the ports of the running queue entries, ``ing_link``,
-    the others holding nothing)."""
+    the others holding nothing). (Thresholds of the ``ing_link`` ports alone, through the
+    index, cost more than every port's in one contiguous pass at 1,024 GPUs.)"""
     stf, ntf, nti, cfg = ws.f, ws.nf, ws.ni, ws.cfg
     if cfg[C_PFC_DYN] > 0:
         sw_shared = _zeroed(ws.f[S_TMP3], len(ws.pool))
@@ -1213,7 +1316,7 @@ def _pause_time(ws, dt, out) -> None:
 
 
 @inline_fn
-def _horizon(ws) -> float:
+def _horizon(ws, calm) -> float:
     """Longest step over which constant rates keep the model exact: until a queue entry
     empties, a PFC port crosses XOFF/XON, or a queue reaches Kmin (DCQCN)."""
     st_si = ws.si
@@ -1229,7 +1332,9 @@ def _horizon(ws) -> float:
     L = ws.L
     gp = _zeroed(ws.f[S_TMP2], L)
     gl = _zeroed(ws.f[S_TMP3], L)
-    for p in range(nq):
+    # a step that passed every arrival through left every entry empty with arrivals equal
+    # to departures: nothing empties or fills (gp, gl stay zero)
+    for p in range(0 if st_si[I_PASS] > 0 else nq):
         g = stf[S_WARR, p] - stf[S_WDEP, p]
         if g < -_TINY and stf[S_WQ, p] > 0:
             h = min(h, stf[S_WQ, p] / -g)
@@ -1240,16 +1345,22 @@ def _horizon(ws) -> float:
         # a paused port's share of its egress FIFO settles over ~Q/C; long steps would
         # freeze whatever shares the last event left (FluidConfig.dt_pfc_max_ns)
         h = min(h, cfg[C_DT_PFC])
-    if pfc and st_si[I_HAS_USE] > 0:
+    passed = st_si[I_PASS] > 0
+    if pfc and st_si[I_HAS_USE] > 0 and not passed:
         h = _pfc_horizon(ws, gp, h)
-    if cfg[C_DCQCN] > 0:
-        for li in range(L):
-            if stf[S_QLINK, li] >= ntf[N_KMIN, li] * (1 - 1e-9):
-                return 0.0  # marking: DCQCN dynamics, no long steps
-        for li in range(L):
-            if gl[li] > _TINY and stf[S_QLINK, li] < ntf[N_KMIN, li]:
+    dcqcn = cfg[C_DCQCN] > 0
+    if not (dcqcn or (calm and not passed)):
+        return h
+    for li in range(L):
+        q = stf[S_QLINK, li]
+        if dcqcn and q >= ntf[N_KMIN, li] * (1 - 1e-9):
+            return 0.0  # marking: DCQCN dynamics, no long steps
+        if gl[li] > _TINY:
+            if calm:  # free-flowing: until a queue grows past a packet
+                h = min(h, max(cfg[C_PKT_WIRE] - q, 0.0) / gl[li])
+            if dcqcn and q < ntf[N_KMIN, li]:
                 # +1 ns: land just above Kmin so that marking starts
-                h = min(h, (ntf[N_KMIN, li] - stf[S_QLINK, li]) / gl[li] + 1.0)
+                h = min(h, (ntf[N_KMIN, li] - q) / gl[li] + 1.0)
     return h
 
 
@@ -1321,8 +1432,8 @@ def _sample(net, st, t) -> None:
 
 @step_fn
 def _complete(ws, t, ddep, any_marks) -> bool:
-    """Which flows delivered all their bytes (``tmp[1]``: 1.0 for those) and whether the
-    next step may be long; returns whether some flow finishes (:func:`_finish`)."""
+    """Which flows delivered all their bytes (``tmp1``: when, > 0, for those) and whether
+    the next step may be long; returns whether some flow finishes (:func:`_finish`)."""
     st_si = ws.si
     stf = ws.f
     sti = ws.i
@@ -1330,24 +1441,35 @@ def _complete(ws, t, ddep, any_marks) -> bool:
     ntf = ws.nf
     cfg, sf = ws.cfg, ws.sf
     nf = st_si[I_NAF]
-    fin = _zeroed(ws.f[S_TMP1], nf)  # 1.0: finishes now
+    fin = _zeroed(ws.f[S_TMP1], nf)  # > 0: finishes; when its last byte was delivered
     stopped = False
     anyfin = False
+    just = False  # some flow stopped injecting and delivered everything in this step
     for i in range(nf):
         f = sti[S_A_F, i]
         tol = 1e-6 * max(ntf[N_SIZE_W, f], 1.0)
         inj_done = not stb[S_A_SENDING, i] or ntf[N_SIZE_W, f] - stf[S_INJ, f] <= tol
         stopped = stopped or (stb[S_A_SENDING, i] and inj_done)
+        if not (inj_done and stb[S_RUNNING, f]):
+            continue
         bl = -_INF
         for r in range(sti[S_A_FSTART, i], sti[S_A_FSTART, i + 1]):
             k = sti[S_A_R, r]
             bl = max(bl, ntf[N_W, k] * stf[S_INJ, f] - stf[S_DELIV, k])
-        fin[i] = inj_done and bl <= tol + 1e-6 and stb[S_RUNNING, f]
-        anyfin = anyfin or fin[i] > 0
+        if bl <= tol + 1e-6:
+            fin[i] = -1.0 if stb[S_A_SENDING, i] else t
+            just = just or stb[S_A_SENDING, i]
+            anyfin = True
+    if just:
+        _delivered_at(ws, t)  # (compiled on its own: rare)
     # the rest only decides whether the next step may be long: checked only as far as
     # needed (each is a pass over the running routes or entries)
-    steady = (ddep < cfg[C_QUIET_TOL] * cfg[C_CAP_MAX] and t > sf[F_MARKS_UNTIL]
-              and not any_marks)
+    # departures that changed make the next step's FIFO shares change, unless nothing
+    # queues anywhere (every link passed its arrivals through) and no QP is under DCQCN's
+    # control (then only flows starting or ending changed them)
+    calm = ddep >= cfg[C_QUIET_TOL] * cfg[C_CAP_MAX]  # then steady only if free-flowing
+    st_si[I_FREE] = _free_flowing(ws)
+    steady = ((not calm or st_si[I_FREE] > 0) and t > sf[F_MARKS_UNTIL] and not any_marks)
     if steady and stopped:
         # a source that just stopped while its bytes still queue changes the next step's
         # arrivals: not steady
@@ -1357,12 +1479,12 @@ def _complete(ws, t, ddep, any_marks) -> bool:
             if ws.cc[_DEC_CNP, sti[S_A_R, sti[S_A_CC, c]]] > 0:
                 steady = False  # a rate decrease is pending
                 break
-    sf[F_QUIET] = _horizon(ws) if steady else 0.0
+    sf[F_QUIET] = _horizon(ws, calm) if steady else 0.0
     return anyfin
 
 
 @step_fn
-def _finish(net, st, ws, t) -> None:
+def _finish(net, st, ws) -> None:
     """The flows :func:`_complete` found delivered finish (plus the ACK's way back) and
     release their dependants."""
     st_si = st.si
@@ -1383,7 +1505,7 @@ def _finish(net, st, ws, t) -> None:
         stb[S_DONE, f] = True
         st_si[I_DONE] += 1
         # the ACK of the last byte queues behind data on the reverse path
-        stf[S_FINISH, f] = t + net.f[N_LAT, f] + _ack_queue_ns(net, f, rd)
+        stf[S_FINISH, f] = fin[i] + net.f[N_LAT, f] + _ack_queue_ns(net, f, rd)
         release(net, st, f, stf[S_FINISH, f])
     # finished flows stay in the running arrays (idle) until the next start rebuilds them
     if not left:
@@ -1391,6 +1513,43 @@ def _finish(net, st, ws, t) -> None:
 
 
 @inline_fn
+def _free_flowing(ws) -> bool:
+    """No queue holds more than a packet (below the model's resolution: a packet in
+    service) and no running QP saw a CNP yet: departures that changed (flows started or
+    ended) change no FIFO's shares that matter and no DCQCN state."""
+    if ws.sf[F_QMAX] > ws.cfg[C_PKT_WIRE]:
+        return False
+    if ws.cfg[C_DCQCN] > 0:
+        for c in range(ws.si[I_NCC]):
+            if ws.cc[_STARTED, ws.i[S_A_R, ws.i[S_A_CC, c]]] > 0:
+                return False
+    return True
+
+
+@step_fn
+def _delivered_at(ws, t) -> None:
+    """When the running flows marked -1 in ``tmp1`` (they stopped injecting in the step
+    ending at ``t``, at ``t_end``, and delivered everything in it) delivered their last
+    byte: after the queues still on their path (their wait at the step's end, each link's
+    once, in ``tmp2``; a flow whose bytes drain over later steps is delivered at the end
+    of the step that empties them)."""
+    sti, fin, qw = ws.i, ws.f[S_TMP1], ws.f[S_TMP2]
+    for li in range(ws.L):
+        qw[li] = _queue_wait(ws, li)
+    for i in range(ws.si[I_NAF]):
+        if fin[i] != -1.0:
+            continue
+        wait = 0.0
+        for r in range(sti[S_A_FSTART, i], sti[S_A_FSTART, i + 1]):
+            e0 = sti[S_A_ESTART, r]
+            s = 0.0
+            for j in range(e0 + 1, e0 + sti[S_A_NE, r]):
+                s += qw[sti[S_AE_LINK, j]]
+            wait = max(wait, s)
+        fin[i] = min(ws.f[S_T_END, sti[S_A_F, i]] + wait, t)
+
+
+@step_fn
 def _stopped_queued(ws) -> bool:
     """Whether a flow that stopped injecting this step (still marked sending) has more
     than a byte queued on one of its routes."""
@@ -1398,16 +1557,17 @@ def _stopped_queued(ws) -> bool:
     sti = ws.i
     stb = ws.b
     ntf = ws.nf
-    rq = _zeroed(ws.f[S_TMP0], ws.si[I_NAR])
-    for p in range(ws.si[I_NQ]):
-        rq[sti[S_P_ROUTE, p]] += stf[S_WQ, p]
     for i in range(ws.si[I_NAF]):
         f = sti[S_A_F, i]
         tol = 1e-6 * max(ntf[N_SIZE_W, f], 1.0)
         if not (stb[S_A_SENDING, i] and ntf[N_SIZE_W, f] - stf[S_INJ, f] <= tol):
             continue
         for r in range(sti[S_A_FSTART, i], sti[S_A_FSTART, i + 1]):
-            if rq[r] > 1.0:
+            e0 = sti[S_A_ESTART, r]
+            rq = 0.0  # its queued bytes (the first hop queues nothing)
+            for j in range(e0 + 1, e0 + sti[S_A_NE, r]):
+                rq += stf[S_WQ, sti[S_POS, j]]
+            if rq > 1.0:
                 return True
     return False
 
@@ -1435,8 +1595,9 @@ def _ack_queue_ns(net, f, rd) -> float:
 
 
 @step_fn
-def _start_due(net, st, t) -> None:
-    """Start every flow due within ``coalesce_ns`` of now."""
+def _start_due(net, st, t, until) -> None:
+    """Start every flow due within ``coalesce_ns`` of now (at ``t``) or before ``until``
+    (at its own time, inside the step ``[t, until]``)."""
     st_si = st.si
     stf = st.f
     stb = st.b
@@ -1446,9 +1607,11 @@ def _start_due(net, st, t) -> None:
     nti = net.i
     net_r_order = net.r_order
     net_cfg = net.cfg
-    while st_si[I_HEAP] > 0 and stf[S_HEAP_T, 0] <= t + net_cfg[C_COALESCE]:
+    while st_si[I_HEAP] > 0 and (stf[S_HEAP_T, 0] <= t + net_cfg[C_COALESCE]
+                                 or stf[S_HEAP_T, 0] < until):
+        t0 = stf[S_HEAP_T, 0]
         f = _heap_pop(st)
-        stf[S_START, f] = t
+        stf[S_START, f] = t0 if t0 > t + net_cfg[C_COALESCE] else t
         if ntf[N_SIZE_W, f] <= 0:
             stf[S_FINISH, f] = t + ntf[N_LAT, f]
             stb[S_DONE, f] = True
@@ -1513,40 +1676,49 @@ def _advance(net, st, rng) -> int:
             return FAIL_DUE
         if st_smp.shape[0] and si[I_NSMP] == st_smp.shape[0]:
             return SAMPLES_FULL
-        if si[I_HEAP] > 0 and stf[S_HEAP_T, 0] <= t + cfg[C_COALESCE]:
-            _start_due(net, st, t)
         if si[I_REBUILD]:
             rebuild(net, st)
         if si[I_NAR] == 0:
-            nxt = min(stf[S_HEAP_T, 0] if si[I_HEAP] > 0 else _INF, sf[F_FAIL_T])
-            if not np.isfinite(nxt):
-                return DONE  # nothing can ever start (a dependency cycle or unrouted flow)
-            sf[F_T] = max(t, nxt)
-            continue
+            if si[I_HEAP] > 0 and stf[S_HEAP_T, 0] <= t + cfg[C_COALESCE]:
+                _start_due(net, st, t, t)
+                rebuild(net, st)
+            if si[I_NAR] == 0:
+                nxt = min(stf[S_HEAP_T, 0] if si[I_HEAP] > 0 else _INF, sf[F_FAIL_T])
+                if not np.isfinite(nxt):
+                    return DONE  # nothing can ever start (a dependency cycle, unrouted flow)
+                sf[F_T] = max(t, nxt)
+                continue
         si[I_STEPS] += 1
         if t > cfg[C_MAX_TIME]:
             return DONE  # stalled (a failed link with no reroute): unfinished flows
         if si[I_STEPS] > cfg[C_MAX_STEPS]:
             return MAX_STEPS
-        _service(ws)
-        _allocate(ws)
         dt = _dt(ws, t)
+        if si[I_HEAP] > 0 and (stf[S_HEAP_T, 0] < t + dt
+                               or stf[S_HEAP_T, 0] <= t + cfg[C_COALESCE]):
+            _start_due(net, st, t, t + dt)  # flows that start inside the step
+            if si[I_REBUILD]:
+                rebuild(net, st)
+        _service(ws)
+        _allocate(ws, t, dt)
         ddep = _sweep(ws, dt)
         t_new = t + dt
         any_marks = False
         if cfg[C_DCQCN] > 0:
             _cnps(ws, fb, t_new, dt, rng)  # first: frees the slots _marks writes to
-            any_marks = _marks(ws, fb, t_new, dt)
+            # (nothing queued at the end of a step that passed every arrival through)
+            any_marks = si[I_PASS] == 0 and _marks(ws, fb, t_new, dt)
             if cfg[C_ES_ON] > 0 and t_new >= sf[F_ES_NEXT]:
                 si[I_ES_DUE] = 1
-        if cfg[C_PFC_ON] > 0 and (si[I_HAS_USE] == 0 or _pfc_active(ws)):
+        if cfg[C_PFC_ON] > 0 and (si[I_HAS_USE] == 0 or si[I_NREG] > 0
+                                  or (si[I_PASS] == 0 and _pfc_active(ws))):
             _pfc(ws, dt)
         if t_new >= sf[F_NEXT_SAMPLE] - 1e-6:
             _sample(net, st, t_new)
             sf[F_NEXT_SAMPLE] += cfg[C_SAMPLE_INT]
         sf[F_T] = t_new
         if _complete(ws, t_new, ddep, any_marks):
-            _finish(net, st, ws, t_new)
+            _finish(net, st, ws)
         if si[I_ES_DUE]:
             return ENDSIDE_DUE
     return DONE

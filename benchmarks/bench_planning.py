@@ -26,7 +26,7 @@ from icefabric.ccl.workload import WorkloadBuilder
 from icefabric.control.demand import workload_demand
 from icefabric.control.failover import PlanBefore, replan_after_failure
 from icefabric.control.planning import load_state, paths_to_csr, plan_paths
-from icefabric.control.realize import realize_paths
+from icefabric.control.realize import QpPaths, realize_paths
 from icefabric.policies.base import PlanContext
 from icefabric.topology.builders import ServerGroup, fat_tree_for
 from icefabric.topology.catalog import server_profile
@@ -88,7 +88,8 @@ def main() -> None:
         load = load_state(fab, d, csr)
         t["plan state (CSR, loads)"] = _since(t0)
         t0 = _now()
-        r = realize_paths(fab, ctx.routing, ctx.hash_configs, d.src_nic, d.dst_nic, a.paths)
+        r = realize_paths(fab, ctx.routing, ctx.hash_configs,
+                          QpPaths(d.src_nic, d.dst_nic, a.paths))
         t["ports + re-hash verify"] = _since(t0)
         total = sum(t.values())
         print(f" {run}:")

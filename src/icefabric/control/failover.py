@@ -26,6 +26,8 @@ import numpy as np
 from icefabric.control.demand import Demand
 from icefabric.control.planning import PathAssignment, _Load, _paths_csr, replan_subset
 from icefabric.control.realize import (
+    QpPaths,
+    RealizeOptions,
     inner_csr,
     realize_paths,
     rehash,
@@ -221,10 +223,11 @@ def replan_after_failure(fabric: Fabric, routing: Routing, configs: dict[int, Ha
         out_paths = before.full_paths
     ok = sport >= 0  # kept QPs stay verified; one without a planned port never was
     if len(todo):
-        r = realize_paths(fabric, routing, configs, demand.src_nic[todo],
-                          demand.dst_nic[todo], [new_paths[q] for q in todo.tolist()],
-                          mode=mode, exclude=_ports_near(fabric, demand, sport, todo),
-                          fallback_sport=sport[todo], seed=seed)
+        qps = QpPaths(demand.src_nic[todo], demand.dst_nic[todo],
+                      [new_paths[q] for q in todo.tolist()])
+        opts = RealizeOptions(mode=mode, exclude=_ports_near(fabric, demand, sport, todo),
+                              fallback_sport=sport[todo], seed=seed)
+        r = realize_paths(fabric, routing, configs, qps, opts)
         solved = r.sport >= 0
         sport[todo[solved]] = r.sport[solved]
         out_paths = _with_rows(out_paths, todo, r.paths)

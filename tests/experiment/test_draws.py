@@ -10,7 +10,7 @@ from typer.testing import CliRunner
 from icefabric.cli.app import app
 from icefabric.experiment import draws as draws_mod
 from icefabric.experiment.draws import DrawSpread, draw_seeds, run_draws
-from icefabric.experiment.runner import run_scenario
+from icefabric.experiment.runner import Execution, run_scenario
 from icefabric.pipeline import RunSpec
 from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import load
@@ -80,7 +80,7 @@ def test_rows_carry_median_range_and_every_draw(drawn):
 
 def test_workers_give_the_same_rows(small, drawn):
     par = run_scenario(small, sizes=SIZES, policies=["ecmp", "ecmp-multiqp", "ice"], draws=8,
-                       spread=DrawSpread(workers=2))
+                       how=Execution(spread=DrawSpread(workers=2)))
     assert par.rows == drawn.rows
 
 
@@ -95,7 +95,7 @@ def test_draws_on_a_local_ray_give_the_same_rows(small, drawn, tmp_path, monkeyp
 
     monkeypatch.setattr(draws_mod, "_draws_task", where)
     on_ray = run_scenario(small, sizes=SIZES, policies=["ecmp", "ecmp-multiqp", "ice"],
-                          draws=8, spread=DrawSpread(ray="local"))
+                          draws=8, how=Execution(spread=DrawSpread(ray="local")))
     pids = {int(p.name) for p in tmp_path.iterdir()}
     assert pids and os.getpid() not in pids
     assert on_ray.rows == drawn.rows

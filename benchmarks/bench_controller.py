@@ -45,7 +45,7 @@ from icefabric.schemas_service import (
     QpEntry,
     RankEntry,
 )
-from icefabric.topology.builders import ServerGroup, fat_tree_for
+from icefabric.topology.builders import BuildOptions, ServerGroup, fat_tree_for
 from icefabric.topology.catalog import server_profile
 from icefabric.topology.model import Fabric
 from icefabric.topology.serialize import fabric_to_dict
@@ -79,7 +79,7 @@ def bench_fabric(n: int) -> Fabric:
     if n <= LEAF_SPINE_MAX:
         return build_fabric(loads(scenario_text(n)))
     return fat_tree_for([ServerGroup(server_profile("hgx-h100"), n, "h")], radix=128,
-                        name=f"bench-{n}")
+                        options=BuildOptions(name=f"bench-{n}"))
 
 
 def fabric_cables(fabric: Fabric, leaves: int = 8) -> list[tuple[str, str]]:

@@ -2,6 +2,7 @@ import numpy as np
 import pytest
 
 from icefabric.topology.builders import (
+    FatTreeSpec,
     ServerGroup,
     TopologyError,
     fat_tree,
@@ -71,14 +72,14 @@ def test_scattered_placement_alternates_leaves():
 
 
 def test_fat_tree_shape():
-    f = fat_tree([ServerGroup(H100, 8, "h")], pods=2, leaves_per_pod=2, aggs_per_pod=2,
-                 n_cores=4, servers_per_leaf=2)
+    f = fat_tree([ServerGroup(H100, 8, "h")], FatTreeSpec(pods=2, leaves_per_pod=2,
+                 aggs_per_pod=2, n_cores=4, servers_per_leaf=2))
     assert len(f.nodes_of_kind(CORE)) == 4
     assert len(f.nodes_of_kind(SPINE)) == 4  # aggregation switches
     assert len(f.nodes_of_kind(LEAF)) == 4
     with pytest.raises(TopologyError, match="multiple"):
-        fat_tree([ServerGroup(H100, 2, "h")], pods=2, leaves_per_pod=2, aggs_per_pod=3,
-                 n_cores=4, servers_per_leaf=2)
+        fat_tree([ServerGroup(H100, 2, "h")], FatTreeSpec(pods=2, leaves_per_pod=2,
+                 aggs_per_pod=3, n_cores=4, servers_per_leaf=2))
 
 
 def test_star_and_server_internals():

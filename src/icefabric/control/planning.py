@@ -37,6 +37,7 @@ import numpy as np
 
 from icefabric.control.coloring import bipartite_edge_coloring
 from icefabric.control.demand import Demand
+from icefabric.control.errors import ControlError
 from icefabric.control.sport import _dense_rows
 from icefabric.csr import CsrRows, csr_from_lists, gather, indptr_from_lengths
 from icefabric.topology.model import LINK_FABRIC, Fabric
@@ -969,6 +970,11 @@ def plan_milp(fabric, routing, demand, *, pinned=None, initial=None, time_limit=
     ``sum_j y[l,j] <= z``; minimise ``z``. Solved with HiGHS through
     :func:`scipy.optimize.milp`.
 
+    Raises
+    ------
+    ControlError — when HiGHS ends without a solution (e.g. its time limit on a large
+        instance).
+
     References
     ----------
     .. [1] Q. Huangfu, J. A. J. Hall, "Parallelizing the dual revised simplex method",
@@ -984,7 +990,8 @@ def plan_milp(fabric, routing, demand, *, pinned=None, initial=None, time_limit=
     m = _Milp.build(fabric, demand, cands, np.flatnonzero(~pinned), base)
     res = m.solve(time_limit)
     if res.x is None:
-        raise RuntimeError(f"MILP failed: {res.message}")
+        raise ControlError(f"the MILP planner found no path assignment ({res.message}); "
+                           "use the greedy or auto method instead")
     choice = m.choice(res.x, Q)
     paths = [np.asarray(initial[q], dtype=np.int64) if pinned[q] else cands.of(q)[choice[q]]
              for q in range(Q)]

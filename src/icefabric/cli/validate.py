@@ -48,7 +48,6 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         """Compare our engines with the ns-3 / htsim reference runs of each scenario."""
         from rich.console import Console
-        from rich.table import Table
 
         from icefabric.engine.validation import (
             load_before,
@@ -85,23 +84,31 @@ def register(app: typer.Typer) -> None:
         if json_out:
             typer.echo(json.dumps([row_dict(r) for r in rows], indent=1))
             return
-        table = Table(title=f"Validation ({path})", show_lines=False)
-        for col, just in (("scenario", "left"), ("engine", "left"), ("reference", "left"),
-                          ("group", "left"), ("ours µs", "right"), ("ref µs", "right"),
-                          ("error", "right"), ("band", "right"), ("ok", "center"),
-                          ("cont.", "center"), ("refs Δ%", "right"), ("ours s", "right"),
-                          ("ref s", "right")):
-            table.add_column(col, justify=just)
-        for r in rows:
-            table.add_row(r.scenario, r.engine, r.reference, r.group, f"{r.ours_us:.1f}",
-                          f"{r.reference_us:.1f}", f"{100 * r.rel_error:+.2f}%",
-                          f"{100 * r.band:.0f}%",
-                          "[green]yes[/]" if r.within_band else "[red]no[/]",
-                          "yes" if r.contended else "no",
-                          "" if r.refs_disagree_pct is None else f"{r.refs_disagree_pct:.2f}",
-                          f"{r.ours_wall_s:.3f}", f"{r.reference_wall_s:.2f}")
-        con = Console() if Console().is_terminal else Console(width=200)
-        con.print(table)
-        ok = sum(r.within_band for r in rows)
-        con.print(f"{ok}/{len(rows)} rows within band"
-                        + (f"; table written to {target}" if target else ""))
+        _print_rows(rows, path, target)
+
+
+def _print_rows(rows, path: Path, target: Path | None) -> None:
+    """The validation rows as a table, and how many are within their band."""
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"Validation ({path})", show_lines=False)
+    for col, just in (("scenario", "left"), ("engine", "left"), ("reference", "left"),
+                      ("group", "left"), ("ours µs", "right"), ("ref µs", "right"),
+                      ("error", "right"), ("band", "right"), ("ok", "center"),
+                      ("cont.", "center"), ("refs Δ%", "right"), ("ours s", "right"),
+                      ("ref s", "right")):
+        table.add_column(col, justify=just)
+    for r in rows:
+        table.add_row(r.scenario, r.engine, r.reference, r.group, f"{r.ours_us:.1f}",
+                      f"{r.reference_us:.1f}", f"{100 * r.rel_error:+.2f}%",
+                      f"{100 * r.band:.0f}%",
+                      "[green]yes[/]" if r.within_band else "[red]no[/]",
+                      "yes" if r.contended else "no",
+                      "" if r.refs_disagree_pct is None else f"{r.refs_disagree_pct:.2f}",
+                      f"{r.ours_wall_s:.3f}", f"{r.reference_wall_s:.2f}")
+    con = Console() if Console().is_terminal else Console(width=200)
+    con.print(table)
+    ok = sum(r.within_band for r in rows)
+    con.print(f"{ok}/{len(rows)} rows within band"
+              + (f"; table written to {target}" if target else ""))

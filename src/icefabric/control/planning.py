@@ -548,13 +548,11 @@ def replan_subset(fabric: Fabric, routing: Routing, demand: Demand, qps: np.ndar
         e = demand.entries(qps)
         st.add_rows(e, demand.ent_qp[e], ptr, flat, sign=-1.0)
     cands = Candidates(routing, demand, qps=qps)  # only the QPs that move
-    choice = np.full(Q, -1, dtype=np.int64)
-    forbid = forbid or {}
-    _greedy(fabric, routing, demand, cands, st, choice, qps, forbid, rng)
+    s = _Search(cands, st, np.full(Q, -1, dtype=np.int64), forbid or {})
+    _greedy(s, demand, qps, rng)
     if improve and len(qps):
-        _improve(demand, cands, st, choice, ~others, 20 * len(qps) + 100, forbid,
-                 swaps=swaps)
-    return [cands.of(q)[choice[q]] for q in qps.tolist()], st.util()
+        _improve(s, demand, ~others, 20 * len(qps) + 100, swaps=swaps)
+    return [cands.of(q)[s.choice[q]] for q in qps.tolist()], st.util()
 
 
 def assignment_from_paths(fabric: Fabric, demand: Demand, paths: list[np.ndarray],
@@ -566,6 +564,27 @@ def assignment_from_paths(fabric: Fabric, demand: Demand, paths: list[np.ndarray
 
 
 # --------------------------------------------------------------------------- greedy
+@dataclass(eq=False)
+class _Search:
+    """One planning call's search: each QP's candidate paths, the link loads, the candidate
+    each QP holds (-1: none yet) and the candidates it must not take."""
+
+    cands: Candidates
+    st: _Load
+    choice: np.ndarray
+    forbid: dict[int, set[int]]
+
+
+@dataclass(eq=False)
+class _Movable:
+    """The QPs local improvement may move (``mq``), the current path of each (a row of
+    ``pm``, -1 padded) and their peak rates."""
+
+    mq: np.ndarray
+    pm: np.ndarray
+    rate: np.ndarray
+
+
 def _best_candidate(st, q, cand, forbid) -> tuple[int, np.ndarray]:
     """Index of the candidate path of QP ``q`` with the lowest (max, sum) utilisation given
     the current loads (forbidden candidates excluded), and the per-candidate max."""
@@ -577,16 +596,17 @@ def _best_candidate(st, q, cand, forbid) -> tuple[int, np.ndarray]:
     return int(np.lexsort((sm, mx))[0]), mx
 
 
-def _greedy(fabric, routing, demand, cands, st, choice, todo, forbid, rng):
+def _greedy(s: _Search, demand: Demand, todo: np.ndarray, rng: np.random.Generator) -> None:
+    """Give each QP of ``todo`` its best candidate given the load so far, biggest first."""
     rate = demand.peak_rates(todo)
-    ncand = np.array([cands.of(q).shape[0] for q in todo], dtype=np.int64)
+    ncand = np.array([s.cands.of(q).shape[0] for q in todo], dtype=np.int64)
     # Longest-processing-time order: big rates first, then the most constrained QPs.
     order = np.lexsort((rng.random(len(todo)), ncand, -rate))
     for q in np.asarray(todo)[order].tolist():
-        cand = cands.of(q)
-        best, _ = _best_candidate(st, q, cand, forbid)
-        choice[q] = best
-        st.add(q, cand[best])
+        cand = s.cands.of(q)
+        best, _ = _best_candidate(s.st, q, cand, s.forbid)
+        s.choice[q] = best
+        s.st.add(q, cand[best])
 
 
 def _set_row(pm, i, path):
@@ -594,11 +614,14 @@ def _set_row(pm, i, path):
     pm[i, :len(path)] = path
 
 
-def _try_swap(rows, mq, pm, l, umax, cands, st, choice, forbid, rate, width=6):
-    """Two-QP move: put a QP ``q`` of the bottleneck link ``l`` on a path whose only
-    obstacle is another QP ``q2``, and move ``q2`` elsewhere, if afterwards every touched
-    link is strictly below ``umax``. Resolves granularity deadlocks a single move cannot."""
+def _try_swap(s: _Search, mv: _Movable, rows: np.ndarray, l: int, umax: float,
+              width: int = 6) -> bool:
+    """Two-QP move: put a QP ``q`` of the bottleneck link ``l`` (one of ``rows``) on a path
+    whose only obstacle is another QP ``q2``, and move ``q2`` elsewhere, if afterwards every
+    touched link is strictly below ``umax``. Resolves granularity deadlocks a single move
+    cannot."""
     eps = 1e-9
+    cands, st, choice, forbid, mq, pm = s.cands, s.st, s.choice, s.forbid, mv.mq, mv.pm
     row_of = {int(q): i for i, q in enumerate(mq.tolist())}
     for i in rows.tolist():
         q = int(mq[i])
@@ -636,18 +659,21 @@ def _try_swap(rows, mq, pm, l, umax, cands, st, choice, forbid, rate, width=6):
     return False
 
 
-def _improve(demand, cands, st, choice, movable, max_moves, forbid, swaps=32):
+def _improve(s: _Search, demand: Demand, movable: np.ndarray, max_moves: int,
+             swaps: int = 32) -> int:
     """Move QPs off the most loaded link (among links that carry a movable QP) while that
     strictly lowers its utilisation; links at the same level are tried in turn."""
     mq = np.flatnonzero(movable)
     if len(mq) == 0:
         return 0
+    cands, st, choice, forbid = s.cands, s.st, s.choice, s.forbid
     rate = demand.peak_rates(mq)  # of the movable QPs, in their order
     dmax = max(max(cands.of(q).shape[1] for q in mq.tolist()), 1)
     pm = np.full((len(mq), dmax), -1, dtype=np.int64)  # current path of each movable QP
     for i, q in enumerate(mq.tolist()):
         p = cands.of(q)[choice[q]]
         pm[i, :len(p)] = p
+    mv = _Movable(mq, pm, rate)
     moves = 0
     tabu: set[int] = set()
     while moves < max_moves:
@@ -681,7 +707,7 @@ def _improve(demand, cands, st, choice, movable, max_moves, forbid, swaps=32):
         if not moved and swaps > 0 and umax > 1.0 + 1e-9:
             # Swaps only while the plan still has collisions, and a bounded number of tries.
             swaps -= 1
-            moved = _try_swap(rows, mq, pm, l, umax, cands, st, choice, forbid, rate)
+            moved = _try_swap(s, mv, rows, l, umax)
             if moved:
                 moves += 1
         if moved:
@@ -707,7 +733,7 @@ def plan_greedy(fabric, routing, demand, *, pinned=None, initial=None, forbid=No
     Q = demand.n_qps
     choice = np.full(Q, -1, dtype=np.int64)
     pinned = np.zeros(Q, bool) if pinned is None else np.asarray(pinned, bool)
-    forbid = forbid or {}
+    s = _Search(cands, st, choice, forbid or {})
     fixed_paths: dict[int, np.ndarray] = {}
     pq = np.flatnonzero(pinned)
     st.add_many(pq, [np.asarray(initial[q], dtype=np.int64) for q in pq.tolist()])
@@ -719,12 +745,12 @@ def plan_greedy(fabric, routing, demand, *, pinned=None, initial=None, forbid=No
             choice[q] = max(cands.index_of(q, warm[q]), 0)
         st.add_many(todo, [cands.of(q)[choice[q]] for q in todo.tolist()])
     else:
-        _greedy(fabric, routing, demand, cands, st, choice, todo, forbid, rng)
+        _greedy(s, demand, todo, rng)
     moves = 0
     if improve and len(todo):
         movable = ~pinned & (choice >= 0)
-        moves = _improve(demand, cands, st, choice, movable,
-                         max_moves if max_moves is not None else 20 * Q + 100, forbid)
+        moves = _improve(s, demand, movable,
+                         max_moves if max_moves is not None else 20 * Q + 100)
     paths = [fixed_paths[q] if pinned[q] else cands.of(q)[choice[q]] for q in range(Q)]
     return PathAssignment(paths, st.util(), "greedy", {"moves": moves,
                                                        "pinned": int(pinned.sum()),

@@ -105,15 +105,33 @@ def _plans_done(admin: httpx.Client) -> tuple[float, float]:
             _metric(m, "ice_plan_requests_total"))
 
 
+@dataclass(frozen=True)
+class FlapOptions:
+    """How :func:`run_flaps` plays a schedule.
+
+    Attributes
+    ----------
+    size_bytes : int — message size of the scenario's jobs.
+    debounce_s : float — the controller's ``ICE_PLAN_DEBOUNCE_S`` (reported, not set).
+    poll_wait_s : float — the agents' long-poll wait.
+    timeout_s : float — how long the agents may take to reach a plan.
+    """
+
+    size_bytes: int = 16 << 20
+    debounce_s: float = 0.0
+    poll_wait_s: float = 1.0
+    timeout_s: float = 60.0
+
+
 def run_flaps(scenario: str | LoadedScenario, controller_url: str, admin_token: str,
-              schedule: list[LinkChange], *, size_bytes: int = 16 << 20,
-              debounce_s: float = 0.0, poll_wait_s: float = 1.0,
-              timeout_s: float = 60.0) -> FlapResult:
+              schedule: list[LinkChange], options: FlapOptions | None = None) -> FlapResult:
     """Replay ``schedule`` against the controller and check every applied plan (see the
-    module doc). ``debounce_s`` is the controller's ``ICE_PLAN_DEBOUNCE_S`` (reported)."""
+    module doc)."""
+    o = options or FlapOptions()
+    debounce_s, poll_wait_s, timeout_s = o.debounce_s, o.poll_wait_s, o.timeout_s
     ls = load(scenario) if not isinstance(scenario, LoadedScenario) else scenario
     fabric = build_fabric(ls)
-    sw = scenario_workload(ls, fabric, size_bytes)
+    sw = scenario_workload(ls, fabric, o.size_bytes)
     reports = host_reports(fabric, sw.jobs, sw.workload)
     admin = httpx.Client(base_url=controller_url, trust_env=False, timeout=30.0,
                          headers={"Authorization": f"Bearer {admin_token}"})

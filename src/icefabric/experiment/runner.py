@@ -17,6 +17,7 @@ import numpy as np
 from icefabric.engine.result import CollectiveResult, SimResult
 from icefabric.experiment.bounds import collective_cut_ns
 from icefabric.experiment.draws import (
+    DrawInputs,
     DrawnCollectives,
     DrawSpread,
     draw_all,
@@ -239,9 +240,9 @@ def _run_sizes(run: _Run) -> None:
 
 def _run_draws(run: _Run) -> None:
     """The other draws of every randomised policy; their spread goes into the rows."""
-    seeds = draw_seeds(run.ls.scenario.seed, run.draws)
-    for d in draw_all(run.ls, run.fabric, run.drawn, run.sizes, seeds, engine=run.engine,
-                      first=run.first, spread=run.how.spread):
+    inputs = DrawInputs(run.ls, run.fabric, draw_seeds(run.ls.scenario.seed, run.draws),
+                        run.engine)
+    for d in draw_all(inputs, run.drawn, run.sizes, first=run.first, spread=run.how.spread):
         run.report(f"{d.policy} @ {format_size(d.size_bytes)}, {run.draws} draws")
         apply_draws(run.rows, d)
         run.done += 1

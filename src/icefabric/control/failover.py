@@ -24,7 +24,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from icefabric.control.demand import Demand
-from icefabric.control.planning import PathAssignment, _Load, _paths_csr, replan_subset
+from icefabric.control.planning import (
+    PathAssignment,
+    PlanOptions,
+    Subset,
+    _Load,
+    _paths_csr,
+    replan_subset,
+)
 from icefabric.control.realize import (
     QpPaths,
     RealizeOptions,
@@ -206,8 +213,8 @@ def replan_after_failure(fabric: Fabric, routing: Routing, configs: dict[int, Ha
     sport = np.asarray(before.sport, dtype=np.int64).copy()
     csr = before.paths_csr if before.paths_csr is not None else _paths_csr(paths)
     affected, maybe = _candidates(routing, before.routing, demand, csr)
-    new_sub, util = replan_subset(fabric, routing, demand, affected, csr, load=before.load,
-                                 seed=seed)
+    new_sub, util = replan_subset(fabric, routing, demand, Subset(affected, csr, before.load),
+                                  options=PlanOptions(seed=seed))
     new_paths = _with_rows(paths, affected, new_sub)
     # Which kept QPs does the shrunken group re-hash elsewhere?
     sub = np.setdiff1d(maybe, affected)

@@ -37,7 +37,7 @@ import numpy as np
 from icefabric.control.demand import workload_demand
 from icefabric.control.failover import PlanBefore, replan_after_failure
 from icefabric.control.plan import PathPlan, single_path_plan
-from icefabric.control.planning import Candidates, plan_paths
+from icefabric.control.planning import Candidates, Constraints, PlanOptions, plan_paths
 from icefabric.control.realize import QpPaths, RealizeOptions, realize_paths, rehash
 from icefabric.control.sport import QpChains, solve_sports
 from icefabric.policies.base import PlanContext, Policy, PolicyError, register_policy
@@ -121,7 +121,8 @@ class IcePolicy(Policy):
     def plan(self, ctx: PlanContext) -> PathPlan:
         f, rt, cfg = ctx.fabric, ctx.routing, ctx.hash_configs
         d = workload_demand(f, ctx.workload)
-        a = plan_paths(f, rt, d, method=self.method, improve=self.improve, seed=ctx.seed)
+        a = plan_paths(f, rt, d, method=self.method,
+                       options=PlanOptions(improve=self.improve, seed=ctx.seed))
         paths = list(a.paths)
         forbid: dict[int, set[int]] = {}
         cands = None
@@ -139,8 +140,9 @@ class IcePolicy(Policy):
                 forbid.setdefault(q, set()).add(cands.index_of(q, paths[q]))
             pinned = np.ones(d.n_qps, bool)
             pinned[bad] = False
-            a = plan_paths(f, rt, d, method="greedy", pinned=pinned, initial=paths,
-                           forbid=forbid, seed=ctx.seed)
+            a = plan_paths(f, rt, d, method="greedy",
+                           constraints=Constraints(pinned, paths, forbid),
+                           options=PlanOptions(seed=ctx.seed))
             paths = list(a.paths)
             rounds += 1
         sport = np.where(r.sport >= 0, r.sport, ctx.workload.sports())
@@ -191,8 +193,8 @@ class IcePolicy(Policy):
         meta = {"method": "extend", "kept": len(old), "sport_mode": self.sport_mode,
                 "n_qps": d.n_qps, "planned_paths": planned}
         if len(new):
-            a = plan_paths(f, rt, d, method="greedy", pinned=kept >= 0, initial=planned,
-                           improve=self.improve, seed=ctx.seed)
+            a = plan_paths(f, rt, d, method="greedy", constraints=Constraints(kept >= 0, planned),
+                           options=PlanOptions(improve=self.improve, seed=ctx.seed))
             planned = meta["planned_paths"] = list(a.paths)
             ip = f.node_ip  # the new ports avoid the kept ones of the same NIC pairs
             qps = QpPaths(d.src_nic[new], d.dst_nic[new], [planned[q] for q in new.tolist()])

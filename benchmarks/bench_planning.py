@@ -28,7 +28,7 @@ from icefabric.control.failover import PlanBefore, replan_after_failure
 from icefabric.control.planning import load_state, paths_to_csr, plan_paths
 from icefabric.control.realize import QpPaths, realize_paths
 from icefabric.policies.base import PlanContext
-from icefabric.topology.builders import BuildOptions, ServerGroup, fat_tree_for
+from icefabric.topology.builders import BuildOptions, FatTreeSizing, ServerGroup, fat_tree_for
 from icefabric.topology.catalog import server_profile
 from icefabric.topology.model import ACCEL
 from icefabric.topology.routing import Routing
@@ -63,8 +63,9 @@ def main() -> None:
     servers = args.gpus // 8
     t0 = _now()
     fab = fat_tree_for([ServerGroup(server_profile("hgx-h100"), servers, "h100")],
-                       radix=args.radix, oversub=args.oversub, rail_optimized=args.rail,
-                       options=BuildOptions(placement="scattered"))
+                       FatTreeSizing(radix=args.radix, oversub=args.oversub,
+                                     rail_optimized=args.rail),
+                       BuildOptions(placement="scattered"))
     wb = WorkloadBuilder()
     comm = Communicator("ring", fab, fab.nodes_of_kind(ACCEL), channels=args.channels)
     add_collective(wb, comm, "all_reduce", 1 << 30)

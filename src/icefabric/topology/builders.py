@@ -478,10 +478,30 @@ def _split_ports(radix: int, oversub: float) -> tuple[int, int]:
     return radix - up, up
 
 
-def size_fat_tree(n_servers: int, nics_per_server: int, *, radix: int, oversub: float = 1.0,
-                  core_oversub: float = 1.0, rail_optimized: bool = False, planes: int = 1,
-                  bundle_cores: bool = False) -> FatTreeSize:
-    """The smallest 3-tier fat-tree of ``radix``-port switches that holds ``n_servers``.
+@dataclass(frozen=True)
+class FatTreeSizing:
+    """What :func:`size_fat_tree` sizes a fat-tree for.
+
+    Attributes
+    ----------
+    radix : int — ports per switch (every tier).
+    oversub, core_oversub : float — down : up ports at the leaf and the aggregation.
+    rail_optimized : bool
+    planes : int — independent network planes.
+    bundle_cores : bool — fewer cores, each with parallel cables from every pod.
+    """
+
+    radix: int = 128
+    oversub: float = 1.0
+    core_oversub: float = 1.0
+    rail_optimized: bool = False
+    planes: int = 1
+    bundle_cores: bool = False
+
+
+def size_fat_tree(n_servers: int, nics_per_server: int, sizing: FatTreeSizing) -> FatTreeSize:
+    """The smallest 3-tier fat-tree of ``sizing.radix``-port switches that holds
+    ``n_servers``.
 
     Per plane, a leaf splits its ports ``oversub : 1`` into server ports and one uplink to
     each aggregation switch of its pod; an aggregation switch splits its ports
@@ -499,6 +519,8 @@ def size_fat_tree(n_servers: int, nics_per_server: int, *, radix: int, oversub: 
     TopologyError — when ``radix`` cannot hold the servers (more pods than a core has ports,
         or a leaf with fewer server ports than a server has NICs).
     """
+    radix, oversub, core_oversub = sizing.radix, sizing.oversub, sizing.core_oversub
+    rail_optimized, planes = sizing.rail_optimized, sizing.planes
     if min(n_servers, nics_per_server, radix, planes) < 1 or nics_per_server % planes:
         raise TopologyError(f"size_fat_tree needs positive counts and NICs per server "
                             f"({nics_per_server}) that are a multiple of planes ({planes})")
@@ -523,27 +545,24 @@ def size_fat_tree(n_servers: int, nics_per_server: int, *, radix: int, oversub: 
     per_pod = -(-leaves // pods // rails) * rails
     core_up = min(radix - per_pod, max(1, round(per_pod / core_oversub)))
     links = max(d for d in range(1, core_up + 1) if core_up % d == 0 and pods * d <= radix
-                and (bundle_cores or d == 1))
+                and (sizing.bundle_cores or d == 1))
     return FatTreeSize(pods, per_pod, up, up * (core_up // links), links, per_leaf, oversub,
                        core_oversub, rail_optimized, planes)
 
 
-def fat_tree_for(groups: list[ServerGroup], *, radix: int = 128, oversub: float = 1.0,
-                 core_oversub: float = 1.0, rail_optimized: bool = False, planes: int = 1,
-                 bundle_cores: bool = False, options: BuildOptions | None = None) -> Fabric:
-    """:func:`fat_tree` of ``radix``-port switches (:data:`RADIX_SWITCH`) sized by
+def fat_tree_for(groups: list[ServerGroup], sizing: FatTreeSizing | None = None,
+                 options: BuildOptions | None = None) -> Fabric:
+    """:func:`fat_tree` of ``sizing.radix``-port switches (:data:`RADIX_SWITCH`) sized by
     :func:`size_fat_tree` for ``groups`` (all servers with one NIC count), built with
     ``options`` (placement, hash seeds, delays, name)."""
-    if radix not in RADIX_SWITCH:
-        raise TopologyError(f"radix must be one of {sorted(RADIX_SWITCH)}, not {radix}")
+    sizing = sizing or FatTreeSizing()
+    if sizing.radix not in RADIX_SWITCH:
+        raise TopologyError(f"radix must be one of {sorted(RADIX_SWITCH)}, not {sizing.radix}")
     nics = {g.profile.n_nics for g in groups}
     if len(nics) != 1:
         raise TopologyError("fat_tree_for needs servers with one NIC count")
-    size = size_fat_tree(sum(g.count for g in groups), nics.pop(), radix=radix,
-                         oversub=oversub, core_oversub=core_oversub,
-                         rail_optimized=rail_optimized, planes=planes,
-                         bundle_cores=bundle_cores)
-    sw = RADIX_SWITCH[radix]
+    size = size_fat_tree(sum(g.count for g in groups), nics.pop(), sizing)
+    sw = RADIX_SWITCH[sizing.radix]
     return fat_tree(groups, FatTreeSpec(**size.kwargs(), leaf=sw, agg=sw, core=sw), options)
 
 

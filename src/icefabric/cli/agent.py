@@ -77,7 +77,7 @@ def run(
     require("agent", "httpx")
     from icefabric.agent.actuators import get_actuator
     from icefabric.agent.client import ControllerClient
-    from icefabric.agent.runner import Agent
+    from icefabric.agent.runner import Agent, AgentOptions
 
     token = _enrol_token(enrol_token_file)
     reps = _reports(reports, job, size, collective)
@@ -90,7 +90,8 @@ def run(
         raise typer.BadParameter(str(e)) from None
     collector = (lambda: act.with_qps(reps)) if actuator == "verbs" else (lambda: reps)
     agent = Agent(host, ControllerClient(controller), act, enrol_token=token,
-                  collector=collector, poll_wait_s=poll_wait_s, state_file=state_file)
+                  collector=collector,
+                  options=AgentOptions(poll_wait_s=poll_wait_s, state_file=state_file))
     if actuator == "verbs":
         _start_verbs(act, shim_socket)
     try:

@@ -27,7 +27,7 @@ import numpy as np
 
 from icefabric.agent.actuators.twin import TwinNicActuator
 from icefabric.agent.client import ControllerClient
-from icefabric.agent.runner import Agent, Backoff, running
+from icefabric.agent.runner import Agent, AgentOptions, Backoff, running
 from icefabric.control.hashing import ecmp_paths, fabric_hash_configs
 from icefabric.pipeline.plans import scenario_workload
 from icefabric.scenario.build import build_fabric
@@ -140,9 +140,10 @@ def run_flaps(scenario: str | LoadedScenario, controller_url: str, admin_token: 
         upload_fabric(admin, fabric, ls.scenario.seed)
         register_jobs(admin, reports)
         agents = {s.name: Agent(s.name, ControllerClient(controller_url), _Recording(),
-                                enrol_token=admin_token, poll_wait_s=poll_wait_s,
+                                enrol_token=admin_token,
                                 collector=lambda h=s.name: reports.get(h, []),
-                                backoff=Backoff(0.02, 0.5, seed=i))
+                                options=AgentOptions(poll_wait_s=poll_wait_s,
+                                                     backoff=Backoff(0.02, 0.5, seed=i)))
                   for i, s in enumerate(fabric.servers)}
         with running(agents.values(), join_timeout_s=poll_wait_s + 15):
             n_jobs = len(ls.scenario.jobs)

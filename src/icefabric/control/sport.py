@@ -1039,7 +1039,7 @@ def solve_sports_by_probing(
     dip = np.asarray(wanted.dst_ip, dtype=np.int64).ravel()
     wants = [tuple(int(x) for x in w) for w in wanted.paths]
     if not (sip.shape[0] == dip.shape[0] == len(wants)):
-        raise ValueError("src_ip, dst_ip and want_paths must have the same length")
+        raise ValueError("WantedPaths: src_ip, dst_ip and paths must have the same length")
     out = np.full(sip.shape[0], -1, dtype=np.int64)
     used_by_pair: dict[tuple[int, int], set[int]] = {}
     if exclude is not None:

@@ -24,67 +24,69 @@ def resolve_dir(folder: Path | None) -> tuple[Path, bool]:
 
 
 def register(app: typer.Typer) -> None:
-    @app.command("validate")
-    def validate(
-        folder: Annotated[Path | None, typer.Argument(
-            metavar="[DIR]", help="Folder of validation scenarios (*.json). Default: the "
-            "repository's data/validation (the public reference set).")] = None,
-        json_out: Annotated[bool, typer.Option("--json", help="One JSON row per scenario x "
-                                               "reference x group on stdout.")] = False,
-        engine: Annotated[list[str] | None, typer.Option(
-            "--engine", "-e", help="Engine(s) to run (repeatable): fluid, flow. Default: both "
-            "when available.")] = None,
-        out: Annotated[Path | None, typer.Option(
-            "--out", help="Write the markdown table here (default: VALIDATION.md at the "
-            "repository root when run on the default set).")] = None,
-        exclude: Annotated[list[str] | None, typer.Option(
-            "--exclude", help="Scenario name to skip (repeatable).")] = None,
-        seeds: Annotated[int, typer.Option(
-            "--seeds", min=1, help="DCQCN runs per scenario (stochastic CNPs); the "
-            "median is compared.")] = 3,
-        before: Annotated[Path | None, typer.Option(
-            "--before", help="An earlier run's --json output: the markdown table also "
-            "shows each row's error then and how far it moved.")] = None,
-    ) -> None:
-        """Compare our engines with the ns-3 / htsim reference runs of each scenario."""
-        from rich.console import Console
+    app.command("validate")(validate)
 
-        from icefabric.engine.validation import (
-            load_before,
-            row_dict,
-            rows_to_markdown,
-            validate_dir,
-        )
 
-        err = Console(stderr=True)
-        path, is_default = resolve_dir(folder)
-        if not path.is_dir():
-            where = (" (an installed package has no copy: clone the repository and run from "
-                     "there, or pass the folder of the reference set's *.json files)"
-                     if is_default else "")
-            err.print(f"[bold red]error:[/] validation folder not found: {path}{where}",
-                      soft_wrap=True)
-            raise typer.Exit(2)
-        engines = [e.strip() for item in (engine or []) for e in item.split(",") if e.strip()]
-        try:
-            earlier = load_before(before) if before is not None else None
-            rows, errors = validate_dir(path, engines or None, tuple(exclude or ()), seeds)
-        except FileNotFoundError as e:
-            err.print(f"[bold red]error:[/] {e}")
-            raise typer.Exit(2) from None
-        except ValueError as e:  # one line, however long the file's path
-            err.print(f"[bold red]error:[/] {e}", soft_wrap=True)
-            raise typer.Exit(2) from None
-        for e in errors:
-            err.print(f"[yellow]skipped:[/] {e}")
-        target = out if out is not None else (_repo_root() / "VALIDATION.md" if is_default
-                                              else None)
-        if target is not None:
-            target.write_text(rows_to_markdown(rows, errors, earlier))
-        if json_out:
-            typer.echo(json.dumps([row_dict(r) for r in rows], indent=1))
-            return
-        _print_rows(rows, path, target)
+def validate(
+    folder: Annotated[Path | None, typer.Argument(
+        metavar="[DIR]", help="Folder of validation scenarios (*.json). Default: the "
+        "repository's data/validation (the public reference set).")] = None,
+    json_out: Annotated[bool, typer.Option("--json", help="One JSON row per scenario x "
+                                           "reference x group on stdout.")] = False,
+    engine: Annotated[list[str] | None, typer.Option(
+        "--engine", "-e", help="Engine(s) to run (repeatable): fluid, flow. Default: both "
+        "when available.")] = None,
+    out: Annotated[Path | None, typer.Option(
+        "--out", help="Write the markdown table here (default: VALIDATION.md at the "
+        "repository root when run on the default set).")] = None,
+    exclude: Annotated[list[str] | None, typer.Option(
+        "--exclude", help="Scenario name to skip (repeatable).")] = None,
+    seeds: Annotated[int, typer.Option(
+        "--seeds", min=1, help="DCQCN runs per scenario (stochastic CNPs); the "
+        "median is compared.")] = 3,
+    before: Annotated[Path | None, typer.Option(
+        "--before", help="An earlier run's --json output: the markdown table also "
+        "shows each row's error then and how far it moved.")] = None,
+) -> None:
+    """Compare our engines with the ns-3 / htsim reference runs of each scenario."""
+    from rich.console import Console
+
+    from icefabric.engine.validation import (
+        load_before,
+        row_dict,
+        rows_to_markdown,
+        validate_dir,
+    )
+
+    err = Console(stderr=True)
+    path, is_default = resolve_dir(folder)
+    if not path.is_dir():
+        where = (" (an installed package has no copy: clone the repository and run from "
+                 "there, or pass the folder of the reference set's *.json files)"
+                 if is_default else "")
+        err.print(f"[bold red]error:[/] validation folder not found: {path}{where}",
+                  soft_wrap=True)
+        raise typer.Exit(2)
+    engines = [e.strip() for item in (engine or []) for e in item.split(",") if e.strip()]
+    try:
+        earlier = load_before(before) if before is not None else None
+        rows, errors = validate_dir(path, engines or None, tuple(exclude or ()), seeds)
+    except FileNotFoundError as e:
+        err.print(f"[bold red]error:[/] {e}")
+        raise typer.Exit(2) from None
+    except ValueError as e:  # one line, however long the file's path
+        err.print(f"[bold red]error:[/] {e}", soft_wrap=True)
+        raise typer.Exit(2) from None
+    for e in errors:
+        err.print(f"[yellow]skipped:[/] {e}")
+    target = out if out is not None else (_repo_root() / "VALIDATION.md" if is_default
+                                          else None)
+    if target is not None:
+        target.write_text(rows_to_markdown(rows, errors, earlier))
+    if json_out:
+        typer.echo(json.dumps([row_dict(r) for r in rows], indent=1))
+        return
+    _print_rows(rows, path, target)
 
 
 def _print_rows(rows, path: Path, target: Path | None) -> None:

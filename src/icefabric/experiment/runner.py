@@ -166,7 +166,8 @@ class _Run:
     largest: dict[str, SimResult] = field(default_factory=dict)  # policy -> largest size's run
     first: dict[str, dict[int, list[CollectiveResult]]] = field(default_factory=dict)
 
-    def report(self, label: str) -> None:
+    def announce(self, label: str) -> None:
+        """Tell the progress callback, if any, which run starts."""
         if self.how.progress:
             self.how.progress(self.done, self.total, label)
 
@@ -225,7 +226,7 @@ def _run_sizes(run: _Run) -> None:
     fluid = (run.engine or run.ls.scenario.engine) == "fluid"
     for size in run.sizes:
         for p in run.policies:
-            run.report(f"{p} @ {format_size(size)}")
+            run.announce(f"{p} @ {format_size(size)}")
             tr = run.how.trace and size == run.sizes[-1] and fluid
             res = run_policy(run.ls, run.fabric, p, size, engine=run.engine, trace=tr)
             cut = res.meta.get("cut_ns", {})
@@ -243,7 +244,7 @@ def _run_draws(run: _Run) -> None:
     inputs = DrawInputs(run.ls, run.fabric, draw_seeds(run.ls.scenario.seed, run.draws),
                         run.engine)
     for d in draw_all(inputs, run.drawn, run.sizes, first=run.first, spread=run.how.spread):
-        run.report(f"{d.policy} @ {format_size(d.size_bytes)}, {run.draws} draws")
+        run.announce(f"{d.policy} @ {format_size(d.size_bytes)}, {run.draws} draws")
         apply_draws(run.rows, d)
         run.done += 1
 

@@ -45,7 +45,7 @@ from icefabric.schemas_service import (
     QpEntry,
     RankEntry,
 )
-from icefabric.topology.builders import ServerGroup, fat_tree_for
+from icefabric.topology.builders import BuildOptions, FatTreeSizing, ServerGroup, fat_tree_for
 from icefabric.topology.catalog import server_profile
 from icefabric.topology.model import Fabric
 from icefabric.topology.serialize import fabric_to_dict
@@ -78,8 +78,8 @@ def bench_fabric(n: int) -> Fabric:
     128-port switches sized for them (:func:`~icefabric.topology.builders.fat_tree_for`)."""
     if n <= LEAF_SPINE_MAX:
         return build_fabric(loads(scenario_text(n)))
-    return fat_tree_for([ServerGroup(server_profile("hgx-h100"), n, "h")], radix=128,
-                        name=f"bench-{n}")
+    return fat_tree_for([ServerGroup(server_profile("hgx-h100"), n, "h")],
+                        FatTreeSizing(radix=128), BuildOptions(name=f"bench-{n}"))
 
 
 def fabric_cables(fabric: Fabric, leaves: int = 8) -> list[tuple[str, str]]:

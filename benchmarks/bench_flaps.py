@@ -19,7 +19,7 @@ import tempfile
 from tests.twin.test_flaps import SCHEDULE
 
 from icefabric.controller.settings import Settings
-from icefabric.twin.flaps import run_flaps
+from icefabric.twin.flaps import FlapOptions, run_flaps
 from icefabric.twin.serve import ThreadedController
 
 ADMIN = "bench-flaps-admin"
@@ -36,7 +36,7 @@ def main(argv=None):
         s = Settings(database_url=f"sqlite:///{tmp}/ice.db", admin_token=ADMIN, policy="ice",
                      plan_debounce_s=d)
         with ThreadedController(s) as url:
-            res = run_flaps(args.scenario, url, ADMIN, SCHEDULE, debounce_s=d)
+            res = run_flaps(args.scenario, url, ADMIN, SCHEDULE, FlapOptions(debounce_s=d))
         row = {k: v for k, v in res.to_dict().items() if k != "no_path"}
         rows.append(row)
         print(json.dumps(row), flush=True)

@@ -34,7 +34,7 @@ from icefabric.ccl.workload import WorkloadBuilder
 from icefabric.engine.registry import run_engine
 from icefabric.pipeline.problem import to_problem
 from icefabric.policies.base import PlanContext, get_policy
-from icefabric.topology.builders import ServerGroup, fat_tree_for
+from icefabric.topology.builders import FatTreeSizing, ServerGroup, fat_tree_for
 from icefabric.topology.catalog import server_profile
 from icefabric.topology.model import ACCEL
 
@@ -62,7 +62,8 @@ def main() -> None:
 
     t0 = _now()
     fab = fat_tree_for([ServerGroup(server_profile("hgx-h100"), servers, "h100")],
-                       radix=args.radix, oversub=args.oversub, rail_optimized=args.rail)
+                       FatTreeSizing(radix=args.radix, oversub=args.oversub,
+                                     rail_optimized=args.rail))
     stage("build fabric", t0)
     t0 = _now()
     wb = WorkloadBuilder()

@@ -28,7 +28,13 @@ from icefabric.ccl.communicator import Communicator
 from icefabric.ccl.workload import WorkloadBuilder
 from icefabric.pipeline import EngineOptions, plan, simulate
 from icefabric.policies.base import get_policy
-from icefabric.topology.builders import ServerGroup, fat_tree_for, leaf_spine
+from icefabric.topology.builders import (
+    BuildOptions,
+    FatTreeSizing,
+    ServerGroup,
+    fat_tree_for,
+    leaf_spine,
+)
 from icefabric.topology.catalog import server_profile
 from icefabric.topology.model import ACCEL
 from icefabric.units import parse_size
@@ -38,7 +44,7 @@ def one(gpus: int, policy: str, size: int) -> dict:
     servers = gpus // 8
     group = [ServerGroup(server_profile("hgx-h100"), servers, "h100")]
     if servers // 4 > 128:  # more leaves than a spine has ports: a 3-tier fat-tree
-        fab = fat_tree_for(group, radix=128, placement="scattered")
+        fab = fat_tree_for(group, FatTreeSizing(radix=128), BuildOptions(placement="scattered"))
     else:
         # 1:1: 32 uplinks per leaf; 4 cables per spine while the spines' 128 ports allow it
         per_spine = max(1, min(4, 128 // max(servers // 4, 1)))

@@ -26,9 +26,9 @@ from icefabric.ccl.workload import WorkloadBuilder
 from icefabric.control.demand import workload_demand
 from icefabric.control.failover import PlanBefore, replan_after_failure
 from icefabric.control.planning import load_state, paths_to_csr, plan_paths
-from icefabric.control.realize import realize_paths
+from icefabric.control.realize import QpPaths, realize_paths
 from icefabric.policies.base import PlanContext
-from icefabric.topology.builders import ServerGroup, fat_tree_for
+from icefabric.topology.builders import BuildOptions, FatTreeSizing, ServerGroup, fat_tree_for
 from icefabric.topology.catalog import server_profile
 from icefabric.topology.model import ACCEL
 from icefabric.topology.routing import Routing
@@ -63,8 +63,9 @@ def main() -> None:
     servers = args.gpus // 8
     t0 = _now()
     fab = fat_tree_for([ServerGroup(server_profile("hgx-h100"), servers, "h100")],
-                       radix=args.radix, oversub=args.oversub, rail_optimized=args.rail,
-                       placement="scattered")
+                       FatTreeSizing(radix=args.radix, oversub=args.oversub,
+                                     rail_optimized=args.rail),
+                       BuildOptions(placement="scattered"))
     wb = WorkloadBuilder()
     comm = Communicator("ring", fab, fab.nodes_of_kind(ACCEL), channels=args.channels)
     add_collective(wb, comm, "all_reduce", 1 << 30)
@@ -88,7 +89,8 @@ def main() -> None:
         load = load_state(fab, d, csr)
         t["plan state (CSR, loads)"] = _since(t0)
         t0 = _now()
-        r = realize_paths(fab, ctx.routing, ctx.hash_configs, d.src_nic, d.dst_nic, a.paths)
+        r = realize_paths(fab, ctx.routing, ctx.hash_configs,
+                          QpPaths(d.src_nic, d.dst_nic, a.paths))
         t["ports + re-hash verify"] = _since(t0)
         total = sum(t.values())
         print(f" {run}:")

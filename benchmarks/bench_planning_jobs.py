@@ -24,7 +24,7 @@ import numpy as np
 
 from icefabric.control.demand import demand_from_pairs
 from icefabric.control.planning import load_state, paths_to_csr, plan_paths
-from icefabric.topology.builders import ServerGroup, fat_tree_for
+from icefabric.topology.builders import BuildOptions, FatTreeSizing, ServerGroup, fat_tree_for
 from icefabric.topology.catalog import server_profile
 from icefabric.topology.routing import Routing
 
@@ -37,7 +37,7 @@ def main() -> None:
     if not 1 <= args.jobs <= args.servers // 2:
         raise SystemExit(f"--jobs must be in [1, {args.servers // 2}] (two servers a job)")
     fab = fat_tree_for([ServerGroup(server_profile("hgx-h100"), args.servers, "h100")],
-                       radix=128, placement="scattered")
+                       FatTreeSizing(radix=128), BuildOptions(placement="scattered"))
     rt = Routing(fab)
     a_nics = [fab.servers[2 * j].nics for j in range(args.jobs)]
     b_nics = [fab.servers[2 * j + 1].nics for j in range(args.jobs)]

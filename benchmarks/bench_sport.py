@@ -14,7 +14,7 @@ import time
 
 import numpy as np
 
-from icefabric.control.sport import solve_sports, verify_sports
+from icefabric.control.sport import QpChains, solve_sports, verify_sports
 from icefabric.dataplane.ecmp import HashConfig
 
 
@@ -50,14 +50,16 @@ def build(n_qps: int, n_tor: int = 64, n_agg: int = 64, hosts_per_tor: int = 32,
 def main() -> None:
     for n_qps, third in ((120_000, None), (120_000, 8), (120_000, 6)):
         configs, sip, dip, ci, nm, want = build(n_qps, third=third)
-        solve_sports(configs, sip[:100], dip[:100], ci[:100], nm[:100], want[:100])  # warm caches
+        chains = QpChains(sip, dip, ci, nm, want)
+        warm = QpChains(sip[:100], dip[:100], ci[:100], nm[:100], want[:100])
+        solve_sports(configs, warm)  # warm caches
         times = []
         for _ in range(3):
             t0 = time.perf_counter()
-            sp = solve_sports(configs, sip, dip, ci, nm, want, seed=1)
+            sp = solve_sports(configs, chains, seed=1)
             times.append(time.perf_counter() - t0)
         t0 = time.perf_counter()
-        ok = verify_sports(configs, sip, dip, sp, ci, nm, want)
+        ok = verify_sports(configs, chains, sp)
         t_verify = time.perf_counter() - t0
         solved = sp >= 0
         chain = "8x16" + (f"x{third}" if third else "")

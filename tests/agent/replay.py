@@ -31,7 +31,7 @@ import httpx
 
 from icefabric.agent.actuators import get_actuator
 from icefabric.agent.client import ControllerClient
-from icefabric.agent.runner import Agent
+from icefabric.agent.runner import Agent, AgentOptions
 from icefabric.controller.settings import Settings
 from icefabric.dataplane.roce import flow_label_to_udp_sport, rdma_get_udp_sport
 from icefabric.pipeline.recipe import RunSpec
@@ -197,7 +197,8 @@ class _Hosts:
             return self.verbs[h].with_qps(reports[h])
 
         self.agents = {h: Agent(h, ControllerClient(url), self.verbs[h], enrol_token=ADMIN,
-                                poll_wait_s=0.2, collector=lambda h=h: collector(h))
+                                collector=lambda h=h: collector(h),
+                                options=AgentOptions(poll_wait_s=0.2))
                        for h in reports}
         self.stop = threading.Event()
         self.threads = [threading.Thread(target=a.run, args=(self.stop,), daemon=True)

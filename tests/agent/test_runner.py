@@ -8,7 +8,7 @@ import pytest
 
 from icefabric.agent.actuators import get_actuator
 from icefabric.agent.client import ControllerClient, ControllerUnavailable
-from icefabric.agent.runner import Agent, Backoff
+from icefabric.agent.runner import Agent, AgentOptions, Backoff
 from icefabric.controller.settings import Settings
 from icefabric.pipeline.plans import scenario_workload
 from icefabric.scenario.build import build_fabric
@@ -47,8 +47,8 @@ def test_agents_get_plans_and_keep_them_when_controller_is_gone(controller, tmp_
     controller.core.set_fabric(FabricUpload(topology=fabric_to_dict(fabric)))
     _create_jobs(controller, reports)
     agents = {h: Agent(h, ControllerClient(controller.url), get_actuator("twin"),
-                       enrol_token=ADMIN, collector=lambda h=h: reports[h], poll_wait_s=0.5,
-                       state_file=tmp_path / f"{h}.json")
+                       enrol_token=ADMIN, collector=lambda h=h: reports[h],
+                       options=AgentOptions(poll_wait_s=0.5, state_file=tmp_path / f"{h}.json"))
               for h in reports}
     stop = threading.Event()
     threads = [threading.Thread(target=a.run, args=(stop,)) for a in agents.values()]
@@ -89,7 +89,7 @@ def test_agents_get_plans_and_keep_them_when_controller_is_gone(controller, tmp_
     assert a0.errors > errors and a0.version == v and a0.actuator.applied == applied
     # A restarted agent process reloads its token and plan from its state file.
     again = Agent("h100-0", ControllerClient(controller.url), get_actuator("twin"),
-                  enrol_token=ADMIN, state_file=tmp_path / "h100-0.json")
+                  enrol_token=ADMIN, options=AgentOptions(state_file=tmp_path / "h100-0.json"))
     assert again.version == v and again.client.token == a0.client.token
     assert again.actuator.applied == applied
 
@@ -106,8 +106,8 @@ def test_agent_re_enrols_when_the_controller_forgot_its_token(controller):
     fabric = build_fabric(ls)
     controller.core.set_fabric(FabricUpload(topology=fabric_to_dict(fabric)))
     a = Agent("h100-0", ControllerClient(controller.url, token="stale-token"),
-              get_actuator("twin"), enrol_token=ADMIN, poll_wait_s=0.1,
-              backoff=Backoff(0.01, 0.05))
+              get_actuator("twin"), enrol_token=ADMIN,
+              options=AgentOptions(poll_wait_s=0.1, backoff=Backoff(0.01, 0.05)))
     stop = threading.Event()
     t = threading.Thread(target=a.run, args=(stop,))
     t.start()
@@ -180,7 +180,7 @@ def test_agent_takes_the_plan_of_a_controller_that_lost_its_database(controller,
     reports = _loaded(controller)
     a = Agent("h100-0", ControllerClient(controller.url, token="token-of-a-lost-database"),
               get_actuator("twin"), enrol_token=ADMIN, collector=lambda: reports["h100-0"],
-              poll_wait_s=0.2, backoff=Backoff(0.01, 0.05))
+              options=AgentOptions(poll_wait_s=0.2, backoff=Backoff(0.01, 0.05)))
     a.plan = HostPlan(host="h100-0", version=41, fabric_version=1, policy="ecmp",
                       created_at=0.0, qps=[])  # from the old database
     for h, reps in reports.items():
@@ -205,7 +205,7 @@ def test_a_refused_report_does_not_hold_up_the_other_jobs(controller):
         controller.core.jobs.put_report(controller.core.fabric, "h100-2", rep)
     a = Agent("h100-1", ControllerClient(controller.url), get_actuator("twin"),
               enrol_token=ADMIN, collector=lambda: [ghost, *reports["h100-1"]],
-              poll_wait_s=0.2, backoff=Backoff(0.01, 0.05))
+              options=AgentOptions(poll_wait_s=0.2, backoff=Backoff(0.01, 0.05)))
     _run_until(a, lambda: a.plan is not None and a.plan.qps, timeout_s=60.0)
     assert {q.job for q in a.plan.qps} == {"gpt"}
     assert "not registered" in a.report_errors["ghost"] and "ghost" not in a.reported

@@ -15,7 +15,7 @@ import pytest
 
 from icefabric.agent.actuators import get_actuator
 from icefabric.agent.client import ControllerClient
-from icefabric.agent.runner import Agent
+from icefabric.agent.runner import Agent, AgentOptions
 from icefabric.controller.settings import Settings
 from icefabric.dataplane.roce import flow_label_to_udp_sport
 from icefabric.pipeline.plans import scenario_workload
@@ -60,10 +60,11 @@ def _run(native, tmp_path, sock, fabric, reports, url):
         upload_fabric(admin, fabric, 7)
         register_jobs(admin, reports)
     verbs = get_actuator("verbs", socket_path=sock, push_timeout_s=5.0).start()
-    a = Agent("h100-0", ControllerClient(url), verbs, enrol_token=ADMIN, poll_wait_s=0.2,
-              collector=lambda: verbs.with_qps(reports["h100-0"]))
+    a = Agent("h100-0", ControllerClient(url), verbs, enrol_token=ADMIN,
+              collector=lambda: verbs.with_qps(reports["h100-0"]),
+              options=AgentOptions(poll_wait_s=0.2))
     b = Agent("h100-1", ControllerClient(url), get_actuator("twin"), enrol_token=ADMIN,
-              poll_wait_s=0.2, collector=lambda: reports["h100-1"])
+              collector=lambda: reports["h100-1"], options=AgentOptions(poll_wait_s=0.2))
     stop = threading.Event()
     threads = [threading.Thread(target=x.run, args=(stop,)) for x in (a, b)]
     for t in threads:

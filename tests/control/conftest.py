@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from icefabric.topology.builders import ServerGroup, fat_tree, leaf_spine
+from icefabric.topology.builders import FatTreeSpec, ServerGroup, fat_tree, leaf_spine
 from icefabric.topology.catalog import server_profile
 from icefabric.topology.routing import Routing
 
@@ -23,8 +23,9 @@ def hetero_fabric():
 
 @pytest.fixture(scope="session")
 def ft_fabric():
-    return fat_tree([ServerGroup(server_profile("hgx-h100"), 8, "h")], pods=2,
-                    leaves_per_pod=2, aggs_per_pod=4, n_cores=8, servers_per_leaf=2)
+    return fat_tree([ServerGroup(server_profile("hgx-h100"), 8, "h")],
+                    FatTreeSpec(pods=2, leaves_per_pod=2, aggs_per_pod=4, n_cores=8,
+                                servers_per_leaf=2))
 
 
 def nics_of(fabric, servers):

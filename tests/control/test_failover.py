@@ -12,7 +12,7 @@ from icefabric.control.failover import (
 )
 from icefabric.control.hashing import fabric_hash_configs
 from icefabric.control.planning import load_state, paths_to_csr, plan_paths
-from icefabric.control.realize import realize_paths
+from icefabric.control.realize import QpPaths, realize_paths
 from icefabric.csr import CsrRows
 from icefabric.topology.model import LINK_FABRIC, NIC
 
@@ -26,7 +26,7 @@ def test_failover_moves_only_affected_paths(small_fabric, routing_of):
     src, dst = nics_of(f, [0, 1]), nics_of(f, [2, 3])
     d = demand_from_pairs(f, np.r_[src, dst], np.r_[dst, src], rate_bps=200e9)
     a = plan_paths(f, rt, d)
-    r = realize_paths(f, rt, cfg, d.src_nic, d.dst_nic, a.paths)
+    r = realize_paths(f, rt, cfg, QpPaths(d.src_nic, d.dst_nic, a.paths))
     assert r.ok.all()
     # Fail one leaf0 uplink (both directions of that cable).
     up = int(a.paths[0][0])
@@ -56,7 +56,7 @@ def _one_uplink_down(f, routing_of):
     src, dst = nics_of(f, [0, 1]), nics_of(f, [2, 3])
     d = demand_from_pairs(f, np.r_[src, dst], np.r_[dst, src], rate_bps=100e9)
     a = plan_paths(f, rt, d)
-    r = realize_paths(f, rt, cfg, d.src_nic, d.dst_nic, a.paths)
+    r = realize_paths(f, rt, cfg, QpPaths(d.src_nic, d.dst_nic, a.paths))
     up = int(a.paths[3][0])
     down = [up, f.link_id(int(f.link_dst[up]), int(f.link_src[up]))]
     return rt, cfg, d, a, r, routing_of(f, tuple(sorted(down)))
@@ -118,7 +118,7 @@ def test_fast_path_matches_full_rehash_on_a_fat_tree(ft_fabric, routing_of):
     nics = f.nodes_of_kind(NIC)
     d = demand_from_pairs(f, nics, np.roll(nics, len(nics) // 2), rate_bps=100e9)
     a = plan_paths(f, rt, d)
-    r = realize_paths(f, rt, cfg, d.src_nic, d.dst_nic, a.paths)
+    r = realize_paths(f, rt, cfg, QpPaths(d.src_nic, d.dst_nic, a.paths))
     link = int(next(p for p in a.paths if len(p) > 1)[1])  # an aggregation uplink
     rt2 = routing_of(f, tuple(sorted([link, f.link_id(int(f.link_dst[link]),
                                                        int(f.link_src[link]))])))
@@ -146,7 +146,7 @@ def _ft_plan(f, routing_of):
         nics = f.nodes_of_kind(NIC)
         d = demand_from_pairs(f, nics, np.roll(nics, len(nics) // 2 + 3), rate_bps=100e9)
         a = plan_paths(f, rt, d)
-        r = realize_paths(f, rt, cfg, d.src_nic, d.dst_nic, a.paths)
+        r = realize_paths(f, rt, cfg, QpPaths(d.src_nic, d.dst_nic, a.paths))
         _FT_CASE[id(f)] = rt, cfg, d, a, r
     return _FT_CASE[id(f)]
 

@@ -10,6 +10,8 @@ from icefabric.control.demand import demand_from_pairs
 from icefabric.control.planning import (
     PLANNERS,
     Candidates,
+    Constraints,
+    PlanOptions,
     leaf_cut_bound,
     link_utilization,
     plan_incremental,
@@ -205,8 +207,8 @@ def test_pinned_incompatible_with_coloring(small_fabric, routing_of):
     f = small_fabric
     d = demand_from_pairs(f, nics_of(f, [0]), nics_of(f, [2]))
     with pytest.raises(ValueError):
-        plan_paths(f, routing_of(f), d, method="edge_coloring", pinned=np.ones(8, bool),
-                   initial=[np.zeros(0, np.int64)] * 8)
+        plan_paths(f, routing_of(f), d, method="edge_coloring",
+                   constraints=Constraints(np.ones(8, bool), [np.zeros(0, np.int64)] * 8))
 
 
 def test_split_needed_when_uplinks_slower_than_nic():
@@ -231,10 +233,11 @@ def test_split_needed_when_uplinks_slower_than_nic():
 
 def _plan_and_replan(f, rt, d, sub, seed):
     """A greedy plan, a re-plan of ``sub`` against its kept load, and every QP's scores."""
-    a = plan_paths(f, rt, d, method="greedy", seed=seed)
+    a = plan_paths(f, rt, d, method="greedy", options=PlanOptions(seed=seed))
     csr = planning.paths_to_csr(a.paths)
     load = planning.load_state(f, d, csr)
-    paths, util = planning.replan_subset(f, rt, d, sub, csr, seed=seed, load=load)
+    paths, util = planning.replan_subset(f, rt, d, planning.Subset(sub, csr, load),
+                                         options=PlanOptions(seed=seed))
     cands = planning.Candidates(rt, d)
     return a, paths, util, [load.score(q, cands.of(q)) for q in range(d.n_qps)], load
 

@@ -6,7 +6,14 @@ from hypothesis import strategies as st
 from icefabric.control.demand import demand_from_pairs
 from icefabric.control.hashing import fabric_hash_configs
 from icefabric.control.planning import plan_paths
-from icefabric.control.realize import _member_of, decision_chain, realize_paths, same_paths
+from icefabric.control.realize import (
+    QpPaths,
+    RealizeOptions,
+    _member_of,
+    decision_chain,
+    realize_paths,
+    same_paths,
+)
 from icefabric.topology.routing import Routing
 
 from .conftest import nics_of
@@ -20,7 +27,8 @@ def test_ports_follow_plan_100pct(small_fabric, routing_of, mode):
     src, dst = nics_of(f, [0, 1]), nics_of(f, [2, 3])
     d = demand_from_pairs(f, np.r_[src, dst], np.r_[dst, src])
     a = plan_paths(f, rt, d)
-    r = realize_paths(f, rt, cfg, d.src_nic, d.dst_nic, a.paths, mode=mode, seed=3)
+    r = realize_paths(f, rt, cfg, QpPaths(d.src_nic, d.dst_nic, a.paths),
+                      RealizeOptions(mode=mode, seed=3))
     assert r.ok.all()
     assert np.all((r.sport >= 0xC000) & (r.sport <= 0xFFFF))
     for q, p in enumerate(r.paths):
@@ -35,8 +43,8 @@ def test_probe_mode_with_loss(small_fabric, routing_of):
     cfg = fabric_hash_configs(f)
     d = demand_from_pairs(f, nics_of(f, [0]), nics_of(f, [3]))
     a = plan_paths(f, rt, d)
-    r = realize_paths(f, rt, cfg, d.src_nic, d.dst_nic, a.paths, mode="probe",
-                      loss_prob=0.2, seed=1)
+    r = realize_paths(f, rt, cfg, QpPaths(d.src_nic, d.dst_nic, a.paths),
+                      RealizeOptions(mode="probe", loss_prob=0.2, seed=1))
     assert r.ok.all()
 
 

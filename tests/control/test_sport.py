@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -9,8 +11,12 @@ from hypothesis import strategies as st
 
 from icefabric.control.sport import (
     HashModelProber,
+    LearnGoal,
     PortPathCache,
+    ProbeOptions,
     Prober,
+    QpChains,
+    WantedPaths,
     _dense_rows,
     learn_port_paths,
     path_members,
@@ -51,8 +57,9 @@ hash_configs = st.builds(
 def _all_port_members(configs, sip, dip, cfg_row, n_row):
     """Members every usable port selects along one QP's chain (brute force)."""
     d = len(cfg_row)
-    m = path_members(configs, np.full(PORTS.size, sip), np.full(PORTS.size, dip), PORTS,
-                     np.tile(cfg_row, (PORTS.size, 1)), np.tile(n_row, (PORTS.size, 1)))
+    qps = QpChains(np.full(PORTS.size, sip), np.full(PORTS.size, dip),
+                   np.tile(cfg_row, (PORTS.size, 1)), np.tile(n_row, (PORTS.size, 1)))
+    m = path_members(configs, qps, PORTS)
     return m.reshape(PORTS.size, d)
 
 
@@ -76,15 +83,16 @@ def test_solved_ports_follow_wanted_members_and_none_is_missed(configs, data):
     sip = 0x0A000000 + np.arange(q)
     dip = np.array(data.draw(st.lists(st.integers(0, 0xFFFFFFFF), min_size=q, max_size=q)))
     seed = data.draw(st.integers(0, 1000))
-    sp = solve_sports(configs, sip, dip, ci, nm, want, seed=seed)
-    ok = verify_sports(configs, sip, dip, sp, ci, nm, want)
+    qps = QpChains(sip, dip, ci, nm, want)
+    sp = solve_sports(configs, qps, seed=seed)
+    ok = verify_sports(configs, qps, sp)
     assert np.all(ok == (sp >= 0))
     assert np.all((sp == -1) | ((sp >= 0xC000) & (sp <= 0xFFFF)))
     for i in range(q):
         members = _all_port_members(configs, sip[i], dip[i], ci[i], nm[i])
         valid = np.where(ci[i] >= 0, members == want[i], True).all(axis=1)
         assert (sp[i] >= 0) == bool(valid.any())
-    assert np.array_equal(sp, solve_sports(configs, sip, dip, ci, nm, want, seed=seed))
+    assert np.array_equal(sp, solve_sports(configs, qps, seed=seed))
 
 
 @settings(max_examples=15, deadline=None)
@@ -99,8 +107,9 @@ def test_many_qps_per_pair_get_distinct_valid_ports(configs, data):
     dip = np.full(q, 0x0A000101)
     used = rng.choice(PORTS, 500, replace=False)
     excl = (np.full(500, 0x0A000001), np.full(500, 0x0A000101), used)
-    sp = solve_sports(configs, sip, dip, ci, nm, want, exclude=excl)
-    assert verify_sports(configs, sip, dip, sp, ci, nm, want)[sp >= 0].all()
+    qps = QpChains(sip, dip, ci, nm, want)
+    sp = solve_sports(configs, qps, exclude=excl)
+    assert verify_sports(configs, qps, sp)[sp >= 0].all()
     assert _unique_per_pair(sip, dip, sp)
     hit = (sip == 0x0A000001) & (sp >= 0)
     assert not np.isin(sp[hit], used).any()
@@ -116,13 +125,12 @@ def test_same_class_qps_consume_ports_in_order():
     cfgs = [HashConfig("crc16_ccitt", seed=3)]
     q = 200
     sip, dip = np.full(q, 1), np.full(q, 2)
-    sp = solve_sports(cfgs, sip, dip, np.zeros((q, 1), int), np.full((q, 1), 2),
-                      np.zeros((q, 1), int), seed=9)
-    assert len(set(sp.tolist())) == q and verify_sports(cfgs, sip, dip, sp, np.zeros((q, 1),
-                                                        int), 2, np.zeros((q, 1), int)).all()
+    qps = QpChains(sip, dip, np.zeros((q, 1), int), np.full((q, 1), 2), np.zeros((q, 1), int))
+    sp = solve_sports(cfgs, qps, seed=9)
+    assert len(set(sp.tolist())) == q and verify_sports(cfgs, qps, sp).all()
     # a small port range runs out: exactly the matching ports are handed out, then -1
     lim = NicPortLimits(0xC000, 0xC01F)
-    sp = solve_sports(cfgs, sip, dip, np.zeros((q, 1), int), 2, np.zeros((q, 1), int),
+    sp = solve_sports(cfgs, QpChains(sip, dip, np.zeros((q, 1), int), 2, np.zeros((q, 1), int)),
                       limits=lim)
     match = (ecmp_hash(cfgs[0], 1, 2, lim.ports()) % 2 == 0).sum()
     assert (sp >= 0).sum() == match and set(sp[sp >= 0]) <= set(lim.ports().tolist())
@@ -136,10 +144,11 @@ def test_deterministic_for_a_seed():
     ci = np.stack([rng.integers(0, 4, q), np.full(q, 4)], axis=1)
     nm = np.array([[8, 6]])
     want = np.stack([rng.integers(0, 8, q), rng.integers(0, 6, q)], axis=1)
-    a = solve_sports(cfgs, sip, dip, ci, nm, want, seed=5)
-    assert np.array_equal(a, solve_sports(cfgs, sip, dip, ci, nm, want, seed=5))
-    assert not np.array_equal(a, solve_sports(cfgs, sip, dip, ci, nm, want, seed=6))
-    assert verify_sports(cfgs, sip, dip, a, ci, nm, want).all()
+    qps = QpChains(sip, dip, ci, nm, want)
+    a = solve_sports(cfgs, qps, seed=5)
+    assert np.array_equal(a, solve_sports(cfgs, qps, seed=5))
+    assert not np.array_equal(a, solve_sports(cfgs, qps, seed=6))
+    assert verify_sports(cfgs, qps, a).all()
 
 
 def test_polarised_tiers_make_some_paths_impossible():
@@ -149,15 +158,16 @@ def test_polarised_tiers_make_some_paths_impossible():
     sip, dip = np.full(4, 0x0A000001), np.full(4, 0x0A000202)
     ci = np.tile([0, 1], (4, 1))
     want = np.array([[0, 0], [0, 1], [1, 0], [1, 1]])
-    sp = solve_sports(cfgs, sip, dip, ci, 2, want)
+    qps = QpChains(sip, dip, ci, 2, want)
+    sp = solve_sports(cfgs, qps)
     assert (sp >= 0).sum() == 2
     c = (ecmp_hash(cfgs[0], 0x0A000001, 0x0A000202, 0) ^
          ecmp_hash(cfgs[1], 0x0A000001, 0x0A000202, 0))[0] & 1
     assert [bool(x >= 0) for x in sp] == [bool((w0 ^ w1) == c) for w0, w1 in want]
     # with the SONiC leaf offset, all four combinations exist
     cfgs[1] = make_profile("sonic_leaf")
-    sp = solve_sports(cfgs, sip, dip, ci, 2, want)
-    assert (sp >= 0).all() and verify_sports(cfgs, sip, dip, sp, ci, 2, want).all()
+    sp = solve_sports(cfgs, qps)
+    assert (sp >= 0).all() and verify_sports(cfgs, qps, sp).all()
 
 
 def test_hand_computed_default_ports_collide_on_one_spine():
@@ -184,19 +194,22 @@ def test_hand_computed_default_ports_collide_on_one_spine():
     assert select_member(tor, np.array(ref), 2).tolist() == [1, 1, 1, 1]
     # ICE: two QPs per spine, realised through the GRH flow label
     want = np.array([[0], [1], [0], [1]])
-    ice = solve_sports([tor], sip, dip, np.zeros((4, 1), int), 2, want)
-    assert verify_sports([tor], sip, dip, ice, np.zeros((4, 1), int), 2, want).all()
+    qps = QpChains(sip, dip, np.zeros((4, 1), int), 2, want)
+    ice = solve_sports([tor], qps)
+    assert verify_sports([tor], qps, ice).all()
     fl = flow_label_for_sport(ice)
     assert np.array_equal(rdma_get_udp_sport(fl, lqpn, rqpn), ice)
 
 
 def test_impossible_decisions_give_minus_one():
     cfgs = [HashConfig(), make_profile("spray")]
-    sp = solve_sports(cfgs, [1, 1, 1], [2, 2, 2], [[0, -1], [0, 1], [0, -1]], [[4, 4]],
-                      [[5, 0], [0, 0], [3, 0]])
+    sp = solve_sports(cfgs, QpChains([1, 1, 1], [2, 2, 2], [[0, -1], [0, 1], [0, -1]], [[4, 4]],
+                                     [[5, 0], [0, 0], [3, 0]]))
     assert sp[0] == -1 and sp[1] == -1 and sp[2] >= 0
-    with pytest.raises(ValueError):
-        solve_sports(cfgs, [1], [2], [[2]], 2, [[0]])
+    with pytest.raises(ValueError, match="refers to config 2, only 2 given"):
+        solve_sports(cfgs, QpChains([1], [2], [[2]], 2, [[0]]))
+    with pytest.raises(ValueError, match="want is needed"):
+        solve_sports(cfgs, QpChains([1], [2], [[0]], 2))
 
 
 def test_bth_dqpn_field_is_used():
@@ -205,10 +218,11 @@ def test_bth_dqpn_field_is_used():
     q = 64
     dq = np.arange(q) + 0x300
     want = np.arange(q)[:, None] % 16
-    sp = solve_sports([cfg], np.full(q, 7), np.full(q, 8), np.zeros((q, 1), int), 16, want,
-                      dqpn=dq)
-    assert verify_sports([cfg], np.full(q, 7), np.full(q, 8), sp, np.zeros((q, 1), int), 16,
-                         want, dqpn=dq).all()
+    qps = QpChains(np.full(q, 7), np.full(q, 8), np.zeros((q, 1), int), 16, want, dqpn=dq)
+    sp = solve_sports([cfg], qps)
+    assert verify_sports([cfg], qps, sp).all()
+    # without the QPN the hashes differ: the ports no longer verify
+    assert not verify_sports([cfg], dataclasses.replace(qps, dqpn=dq + 1), sp).all()
 
 
 # --------------------------------------------------------------------------- probing
@@ -270,19 +284,21 @@ def test_hash_model_prober_matches_model_mode():
     paths = prober.paths(5, 9, ports)
     ci = np.array([[1, 2 + p[0]] for p in paths])
     want = np.array(paths)
-    assert verify_sports(cfgs, np.full(500, 5), np.full(500, 9), ports, ci, [[4, 3]],
-                         want).all()
+    assert verify_sports(cfgs, QpChains(np.full(500, 5), np.full(500, 9), ci, [[4, 3]], want),
+                         ports).all()
 
 
 def test_learn_port_paths_with_losses_and_budget():
     cfgs, nd = _fabric()
     prober = HashModelProber(cfgs, nd, loss_prob=0.2, seed=1)
-    pm = learn_port_paths(prober, 3, 4, n_ports=300, budget=2000, batch=64, seed=2)
+    pm = learn_port_paths(prober, 3, 4, goal=LearnGoal(budget=2000, n_ports=300),
+                          options=ProbeOptions(batch=64, seed=2))
     assert len(pm.port_path) >= 300 and pm.probes_used <= 2000
     assert pm.probes_used == prober.n_probes > len(pm.port_path)  # losses were retried
     truth = prober.paths(3, 4, np.array(list(pm.port_path)))
     assert truth == list(pm.port_path.values())
-    small = learn_port_paths(HashModelProber(cfgs, nd), 3, 4, budget=100, batch=64)
+    small = learn_port_paths(HashModelProber(cfgs, nd), 3, 4, goal=LearnGoal(budget=100),
+                             options=ProbeOptions(batch=64))
     assert small.probes_used == 100 and len(small.port_path) == 100
 
 
@@ -297,7 +313,8 @@ def test_probing_with_loss_and_reseeds_gives_correct_unique_ports():
     new_seed = _changing_seed(inner, 0, 0x0A000002, 0x0A000101)
     prober = _ReseedMidRun(inner, after=500, switch=0, new_seed=new_seed)  # mid-learning
     cache = PortPathCache()
-    sp = solve_sports_by_probing(prober, sip, dip, want, cache=cache, batch=128, seed=1)
+    opts = ProbeOptions(batch=128, seed=1)
+    sp = solve_sports_by_probing(prober, WantedPaths(sip, dip, want), cache=cache, options=opts)
     assert prober.done
 
     def check(sp):
@@ -310,12 +327,12 @@ def test_probing_with_loss_and_reseeds_gives_correct_unique_ports():
     inv0 = cache.invalidations
     inner.reseed(2, _changing_seed(inner, 2, 0x0A000001, 0x0A000101))
     inner.reseed(0, _changing_seed(inner, 0, 0x0A000002, 0x0A000101))
-    sp2 = solve_sports_by_probing(inner, sip, dip, want, cache=cache, batch=128, seed=1)
+    sp2 = solve_sports_by_probing(inner, WantedPaths(sip, dip, want), cache=cache, options=opts)
     check(sp2)
     assert cache.invalidations > inv0
     # no change: the cache answers with verification probes only
     n0 = inner.n_probes
-    sp3 = solve_sports_by_probing(inner, sip, dip, want, cache=cache, batch=128, seed=1)
+    sp3 = solve_sports_by_probing(inner, WantedPaths(sip, dip, want), cache=cache, options=opts)
     check(sp3)
     assert inner.n_probes - n0 < 3 * q
 
@@ -325,19 +342,20 @@ def test_probing_respects_exclusions_and_budget():
     prober = HashModelProber(cfgs, nd)
     want = [(1, 2)] * 5 + [(3, 0)] * 5
     sip, dip = np.full(10, 0x0A000001), np.full(10, 0x0A000101)
-    first = solve_sports_by_probing(prober, sip, dip, want)
+    first = solve_sports_by_probing(prober, WantedPaths(sip, dip, want))
     excl = (sip, dip, first)
-    second = solve_sports_by_probing(prober, sip, dip, want, exclude=excl)
+    second = solve_sports_by_probing(prober, WantedPaths(sip, dip, want), exclude=excl)
     assert (second >= 0).all() and not set(first) & set(second)
-    starved = solve_sports_by_probing(HashModelProber(cfgs, nd), sip, dip, want,
-                                      budget_per_pair=8, batch=8)
+    starved = solve_sports_by_probing(HashModelProber(cfgs, nd), WantedPaths(sip, dip, want),
+                                      options=ProbeOptions(budget_per_pair=8, batch=8))
     assert (starved == -1).any()
 
 
 def test_validate_port_paths_detects_reseed():
     cfgs, nd = _fabric(seed=5)
     prober = HashModelProber(cfgs, nd, loss_prob=0.2, seed=3)
-    pm = learn_port_paths(prober, 0x0A000001, 0x0A000101, n_ports=200, batch=64)
+    pm = learn_port_paths(prober, 0x0A000001, 0x0A000101, goal=LearnGoal(n_ports=200),
+                          options=ProbeOptions(batch=64))
     assert validate_port_paths(prober, pm)
     prober.reseed(1, _changing_seed(prober, 1, 0x0A000001, 0x0A000101))
     assert not validate_port_paths(prober, pm, n_probes=64)
@@ -363,7 +381,8 @@ def test_chains_past_62_key_bits_check_the_rest_as_filters():
     dip = 0x0A000100 + np.arange(6)
     cfg = np.tile(np.arange(8), (6, 1))
     n = np.full((6, 8), 1 << 13)
-    want = path_members(cfgs, sip, dip, 0xC000 + 97 * np.arange(6), cfg, n)
-    sp = solve_sports(cfgs, sip, dip, cfg, n, want)
+    want = path_members(cfgs, QpChains(sip, dip, cfg, n), 0xC000 + 97 * np.arange(6))
+    qps = QpChains(sip, dip, cfg, n, want)
+    sp = solve_sports(cfgs, qps)
     assert np.all(sp >= 0)
-    assert verify_sports(cfgs, sip, dip, sp, cfg, n, want).all()
+    assert verify_sports(cfgs, qps, sp).all()

@@ -80,15 +80,16 @@ def test_round_trips(database_url):
         repo.save_report("j", "h2", {"r": 2})
         repo.delete_report("j", "h1")
         assert repo.reports() == [("j", "h2", {"r": 2})]
-        for v, docs in ((1, {"h1": b"[1]", "h2": b"[2]"}), (2, {"h1": b"[3]"})):
-            repo.save_plan(v, policy="ecmp", reason="r" * 500, created_at=1.5, planning_ms=2.0,
-                           fabric_version=2, summary={"version": v}, path_plan={},
-                           host_qps=docs)
+        summaries = [{"version": v, "policy": "ecmp", "reason": "r" * 500, "created_at": 1.5,
+                      "planning_ms": 2.0, "fabric_version": 2} for v in (1, 2)]
+        for summary, docs in zip(summaries, ({"h1": b"[1]", "h2": b"[2]"}, {"h1": b"[3]"}),
+                                 strict=True):
+            repo.save_plan(summary, {}, docs)
         row, docs = repo.latest_plan()
         assert row.version == 2 and len(row.reason) == 200
         # each host's newest QP plans, with the version that wrote them
         assert docs == {"h1": (2, b"[3]"), "h2": (1, b"[2]")}
-        assert repo.plan_summaries() == [{"version": 2}, {"version": 1}]
+        assert repo.plan_summaries() == summaries[::-1]
         repo.ping()
     finally:
         repo.close()

@@ -9,8 +9,8 @@ from typer.testing import CliRunner
 
 from icefabric.cli.app import app
 from icefabric.experiment import draws as draws_mod
-from icefabric.experiment.draws import DrawSpread, draw_seeds, run_draws
-from icefabric.experiment.runner import run_scenario
+from icefabric.experiment.draws import DrawInputs, DrawSpread, draw_seeds, run_draws
+from icefabric.experiment.runner import Execution, run_scenario
 from icefabric.pipeline import RunSpec
 from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import load
@@ -80,7 +80,7 @@ def test_rows_carry_median_range_and_every_draw(drawn):
 
 def test_workers_give_the_same_rows(small, drawn):
     par = run_scenario(small, sizes=SIZES, policies=["ecmp", "ecmp-multiqp", "ice"], draws=8,
-                       spread=DrawSpread(workers=2))
+                       how=Execution(spread=DrawSpread(workers=2)))
     assert par.rows == drawn.rows
 
 
@@ -95,7 +95,7 @@ def test_draws_on_a_local_ray_give_the_same_rows(small, drawn, tmp_path, monkeyp
 
     monkeypatch.setattr(draws_mod, "_draws_task", where)
     on_ray = run_scenario(small, sizes=SIZES, policies=["ecmp", "ecmp-multiqp", "ice"],
-                          draws=8, spread=DrawSpread(ray="local"))
+                          draws=8, how=Execution(spread=DrawSpread(ray="local")))
     pids = {int(p.name) for p in tmp_path.iterdir()}
     assert pids and os.getpid() not in pids
     assert on_ray.rows == drawn.rows
@@ -107,8 +107,8 @@ def test_ecmp_varies_over_draws_and_ice_does_not(small):
     ICE plans every path, so its result is the same in every draw."""
     fabric = build_fabric(small)
     seeds = draw_seeds(small.scenario.seed, 12)
-    ecmp = run_draws(small, fabric, "ecmp", [64 << 20], seeds)[0]
-    ice = run_draws(small, fabric, "ice", [64 << 20], seeds)[0]
+    ecmp = run_draws(DrawInputs(small, fabric, seeds), "ecmp", [64 << 20])[0]
+    ice = run_draws(DrawInputs(small, fabric, seeds), "ice", [64 << 20])[0]
     assert len(set(ecmp.busbw_GBps(0))) >= 3
     assert len(set(ice.busbw_GBps(0))) == 1
 
@@ -117,7 +117,7 @@ def test_batched_draws_match_draw_by_draw(small):
     """The batched engine gives every draw what its own run gives."""
     fabric = build_fabric(small)
     seeds = draw_seeds(small.scenario.seed, 4)
-    batched = run_draws(small, fabric, "ecmp", [16 << 20], seeds)[0]
+    batched = run_draws(DrawInputs(small, fabric, seeds), "ecmp", [16 << 20])[0]
     for d, s in enumerate(seeds):
         spec = RunSpec.of(small.updated(seed=s), fabric, "ecmp")
         one = spec.simulate(spec.size_plan(16 << 20)).collectives[0]

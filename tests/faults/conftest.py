@@ -19,7 +19,7 @@ from sqlalchemy import create_engine, select
 
 from icefabric.agent.actuators.twin import TwinNicActuator
 from icefabric.agent.client import ControllerClient
-from icefabric.agent.runner import Agent, Backoff, running
+from icefabric.agent.runner import Agent, AgentOptions, Backoff, running
 from icefabric.controller.store import tables as t
 from icefabric.pipeline.plans import scenario_workload
 from icefabric.scenario.build import build_fabric
@@ -67,7 +67,8 @@ class Fleet:
             self.agents[s.name] = Agent(
                 s.name, ControllerClient(url, timeout_s=5.0), RecordingActuator(),
                 enrol_token=ADMIN, collector=(lambda h=s.name: self.reports.get(h, [])),
-                poll_wait_s=poll_wait_s, backoff=Backoff(0.05, backoff_max_s, seed=i))
+                options=AgentOptions(poll_wait_s=poll_wait_s,
+                                     backoff=Backoff(0.05, backoff_max_s, seed=i)))
         self._running = running(self.agents.values())
 
     def upload_fabric(self) -> None:

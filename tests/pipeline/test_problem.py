@@ -9,6 +9,7 @@ from icefabric.ccl.collectives import add_collective
 from icefabric.ccl.communicator import Communicator
 from icefabric.ccl.workload import WorkloadBuilder
 from icefabric.control.plan import PathPlan
+from icefabric.pipeline.plans import LinkEvent
 from icefabric.pipeline.problem import (
     HopQps,
     changed_routes,
@@ -116,7 +117,7 @@ def test_failure_moves_only_the_routes_whose_plan_route_changed(small_fabric):
     after = pol.plan(ctx.after_failure([link, back]))
     changed = changed_routes(before, after)
     assert changed[0] and not changed.all()
-    fail = failure_reroutes(pmap, before, after, t_ns=5, down_links=[link, back], delay_ns=7)
+    fail = failure_reroutes(pmap, before, LinkEvent(5, np.array([link, back]), False, after), 7)
     # the moved routes, and only they, become the routes of the new plan's problem
     want, _ = to_problem(small_fabric, wl, after)
     moved = fail.reroute_route.tolist()

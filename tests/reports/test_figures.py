@@ -2,7 +2,7 @@ import matplotlib.pyplot as plt
 import numpy as np
 import pytest
 
-from icefabric.experiment.runner import run_scenario
+from icefabric.experiment.runner import Execution, run_scenario
 from icefabric.reports.figures import (
     byte_formatter,
     flow_label,
@@ -56,7 +56,8 @@ def test_flow_labels_are_readable():
 
 
 def test_queue_plot_units_and_readable_flow_labels():
-    r = run_scenario(load("pfc-victim"), policies=["ecmp"], sizes=[1 << 26], trace=True)
+    r = run_scenario(load("pfc-victim"), policies=["ecmp"], sizes=[1 << 26],
+                     how=Execution(trace=True))
     fig = plot_timeseries(r.runs["ecmp"])
     assert fig.axes[0].get_ylabel() == "queue (KiB)"
     assert fig.axes[1].get_ylabel().startswith("rate (Gb/s)")

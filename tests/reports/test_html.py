@@ -7,7 +7,7 @@ import pytest
 import yaml
 
 from icefabric.experiment.calibration import load_outcomes
-from icefabric.experiment.runner import ExperimentResult, run_scenario
+from icefabric.experiment.runner import Execution, ExperimentResult, run_scenario
 from icefabric.reports.html import ReportInput, render, render_sweep
 from icefabric.scenario.loader import builtin_text, loads
 from icefabric.sweeps.run import run_sweep
@@ -20,7 +20,7 @@ from tests.reports.chromium import open_page
 def fluid_run():
     ls = loads(builtin_text("homog-small"))
     res = run_scenario(ls, policies=["ecmp", "ecmp-tuned", "spray", "ice", "ideal"],
-                       sizes=[1 << 20, 4 << 20], engine="fluid", trace=True)
+                       sizes=[1 << 20, 4 << 20], engine="fluid", how=Execution(trace=True))
     return ls, res
 
 

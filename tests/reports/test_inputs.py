@@ -7,11 +7,11 @@ from icefabric.reports.inputs import load_inputs
 
 
 def _result(tmp_path, engine="flow"):
-    from icefabric.experiment.runner import run_scenario
+    from icefabric.experiment.runner import Execution, run_scenario
     from icefabric.scenario.loader import load
 
     res = run_scenario(load("homog-small"), policies=["ecmp", "ice"], sizes=[1 << 20],
-                       engine=engine, trace=engine == "fluid")
+                       engine=engine, how=Execution(trace=engine == "fluid"))
     return res
 
 

@@ -2,6 +2,8 @@ import numpy as np
 import pytest
 
 from icefabric.topology.builders import (
+    FatTreeSizing,
+    FatTreeSpec,
     ServerGroup,
     TopologyError,
     fat_tree,
@@ -71,14 +73,14 @@ def test_scattered_placement_alternates_leaves():
 
 
 def test_fat_tree_shape():
-    f = fat_tree([ServerGroup(H100, 8, "h")], pods=2, leaves_per_pod=2, aggs_per_pod=2,
-                 n_cores=4, servers_per_leaf=2)
+    f = fat_tree([ServerGroup(H100, 8, "h")], FatTreeSpec(pods=2, leaves_per_pod=2,
+                 aggs_per_pod=2, n_cores=4, servers_per_leaf=2))
     assert len(f.nodes_of_kind(CORE)) == 4
     assert len(f.nodes_of_kind(SPINE)) == 4  # aggregation switches
     assert len(f.nodes_of_kind(LEAF)) == 4
     with pytest.raises(TopologyError, match="multiple"):
-        fat_tree([ServerGroup(H100, 2, "h")], pods=2, leaves_per_pod=2, aggs_per_pod=3,
-                 n_cores=4, servers_per_leaf=2)
+        fat_tree([ServerGroup(H100, 2, "h")], FatTreeSpec(pods=2, leaves_per_pod=2,
+                 aggs_per_pod=3, n_cores=4, servers_per_leaf=2))
 
 
 def test_star_and_server_internals():
@@ -115,11 +117,11 @@ def test_a_gpu_owns_both_ports_of_a_16_port_server():
 @pytest.mark.parametrize("radix,oversub,rail", [(64, 1.0, False), (128, 3.0, True),
                                                 (256, 1.0, False), (128, 1.5, False)])
 def test_sized_fat_tree_holds_131072_nic_ports_within_every_radix(radix, oversub, rail):
-    size = size_fat_tree(16384, 8, radix=radix, oversub=oversub, core_oversub=1.0,
-                         rail_optimized=rail) if radix > 64 else None
+    sizing = FatTreeSizing(radix=radix, oversub=oversub, core_oversub=1.0, rail_optimized=rail)
+    size = size_fat_tree(16384, 8, sizing) if radix > 64 else None
     if size is None:  # k^3/4 = 65,536 NIC ports: a radix-64 fat-tree cannot hold them
         with pytest.raises(TopologyError, match="radix-64 core reaches at most 64 pods"):
-            size_fat_tree(16384, 8, radix=radix, oversub=oversub, rail_optimized=rail)
+            size_fat_tree(16384, 8, sizing)
         return
     rails = 8 if rail else 1
     leaves = size.pods * size.leaves_per_pod
@@ -135,9 +137,9 @@ def test_sized_fat_tree_holds_131072_nic_ports_within_every_radix(radix, oversub
 
 
 def test_fat_tree_for_builds_the_sized_counts_with_parallel_core_cables():
-    f = fat_tree_for([ServerGroup(H100, 256, "h")], radix=64, bundle_cores=True)
-    size = size_fat_tree(256, 8, radix=64, bundle_cores=True)
-    single = size_fat_tree(256, 8, radix=64)  # the k-ary default: one cable per core
+    f = fat_tree_for([ServerGroup(H100, 256, "h")], FatTreeSizing(radix=64, bundle_cores=True))
+    size = size_fat_tree(256, 8, FatTreeSizing(radix=64, bundle_cores=True))
+    single = size_fat_tree(256, 8, FatTreeSizing(radix=64))  # k-ary: one cable per core
     assert (single.links_per_core, single.n_cores) == (1, 32 * 32)
     # 4 servers (32 NICs) per leaf, 64 leaves in 2 pods of 32; each aggregation switch's
     # 32 core cables all go to one core, which takes them from both pods (64 ports)
@@ -155,12 +157,13 @@ def test_fat_tree_for_builds_the_sized_counts_with_parallel_core_cables():
 
 def test_fat_tree_for_rejects_a_radix_it_does_not_know():
     with pytest.raises(TopologyError, match="radix must be one of"):
-        fat_tree_for([ServerGroup(H100, 2, "h")], radix=96)
+        fat_tree_for([ServerGroup(H100, 2, "h")], FatTreeSizing(radix=96))
 
 
 def test_two_planes_split_every_server_and_never_meet():
     oci = server_profile("bm-gpu-h100-8")  # 16 ports of 200G, two per GPU
-    f = fat_tree_for([ServerGroup(oci, 16, "o")], radix=64, rail_optimized=True, planes=2)
+    f = fat_tree_for([ServerGroup(oci, 16, "o")],
+                     FatTreeSizing(radix=64, rail_optimized=True, planes=2))
     assert f.meta["planes"] == 2
     plane_of = {}
     for name, node in f.node_id.items():
@@ -174,5 +177,5 @@ def test_two_planes_split_every_server_and_never_meet():
     # rails: port j of every server in a group shares one leaf per plane
     assert len({int(f.nic_leaf[s.nics[2]]) for s in f.servers}) == 1
     with pytest.raises(TopologyError, match=r"multiple of planes \(2\)"):
-        fat_tree_for([ServerGroup(server_profile("hgx-h100", n_nics=3), 2, "h")], radix=64,
-                     planes=2)
+        fat_tree_for([ServerGroup(server_profile("hgx-h100", n_nics=3), 2, "h")],
+                     FatTreeSizing(radix=64, planes=2))

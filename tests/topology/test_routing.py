@@ -3,7 +3,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from icefabric.topology.builders import ServerGroup, fat_tree, leaf_spine
+from icefabric.topology.builders import FatTreeSpec, ServerGroup, fat_tree, leaf_spine
 from icefabric.topology.catalog import server_profile
 from icefabric.topology.model import LEAF, LINK_FABRIC
 from icefabric.topology.routing import Routing, RoutingError, ServerPaths
@@ -23,8 +23,8 @@ def test_leaf_spine_paths_equal_spines_times_links():
 
 
 def test_fat_tree_paths_cross_pod():
-    f = fat_tree([ServerGroup(H100, 8, "h")], pods=2, leaves_per_pod=2, aggs_per_pod=2,
-                 n_cores=4, servers_per_leaf=2)
+    f = fat_tree([ServerGroup(H100, 8, "h")], FatTreeSpec(pods=2, leaves_per_pod=2,
+                 aggs_per_pod=2, n_cores=4, servers_per_leaf=2))
     r = Routing(f)
     leaves = f.nodes_of_kind(LEAF)
     # same pod: via 2 aggs; other pod: 2 aggs x 2 cores each
@@ -83,11 +83,14 @@ def _reference_groups(f, r):
                for s in range(S) for i in range(len(r.leaves))}
 
 
+# two pods of 4 twin leaves (same aggregation switches), parallel core cables
+_TWIN_SPEC = FatTreeSpec(pods=2, leaves_per_pod=4, aggs_per_pod=2, n_cores=2, links_per_core=2,
+                         servers_per_leaf=2)
+
+
 @pytest.mark.parametrize("cut", ["none", "both", "one way"])
 def test_groups_toward_twin_leaves_equal_the_next_hop_rule(cut):
-    # two pods of 4 twin leaves (same aggregation switches), parallel core cables
-    f = fat_tree([ServerGroup(H100, 16, "h")], pods=2, leaves_per_pod=4, aggs_per_pod=2,
-                 n_cores=2, links_per_core=2, servers_per_leaf=2)
+    f = fat_tree([ServerGroup(H100, 16, "h")], _TWIN_SPEC)
     fab = np.flatnonzero(f.link_kind == LINK_FABRIC)
     k = fab[[3, 17, len(fab) - 2]]
     back = [f.link_id(int(f.link_dst[x]), int(f.link_src[x])) for x in k]
@@ -99,8 +102,7 @@ def test_groups_toward_twin_leaves_equal_the_next_hop_rule(cut):
         assert np.array_equal(r.group(r.switches[s], r.leaves[i]), members), (s, i)
 
 
-_TWINS = fat_tree([ServerGroup(H100, 16, "h")], pods=2, leaves_per_pod=4, aggs_per_pod=2,
-                  n_cores=2, links_per_core=2, servers_per_leaf=2)
+_TWINS = fat_tree([ServerGroup(H100, 16, "h")], _TWIN_SPEC)
 
 
 @settings(max_examples=25, deadline=None)

@@ -6,7 +6,7 @@ it as "no path"; re-plans are coalesced by the debounce instead of queueing up."
 import pytest
 
 from icefabric.controller.settings import Settings
-from icefabric.twin.flaps import LinkChange, flapping, run_flaps
+from icefabric.twin.flaps import FlapOptions, LinkChange, flapping, run_flaps
 from icefabric.twin.serve import ThreadedController
 
 ADMIN = "flap-test-admin"
@@ -25,7 +25,7 @@ def test_flaps_multiple_failures_and_a_cut_off_leaf(tmp_path):
     s = Settings(database_url=f"sqlite:///{tmp_path}/ice.db", admin_token=ADMIN, policy="ice",
                  plan_debounce_s=DEBOUNCE_S)
     with ThreadedController(s) as url:
-        res = run_flaps("hetero-default", url, ADMIN, SCHEDULE, debounce_s=DEBOUNCE_S)
+        res = run_flaps("hetero-default", url, ADMIN, SCHEDULE, FlapOptions(debounce_s=DEBOUNCE_S))
     assert res.changes_sent == 253 and res.agents == 8
     # Every applied plan: each QP on a working path, or its job reported as "no path".
     assert res.versions_checked >= 3 and res.qps_checked > 0

@@ -65,6 +65,26 @@ class Backoff:
         self._n = 0
 
 
+@dataclass(frozen=True, eq=False)
+class AgentOptions:
+    """How an :class:`Agent` runs.
+
+    Attributes
+    ----------
+    nics : list of NicInfo — the host's NICs, sent when it enrols.
+    poll_wait_s : float — long-poll wait per request.
+    backoff : Backoff, optional — retry delays after a failed request.
+    rules : LocalRules, optional — what the agent does on its own (autonomy).
+    state_file : path, optional — keeps token and last plan across agent restarts.
+    """
+
+    nics: list[NicInfo] | None = None
+    poll_wait_s: float = 10.0
+    backoff: Backoff | None = None
+    rules: autonomy.LocalRules | None = None
+    state_file: str | Path | None = None
+
+
 class Agent:
     """One host's agent.
 
@@ -74,28 +94,25 @@ class Agent:
     client : ControllerClient
     actuator : Actuator
     enrol_token : str — token to enrol with (rotated agent token is kept in memory and in
-        ``state_file``).
+        ``options.state_file``).
     collector : callable returning the host's :class:`CommReport` list.
-    nics : list of NicInfo
-    poll_wait_s : float — long-poll wait per request.
-    state_file : path, optional — keeps token and last plan across agent restarts.
+    options : AgentOptions, optional — NICs, long-poll wait, backoff, rules, state file.
     """
 
     def __init__(self, host: str, client: ControllerClient, actuator: Actuator, *,
                  enrol_token: str, collector: Callable[[], list[CommReport]] = list,
-                 nics: list[NicInfo] | None = None, poll_wait_s: float = 10.0,
-                 backoff: Backoff | None = None, rules: autonomy.LocalRules | None = None,
-                 state_file: str | Path | None = None):
+                 options: AgentOptions | None = None):
+        o = options or AgentOptions()
         self.host = host
         self.client = client
         self.actuator = actuator
         self.enrol_token = enrol_token
         self.collector = collector
-        self.nics = nics or []
-        self.poll_wait_s = poll_wait_s
-        self.backoff = backoff or Backoff()
-        self.rules = rules or autonomy.LocalRules()
-        self.state_file = Path(state_file) if state_file else None
+        self.nics = o.nics or []
+        self.poll_wait_s = o.poll_wait_s
+        self.backoff = o.backoff or Backoff()
+        self.rules = o.rules or autonomy.LocalRules()
+        self.state_file = Path(o.state_file) if o.state_file else None
         self.plan: HostPlan | None = None
         self.acked = 0  # the plan version the controller knows this host applied
         self._ack: PlanAck | None = None

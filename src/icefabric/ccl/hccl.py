@@ -12,15 +12,28 @@ The Ascend 910B's 8 ports sit in one subnet (domain-facts §7.3), so NPU ``i`` t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from icefabric.ccl.communicator import Communicator
 from icefabric.ccl.workload import CollectiveCall, WorkloadBuilder
 
 
-def _mesh(wb, comm, coll, bytes_per_pair, after, tag) -> list[int]:
+@dataclass(frozen=True, eq=False)
+class _Emit:
+    """Where one collective's flows go: the workload being built, the communicator and the
+    collective's id in the workload."""
+
+    wb: WorkloadBuilder
+    comm: Communicator
+    coll: int
+
+
+def _mesh(e: _Emit, bytes_per_pair, after) -> list[int]:
     """level0 full-mesh exchange inside every server: each NPU sends ``bytes_per_pair`` to
     each other local NPU, all at once (HCCS point-to-point links)."""
+    wb, comm, coll = e.wb, e.comm, e.coll
     flows = []
     for local in comm.server_ranks:
         for a in local.tolist():
@@ -39,7 +52,9 @@ def _planes(comm: Communicator) -> list[list[int]]:
     return [[int(local[i]) for local in comm.server_ranks] for i in range(m)]
 
 
-def _level1_ring(wb, comm, coll, group, shard_bytes, kind, after, i) -> list[int]:
+def _level1_ring(e: _Emit, group, shard_bytes, kind, after, i) -> list[int]:
+    """Ring AllReduce / AllGather / ReduceScatter of a shard among ``group`` (plane ``i``)."""
+    wb, comm, coll = e.wb, e.comm, e.coll
     M = len(group)
     factor = 2 * (M - 1) / M if kind == "all_reduce" else (M - 1) / M
     steps = 2 * (M - 1) if kind == "all_reduce" else M - 1
@@ -56,7 +71,9 @@ def _level1_ring(wb, comm, coll, group, shard_bytes, kind, after, i) -> list[int
     return [f]
 
 
-def _pair(wb, comm, coll, a, b, nbytes, after, tag):
+def _pair(e: _Emit, a, b, nbytes, after):
+    """One RoCE transfer of ``nbytes`` from rank ``a`` to rank ``b`` after ``after``."""
+    wb, comm, coll = e.wb, e.comm, e.coll
     sn, dn = comm.nic(a), comm.nic(b)
     k = wb.connection((comm.job, "hccl-p2p", a, b), sn, dn, comm.qps_per_connection, comm.job)
     f = wb.flow(nbytes, coll=coll, deps=after,
@@ -65,7 +82,7 @@ def _pair(wb, comm, coll, a, b, nbytes, after, tag):
     return f
 
 
-def _level1_hd(wb, comm, coll, group, shard_bytes, kind, after) -> list[int]:
+def _level1_hd(e: _Emit, group, shard_bytes, kind, after) -> list[int]:
     """Recursive halving-doubling among ``len(group)`` ranks. A non-power-of-two group first
     folds its extra ranks onto partners and unfolds them at the end (the "extra traffic"
     the HCCL docs mention)."""
@@ -73,24 +90,22 @@ def _level1_hd(wb, comm, coll, group, shard_bytes, kind, after) -> list[int]:
     P = 1 << int(np.floor(np.log2(M)))
     prev = list(after)
     if M > P:  # fold: rank P+j sends its whole shard to rank j
-        prev = [_pair(wb, comm, coll, group[P + j], group[j], shard_bytes, prev, "fold")
-                for j in range(M - P)]
+        prev = [_pair(e, group[P + j], group[j], shard_bytes, prev) for j in range(M - P)]
     core = group[:P]
     phases = []
     if kind in ("all_reduce", "reduce_scatter"):
         phases += [("rs", k) for k in range(int(np.log2(P)))]
     if kind in ("all_reduce", "all_gather"):
         phases += [("ag", k) for k in reversed(range(int(np.log2(P))))]
-    for ph, k in phases:
+    for _, k in phases:
         dist = P >> (k + 1)
         nbytes = shard_bytes / (2 ** (k + 1))
         step = []
         for j in range(P):
-            step.append(_pair(wb, comm, coll, core[j], core[j ^ dist], nbytes, prev, ph))
+            step.append(_pair(e, core[j], core[j ^ dist], nbytes, prev))
         prev = step
     if M > P:  # unfold: send the result back
-        prev = [_pair(wb, comm, coll, group[j], group[P + j], shard_bytes, prev, "unfold")
-                for j in range(M - P)]
+        prev = [_pair(e, group[j], group[P + j], shard_bytes, prev) for j in range(M - P)]
     return prev
 
 
@@ -102,6 +117,7 @@ def hierarchical(wb: WorkloadBuilder, comm: Communicator, kind: str, size_bytes:
     n = comm.nranks
     coll = wb.collective(CollectiveCall(name or f"{comm.job}:{kind}:{size_bytes}", comm.job,
                                         kind, size_bytes, n, f"hccl-{level1}", comm.library))
+    e = _Emit(wb, comm, coll)
     m = min(len(x) for x in comm.server_ranks)
     prev = list(after)
     # For AllGather the buffer of each rank is size/n; its server holds m of them.
@@ -109,22 +125,22 @@ def hierarchical(wb: WorkloadBuilder, comm: Communicator, kind: str, size_bytes:
     if kind in ("all_reduce", "reduce_scatter") and m > 1:
         # level0 reduce-scatter: each NPU sends its partial of every other NPU's shard.
         per_pair = size_bytes / m if kind == "all_reduce" else size_bytes / n * comm.n_nodes
-        prev = _mesh(wb, comm, coll, per_pair, prev, "rs0")
+        prev = _mesh(e, per_pair, prev)  # level0 reduce-scatter
     if comm.n_nodes > 1:
         l1 = []
         for i, group in enumerate(_planes(comm)):
             if level1 == "ring":
-                l1 += _level1_ring(wb, comm, coll, group, shard * (1 if kind == "all_reduce"
+                l1 += _level1_ring(e, group, shard * (1 if kind == "all_reduce"
                                    else comm.n_nodes), kind, prev, i)
             elif level1 == "hd":
-                l1 += _level1_hd(wb, comm, coll, group, shard if kind == "all_reduce"
+                l1 += _level1_hd(e, group, shard if kind == "all_reduce"
                                  else shard * comm.n_nodes, kind, prev)
             else:
                 raise ValueError(f"unknown HCCL level1 algorithm {level1!r}; use ring or hd")
         prev = l1
     if kind in ("all_reduce", "all_gather") and m > 1:
         per_pair = size_bytes / m if kind == "all_reduce" else size_bytes / n * comm.n_nodes
-        prev = _mesh(wb, comm, coll, per_pair, prev, "ag0")
+        prev = _mesh(e, per_pair, prev)  # level0 all-gather
     return prev
 
 
@@ -136,6 +152,7 @@ def pairwise_alltoall(wb: WorkloadBuilder, comm: Communicator, size_bytes: int, 
     coll = wb.collective(CollectiveCall(name or f"{comm.job}:alltoall:{size_bytes}", comm.job,
                                         "alltoall", size_bytes, n, "hccl-pairwise",
                                         comm.library))
+    e = _Emit(wb, comm, coll)
     chunk = size_bytes / n
     prev = list(after)
     for k in range(1, n):
@@ -147,7 +164,7 @@ def pairwise_alltoall(wb: WorkloadBuilder, comm: Communicator, size_bytes: int, 
                             latency_ns=comm.intra_delay_ns(a) + comm.step_overhead_ns)
                 wb.hop(f, int(comm.ranks[a]), int(comm.ranks[b]))
             else:
-                f = _pair(wb, comm, coll, a, b, chunk, prev, "a2a")
+                f = _pair(e, a, b, chunk, prev)
             step.append(f)
         prev = step
     return prev

@@ -77,25 +77,10 @@ def run(
     require("agent", "httpx")
     from icefabric.agent.actuators import get_actuator
     from icefabric.agent.client import ControllerClient
-    from icefabric.agent.runner import Agent
-    from icefabric.schemas_service import CommReport
+    from icefabric.agent.runner import Agent, AgentOptions
 
-    if enrol_token_file is not None:
-        token = enrol_token_file.read_text().strip()
-    else:
-        token = os.environ.get("ICE_ENROL_TOKEN", "")
-    if not token:
-        raise typer.BadParameter("give --enrol-token-file or set ICE_ENROL_TOKEN")
-    reps: list[CommReport] = []
-    if reports is not None:
-        from icefabric.agent.collector import load_reports
-        from icefabric.units import parse_size
-
-        try:
-            reps = load_reports(reports, job=job, size_bytes=parse_size(size) if size else None,
-                                collectives=collective)
-        except ValueError as e:
-            raise typer.BadParameter(f"--reports: {e}") from None
+    token = _enrol_token(enrol_token_file)
+    reps = _reports(reports, job, size, collective)
     opts: dict = {"hccl-cfg": {"directory": hccl_dir, "higher": _higher(hccl_higher or [])},
                   "verbs": {"socket_path": shim_socket,
                             "default_job": job or _single_job(reps)}}.get(actuator, {})
@@ -105,7 +90,8 @@ def run(
         raise typer.BadParameter(str(e)) from None
     collector = (lambda: act.with_qps(reps)) if actuator == "verbs" else (lambda: reps)
     agent = Agent(host, ControllerClient(controller), act, enrol_token=token,
-                  collector=collector, poll_wait_s=poll_wait_s, state_file=state_file)
+                  collector=collector,
+                  options=AgentOptions(poll_wait_s=poll_wait_s, state_file=state_file))
     if actuator == "verbs":
         _start_verbs(act, shim_socket)
     try:
@@ -121,6 +107,32 @@ def run(
     finally:
         if actuator == "verbs":
             act.stop()
+
+
+def _enrol_token(enrol_token_file: Path | None) -> str:
+    """The enrolment token: the file's, else $ICE_ENROL_TOKEN; one of them is needed."""
+    if enrol_token_file is not None:
+        token = enrol_token_file.read_text().strip()
+    else:
+        token = os.environ.get("ICE_ENROL_TOKEN", "")
+    if not token:
+        raise typer.BadParameter("give --enrol-token-file or set ICE_ENROL_TOKEN")
+    return token
+
+
+def _reports(reports: Path | None, job: str | None, size: str | None,
+             collective: list[str] | None) -> list:
+    """The CommReports of ``--reports`` (none without it)."""
+    if reports is None:
+        return []
+    from icefabric.agent.collector import load_reports
+    from icefabric.units import parse_size
+
+    try:
+        return load_reports(reports, job=job, size_bytes=parse_size(size) if size else None,
+                            collectives=collective)
+    except ValueError as e:
+        raise typer.BadParameter(f"--reports: {e}") from None
 
 
 def _single_job(reps) -> str | None:

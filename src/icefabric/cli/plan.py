@@ -23,9 +23,6 @@ def register(app: typer.Typer) -> None:
         """Compute and print the path plan of SCENARIO."""
         import json
 
-        from rich.console import Console
-        from rich.table import Table
-
         from icefabric.cli.common import fail
         from icefabric.pipeline.plans import scenario_policy
         from icefabric.pipeline.recipe import RunSpec
@@ -54,30 +51,39 @@ def register(app: typer.Typer) -> None:
         if json_out:
             typer.echo(json.dumps(view, indent=1))
             return
-        con = Console()
-        m = view["meta"]
-        con.print(f"[bold]{view['scenario']}[/] policy={view['policy']} QPs={view['n_qps']} "
-                  f"max link util={view['max_util']} "
-                  + (f"method={m.get('method')} verified={m.get('verified_frac')}"
-                     if "method" in m else ""))
-        for job, rows in view["jobs"].items():
-            t = Table(title=f"job {job}")
-            for c in ("qp", "src", "dst", "path", "sport", "backup", "demand Gb/s",
-                      "pacer Gb/s"):
-                t.add_column(c)
-            shown = rows if max_qps <= 0 else rows[:max_qps]
-            for r in shown:
-                t.add_row(str(r["qp"]), r["src"], r["dst"], " > ".join(r["path"][1:-1]),
-                          str(r["sport"]), "" if r["backup_sport"] is None
-                          else str(r["backup_sport"]), f"{r['rate_gbps']:g}",
-                          "" if r["pacing_gbps"] is None else f"{r['pacing_gbps']:g}")
-            if len(shown) < len(rows):
-                t.caption = f"{len(rows) - len(shown)} more QPs (use --max-qps 0 or --json)"
-            con.print(t)
-        t = Table(title="predicted fabric link load (sum over jobs of each job's busiest phase)")
-        for c in ("link", "load Gb/s", "capacity Gb/s", "util"):
+        _print_plan(view, max_qps)
+
+
+def _print_plan(view: dict, max_qps: int) -> None:
+    """The plan's QPs per job (at most ``max_qps`` each; 0 = all) and the predicted load of
+    every fabric link, busiest first."""
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console()
+    m = view["meta"]
+    con.print(f"[bold]{view['scenario']}[/] policy={view['policy']} QPs={view['n_qps']} "
+              f"max link util={view['max_util']} "
+              + (f"method={m.get('method')} verified={m.get('verified_frac')}"
+                 if "method" in m else ""))
+    for job, rows in view["jobs"].items():
+        t = Table(title=f"job {job}")
+        for c in ("qp", "src", "dst", "path", "sport", "backup", "demand Gb/s",
+                  "pacer Gb/s"):
             t.add_column(c)
-        for r in sorted(view["links"], key=lambda r: -r["util"]):
-            t.add_row(r["link"], f"{r['load_gbps']:g}", f"{r['capacity_gbps']:g}",
-                      f"{r['util']:.3f}")
+        shown = rows if max_qps <= 0 else rows[:max_qps]
+        for r in shown:
+            t.add_row(str(r["qp"]), r["src"], r["dst"], " > ".join(r["path"][1:-1]),
+                      str(r["sport"]), "" if r["backup_sport"] is None
+                      else str(r["backup_sport"]), f"{r['rate_gbps']:g}",
+                      "" if r["pacing_gbps"] is None else f"{r['pacing_gbps']:g}")
+        if len(shown) < len(rows):
+            t.caption = f"{len(rows) - len(shown)} more QPs (use --max-qps 0 or --json)"
         con.print(t)
+    t = Table(title="predicted fabric link load (sum over jobs of each job's busiest phase)")
+    for c in ("link", "load Gb/s", "capacity Gb/s", "util"):
+        t.add_column(c)
+    for r in sorted(view["links"], key=lambda r: -r["util"]):
+        t.add_row(r["link"], f"{r['load_gbps']:g}", f"{r['capacity_gbps']:g}",
+                  f"{r['util']:.3f}")
+    con.print(t)

@@ -92,7 +92,7 @@ def simulate(
     timeline (``training_timeline.png``) and breakdown (``training_breakdown.png``).
     """
     from icefabric.experiment.draws import DrawSpread
-    from icefabric.experiment.runner import run_scenario
+    from icefabric.experiment.runner import Execution, run_scenario
     from icefabric.scenario.schema import message_size
 
     ls = _scenario(scenario, from_log, server, seed)
@@ -107,9 +107,9 @@ def simulate(
     elif n_draws > 1 and not ls.scenario.failures:  # the draws run in the batched kernel
         note_draws_compile(quiet)
     with progress_bar(not quiet, f"simulating {ls.scenario.name}") as update:
-        res = run_scenario(ls, policies=pol, sizes=sz, engine=engine, progress=update,
-                           trace=out is not None or report is not None, draws=n_draws,
-                           spread=DrawSpread(workers or (os.cpu_count() or 1), ray))
+        how = Execution(progress=update, trace=out is not None or report is not None,
+                        spread=DrawSpread(workers or (os.cpu_count() or 1), ray))
+        res = run_scenario(ls, policies=pol, sizes=sz, engine=engine, draws=n_draws, how=how)
     res.provenance["command"] = command_line()
     if out is not None:
         _save_out(out, ls.text, res, formats, quiet)

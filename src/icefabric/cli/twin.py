@@ -27,37 +27,17 @@ def twin(
 ) -> None:
     """Run the scenario's hosts as agents against the controller; print the results and
     whether they agree with the in-process policy."""
-    import tempfile
-
-    from rich.console import Console
-
-    from icefabric.scenario.schema import FailureSpec, message_size
+    from icefabric.scenario.schema import message_size
     from icefabric.twin.run import TwinOptions, run_twin
 
-    fails = None
-    if fail:
-        fails = []
-        for f in fail:
-            try:
-                link, _, t = f.partition("@")
-                a, b = link.split(",")
-                fails.append(FailureSpec(at_us=float(t or 0), link=(a.strip(), b.strip())))
-            except ValueError:
-                raise typer.BadParameter(f"--fail {f!r}: expected NODE_A,NODE_B@T_US") from None
+    fails = _failures(fail)
     server = None
     token = os.environ.get("ICE_ADMIN_TOKEN", "")
     if admin_token_file is not None:
         token = admin_token_file.read_text().strip()
     if controller is None:
-        from icefabric.controller.settings import Settings
-        from icefabric.twin.serve import ThreadedController
-
-        tmp = tempfile.mkdtemp(prefix="icefab-twin-")
         token = token or "twin-admin-token"
-        server = ThreadedController(Settings(database_url=f"sqlite:///{tmp}/ice.db",
-                                             admin_token=token, policy=policy,
-                                             admin_token_file=f"{tmp}/admin.token"))
-        controller = server.start()
+        server, controller = _local_controller(policy, token)
     if not token:
         raise typer.BadParameter("give --admin-token-file or set ICE_ADMIN_TOKEN")
     if engine not in (None, "flow", "fluid"):
@@ -75,31 +55,70 @@ def twin(
     if as_json:
         typer.echo(json.dumps(d, indent=1))
     else:
-        from icefabric.reports.tables import Fitter, collective_tables
-
-        con = Console()
-        con.print(f"[bold]{res.scenario}[/] — digital twin: {res.agents} agents, {res.qps} QPs "
-                  f"over HTTP; policy {res.policy}; engine {res.engine}", highlight=False)
-        fit = Fitter(con.width)
-        for t in collective_tables(res.to_experiment(), fit):
-            con.print(t)
-        if fit.legend() is not None:
-            con.print(fit.legend())
-        for f in res.failures:
-            con.print(f"link {'up' if f['up'] else 'down'} {f['link'][0]}-{f['link'][1]} at "
-                      f"{f['t_ns'] / 1e3:.0f} us: seen by {f['seen_by']} agents, "
-                      f"reported by {f['reported_by']}, "
-                      f"{f['backup_ports_used']} QPs to backup ports, plan "
-                      f"v{f['plan_version']}", highlight=False)
-        con.print(f"plan versions {res.plan_versions}; QPs on failed links "
-                  f"{res.qps_on_down_links}; applied ports off their planned path "
-                  f"{res.path_mismatches}; paced QPs {res.paced_qps}/{res.qps}; QPs whose port, "
-                  f"backup or rate differ from in-process {res.qp_mismatches}; "
-                  f"twin = in-process: "
-                  f"{'yes' if res.agree else 'NO'} (max rel. diff {res.max_rel_diff:.1e}); "
-                  f"{res.wall_s:.1f} s", highlight=False)
+        _print_twin(res)
     if not res.agree or res.qps_on_down_links:
         raise typer.Exit(1)
+
+
+def _failures(fail: list[str] | None) -> list | None:
+    """``--fail NODE_A,NODE_B@T_US`` options as the scenario's FailureSpecs (None: none)."""
+    from icefabric.scenario.schema import FailureSpec
+
+    if not fail:
+        return None
+    fails = []
+    for f in fail:
+        try:
+            link, _, t = f.partition("@")
+            a, b = link.split(",")
+            fails.append(FailureSpec(at_us=float(t or 0), link=(a.strip(), b.strip())))
+        except ValueError:
+            raise typer.BadParameter(f"--fail {f!r}: expected NODE_A,NODE_B@T_US") from None
+    return fails
+
+
+def _local_controller(policy: str, token: str):
+    """A controller started in this process on a free 127.0.0.1 port (SQLite in a temporary
+    folder), and its URL."""
+    import tempfile
+
+    from icefabric.controller.settings import Settings
+    from icefabric.twin.serve import ThreadedController
+
+    tmp = tempfile.mkdtemp(prefix="icefab-twin-")
+    server = ThreadedController(Settings(database_url=f"sqlite:///{tmp}/ice.db",
+                                         admin_token=token, policy=policy,
+                                         admin_token_file=f"{tmp}/admin.token"))
+    return server, server.start()
+
+
+def _print_twin(res) -> None:
+    """The twin's busbw tables, its failures and whether it agrees with the in-process run."""
+    from rich.console import Console
+
+    from icefabric.reports.tables import Fitter, collective_tables
+
+    con = Console()
+    con.print(f"[bold]{res.scenario}[/] — digital twin: {res.agents} agents, {res.qps} QPs "
+              f"over HTTP; policy {res.policy}; engine {res.engine}", highlight=False)
+    fit = Fitter(con.width)
+    for t in collective_tables(res.to_experiment(), fit):
+        con.print(t)
+    if fit.legend() is not None:
+        con.print(fit.legend())
+    for f in res.failures:
+        con.print(f"link {'up' if f['up'] else 'down'} {f['link'][0]}-{f['link'][1]} at "
+                  f"{f['t_ns'] / 1e3:.0f} us: seen by {f['seen_by']} agents, "
+                  f"reported by {f['reported_by']}, "
+                  f"{f['backup_ports_used']} QPs to backup ports, plan "
+                  f"v{f['plan_version']}", highlight=False)
+    con.print(f"plan versions {res.plan_versions}; QPs on failed links "
+              f"{res.qps_on_down_links}; applied ports off their planned path "
+              f"{res.path_mismatches}; paced QPs {res.paced_qps}/{res.qps}; QPs whose port, "
+              f"backup or rate differ from in-process {res.qp_mismatches}; "
+              f"twin = in-process: "
+              f"{'yes' if res.agree else 'NO'} (max rel. diff {res.max_rel_diff:.1e}); "
+              f"{res.wall_s:.1f} s", highlight=False)
 
 
 def register(app: typer.Typer) -> None:

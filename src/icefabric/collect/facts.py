@@ -154,6 +154,20 @@ def _source(src) -> str | None:
 def nccl_log_facts(log: NcclLog, tests: NcclTestsOutput | None = None) -> dict[str, Any]:
     """Corpus-vocabulary facts of an NCCL/RCCL log (see module docstring)."""
     f: dict[str, Any] = {}
+    _nic_facts(log, f)
+    _setup_facts(log, f)
+    _comm_facts(log, f)
+    _ring_tree_facts(log, f)
+    _connections_facts(log, f)
+    f.update(placement_facts(log))
+    _busid_facts(log, f)
+    _topology_facts(log, f)
+    _env_facts(log, tests, f)
+    return f
+
+
+def _nic_facts(log: NcclLog, f: dict[str, Any]) -> None:
+    """The NET/IB devices of each host, their out-of-band interface and relaxed ordering."""
     nics = host_nics(log)
     if nics:
         per_host = {h: {"nics": [_clean(n, _NIC_KEYS) for n in e["nics"]], "oob": e["oob"],
@@ -167,6 +181,10 @@ def nccl_log_facts(log: NcclLog, tests: NcclTestsOutput | None = None) -> dict[s
               if e["relaxed_ordering"] is not None}
         if ro:
             f["relaxed_ordering"] = _one_or_per_host(ro)
+
+
+def _setup_facts(log: NcclLog, f: dict[str, Any]) -> None:
+    """Network, interfaces, environment, versions and host the log names."""
     if log.networks:
         f["network"] = log.networks[0]["network"]
     if log.socket_ifs:
@@ -187,6 +205,10 @@ def nccl_log_facts(log: NcclLog, tests: NcclTestsOutput | None = None) -> dict[s
     host = log.banner.get("Hostname") or (log.hosts_seen[0] if len(log.hosts_seen) == 1 else None)
     if host:
         f["host"] = host
+
+
+def _comm_facts(log: NcclLog, f: dict[str, Any]) -> None:
+    """Communicator init and topology lines, rank count, library, version, channel counts."""
     if log.init_lines:
         f["init_lines"] = [_clean(r) for r in log.init_lines]
         f["init"] = f["init_lines"][0]
@@ -215,6 +237,10 @@ def nccl_log_facts(log: NcclLog, tests: NcclTestsOutput | None = None) -> dict[s
             f["collnet_channels"] = cc["collnet"]
         if cc["nvls"] is not None:
             f["nvls_channels"] = cc["nvls"]
+
+
+def _ring_tree_facts(log: NcclLog, f: dict[str, Any]) -> None:
+    """Rings per channel (after ``nranks``: it bounds them) and trees."""
     rings = rings_by_channel(log, f.get("nranks"))
     if rings:
         f["rings"] = {str(c): r for c, r in rings.items()}
@@ -230,6 +256,10 @@ def nccl_log_facts(log: NcclLog, tests: NcclTestsOutput | None = None) -> dict[s
         if second:
             f["trees2"] = second
         f["tree_channels"] = len({t["channel"] for t in log.trees})
+
+
+def _connections_facts(log: NcclLog, f: dict[str, Any]) -> None:
+    """Channel connections, and those through the network (all, then unique)."""
     if log.connections:
         conns = [connection_facts(c) for c in log.connections]
         f["connections"] = conns
@@ -240,7 +270,10 @@ def nccl_log_facts(log: NcclLog, tests: NcclTestsOutput | None = None) -> dict[s
                           key=lambda t: (t[0], t[1], t[2], -1 if t[3] is None else t[3]))
             f["net_connections_unique"] = [
                 {"channel": a, "from": b, "to": c, "net_dev": d} for a, b, c, d in uniq]
-    f.update(placement_facts(log))
+
+
+def _busid_facts(log: NcclLog, f: dict[str, Any]) -> None:
+    """The PCI bus id of each rank, from init lines then connection lines."""
     busids: dict[str, str] = {}
     for rec in log.init_lines:
         if rec.get("busId"):
@@ -251,6 +284,10 @@ def nccl_log_facts(log: NcclLog, tests: NcclTestsOutput | None = None) -> dict[s
                 busids.setdefault(str(rank), dev)
     if busids:
         f["busid_by_rank"] = dict(sorted(busids.items(), key=lambda kv: int(kv[0])))
+
+
+def _topology_facts(log: NcclLog, f: dict[str, Any]) -> None:
+    """NVLS heads, the system and topology print, and the GPU/NET path table."""
     if log.nvls_heads:
         heads: dict[str, list[int]] = {}
         for rec in log.nvls_heads:
@@ -268,6 +305,10 @@ def nccl_log_facts(log: NcclLog, tests: NcclTestsOutput | None = None) -> dict[s
             order += [n for n in rec["peers"] if n not in order]
         f["gpus"] = [n for n in order if n.startswith("GPU/")]
         f["nets"] = [n for n in order if n.startswith("NET/")]
+
+
+def _env_facts(log: NcclLog, tests: NcclTestsOutput | None, f: dict[str, Any]) -> None:
+    """Algorithm and HCA list set in the environment (the log's over nccl-tests')."""
     env = dict(log.env)
     if tests is not None:
         for run in tests.runs:
@@ -276,7 +317,6 @@ def nccl_log_facts(log: NcclLog, tests: NcclTestsOutput | None = None) -> dict[s
         f["algo"] = env["NCCL_ALGO"]
     if "NCCL_IB_HCA" in env:
         f["nccl_ib_hca"] = [x for x in env["NCCL_IB_HCA"].lstrip("=^").split(",") if x]
-    return f
 
 
 def nccl_tests_facts(tests: NcclTestsOutput) -> dict[str, Any]:

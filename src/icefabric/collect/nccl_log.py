@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -507,166 +508,21 @@ def _strip_rccl_suffix(log: NcclLog, msg: str, ref: LineRef) -> str:
     return msg[: sfx.start()].rstrip()
 
 
-def _parse_message(log: NcclLog, msg: str, ref: LineRef) -> bool:  # noqa: C901 - a dispatcher
-    """Try every message pattern; True when one read the line."""
-    if msg.startswith("Channel ") or msg.startswith("Ring "):
-        c = _CONN.match(msg)
-        if c:
-            log.connections.append(_connection(c, ref))
-            return True
-        r = _RING_ORDER.match(msg)
-        if r:
-            log.ring_orders.append({
-                "channel": int(r["ch"]), "nchannels": _int(r["nch"]),
-                "ranks": [int(x) for x in r["ranks"].split()], "complete": not r["cut"],
-                "ref": ref,
-            })
-            return True
-        r = _RING_RANK.match(msg)
-        if r:
-            log.ring_ranks.append({"channel": int(r["ch"]), "prev": int(r["prev"]),
-                                   "rank": int(r["me"]), "next": int(r["next"]), "ref": ref})
-            return True
-        return False
-    if msg.startswith("Tree "):
-        t = _TREE_RANK.match(msg)
-        if not t:
-            return False
-        log.tree_ranks.append({"rank": int(t["r"]), "channel": int(t["ch"]),
-                               "down": [int(t["d0"]), int(t["d1"]), int(t["d2"])],
-                               "up": int(t["up"]), "tree": 0, "ref": ref})
-        return True
-    if msg.startswith("Trees"):
-        t = _TREES.match(msg)
-        if not t:
-            return False
-        items = t["body"].split()
-        ok = True
-        for ch_tok, val in zip(items[::2], items[1::2], strict=False):
-            it = _TREE_ITEM.match(f"{ch_tok} {val}") or _TREE_ITEM_24.match(f"{ch_tok} {val}")
-            if not it:
-                ok = False
-                continue
-            ch, rank = int(it["ch"]), int(it["r"])
-            log.trees.append({"rank": rank, "channel": ch,
-                              "down": [int(it["d0"]), int(it["d1"]), int(it["d2"])],
-                              "up": int(it["up"]), "tree": 0, "ref": ref})
-            if it.re is _TREE_ITEM and it["up2"] is not None:
-                log.trees.append({"rank": int(it["r2"]), "channel": ch,
-                                  "down": [int(it["e0"]), int(it["e1"]), int(it["e2"])],
-                                  "up": int(it["up2"]), "tree": 1, "ref": ref})
-        if len(items) % 2:
-            ok = False
-        if not ok:
-            log.warnings.append(warn("Trees line partly unreadable (cut?); read the rest",
-                                     ref.line, ref.source))
-        return True
+def _parse_message(log: NcclLog, msg: str, ref: LineRef) -> bool:
+    """Try every message pattern; True when one read the line.
+
+    A line with one of the ring and tree prefixes is read by that prefix's patterns or
+    not at all; any other line by the first pattern of :data:`_MESSAGES` that matches
+    (NET/IB QP lines first, the topology print of ``=== System`` last)."""
+    for prefixes, table in _PREFIXED:
+        if msg.startswith(prefixes):
+            return _first_match(table, log, msg, ref)
     if msg.startswith("NET/IB") and "qp_num" in msg and "query_ece" not in msg:
         q = _QP_NUM.search(msg)
         if q:
             log.qps.append(_qp_record(msg, int(q["qpn"]), ref))
             return True
-    g = _NETIB.match(msg)
-    if g:
-        nics = [
-            {"index": int(d["idx"]), "name": d["name"], "port": int(d["port"]), "link": d["ll"],
-             "rail": _int(d["rail"])}
-            for d in _NETIB_DEV.finditer(g["devs"])
-        ]
-        log.net_ib.append({"host": ref.host, "nics": nics, "oob": g["oob"],
-                           "relaxed_ordering": bool(g["ro"]), "ref": ref})
-        return True
-    g = _NETIB_ONE.match(msg)
-    if g:
-        log.nic_lines.append({"host": ref.host, "index": int(g["idx"]), "name": g["name"],
-                              "port": int(g["port"]), "link": g["ll"],
-                              "speed_mbps": _int(g["speed"]), "ref": ref})
-        return True
-    g = _INIT.match(msg)
-    if g:
-        rest = g["rest"]
-        rec: dict[str, Any] = {"host": ref.host, "comm": g["comm"], "rank": int(g["rank"]),
-                               "nranks": int(g["n"]), "cudaDev": _int(g["cuda"])}
-        nv = re.search(r"\bnvmlDev (\d+)", rest)
-        if nv:
-            rec["nvmlDev"] = int(nv[1])
-        bus = re.search(r"\bbusId ([0-9a-fA-F]+)", rest)
-        if bus:
-            rec["busId"] = bus[1]
-        cid = re.search(r"\bcommId (0x[0-9a-fA-F]+)", rest)
-        if cid:
-            rec["commId"] = cid[1]
-        rec["phase"] = g["phase"]
-        rec["ref"] = ref
-        log.init_lines.append(rec)
-        return True
-    g = _COMM_TOPO.match(msg)
-    if g:
-        log.comm_topology_lines.append({
-            "host": ref.host, "comm": g["comm"], "rank": int(g["rank"]), "nRanks": int(g["n"]),
-            "nNodes": int(g["nn"]), "localRanks": int(g["lr"]), "localRank": int(g["l"]),
-            "ref": ref})
-        return True
-    if _COMM_LIFECYCLE.match(msg):
-        return True
-    g = _INIT_OLD.match(msg)
-    if g:
-        log.init_lines.append({"host": ref.host, "rank": int(g["rank"]), "nranks": int(g["n"]),
-                               "cudaDev": ref.dev, "phase": None, "ref": ref})
-        return True
-    for pattern, sink in ((_SIDEBAND, log.sideband_ifs), (_NET_SOCKET, log.socket_ifs),
-                          (_NET_IFACE, log.socket_ifs),
-                          (_BOOTSTRAP, log.bootstrap_ifs)):
-        g = pattern.match(msg)
-        if g:
-            sink.append({"host": ref.host, "if": g["if"], "ref": ref})
-            return True
-    g = _NETWORK.match(msg) or _ASSIGNED.match(msg)
-    if g:
-        log.networks.append({"host": ref.host, "network": g["net"], "ref": ref})
-        return True
-    g = _OFI.match(msg)
-    if g:
-        log.ofi_providers.append(g["p"])
-        return True
-    g = _ENV.match(msg)
-    if g:
-        log.env[g["k"]] = g["v"]
-        return True
-    g = _CHANNEL_COUNTS.match(msg)
-    if g:
-        log.channel_counts.append({
-            "coll": int(g["coll"]), "collnet": _int(g["collnet"]), "nvls": _int(g["nvls"]),
-            "p2p": int(g["p2p"]), "p2p_per_peer": int(g["pp"]), "ref": ref})
-        return True
-    g = _CUDA_DRIVER.match(msg)
-    if g:
-        log.misc.setdefault("cudaDriverVersion", int(g["v"]))
-        return True
-    g = _CHUNKSIZE.match(msg)
-    if g:
-        log.misc.setdefault("p2p_chunksize", int(g["v"]))
-        return True
-    g = _CONNECTED.match(msg)
-    if g:
-        log.misc[f"connected_all_{g['what']}"] = True
-        return True
-    g = _NVLS_HEAD.match(msg)
-    if g:
-        log.nvls_heads.append({"head": int(g["h"]), "ranks": [int(x) for x in g["ranks"].split()],
-                               "ref": ref})
-        return True
-    g = _SYSTEM.match(msg)
-    if g:
-        log.systems.append({"maxBw": float(g["max"]), "totalBw": float(g["total"]), "ref": ref})
-        return True
-    g = _PATHS.match(msg)
-    if g:
-        peers = {
-            p["node"]: [int(p["hops"]), float(p["bw"]), p["t"]]
-            for p in _PATH_ITEM.finditer(g["body"])
-        }
-        log.paths.append({"node": g["src"], "peers": peers, "ref": ref})
+    if _first_match(_MESSAGES, log, msg, ref):
         return True
     if log.systems:
         # Topology print that follows "=== System" (NCCL_DEBUG_SUBSYS=GRAPH).
@@ -675,6 +531,193 @@ def _parse_message(log: NcclLog, msg: str, ref: LineRef) -> bool:  # noqa: C901 
             log.topo_nodes.append(g["node"])
             return True
     return False
+
+
+_Handler = Callable[[NcclLog, re.Match[str], LineRef], None]
+
+
+def _first_match(table: tuple[tuple[re.Pattern[str], _Handler], ...], log: NcclLog, msg: str,
+                 ref: LineRef) -> bool:
+    """Read ``msg`` with the handler of the first pattern of ``table`` that matches it."""
+    for pattern, handle in table:
+        g = pattern.match(msg)
+        if g:
+            handle(log, g, ref)
+            return True
+    return False
+
+
+def _ring_order(log: NcclLog, r: re.Match[str], ref: LineRef) -> None:
+    log.ring_orders.append({
+        "channel": int(r["ch"]), "nchannels": _int(r["nch"]),
+        "ranks": [int(x) for x in r["ranks"].split()], "complete": not r["cut"], "ref": ref,
+    })
+
+
+def _ring_rank(log: NcclLog, r: re.Match[str], ref: LineRef) -> None:
+    log.ring_ranks.append({"channel": int(r["ch"]), "prev": int(r["prev"]),
+                           "rank": int(r["me"]), "next": int(r["next"]), "ref": ref})
+
+
+def _tree_rank(log: NcclLog, t: re.Match[str], ref: LineRef) -> None:
+    log.tree_ranks.append({"rank": int(t["r"]), "channel": int(t["ch"]),
+                           "down": [int(t["d0"]), int(t["d1"]), int(t["d2"])],
+                           "up": int(t["up"]), "tree": 0, "ref": ref})
+
+
+def _trees(log: NcclLog, t: re.Match[str], ref: LineRef) -> None:
+    items = t["body"].split()
+    ok = len(items) % 2 == 0
+    for ch_tok, val in zip(items[::2], items[1::2], strict=False):
+        it = _TREE_ITEM.match(f"{ch_tok} {val}") or _TREE_ITEM_24.match(f"{ch_tok} {val}")
+        if not it:
+            ok = False
+            continue
+        ch, rank = int(it["ch"]), int(it["r"])
+        log.trees.append({"rank": rank, "channel": ch,
+                          "down": [int(it["d0"]), int(it["d1"]), int(it["d2"])],
+                          "up": int(it["up"]), "tree": 0, "ref": ref})
+        if it.re is _TREE_ITEM and it["up2"] is not None:
+            log.trees.append({"rank": int(it["r2"]), "channel": ch,
+                              "down": [int(it["e0"]), int(it["e1"]), int(it["e2"])],
+                              "up": int(it["up2"]), "tree": 1, "ref": ref})
+    if not ok:
+        log.warnings.append(warn("Trees line partly unreadable (cut?); read the rest",
+                                 ref.line, ref.source))
+
+
+def _net_ib(log: NcclLog, g: re.Match[str], ref: LineRef) -> None:
+    nics = [
+        {"index": int(d["idx"]), "name": d["name"], "port": int(d["port"]), "link": d["ll"],
+         "rail": _int(d["rail"])}
+        for d in _NETIB_DEV.finditer(g["devs"])
+    ]
+    log.net_ib.append({"host": ref.host, "nics": nics, "oob": g["oob"],
+                       "relaxed_ordering": bool(g["ro"]), "ref": ref})
+
+
+def _nic_line(log: NcclLog, g: re.Match[str], ref: LineRef) -> None:
+    log.nic_lines.append({"host": ref.host, "index": int(g["idx"]), "name": g["name"],
+                          "port": int(g["port"]), "link": g["ll"],
+                          "speed_mbps": _int(g["speed"]), "ref": ref})
+
+
+def _init(log: NcclLog, g: re.Match[str], ref: LineRef) -> None:
+    rest = g["rest"]
+    rec: dict[str, Any] = {"host": ref.host, "comm": g["comm"], "rank": int(g["rank"]),
+                           "nranks": int(g["n"]), "cudaDev": _int(g["cuda"])}
+    nv = re.search(r"\bnvmlDev (\d+)", rest)
+    if nv:
+        rec["nvmlDev"] = int(nv[1])
+    bus = re.search(r"\bbusId ([0-9a-fA-F]+)", rest)
+    if bus:
+        rec["busId"] = bus[1]
+    cid = re.search(r"\bcommId (0x[0-9a-fA-F]+)", rest)
+    if cid:
+        rec["commId"] = cid[1]
+    rec["phase"] = g["phase"]
+    rec["ref"] = ref
+    log.init_lines.append(rec)
+
+
+def _comm_topo(log: NcclLog, g: re.Match[str], ref: LineRef) -> None:
+    log.comm_topology_lines.append({
+        "host": ref.host, "comm": g["comm"], "rank": int(g["rank"]), "nRanks": int(g["n"]),
+        "nNodes": int(g["nn"]), "localRanks": int(g["lr"]), "localRank": int(g["l"]),
+        "ref": ref})
+
+
+def _init_old(log: NcclLog, g: re.Match[str], ref: LineRef) -> None:
+    log.init_lines.append({"host": ref.host, "rank": int(g["rank"]), "nranks": int(g["n"]),
+                           "cudaDev": ref.dev, "phase": None, "ref": ref})
+
+
+def _interface(sink: str) -> _Handler:
+    """A handler that adds the line's interface to the list ``sink`` of the log."""
+    def handle(log: NcclLog, g: re.Match[str], ref: LineRef) -> None:
+        getattr(log, sink).append({"host": ref.host, "if": g["if"], "ref": ref})
+    return handle
+
+
+def _env(log: NcclLog, g: re.Match[str], ref: LineRef) -> None:
+    log.env[g["k"]] = g["v"]
+
+
+def _first_number(key: str) -> _Handler:
+    """A handler that keeps the first number printed for ``key`` in ``log.misc``."""
+    def handle(log: NcclLog, g: re.Match[str], ref: LineRef) -> None:
+        log.misc.setdefault(key, int(g["v"]))
+    return handle
+
+
+def _connected(log: NcclLog, g: re.Match[str], ref: LineRef) -> None:
+    log.misc[f"connected_all_{g['what']}"] = True
+
+
+def _network(log: NcclLog, g: re.Match[str], ref: LineRef) -> None:
+    log.networks.append({"host": ref.host, "network": g["net"], "ref": ref})
+
+
+def _channel_counts(log: NcclLog, g: re.Match[str], ref: LineRef) -> None:
+    log.channel_counts.append({
+        "coll": int(g["coll"]), "collnet": _int(g["collnet"]), "nvls": _int(g["nvls"]),
+        "p2p": int(g["p2p"]), "p2p_per_peer": int(g["pp"]), "ref": ref})
+
+
+def _nvls_head(log: NcclLog, g: re.Match[str], ref: LineRef) -> None:
+    log.nvls_heads.append({"head": int(g["h"]), "ranks": [int(x) for x in g["ranks"].split()],
+                           "ref": ref})
+
+
+def _system(log: NcclLog, g: re.Match[str], ref: LineRef) -> None:
+    log.systems.append({"maxBw": float(g["max"]), "totalBw": float(g["total"]), "ref": ref})
+
+
+def _paths(log: NcclLog, g: re.Match[str], ref: LineRef) -> None:
+    peers = {p["node"]: [int(p["hops"]), float(p["bw"]), p["t"]]
+             for p in _PATH_ITEM.finditer(g["body"])}
+    log.paths.append({"node": g["src"], "peers": peers, "ref": ref})
+
+
+def _skip(log: NcclLog, g: re.Match[str], ref: LineRef) -> None:
+    """A line known to carry nothing we keep."""
+
+
+# Lines starting with one of these prefixes are read by the prefix's patterns or not at all.
+_PREFIXED: tuple[tuple[tuple[str, ...], tuple[tuple[re.Pattern[str], _Handler], ...]], ...] = (
+    (("Channel ", "Ring "), (
+        (_CONN, lambda log, c, ref: log.connections.append(_connection(c, ref))),
+        (_RING_ORDER, _ring_order),
+        (_RING_RANK, _ring_rank),
+    )),
+    (("Tree ",), ((_TREE_RANK, _tree_rank),)),
+    (("Trees",), ((_TREES, _trees),)),
+)
+
+# The other lines: the first pattern that matches reads the line.
+_MESSAGES: tuple[tuple[re.Pattern[str], _Handler], ...] = (
+    (_NETIB, _net_ib),
+    (_NETIB_ONE, _nic_line),
+    (_INIT, _init),
+    (_COMM_TOPO, _comm_topo),
+    (_COMM_LIFECYCLE, _skip),
+    (_INIT_OLD, _init_old),
+    (_SIDEBAND, _interface("sideband_ifs")),
+    (_NET_SOCKET, _interface("socket_ifs")),
+    (_NET_IFACE, _interface("socket_ifs")),
+    (_BOOTSTRAP, _interface("bootstrap_ifs")),
+    (_NETWORK, _network),
+    (_ASSIGNED, _network),
+    (_OFI, lambda log, g, ref: log.ofi_providers.append(g["p"])),
+    (_ENV, _env),
+    (_CHANNEL_COUNTS, _channel_counts),
+    (_CUDA_DRIVER, _first_number("cudaDriverVersion")),
+    (_CHUNKSIZE, _first_number("p2p_chunksize")),
+    (_CONNECTED, _connected),
+    (_NVLS_HEAD, _nvls_head),
+    (_SYSTEM, _system),
+    (_PATHS, _paths),
+)
 
 
 def _qp_record(msg: str, qpn: int, ref: LineRef) -> dict[str, Any]:

@@ -108,17 +108,8 @@ def parse_ranktable(text: str | bytes, source: str | None = None) -> RankTable:
         warnings (with the JSON error's line number when there is one).
     """
     table = RankTable()
-    try:
-        data = json.loads(to_text(text))
-    except json.JSONDecodeError as exc:
-        table.warnings.append(warn(f"not valid JSON: {exc.msg}", exc.lineno, source))
-        return table
-    except RecursionError:  # a rank table nests 4 deep; the C decoder stops at this limit
-        table.warnings.append(warn(f"JSON nested deeper than {sys.getrecursionlimit():,} "
-                                   "levels; not a rank table", None, source))
-        return table
-    if not isinstance(data, dict):
-        table.warnings.append(warn("rank table is not a JSON object", None, source))
+    data = _load_json(table, text, source)
+    if data is None:
         return table
     table.version = str(data["version"]) if "version" in data else None
     table.status = data.get("status")
@@ -126,13 +117,53 @@ def parse_ranktable(text: str | bytes, source: str | None = None) -> RankTable:
     if count is not None and not 0 <= (_as_int(count) or -1) <= MAX_RANK:
         table.warnings.append(warn(f"server_count {str(count)[:20]!r} is not a count",
                                    None, source))
+    entries = _device_entries(data)
+    _add_ranks(table, entries, _super_pods(data), source)
+    table.ranks.sort(key=lambda r: r.rank)
+    dup = len(table.ranks) - len({r.rank for r in table.ranks})
+    if dup:
+        table.warnings.append(warn(f"{dup} duplicate rank_id value(s)", None, source))
+    if not entries:
+        table.warnings.append(warn("no server_list/group_list devices found", None, source))
+    return table
+
+
+def _load_json(table: RankTable, text: str | bytes, source: str | None
+               ) -> dict[str, Any] | None:
+    """The rank table's JSON object, or None with a warning saying why there is none."""
+    try:
+        data = json.loads(to_text(text))
+    except json.JSONDecodeError as exc:
+        table.warnings.append(warn(f"not valid JSON: {exc.msg}", exc.lineno, source))
+        return None
+    except RecursionError:  # a rank table nests 4 deep; the C decoder stops at this limit
+        table.warnings.append(warn(f"JSON nested deeper than {sys.getrecursionlimit():,} "
+                                   "levels; not a rank table", None, source))
+        return None
+    if not isinstance(data, dict):
+        table.warnings.append(warn("rank table is not a JSON object", None, source))
+        return None
+    return data
+
+
+def _super_pods(data: dict[str, Any]) -> dict[str, str]:
+    """Server id -> super pod id, from ``super_pod_list``."""
     pod_of: dict[str, str] = {}
     for pod in _list(data.get("super_pod_list")):
         if isinstance(pod, dict):
             for srv in _list(pod.get("server_list")):
                 if isinstance(srv, dict) and "server_id" in srv:
                     pod_of[str(srv["server_id"])] = str(pod.get("super_pod_id"))
-    entries: list[tuple[int | None, dict[str, Any], dict[str, Any]]] = []
+    return pod_of
+
+
+_Entry = tuple[int | None, dict[str, Any], dict[str, Any]]  # (rank id, server, device)
+
+
+def _device_entries(data: dict[str, Any]) -> list[_Entry]:
+    """Every device of ``server_list`` (rank table 1.0) then of ``group_list`` (0.x), with
+    its rank id (an instance's own when its one device has none) and its server."""
+    entries: list[_Entry] = []
     if isinstance(data.get("server_list"), list):
         for srv in data["server_list"]:
             if not isinstance(srv, dict):
@@ -152,6 +183,13 @@ def parse_ranktable(text: str | bytes, source: str | None = None) -> RankTable:
                 if rank is None and len(devs) == 1:
                     rank = _as_int(inst.get("rank_id"))
                 entries.append((rank, inst, dev))
+    return entries
+
+
+def _add_ranks(table: RankTable, entries: list[_Entry], pod_of: dict[str, str],
+               source: str | None) -> None:
+    """A RankEntry per valid entry (a warning per invalid one); entries without a rank id
+    take the lowest ids no entry uses."""
     used: set[int] = {r for r, _, _ in entries if r is not None}
     next_free = 0
     for pos, (rank, srv, dev) in enumerate(entries):
@@ -173,13 +211,6 @@ def parse_ranktable(text: str | bytes, source: str | None = None) -> RankTable:
             super_device_id=(str(dev["super_device_id"]) if "super_device_id" in dev else None),
             super_pod_id=pod_of.get(server),
         ))
-    table.ranks.sort(key=lambda r: r.rank)
-    dup = len(table.ranks) - len({r.rank for r in table.ranks})
-    if dup:
-        table.warnings.append(warn(f"{dup} duplicate rank_id value(s)", None, source))
-    if not entries:
-        table.warnings.append(warn("no server_list/group_list devices found", None, source))
-    return table
 
 
 def parse_ranktables(texts: list[tuple[str | None, str | bytes]]) -> RankTable:

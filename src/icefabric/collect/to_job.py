@@ -56,6 +56,42 @@ def job_from_report(report: CommunicatorReport, *, name: str | None = None) -> d
     """
     inferred: list[str] = []
     known = {r.rank: r for r in report.ranks}
+    nranks = _nranks(report, known, inferred)
+    placed = {r: info.host for r, info in known.items() if info.host is not None}
+    if not placed:
+        raise JobInferenceError("no rank's host is visible in the report")
+    gpus_per_host = _gpus_per_host(report, known, Counter(placed.values()), nranks, inferred)
+    block_host = _block_hosts(placed, nranks, gpus_per_host, inferred)
+    hosts, rank_host, rank_device = _place_ranks(known, placed, block_host, nranks,
+                                                 gpus_per_host)
+    nics = [len(h.nics) for h in report.nics if h.nics]
+    speeds = [n.speed_mbps for h in report.nics for n in h.nics if n.speed_mbps]
+    library = report.library if report.library in ("nccl", "rccl", "hccl") else "nccl"
+    inferred += [f"report: {describe(f)}" for f in report.inferred]
+    qps = report.env.get("NCCL_IB_QPS_PER_CONNECTION") or report.env.get(
+        "HCCL_RDMA_QPS_PER_CONNECTION")
+    return {
+        "name": _job_name(report, name),
+        "library": library,
+        "hosts": hosts,
+        "gpus_per_host": gpus_per_host,
+        "nranks": nranks,
+        "rank_host": rank_host,
+        "rank_device": rank_device,
+        "rings": report.ring_orders(nranks),
+        "nics_per_host": max(nics) if nics else None,
+        "nic_gbps": max(speeds) / 1000 if speeds else None,
+        "channels": report.nchannels,
+        "qps_per_connection": int(qps) if qps and qps.isdigit() else 1,
+        "nccl_version": report.version if library == "nccl" else None,
+        "split_data_on_qps": _int_env(report.env, "NCCL_IB_SPLIT_DATA_ON_QPS"),
+        "inferred": inferred,
+    }
+
+
+def _nranks(report: CommunicatorReport, known: dict[int, Any], inferred: list[str]) -> int:
+    """The job's rank count: the report's, else the longest complete ring or the highest
+    rank seen (noted in ``inferred``)."""
     nranks = report.nranks
     if nranks is None:
         ring_len = max((len(r.ranks) for r in report.rings if r.complete), default=0)
@@ -64,27 +100,30 @@ def job_from_report(report: CommunicatorReport, *, name: str | None = None) -> d
             inferred.append(f"nranks={nranks} from the highest rank seen")
     if not nranks:
         raise JobInferenceError("the report does not show how many ranks the job has")
-    placed = {r: info.host for r, info in known.items() if info.host is not None}
-    if not placed:
-        raise JobInferenceError("no rank's host is visible in the report")
+    return nranks
 
-    hosts = list(dict.fromkeys(h for _, h in sorted(placed.items())))
-    per_host = Counter(placed.values())
-    gpus_per_host = None
+
+def _gpus_per_host(report: CommunicatorReport, known: dict[int, Any], per_host: Counter,
+                   nranks: int, inferred: list[str]) -> int:
+    """Ranks per host: from the node count when it divides the ranks, else the smallest
+    size that holds every local device index seen and divides the ranks, else the busiest
+    host seen (the last two noted in ``inferred``)."""
     if report.nnodes and nranks % report.nnodes == 0:
-        gpus_per_host = nranks // report.nnodes
-    else:
-        # The smallest host size that holds every local device index seen and divides nranks.
-        devs = [i.device for i in known.values() if i.device is not None]
-        low = max(max(devs, default=-1) + 1, max(per_host.values()), 1)
-        guess = next((g for g in range(low, nranks + 1) if nranks % g == 0), None)
-        if guess:
-            gpus_per_host = guess
-            inferred.append(f"gpus_per_host={guess} from the local device indices")
-    if gpus_per_host is None:
-        gpus_per_host = max(per_host.values())
-        inferred.append(f"gpus_per_host={gpus_per_host} from the busiest host seen")
+        return nranks // report.nnodes
+    devs = [i.device for i in known.values() if i.device is not None]
+    low = max(max(devs, default=-1) + 1, max(per_host.values()), 1)
+    guess = next((g for g in range(low, nranks + 1) if nranks % g == 0), None)
+    if guess:
+        inferred.append(f"gpus_per_host={guess} from the local device indices")
+        return guess
+    inferred.append(f"gpus_per_host={max(per_host.values())} from the busiest host seen")
+    return max(per_host.values())
 
+
+def _block_hosts(placed: dict[int, str], nranks: int, gpus_per_host: int,
+                 inferred: list[str]) -> dict[int, str]:
+    """The host of each block of ``gpus_per_host`` consecutive ranks: that of its first
+    placed rank, else a placeholder ``node<i>`` no other block uses (noted in ``inferred``)."""
     nblocks = -(-nranks // gpus_per_host)
     block_host: dict[int, str] = {}
     for r, h in placed.items():
@@ -99,6 +138,14 @@ def job_from_report(report: CommunicatorReport, *, name: str | None = None) -> d
             used.add(block_host[b])
             inferred.append(f"ranks {b * gpus_per_host}..{min(nranks, (b + 1) * gpus_per_host) - 1}"
                             f" placed on unnamed host {block_host[b]}")
+    return block_host
+
+
+def _place_ranks(known: dict[int, Any], placed: dict[int, str], block_host: dict[int, str],
+                 nranks: int, gpus_per_host: int) -> tuple[list[str], list[int], list[int]]:
+    """The hosts in block order, and each rank's host index and local device (the one
+    seen, else its position in its block)."""
+    nblocks = -(-nranks // gpus_per_host)
     hosts = list(dict.fromkeys(block_host[b] for b in range(nblocks)))
     host_index = {h: i for i, h in enumerate(hosts)}
     rank_host, rank_device = [], []
@@ -112,38 +159,20 @@ def job_from_report(report: CommunicatorReport, *, name: str | None = None) -> d
         if dev is None:
             dev = r % gpus_per_host
         rank_device.append(dev)
-    rings = report.ring_orders(nranks)
-    nics = [len(h.nics) for h in report.nics if h.nics]
-    speeds = [n.speed_mbps for h in report.nics for n in h.nics if n.speed_mbps]
-    library = report.library if report.library in ("nccl", "rccl", "hccl") else "nccl"
+    return hosts, rank_host, rank_device
+
+
+def _job_name(report: CommunicatorReport, name: str | None) -> str:
+    """``name``, else ``comm-<id>``, else the first source's stem; made a valid scenario job
+    name (scenario.schema.ScenarioJob: it starts with a letter)."""
     if name is None:
         name = Path(report.sources[0]).stem if report.sources else "job"
         if report.comm_id:
             name = f"comm-{report.comm_id}"
-    # Scenario job names must start with a letter (scenario.schema.ScenarioJob).
     name = re.sub(r"[^\w.-]", "_", name)
     if not name[:1].isalpha():
         name = f"job-{name}"
-    inferred += [f"report: {describe(f)}" for f in report.inferred]
-    qps = report.env.get("NCCL_IB_QPS_PER_CONNECTION") or report.env.get(
-        "HCCL_RDMA_QPS_PER_CONNECTION")
-    return {
-        "name": name,
-        "library": library,
-        "hosts": hosts,
-        "gpus_per_host": gpus_per_host,
-        "nranks": nranks,
-        "rank_host": rank_host,
-        "rank_device": rank_device,
-        "rings": rings,
-        "nics_per_host": max(nics) if nics else None,
-        "nic_gbps": max(speeds) / 1000 if speeds else None,
-        "channels": report.nchannels,
-        "qps_per_connection": int(qps) if qps and qps.isdigit() else 1,
-        "nccl_version": report.version if library == "nccl" else None,
-        "split_data_on_qps": _int_env(report.env, "NCCL_IB_SPLIT_DATA_ON_QPS"),
-        "inferred": inferred,
-    }
+    return name
 
 
 def _int_env(env: dict[str, str], key: str) -> int | None:

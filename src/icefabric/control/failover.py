@@ -24,8 +24,17 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from icefabric.control.demand import Demand
-from icefabric.control.planning import PathAssignment, _Load, _paths_csr, replan_subset
+from icefabric.control.planning import (
+    PathAssignment,
+    PlanOptions,
+    Subset,
+    _Load,
+    _paths_csr,
+    replan_subset,
+)
 from icefabric.control.realize import (
+    QpPaths,
+    RealizeOptions,
     inner_csr,
     realize_paths,
     rehash,
@@ -204,8 +213,8 @@ def replan_after_failure(fabric: Fabric, routing: Routing, configs: dict[int, Ha
     sport = np.asarray(before.sport, dtype=np.int64).copy()
     csr = before.paths_csr if before.paths_csr is not None else _paths_csr(paths)
     affected, maybe = _candidates(routing, before.routing, demand, csr)
-    new_sub, util = replan_subset(fabric, routing, demand, affected, csr, load=before.load,
-                                 seed=seed)
+    new_sub, util = replan_subset(fabric, routing, demand, Subset(affected, csr, before.load),
+                                  options=PlanOptions(seed=seed))
     new_paths = _with_rows(paths, affected, new_sub)
     # Which kept QPs does the shrunken group re-hash elsewhere?
     sub = np.setdiff1d(maybe, affected)
@@ -221,10 +230,11 @@ def replan_after_failure(fabric: Fabric, routing: Routing, configs: dict[int, Ha
         out_paths = before.full_paths
     ok = sport >= 0  # kept QPs stay verified; one without a planned port never was
     if len(todo):
-        r = realize_paths(fabric, routing, configs, demand.src_nic[todo],
-                          demand.dst_nic[todo], [new_paths[q] for q in todo.tolist()],
-                          mode=mode, exclude=_ports_near(fabric, demand, sport, todo),
-                          fallback_sport=sport[todo], seed=seed)
+        qps = QpPaths(demand.src_nic[todo], demand.dst_nic[todo],
+                      [new_paths[q] for q in todo.tolist()])
+        opts = RealizeOptions(mode=mode, exclude=_ports_near(fabric, demand, sport, todo),
+                              fallback_sport=sport[todo], seed=seed)
+        r = realize_paths(fabric, routing, configs, qps, opts)
         solved = r.sport >= 0
         sport[todo[solved]] = r.sport[solved]
         out_paths = _with_rows(out_paths, todo, r.paths)

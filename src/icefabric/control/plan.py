@@ -122,14 +122,15 @@ def single_path_plan(paths: list[np.ndarray], sport: np.ndarray, policy: str = "
     q = len(paths)
     indptr = indptr_from_lengths(np.fromiter((len(p) for p in paths), np.int64, q))
     links = np.concatenate(paths).astype(np.int64) if q else np.zeros(0, np.int64)
-    return single_path_plan_csr(indptr, links, sport, policy, rate_bps, meta, backup_sport)
+    return single_path_plan_csr((indptr, links), sport, policy, rate_bps, meta, backup_sport)
 
 
-def single_path_plan_csr(indptr: np.ndarray, links: np.ndarray, sport: np.ndarray,
+def single_path_plan_csr(routes: tuple[np.ndarray, np.ndarray], sport: np.ndarray,
                          policy: str = "", rate_bps: np.ndarray | None = None,
                          meta: dict | None = None, backup_sport: np.ndarray | None = None
                          ) -> PathPlan:
-    """:func:`single_path_plan` of paths given as CSR (``indptr``, ``links``)."""
+    """:func:`single_path_plan` of paths given as CSR ``routes = (indptr, links)``."""
+    indptr, links = routes
     q = len(indptr) - 1
     return PathPlan(sport=np.asarray(sport, dtype=np.int64), route_qp=np.arange(q),
                     route_weight=np.ones(q), route_indptr=indptr, route_links=links,

@@ -25,8 +25,8 @@ Methods (registry :data:`PLANNERS`, chosen with ``method=``):
   pinned, else ``greedy``.
 
 Incremental planning (a new job without moving existing QPs) and failure re-planning
-pin QPs with ``pinned``/``initial`` and plan only the others; ``method="greedy"`` with no
-pins is the explicit re-optimisation.
+pin QPs with :class:`Constraints` (``pinned``/``initial``) and plan only the others;
+``method="greedy"`` with no pins is the explicit re-optimisation.
 """
 
 from __future__ import annotations
@@ -37,13 +37,14 @@ import numpy as np
 
 from icefabric.control.coloring import bipartite_edge_coloring
 from icefabric.control.demand import Demand
+from icefabric.control.errors import ControlError
 from icefabric.control.sport import _dense_rows
 from icefabric.csr import CsrRows, csr_from_lists, gather, indptr_from_lengths
 from icefabric.topology.model import LINK_FABRIC, Fabric
 from icefabric.topology.routing import Routing
 
-__all__ = ["PLANNERS", "PathAssignment", "Candidates", "assignment_from_paths",
-           "plan_incremental", "reoptimize", "split_needed",
+__all__ = ["PLANNERS", "PathAssignment", "Candidates", "Constraints", "PlanOptions", "Subset",
+           "assignment_from_paths", "plan_incremental", "reoptimize", "split_needed",
            "leaf_cut_bound", "link_utilization", "plan_paths", "qps_needed"]
 
 
@@ -515,25 +516,78 @@ def load_state(fabric: Fabric, demand: Demand, paths_csr: tuple[np.ndarray, np.n
     return st
 
 
-def replan_subset(fabric: Fabric, routing: Routing, demand: Demand, qps: np.ndarray,
-                  paths_csr: tuple[np.ndarray, np.ndarray], *,
-                  forbid: dict[int, set[int]] | None = None, improve: bool = True,
-                  load: _Load | None = None, swaps: int = 0,
-                  seed: int | None = None) -> tuple[list[np.ndarray], np.ndarray]:
-    """Plan only QPs ``qps`` (greedy + local improvement restricted to them) against the
-    load of every other QP on its current path; the fast path of failure re-planning.
+@dataclass(frozen=True, eq=False)
+class Constraints:
+    """What a plan must respect besides the links' capacity.
 
-    ``paths_csr`` is ``(indptr, links)`` of the current fabric path of every QP. Returns
-    the new paths of ``qps`` (in order) and the resulting per-link utilisation.
-    ``load`` is the plan's :func:`load_state` (all QPs), if the caller keeps it (it is
-    not changed).
-    ``swaps`` bounds the two-QP swaps tried (0 by default: a failure that removed capacity
-    usually cannot be fully absorbed, and the fail-over path must stay fast).
+    Attributes
+    ----------
+    pinned : bool array (Q,), optional — QPs that keep ``initial[q]`` (incremental
+        planning of a new job, failure re-planning); only ``greedy``, ``milp`` and
+        ``auto`` keep QPs.
+    initial : list of arrays, optional — current paths of the pinned QPs.
+    forbid : dict QP -> set of candidate indices, optional — paths not to use (e.g. no
+        source port realises them); ``greedy`` and ``auto`` read it.
     """
-    rng = np.random.default_rng(seed)
-    qps = np.asarray(qps, dtype=np.int64)
+
+    pinned: np.ndarray | None = None
+    initial: list[np.ndarray] | None = None
+    forbid: dict[int, set[int]] | None = None
+
+    def pins_any(self) -> bool:
+        return self.pinned is not None and bool(np.any(self.pinned))
+
+
+@dataclass(frozen=True)
+class PlanOptions:
+    """How a planner searches.
+
+    Attributes
+    ----------
+    improve : bool — run local improvement after greedy.
+    seed : int, optional — tie-breaking order.
+    swaps : int, optional — two-QP swaps local improvement may try (default: 32 for a
+        plan, 0 for :func:`replan_subset`: a failure that removed capacity usually cannot
+        be fully absorbed, and the fail-over path must stay fast).
+    time_limit_s : float — the MILP solver's time limit.
+    """
+
+    improve: bool = True
+    seed: int | None = None
+    swaps: int | None = None
+    time_limit_s: float = 30.0
+
+
+@dataclass(frozen=True, eq=False)
+class Subset:
+    """QPs to re-plan against the rest of a plan.
+
+    Attributes
+    ----------
+    qps : array of int — the QPs that move.
+    paths_csr : (indptr, links) — the current fabric path of every QP.
+    load : the plan's :func:`load_state` (all QPs), if the caller keeps it (not changed).
+    """
+
+    qps: np.ndarray
+    paths_csr: tuple[np.ndarray, np.ndarray]
+    load: _Load | None = None
+
+
+def replan_subset(fabric: Fabric, routing: Routing, demand: Demand, subset: Subset,
+                  constraints: Constraints | None = None, options: PlanOptions | None = None
+                  ) -> tuple[list[np.ndarray], np.ndarray]:
+    """Plan only the QPs of ``subset`` (greedy + local improvement restricted to them)
+    against the load of every other QP on its current path; the fast path of failure
+    re-planning. Returns the new paths of ``subset.qps`` (in order) and the resulting
+    per-link utilisation. ``constraints.forbid`` is read (nothing is pinned: the other
+    QPs stay where they are)."""
+    c, o = constraints or Constraints(), options or PlanOptions()
+    rng = np.random.default_rng(o.seed)
+    qps = np.asarray(subset.qps, dtype=np.int64)
     Q = demand.n_qps
-    ptr, flat = paths_csr
+    ptr, flat = subset.paths_csr
+    load = subset.load
     others = np.ones(Q, bool)
     others[qps] = False
     if load is None:
@@ -547,13 +601,11 @@ def replan_subset(fabric: Fabric, routing: Routing, demand: Demand, qps: np.ndar
         e = demand.entries(qps)
         st.add_rows(e, demand.ent_qp[e], ptr, flat, sign=-1.0)
     cands = Candidates(routing, demand, qps=qps)  # only the QPs that move
-    choice = np.full(Q, -1, dtype=np.int64)
-    forbid = forbid or {}
-    _greedy(fabric, routing, demand, cands, st, choice, qps, forbid, rng)
-    if improve and len(qps):
-        _improve(demand, cands, st, choice, ~others, 20 * len(qps) + 100, forbid,
-                 swaps=swaps)
-    return [cands.of(q)[choice[q]] for q in qps.tolist()], st.util()
+    s = _Search(cands, st, np.full(Q, -1, dtype=np.int64), c.forbid or {})
+    _greedy(s, demand, qps, rng)
+    if o.improve and len(qps):
+        _improve(s, demand, ~others, 20 * len(qps) + 100, swaps=o.swaps or 0)
+    return [cands.of(q)[s.choice[q]] for q in qps.tolist()], st.util()
 
 
 def assignment_from_paths(fabric: Fabric, demand: Demand, paths: list[np.ndarray],
@@ -565,6 +617,27 @@ def assignment_from_paths(fabric: Fabric, demand: Demand, paths: list[np.ndarray
 
 
 # --------------------------------------------------------------------------- greedy
+@dataclass(eq=False)
+class _Search:
+    """One planning call's search: each QP's candidate paths, the link loads, the candidate
+    each QP holds (-1: none yet) and the candidates it must not take."""
+
+    cands: Candidates
+    st: _Load
+    choice: np.ndarray
+    forbid: dict[int, set[int]]
+
+
+@dataclass(eq=False)
+class _Movable:
+    """The QPs local improvement may move (``mq``), the current path of each (a row of
+    ``pm``, -1 padded) and their peak rates."""
+
+    mq: np.ndarray
+    pm: np.ndarray
+    rate: np.ndarray
+
+
 def _best_candidate(st, q, cand, forbid) -> tuple[int, np.ndarray]:
     """Index of the candidate path of QP ``q`` with the lowest (max, sum) utilisation given
     the current loads (forbidden candidates excluded), and the per-candidate max."""
@@ -576,16 +649,17 @@ def _best_candidate(st, q, cand, forbid) -> tuple[int, np.ndarray]:
     return int(np.lexsort((sm, mx))[0]), mx
 
 
-def _greedy(fabric, routing, demand, cands, st, choice, todo, forbid, rng):
+def _greedy(s: _Search, demand: Demand, todo: np.ndarray, rng: np.random.Generator) -> None:
+    """Give each QP of ``todo`` its best candidate given the load so far, biggest first."""
     rate = demand.peak_rates(todo)
-    ncand = np.array([cands.of(q).shape[0] for q in todo], dtype=np.int64)
+    ncand = np.array([s.cands.of(q).shape[0] for q in todo], dtype=np.int64)
     # Longest-processing-time order: big rates first, then the most constrained QPs.
     order = np.lexsort((rng.random(len(todo)), ncand, -rate))
     for q in np.asarray(todo)[order].tolist():
-        cand = cands.of(q)
-        best, _ = _best_candidate(st, q, cand, forbid)
-        choice[q] = best
-        st.add(q, cand[best])
+        cand = s.cands.of(q)
+        best, _ = _best_candidate(s.st, q, cand, s.forbid)
+        s.choice[q] = best
+        s.st.add(q, cand[best])
 
 
 def _set_row(pm, i, path):
@@ -593,11 +667,14 @@ def _set_row(pm, i, path):
     pm[i, :len(path)] = path
 
 
-def _try_swap(rows, mq, pm, l, umax, cands, st, choice, forbid, rate, width=6):
-    """Two-QP move: put a QP ``q`` of the bottleneck link ``l`` on a path whose only
-    obstacle is another QP ``q2``, and move ``q2`` elsewhere, if afterwards every touched
-    link is strictly below ``umax``. Resolves granularity deadlocks a single move cannot."""
+def _try_swap(s: _Search, mv: _Movable, rows: np.ndarray, l: int, umax: float,
+              width: int = 6) -> bool:
+    """Two-QP move: put a QP ``q`` of the bottleneck link ``l`` (one of ``rows``) on a path
+    whose only obstacle is another QP ``q2``, and move ``q2`` elsewhere, if afterwards every
+    touched link is strictly below ``umax``. Resolves granularity deadlocks a single move
+    cannot."""
     eps = 1e-9
+    cands, st, choice, forbid, mq, pm = s.cands, s.st, s.choice, s.forbid, mv.mq, mv.pm
     row_of = {int(q): i for i, q in enumerate(mq.tolist())}
     for i in rows.tolist():
         q = int(mq[i])
@@ -635,18 +712,21 @@ def _try_swap(rows, mq, pm, l, umax, cands, st, choice, forbid, rate, width=6):
     return False
 
 
-def _improve(demand, cands, st, choice, movable, max_moves, forbid, swaps=32):
+def _improve(s: _Search, demand: Demand, movable: np.ndarray, max_moves: int,
+             swaps: int = 32) -> int:
     """Move QPs off the most loaded link (among links that carry a movable QP) while that
     strictly lowers its utilisation; links at the same level are tried in turn."""
     mq = np.flatnonzero(movable)
     if len(mq) == 0:
         return 0
+    cands, st, choice, forbid = s.cands, s.st, s.choice, s.forbid
     rate = demand.peak_rates(mq)  # of the movable QPs, in their order
     dmax = max(max(cands.of(q).shape[1] for q in mq.tolist()), 1)
     pm = np.full((len(mq), dmax), -1, dtype=np.int64)  # current path of each movable QP
     for i, q in enumerate(mq.tolist()):
         p = cands.of(q)[choice[q]]
         pm[i, :len(p)] = p
+    mv = _Movable(mq, pm, rate)
     moves = 0
     tabu: set[int] = set()
     while moves < max_moves:
@@ -680,7 +760,7 @@ def _improve(demand, cands, st, choice, movable, max_moves, forbid, swaps=32):
         if not moved and swaps > 0 and umax > 1.0 + 1e-9:
             # Swaps only while the plan still has collisions, and a bounded number of tries.
             swaps -= 1
-            moved = _try_swap(rows, mq, pm, l, umax, cands, st, choice, forbid, rate)
+            moved = _try_swap(s, mv, rows, l, umax)
             if moved:
                 moves += 1
         if moved:
@@ -695,18 +775,29 @@ def _improve(demand, cands, st, choice, movable, max_moves, forbid, swaps=32):
     return moves
 
 
-def plan_greedy(fabric, routing, demand, *, pinned=None, initial=None, forbid=None,
-                improve=True, max_moves=None, seed=None, cands=None, warm=None
+@dataclass(frozen=True, eq=False)
+class _Start:
+    """Where :func:`plan_greedy` starts: ``cands`` shared with another plan of the same
+    demand, and ``warm`` paths (e.g. a colouring) local improvement starts from instead of
+    building greedily."""
+
+    cands: Candidates | None = None
+    warm: list[np.ndarray] | None = None
+
+
+def plan_greedy(fabric, routing, demand, constraints: Constraints | None = None,
+                options: PlanOptions | None = None, start: _Start | None = None
                 ) -> PathAssignment:
-    """Greedy + local improvement (see module docstring). ``warm``: start the local
-    improvement from these paths (e.g. a colouring) instead of building greedily."""
-    rng = np.random.default_rng(seed)
-    cands = cands or Candidates(routing, demand)
+    """Greedy + local improvement (see module docstring)."""
+    c, o, start = constraints or Constraints(), options or PlanOptions(), start or _Start()
+    rng = np.random.default_rng(o.seed)
+    cands = start.cands or Candidates(routing, demand)
     st = _Load(fabric, demand)
     Q = demand.n_qps
     choice = np.full(Q, -1, dtype=np.int64)
-    pinned = np.zeros(Q, bool) if pinned is None else np.asarray(pinned, bool)
-    forbid = forbid or {}
+    pinned = np.zeros(Q, bool) if c.pinned is None else np.asarray(c.pinned, bool)
+    initial, warm = c.initial, start.warm
+    s = _Search(cands, st, choice, c.forbid or {})
     fixed_paths: dict[int, np.ndarray] = {}
     pq = np.flatnonzero(pinned)
     st.add_many(pq, [np.asarray(initial[q], dtype=np.int64) for q in pq.tolist()])
@@ -718,12 +809,12 @@ def plan_greedy(fabric, routing, demand, *, pinned=None, initial=None, forbid=No
             choice[q] = max(cands.index_of(q, warm[q]), 0)
         st.add_many(todo, [cands.of(q)[choice[q]] for q in todo.tolist()])
     else:
-        _greedy(fabric, routing, demand, cands, st, choice, todo, forbid, rng)
+        _greedy(s, demand, todo, rng)
     moves = 0
-    if improve and len(todo):
+    if o.improve and len(todo):
         movable = ~pinned & (choice >= 0)
-        moves = _improve(demand, cands, st, choice, movable,
-                         max_moves if max_moves is not None else 20 * Q + 100, forbid)
+        moves = _improve(s, demand, movable, 20 * Q + 100,
+                         swaps=32 if o.swaps is None else o.swaps)
     paths = [fixed_paths[q] if pinned[q] else cands.of(q)[choice[q]] for q in range(Q)]
     return PathAssignment(paths, st.util(), "greedy", {"moves": moves,
                                                        "pinned": int(pinned.sum()),
@@ -819,7 +910,8 @@ def _coloring_paths(fabric, routing, demand, three_tier: bool):
     return CsrRows(indptr_from_lengths(lengths), flat), delta
 
 
-def plan_edge_coloring(fabric, routing, demand, *, seed=None, **_) -> PathAssignment:
+def plan_edge_coloring(fabric, routing, demand, constraints: Constraints | None = None,
+                       options: PlanOptions | None = None) -> PathAssignment:
     """2-tier leaf-spine: colour leaf-to-leaf QPs, colour ``c`` -> uplink ``c mod U``.
 
     Notes
@@ -833,7 +925,8 @@ def plan_edge_coloring(fabric, routing, demand, *, seed=None, **_) -> PathAssign
                           {"colors": delta})
 
 
-def plan_fat_tree(fabric, routing, demand, *, seed=None, **_) -> PathAssignment:
+def plan_fat_tree(fabric, routing, demand, constraints: Constraints | None = None,
+                  options: PlanOptions | None = None) -> PathAssignment:
     """3-tier fat-tree: leaf-level colouring picks the aggregation plane; per plane, a
     (source pod, destination pod) colouring picks the core."""
     paths, delta = _coloring_paths(fabric, routing, demand, True)
@@ -959,8 +1052,8 @@ class _Milp:
         return choice
 
 
-def plan_milp(fabric, routing, demand, *, pinned=None, initial=None, time_limit=30.0,
-              seed=None, cands=None, **_) -> PathAssignment:
+def plan_milp(fabric, routing, demand, constraints: Constraints | None = None,
+              options: PlanOptions | None = None) -> PathAssignment:
     """Exact minimum of the maximum link utilisation (small instances).
 
     Variables: ``x[q,k]`` binary (QP ``q`` on candidate ``k``), ``y[l,j]`` (job ``j``'s
@@ -969,22 +1062,30 @@ def plan_milp(fabric, routing, demand, *, pinned=None, initial=None, time_limit=
     ``sum_j y[l,j] <= z``; minimise ``z``. Solved with HiGHS through
     :func:`scipy.optimize.milp`.
 
+    Raises
+    ------
+    ControlError — when HiGHS ends without a solution (e.g. its time limit on a large
+        instance).
+
     References
     ----------
     .. [1] Q. Huangfu, J. A. J. Hall, "Parallelizing the dual revised simplex method",
        Mathematical Programming Computation 10, 2018 (HiGHS).
     """
-    cands = cands or Candidates(routing, demand)
+    c, o = constraints or Constraints(), options or PlanOptions()
+    cands = Candidates(routing, demand)
     Q = demand.n_qps
-    pinned = np.zeros(Q, bool) if pinned is None else np.asarray(pinned, bool)
+    pinned = np.zeros(Q, bool) if c.pinned is None else np.asarray(c.pinned, bool)
+    initial = c.initial
     st = _Load(fabric, demand)
     for q in np.flatnonzero(pinned).tolist():
         st.add(q, np.asarray(initial[q], dtype=np.int64))
     base = st.rate_sums() / fabric.link_capacity_bps[:, None]  # pinned load, normalised
     m = _Milp.build(fabric, demand, cands, np.flatnonzero(~pinned), base)
-    res = m.solve(time_limit)
+    res = m.solve(o.time_limit_s)
     if res.x is None:
-        raise RuntimeError(f"MILP failed: {res.message}")
+        raise ControlError(f"the MILP planner found no path assignment ({res.message}); "
+                           "use the greedy or auto method instead")
     choice = m.choice(res.x, Q)
     paths = [np.asarray(initial[q], dtype=np.int64) if pinned[q] else cands.of(q)[choice[q]]
              for q in range(Q)]
@@ -1076,23 +1177,23 @@ def _utilisation_quantum(fabric: Fabric, demand: Demand, side: np.ndarray) -> np
     return out
 
 
-def _auto(fabric, routing, demand, **kw) -> PathAssignment:
-    pinned = kw.get("pinned")
-    simple = (pinned is None or not np.any(pinned)) and not kw.get("forbid")
+def _auto(fabric, routing, demand, constraints: Constraints, options: PlanOptions
+          ) -> PathAssignment:
+    simple = not constraints.pins_any() and not constraints.forbid
     builder = fabric.meta.get("builder")
     if not simple or builder not in ("leaf_spine", "fat_tree"):
-        return plan_greedy(fabric, routing, demand, **kw)
+        return plan_greedy(fabric, routing, demand, constraints, options)
     method = "fat_tree" if builder == "fat_tree" else "edge_coloring"
     a = PLANNERS[method](fabric, routing, demand)
-    if (a.collision_free or not kw.get("improve", True) or demand.n_qps > GREEDY_LIMIT
+    if (a.collision_free or not options.improve or demand.n_qps > GREEDY_LIMIT
             or a.max_util <= leaf_cut_bound(fabric, demand) * (1 + 1e-9)):
         return a  # nothing can beat it (e.g. an oversubscribed fabric at its cut bound)
     # Weighted demand or uneven capacities: improve the colouring locally, and also try
     # the weighted greedy from scratch; keep the best.
-    seed = kw.get("seed")
+    seeded = PlanOptions(seed=options.seed)
     cands = Candidates(routing, demand)
-    b = plan_greedy(fabric, routing, demand, seed=seed, cands=cands, warm=a.paths)
-    c = plan_greedy(fabric, routing, demand, seed=seed, cands=cands)
+    b = plan_greedy(fabric, routing, demand, None, seeded, _Start(cands, a.paths))
+    c = plan_greedy(fabric, routing, demand, None, seeded, _Start(cands))
     best = min((a, b, c), key=lambda x: x.max_util)
     best.meta["tried"] = {x.method + ("+warm" if x.meta.get("warm") else ""): x.max_util
                           for x in (a, b, c)}
@@ -1113,9 +1214,8 @@ PLANNERS = {
 
 
 def plan_paths(fabric: Fabric, routing: Routing, demand: Demand, *, method: str = "auto",
-               pinned: np.ndarray | None = None, initial: list[np.ndarray] | None = None,
-               forbid: dict[int, set[int]] | None = None, improve: bool = True,
-               seed: int | None = None) -> PathAssignment:
+               constraints: Constraints | None = None, options: PlanOptions | None = None
+               ) -> PathAssignment:
     """Assign every QP of ``demand`` a fabric path minimising the maximum link utilisation.
 
     Parameters
@@ -1124,13 +1224,8 @@ def plan_paths(fabric: Fabric, routing: Routing, demand: Demand, *, method: str 
     routing : Routing — current link state (failed links excluded).
     demand : Demand
     method : {"auto", "edge_coloring", "fat_tree", "greedy", "milp"}
-    pinned : bool array (Q,), optional — QPs that keep ``initial[q]`` (incremental
-        planning of a new job, failure re-planning). Only ``greedy``/``milp``/``auto``.
-    initial : list of arrays, optional — current paths of pinned QPs.
-    forbid : dict QP -> set of candidate indices, optional — paths not to use (e.g. no
-        source port realises them).
-    improve : bool — run local improvement after greedy.
-    seed : int, optional — tie-breaking order.
+    constraints : Constraints, optional — pinned QPs and their paths, forbidden paths.
+    options : PlanOptions, optional — local improvement, seed, swaps, MILP time limit.
 
     Returns
     -------
@@ -1152,14 +1247,10 @@ def plan_paths(fabric: Fabric, routing: Routing, demand: Demand, *, method: str 
     """
     if method not in PLANNERS:
         raise ValueError(f"unknown planning method {method!r}; known: {sorted(PLANNERS)}")
-    if pinned is not None and np.any(pinned) and method in ("edge_coloring", "fat_tree"):
+    c = constraints or Constraints()
+    if c.pins_any() and method in ("edge_coloring", "fat_tree"):
         raise ValueError(f"method {method!r} cannot keep pinned QPs; use greedy or milp")
-    kw = dict(seed=seed)
-    if method in ("greedy", "milp", "auto"):
-        kw.update(pinned=pinned, initial=initial)
-    if method in ("greedy", "auto"):
-        kw.update(forbid=forbid, improve=improve)
-    return PLANNERS[method](fabric, routing, demand, **kw)
+    return PLANNERS[method](fabric, routing, demand, c, options or PlanOptions())
 
 
 def uplink_capacity(fabric: Fabric, routing: Routing, demand: Demand) -> np.ndarray:
@@ -1198,15 +1289,14 @@ def plan_incremental(fabric: Fabric, routing: Routing, existing: Demand,
     pinned[:existing.n_qps] = True
     initial = list(existing_paths) + [np.zeros(0, np.int64)] * new.n_qps
     cands = Candidates(routing, d)
-    a = plan_greedy(fabric, routing, d, pinned=pinned, initial=initial, seed=seed,
-                    cands=cands)
+    keep, seeded = Constraints(pinned, initial), PlanOptions(seed=seed)
+    a = plan_greedy(fabric, routing, d, keep, seeded, _Start(cands))
     best = a
     if fabric.meta.get("builder") in ("leaf_spine", "fat_tree"):
         warm_new, _ = _coloring_paths(fabric, routing, new,
                                       fabric.meta.get("builder") == "fat_tree")
         warm = list(existing_paths) + list(warm_new)
-        b = plan_greedy(fabric, routing, d, pinned=pinned, initial=initial, seed=seed,
-                        cands=cands, warm=warm)
+        b = plan_greedy(fabric, routing, d, keep, seeded, _Start(cands, warm))
         best = b if b.max_util < a.max_util - 1e-12 else a
     best.meta["incremental"] = True
     return d, best
@@ -1215,7 +1305,7 @@ def plan_incremental(fabric: Fabric, routing: Routing, existing: Demand,
 def reoptimize(fabric: Fabric, routing: Routing, demand: Demand, *,
                seed: int | None = None) -> PathAssignment:
     """Re-plan every QP from scratch (the explicit re-optimisation; QPs may move)."""
-    return plan_paths(fabric, routing, demand, method="auto", seed=seed)
+    return plan_paths(fabric, routing, demand, method="auto", options=PlanOptions(seed=seed))
 
 
 #: Public name of the CSR helper (the controller keeps its plan state in this form).

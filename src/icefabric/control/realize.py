@@ -20,6 +20,9 @@ import numpy as np
 from icefabric.control.sport import (
     HashModelProber,
     PortPathCache,
+    ProbeOptions,
+    QpChains,
+    WantedPaths,
     solve_sports,
     solve_sports_by_probing,
 )
@@ -29,8 +32,8 @@ from icefabric.dataplane.roce import ROCE_UDP_DPORT
 from icefabric.topology.model import Fabric
 from icefabric.topology.routing import Routing
 
-__all__ = ["Realization", "csr_split", "decision_chain", "inner_csr", "realize_paths", "rehash",
-           "rehash_csr", "same_paths", "walk_csr"]
+__all__ = ["QpPaths", "RealizeOptions", "Realization", "csr_split", "decision_chain",
+           "inner_csr", "realize_paths", "rehash", "rehash_csr", "same_paths", "walk_csr"]
 
 
 # Per-fabric caches (fabrics are immutable; entries die with the fabric).
@@ -314,19 +317,27 @@ def _solver_tables(chain: _Chain, cfg_list: list[HashConfig], node_cfg: np.ndarr
     return chain.dense(np.flatnonzero(cols), (cfg, -1), (chain.n, 1), (chain.want, 0))
 
 
-def realize_paths(fabric: Fabric, routing: Routing, configs: dict[int, HashConfig],
-                  src_nic, dst_nic, paths: list[np.ndarray], *, mode: str = "model",
-                  exclude: tuple | None = None, fallback_sport=None,
-                  probe_cache: PortPathCache | None = None, loss_prob: float = 0.0,
-                  seed: int = 0) -> Realization:
-    """Solve a source port per QP for its planned fabric path, then re-hash and compare.
+@dataclass(frozen=True, eq=False)
+class QpPaths:
+    """QPs to realise: their NIC node ids and planned fabric paths.
 
-    Parameters
+    Attributes
     ----------
-    fabric, routing : the fabric and its current link state.
-    configs : dict switch node -> HashConfig (see ``fabric_hash_configs``).
     src_nic, dst_nic : array (Q,) — NIC node ids.
     paths : list of arrays — planned fabric paths (switch-to-switch links).
+    """
+
+    src_nic: object
+    dst_nic: object
+    paths: list[np.ndarray]
+
+
+@dataclass(frozen=True, eq=False)
+class RealizeOptions:
+    """How :func:`realize_paths` finds ports.
+
+    Attributes
+    ----------
     mode : {"model", "probe"} — invert the known hash models, or learn port -> path maps
         with traceroute-like probes (:class:`~icefabric.control.sport.HashModelProber`).
     exclude : (src_ip, dst_ip, sport) arrays, optional — ports already in use.
@@ -335,43 +346,78 @@ def realize_paths(fabric: Fabric, routing: Routing, configs: dict[int, HashConfi
     probe_cache : PortPathCache, optional — learned maps reused across calls (probe mode).
     loss_prob : float — probe loss probability (probe mode).
     seed : int
+    """
+
+    mode: str = "model"
+    exclude: tuple | None = None
+    fallback_sport: object = None
+    probe_cache: PortPathCache | None = None
+    loss_prob: float = 0.0
+    seed: int = 0
+
+
+def realize_paths(fabric: Fabric, routing: Routing, configs: dict[int, HashConfig],
+                  qps: QpPaths, options: RealizeOptions | None = None) -> Realization:
+    """Solve a source port per QP for its planned fabric path, then re-hash and compare.
+
+    Parameters
+    ----------
+    fabric, routing : the fabric and its current link state.
+    configs : dict switch node -> HashConfig (see ``fabric_hash_configs``).
+    qps : QpPaths — the QPs' NICs and planned paths.
+    options : RealizeOptions, optional — mode, ports to avoid, fallback ports, seed.
 
     Returns
     -------
     Realization
     """
-    sn = np.asarray(src_nic, dtype=np.int64)
-    dn = np.asarray(dst_nic, dtype=np.int64)
-    Q = len(sn)
-    ip = fabric.node_ip
-    meta: dict = {"mode": mode}
-    if mode == "model":
-        cfg_list, node_cfg = dedup_configs(fabric, configs)
-        # the per-hop chain is dropped once the solver's tables are made (not held
-        # through the solver's own peak)
-        tables = _solver_tables(_chain(fabric, routing, dn, paths), cfg_list, node_cfg)
-        sport = solve_sports(cfg_list, ip[sn], ip[dn], *tables, exclude=exclude, seed=seed)
-        del tables
-    elif mode == "probe":
-        chain = _chain(fabric, routing, dn, paths)
-        sw, want = chain.dense(np.arange(chain.D), (chain.sw, -1), (chain.want, 0))
-        prober = _prober(fabric, routing, configs, loss_prob, seed)
-        cache = probe_cache if probe_cache is not None else PortPathCache()
-        wants = [tuple(want[q, sw[q] >= 0].tolist()) for q in range(Q)]
-        sport = solve_sports_by_probing(prober, ip[sn].astype(np.int64),
-                                        ip[dn].astype(np.int64), wants, cache=cache,
-                                        exclude=exclude, seed=seed)
+    opts = options or RealizeOptions()
+    sn = np.asarray(qps.src_nic, dtype=np.int64)
+    dn = np.asarray(qps.dst_nic, dtype=np.int64)
+    meta: dict = {"mode": opts.mode}
+    if opts.mode == "model":
+        sport = _model_sports(fabric, routing, configs, QpPaths(sn, dn, qps.paths), opts)
+    elif opts.mode == "probe":
+        prober = _prober(fabric, routing, configs, opts.loss_prob, opts.seed)
+        sport = _probe_sports(fabric, routing, prober, QpPaths(sn, dn, qps.paths), opts)
         meta["probes"] = int(prober.n_probes)
     else:
-        raise ValueError(f"mode must be 'model' or 'probe', not {mode!r}")
+        raise ValueError(f"mode must be 'model' or 'probe', not {opts.mode!r}")
     use = sport.copy()
-    if fallback_sport is not None:
-        use = np.where(use < 0, np.asarray(fallback_sport, dtype=np.int64), use)
+    if opts.fallback_sport is not None:
+        use = np.where(use < 0, np.asarray(opts.fallback_sport, dtype=np.int64), use)
     bad = use < 0  # nothing found and no fallback (or a fallback QP that had no port)
     use[bad] = 0xC000 + (np.flatnonzero(bad) % 0x4000)
     gp, gf = rehash_csr(fabric, routing, configs, sn, dn, use)
-    ok = same_paths(inner_csr(gp, gf), paths) & (sport >= 0)
+    ok = same_paths(inner_csr(gp, gf), qps.paths) & (sport >= 0)
     got = csr_split(gp, gf)
     meta["solved"] = int((sport >= 0).sum())
     meta["verified"] = int(ok.sum())
     return Realization(sport, got, ok, meta)
+
+
+def _model_sports(fabric: Fabric, routing: Routing, configs: dict[int, HashConfig],
+                  qps: QpPaths, opts: RealizeOptions) -> np.ndarray:
+    """Ports found by inverting the switches' hash models (-1: none)."""
+    ip = fabric.node_ip
+    cfg_list, node_cfg = dedup_configs(fabric, configs)
+    # the per-hop chain is dropped once the solver's tables are made (not held
+    # through the solver's own peak)
+    tables = _solver_tables(_chain(fabric, routing, qps.dst_nic, qps.paths), cfg_list,
+                            node_cfg)
+    chains = QpChains(ip[qps.src_nic], ip[qps.dst_nic], *tables)
+    return solve_sports(cfg_list, chains, exclude=opts.exclude, seed=opts.seed)
+
+
+def _probe_sports(fabric: Fabric, routing: Routing, prober: HashModelProber, qps: QpPaths,
+                  opts: RealizeOptions) -> np.ndarray:
+    """Ports picked from port -> path maps learned with ``prober`` (-1: none)."""
+    ip = fabric.node_ip
+    chain = _chain(fabric, routing, qps.dst_nic, qps.paths)
+    sw, want = chain.dense(np.arange(chain.D), (chain.sw, -1), (chain.want, 0))
+    wants = [tuple(want[q, sw[q] >= 0].tolist()) for q in range(len(qps.src_nic))]
+    cache = opts.probe_cache if opts.probe_cache is not None else PortPathCache()
+    wanted = WantedPaths(ip[qps.src_nic].astype(np.int64), ip[qps.dst_nic].astype(np.int64),
+                         wants)
+    return solve_sports_by_probing(prober, wanted, cache=cache, exclude=opts.exclude,
+                                   options=ProbeOptions(seed=opts.seed))

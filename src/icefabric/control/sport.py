@@ -35,7 +35,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -53,9 +53,13 @@ from icefabric.dataplane.roce import ROCE_UDP_DPORT, NicPortLimits
 
 __all__ = [
     "HashModelProber",
+    "LearnGoal",
     "PortPathCache",
     "PortPathMap",
+    "ProbeOptions",
     "Prober",
+    "QpChains",
+    "WantedPaths",
     "learn_port_paths",
     "path_members",
     "solve_sports",
@@ -72,6 +76,40 @@ _MAX_CHUNK = 4096
 # =========================================================================== model mode
 
 
+@dataclass(frozen=True, eq=False)
+class QpChains:
+    """The QPs whose source ports are solved or checked: their NIC addresses, the other
+    header fields the switches hash, and each one's chain of ECMP decisions.
+
+    Attributes
+    ----------
+    src_ip, dst_ip : array of uint32, shape (Q,)
+        IPv4 addresses of each QP's NICs.
+    cfg_index : array of int, shape (Q, D)
+        Switch making the decision at depth ``d`` of QP ``q``'s path, an index into the
+        ``configs`` the functions take; ``-1`` = none.
+    n_members : int or array of int, shape (Q, D)
+        ECMP group size of each decision.
+    want : array of int, shape (Q, D), optional
+        Member index the plan needs at each decision (members in the caller's fixed
+        order, the same order :func:`~icefabric.dataplane.ecmp.select_member` uses).
+        Solving and verifying need it; :func:`path_members` does not read it.
+    dqpn : array of int, optional
+        BTH destination QP per QP, for configs that hash ``bth_dqpn``.
+    dport, proto : int
+        Constant header fields (RoCEv2: 4791, UDP).
+    """
+
+    src_ip: object
+    dst_ip: object
+    cfg_index: object
+    n_members: object
+    want: object = None
+    dqpn: object = None
+    dport: int = ROCE_UDP_DPORT
+    proto: int = 17
+
+
 @dataclass(frozen=True)
 class _Decisions:
     """Normalised decision arrays (Q QPs x D depths)."""
@@ -82,35 +120,32 @@ class _Decisions:
     n: np.ndarray  # (Q, D) signed int (read only: may be a broadcast view)
     want: np.ndarray  # (Q, D) signed int (read only)
     dqpn: np.ndarray | None  # (Q,) uint64
+    dport: int = ROCE_UDP_DPORT
+    proto: int = 17
 
 
-def _normalise(
-    configs: Sequence[HashConfig],
-    src_ip: object,
-    dst_ip: object,
-    cfg_index: object,
-    n_members: object,
-    want: object,
-    dqpn: object,
-) -> _Decisions:
-    sip = np.asarray(src_ip).astype(np.uint64).ravel()
-    dip = np.asarray(dst_ip).astype(np.uint64).ravel()
+def _normalise(configs: Sequence[HashConfig], chains: QpChains) -> _Decisions:
+    if chains.want is None:
+        raise ValueError("QpChains.want is needed to solve or verify ports")
+    sip = np.asarray(chains.src_ip).astype(np.uint64).ravel()
+    dip = np.asarray(chains.dst_ip).astype(np.uint64).ravel()
     if sip.shape != dip.shape:
         raise ValueError("src_ip and dst_ip must have the same length")
     q = sip.shape[0]
-    cfg = _signed(cfg_index)
+    cfg = _signed(chains.cfg_index)
     if cfg.ndim == 1:
         cfg = cfg[:, None]
     if cfg.shape[0] != q:
         raise ValueError(f"cfg_index has {cfg.shape[0]} rows for {q} QPs")
-    n = _per_decision(n_members, cfg.shape)
-    w = _per_decision(want, cfg.shape)
+    n = _per_decision(chains.n_members, cfg.shape)
+    w = _per_decision(chains.want, cfg.shape)
     if cfg.size and int(cfg.max(initial=-1)) >= len(configs):
         raise ValueError(f"cfg_index refers to config {int(cfg.max())}, only {len(configs)} given")
     if np.any((cfg >= 0) & (n < 1)):
         raise ValueError("n_members must be >= 1 where a decision exists")
-    dq = None if dqpn is None else np.broadcast_to(np.asarray(dqpn).astype(np.uint64), (q,))
-    return _Decisions(sip, dip, cfg, n, w, dq)
+    dq = (None if chains.dqpn is None
+          else np.broadcast_to(np.asarray(chains.dqpn).astype(np.uint64), (q,)))
+    return _Decisions(sip, dip, cfg, n, w, dq, chains.dport, chains.proto)
 
 
 def _signed(a: object) -> np.ndarray:
@@ -165,9 +200,8 @@ def _in_sorted(sorted_codes: np.ndarray, codes: np.ndarray) -> np.ndarray:
     return sorted_codes[pos] == codes
 
 
-def _base_matrix(configs: Sequence[HashConfig], d: _Decisions, dport: int, proto: int,
-                 usable: np.ndarray, xid_of_cfg: np.ndarray, pid: np.ndarray | None
-                 ) -> np.ndarray:
+def _base_matrix(configs: Sequence[HashConfig], d: _Decisions, usable: np.ndarray,
+                 xid_of_cfg: np.ndarray, pid: np.ndarray | None) -> np.ndarray:
     """``base_hash`` of every (QP, depth) with a decision (0 elsewhere); ``pid``: dense
     ids of the QPs' IP pairs, if known.
 
@@ -186,10 +220,9 @@ def _base_matrix(configs: Sequence[HashConfig], d: _Decisions, dport: int, proto
         one[ids] = np.arange(len(ids))  # any row of a (pair, config) stands for all
         uq, ud = qs[one], ds[one]
         sub = _Decisions(d.sip[uq], d.dip[uq], d.cfg[uq, ud][:, None],
-                         d.n[uq, ud][:, None], d.want[uq, ud][:, None], None)
-        base[qs, ds] = _base_matrix(configs, sub, dport, proto,
-                                    np.ones((len(uq), 1), dtype=bool), xid_of_cfg, None
-                                    )[ids, 0]
+                         d.n[uq, ud][:, None], d.want[uq, ud][:, None], None, d.dport, d.proto)
+        base[qs, ds] = _base_matrix(configs, sub, np.ones((len(uq), 1), dtype=bool),
+                                    xid_of_cfg, None)[ids, 0]
         return base
     seeds = np.array([c.seed for c in configs], dtype=np.uint64)
     gid = xid_of_cfg[cfgs]
@@ -198,8 +231,8 @@ def _base_matrix(configs: Sequence[HashConfig], d: _Decisions, dport: int, proto
         r = np.flatnonzero(gid == g)
         q = qs[r]
         dq = None if d.dqpn is None else d.dqpn[q]
-        base[q, ds[r]] = base_hash(rep_cfg[int(g)], d.sip[q], d.dip[q], dport, proto, dq,
-                                   seed=seeds[cfgs[r]])
+        base[q, ds[r]] = base_hash(rep_cfg[int(g)], d.sip[q], d.dip[q], d.dport, d.proto,
+                                   dq, seed=seeds[cfgs[r]])
     return base
 
 
@@ -275,16 +308,9 @@ def _classify(configs: Sequence[HashConfig], d: _Decisions
 
 def solve_sports(
     configs: Sequence[HashConfig],
-    src_ip: object,
-    dst_ip: object,
-    cfg_index: object,
-    n_members: object,
-    want: object,
+    chains: QpChains,
     *,
     limits: NicPortLimits | None = None,
-    dport: int = ROCE_UDP_DPORT,
-    proto: int = 17,
-    dqpn: object = None,
     exclude: tuple[object, object, object] | None = None,
     seed: int = 0,
 ) -> np.ndarray:
@@ -293,22 +319,11 @@ def solve_sports(
     Parameters
     ----------
     configs : sequence of HashConfig
-        Hash model of each switch (or ECMP group); referenced by ``cfg_index``.
-    src_ip, dst_ip : array of uint32, shape (Q,)
-        IPv4 addresses of each QP's NICs.
-    cfg_index : array of int, shape (Q, D)
-        Switch making the decision at depth ``d`` of QP ``q``'s path; ``-1`` = none.
-    n_members : int or array of int, shape (Q, D)
-        ECMP group size of each decision.
-    want : array of int, shape (Q, D)
-        Member index the plan needs at each decision (members in the caller's fixed
-        order, the same order :func:`~icefabric.dataplane.ecmp.select_member` uses).
+        Hash model of each switch (or ECMP group); referenced by ``chains.cfg_index``.
+    chains : QpChains
+        The QPs: NIC addresses, header fields and the wanted member at each decision.
     limits : NicPortLimits, optional
         Accepted source-port range (default 0xC000..0xFFFF, the flow-label range).
-    dport, proto : int
-        Constant header fields (RoCEv2: 4791, UDP).
-    dqpn : array of int, optional
-        BTH destination QP per QP, for configs that hash ``bth_dqpn``.
     exclude : (src_ip, dst_ip, sport) arrays, optional
         Ports already used between those NIC pairs; never returned for that pair.
     seed : int
@@ -340,118 +355,154 @@ def solve_sports(
     --------
     >>> from icefabric.dataplane.ecmp import HashConfig
     >>> cfgs = [HashConfig("crc16_ccitt", seed=1), HashConfig("crc16_ccitt", seed=2, offset=8)]
-    >>> sp = solve_sports(cfgs, [0x0A000001], [0x0A000102], [[0, 1]], [[4, 8]], [[3, 5]])
-    >>> bool(verify_sports(cfgs, [0x0A000001], [0x0A000102], sp, [[0, 1]], [[4, 8]], [[3, 5]])[0])
+    >>> qps = QpChains([0x0A000001], [0x0A000102], [[0, 1]], [[4, 8]], want=[[3, 5]])
+    >>> bool(verify_sports(cfgs, qps, solve_sports(cfgs, qps))[0])
     True
     """
-    limits = limits or NicPortLimits()
-    d = _normalise(configs, src_ip, dst_ip, cfg_index, n_members, want, dqpn)
-    q_count = d.sip.shape[0]
-    out = np.full(q_count, -1, dtype=np.int64)
-    if q_count == 0:
+    d = _normalise(configs, chains)
+    out = np.full(d.sip.shape[0], -1, dtype=np.int64)
+    if out.size == 0:
         return out
-    pid, excl = _pair_ids(d.sip, d.dip, exclude)
-    rng = np.random.default_rng(seed)
-    order0 = rng.permutation(limits.ports())
-
-    code, impossible, hashed, xid_of_cfg = _classify(configs, d)
-    base = _base_matrix(configs, d, dport, proto, hashed, xid_of_cfg, pid)
-    del hashed
-
-    tables = {i: sport_xor_table(c) for i, c in enumerate(configs) if not c.is_spray}
-    xtables: dict[int, np.ndarray] = {}
-    for i, c in enumerate(configs):
-        if not c.is_spray:
-            xtables.setdefault(int(xid_of_cfg[i]), tables[i])
-
-    todo = np.flatnonzero(~impossible)
-    index_cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = {}
+    solver, todo = _new_solver(configs, d, limits or NicPortLimits(), exclude, seed)
     while todo.size:
-        _solve_rows(todo, out, d, code, base, pid, excl, configs, tables, xtables,
-                    order0, index_cache)
-        # Distinct ports per NIC pair across chain classes: keep the first QP of each
-        # duplicate, re-solve the others with every assigned port excluded.
-        solved = np.flatnonzero(out >= 0)
-        codes = pid[solved] * _PORT_SPACE + out[solved]
-        _, first = np.unique(codes, return_index=True)
-        losers = np.setdiff1d(solved, solved[first], assume_unique=True)
-        if losers.size == 0:
-            break
-        keep = np.setdiff1d(solved, losers, assume_unique=True)
-        excl = np.union1d(excl, pid[keep] * _PORT_SPACE + out[keep])
-        out[losers] = -1
-        todo = losers
+        _solve_rows(solver, todo, out)
+        todo = _release_duplicates(solver, out)
     return out
 
 
-def _solve_rows(
-    rows: np.ndarray,
-    out: np.ndarray,
-    d: _Decisions,
-    code: np.ndarray,
-    base: np.ndarray,
-    pid: np.ndarray,
-    excl: np.ndarray,
-    configs: Sequence[HashConfig],
-    tables: dict[int, np.ndarray],
-    xtables: dict[int, np.ndarray],
-    order0: np.ndarray,
-    index_cache: dict[tuple, tuple[np.ndarray, np.ndarray]],
-) -> None:
+@dataclass
+class _Solver:
+    """What every chain signature of one :func:`solve_sports` call reads, and the port
+    indexes the signatures share."""
+
+    configs: Sequence[HashConfig]
+    d: _Decisions
+    code: np.ndarray  # (Q, D) class of each decision (see _classify)
+    base: np.ndarray  # (Q, D) uint32 hash of port 0 at each hashed decision
+    pid: np.ndarray  # (Q,) dense ids of the QPs' NIC pairs
+    excl: np.ndarray  # sorted ``pair_id * 65536 + port`` codes never to hand out
+    tables: dict[int, np.ndarray]  # config -> its source-port XOR table
+    xtables: dict[int, np.ndarray]  # linear-key id -> the XOR table of its configs
+    order0: np.ndarray  # usable ports in the seeded order candidates are tried
+    index_cache: dict[tuple, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+
+
+def _new_solver(configs: Sequence[HashConfig], d: _Decisions, limits: NicPortLimits,
+                exclude: tuple[object, object, object] | None, seed: int
+                ) -> tuple[_Solver, np.ndarray]:
+    """The solver's state and the QPs it has to solve (those some port may serve)."""
+    pid, excl = _pair_ids(d.sip, d.dip, exclude)
+    order0 = np.random.default_rng(seed).permutation(limits.ports())
+    code, impossible, hashed, xid_of_cfg = _classify(configs, d)
+    base = _base_matrix(configs, d, hashed, xid_of_cfg, pid)
+    del hashed
+    tables = {i: sport_xor_table(c) for i, c in enumerate(configs) if not c.is_spray}
+    xtables: dict[int, np.ndarray] = {}
+    for i, table in tables.items():
+        xtables.setdefault(int(xid_of_cfg[i]), table)
+    solver = _Solver(configs, d, code, base, pid, excl, tables, xtables, order0)
+    return solver, np.flatnonzero(~impossible)
+
+
+def _release_duplicates(s: _Solver, out: np.ndarray) -> np.ndarray:
+    """Distinct ports per NIC pair across chain signatures: keep the first QP of each
+    duplicate, exclude every kept port from then on, unassign the others and return
+    them (to be solved again)."""
+    solved = np.flatnonzero(out >= 0)
+    codes = s.pid[solved] * _PORT_SPACE + out[solved]
+    _, first = np.unique(codes, return_index=True)
+    losers = np.setdiff1d(solved, solved[first], assume_unique=True)
+    if losers.size:
+        keep = np.setdiff1d(solved, losers, assume_unique=True)
+        s.excl = np.union1d(s.excl, s.pid[keep] * _PORT_SPACE + out[keep])
+        out[losers] = -1
+    return losers
+
+
+class _Window(NamedTuple):
+    """Each QP's candidates: ``ports[lo:hi]`` of a sorted port index, of which it takes
+    the ``rank``-th that passes the filters (QPs of equal candidates take distinct ones)."""
+
+    ports: np.ndarray
+    lo: np.ndarray
+    hi: np.ndarray
+    rank: np.ndarray
+
+
+def _solve_rows(s: _Solver, rows: np.ndarray, out: np.ndarray) -> None:
     """Solve the QPs ``rows`` in place into ``out``, grouped by chain signature."""
-    sigs, groups = _signature_groups(code[rows])
+    sigs, groups = _signature_groups(s.code[rows])
     for srow, at in zip(sigs, groups, strict=True):
         gq = rows[at]
         del at
-        idx_cols: list[tuple[int, int, int]] = []  # (depth, xid, bits)
-        filt_cols: list[tuple[int, int]] = []  # (depth, cfg)
-        for depth, cv in enumerate(srow.tolist()):
-            if cv == 0:
-                continue
-            if cv % 2 == 1:
-                x, b = divmod((cv - 1) // 2, 32)
-                idx_cols.append((depth, x, b))
-            else:
-                filt_cols.append((depth, (cv - 2) // 2))
-        # Sorted port index for this chain of (xor table, bits).
-        sig_key = tuple((x, b) for _, x, b in idx_cols)
-        if sig_key not in index_cache:
-            key = np.zeros(order0.shape[0], dtype=np.uint64)
-            shift = 0
-            for x, b in sig_key:
-                key |= (xtables[x][order0] & np.uint32((1 << b) - 1)).astype(np.uint64) << \
-                    np.uint64(shift)
-                shift += b
-            perm = np.argsort(key, kind="stable")
-            index_cache[sig_key] = (order0[perm], key[perm])
-        sorted_ports, sorted_key = index_cache[sig_key]
-        tgt = np.zeros(gq.shape[0], dtype=np.uint64)
-        shift = 0
-        for depth, _, b in idx_cols:
-            m = np.uint32((1 << b) - 1)
-            part = (d.want[gq, depth].astype(np.uint32) ^ base[gq, depth]) & m
-            tgt |= part.astype(np.uint64) << np.uint64(shift)
-            shift += b
+        idx_cols, filt_cols = _split_signature(srow)
+        sorted_ports, sorted_key = _port_index(s, tuple((x, b) for _, x, b in idx_cols))
+        tgt = _index_targets(s, gq, idx_cols)
         lo = np.searchsorted(sorted_key, tgt, side="left")
         hi = np.searchsorted(sorted_key, tgt, side="right")
 
         # QPs with identical candidate sets need distinct ports: rank them.
-        cols = [pid[gq].astype(np.uint64), tgt]
+        cols = [s.pid[gq].astype(np.uint64), tgt]
         for depth, _ in filt_cols:
-            cols += [base[gq, depth].astype(np.uint64), d.n[gq, depth].astype(np.uint64),
-                     d.want[gq, depth].astype(np.uint64)]
+            cols += [s.base[gq, depth].astype(np.uint64), s.d.n[gq, depth].astype(np.uint64),
+                     s.d.want[gq, depth].astype(np.uint64)]
         rank = _rank_among_equal(cols)
         del cols, tgt
 
-        if not filt_cols and excl.size == 0:
+        if not filt_cols and s.excl.size == 0:
             # Every port in the slice is valid: the rank-th one, if the slice is long enough.
             pick = lo + rank
             out[gq] = np.where(pick < hi, sorted_ports[np.minimum(pick, sorted_ports.size - 1)],
                                -1)
             continue
-        out[gq] = _search_candidates(
-            gq, lo, hi, rank, sorted_ports, filt_cols, d, base, pid, excl, configs, tables
-        )
+        out[gq] = _search_candidates(s, gq, filt_cols, _Window(sorted_ports, lo, hi, rank))
+
+
+def _split_signature(srow: np.ndarray
+                     ) -> tuple[list[tuple[int, int, int]], list[tuple[int, int]]]:
+    """A chain signature's indexed decisions ``(depth, xid, bits)`` and filtered ones
+    ``(depth, cfg)`` (decoding :func:`_classify`'s codes; trivial ones are dropped)."""
+    idx_cols: list[tuple[int, int, int]] = []
+    filt_cols: list[tuple[int, int]] = []
+    for depth, cv in enumerate(srow.tolist()):
+        if cv == 0:
+            continue
+        if cv % 2 == 1:
+            x, b = divmod((cv - 1) // 2, 32)
+            idx_cols.append((depth, x, b))
+        else:
+            filt_cols.append((depth, (cv - 2) // 2))
+    return idx_cols, filt_cols
+
+
+def _port_index(s: _Solver, sig_key: tuple[tuple[int, int], ...]
+                ) -> tuple[np.ndarray, np.ndarray]:
+    """The usable ports sorted by the key their low hash bits fold to along a chain of
+    (xor table, bits), with those keys; built once per chain."""
+    if sig_key not in s.index_cache:
+        key = np.zeros(s.order0.shape[0], dtype=np.uint64)
+        shift = 0
+        for x, b in sig_key:
+            key |= (s.xtables[x][s.order0] & np.uint32((1 << b) - 1)).astype(np.uint64) << \
+                np.uint64(shift)
+            shift += b
+        perm = np.argsort(key, kind="stable")
+        s.index_cache[sig_key] = (s.order0[perm], key[perm])
+    return s.index_cache[sig_key]
+
+
+def _index_targets(s: _Solver, gq: np.ndarray, idx_cols: list[tuple[int, int, int]]
+                   ) -> np.ndarray:
+    """Per QP of ``gq``, the index key of the ports whose low hash bits give the wanted
+    members at every indexed decision."""
+    tgt = np.zeros(gq.shape[0], dtype=np.uint64)
+    shift = 0
+    for depth, _, b in idx_cols:
+        m = np.uint32((1 << b) - 1)
+        part = (s.d.want[gq, depth].astype(np.uint32) ^ s.base[gq, depth]) & m
+        tgt |= part.astype(np.uint64) << np.uint64(shift)
+        shift += b
+    return tgt
 
 
 def _signature_groups(crow: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
@@ -480,37 +531,27 @@ def _rank_among_equal(cols: list[np.ndarray]) -> np.ndarray:
     return rank
 
 
-def _search_candidates(
-    gq: np.ndarray,
-    lo: np.ndarray,
-    hi: np.ndarray,
-    rank: np.ndarray,
-    sorted_ports: np.ndarray,
-    filt_cols: list[tuple[int, int]],
-    d: _Decisions,
-    base: np.ndarray,
-    pid: np.ndarray,
-    excl: np.ndarray,
-    configs: Sequence[HashConfig],
-    tables: dict[int, np.ndarray],
-) -> np.ndarray:
-    """For each QP, the ``rank``-th candidate in ``sorted_ports[lo:hi]`` passing filters."""
+def _search_candidates(s: _Solver, gq: np.ndarray, filt_cols: list[tuple[int, int]],
+                       w: _Window) -> np.ndarray:
+    """For each QP, the ``rank``-th candidate in ``ports[lo:hi]`` passing the filters."""
     res = np.full(gq.shape[0], -1, dtype=np.int64)
-    need = rank.copy()
-    pos = lo.astype(np.int64).copy()
+    need = w.rank.copy()
+    pos = w.lo.astype(np.int64).copy()
+    hi = w.hi
     act = np.flatnonzero(pos < hi)
     chunk = 16
-    last = sorted_ports.shape[0] - 1
+    last = w.ports.shape[0] - 1
+    d = s.d
     while act.size:
         off = pos[act, None] + np.arange(chunk)
         ok = off < hi[act, None]
-        cand = sorted_ports[np.minimum(off, last)]
+        cand = w.ports[np.minimum(off, last)]
         qa = gq[act]
         for depth, c in filt_cols:
-            h = base[qa, depth, None] ^ tables[c][cand]
-            ok &= select_member(configs[c], h, d.n[qa, depth, None]) == d.want[qa, depth, None]
-        if excl.size:
-            ok &= ~_in_sorted(excl, pid[qa, None] * _PORT_SPACE + cand)
+            h = s.base[qa, depth, None] ^ s.tables[c][cand]
+            ok &= select_member(s.configs[c], h, d.n[qa, depth, None]) == d.want[qa, depth, None]
+        if s.excl.size:
+            ok &= ~_in_sorted(s.excl, s.pid[qa, None] * _PORT_SPACE + cand)
         csum = np.cumsum(ok, axis=1)
         total = csum[:, -1]
         found = total > need[act]
@@ -524,19 +565,8 @@ def _search_candidates(
     return res
 
 
-def verify_sports(
-    configs: Sequence[HashConfig],
-    src_ip: object,
-    dst_ip: object,
-    sport: object,
-    cfg_index: object,
-    n_members: object,
-    want: object,
-    *,
-    dport: int = ROCE_UDP_DPORT,
-    proto: int = 17,
-    dqpn: object = None,
-) -> np.ndarray:
+def verify_sports(configs: Sequence[HashConfig], chains: QpChains, sport: object
+                  ) -> np.ndarray:
     """Re-hash each QP's port through the switch models; True where every decision matches.
 
     Uses the direct hash (:func:`~icefabric.dataplane.ecmp.ecmp_select`), not the XOR
@@ -547,28 +577,20 @@ def verify_sports(
     -------
     numpy.ndarray of bool, shape (Q,)
     """
-    d = _normalise(configs, src_ip, dst_ip, cfg_index, n_members, want, dqpn)
+    d = _normalise(configs, chains)
     sp = np.asarray(sport, dtype=np.int64).ravel()
-    members = path_members(configs, d.sip, d.dip, np.maximum(sp, 0), d.cfg, d.n,
-                           dport=dport, proto=proto, dqpn=d.dqpn)
+    normalised = QpChains(d.sip, d.dip, d.cfg, d.n, dqpn=d.dqpn, dport=d.dport,
+                          proto=d.proto)
+    members = path_members(configs, normalised, np.maximum(sp, 0))
     active = d.cfg >= 0
     ok = np.where(active, members == d.want, True).all(axis=1)
     return ok & (sp >= 0)
 
 
-def path_members(
-    configs: Sequence[HashConfig],
-    src_ip: object,
-    dst_ip: object,
-    sport: object,
-    cfg_index: object,
-    n_members: object,
-    *,
-    dport: int = ROCE_UDP_DPORT,
-    proto: int = 17,
-    dqpn: object = None,
-) -> np.ndarray:
-    """Members each QP's hash selects at each given decision (``-1`` where ``cfg_index < 0``).
+def path_members(configs: Sequence[HashConfig], chains: QpChains, sport: object
+                 ) -> np.ndarray:
+    """Members each QP's hash selects at each given decision (``-1`` where
+    ``chains.cfg_index < 0``; ``chains.want`` is not read).
 
     Spraying switches (``random``) raise: they have no per-flow choice.
 
@@ -576,14 +598,15 @@ def path_members(
     -------
     numpy.ndarray of int64, shape (Q, D)
     """
-    cfg = np.asarray(cfg_index, dtype=np.int64)
+    cfg = np.asarray(chains.cfg_index, dtype=np.int64)
     if cfg.ndim == 1:
         cfg = cfg[:, None]
     q, dd = cfg.shape
-    n = _per_decision(n_members, cfg.shape)
+    n = _per_decision(chains.n_members, cfg.shape)
     rep = lambda a: np.repeat(np.broadcast_to(np.asarray(a), (q,)), dd)  # noqa: E731
-    members = ecmp_select(configs, cfg.ravel(), n.ravel(), rep(src_ip), rep(dst_ip),
-                          rep(sport), dport, proto, None if dqpn is None else rep(dqpn))
+    dqpn = None if chains.dqpn is None else rep(chains.dqpn)
+    members = ecmp_select(configs, cfg.ravel(), n.ravel(), rep(chains.src_ip),
+                          rep(chains.dst_ip), rep(sport), chains.dport, chains.proto, dqpn)
     return members.reshape(q, dd)
 
 
@@ -744,9 +767,70 @@ class PortPathCache:
     invalidations: int = 0
 
 
+@dataclass(frozen=True)
+class ProbeOptions:
+    """How probing mode sends probes and orders ports.
+
+    Attributes
+    ----------
+    limits : NicPortLimits
+        Usable port range of a new map.
+    batch : int
+        Probes per prober call.
+    max_retries : int
+        A lost probe is re-sent at most this many times, then the port is skipped.
+    seed : int
+        Order of the candidate ports.
+    budget_per_pair : int
+        Probe budget of each learning pass of a pair (:func:`solve_sports_by_probing`).
+    max_relearn : int
+        Relearn attempts after a failed verification (:func:`solve_sports_by_probing`).
+    """
+
+    limits: NicPortLimits = field(default_factory=NicPortLimits)
+    batch: int = 256
+    max_retries: int = 8
+    seed: int = 0
+    budget_per_pair: int = 16384
+    max_relearn: int = 3
+
+
+@dataclass(frozen=True, eq=False)
+class LearnGoal:
+    """When :func:`learn_port_paths` stops: after ``budget`` probes (retries included),
+    once ``n_ports`` new ports are learned, or as soon as every path of ``need`` has at
+    least its count of learned ports not in ``skip_ports``, whichever comes first. With
+    neither ``n_ports`` nor ``need`` it learns until the budget or the port range is
+    exhausted.
+
+    Attributes
+    ----------
+    budget : int
+    n_ports : int, optional
+    need : dict path -> count, optional
+    skip_ports : set of int
+        Ports not to count towards ``need`` (already used for this pair).
+    """
+
+    budget: int = 4096
+    n_ports: int | None = None
+    need: dict[Path, int] | None = None
+    skip_ports: set[int] | frozenset[int] = frozenset()
+
+
 def _new_map(src_ip: int, dst_ip: int, limits: NicPortLimits, seed: int) -> PortPathMap:
     rng = np.random.default_rng([seed, int(src_ip), int(dst_ip)])
     return PortPathMap(int(src_ip), int(dst_ip), rng.permutation(limits.ports()))
+
+
+@dataclass
+class _Learning:
+    """The progress of one :func:`learn_port_paths` call."""
+
+    missing: dict[Path, int]  # path of ``need`` -> ports still to learn for it
+    retry: list[tuple[int, int]] = field(default_factory=list)  # (lost port, tries so far)
+    learned: int = 0
+    sent: int = 0
 
 
 def learn_port_paths(
@@ -755,14 +839,8 @@ def learn_port_paths(
     dst_ip: int,
     *,
     pmap: PortPathMap | None = None,
-    n_ports: int | None = None,
-    need: dict[Path, int] | None = None,
-    skip_ports: set[int] | frozenset[int] = frozenset(),
-    budget: int = 4096,
-    batch: int = 256,
-    max_retries: int = 8,
-    limits: NicPortLimits | None = None,
-    seed: int = 0,
+    goal: LearnGoal | None = None,
+    options: ProbeOptions | None = None,
 ) -> PortPathMap:
     """Learn which path each source port takes between two NICs by probing.
 
@@ -774,75 +852,72 @@ def learn_port_paths(
         NIC pair.
     pmap : PortPathMap, optional
         Map to extend (default: a new one, ports in a seeded random order).
-    n_ports : int, optional
-        Stop after this many *new* ports are learned.
-    need : dict path -> count, optional
-        Stop as soon as every listed path has at least ``count`` learned ports not in
-        ``skip_ports``.
-    skip_ports : set of int
-        Ports not to count towards ``need`` (already used for this pair).
-    budget : int
-        Maximum probes sent by this call (including retries).
-    batch : int
-        Probes per prober call.
-    max_retries : int
-        A lost probe is re-sent at most this many times, then the port is skipped.
-    limits : NicPortLimits, optional
-        Usable port range for a new map.
-    seed : int
-        Order of the candidate ports.
+    goal : LearnGoal, optional
+        When to stop (default: after 4096 probes).
+    options : ProbeOptions, optional
+        Batch size, retries of lost probes, port range and order of a new map.
 
     Returns
     -------
     PortPathMap
-        The (extended) map. Without ``n_ports`` or ``need`` it learns until the
-        budget or the port range is exhausted.
+        The (extended) map.
     """
-    limits = limits or NicPortLimits()
+    goal = goal or LearnGoal()
+    options = options or ProbeOptions()
     if pmap is None:
-        pmap = _new_map(src_ip, dst_ip, limits, seed)
-    missing: dict[Path, int] = {}
-    if need:
-        for p, k in need.items():
-            have = sum(1 for x in pmap.ports_for(p) if x not in skip_ports)
-            if have < k:
-                missing[tuple(p)] = k - have
-        if not missing:
-            return pmap
-    learned = 0
-    sent = 0
-    retry: list[tuple[int, int]] = []  # (port, tries so far)
-    while sent < budget:
-        room = min(batch, budget - sent)
-        take = retry[:room]
-        retry = retry[room:]
-        fresh = min(room - len(take), pmap.order.shape[0] - pmap.next_pos)
-        ports = [p for p, _ in take] + pmap.order[pmap.next_pos: pmap.next_pos + fresh].tolist()
-        tries = [t for _, t in take] + [0] * fresh
-        pmap.next_pos += fresh
+        pmap = _new_map(src_ip, dst_ip, options.limits, options.seed)
+    st = _Learning(_missing_ports(pmap, goal))
+    if goal.need and not st.missing:
+        return pmap
+    while st.sent < goal.budget:
+        ports, tries = _next_batch(pmap, st, min(options.batch, goal.budget - st.sent))
         if not ports:
             break
         res = prober.probe(src_ip, dst_ip, np.asarray(ports, dtype=np.int64))
-        sent += len(ports)
+        st.sent += len(ports)
         pmap.probes_used += len(ports)
         for port, t, path in zip(ports, tries, res, strict=True):
             if path is None:
-                if t + 1 <= max_retries:
-                    retry.append((port, t + 1))
+                if t + 1 <= options.max_retries:
+                    st.retry.append((port, t + 1))
                 continue
-            path = tuple(int(x) for x in path)
-            pmap.port_path[port] = path
-            pmap.by_path.setdefault(path, []).append(port)
-            learned += 1
-            if path in missing and port not in skip_ports:
-                missing[path] -= 1
-                if missing[path] == 0:
-                    del missing[path]
-        if need and not missing:
+            _learn(pmap, st, port, tuple(int(x) for x in path), goal.skip_ports)
+        if goal.need and not st.missing:
             break
-        if n_ports is not None and learned >= n_ports:
+        if goal.n_ports is not None and st.learned >= goal.n_ports:
             break
     return pmap
+
+
+def _missing_ports(pmap: PortPathMap, goal: LearnGoal) -> dict[Path, int]:
+    """Per path of ``goal.need``: how many more usable ports the map must learn."""
+    missing: dict[Path, int] = {}
+    for p, k in (goal.need or {}).items():
+        have = sum(1 for x in pmap.ports_for(p) if x not in goal.skip_ports)
+        if have < k:
+            missing[tuple(p)] = k - have
+    return missing
+
+
+def _next_batch(pmap: PortPathMap, st: _Learning, room: int) -> tuple[list[int], list[int]]:
+    """Up to ``room`` ports to probe next, lost ones first, and their tries so far."""
+    take, st.retry = st.retry[:room], st.retry[room:]
+    fresh = min(room - len(take), pmap.order.shape[0] - pmap.next_pos)
+    ports = [p for p, _ in take] + pmap.order[pmap.next_pos: pmap.next_pos + fresh].tolist()
+    pmap.next_pos += fresh
+    return ports, [t for _, t in take] + [0] * fresh
+
+
+def _learn(pmap: PortPathMap, st: _Learning, port: int, path: Path,
+           skip_ports: set[int] | frozenset[int]) -> None:
+    """Record that ``port`` takes ``path``."""
+    pmap.port_path[port] = path
+    pmap.by_path.setdefault(path, []).append(port)
+    st.learned += 1
+    if path in st.missing and port not in skip_ports:
+        st.missing[path] -= 1
+        if st.missing[path] == 0:
+            del st.missing[path]
 
 
 def _verify_by_probe(
@@ -905,20 +980,30 @@ def validate_port_paths(
     return bool(np.all(state >= 0))
 
 
+@dataclass(frozen=True, eq=False)
+class WantedPaths:
+    """The QPs of probing mode: each one's NIC pair and the members it wants.
+
+    Attributes
+    ----------
+    src_ip, dst_ip : array of int, shape (Q,)
+    paths : sequence of member sequences, length Q
+        Wanted members along each QP's path (the ``want`` row without the depths
+        that have no decision).
+    """
+
+    src_ip: object
+    dst_ip: object
+    paths: Sequence[Sequence[int]]
+
+
 def solve_sports_by_probing(
     prober: Prober,
-    src_ip: object,
-    dst_ip: object,
-    want_paths: Sequence[Sequence[int]],
+    wanted: WantedPaths,
     *,
     cache: PortPathCache | None = None,
     exclude: tuple[object, object, object] | None = None,
-    limits: NicPortLimits | None = None,
-    budget_per_pair: int = 16384,
-    batch: int = 256,
-    max_retries: int = 8,
-    max_relearn: int = 3,
-    seed: int = 0,
+    options: ProbeOptions | None = None,
 ) -> np.ndarray:
     """Pick source ports from learned port -> path maps when the hash model is unknown.
 
@@ -926,28 +1011,21 @@ def solve_sports_by_probing(
     until every wanted path has enough unused ports; hand out ports in learning order
     (distinct per pair, never in ``exclude``); then probe the chosen ports once more.
     If a verification probe takes another path than learned, the switches changed
-    (e.g. a reseed): the map is discarded and relearned, up to ``max_relearn`` times.
+    (e.g. a reseed): the map is discarded and relearned, up to
+    ``options.max_relearn`` times.
 
     Parameters
     ----------
     prober : Prober
-    src_ip, dst_ip : array of int, shape (Q,)
-    want_paths : sequence of member sequences, length Q
-        Wanted members along each QP's path (the ``want`` row without the depths
-        that have no decision).
+    wanted : WantedPaths
+        Each QP's NIC pair and wanted members.
     cache : PortPathCache, optional
         Maps reused and updated across calls (pass the same object each round).
     exclude : (src_ip, dst_ip, sport) arrays, optional
         Ports already used per NIC pair.
-    limits : NicPortLimits, optional
-    budget_per_pair : int
-        Probe budget of each learning pass of a pair.
-    batch, max_retries : int
-        See :func:`learn_port_paths`.
-    max_relearn : int
-        Relearn attempts after failed verification.
-    seed : int
-        Probing order.
+    options : ProbeOptions, optional
+        Probe budget per learning pass of a pair, relearn attempts, batch size,
+        retries, port range and probing order.
 
     Returns
     -------
@@ -955,13 +1033,13 @@ def solve_sports_by_probing(
         Ports, ``-1`` where no port for the wanted path was found within budget.
         A port whose verification probes were all lost is kept (inconclusive).
     """
-    limits = limits or NicPortLimits()
+    options = options or ProbeOptions()
     cache = cache if cache is not None else PortPathCache()
-    sip = np.asarray(src_ip, dtype=np.int64).ravel()
-    dip = np.asarray(dst_ip, dtype=np.int64).ravel()
-    wants = [tuple(int(x) for x in w) for w in want_paths]
+    sip = np.asarray(wanted.src_ip, dtype=np.int64).ravel()
+    dip = np.asarray(wanted.dst_ip, dtype=np.int64).ravel()
+    wants = [tuple(int(x) for x in w) for w in wanted.paths]
     if not (sip.shape[0] == dip.shape[0] == len(wants)):
-        raise ValueError("src_ip, dst_ip and want_paths must have the same length")
+        raise ValueError("WantedPaths: src_ip, dst_ip and paths must have the same length")
     out = np.full(sip.shape[0], -1, dtype=np.int64)
     used_by_pair: dict[tuple[int, int], set[int]] = {}
     if exclude is not None:
@@ -971,40 +1049,63 @@ def solve_sports_by_probing(
     pairs: dict[tuple[int, int], list[int]] = {}
     for i, key in enumerate(zip(sip.tolist(), dip.tolist(), strict=True)):
         pairs.setdefault(key, []).append(i)
-
     for key, qs in pairs.items():
-        used = used_by_pair.get(key, set())
-        need = Counter(wants[i] for i in qs)
-        pmap = cache.maps.get(key)
-        for _attempt in range(max_relearn + 1):
-            before = 0 if pmap is None else pmap.probes_used
-            pmap = learn_port_paths(
-                prober, key[0], key[1], pmap=pmap, need=dict(need), skip_ports=used,
-                budget=budget_per_pair, batch=batch, max_retries=max_retries, limits=limits,
-                seed=seed,
-            )
-            cache.probes_used += pmap.probes_used - before
-            chosen: list[int] = []
-            for i in qs:
-                avail = [p for p in pmap.ports_for(wants[i]) if p not in used and
-                         p not in chosen]
-                chosen.append(avail[0] if avail else -1)
-            got = [j for j, p in enumerate(chosen) if p >= 0]
-            state, spent = _verify_by_probe(
-                prober, key[0], key[1], [chosen[j] for j in got],
-                [wants[qs[j]] for j in got], max_retries,
-            )
-            cache.probes_used += spent
-            pmap.probes_used += spent
-            if np.any(state < 0):
-                cache.invalidations += 1
-                pmap = None
-                continue
-            for j, p in enumerate(chosen):
-                out[qs[j]] = p
-            break
-        if pmap is not None:
-            cache.maps[key] = pmap
-        else:
-            cache.maps.pop(key, None)
+        pair = _PairProbe(prober, cache, key, used_by_pair.get(key, set()), options)
+        out[qs] = _solve_pair(pair, [wants[i] for i in qs])
     return out
+
+
+@dataclass(frozen=True, eq=False)
+class _PairProbe:
+    """One NIC pair's probing: who probes, the cache to update, the pair, the ports it
+    already uses and the options."""
+
+    prober: Prober
+    cache: PortPathCache
+    key: tuple[int, int]
+    used: set[int]
+    options: ProbeOptions
+
+
+def _solve_pair(pair: _PairProbe, wants: list[Path]) -> list[int]:
+    """Ports for the QPs of one NIC pair that want ``wants`` (-1 where none is found),
+    learned (or taken from the cache) and verified; the cache keeps the map (or drops it
+    when the last verification failed)."""
+    cache, key, opts = pair.cache, pair.key, pair.options
+    need = Counter(wants)
+    pmap = cache.maps.get(key)
+    ports = [-1] * len(wants)
+    for _attempt in range(opts.max_relearn + 1):
+        before = 0 if pmap is None else pmap.probes_used
+        goal = LearnGoal(budget=opts.budget_per_pair, need=dict(need), skip_ports=pair.used)
+        pmap = learn_port_paths(pair.prober, key[0], key[1], pmap=pmap, goal=goal, options=opts)
+        cache.probes_used += pmap.probes_used - before
+        chosen = _first_free_ports(pmap, wants, pair.used)
+        got = [j for j, p in enumerate(chosen) if p >= 0]
+        state, spent = _verify_by_probe(
+            pair.prober, key[0], key[1], [chosen[j] for j in got],
+            [wants[j] for j in got], opts.max_retries,
+        )
+        cache.probes_used += spent
+        pmap.probes_used += spent
+        if np.any(state < 0):
+            cache.invalidations += 1
+            pmap = None
+            continue
+        ports = chosen
+        break
+    if pmap is not None:
+        cache.maps[key] = pmap
+    else:
+        cache.maps.pop(key, None)
+    return ports
+
+
+def _first_free_ports(pmap: PortPathMap, wants: list[Path], used: set[int]) -> list[int]:
+    """Per wanted path, the first learned port taking it that neither ``used`` nor an
+    earlier QP holds (-1 when none is left)."""
+    chosen: list[int] = []
+    for w in wants:
+        avail = [p for p in pmap.ports_for(w) if p not in used and p not in chosen]
+        chosen.append(avail[0] if avail else -1)
+    return chosen

@@ -97,12 +97,9 @@ def next_plan(cur: PublishedPlan | None, out: PlanOutcome, reason: str,
 
 def store(repo: Repository, plan: PublishedPlan, changed: list[str]) -> None:
     """Write ``plan``: summary, path plan and the QP plans of the ``changed`` hosts."""
-    s = plan.summary
-    repo.save_plan(s.version, policy=s.policy, reason=s.reason, created_at=s.created_at,
-                   planning_ms=s.planning_ms, fabric_version=s.fabric_version,
-                   summary=s.model_dump(mode="json"),
-                   path_plan=path_record(plan.paths, plan.workload_key, plan.shape_key),
-                   host_qps={h: plan.hosts[h].qps for h in changed})
+    repo.save_plan(plan.summary.model_dump(mode="json"),
+                   path_record(plan.paths, plan.workload_key, plan.shape_key),
+                   {h: plan.hosts[h].qps for h in changed})
 
 
 def restore(repo: Repository) -> PublishedPlan | None:

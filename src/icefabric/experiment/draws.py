@@ -121,12 +121,23 @@ def draw_fabrics(ls: LoadedScenario, fabric: Fabric, seeds: list[int]) -> list[F
     return out
 
 
-def run_draws(ls: LoadedScenario, fabric: Fabric, policy: str, sizes: list[int],
-              seeds: list[int], *, engine: str | None = None, first=None
+@dataclass(frozen=True, eq=False)
+class DrawInputs:
+    """What every draw of a scenario's run shares: the scenario, its fabric (draw 0's),
+    the draws' seeds (:func:`draw_seeds`) and the engine (None: the scenario's)."""
+
+    ls: LoadedScenario
+    fabric: Fabric
+    seeds: list[int]
+    engine: str | None = None
+
+
+def run_draws(inputs: DrawInputs, policy: str, sizes: list[int], first=None
               ) -> list[DrawnCollectives]:
-    """Policy ``policy`` at every size over the draws ``seeds`` (:func:`draw_seeds`).
-    ``first`` maps size -> the collectives of draw 0 when the caller already ran it."""
-    spec = RunSpec.of(ls, fabric, policy, engine=engine)
+    """Policy ``policy`` at every size over the draws of ``inputs``. ``first`` maps size
+    -> the collectives of draw 0 when the caller already ran it."""
+    ls, fabric, seeds = inputs.ls, inputs.fabric, inputs.seeds
+    spec = RunSpec.of(ls, fabric, policy, engine=inputs.engine)
     fabrics = draw_fabrics(ls, fabric, seeds)
     plans: list[Plan] | None = None
     out = []
@@ -160,37 +171,34 @@ class DrawSpread:
     ray: str | None = None
 
 
-def draw_all(ls: LoadedScenario, fabric: Fabric, policies: list[str], sizes: list[int],
-             seeds: list[int], *, engine: str | None = None, first=None,
+def draw_all(inputs: DrawInputs, policies: list[str], sizes: list[int], *, first=None,
              spread: DrawSpread = DrawSpread()) -> Iterator[DrawnCollectives]:
     """:func:`run_draws` of every policy (``first``: policy -> size -> draw 0), spread as
     ``spread`` says (local processes are forked: the inputs are already in memory) one
     (policy, size) each, or in this process. Every way gives the same results (each task
     draws from the same seeds), in the same order."""
     first = first or {}
-    tasks = [(p, [s], engine, {s: first[p][s]} if s in first.get(p, {}) else None)
+    tasks = [(p, [s], {s: first[p][s]} if s in first.get(p, {}) else None)
              for p in policies for s in sizes]
     if spread.ray and tasks:
-        for got in ray_tasks(_draws_task, tasks, spread.ray, shared=(ls, fabric, seeds),
-                             ordered=True):
+        for got in ray_tasks(_draws_task, tasks, spread.ray, shared=(inputs,), ordered=True):
             yield from got
         return
     if spread.workers <= 1 or len(tasks) <= 1:
         for p in policies:
-            yield from run_draws(ls, fabric, p, sizes, seeds, engine=engine,
-                                 first=first.get(p))
+            yield from run_draws(inputs, p, sizes, first.get(p))
         return
     ctx = get_context("fork" if "fork" in get_all_start_methods() else "spawn")
     with ProcessPoolExecutor(max_workers=spread.workers, mp_context=ctx) as pool:
-        futs = [pool.submit(_draws_task, ls, fabric, seeds, *t) for t in tasks]
+        futs = [pool.submit(_draws_task, inputs, *t) for t in tasks]
         for f in futs:
             yield from f.result()
 
 
-def _draws_task(ls: LoadedScenario, fabric: Fabric, seeds: list[int], policy: str,
-                sizes: list[int], engine: str | None, first) -> list[DrawnCollectives]:
+def _draws_task(inputs: DrawInputs, policy: str, sizes: list[int], first
+                ) -> list[DrawnCollectives]:
     """One (policy, sizes) of :func:`draw_all` in a worker process or a Ray task."""
-    return run_draws(ls, fabric, policy, sizes, seeds, engine=engine, first=first)
+    return run_draws(inputs, policy, sizes, first)
 
 
 def draw_plans(spec: RunSpec, fabrics: list[Fabric], workload: Workload, seeds: list[int]

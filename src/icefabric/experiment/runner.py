@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import numpy as np
 from icefabric.engine.result import CollectiveResult, SimResult
 from icefabric.experiment.bounds import collective_cut_ns
 from icefabric.experiment.draws import (
+    DrawInputs,
     DrawnCollectives,
     DrawSpread,
     draw_all,
@@ -129,68 +131,141 @@ def run_policy(ls: LoadedScenario, fabric: Fabric, policy_name: str, size_bytes:
     return res
 
 
+@dataclass(frozen=True)
+class Execution:
+    """How :func:`run_scenario` runs and what it records beside its rows.
+
+    Attributes
+    ----------
+    progress : callable ``(done, total, label)``, optional — called before every run.
+    trace : bool — with the fluid engine, the largest size records queue and rate time
+        series for plots.
+    spread : DrawSpread — where the draws run (local processes or a Ray cluster).
+    """
+
+    progress: Callable[[int, int, str], None] | None = None
+    trace: bool = False
+    spread: DrawSpread = DrawSpread()
+
+
+@dataclass
+class _Run:
+    """One :func:`run_scenario` call: what it runs and what it has produced so far."""
+
+    ls: LoadedScenario
+    fabric: Fabric
+    policies: list[str]
+    sizes: list[int]
+    drawn: list[str]  # the randomised policies that also run over draws
+    draws: int
+    engine: str | None
+    how: Execution
+    total: int = 0  # runs, for progress
+    done: int = 0
+    rows: list[dict] = field(default_factory=list)
+    largest: dict[str, SimResult] = field(default_factory=dict)  # policy -> largest size's run
+    first: dict[str, dict[int, list[CollectiveResult]]] = field(default_factory=dict)
+
+    def announce(self, label: str) -> None:
+        """Tell the progress callback, if any, which run starts."""
+        if self.how.progress:
+            self.how.progress(self.done, self.total, label)
+
+
 def run_scenario(ls: LoadedScenario, *, policies: list[str] | None = None,
-                 sizes: list[int] | None = None, engine: str | None = None,
-                 progress=None, trace: bool = False, draws: int = 1,
-                 spread: DrawSpread = DrawSpread()) -> ExperimentResult:
+                 sizes: list[int] | None = None, engine: str | None = None, draws: int = 1,
+                 how: Execution | None = None) -> ExperimentResult:
     """Run every policy at every size; rows carry gains over ``ecmp`` and the fraction of
-    the ``ideal`` bound (computed when those policies are part of the run). With ``trace``
-    (fluid engine), the largest size records queue and rate time series for plots.
+    the ``ideal`` bound (computed when those policies are part of the run). ``how`` gives
+    a progress callback, traces (fluid engine: the largest size records queue and rate
+    time series for plots) and where the draws run (:class:`Execution`).
 
     With ``draws`` > 1, every randomised policy (the ECMP family) also runs over that many
     draws of QP numbers and hash seeds (:mod:`icefabric.experiment.draws`; draw 0 is the
     single-draw run): its rows carry the median as ``busbw_GBps`` (and ``time_us``,
     ``algbw_GBps``), ``busbw_GBps_p10``/``_p90``, the per-draw ``busbw_GBps_draws`` and
     ``draws``; gains over ECMP get ``gain_vs_ecmp_p10``/``_p90`` (over the draws) and
-    ``gain_vs_ecmp_lucky`` (over ECMP's p90). ``spread`` runs the draws of different
+    ``gain_vs_ecmp_lucky`` (over ECMP's p90). ``how.spread`` runs the draws of different
     policies and sizes in local processes or on a Ray cluster (:class:`DrawSpread`)."""
     t0 = time.perf_counter()
     scn = ls.scenario
+    run = _new_run(ls, policies, sizes, engine, draws, how or Execution())
+    _run_sizes(run)
+    _run_draws(run)
+    training = _run_training(run)
+    if run.how.progress:
+        run.how.progress(run.total, run.total, "done")
+    _add_relative(run.rows)
+    congestion = [congestion_summary(p, r) for p, r in run.largest.items()
+                  if r.engine == "fluid"]
+    return ExperimentResult(scn.name, scn.description, scn.seed, engine or scn.engine,
+                            run.policies, run.sizes, run.rows, _link_stats(run.largest),
+                            run.fabric.describe(), time.perf_counter() - t0, _notes(run),
+                            congestion, ls.text, provenance(), training, runs=run.largest,
+                            draws=draws if run.drawn else 1)
+
+
+def _new_run(ls: LoadedScenario, policies: list[str] | None, sizes: list[int] | None,
+             engine: str | None, draws: int, how: Execution) -> _Run:
+    """Check the policies (unknown names and options fail here) and the budget, build the
+    fabric and count the runs."""
+    scn = ls.scenario
     policies = list(policies or scn.policies)
-    # fail early on unknown names and options
     randomised = [p for p in policies if scenario_policy(ls, p).randomised]
     drawn = randomised if draws > 1 else []
     sizes = list(sizes or scn.size_list()) if scn.jobs else []
     check_budget(ls, draws=draws)
-    fabric = build_fabric(ls)
-    total = len(policies) * (len(sizes) + (scn.training is not None)) + \
+    run = _Run(ls, build_fabric(ls), policies, sizes, drawn, draws, engine, how)
+    run.total = len(policies) * (len(sizes) + (scn.training is not None)) + \
         len(drawn) * len(sizes)
-    rows: list[dict] = []
-    largest: dict[str, SimResult] = {}
-    first: dict[str, dict[int, list[CollectiveResult]]] = {}  # draw 0 of every run
-    done = 0
-    for size in sizes:
-        for p in policies:
-            if progress:
-                progress(done, total, f"{p} @ {format_size(size)}")
-            tr = trace and size == sizes[-1] and (engine or scn.engine) == "fluid"
-            res = run_policy(ls, fabric, p, size, engine=engine, trace=tr)
-            cut = res.meta.get("cut_ns", {})
-            rows += [{"policy": p, **collective_row(c),
-                      "cut_time_us": cut[c.name] / 1e3 if c.name in cut else None}
-                     for c in res.collectives]
-            if size == sizes[-1]:
-                largest[p] = res
-            first.setdefault(p, {})[size] = res.collectives
-            done += 1
-    seeds = draw_seeds(scn.seed, draws)
-    for d in draw_all(ls, fabric, drawn, sizes, seeds, engine=engine, first=first,
-                      spread=spread):
-        if progress:
-            progress(done, total, f"{d.policy} @ {format_size(d.size_bytes)}, {draws} draws")
-        apply_draws(rows, d)
-        done += 1
-    training = None
-    if scn.training is not None:
-        from icefabric.experiment.training import run_training
+    return run
 
-        step = (lambda i, n, label: progress(done + i, total, label)) if progress else None
-        training, runs = run_training(ls, fabric, policies, engine=engine, progress=step,
-                                       draws=draws)
-        largest = largest or runs  # a training-only scenario: link statistics of its runs
-    if progress:
-        progress(total, total, "done")
-    _add_relative(rows)
+
+def _run_sizes(run: _Run) -> None:
+    """One run of every policy at every size (draw 0 of the randomised ones)."""
+    fluid = (run.engine or run.ls.scenario.engine) == "fluid"
+    for size in run.sizes:
+        for p in run.policies:
+            run.announce(f"{p} @ {format_size(size)}")
+            tr = run.how.trace and size == run.sizes[-1] and fluid
+            res = run_policy(run.ls, run.fabric, p, size, engine=run.engine, trace=tr)
+            cut = res.meta.get("cut_ns", {})
+            run.rows += [{"policy": p, **collective_row(c),
+                          "cut_time_us": cut[c.name] / 1e3 if c.name in cut else None}
+                         for c in res.collectives]
+            if size == run.sizes[-1]:
+                run.largest[p] = res
+            run.first.setdefault(p, {})[size] = res.collectives
+            run.done += 1
+
+
+def _run_draws(run: _Run) -> None:
+    """The other draws of every randomised policy; their spread goes into the rows."""
+    inputs = DrawInputs(run.ls, run.fabric, draw_seeds(run.ls.scenario.seed, run.draws),
+                        run.engine)
+    for d in draw_all(inputs, run.drawn, run.sizes, first=run.first, spread=run.how.spread):
+        run.announce(f"{d.policy} @ {format_size(d.size_bytes)}, {run.draws} draws")
+        apply_draws(run.rows, d)
+        run.done += 1
+
+
+def _run_training(run: _Run) -> dict | None:
+    """The training job's iteration per policy (None without one); a training-only
+    scenario takes its link statistics from these runs."""
+    if run.ls.scenario.training is None:
+        return None
+    from icefabric.experiment.training import run_training
+
+    progress, done, total = run.how.progress, run.done, run.total
+    step = (lambda i, n, label: progress(done + i, total, label)) if progress else None
+    training, runs = run_training(run.ls, run.fabric, run.policies, engine=run.engine,
+                                  progress=step, draws=run.draws)
+    run.largest = run.largest or runs
+    return training
+
+
+def _link_stats(largest: dict[str, SimResult]) -> list[LinkStats]:
+    """Fabric link statistics of each policy's largest run."""
     stats = []
     for p, res in largest.items():
         fl = np.asarray(res.meta["fabric_links"], dtype=np.int64)
@@ -199,18 +274,18 @@ def run_scenario(ls: LoadedScenario, *, policies: list[str] | None = None,
         stats.append(LinkStats(p, [res.link_names[i] for i in fl], util[fl].round(4).tolist(),
                                res.link_peak_util[fl].round(4).tolist(),
                                qps[fl].round(3).tolist()))
-    congestion = [congestion_summary(p, r) for p, r in largest.items()
-                  if r.engine == "fluid"]
+    return stats
+
+
+def _notes(run: _Run) -> list[str]:
+    scn = run.ls.scenario
     notes = []
-    if scn.failures and "ideal" in policies:
+    if scn.failures and "ideal" in run.policies:
         notes.append("ideal ignores link failures (non-blocking bound)")
-    if drawn:
-        notes.append(f"{', '.join(drawn)}: median [p10-p90] over {draws} draws of QP numbers "
-                     f"and switch hash seeds (seed {scn.seed})")
-    return ExperimentResult(scn.name, scn.description, scn.seed, engine or scn.engine,
-                            policies, sizes, rows, stats, fabric.describe(),
-                            time.perf_counter() - t0, notes, congestion, ls.text,
-                            provenance(), training, runs=largest, draws=draws if drawn else 1)
+    if run.drawn:
+        notes.append(f"{', '.join(run.drawn)}: median [p10-p90] over {run.draws} draws of QP "
+                     f"numbers and switch hash seeds (seed {scn.seed})")
+    return notes
 
 
 def collective_row(c: CollectiveResult) -> dict:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.sparse as sp
@@ -30,6 +31,9 @@ from icefabric.engine.problem import (
 )
 from icefabric.topology.model import Fabric
 from icefabric.topology.routing import ServerPaths
+
+if TYPE_CHECKING:  # plans imports this module
+    from icefabric.pipeline.plans import LinkEvent
 
 
 class FlowNames(Sequence):
@@ -284,13 +288,15 @@ def changed_routes(before: PathPlan, after: PathPlan) -> np.ndarray:
     return changed
 
 
-def failure_reroutes(pmap: ProblemMap, before: PathPlan, after: PathPlan, *, t_ns: int,
-                     down_links: np.ndarray, delay_ns: int, up: bool = False) -> LinkFailure:
-    """A :class:`LinkFailure` that moves every problem route whose plan route changed."""
+def failure_reroutes(pmap: ProblemMap, before: PathPlan, event: LinkEvent, delay_ns: int
+                     ) -> LinkFailure:
+    """A :class:`LinkFailure` of ``event``'s links that moves every problem route whose plan
+    route changed from ``before`` to the event's plan, ``delay_ns`` after it."""
+    after = event.paths
     changed = changed_routes(before, after)
     moved = np.flatnonzero(pmap.plan_route >= 0)
     moved = moved[changed[pmap.plan_route[moved]]]
     indptr, links = pmap.routes(moved, after)
-    return LinkFailure(t_ns=int(t_ns), links=np.asarray(down_links, dtype=np.int64),
+    return LinkFailure(t_ns=int(event.t_ns), links=np.asarray(event.links, dtype=np.int64),
                        reroute_route=moved, reroute_indptr=indptr, reroute_links=links,
-                       reroute_delay_ns=int(delay_ns), up=up)
+                       reroute_delay_ns=int(delay_ns), up=event.up)

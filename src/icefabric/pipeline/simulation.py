@@ -52,8 +52,7 @@ def simulate(plan: Plan, options: EngineOptions, *, scenario: str = "") -> SimRe
                             scenario=scenario)
     prev, failures = plan.paths, []
     for ev in plan.events:
-        fl = failure_reroutes(pmap, prev, ev.paths, t_ns=ev.t_ns, down_links=ev.links,
-                              delay_ns=pol.reroute_delay_ns, up=ev.up)
+        fl = failure_reroutes(pmap, prev, ev, pol.reroute_delay_ns)
         if paced and pol.proactive_rates:  # the re-plan's rates take over with its paths
             fl = replace(fl, flow_rate_cap_bps=flow_caps(plan.workload, ev.paths))
         failures.append(fl)

@@ -61,7 +61,7 @@ class EcmpPolicy(Policy):
         sport = self.sports(ctx)
         routes = ecmp_routes(ctx.fabric, ctx.routing, ctx.hash_configs, w.qp_src_nic,
                              w.qp_dst_nic, sport)
-        return single_path_plan_csr(*routes, sport, policy=self.name)
+        return single_path_plan_csr(routes, sport, policy=self.name)
 
     def plan_draws(self, ctx: PlanContext, sports: np.ndarray) -> list[PathPlan]:
         """One plan per row of ``sports`` (draws: the same QPs with other source ports),
@@ -71,8 +71,8 @@ class EcmpPolicy(Policy):
         src, dst = np.tile(w.qp_src_nic, n), np.tile(w.qp_dst_nic, n)
         choose = hash_chooser(ctx.fabric, ctx.hash_configs, ip[src], ip[dst], sports.ravel())
         ptr, links = ctx.routing.walk_csr(src, dst, choose)
-        return [single_path_plan_csr(ptr[i * q:(i + 1) * q + 1] - ptr[i * q],
-                                     links[ptr[i * q]:ptr[(i + 1) * q]], sports[i],
+        return [single_path_plan_csr((ptr[i * q:(i + 1) * q + 1] - ptr[i * q],
+                                      links[ptr[i * q]:ptr[(i + 1) * q]]), sports[i],
                                      policy=self.name) for i in range(n)]
 
 
@@ -180,4 +180,4 @@ class IdealPolicy(Policy):
         w = ctx.workload
         routes = ctx.routing.walk_csr(w.qp_src_nic, w.qp_dst_nic,
                                       lambda *a: np.zeros(len(a[1]), dtype=np.int64))
-        return single_path_plan_csr(*routes, np.full(w.n_qps, -1), policy=self.name)
+        return single_path_plan_csr(routes, np.full(w.n_qps, -1), policy=self.name)

@@ -37,9 +37,9 @@ import numpy as np
 from icefabric.control.demand import workload_demand
 from icefabric.control.failover import PlanBefore, replan_after_failure
 from icefabric.control.plan import PathPlan, single_path_plan
-from icefabric.control.planning import Candidates, plan_paths
-from icefabric.control.realize import realize_paths, rehash
-from icefabric.control.sport import solve_sports
+from icefabric.control.planning import Candidates, Constraints, PlanOptions, plan_paths
+from icefabric.control.realize import QpPaths, RealizeOptions, realize_paths, rehash
+from icefabric.control.sport import QpChains, solve_sports
 from icefabric.policies.base import PlanContext, Policy, PolicyError, register_policy
 from icefabric.units import us
 
@@ -121,14 +121,15 @@ class IcePolicy(Policy):
     def plan(self, ctx: PlanContext) -> PathPlan:
         f, rt, cfg = ctx.fabric, ctx.routing, ctx.hash_configs
         d = workload_demand(f, ctx.workload)
-        a = plan_paths(f, rt, d, method=self.method, improve=self.improve, seed=ctx.seed)
+        a = plan_paths(f, rt, d, method=self.method,
+                       options=PlanOptions(improve=self.improve, seed=ctx.seed))
         paths = list(a.paths)
         forbid: dict[int, set[int]] = {}
         cands = None
         rounds = 0
         while True:
-            r = realize_paths(f, rt, cfg, d.src_nic, d.dst_nic, paths, mode=self.sport_mode,
-                              seed=ctx.seed)
+            r = realize_paths(f, rt, cfg, QpPaths(d.src_nic, d.dst_nic, paths),
+                              RealizeOptions(mode=self.sport_mode, seed=ctx.seed))
             bad = np.flatnonzero(~r.ok)
             if len(bad) == 0 or rounds >= self.port_rounds:
                 break
@@ -139,8 +140,9 @@ class IcePolicy(Policy):
                 forbid.setdefault(q, set()).add(cands.index_of(q, paths[q]))
             pinned = np.ones(d.n_qps, bool)
             pinned[bad] = False
-            a = plan_paths(f, rt, d, method="greedy", pinned=pinned, initial=paths,
-                           forbid=forbid, seed=ctx.seed)
+            a = plan_paths(f, rt, d, method="greedy",
+                           constraints=Constraints(pinned, paths, forbid),
+                           options=PlanOptions(seed=ctx.seed))
             paths = list(a.paths)
             rounds += 1
         sport = np.where(r.sport >= 0, r.sport, ctx.workload.sports())
@@ -171,8 +173,8 @@ class IcePolicy(Policy):
                 alt[q] = c[choice]
         ip = f.node_ip
         excl = (ip[d.src_nic], ip[d.dst_nic], sport)
-        r = realize_paths(f, rt, ctx.hash_configs, d.src_nic, d.dst_nic, alt, mode="model",
-                          exclude=excl, seed=ctx.seed + 1)
+        r = realize_paths(f, rt, ctx.hash_configs, QpPaths(d.src_nic, d.dst_nic, alt),
+                          RealizeOptions(exclude=excl, seed=ctx.seed + 1))
         return r.sport, alt
 
     def extend(self, ctx: PlanContext, previous: PathPlan, kept: np.ndarray) -> PathPlan:
@@ -191,14 +193,14 @@ class IcePolicy(Policy):
         meta = {"method": "extend", "kept": len(old), "sport_mode": self.sport_mode,
                 "n_qps": d.n_qps, "planned_paths": planned}
         if len(new):
-            a = plan_paths(f, rt, d, method="greedy", pinned=kept >= 0, initial=planned,
-                           improve=self.improve, seed=ctx.seed)
+            a = plan_paths(f, rt, d, method="greedy", constraints=Constraints(kept >= 0, planned),
+                           options=PlanOptions(improve=self.improve, seed=ctx.seed))
             planned = meta["planned_paths"] = list(a.paths)
             ip = f.node_ip  # the new ports avoid the kept ones of the same NIC pairs
-            r = realize_paths(f, rt, ctx.hash_configs, d.src_nic[new], d.dst_nic[new],
-                              [planned[q] for q in new.tolist()], mode=self.sport_mode,
-                              exclude=(ip[d.src_nic[old]], ip[d.dst_nic[old]], sport[old]),
-                              seed=ctx.seed)
+            qps = QpPaths(d.src_nic[new], d.dst_nic[new], [planned[q] for q in new.tolist()])
+            excl = (ip[d.src_nic[old]], ip[d.dst_nic[old]], sport[old])
+            r = realize_paths(f, rt, ctx.hash_configs, qps,
+                              RealizeOptions(mode=self.sport_mode, exclude=excl, seed=ctx.seed))
             sport[new] = np.where(r.sport >= 0, r.sport, ctx.workload.sports()[new])
             for q, route in zip(new.tolist(), r.paths, strict=True):
                 routes[q] = route
@@ -273,7 +275,7 @@ class StaticDisjointPolicy(Policy):
             cfgs = [cfg[s] for s in sw_list]
             ci = rt.sw_index[sl[q_sorted]]
             ip = f.node_ip
-            sp = solve_sports(cfgs, ip[sn[q_sorted]], ip[dn[q_sorted]], ci, n, want,
+            sp = solve_sports(cfgs, QpChains(ip[sn[q_sorted]], ip[dn[q_sorted]], ci, n, want),
                               seed=ctx.seed)
             sport[q_sorted] = np.where(sp >= 0, sp, sport[q_sorted])
         paths = rehash(f, rt, cfg, sn, dn, sport)

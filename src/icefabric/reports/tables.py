@@ -232,8 +232,7 @@ def collective_tables(res, fit: Fitter, detail: bool = False) -> list[Renderable
         if detail:
             over_all = [b for b in (DEPLOYED, "ecmp") if b in res.policies]
             for p in res.policies:
-                out += _detail_table(fit, f"{title} · {p}", sizes, res.sizes, by, p,
-                                     over_all)
+                out += _detail_table(fit, f"{title} · {p}", res.sizes, by, p, over_all)
             continue
         variants = []
         for with_gain in (True, False):
@@ -272,7 +271,9 @@ def _busbw_cell(r, over: str | None) -> str:
     return f"{r['busbw_GBps']:.1f}" + (f" ({g:+.0%})" if g is not None else "")
 
 
-def _detail_table(fit, title, sizes, size_bytes, by, p, over) -> list[RenderableType]:
+def _detail_table(fit, title, size_bytes, by, p, over) -> list[RenderableType]:
+    """Policy ``p``'s nccl-tests-style table: time, algbw, busbw, gains over ``over`` and
+    share of ideal per size (``by``: (policy, size) -> row)."""
     cells: dict[str, list[str]] = defaultdict(list)
     for s in size_bytes:
         r = by.get((p, s))
@@ -283,6 +284,7 @@ def _detail_table(fit, title, sizes, size_bytes, by, p, over) -> list[Renderable
             g = r.get(GAIN_KEY[b]) if r else None
             cells[f"vs {b}"].append("" if g is None or p == b else f"{g:+.1%}")
         cells["of ideal"].append(_pct(r.get("frac_of_ideal")) if r else "-")
+    sizes = [format_size(s) for s in size_bytes]
     cols = [Column("size", sizes, key=True)] + [Column(h, v) for h, v in cells.items()]
     return fit.fit((title, cols))
 

@@ -83,12 +83,12 @@ def _build_topology(ls: LoadedScenario, groups: list[ServerGroup], common: dict)
                 oversub=fs.oversub, links_per_spine=fs.links_per_spine,
                 rail_optimized=fs.kind == "rail-optimized", separate_pools=fs.separate_pools,
                 leaf=fs.leaf_switch, spine=fs.spine_switch, **common)
-        return builders.fat_tree(
-            groups, pods=fs.pods, leaves_per_pod=fs.leaves_per_pod,
-            aggs_per_pod=fs.aggs_per_pod, n_cores=fs.cores,
-            servers_per_leaf=fs.servers_per_leaf, oversub=fs.oversub,
+        spec = builders.FatTreeSpec(
+            pods=fs.pods, leaves_per_pod=fs.leaves_per_pod, aggs_per_pod=fs.aggs_per_pod,
+            n_cores=fs.cores, servers_per_leaf=fs.servers_per_leaf, oversub=fs.oversub,
             core_oversub=fs.core_oversub, leaf=fs.leaf_switch, agg=fs.spine_switch,
-            core=fs.core_switch, **common)
+            core=fs.core_switch)
+        return builders.fat_tree(groups, spec, builders.BuildOptions(**common))
     except TopologyError as e:
         raise ls.error(("fabric",), str(e)) from None
 

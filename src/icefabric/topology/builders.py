@@ -260,15 +260,59 @@ def rail_optimized(groups: list[ServerGroup], **kw) -> Fabric:
     return leaf_spine(groups, rail_optimized=True, **kw)
 
 
-def fat_tree(groups: list[ServerGroup], *, pods: int, leaves_per_pod: int, aggs_per_pod: int,
-             n_cores: int, servers_per_leaf: int, oversub: float = 1.0,
-             core_oversub: float = 1.0, rail_optimized: bool = False, planes: int = 1,
-             links_per_core: int = 1, placement: str = "packed",
-             leaf: SwitchProfile | str = "tomahawk5-128x400",
-             agg: SwitchProfile | str = "tomahawk5-128x400",
-             core: SwitchProfile | str = "tomahawk5-128x400", hash_seeds: str = "sonic",
-             host_delay_ns: int = 500, fabric_delay_ns: int = 500, seed: int = 0,
-             name: str = "fat-tree") -> Fabric:
+@dataclass(frozen=True)
+class BuildOptions:
+    """What a builder takes besides the fabric's shape.
+
+    Attributes
+    ----------
+    name : str, optional — the fabric's name (default: the builder's, e.g. ``fat-tree``).
+    seed : int — seed of random hash seeds (``hash_seeds="random"``).
+    hash_seeds : {"sonic", "random", "zero"} — per-switch ECMP seed policy.
+    host_delay_ns, fabric_delay_ns : int — propagation delay of host and fabric links.
+    placement : {"packed", "scattered"} — how servers fill the leaves.
+    """
+
+    name: str | None = None
+    seed: int = 0
+    hash_seeds: str = "sonic"
+    host_delay_ns: int = 500
+    fabric_delay_ns: int = 500
+    placement: str = "packed"
+
+
+@dataclass(frozen=True)
+class FatTreeSpec:
+    """The shape of a :func:`fat_tree` (counts are per plane) and its switches.
+
+    Attributes
+    ----------
+    pods, leaves_per_pod, aggs_per_pod, n_cores : int
+    servers_per_leaf : int — servers under one leaf (rail-optimized: one rail group).
+    oversub, core_oversub : float — down : up capacity at the leaf and the aggregation.
+    rail_optimized : bool
+    planes : int — independent network planes; NIC ``j`` sits in plane ``j % planes``.
+    links_per_core : int — parallel cables from an aggregation switch to each of its cores.
+    leaf, agg, core : SwitchProfile or catalog name
+    """
+
+    pods: int
+    leaves_per_pod: int
+    aggs_per_pod: int
+    n_cores: int
+    servers_per_leaf: int
+    oversub: float = 1.0
+    core_oversub: float = 1.0
+    rail_optimized: bool = False
+    planes: int = 1
+    links_per_core: int = 1
+    leaf: SwitchProfile | str = "tomahawk5-128x400"
+    agg: SwitchProfile | str = "tomahawk5-128x400"
+    core: SwitchProfile | str = "tomahawk5-128x400"
+
+
+def fat_tree(groups: list[ServerGroup], spec: FatTreeSpec,
+             options: BuildOptions | None = None) -> Fabric:
     """Three-tier fat-tree with pods (leaf -> aggregation -> core), optionally rail-optimized
     and split into independent planes.
 
@@ -282,47 +326,61 @@ def fat_tree(groups: list[ServerGroup], *, pods: int, leaves_per_pod: int, aggs_
     (``pods``, ``leaves_per_pod``, ``aggs_per_pod`` and ``n_cores`` count one plane), as in
     Alibaba HPN's dual-plane design (two ports of a NIC on two planes; Qian et al.,
     SIGCOMM 2024). ``oversub`` applies at the leaf, ``core_oversub`` at the aggregation.
+
+    Raises
+    ------
+    TopologyError — when counts are invalid or ports do not fit a switch radix.
     """
-    if min(pods, leaves_per_pod, aggs_per_pod, n_cores, servers_per_leaf, planes,
-           links_per_core) < 1:
+    t = spec
+    o = options or BuildOptions()
+    _check_tree_counts(t)
+    leaf_p, agg_p, core_p = (switch_profile(x) if isinstance(x, str) else x
+                             for x in (t.leaf, t.agg, t.core))
+    b = _Builder(o.name or "fat-tree", o.seed, o.hash_seeds, o.host_delay_ns,
+                 o.fabric_delay_ns)
+    servers = [b.add_server(n, p, pool) for n, p, pool in _expand_groups(groups)]
+    nics = {s.profile.n_nics for s in servers}
+    if t.planes > 1 and any(n % t.planes for n in nics):
+        raise TopologyError(f"{t.planes} planes need NIC counts that are multiples of "
+                            f"{t.planes} (servers have {sorted(nics)})")
+    if t.rail_optimized and len(nics) > 1:
+        raise TopologyError("rail-optimized fabrics need servers with equal NIC counts")
+    slots = _place(groups, t.servers_per_leaf, separate_pools=False, placement=o.placement)
+    rails = servers[0].profile.n_nics // t.planes if t.rail_optimized else 1
+    leaves_needed = len(slots) * rails
+    if leaves_needed > t.pods * t.leaves_per_pod:
+        raise TopologyError(f"{len(servers)} servers need {leaves_needed} leaves per plane "
+                            f"but the fabric has {t.pods} pods x {t.leaves_per_pod} leaves")
+    _check_tree_radix(t, agg_p, core_p)
+    shape = _TreeShape(t.pods, t.leaves_per_pod, t.aggs_per_pod, t.n_cores, t.links_per_core,
+                       t.oversub, t.core_oversub)
+    for plane in range(t.planes):
+        _tree_plane(b, servers, slots, shape, _PlaneSpec(plane, t.planes, rails, leaf_p, agg_p,
+                                                           core_p))
+    return b.build({"builder": "fat_tree", "pods": t.pods, "leaves": t.pods * t.leaves_per_pod *
+                    t.planes, "aggs": t.pods * t.aggs_per_pod * t.planes,
+                    "cores": t.n_cores * t.planes, "oversub": t.oversub,
+                    "rail_optimized": t.rail_optimized, "planes": t.planes})
+
+
+def _check_tree_counts(t: FatTreeSpec) -> None:
+    if min(t.pods, t.leaves_per_pod, t.aggs_per_pod, t.n_cores, t.servers_per_leaf, t.planes,
+           t.links_per_core) < 1:
         raise TopologyError("pods, leaves_per_pod, aggs_per_pod, n_cores, servers_per_leaf, "
                             "planes, links_per_core must be >= 1")
-    if n_cores % aggs_per_pod:
-        raise TopologyError(f"n_cores ({n_cores}) must be a multiple of aggs_per_pod "
-                            f"({aggs_per_pod}) so every aggregation switch has a core plane")
-    leaf_p = switch_profile(leaf) if isinstance(leaf, str) else leaf
-    agg_p = switch_profile(agg) if isinstance(agg, str) else agg
-    core_p = switch_profile(core) if isinstance(core, str) else core
-    b = _Builder(name, seed, hash_seeds, host_delay_ns, fabric_delay_ns)
-    entries = _expand_groups(groups)
-    servers = [b.add_server(n, p, pool) for n, p, pool in entries]
-    nics = {s.profile.n_nics for s in servers}
-    if planes > 1 and any(n % planes for n in nics):
-        raise TopologyError(f"{planes} planes need NIC counts that are multiples of "
-                            f"{planes} (servers have {sorted(nics)})")
-    if rail_optimized and len(nics) > 1:
-        raise TopologyError("rail-optimized fabrics need servers with equal NIC counts")
-    slots = _place(groups, servers_per_leaf, separate_pools=False, placement=placement)
-    rails = servers[0].profile.n_nics // planes if rail_optimized else 1
-    leaves_needed = len(slots) * rails
-    if leaves_needed > pods * leaves_per_pod:
-        raise TopologyError(f"{len(servers)} servers need {leaves_needed} leaves per plane "
-                            f"but the fabric has {pods} pods x {leaves_per_pod} leaves")
-    if leaves_per_pod + n_cores // aggs_per_pod * links_per_core > agg_p.radix:
-        raise TopologyError(f"aggregation switch needs {leaves_per_pod} + "
-                            f"{n_cores // aggs_per_pod * links_per_core} ports > radix "
+    if t.n_cores % t.aggs_per_pod:
+        raise TopologyError(f"n_cores ({t.n_cores}) must be a multiple of aggs_per_pod "
+                            f"({t.aggs_per_pod}) so every aggregation switch has a core plane")
+
+
+def _check_tree_radix(t: FatTreeSpec, agg_p: SwitchProfile, core_p: SwitchProfile) -> None:
+    if t.leaves_per_pod + t.n_cores // t.aggs_per_pod * t.links_per_core > agg_p.radix:
+        raise TopologyError(f"aggregation switch needs {t.leaves_per_pod} + "
+                            f"{t.n_cores // t.aggs_per_pod * t.links_per_core} ports > radix "
                             f"{agg_p.radix}")
-    if pods * links_per_core > core_p.radix:
-        raise TopologyError(f"{pods} pods x {links_per_core} links exceed core radix "
+    if t.pods * t.links_per_core > core_p.radix:
+        raise TopologyError(f"{t.pods} pods x {t.links_per_core} links exceed core radix "
                             f"{core_p.radix}")
-    shape = _TreeShape(pods, leaves_per_pod, aggs_per_pod, n_cores, links_per_core, oversub,
-                       core_oversub)
-    for plane in range(planes):
-        _tree_plane(b, servers, slots, shape, _PlaneSpec(plane, planes, rails, leaf_p, agg_p,
-                                                           core_p))
-    return b.build({"builder": "fat_tree", "pods": pods, "leaves": pods * leaves_per_pod *
-                    planes, "aggs": pods * aggs_per_pod * planes, "cores": n_cores * planes,
-                    "oversub": oversub, "rail_optimized": rail_optimized, "planes": planes})
 
 
 @dataclass(frozen=True)
@@ -420,10 +478,30 @@ def _split_ports(radix: int, oversub: float) -> tuple[int, int]:
     return radix - up, up
 
 
-def size_fat_tree(n_servers: int, nics_per_server: int, *, radix: int, oversub: float = 1.0,
-                  core_oversub: float = 1.0, rail_optimized: bool = False, planes: int = 1,
-                  bundle_cores: bool = False) -> FatTreeSize:
-    """The smallest 3-tier fat-tree of ``radix``-port switches that holds ``n_servers``.
+@dataclass(frozen=True)
+class FatTreeSizing:
+    """What :func:`size_fat_tree` sizes a fat-tree for.
+
+    Attributes
+    ----------
+    radix : int — ports per switch (every tier).
+    oversub, core_oversub : float — down : up ports at the leaf and the aggregation.
+    rail_optimized : bool
+    planes : int — independent network planes.
+    bundle_cores : bool — fewer cores, each with parallel cables from every pod.
+    """
+
+    radix: int = 128
+    oversub: float = 1.0
+    core_oversub: float = 1.0
+    rail_optimized: bool = False
+    planes: int = 1
+    bundle_cores: bool = False
+
+
+def size_fat_tree(n_servers: int, nics_per_server: int, sizing: FatTreeSizing) -> FatTreeSize:
+    """The smallest 3-tier fat-tree of ``sizing.radix``-port switches that holds
+    ``n_servers``.
 
     Per plane, a leaf splits its ports ``oversub : 1`` into server ports and one uplink to
     each aggregation switch of its pod; an aggregation switch splits its ports
@@ -441,6 +519,8 @@ def size_fat_tree(n_servers: int, nics_per_server: int, *, radix: int, oversub: 
     TopologyError — when ``radix`` cannot hold the servers (more pods than a core has ports,
         or a leaf with fewer server ports than a server has NICs).
     """
+    radix, oversub, core_oversub = sizing.radix, sizing.oversub, sizing.core_oversub
+    rail_optimized, planes = sizing.rail_optimized, sizing.planes
     if min(n_servers, nics_per_server, radix, planes) < 1 or nics_per_server % planes:
         raise TopologyError(f"size_fat_tree needs positive counts and NICs per server "
                             f"({nics_per_server}) that are a multiple of planes ({planes})")
@@ -465,28 +545,25 @@ def size_fat_tree(n_servers: int, nics_per_server: int, *, radix: int, oversub: 
     per_pod = -(-leaves // pods // rails) * rails
     core_up = min(radix - per_pod, max(1, round(per_pod / core_oversub)))
     links = max(d for d in range(1, core_up + 1) if core_up % d == 0 and pods * d <= radix
-                and (bundle_cores or d == 1))
+                and (sizing.bundle_cores or d == 1))
     return FatTreeSize(pods, per_pod, up, up * (core_up // links), links, per_leaf, oversub,
                        core_oversub, rail_optimized, planes)
 
 
-def fat_tree_for(groups: list[ServerGroup], *, radix: int = 128, oversub: float = 1.0,
-                 core_oversub: float = 1.0, rail_optimized: bool = False, planes: int = 1,
-                 bundle_cores: bool = False, **kw) -> Fabric:
-    """:func:`fat_tree` of ``radix``-port switches (:data:`RADIX_SWITCH`) sized by
-    :func:`size_fat_tree` for ``groups`` (all servers with one NIC count); ``kw`` goes to
-    :func:`fat_tree` (placement, hash seeds, delays, name)."""
-    if radix not in RADIX_SWITCH:
-        raise TopologyError(f"radix must be one of {sorted(RADIX_SWITCH)}, not {radix}")
+def fat_tree_for(groups: list[ServerGroup], sizing: FatTreeSizing | None = None,
+                 options: BuildOptions | None = None) -> Fabric:
+    """:func:`fat_tree` of ``sizing.radix``-port switches (:data:`RADIX_SWITCH`) sized by
+    :func:`size_fat_tree` for ``groups`` (all servers with one NIC count), built with
+    ``options`` (placement, hash seeds, delays, name)."""
+    sizing = sizing or FatTreeSizing()
+    if sizing.radix not in RADIX_SWITCH:
+        raise TopologyError(f"radix must be one of {sorted(RADIX_SWITCH)}, not {sizing.radix}")
     nics = {g.profile.n_nics for g in groups}
     if len(nics) != 1:
         raise TopologyError("fat_tree_for needs servers with one NIC count")
-    size = size_fat_tree(sum(g.count for g in groups), nics.pop(), radix=radix,
-                         oversub=oversub, core_oversub=core_oversub,
-                         rail_optimized=rail_optimized, planes=planes,
-                         bundle_cores=bundle_cores)
-    sw = RADIX_SWITCH[radix]
-    return fat_tree(groups, **size.kwargs(), leaf=sw, agg=sw, core=sw, **kw)
+    size = size_fat_tree(sum(g.count for g in groups), nics.pop(), sizing)
+    sw = RADIX_SWITCH[sizing.radix]
+    return fat_tree(groups, FatTreeSpec(**size.kwargs(), leaf=sw, agg=sw, core=sw), options)
 
 
 def star(groups: list[ServerGroup], *, switch: SwitchProfile | str = "tomahawk5-128x400",

@@ -80,58 +80,9 @@ def fabric_from_dict(doc: dict) -> Fabric:
     if doc.get("format_version", FORMAT_VERSION) != FORMAT_VERSION:
         raise TopologyDocumentError(f"unsupported format_version {doc.get('format_version')!r}")
     try:
-        names = tuple(str(x) for x in _req(doc, "node_names", list))
-        halgo = tuple(str(x) for x in _req(doc, "node_hash_algorithm", list))
-        arrays = {}
-        for name, dtype in _ARRAYS:
-            raw = _req(doc, name, list)
-            try:
-                arrays[name] = np.asarray(raw, dtype=dtype)
-            except (TypeError, ValueError, OverflowError):
-                raise TopologyDocumentError(f"{name}: must be a list of numbers") from None
-            if arrays[name].ndim != 1:
-                raise TopologyDocumentError(f"{name}: must be a flat list")
-        n = len(names)
-        for name, _ in _ARRAYS:
-            if name.startswith("node_") and len(arrays[name]) != n:
-                raise TopologyDocumentError(f"{name}: {len(arrays[name])} entries, expected {n}")
-        if len(halgo) != n:
-            raise TopologyDocumentError(f"node_hash_algorithm: {len(halgo)} entries, expected {n}")
-        hprof = tuple(str(x) for x in doc.get("node_hash_profile") or ())
-        if hprof and len(hprof) != n:
-            raise TopologyDocumentError(f"node_hash_profile: {len(hprof)} entries, expected {n}")
-        nl = len(arrays["link_src"])
-        for name, _ in _ARRAYS:
-            if name.startswith("link_") and len(arrays[name]) != nl:
-                raise TopologyDocumentError(f"{name}: {len(arrays[name])} entries, "
-                                            f"expected {nl}")
-        for name in ("link_src", "link_dst"):
-            a = arrays[name]
-            if nl and (a.min() < 0 or a.max() >= n):
-                raise TopologyDocumentError(f"{name}: node id out of range [0, {n})")
-        if nl and np.any(arrays["link_capacity_bps"] <= 0):
-            raise TopologyDocumentError("link_capacity_bps: capacities must be positive")
-        if n and (arrays["node_kind"].min() < 0
-                  or arrays["node_kind"].max() >= len(NODE_KIND_NAMES)):
-            raise TopologyDocumentError("node_kind: unknown node kind")
-        servers = []
-        prof_fields = {f.name for f in fields(ServerProfile)}
-        for i, s in enumerate(_req(doc, "servers", list)):
-            if not isinstance(s, dict):
-                raise TopologyDocumentError(f"servers[{i}]: must be an object")
-            prof = s.get("profile")
-            if not isinstance(prof, dict) or set(prof) - prof_fields:
-                raise TopologyDocumentError(f"servers[{i}].profile: invalid server profile")
-            try:
-                profile = ServerProfile(**prof)
-            except TypeError as e:
-                raise TopologyDocumentError(f"servers[{i}].profile: {e}") from None
-            ids = [*s.get("accels", []), *s.get("nics", []), s.get("hub", -1)]
-            if any(not isinstance(x, int) or x < 0 or x >= n for x in ids):
-                raise TopologyDocumentError(f"servers[{i}]: node id out of range")
-            servers.append(Server(str(s.get("name", "")), profile, str(s.get("pool", "")),
-                                  tuple(s.get("accels", [])), tuple(s.get("nics", [])),
-                                  int(s["hub"])))
+        names, halgo, hprof, arrays = _node_tables(doc)
+        _check_links_and_kinds(arrays, len(names))
+        servers = _servers(doc, len(names))
         meta = doc.get("meta", {})
         if not isinstance(meta, dict):
             raise TopologyDocumentError("meta: must be an object")
@@ -139,6 +90,75 @@ def fabric_from_dict(doc: dict) -> Fabric:
         raise TopologyDocumentError(f"missing field {e.args[0]!r}") from None
     return Fabric(name=str(doc.get("name", "")), node_names=names, node_hash_algorithm=halgo,
                   servers=tuple(servers), meta=dict(meta), node_hash_profile=hprof, **arrays)
+
+
+def _node_tables(doc: dict) -> tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...],
+                                     dict[str, np.ndarray]]:
+    """Node names, hash algorithms and profiles, and every array of :data:`_ARRAYS`, each
+    a flat list of numbers; the node tables one entry per node."""
+    names = tuple(str(x) for x in _req(doc, "node_names", list))
+    halgo = tuple(str(x) for x in _req(doc, "node_hash_algorithm", list))
+    arrays = {}
+    for name, dtype in _ARRAYS:
+        raw = _req(doc, name, list)
+        try:
+            arrays[name] = np.asarray(raw, dtype=dtype)
+        except (TypeError, ValueError, OverflowError):
+            raise TopologyDocumentError(f"{name}: must be a list of numbers") from None
+        if arrays[name].ndim != 1:
+            raise TopologyDocumentError(f"{name}: must be a flat list")
+    n = len(names)
+    for name, _ in _ARRAYS:
+        if name.startswith("node_") and len(arrays[name]) != n:
+            raise TopologyDocumentError(f"{name}: {len(arrays[name])} entries, expected {n}")
+    if len(halgo) != n:
+        raise TopologyDocumentError(f"node_hash_algorithm: {len(halgo)} entries, expected {n}")
+    hprof = tuple(str(x) for x in doc.get("node_hash_profile") or ())
+    if hprof and len(hprof) != n:
+        raise TopologyDocumentError(f"node_hash_profile: {len(hprof)} entries, expected {n}")
+    return names, halgo, hprof, arrays
+
+
+def _check_links_and_kinds(arrays: dict[str, np.ndarray], n: int) -> None:
+    """One entry per link in every link array, links between existing nodes with positive
+    capacities, known node kinds."""
+    nl = len(arrays["link_src"])
+    for name, _ in _ARRAYS:
+        if name.startswith("link_") and len(arrays[name]) != nl:
+            raise TopologyDocumentError(f"{name}: {len(arrays[name])} entries, "
+                                        f"expected {nl}")
+    for name in ("link_src", "link_dst"):
+        a = arrays[name]
+        if nl and (a.min() < 0 or a.max() >= n):
+            raise TopologyDocumentError(f"{name}: node id out of range [0, {n})")
+    if nl and np.any(arrays["link_capacity_bps"] <= 0):
+        raise TopologyDocumentError("link_capacity_bps: capacities must be positive")
+    if n and (arrays["node_kind"].min() < 0
+              or arrays["node_kind"].max() >= len(NODE_KIND_NAMES)):
+        raise TopologyDocumentError("node_kind: unknown node kind")
+
+
+def _servers(doc: dict, n: int) -> list[Server]:
+    """The servers, each with a valid profile and node ids below ``n``."""
+    servers = []
+    prof_fields = {f.name for f in fields(ServerProfile)}
+    for i, s in enumerate(_req(doc, "servers", list)):
+        if not isinstance(s, dict):
+            raise TopologyDocumentError(f"servers[{i}]: must be an object")
+        prof = s.get("profile")
+        if not isinstance(prof, dict) or set(prof) - prof_fields:
+            raise TopologyDocumentError(f"servers[{i}].profile: invalid server profile")
+        try:
+            profile = ServerProfile(**prof)
+        except TypeError as e:
+            raise TopologyDocumentError(f"servers[{i}].profile: {e}") from None
+        ids = [*s.get("accels", []), *s.get("nics", []), s.get("hub", -1)]
+        if any(not isinstance(x, int) or x < 0 or x >= n for x in ids):
+            raise TopologyDocumentError(f"servers[{i}]: node id out of range")
+        servers.append(Server(str(s.get("name", "")), profile, str(s.get("pool", "")),
+                              tuple(s.get("accels", [])), tuple(s.get("nics", [])),
+                              int(s["hub"])))
+    return servers
 
 
 def fabrics_equal(a: Fabric, b: Fabric) -> bool:

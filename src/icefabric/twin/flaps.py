@@ -27,7 +27,7 @@ import numpy as np
 
 from icefabric.agent.actuators.twin import TwinNicActuator
 from icefabric.agent.client import ControllerClient
-from icefabric.agent.runner import Agent, Backoff, running
+from icefabric.agent.runner import Agent, AgentOptions, Backoff, running
 from icefabric.control.hashing import ecmp_paths, fabric_hash_configs
 from icefabric.pipeline.plans import scenario_workload
 from icefabric.scenario.build import build_fabric
@@ -105,15 +105,33 @@ def _plans_done(admin: httpx.Client) -> tuple[float, float]:
             _metric(m, "ice_plan_requests_total"))
 
 
+@dataclass(frozen=True)
+class FlapOptions:
+    """How :func:`run_flaps` plays a schedule.
+
+    Attributes
+    ----------
+    size_bytes : int — message size of the scenario's jobs.
+    debounce_s : float — the controller's ``ICE_PLAN_DEBOUNCE_S`` (reported, not set).
+    poll_wait_s : float — the agents' long-poll wait.
+    timeout_s : float — how long the agents may take to reach a plan.
+    """
+
+    size_bytes: int = 16 << 20
+    debounce_s: float = 0.0
+    poll_wait_s: float = 1.0
+    timeout_s: float = 60.0
+
+
 def run_flaps(scenario: str | LoadedScenario, controller_url: str, admin_token: str,
-              schedule: list[LinkChange], *, size_bytes: int = 16 << 20,
-              debounce_s: float = 0.0, poll_wait_s: float = 1.0,
-              timeout_s: float = 60.0) -> FlapResult:
+              schedule: list[LinkChange], options: FlapOptions | None = None) -> FlapResult:
     """Replay ``schedule`` against the controller and check every applied plan (see the
-    module doc). ``debounce_s`` is the controller's ``ICE_PLAN_DEBOUNCE_S`` (reported)."""
+    module doc)."""
+    o = options or FlapOptions()
+    debounce_s, poll_wait_s, timeout_s = o.debounce_s, o.poll_wait_s, o.timeout_s
     ls = load(scenario) if not isinstance(scenario, LoadedScenario) else scenario
     fabric = build_fabric(ls)
-    sw = scenario_workload(ls, fabric, size_bytes)
+    sw = scenario_workload(ls, fabric, o.size_bytes)
     reports = host_reports(fabric, sw.jobs, sw.workload)
     admin = httpx.Client(base_url=controller_url, trust_env=False, timeout=30.0,
                          headers={"Authorization": f"Bearer {admin_token}"})
@@ -122,9 +140,10 @@ def run_flaps(scenario: str | LoadedScenario, controller_url: str, admin_token: 
         upload_fabric(admin, fabric, ls.scenario.seed)
         register_jobs(admin, reports)
         agents = {s.name: Agent(s.name, ControllerClient(controller_url), _Recording(),
-                                enrol_token=admin_token, poll_wait_s=poll_wait_s,
+                                enrol_token=admin_token,
                                 collector=lambda h=s.name: reports.get(h, []),
-                                backoff=Backoff(0.02, 0.5, seed=i))
+                                options=AgentOptions(poll_wait_s=poll_wait_s,
+                                                     backoff=Backoff(0.02, 0.5, seed=i)))
                   for i, s in enumerate(fabric.servers)}
         with running(agents.values(), join_timeout_s=poll_wait_s + 15):
             n_jobs = len(ls.scenario.jobs)

@@ -30,7 +30,7 @@ import numpy as np
 
 from icefabric.agent.actuators.twin import TwinNicActuator
 from icefabric.agent.client import ControllerClient
-from icefabric.agent.runner import Agent, Backoff
+from icefabric.agent.runner import Agent, AgentOptions, Backoff
 from icefabric.ccl.workload import Workload
 from icefabric.control.hashing import ecmp_paths, fabric_hash_configs
 from icefabric.control.plan import PathPlan
@@ -239,8 +239,9 @@ class _Hosts:
                     for n in s.nics]
             agents[s.name] = Agent(s.name, ControllerClient(url, timeout_s=10.0), act,
                                    enrol_token=enrol_token,
-                                   collector=(lambda h=s.name: reports.get(h, [])), nics=nics,
-                                   poll_wait_s=poll_wait_s, backoff=Backoff(0.05, 1.0, seed=i))
+                                   collector=(lambda h=s.name: reports.get(h, [])),
+                                   options=AgentOptions(nics=nics, poll_wait_s=poll_wait_s,
+                                                        backoff=Backoff(0.05, 1.0, seed=i)))
             actuators[s.name] = act
         stop = threading.Event()
         threads = [threading.Thread(target=a.run, args=(stop,), name=f"agent-{h}", daemon=True)

@@ -265,15 +265,16 @@ class Repository:
                     for r in s.execute(select(t.ReportRow)).scalars()]
 
     # -- plans ------------------------------------------------------------------------------
-    def save_plan(self, version: int, *, policy: str, reason: str, created_at: float,
-                  planning_ms: float, fabric_version: int, summary: dict, path_plan: dict,
-                  host_qps: dict[str, bytes]) -> None:
-        """Store plan ``version``; ``host_qps``: the QP plans (JSON array) of the hosts
-        whose plans changed with it."""
+    def save_plan(self, summary: dict, path_plan: dict, host_qps: dict[str, bytes]) -> None:
+        """Store the plan of ``summary`` (a PlanSummary as JSON: its version, policy, reason,
+        creation time, planning time and fabric version are the row's columns);
+        ``host_qps``: the QP plans (JSON array) of the hosts whose plans changed with it."""
+        version = summary["version"]
         with self._writing() as s:
-            s.add(t.PlanRow(version=version, policy=policy, reason=reason[:200],
-                            created_at=created_at, planning_ms=planning_ms,
-                            fabric_version=fabric_version,
+            s.add(t.PlanRow(version=version, policy=summary["policy"],
+                            reason=summary["reason"][:200], created_at=summary["created_at"],
+                            planning_ms=summary["planning_ms"],
+                            fabric_version=summary["fabric_version"],
                             summary=json.dumps(summary, separators=(",", ":")),
                             path_plan=json.dumps(path_plan, separators=(",", ":"))))
             s.flush()

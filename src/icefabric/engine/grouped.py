@@ -61,8 +61,6 @@ class GroupedIndex:
         own = route_incidence(r_ptr, r_links, P.route_flow, P.route_weight, L, F)
         own.eliminate_zeros()  # a zero weight limits nothing (maxmin_entries drops them)
         self.rows = own  # CSR: the flows of every link
-        cols = own.tocsc()  # CSC: the links of every flow
-        cols.sum_duplicates()
         grp = route_incidence(sh.indptr, sh.links, sh.group, sh.weight, L, sh.n_groups)
         grp.eliminate_zeros()
         self.g_rows = grp  # CSR: the groups of every link
@@ -74,7 +72,7 @@ class GroupedIndex:
         self.members = member  # CSR: the flows of every group (with multiplicity)
         of_flow = member.tocsc()  # CSC: the groups of every flow
         of_flow.sum_duplicates()
-        self.f_ptr, self.f_rec = _pack(cols, of_flow)
+        self.f_ptr, self.f_rec = _pack(own, of_flow)
         self.n_links = L
         self._marks = Marks(np.zeros(L + 1, dtype=np.int64),
                             np.zeros(sh.n_groups, dtype=np.int64), np.zeros(sh.n_groups))
@@ -132,35 +130,40 @@ class GroupedIndex:
         _raise_peak(flows, load, cap, peak, self._cols())
 
 
-def _pack(cols: sp.csc_matrix, of_flow: sp.csc_matrix) -> tuple[np.ndarray, np.ndarray]:
-    """Every flow's own entries (link, value) and then its groups (``-1 - group``,
-    multiplicity), in the order of ``cols`` and ``of_flow``, as one record of 8-byte
-    pairs (an index's bits, then a float), the records flow after flow: ``(indptr,
-    records)``. A finishing or freezing flow reads one record (a cache line or two) where
-    six CSC arrays cost a cache miss and a TLB miss each (the 8,192-rank AllToAll's 8.4 M
-    flows are scattered over 50 M entries)."""
-    n = np.diff(cols.indptr) + np.diff(of_flow.indptr)
-    ptr = indptr_from_lengths(2 * n)
+def _pack(rows: sp.csr_matrix, of_flow: sp.csc_matrix) -> tuple[np.ndarray, np.ndarray]:
+    """Every flow's own entries (link, value; its column of ``rows``, links ascending) and
+    then its groups (``-1 - group``, multiplicity; its column of ``of_flow``) as one
+    record of 8-byte pairs (an index's bits, then a float), the records flow after flow:
+    ``(indptr, records)``. A finishing or freezing flow reads one record (a cache line or
+    two) where the columns of two CSC matrices cost six cache misses (the 8,192-rank
+    AllToAll's 8.4 M flows are scattered over 50 M entries)."""
+    own = np.bincount(rows.indices, minlength=rows.shape[1])
+    ptr = indptr_from_lengths(2 * (own + np.diff(of_flow.indptr)))
     rec = np.empty(int(ptr[-1]))
-    _pack_records(rec.view(np.int64), rec, ptr, cols.indptr, cols.indices, cols.data,
-                  of_flow.indptr, of_flow.indices, of_flow.data)
+    _pack_records(rec.view(np.int64), rec, ptr, (rows.indptr, rows.indices, rows.data),
+                  (of_flow.indptr, of_flow.indices, of_flow.data))
     return ptr, rec
 
 
 @njit(cache=True)
-def _pack_records(idx, val, ptr, c_ptr, c_idx, c_val, o_ptr, o_idx, o_val):  # pragma: no cover
+def _pack_records(idx, val, ptr, rows, of_flow):  # pragma: no cover
     """Fill :func:`_pack`'s records (``idx`` and ``val``: one buffer seen as ints and as
-    floats)."""
-    for f in range(len(ptr) - 1):
-        at = ptr[f]
-        for e in range(c_ptr[f], c_ptr[f + 1]):
-            idx[at] = c_idx[e]
-            val[at + 1] = c_val[e]
-            at += 2
+    floats; ``rows`` and ``of_flow``: the matrices' (indptr, indices, data)): the links
+    row by row (so ascending in each record), then the groups."""
+    r_ptr, r_idx, r_val = rows
+    o_ptr, o_idx, o_val = of_flow
+    at = ptr[:-1].copy()
+    for x in range(len(r_ptr) - 1):
+        for e in range(r_ptr[x], r_ptr[x + 1]):
+            f = r_idx[e]
+            idx[at[f]] = x
+            val[at[f] + 1] = r_val[e]
+            at[f] += 2
+    for f in range(len(at)):
         for e in range(o_ptr[f], o_ptr[f + 1]):
-            idx[at] = -1 - o_idx[e]
-            val[at + 1] = o_val[e]
-            at += 2
+            idx[at[f]] = -1 - o_idx[e]
+            val[at[f] + 1] = o_val[e]
+            at[f] += 2
 
 
 @njit(cache=True)

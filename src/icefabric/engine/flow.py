@@ -160,6 +160,8 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
             elif kind == _COMPLETE:
                 finish[x] = t
                 done_count += len(x)
+                if len(dependents) == 0:  # (no flow waits for another: an AllToAll)
+                    continue
                 g = dependents[dptr[x[0]]:dptr[x[0] + 1]] if len(x) == 1 else \
                     dependents[gather(dptr[x], dptr[x + 1] - dptr[x])]
                 if len(g):

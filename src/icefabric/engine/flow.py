@@ -241,9 +241,11 @@ class _Events:
             self.push(int(at[0]), kind, flows)
             return
         order = np.argsort(at, kind="stable")
-        times, first = np.unique(at[order], return_index=True)
-        for t, part in zip(times.tolist(), np.split(flows[order], first[1:])):
-            self.push(t, kind, part)
+        at, flows = at[order], flows[order]
+        first = np.flatnonzero(at[1:] != at[:-1]) + 1  # (np.unique and np.split cost
+        bounds = [0, *first.tolist(), len(at)]  # more than the sort at ~300 flows)
+        for a, b in zip(bounds[:-1], bounds[1:]):
+            self.push(int(at[a]), kind, flows[a:b])
 
     def starts(self, flows: np.ndarray, at_ns: np.ndarray) -> None:
         """Start ``flows`` at ``at_ns`` (one time per flow)."""

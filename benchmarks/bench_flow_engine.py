@@ -10,10 +10,11 @@ Prints the wall and CPU time of every stage and the peak resident memory; BENCHM
 records the figures. numpy's transparent-huge-page advice is off unless ``--hugepages``:
 with the kernel's THP defrag on ``madvise`` (this machine's), every fault in a large fresh
 array can compact memory first, which was 42 s of system time in the 8,192-rank AllToAll
-(BENCHMARKS.md). glibc's malloc keeps what the process frees unless ``--release-memory``
-(:func:`_keep_freed_memory`). Targets: under 60 s and under 4 GiB on 2 cores at 16,384 GPUs (issue
-2), under 60 s and 8 GiB at 131,072 (issue 26); ``--collective alltoall`` (NCCL's PXN
-AllToAll over every GPU) under 60 s at 8,192 GPUs (issue 26). To compare the stages with
+(BENCHMARKS.md). glibc's malloc keeps what the process frees unless
+``--release-memory`` (:func:`_keep_freed_memory`). Targets: under 60 s and under 4 GiB on
+2 cores at 16,384 GPUs (issue 2), under 60 s and 8 GiB at 131,072 (issue 26);
+``--collective alltoall`` (NCCL's PXN AllToAll over every GPU) under 60 s at 8,192 GPUs
+(issue 26). To compare the stages with
 another revision side by side, run that revision's copy of this script from its own tree
 (``git archive REV src benchmarks | tar -x -C /tmp/rev``, then
 ``PYTHONPATH=/tmp/rev/src python /tmp/rev/benchmarks/bench_flow_engine.py``) alternately with

@@ -42,8 +42,9 @@ Fill = namedtuple("Fill", "rem s cnt left rate loc live")
 Fill.__doc__ = """Water-filling's state: per link the spare ``rem``, the unfrozen flows'
 summed coefficient ``s`` and entry count ``cnt``; per group its unfrozen members
 ``left``; per flow (of those filled) its ``rate`` (NaN: unfrozen); per flow of the
-problem ``loc``, its position among them, and ``live``, 1 while it is one of them and
-unfrozen (both kept by :class:`GroupedIndex` between calls, left as found: -1 and 0)."""
+problem ``live``, 1 while it is one of them and unfrozen, and ``loc``, its position among
+them (read only where ``live``); both kept by :class:`GroupedIndex` between calls
+(``live`` is all 0 after each)."""
 Cols.__doc__ = """The kernel's arrays: a flow's record ``f_*`` (:func:`_pack`: its own
 entries, then its groups with multiplicity), a group's entries ``g_*`` (CSC); a link's
 groups ``gr_*`` (CSR), a group's flows ``m_*`` (CSR) and a link's own flows ``r_*``
@@ -77,7 +78,7 @@ class GroupedIndex:
         self._marks = Marks(np.zeros(L + 1, dtype=np.int64),
                             np.zeros(sh.n_groups, dtype=np.int64), np.zeros(sh.n_groups))
         self._k = None
-        self._loc = np.full(F, -1, dtype=np.int64)  # waterfill's scratch (Fill)
+        self._loc = np.zeros(F, dtype=np.int64)  # waterfill's scratch (Fill)
         self._live = np.zeros(F, dtype=np.uint8)
 
     def _cols(self) -> Cols:
@@ -350,7 +351,7 @@ def _leave(f, lv, st, k):  # pragma: no cover
 def waterfill(flows, spare, fcap, k, loc, live):  # pragma: no cover
     """Max-min rates of ``flows`` (capped at ``fcap``) on ``spare`` (per link) over the
     columns :class:`Cols` ``k`` (see the module docstring); ``loc`` and ``live``:
-    :class:`Fill`'s scratch, one entry per flow of the problem, -1 and 0."""
+    :class:`Fill`'s scratch, one entry per flow of the problem (``live`` all 0)."""
     n, L = len(flows), len(spare)
     st = Fill(spare.copy(), np.zeros(L), np.zeros(L, dtype=np.int64),
               np.zeros(len(k.g_ptr) - 1, dtype=np.int64), np.full(n, np.nan), loc, live)
@@ -393,9 +394,7 @@ def waterfill(flows, spare, fcap, k, loc, live):  # pragma: no cover
         size = _pop(hk, hv, size)
         level = max(level, share)
         done += _freeze_link(x, level, flows, st, k)
-    for f in flows:
-        st.loc[f], st.live[f] = -1, 0
-    return st.rate
+    return st.rate  # (every flow froze: ``live`` is all 0 again)
 
 
 @njit(cache=True)

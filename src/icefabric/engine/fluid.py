@@ -166,18 +166,25 @@ class FluidConfig:
 # --------------------------------------------------------------------------------------
 
 
-def _link_levels(n_links: int, links: np.ndarray, hop: np.ndarray) -> np.ndarray:
-    """Topological level of every link in the "next hop" graph of all routes (``hop``: each
-    entry's hop index in its route).
+def _link_levels(n_links: int, src: np.ndarray, dst: np.ndarray, links: np.ndarray,
+                 hop: np.ndarray) -> np.ndarray:
+    """Topological level of every link in the "next hop" graph of all routes: ``src[i]``
+    is followed by ``dst[i]`` on some route (``links``, ``hop``: every entry's link and
+    hop index, for a cycle).
 
     Level 0 for links that are only first hops; otherwise 1 + max level of a predecessor.
     A cyclic route graph (possible with loops of switches) falls back to the hop index,
     which keeps the sweep correct up to a one-step lag on the cycle. The relaxation runs
-    over the distinct (link, next link) pairs: routes share them (a ring's thousands of
-    routes cross a few hundred), and every pass visited each route's copy.
+    over the distinct pairs: routes share them (a ring's thousands of routes cross a few
+    hundred), and every pass visited each route's copy.
     """
-    nxt = np.flatnonzero(hop > 0)
-    key = np.unique(links[nxt - 1] * n_links + links[nxt])
+    key = src * n_links + dst
+    if n_links * n_links <= 8 * len(key) + 4096:  # distinct keys by a mask, not a sort
+        seen = np.zeros(n_links * n_links, bool)
+        seen[key] = True
+        key = np.flatnonzero(seen)
+    else:
+        key = np.unique(key)
     src, dst = key // n_links, key % n_links
     level = np.zeros(n_links, dtype=np.int64)
     level[dst] = 1
@@ -198,13 +205,15 @@ class _Routes:
 
     def __init__(self, n_links: int, indptr: np.ndarray, links: np.ndarray,
                  link_intra: np.ndarray | None = None):
-        self.indptr = indptr.astype(np.int64)
-        self.links = links.astype(np.int64)
+        self.indptr = np.ascontiguousarray(indptr, np.int64)
+        self.links = np.ascontiguousarray(links, np.int64)
         lengths = np.diff(self.indptr)
         self.lengths = lengths
         self.route = np.repeat(np.arange(len(lengths)), lengths)  # each entry's route
         self.hop = np.arange(len(links)) - self.indptr[self.route]
-        self.level = _link_levels(n_links, self.links, self.hop)
+        nxt = np.flatnonzero(self.hop > 0)  # entries past their route's first hop
+        prev, after = self.links[nxt - 1], self.links[nxt]
+        self.level = _link_levels(n_links, prev, after, self.links, self.hop)
         # The sender NIC is the route's first link that is not server-internal (a GPU's
         # NVLink/PCIe hops before it are not where RoCE rate limiters, DCQCN and PFC act).
         first = self.links[self.indptr[:-1]]
@@ -217,10 +226,9 @@ class _Routes:
         self.first_link = first
         # a link is a queueing (switch-egress) hop if some route uses it past its first hop
         self.queue_link = np.zeros(n_links, bool)
-        self.queue_link[self.links[self.hop > 0]] = True
+        self.queue_link[after] = True
         self.ingress_link = np.zeros(n_links, bool)
-        idx = np.flatnonzero(self.hop > 0)
-        self.ingress_link[self.links[idx - 1]] = True
+        self.ingress_link[prev] = True
 
 
 # --------------------------------------------------------------------------------------
@@ -246,11 +254,11 @@ class FluidSim:
         self.size_w = problem.flow_size_bytes * cfg.wire_overhead
         self.flow_cap = problem.flow_rate_cap_bps / _BYTES_PER_NS
         # routes of each flow (CSR by flow)
-        self.r_order = np.argsort(problem.route_flow, kind="stable")
+        self.r_order = problem.route_flow.argsort(kind="stable")
         self.f_rptr = indptr_from_lengths(np.bincount(problem.route_flow, minlength=F))
         # dependants (reverse CSR) and remaining-dep counters
         self.dptr, self.dependants = problem.dependents()
-        self.n_deps_left = np.diff(problem.dep_indptr)
+        self.n_deps_left = problem.dep_indptr[1:] - problem.dep_indptr[:-1]
         # switch structure for PFC/ECN
         if problem.node_is_switch is not None:
             sw = np.asarray(problem.node_is_switch, bool)
@@ -335,12 +343,12 @@ class FluidSim:
         the data packet's serialisation and propagation over this hop and every later one,
         then the ACK's over the whole route back (``_marks`` in fluid_kernel.py adds the
         queue waits)."""
-        d = self.p.link_delay_ns[R.links].astype(np.float64)
-        cap = self.cap[R.links]
-        fwd = d + self.cfg.packet_bytes * self.cfg.wire_overhead / cap
-        back = d + self.cfg.ack_bytes / cap
+        d = self.p.link_delay_ns.astype(np.float64)  # per link, then per entry
+        fwd = (d + self.cfg.packet_bytes * self.cfg.wire_overhead / self.cap)[R.links]
+        back = (d + self.cfg.ack_bytes / self.cap)[R.links]
         route = R.route
-        c = np.concatenate(([0.0], np.cumsum(fwd)))  # c[e]: forward latency before entry e
+        c = np.zeros(len(fwd) + 1)
+        np.cumsum(fwd, out=c[1:])  # c[e]: forward latency before entry e
         rest = c[R.indptr[1:]][route] - c[:-1]  # this entry's hop and the later ones
         return rest + np.bincount(route, back, minlength=len(R.lengths))[route]
 
@@ -421,21 +429,22 @@ class FluidSim:
         line = self.cap[self.routes.first_link] * _BYTES_PER_NS
         fb_first, fb_rows = self._feedback_slots()
         si[fk.I_FB_ROWS] = fb_first
-        cols = {"up": np.ones(L), "pfc_allow": np.full(L, np.inf),
-                "start": np.full(F, -1.0), "finish": np.full(F, -1.0),
-                "n_deps_left": self.n_deps_left, "flow_cap": self.flow_cap,
-                "last_cnp": np.full(Kr, -np.inf)}
+        cols = {"n_deps_left": self.n_deps_left, "flow_cap": self.flow_cap}
         n_smp = 1024 if sampling else 0
         st = fk.State(
             sf=sf, si=si, **_banks(fk.ST_BANKS, cols, self._width()),
             cc=initial_matrix(line), cnp_line=np.zeros((fb_rows, Kr)),
             cnp_dirty=np.zeros(fb_rows, bool),
             smp=np.zeros((n_smp, 1 + len(net.rec_links) + 2 * len(net.rec_flows))))
+        st.f[fk.S_UP, :L] = 1.0
+        st.f[fk.S_PFC_ALLOW, :L] = np.inf
+        st.f[fk.S_START:fk.S_FINISH + 1, :F] = -1.0
+        st.f[fk.S_LAST_CNP, :Kr] = -np.inf
         # flows without prerequisites wait in the start heap: in (time, flow) order, which
         # a binary heap with these keys pops in whatever its layout, and a sorted array is one
-        ready = np.flatnonzero(self.n_deps_left == 0)
+        ready = (self.n_deps_left == 0).nonzero()[0]
         t0 = self.p.flow_start_ns[ready].astype(np.float64)
-        order = np.argsort(t0, kind="stable")  # ties in flow order (``ready`` ascends)
+        order = t0.argsort(kind="stable")  # ties in flow order (``ready`` ascends)
         st.f[fk.S_HEAP_T, :len(ready)] = t0[order]
         st.i[fk.S_HEAP_F, :len(ready)] = ready[order]
         st.si[fk.I_HEAP] = len(ready)
@@ -651,8 +660,7 @@ def _banks(layout: dict[str, list[str]], cols: dict, width: int) -> dict:
         m = np.zeros((len(names), width), dtypes[bank])
         for row, name in enumerate(names):
             if name in cols:
-                v = np.asarray(cols[name])
-                m[row, :len(v)] = v
+                m[row, :len(cols[name])] = cols[name]
         out[bank] = m
     return out
 

@@ -600,8 +600,8 @@ def _allocate(ws, t, dt) -> None:
         if not np.isfinite(rf) or not stb[S_A_SENDING, i]:
             rf = 0.0
         stf[S_A_RF, i] = rf
-    for r in range(nr):
-        stf[S_A_X, r] = stf[S_A_W, r] * stf[S_A_RF, sti[S_A_RFLOW, r]]
+        for r in range(sti[S_A_FSTART, i], sti[S_A_FSTART, i + 1]):  # each route's share
+            stf[S_A_X, r] = stf[S_A_W, r] * rf
 
 
 @inline_fn

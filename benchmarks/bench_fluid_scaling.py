@@ -1,16 +1,19 @@
 """Fluid engine cost as the fabric grows (issues 4, 12 and 26): 64 to 16,384 GPUs.
 
-    python benchmarks/bench_fluid_scaling.py [--gpus 64,256,1024,4096] [--size 1G]
+    python benchmarks/bench_fluid_scaling.py [--gpus 64,256,1024,4096] [--size 1G] [--seeds 0]
 
 A 1:1 leaf-spine of HGX H100 servers (4 servers per leaf, scattered placement so every ring
 hop crosses the spines; above 4,096 GPUs, where a spine's 128 ports cannot reach every
 leaf, a 1:1 3-tier fat-tree of radix-128 switches sized by ``fat_tree_for``, scattered),
 one NCCL ring AllReduce job over all GPUs, ECMP with DCQCN + PFC (the congested case:
-collisions build queues, so the engine takes small steps) and ICE (paced, queues stay
-empty). Each size runs in its own process, so its peak RSS is its own. Prints the engine's
+collisions build queues, so the engine takes small steps) and ICE (paced; up to 1,024
+GPUs its pacers fill the fabric links, so the ACKs build queues and DCQCN reacts;
+BENCHMARKS.md). Each size runs in its own process, so its peak RSS is its own. Prints the engine's
 wall and CPU time, steps and peak RSS per size; BENCHMARKS.md records the figures
 (targets: 1,024 GPUs ECMP within 60 s and 4 GiB; issue 26: 4,096 GPUs ECMP and 16,384
-GPUs ICE within 60 s CPU).
+GPUs ICE within 60 s CPU). ``--seeds 0,1,2`` runs each case once per seed of the engine's
+CNP draws (the same paths and pacers): where DCQCN reacts, as under ICE's link-filling
+pacers, one seed's busbw is one draw of a spread (BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import resource
 import subprocess
 import sys
 import time
+from dataclasses import replace
 
 from icefabric.ccl.collectives import add_collective
 from icefabric.ccl.communicator import Communicator
@@ -40,7 +44,7 @@ from icefabric.topology.model import ACCEL
 from icefabric.units import parse_size
 
 
-def one(gpus: int, policy: str, size: int) -> dict:
+def one(gpus: int, policy: str, size: int, seed: int) -> dict:
     servers = gpus // 8
     group = [ServerGroup(server_profile("hgx-h100"), servers, "h100")]
     if servers // 4 > 128:  # more leaves than a spine has ports: a 3-tier fat-tree
@@ -55,20 +59,20 @@ def one(gpus: int, policy: str, size: int) -> dict:
     wl = wb.build(node_ip=fab.node_ip)
     pol = get_policy(policy)
     pol.ideal_fabric(fab)
-    p = plan(fab, wl, pol)
+    p = replace(plan(fab, wl, pol), seed=seed)  # the engine's seed only: the same paths
     t0, c0 = time.perf_counter(), time.process_time()
     res = simulate(p, EngineOptions(engine="fluid", endside=False))
     wall, cpu = time.perf_counter() - t0, time.process_time() - c0
     c = res.collectives[0]
-    return {"gpus": gpus, "policy": policy, "routes": len(p.paths.route_qp),
+    return {"gpus": gpus, "policy": policy, "seed": seed, "routes": len(p.paths.route_qp),
             "links": fab.n_links, "wall_s": wall, "cpu_s": cpu, "events": res.events,
             "busbw": c.busbw_GBps, "pause_us": sum(res.link_pfc_pause_ns.values()) / 1e3,
             "rss_gib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20}
 
 
-def in_child(gpus: int, policy: str, size: str) -> dict:
+def in_child(gpus: int, policy: str, size: str, seed: int) -> dict:
     """:func:`one` in a fresh process (its own peak RSS)."""
-    out = subprocess.run([sys.executable, __file__, "--one", f"{gpus},{policy},{size}"],
+    out = subprocess.run([sys.executable, __file__, "--one", f"{gpus},{policy},{size},{seed}"],
                          check=True, capture_output=True, text=True).stdout
     return json.loads(out.splitlines()[-1])
 
@@ -78,20 +82,22 @@ def main() -> None:
     ap.add_argument("--gpus", default="64,256,1024,4096")
     ap.add_argument("--size", default="1G")
     ap.add_argument("--policies", default="ecmp,ice")
-    ap.add_argument("--one", help=argparse.SUPPRESS)  # gpus,policy,size: one run, JSON out
+    ap.add_argument("--seeds", default="0", help="the engine's seeds (CNP draws), one run each")
+    ap.add_argument("--one", help=argparse.SUPPRESS)  # gpus,policy,size[,seed]: JSON out
     args = ap.parse_args()
     if args.one:
-        g, p, size = args.one.split(",")
-        print(json.dumps(one(int(g), p, parse_size(size))))
+        g, p, size, *seed = args.one.split(",")
+        print(json.dumps(one(int(g), p, parse_size(size), int(seed[0]) if seed else 0)))
         return
     print(f"size {args.size}; load average {os.getloadavg()[0]:.2f} at the start")
-    print(f"{'GPUs':>6} {'policy':>6} {'routes':>7} {'links':>6} {'wall s':>8} {'CPU s':>8} "
-          f"{'steps':>7} {'busbw GB/s':>10} {'PFC pause us':>12} {'peak RSS GiB':>12}")
+    print(f"{'GPUs':>6} {'policy':>6} {'seed':>4} {'routes':>7} {'links':>6} {'wall s':>8} "
+          f"{'CPU s':>8} {'steps':>7} {'busbw GB/s':>10} {'PFC pause us':>12} {'peak RSS GiB':>12}")
     for g in (int(x) for x in args.gpus.split(",")):
-        for p in args.policies.split(","):
-            r = in_child(g, p, args.size)
-            print(f"{r['gpus']:>6} {r['policy']:>6} {r['routes']:>7} {r['links']:>6} "
-                  f"{r['wall_s']:>8.2f} {r['cpu_s']:>8.2f} {r['events']:>7} "
+        for p, s in ((p, int(s)) for p in args.policies.split(",")
+                     for s in args.seeds.split(",")):
+            r = in_child(g, p, args.size, s)
+            print(f"{r['gpus']:>6} {r['policy']:>6} {r['seed']:>4} {r['routes']:>7} "
+                  f"{r['links']:>6} {r['wall_s']:>8.2f} {r['cpu_s']:>8.2f} {r['events']:>7} "
                   f"{r['busbw']:>10.1f} {r['pause_us']:>12.1f} {r['rss_gib']:>12.2f}",
                   flush=True)
     print(f"load average {os.getloadavg()[0]:.2f} at the end")

@@ -35,6 +35,7 @@ from icefabric.policies.base import get_policy
 from icefabric.topology.builders import (
     BuildOptions,
     FatTreeSizing,
+    LeafSpineSpec,
     ServerGroup,
     fat_tree_for,
     leaf_spine,
@@ -52,8 +53,10 @@ def one(gpus: int, policy: str, size: int, seed: int) -> dict:
     else:
         # 1:1: 32 uplinks per leaf; 4 cables per spine while the spines' 128 ports allow it
         per_spine = max(1, min(4, 128 // max(servers // 4, 1)))
-        fab = leaf_spine(group, servers_per_leaf=4, n_spines=32 // per_spine,
-                         links_per_spine=per_spine, placement="scattered")
+        fab = leaf_spine(group,
+                         LeafSpineSpec(servers_per_leaf=4, n_spines=32 // per_spine,
+                                       links_per_spine=per_spine),
+                         BuildOptions(placement="scattered"))
     wb = WorkloadBuilder()
     add_collective(wb, Communicator("ring", fab, fab.nodes_of_kind(ACCEL)), "all_reduce", size)
     wl = wb.build(node_ip=fab.node_ip)

@@ -149,7 +149,10 @@ class IcePolicy(Policy):
         meta = {"method": a.method, "planned_max_util": a.max_util,
                 "sport_mode": self.sport_mode, "verified": int(r.ok.sum()),
                 "n_qps": d.n_qps, "verified_frac": float(r.ok.mean()) if d.n_qps else 1.0,
-                "port_rounds": rounds, "planned_paths": paths, **r.meta}
+                "port_rounds": rounds, "planned_paths": paths, "mode": r.mode}
+        if r.probes is not None:
+            meta["probes"] = r.probes
+        meta["solved"] = r.solved
         self._last = (ctx.workload, rt, d)
         backup = None
         if self.backup:

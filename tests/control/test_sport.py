@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from icefabric.control.errors import ControlError
 from icefabric.control.sport import (
     HashModelProber,
     LearnGoal,
@@ -286,6 +287,13 @@ def test_hash_model_prober_matches_model_mode():
     want = np.array(paths)
     assert verify_sports(cfgs, QpChains(np.full(500, 5), np.full(500, 9), ci, [[4, 3]], want),
                          ports).all()
+
+
+def test_hash_model_prober_names_a_routing_loop():
+    cfgs, _ = _fabric()
+    prober = HashModelProber(cfgs, lambda sip, dip, prefix: (0, 4))  # never reaches dst
+    with pytest.raises(ControlError, match="from 5 to 9 takes more than 64 ECMP decisions"):
+        prober.paths(5, 9, PORTS[:10])
 
 
 def test_learn_port_paths_with_losses_and_budget():

@@ -39,6 +39,7 @@ from typing import NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
+from icefabric.control.errors import ControlError
 from icefabric.csr import dense_ids
 from icefabric.dataplane.ecmp import (
     HashConfig,
@@ -71,6 +72,9 @@ __all__ = [
 _PORT_SPACE = 1 << 16
 _MAX_KEY_BITS = 62  # combined index key must fit an int64/uint64 comfortably
 _MAX_CHUNK = 4096
+#: ECMP decisions a probed path may take (a 3-tier fat-tree takes at most 4: up to the
+#: core and down; more means the routing has a loop)
+MAX_DECISIONS = 64
 
 
 # =========================================================================== model mode
@@ -679,11 +683,14 @@ class HashModelProber:
         self.configs[switch] = self.configs[switch].with_seed(new_seed)
 
     def paths(self, src_ip: int, dst_ip: int, sports: np.ndarray) -> list[Path]:
-        """Loss-free ground-truth paths (member sequences) of the given ports."""
+        """Loss-free ground-truth paths (member sequences) of the given ports.
+
+        Raises :class:`ControlError` when ``next_decision`` still has a decision after
+        :data:`MAX_DECISIONS` (a routing loop in the routing it describes)."""
         sp = np.asarray(sports, dtype=np.int64).ravel()
         result: list[Path] = [()] * sp.shape[0]
         groups: dict[Path, np.ndarray] = {(): np.arange(sp.shape[0])}
-        for _ in range(64):
+        for _ in range(MAX_DECISIONS):
             if not groups:
                 break
             nxt: dict[Path, np.ndarray] = {}
@@ -701,7 +708,9 @@ class HashModelProber:
                     nxt[prefix + (int(u),)] = idx[m == u]
             groups = nxt
         else:
-            raise RuntimeError("path deeper than 64 decisions; routing loop?")
+            raise ControlError(f"a path from {src_ip} to {dst_ip} takes more than "
+                               f"{MAX_DECISIONS} ECMP decisions: the routing that "
+                               f"next_decision describes has a loop")
         return result
 
     def probe(self, src_ip: int, dst_ip: int, sports: np.ndarray) -> list[Path | None]:

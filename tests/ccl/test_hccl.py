@@ -3,6 +3,7 @@ import pytest
 
 from icefabric.ccl.collectives import add_collective
 from icefabric.ccl.communicator import Communicator
+from icefabric.ccl.hccl import Hierarchical
 from icefabric.ccl.workload import WorkloadBuilder
 from icefabric.topology.builders import LeafSpineSpec, ServerGroup, leaf_spine
 from icefabric.topology.catalog import server_profile
@@ -49,3 +50,10 @@ def test_pairwise_alltoall_steps_are_sequential():
     # step k depends on all flows of step k-1
     assert len(w.flow_deps[0]) == 0
     assert len(w.flow_deps[n]) == n
+
+
+def test_hierarchical_names_what_it_does_not_implement():
+    with pytest.raises(ValueError, match="does not implement 'alltoall'"):
+        Hierarchical("alltoall")
+    with pytest.raises(ValueError, match="unknown HCCL level1 algorithm 'tree'; use ring or hd"):
+        Hierarchical("all_reduce", "tree")

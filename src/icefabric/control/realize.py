@@ -27,7 +27,7 @@ from icefabric.control.sport import (
     solve_sports_by_probing,
 )
 from icefabric.csr import CsrRows, csr_from_lists, gather
-from icefabric.dataplane.ecmp import HashConfig, ecmp_hash, select_member
+from icefabric.dataplane.ecmp import HashConfig, Headers, ecmp_hash, select_member
 from icefabric.dataplane.roce import ROCE_UDP_DPORT
 from icefabric.topology.model import Fabric
 from icefabric.topology.routing import Routing
@@ -249,7 +249,8 @@ def _model_chooser(cfg_list, node_cfg, src_ip, dst_ip, sport):
         for c in np.unique(ci[ci >= 0]).tolist():
             m = ci == c
             cfg = cfg_list[c]
-            h = ecmp_hash(cfg, src_ip[idx[m]], dst_ip[idx[m]], sport[idx[m]], ROCE_UDP_DPORT)
+            rows = idx[m]
+            h = ecmp_hash(cfg, Headers(src_ip[rows], dst_ip[rows], sport[rows], ROCE_UDP_DPORT))
             member[m] = select_member(cfg, h, n_members[m])
         return member
     return choose

@@ -43,6 +43,7 @@ from icefabric.control.errors import ControlError
 from icefabric.csr import dense_ids
 from icefabric.dataplane.ecmp import (
     HashConfig,
+    Headers,
     base_hash,
     ecmp_hash,
     ecmp_select,
@@ -235,8 +236,9 @@ def _base_matrix(configs: Sequence[HashConfig], d: _Decisions, usable: np.ndarra
         r = np.flatnonzero(gid == g)
         q = qs[r]
         dq = None if d.dqpn is None else d.dqpn[q]
-        base[q, ds[r]] = base_hash(rep_cfg[int(g)], d.sip[q], d.dip[q], d.dport, d.proto,
-                                   dq, seed=seeds[cfgs[r]])
+        base[q, ds[r]] = base_hash(rep_cfg[int(g)],
+                                   Headers(d.sip[q], d.dip[q], 0, d.dport, d.proto, dq),
+                                   seed=seeds[cfgs[r]])
     return base
 
 
@@ -609,8 +611,9 @@ def path_members(configs: Sequence[HashConfig], chains: QpChains, sport: object
     n = _per_decision(chains.n_members, cfg.shape)
     rep = lambda a: np.repeat(np.broadcast_to(np.asarray(a), (q,)), dd)  # noqa: E731
     dqpn = None if chains.dqpn is None else rep(chains.dqpn)
-    members = ecmp_select(configs, cfg.ravel(), n.ravel(), rep(chains.src_ip),
-                          rep(chains.dst_ip), rep(sport), chains.dport, chains.proto, dqpn)
+    members = ecmp_select(configs, cfg.ravel(), n.ravel(),
+                          Headers(rep(chains.src_ip), rep(chains.dst_ip), rep(sport),
+                                  chains.dport, chains.proto, dqpn))
     return members.reshape(q, dd)
 
 
@@ -702,8 +705,8 @@ class HashModelProber:
                     continue
                 sw, n = dec
                 cfg = self.configs[sw]
-                m = select_member(cfg, ecmp_hash(cfg, src_ip, dst_ip, sp[idx], self.dport,
-                                                 self.proto), n)
+                pkt = Headers(src_ip, dst_ip, sp[idx], self.dport, self.proto)
+                m = select_member(cfg, ecmp_hash(cfg, pkt), n)
                 for u in np.unique(m).tolist():
                     nxt[prefix + (int(u),)] = idx[m == u]
             groups = nxt

@@ -168,7 +168,8 @@ class IcePolicy(Policy):
         alt = list(paths)
         order = np.argsort(cands.pair, kind="stable")
         bounds = np.flatnonzero(np.diff(cands.pair[order])) + 1
-        for qs in np.split(order, bounds):  # the QPs of one (source leaf, dest leaf) pair
+        groups = np.split(order, bounds) if len(order) else []  # (no QP: no group)
+        for qs in groups:  # the QPs of one (source leaf, dest leaf) pair
             c = cands.of(int(qs[0]))
             if c.shape[1] == 0 or c.shape[0] < 2:
                 continue

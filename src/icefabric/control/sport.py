@@ -73,8 +73,8 @@ __all__ = [
 _PORT_SPACE = 1 << 16
 _MAX_KEY_BITS = 62  # combined index key must fit an int64/uint64 comfortably
 _MAX_CHUNK = 4096
-#: ECMP decisions a probed path may take (a 3-tier fat-tree takes at most 4: up to the
-#: core and down; more means the routing has a loop)
+#: ECMP decisions a probed path may take (a Clos path takes a few, one per hop up; more
+#: means the routing has a loop)
 MAX_DECISIONS = 64
 
 

@@ -8,14 +8,15 @@ hop crosses the spines; above 4,096 GPUs, where a spine's 128 ports cannot reach
 leaf, a 1:1 3-tier fat-tree of radix-128 switches sized by ``fat_tree_for``, scattered),
 one NCCL ring AllReduce job over all GPUs, ECMP with DCQCN + PFC (the congested case:
 collisions build queues, so the engine takes small steps) and ICE (paced; up to 1,024
-GPUs its pacers fill the fabric links, so the ACKs build queues and DCQCN reacts;
-BENCHMARKS.md). Each size runs in its own process, so its peak RSS is its own. Prints the engine's
-wall and CPU time, steps and peak RSS per size; BENCHMARKS.md records the figures
-(targets: 1,024 GPUs ECMP within 60 s and 4 GiB; issue 26: 4,096 GPUs ECMP and 16,384
-GPUs ICE within 60 s CPU). ``--seeds 0,1,2`` runs each case once per seed of the engine's
-CNP draws (the same paths and pacers): where DCQCN reacts, as under ICE's link-filling
-pacers, one seed's busbw is one draw of a spread (BENCHMARKS.md); ``--pacers 0.95`` scales
-the plan's pacer rates and ``--engine-options`` adds engine options, to tell why.
+GPUs, where leaves and spines are joined by 4 parallel cables, main's fluid engine charges
+all their ACKs to one cable, so queues build and DCQCN reacts; BENCHMARKS.md). Each size
+runs in its own process, so its peak RSS is its own. Prints the engine's wall and CPU
+time, steps, busbw, the largest queue and peak RSS per size; BENCHMARKS.md records the
+figures (targets: 1,024 GPUs ECMP within 60 s and 4 GiB; issue 26: 4,096 GPUs ECMP and
+16,384 GPUs ICE within 60 s CPU). ``--seeds 0,1,2`` runs each case once per seed of the
+engine's CNP draws (the same paths and pacers): where DCQCN reacts, one seed's busbw is one
+draw of a spread. ``--pacers 0.95`` scales the plan's pacer rates and ``--engine-options``
+adds engine options (JSON), to tell why a figure is what it is.
 """
 
 from __future__ import annotations

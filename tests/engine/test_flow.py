@@ -306,12 +306,12 @@ def test_equal_flows_advanced_as_classes_keep_the_flow_by_flow_times():
     from icefabric.engine.batch import RouteSets, run_flow_batch
     from icefabric.pipeline.problem import to_problem
     from icefabric.policies.base import PlanContext, get_policy
-    from icefabric.topology.builders import ServerGroup, leaf_spine
+    from icefabric.topology.builders import LeafSpineSpec, ServerGroup, leaf_spine
     from icefabric.topology.catalog import server_profile
     from icefabric.topology.model import ACCEL
 
-    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 6, "h")], servers_per_leaf=2,
-                   n_spines=2)
+    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 6, "h")],
+                   LeafSpineSpec(servers_per_leaf=2, n_spines=2))
     wb = WorkloadBuilder()
     add_collective(wb, Communicator("j", f, f.nodes_of_kind(ACCEL)), "alltoall", 1 << 26)
     w = wb.build(node_ip=f.node_ip)

@@ -803,7 +803,7 @@ def _sweep_level(ws, dt, lo, hi) -> float:
     passes the arrivals straight through when nothing at the level queues and no link is
     overloaded. (The draining rule needs content, so the first pass's updates hold in
     every case.) The second pass also makes the departures current and sums each link's
-    bytes and content (:func:`_settle`), while its entries are in cache."""
+    bytes and content, entry by entry (:func:`_serve_link`; a third pass did it)."""
     stf = ws.f
     sti = ws.i
     views = (stf[S_WQ], stf[S_WDRAIN], stf[S_WARR], stf[S_WNEW], stf[S_WDEP], ws.f[S_TMP0])
@@ -837,51 +837,59 @@ def _sweep_level(ws, dt, lo, hi) -> float:
         ws.si[I_PASS] = 0
     qmax = 0.0
     for i in range(lo, hi):
-        a, b = sti[S_LK_PTR, i], sti[S_LK_PTR, i + 1]
-        asum = stf[S_LK_SUM, i]
-        if passthru:  # nothing queued and no link overloaded: arrivals pass through
-            for p in range(a, b):
-                new[p] = new[up[p]]
-        elif (stf[S_LK_QSUM, i] == 0.0 and asum > _TINY
-                and asum <= stf[S_SERV_EFF, sti[S_LK_LINK, i]] * dt):
-            # _fifo with no content: served = asum, fa = 1, so out = in exactly
-            for p in range(a, b):
-                new[p] = new[up[p]] * dt / dt
-                q[p] = 0.0
-        else:
-            _fifo(stf, sti, views, dt, i)
-        ddep = max(ddep, _settle(stf, views, dt, a, b, sti[S_LK_LINK, i]))
-        qmax = max(qmax, stf[S_QLINK, sti[S_LK_LINK, i]])
+        ddep, qs = _serve_link(stf, sti, views, dt, i, passthru, ddep)
+        qmax = max(qmax, qs)
     ws.sf[F_QMAX] = max(ws.sf[F_QMAX], qmax)  # (once: a store per link slowed the loop)
     return ddep
 
 
 @inline_fn
-def _settle(stf, views, dt, a, b, li) -> float:
-    """Departures of the entries ``a:b`` (all on link ``li``) made current; the link's
-    bytes this step (into ``lb``) and content (``qlink``); returns the largest change."""
+def _serve_link(stf, sti, views, dt, i, passthru, ddep):
+    """Link ``lk_link[i]``'s entries served (see :func:`_sweep_level`) and settled in one
+    pass: departures made current, the link's bytes this step (into ``lb``) and content
+    (``qlink``). Returns the largest departure change so far and the link's content."""
     q, drain, arr, new, dep_old, lb = views
-    ddep = 0.0
+    up = sti[S_P_UP]
+    li = sti[S_LK_LINK, i]
+    asum = stf[S_LK_SUM, i]
+    # 0: nothing queued at the level and no link overloaded, arrivals pass through;
+    # 1: an empty link not overloaded (the FIFO's arithmetic reduces to out = in);
+    # 2: the FIFO (:func:`_fifo_shares`)
+    mode = 0 if passthru else (
+        1 if (stf[S_LK_QSUM, i] == 0.0 and asum > _TINY
+              and asum <= stf[S_SERV_EFF, li] * dt) else 2)
+    tscale, fq, fa = _fifo_shares(stf, sti, dt, i) if mode == 2 else (1.0, 0.0, 0.0)
     lbs = lb[li]
     qs = 0.0
-    for p in range(a, b):
-        nw = new[p]
+    for p in range(sti[S_LK_PTR, i], sti[S_LK_PTR, i + 1]):
+        if mode == 0:
+            nw = new[up[p]]
+        elif mode == 1:
+            nw = new[up[p]] * dt / dt  # (as the FIFO computes it, to the bit)
+            q[p] = 0.0
+        else:
+            qv = q[p]
+            in_b = new[up[p]] * dt
+            take = min(qv, drain[p] * dt) * tscale
+            out_b = take + (qv - take) * fq + in_b * fa
+            nw = out_b / dt
+            q[p] = max(qv + in_b - out_b, 0.0)
+        new[p] = nw
         ddep = max(ddep, abs(nw - dep_old[p]))
         dep_old[p] = nw
         lbs += nw * dt
         qs += q[p]
     lb[li] = lbs
     stf[S_QLINK, li] = qs
-    return ddep
+    return ddep, qs
 
 
 @inline_fn
-def _fifo(stf, sti, views, dt, i) -> None:
+def _fifo_shares(stf, sti, dt, i):
     """One link's FIFO: present content leaves first (entries whose arrivals stopped drain
-    linearly at their last departure rate), then this step's arrivals pro rata. Inlined:
-    a call per link passed the six views by value (a seventh of a step on the validation
-    set's small links)."""
-    q, drain, arr, new, dep_old, lb = views
+    linearly at their last departure rate, scaled by ``tscale`` when they release more
+    than the link serves), then the rest of the content (fraction ``fq``), then this
+    step's arrivals pro rata (fraction ``fa``)."""
     asum, qsum, tsum = stf[S_LK_SUM, i], stf[S_LK_QSUM, i], stf[S_LK_TSUM, i]
     served = min(stf[S_SERV_EFF, sti[S_LK_LINK, i]] * dt, qsum + asum)
     tscale = served / tsum if tsum > served else 1.0
@@ -891,14 +899,7 @@ def _fifo(stf, sti, views, dt, i) -> None:
     from_q = min(rest, qrsum)
     fq = from_q / qrsum if qrsum > _TINY else 0.0
     fa = (rest - from_q) / asum if asum > _TINY else 0.0
-    up = sti[S_P_UP]
-    for p in range(sti[S_LK_PTR, i], sti[S_LK_PTR, i + 1]):
-        qv = q[p]
-        in_b = new[up[p]] * dt
-        take = min(qv, drain[p] * dt) * tscale
-        out_b = take + (qv - take) * fq + in_b * fa
-        new[p] = out_b / dt
-        q[p] = max(qv + in_b - out_b, 0.0)
+    return tscale, fq, fa
 
 
 @step_fn

@@ -19,7 +19,13 @@ import time
 
 from icefabric.pipeline import EngineOptions, plan, simulate
 from icefabric.policies.base import get_policy
-from icefabric.topology.builders import FatTreeSizing, ServerGroup, fat_tree_for, leaf_spine
+from icefabric.topology.builders import (
+    FatTreeSizing,
+    LeafSpineSpec,
+    ServerGroup,
+    fat_tree_for,
+    leaf_spine,
+)
 from icefabric.topology.catalog import server_profile
 from icefabric.topology.model import ACCEL
 from icefabric.training.iteration import build_iteration
@@ -49,8 +55,8 @@ def main() -> None:
     group = [ServerGroup(server_profile("hgx-h100"), servers, "h100")]
     # the 1:1 leaf-spine of radix-128 switches holds 2,048 GPUs; beyond, a sized fat-tree
     fab = timed("build fabric", lambda: leaf_spine(
-        group, servers_per_leaf=8, n_spines=16, links_per_spine=4) if args.gpus <= 2048
-        else fat_tree_for(group, FatTreeSizing(radix=128)))
+        group, LeafSpineSpec(servers_per_leaf=8, n_spines=16, links_per_spine=4))
+        if args.gpus <= 2048 else fat_tree_for(group, FatTreeSizing(radix=128)))
     spec = TrainingSpec.model_validate({
         "pools": ["h100"], "model": args.model,
         "parallel": {"tp": 8, "pp": args.pp, "global_batch": args.global_batch}})

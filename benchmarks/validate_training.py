@@ -26,7 +26,7 @@ import time
 
 from icefabric.pipeline import EngineOptions, plan, simulate
 from icefabric.policies.base import get_policy
-from icefabric.topology.builders import ServerGroup, leaf_spine
+from icefabric.topology.builders import LeafSpineSpec, ServerGroup, leaf_spine
 from icefabric.topology.catalog import server_profile
 from icefabric.topology.model import ACCEL
 from icefabric.training.iteration import build_iteration
@@ -40,7 +40,7 @@ CASES = {"22b": ("megatron-22b", 1, 1, 4, 4, {"full": 1.42, "seqsel": 1.10}),
 def run(case: str, mode: str, efficiency: float) -> tuple[float, float, float]:
     model, servers, pp, gb, mb, _ = CASES[case]
     fab = leaf_spine([ServerGroup(server_profile("hgx-a100"), servers, "a100")],
-                     servers_per_leaf=min(servers, 8), n_spines=8)
+                     LeafSpineSpec(servers_per_leaf=min(servers, 8), n_spines=8))
     spec = TrainingSpec.model_validate({
         "pools": ["a100"], "model": model, "compute_efficiency": efficiency,
         "parallel": {"tp": 8, "pp": pp, "global_batch": gb, "micro_batch": mb, "zero": 0,

@@ -11,12 +11,12 @@ from icefabric.ccl.communicator import Communicator
 from icefabric.ccl.workload import WorkloadBuilder
 from icefabric.pipeline import EngineOptions, plan, simulate
 from icefabric.policies.base import get_policy
-from icefabric.topology.builders import ServerGroup, leaf_spine
+from icefabric.topology.builders import LeafSpineSpec, ServerGroup, leaf_spine
 from icefabric.topology.catalog import server_profile
 from icefabric.topology.model import ACCEL
 
-fabric = leaf_spine([ServerGroup(server_profile("mi300x"), 8, "mi300x")], servers_per_leaf=4,
-                    n_spines=4, oversub=2.0, rail_optimized=True)
+fabric = leaf_spine([ServerGroup(server_profile("mi300x"), 8, "mi300x")],
+                    LeafSpineSpec(servers_per_leaf=4, n_spines=4, oversub=2.0, rail_optimized=True))
 # every GPU of every server in one RCCL communicator; 8 channels (one per rail)
 comm = Communicator("train", fabric, fabric.nodes_of_kind(ACCEL), library="rccl", channels=8)
 wb = WorkloadBuilder()

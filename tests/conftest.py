@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from icefabric.topology.builders import ServerGroup, leaf_spine
+from icefabric.topology.builders import LeafSpineSpec, ServerGroup, leaf_spine
 from icefabric.topology.catalog import ServerProfile, server_profile
 from icefabric.units import gbps
 
@@ -20,7 +20,7 @@ def small_fabric():
     """2 H100 servers + 2 Ascend servers, one server per leaf, 4 spines."""
     return leaf_spine([ServerGroup(server_profile("hgx-h100"), 2, "h100"),
                        ServerGroup(server_profile("atlas-800t-a2"), 2, "ascend")],
-                      servers_per_leaf=1, n_spines=4, links_per_spine=2)
+                      LeafSpineSpec(servers_per_leaf=1, n_spines=4, links_per_spine=2))
 
 
 @pytest.fixture

@@ -3,7 +3,7 @@ import numpy as np
 from icefabric.ccl.collectives import add_collective
 from icefabric.ccl.communicator import Communicator
 from icefabric.ccl.workload import WorkloadBuilder
-from icefabric.topology.builders import ServerGroup, leaf_spine
+from icefabric.topology.builders import LeafSpineSpec, ServerGroup, leaf_spine
 from icefabric.topology.catalog import server_profile
 from icefabric.topology.model import ACCEL
 
@@ -11,7 +11,7 @@ from icefabric.topology.model import ACCEL
 def test_cross_vendor_allreduce_exchanges_shards_between_pools():
     f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 1, "h"),
                     ServerGroup(server_profile("atlas-800t-a2"), 2, "a")],
-                   servers_per_leaf=1, n_spines=2)
+                   LeafSpineSpec(servers_per_leaf=1, n_spines=2))
     c = Communicator("j", f, f.nodes_of_kind(ACCEL), library="cross")
     wb = WorkloadBuilder()
     size = 48 << 20
@@ -33,7 +33,7 @@ def test_a_qps_rule_splits_each_pool_by_its_own_library():
     connections, not the HCCL pool's, nor the exchange between pools."""
     f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 2, "h"),
                     ServerGroup(server_profile("atlas-800t-a2"), 2, "a")],
-                   servers_per_leaf=1, n_spines=2)
+                   LeafSpineSpec(servers_per_leaf=1, n_spines=2))
     c = Communicator("j", f, f.nodes_of_kind(ACCEL), library="cross")
     c = c.under(lambda own, lib: 3 if lib == "nccl" else own)
     assert c.qps_per_connection == 1 and c.pool_qps == (("hccl", 1), ("nccl", 3))

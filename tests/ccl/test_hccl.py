@@ -3,15 +3,16 @@ import pytest
 
 from icefabric.ccl.collectives import add_collective
 from icefabric.ccl.communicator import Communicator
+from icefabric.ccl.hccl import Hierarchical
 from icefabric.ccl.workload import WorkloadBuilder
-from icefabric.topology.builders import ServerGroup, leaf_spine
+from icefabric.topology.builders import LeafSpineSpec, ServerGroup, leaf_spine
 from icefabric.topology.catalog import server_profile
 from icefabric.topology.model import ACCEL
 
 
 def build(n_servers, kind, algo=None, size=1 << 24):
     f = leaf_spine([ServerGroup(server_profile("atlas-800t-a2"), n_servers, "a")],
-                   servers_per_leaf=2, n_spines=2)
+                   LeafSpineSpec(servers_per_leaf=2, n_spines=2))
     c = Communicator("j", f, f.nodes_of_kind(ACCEL), library="hccl")
     wb = WorkloadBuilder()
     add_collective(wb, c, kind, size, algorithm=algo)
@@ -49,3 +50,10 @@ def test_pairwise_alltoall_steps_are_sequential():
     # step k depends on all flows of step k-1
     assert len(w.flow_deps[0]) == 0
     assert len(w.flow_deps[n]) == n
+
+
+def test_hierarchical_names_what_it_does_not_implement():
+    with pytest.raises(ValueError, match="does not implement 'alltoall'"):
+        Hierarchical("alltoall")
+    with pytest.raises(ValueError, match="unknown HCCL level1 algorithm 'tree'; use ring or hd"):
+        Hierarchical("all_reduce", "tree")

@@ -6,15 +6,15 @@ from icefabric.ccl.communicator import Communicator
 from icefabric.ccl.nccl import alltoall, btree_parents, p2p_net_channels, ring_order
 from icefabric.ccl.nccl_defaults import NcclSettings
 from icefabric.ccl.workload import WorkloadBuilder
-from icefabric.topology.builders import ServerGroup, leaf_spine
+from icefabric.topology.builders import LeafSpineSpec, ServerGroup, leaf_spine
 from icefabric.topology.catalog import server_profile
 from icefabric.topology.model import ACCEL
 
 
 @pytest.fixture
 def fabric():
-    return leaf_spine([ServerGroup(server_profile("hgx-h100"), 4, "h")], servers_per_leaf=2,
-                      n_spines=4)
+    return leaf_spine([ServerGroup(server_profile("hgx-h100"), 4, "h")],
+                      LeafSpineSpec(servers_per_leaf=2, n_spines=4))
 
 
 def comm(fabric, **kw):
@@ -147,8 +147,8 @@ def test_alltoall_pairs_match_the_per_pair_helpers(pxn):
     channel 0 of every pair first, then channel 1 of the pairs across servers (2 channels
     per remote peer), each carrying half, on alternate ports of two-port GPUs."""
     f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 2, "h"),
-                    ServerGroup(server_profile("bm-gpu-h100-8"), 2, "o")], servers_per_leaf=1,
-                   n_spines=4)
+                    ServerGroup(server_profile("bm-gpu-h100-8"), 2, "o")],
+                   LeafSpineSpec(servers_per_leaf=1, n_spines=4))
     c = comm(f)
     wb = WorkloadBuilder()
     alltoall(wb, c, 64 << 20, pxn=pxn, per_pair=True)
@@ -182,7 +182,7 @@ def test_alltoall_uses_every_port_of_a_16_port_server():
     """On 16-port servers every port carries an equal share of AllToAll traffic (NCCL
     alternates a GPU's p2p channels over its two ports), with or without PXN."""
     f = leaf_spine([ServerGroup(server_profile("bm-gpu-h100-8"), 2, "o")],
-                   servers_per_leaf=1, n_spines=4)
+                   LeafSpineSpec(servers_per_leaf=1, n_spines=4))
     for algo in ("pxn", "direct"):
         wb = WorkloadBuilder()
         add_collective(wb, comm(f), "alltoall", 64 << 20, algorithm=algo)
@@ -205,7 +205,7 @@ def test_merged_alltoall_equals_the_per_pair_model(groups, qps):
     from icefabric.policies.base import PlanContext, get_policy
 
     f = leaf_spine([ServerGroup(server_profile(p), k, p) for p, k in groups],
-                   servers_per_leaf=1, n_spines=4)
+                   LeafSpineSpec(servers_per_leaf=1, n_spines=4))
     out = {}
     for per_pair in (False, True):
         wb = WorkloadBuilder()
@@ -270,7 +270,7 @@ def test_shared_legs_equal_a_hop_per_message(groups, qps):
     from icefabric.policies.base import PlanContext, get_policy
 
     f = leaf_spine([ServerGroup(server_profile(p), k, p) for p, k in groups],
-                   servers_per_leaf=1, n_spines=4)
+                   LeafSpineSpec(servers_per_leaf=1, n_spines=4))
     probs = {}
     for name in ("messages", "legs"):
         wb = WorkloadBuilder()
@@ -303,14 +303,14 @@ def test_shared_legs_equal_a_hop_per_message(groups, qps):
 def test_p2p_net_channels_follow_nccl():
     """2 channels per remote peer in small communicators, one per GPU port beyond
     2 x p2pnChannels ranks (NCCL 2.20 on); always 2 up to 2.19."""
-    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 8, "h")], servers_per_leaf=4,
-                   n_spines=4)
+    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 8, "h")],
+                   LeafSpineSpec(servers_per_leaf=4, n_spines=4))
     ranks = f.nodes_of_kind(ACCEL)
     small = Communicator("j", f, ranks[:32], channels=16)
     large = Communicator("j", f, ranks, channels=16)  # 64 ranks: 2 * 64 > 16 * 4
     old = Communicator("j", f, ranks, channels=16, nccl=NcclSettings.resolve("2.19.3"))
     assert [p2p_net_channels(c) for c in (small, large, old)] == [2, 1, 2]
     two_ports = leaf_spine([ServerGroup(server_profile("bm-gpu-h100-8"), 8, "o")],
-                           servers_per_leaf=4, n_spines=4)
+                           LeafSpineSpec(servers_per_leaf=4, n_spines=4))
     assert p2p_net_channels(Communicator("j", two_ports, two_ports.nodes_of_kind(ACCEL),
                                          channels=16)) == 2

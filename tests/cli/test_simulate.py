@@ -44,8 +44,10 @@ def test_piped_and_80_columns_show_every_name_in_full(columns):
 
 
 @pytest.mark.parametrize("module, note, says", [
-    ("fluid_kernel", "note_fluid_compile", "compiling the fluid engine's kernel once"),
-    ("batch_kernel", "note_draws_compile", "compiling the kernel that runs the draws once"),
+    ("fluid_kernel", "note_fluid_compile",
+     "compiling the fluid engine's kernel once (about 30 s;"),
+    ("batch_kernel", "note_draws_compile",
+     "compiling the kernel that runs the draws once (about 20 s;"),
 ])
 def test_a_cold_kernel_cache_is_announced(module, note, says, tmp_path, monkeypatch, capsys):
     """The first fluid run, or run with ECMP draws, after an install compiles a numba

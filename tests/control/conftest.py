@@ -1,7 +1,13 @@
 import numpy as np
 import pytest
 
-from icefabric.topology.builders import FatTreeSpec, ServerGroup, fat_tree, leaf_spine
+from icefabric.topology.builders import (
+    FatTreeSpec,
+    LeafSpineSpec,
+    ServerGroup,
+    fat_tree,
+    leaf_spine,
+)
 from icefabric.topology.catalog import server_profile
 from icefabric.topology.routing import Routing
 
@@ -9,8 +15,8 @@ from icefabric.topology.routing import Routing
 @pytest.fixture(scope="session")
 def small_fabric():
     """4 H100 servers, 2 per leaf, 4 spines x 2 links (16 paths between the two leaves)."""
-    return leaf_spine([ServerGroup(server_profile("hgx-h100"), 4, "h")], servers_per_leaf=2,
-                      n_spines=4, links_per_spine=2)
+    return leaf_spine([ServerGroup(server_profile("hgx-h100"), 4, "h")],
+                      LeafSpineSpec(servers_per_leaf=2, n_spines=4, links_per_spine=2))
 
 
 @pytest.fixture(scope="session")
@@ -18,7 +24,7 @@ def hetero_fabric():
     """2 H100 (400G) + 2 Ascend (200G) servers, one per leaf, 3 spines."""
     return leaf_spine([ServerGroup(server_profile("hgx-h100"), 2, "h"),
                        ServerGroup(server_profile("atlas-800t-a2"), 2, "a")],
-                      servers_per_leaf=1, n_spines=3)
+                      LeafSpineSpec(servers_per_leaf=1, n_spines=3))
 
 
 @pytest.fixture(scope="session")

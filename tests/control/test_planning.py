@@ -20,7 +20,7 @@ from icefabric.control.planning import (
     reoptimize,
     split_needed,
 )
-from icefabric.topology.builders import ServerGroup, leaf_spine
+from icefabric.topology.builders import LeafSpineSpec, ServerGroup, leaf_spine
 from icefabric.topology.catalog import server_profile
 from icefabric.topology.model import LINK_FABRIC
 from icefabric.topology.routing import Routing
@@ -85,7 +85,7 @@ def test_fat_tree_coloring_balanced(ft_fabric, routing_of):
 def _random_instance(seed):
     f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 2, "h"),
                     ServerGroup(server_profile("atlas-800t-a2"), 2, "a")],
-                   servers_per_leaf=1, n_spines=3, links_per_spine=1)
+                   LeafSpineSpec(servers_per_leaf=1, n_spines=3, links_per_spine=1))
     rng = np.random.default_rng(seed)
     nics = nics_of(f, range(4))
     q = int(rng.integers(4, 16))
@@ -127,8 +127,8 @@ def test_auto_keeps_a_colouring_at_the_cut_bound():
     # bound, so auto returns it without the (slow) greedy searches
     from icefabric.topology.routing import Routing
 
-    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 4, "h")], servers_per_leaf=2,
-                   n_spines=4, oversub=2.0)
+    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 4, "h")],
+                   LeafSpineSpec(servers_per_leaf=2, n_spines=4, oversub=2.0))
     src, dst = nics_of(f, [0, 1]), nics_of(f, [2, 3])
     d = demand_from_pairs(f, np.r_[src, dst], np.r_[dst, src])
     a = plan_paths(f, Routing(f), d, method="auto")
@@ -144,8 +144,8 @@ def test_quantised_cut_bound_never_exceeds_the_optimum(seed):
     it stays a lower bound of the MILP optimum (several jobs and phases included)."""
     from icefabric.topology.routing import Routing
 
-    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 4, "h")], servers_per_leaf=1,
-                   n_spines=3, links_per_spine=1)
+    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 4, "h")],
+                   LeafSpineSpec(servers_per_leaf=1, n_spines=3, links_per_spine=1))
     rng = np.random.default_rng(seed)
     nics = nics_of(f, range(4))
     src, dst = rng.choice(nics, 12), rng.choice(nics, 12)
@@ -165,8 +165,8 @@ def test_cut_bound_counts_whole_qps_per_link():
     but some uplink carries two whole QPs, so the bound is 2 (and auto stops there)."""
     from icefabric.topology.routing import Routing
 
-    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 2, "h")], servers_per_leaf=1,
-                   n_spines=3, links_per_spine=1)
+    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 2, "h")],
+                   LeafSpineSpec(servers_per_leaf=1, n_spines=3, links_per_spine=1))
     up = f.link_capacity_bps[(f.link_src == f.nic_leaf[f.servers[0].nics[0]])
                              & (f.link_kind == LINK_FABRIC)]
     src, dst = nics_of(f, [0])[:5], nics_of(f, [1])[:5]
@@ -213,8 +213,8 @@ def test_pinned_incompatible_with_coloring(small_fabric, routing_of):
 
 def test_split_needed_when_uplinks_slower_than_nic():
     # 2 servers x 8 x 400G under a leaf, 16 spines x 2 links -> 32 uplinks of 200G.
-    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 4, "h")], servers_per_leaf=2,
-                   n_spines=16, links_per_spine=2)
+    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 4, "h")],
+                   LeafSpineSpec(servers_per_leaf=2, n_spines=16, links_per_spine=2))
     from icefabric.topology.routing import Routing
 
     rt = Routing(f)
@@ -258,8 +258,8 @@ def test_one_phase_loads_plan_as_the_general_tables(seed, jobs):
     """With one phase per job the load tables alias the rate sums (_Load's fast path);
     the greedy plan and a re-plan of a subset against the kept load are the ones the
     general job x phase tables give, to the bit."""
-    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 4, "h")], servers_per_leaf=1,
-                   n_spines=3)
+    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 4, "h")],
+                   LeafSpineSpec(servers_per_leaf=1, n_spines=3))
     rt = Routing(f)
     rng = np.random.default_rng(seed)
     nics = f.servers[0].nics + f.servers[1].nics
@@ -285,8 +285,8 @@ def test_slot_tables_plan_as_the_dense_tables(seed, jobs, phases):
     greedy plan, its utilisation, a re-plan against the kept load, every score and the
     rate sums are those of the link-sized tables, to the bit (links of three jobs or more
     included)."""
-    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 4, "h")], servers_per_leaf=1,
-                   n_spines=3)
+    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 4, "h")],
+                   LeafSpineSpec(servers_per_leaf=1, n_spines=3))
     rt = Routing(f)
     rng = np.random.default_rng(seed)
     src = np.array(f.servers[0].nics + f.servers[1].nics)
@@ -313,8 +313,8 @@ def test_load_of_many_jobs_takes_memory_for_the_links_they_use():
     utilisation is each link's rate sum over its capacity."""
     import tracemalloc
 
-    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 64, "h")], servers_per_leaf=4,
-                   n_spines=8)
+    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 64, "h")],
+                   LeafSpineSpec(servers_per_leaf=4, n_spines=8))
     rt = Routing(f)
     rng = np.random.default_rng(0)
     nics = np.array([x for s in f.servers for x in s.nics])
@@ -347,8 +347,8 @@ def test_load_of_many_jobs_takes_memory_for_the_links_they_use():
 def test_leaf_need_is_the_node_phase_tables(seed, jobs, phases):
     """Each leaf's need (sum over jobs of the peak phase's rate) from the (leaf, phase)
     pairs that occur is the node x phase table's, to the bit."""
-    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 4, "h")], servers_per_leaf=1,
-                   n_spines=3)
+    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 4, "h")],
+                   LeafSpineSpec(servers_per_leaf=1, n_spines=3))
     rng = np.random.default_rng(seed)
     nics = np.array([x for s in f.servers for x in s.nics])
     n = 40

@@ -33,8 +33,8 @@ def test_ports_follow_plan_100pct(small_fabric, routing_of, mode):
     assert np.all((r.sport >= 0xC000) & (r.sport <= 0xFFFF))
     for q, p in enumerate(r.paths):
         assert np.array_equal(p[1:-1], a.paths[q])
-    if mode == "probe":
-        assert r.meta["probes"] > 0
+    assert r.mode == mode and r.solved == r.verified == d.n_qps
+    assert (r.probes > 0) if mode == "probe" else r.probes is None
 
 
 def test_probe_mode_with_loss(small_fabric, routing_of):

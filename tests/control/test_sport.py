@@ -9,6 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from icefabric.control.errors import ControlError
 from icefabric.control.sport import (
     HashModelProber,
     LearnGoal,
@@ -27,6 +28,7 @@ from icefabric.control.sport import (
 )
 from icefabric.dataplane.ecmp import (
     HashConfig,
+    Headers,
     ecmp_hash,
     ecmp_hash_scalar,
     make_profile,
@@ -132,7 +134,7 @@ def test_same_class_qps_consume_ports_in_order():
     lim = NicPortLimits(0xC000, 0xC01F)
     sp = solve_sports(cfgs, QpChains(sip, dip, np.zeros((q, 1), int), 2, np.zeros((q, 1), int)),
                       limits=lim)
-    match = (ecmp_hash(cfgs[0], 1, 2, lim.ports()) % 2 == 0).sum()
+    match = (ecmp_hash(cfgs[0], Headers(1, 2, lim.ports())) % 2 == 0).sum()
     assert (sp >= 0).sum() == match and set(sp[sp >= 0]) <= set(lim.ports().tolist())
 
 
@@ -161,8 +163,8 @@ def test_polarised_tiers_make_some_paths_impossible():
     qps = QpChains(sip, dip, ci, 2, want)
     sp = solve_sports(cfgs, qps)
     assert (sp >= 0).sum() == 2
-    c = (ecmp_hash(cfgs[0], 0x0A000001, 0x0A000202, 0) ^
-         ecmp_hash(cfgs[1], 0x0A000001, 0x0A000202, 0))[0] & 1
+    c = (ecmp_hash(cfgs[0], Headers(0x0A000001, 0x0A000202, 0)) ^
+         ecmp_hash(cfgs[1], Headers(0x0A000001, 0x0A000202, 0)))[0] & 1
     assert [bool(x >= 0) for x in sp] == [bool((w0 ^ w1) == c) for w0, w1 in want]
     # with the SONiC leaf offset, all four combinations exist
     cfgs[1] = make_profile("sonic_leaf")
@@ -187,10 +189,10 @@ def test_hand_computed_default_ports_collide_on_one_spine():
     sp = default_sports(lqpn, rqpn)
     assert sp.tolist() == [0xCC18, 0xCF11, 0xD22C, 0xD539]
     tor = make_profile("sonic_tor")
-    ref = [ecmp_hash_scalar(tor, int(a), int(b), int(s)) for a, b, s in zip(sip, dip, sp,
+    ref = [ecmp_hash_scalar(tor, Headers(int(a), int(b), int(s))) for a, b, s in zip(sip, dip, sp,
                                                                             strict=True)]
     assert ref == [0x324B, 0x26C3, 0x99F5, 0xBC9D]
-    assert ecmp_hash(tor, sip, dip, sp).tolist() == ref
+    assert ecmp_hash(tor, Headers(sip, dip, sp)).tolist() == ref
     assert select_member(tor, np.array(ref), 2).tolist() == [1, 1, 1, 1]
     # ICE: two QPs per spine, realised through the GRH flow label
     want = np.array([[0], [1], [0], [1]])
@@ -286,6 +288,13 @@ def test_hash_model_prober_matches_model_mode():
     want = np.array(paths)
     assert verify_sports(cfgs, QpChains(np.full(500, 5), np.full(500, 9), ci, [[4, 3]], want),
                          ports).all()
+
+
+def test_hash_model_prober_names_a_routing_loop():
+    cfgs, _ = _fabric()
+    prober = HashModelProber(cfgs, lambda sip, dip, prefix: (0, 4))  # never reaches dst
+    with pytest.raises(ControlError, match="from 5 to 9 takes more than 64 ECMP decisions"):
+        prober.paths(5, 9, PORTS[:10])
 
 
 def test_learn_port_paths_with_losses_and_budget():

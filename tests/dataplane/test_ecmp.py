@@ -14,6 +14,7 @@ from icefabric.dataplane.ecmp import (
     ALGORITHMS,
     PROFILES,
     HashConfig,
+    Headers,
     base_hash,
     build_key,
     ecmp_hash,
@@ -49,9 +50,9 @@ def test_vectorised_hash_equals_bitwise_reference(cfg, data):
     dip = data.draw(st.lists(u32, min_size=n, max_size=n))
     sport = data.draw(st.lists(st.integers(0, 0xFFFF), min_size=n, max_size=n))
     dqpn = data.draw(st.lists(st.integers(0, 0xFFFFFF), min_size=n, max_size=n))
-    h = ecmp_hash(cfg, np.array(sip, np.uint32), np.array(dip, np.uint32), np.array(sport),
-                  dqpn=np.array(dqpn))
-    ref = [ecmp_hash_scalar(cfg, a, b, s, dqpn=q)
+    h = ecmp_hash(cfg, Headers(np.array(sip, np.uint32), np.array(dip, np.uint32),
+                               np.array(sport), dqpn=np.array(dqpn)))
+    ref = [ecmp_hash_scalar(cfg, Headers(a, b, s, dqpn=q))
            for a, b, s, q in zip(sip, dip, sport, dqpn, strict=True)]
     assert h.dtype == np.uint32
     assert h.tolist() == ref
@@ -72,16 +73,16 @@ def test_crc_check_values(algorithm, check):
 
 def test_key_layout_is_seed_then_fields_big_endian():
     cfg = HashConfig(seed=0x01020304)
-    key = build_key(cfg, 0x0A000001, 0x0A000002, 0xC001)
+    key = build_key(cfg, Headers(0x0A000001, 0x0A000002, 0xC001))
     assert key.shape == (1, 4 + 4 + 4 + 1 + 2 + 2)
     assert key[0].tolist() == [1, 2, 3, 4, 10, 0, 0, 1, 10, 0, 0, 2, 17, 0xC0, 0x01, 0x12, 0xB7]
 
 
 def test_offset_is_rotate_right():
     cfg0 = HashConfig("crc16_ccitt", seed=7)
-    h0 = int(ecmp_hash(cfg0, 1, 2, 3)[0])
+    h0 = int(ecmp_hash(cfg0, Headers(1, 2, 3))[0])
     for off in range(16):
-        h = int(ecmp_hash(dataclasses.replace(cfg0, offset=off), 1, 2, 3)[0])
+        h = int(ecmp_hash(dataclasses.replace(cfg0, offset=off), Headers(1, 2, 3))[0])
         assert h == ((h0 >> off) | (h0 << (16 - off))) & 0xFFFF
 
 
@@ -91,8 +92,8 @@ def test_offset_is_rotate_right():
 def test_sport_xor_table_identity(cfg, sip, dip, dqpn, sports):
     sp = np.array(sports)
     table = sport_xor_table(cfg)
-    direct = ecmp_hash(cfg, sip, dip, sp, dqpn=dqpn)
-    assert np.array_equal(base_hash(cfg, sip, dip, dqpn=dqpn) ^ table[sp], direct)
+    direct = ecmp_hash(cfg, Headers(sip, dip, sp, dqpn=dqpn))
+    assert np.array_equal(base_hash(cfg, Headers(sip, dip, 0, dqpn=dqpn)) ^ table[sp], direct)
 
 
 def test_xor_table_does_not_depend_on_seed_or_ips():
@@ -104,15 +105,16 @@ def test_xor_table_does_not_depend_on_seed_or_ips():
     sp = np.arange(0xC000, 0xC100)
     for sip, dip in [(0, 0), (0x0A000001, 0x0A0000FF), (0xFFFFFFFF, 0x12345678)]:
         for cfg in (a, b):
-            assert np.array_equal(ecmp_hash(cfg, sip, dip, sp),
-                                  ecmp_hash(cfg, sip, dip, 0) ^ t[sp])
+            assert np.array_equal(ecmp_hash(cfg, Headers(sip, dip, sp)),
+                                  ecmp_hash(cfg, Headers(sip, dip, 0)) ^ t[sp])
 
 
 def test_per_packet_seed_override_matches_configs():
     seeds = np.array([0, 10, 25, 0xFFFFFFFF])
     cfg = HashConfig("crc16_bisync")
-    h = ecmp_hash(cfg, 5, 6, 0xC123, seed=seeds)
-    assert h.tolist() == [int(ecmp_hash(cfg.with_seed(int(s)), 5, 6, 0xC123)[0]) for s in seeds]
+    h = ecmp_hash(cfg, Headers(5, 6, 0xC123), seed=seeds)
+    assert h.tolist() == [int(ecmp_hash(cfg.with_seed(int(s)), Headers(5, 6, 0xC123))[0])
+                          for s in seeds]
 
 
 def test_select_member_mod_and_resilient():
@@ -132,7 +134,7 @@ def test_spray_has_no_flow_hash():
     spray = make_profile("spray")
     assert spray.is_spray
     with pytest.raises(ValueError):
-        ecmp_hash(spray, 1, 2, 3)
+        ecmp_hash(spray, Headers(1, 2, 3))
     with pytest.raises(ValueError):
         sport_xor_table(spray)
 
@@ -171,25 +173,25 @@ def test_ecmp_select_uses_each_rows_switch():
     nm = rng.integers(1, 9, 300)
     sip, dip = rng.integers(0, 1 << 32, 300), rng.integers(0, 1 << 32, 300)
     sp = rng.integers(0xC000, 0x10000, 300)
-    m = ecmp_select(cfgs, ci, nm, sip, dip, sp)
+    m = ecmp_select(cfgs, ci, nm, Headers(sip, dip, sp))
     for i in range(300):
         if ci[i] < 0:
             assert m[i] == -1
         else:
             c = cfgs[ci[i]]
-            h = ecmp_hash_scalar(c, int(sip[i]), int(dip[i]), int(sp[i]))
+            h = ecmp_hash_scalar(c, Headers(int(sip[i]), int(dip[i]), int(sp[i])))
             assert m[i] == select_member(c, np.array([h]), nm[i])[0]
 
 
 def test_symmetric_hash_is_direction_independent():
     cfg = make_profile("spectrum_cumulus", seed=99)
     assert cfg.symmetric
-    a = ecmp_hash(cfg, 0x0A000001, 0x0A000102, 0xC123, 4791)
-    b = ecmp_hash(cfg, 0x0A000102, 0x0A000001, 4791, 0xC123)
+    a = ecmp_hash(cfg, Headers(0x0A000001, 0x0A000102, 0xC123, 4791))
+    b = ecmp_hash(cfg, Headers(0x0A000102, 0x0A000001, 4791, 0xC123))
     assert np.array_equal(a, b)
     asym = dataclasses.replace(cfg, symmetric=False)
-    assert not np.array_equal(ecmp_hash(asym, 0x0A000001, 0x0A000102, 0xC123, 4791),
-                              ecmp_hash(asym, 0x0A000102, 0x0A000001, 4791, 0xC123))
+    assert not np.array_equal(ecmp_hash(asym, Headers(0x0A000001, 0x0A000102, 0xC123, 4791)),
+                              ecmp_hash(asym, Headers(0x0A000102, 0x0A000001, 4791, 0xC123)))
 
 
 def _stage_table(profile: str, seed: int = 0) -> np.ndarray:
@@ -197,8 +199,9 @@ def _stage_table(profile: str, seed: int = 0) -> np.ndarray:
     rng = np.random.default_rng(seed)
     sport = rng.integers(0xC000, 0x10000, 20_000)
     leaf, spine = (ecmp.role_profile(profile, r, rng) for r in ("leaf", "spine"))
-    a = ecmp.select_member(leaf, ecmp.ecmp_hash(leaf, 0x0A000001, 0x0A000102, sport), 16)
-    b = ecmp.select_member(spine, ecmp.ecmp_hash(spine, 0x0A000001, 0x0A000102, sport), 2)
+    pkt = ecmp.Headers(0x0A000001, 0x0A000102, sport)
+    a = ecmp.select_member(leaf, ecmp.ecmp_hash(leaf, pkt), 16)
+    b = ecmp.select_member(spine, ecmp.ecmp_hash(spine, pkt), 2)
     table = np.zeros((16, 2))
     np.add.at(table, (a, b), 1)
     return table

@@ -18,7 +18,7 @@ from icefabric.pipeline.problem import to_problem
 from icefabric.policies.base import get_policy
 from icefabric.scenario.build import build_fabric
 from icefabric.scenario.loader import ScenarioError, builtin_text, loads
-from icefabric.topology.builders import ServerGroup, leaf_spine
+from icefabric.topology.builders import LeafSpineSpec, ServerGroup, leaf_spine
 from icefabric.topology.model import ACCEL, LINK_FABRIC
 
 
@@ -31,7 +31,8 @@ def ring(fabric, channels=2, qps=1):
 
 def test_rates_are_the_fair_share_over_the_planned_paths(tiny_profile):
     # 2 servers of 2 x 100G NICs, 2 spines: every ring hop crosses one 100G NIC
-    f = leaf_spine([ServerGroup(tiny_profile, 2, "t")], servers_per_leaf=1, n_spines=2)
+    f = leaf_spine([ServerGroup(tiny_profile, 2, "t")],
+                   LeafSpineSpec(servers_per_leaf=1, n_spines=2))
     wl = ring(f, channels=2, qps=2)
     p = plan(f, wl, get_policy("spray"))
     rates = qp_rates(f, wl, p.paths, headroom=0.0)
@@ -54,8 +55,8 @@ def test_rates_are_the_fair_share_over_the_planned_paths(tiny_profile):
 
 def test_rates_are_recomputed_after_a_link_fails(tiny_profile):
     # 2 leaves, 1 spine with 2 parallel 100G cables per leaf: losing one halves the uplink
-    f = leaf_spine([ServerGroup(tiny_profile, 2, "t")], servers_per_leaf=1, n_spines=1,
-                   links_per_spine=2)
+    f = leaf_spine([ServerGroup(tiny_profile, 2, "t")],
+                   LeafSpineSpec(servers_per_leaf=1, n_spines=1, links_per_spine=2))
     wl = ring(f, channels=2)
     p = plan(f, wl, get_policy("ice"))
     np.testing.assert_allclose(p.paths.rate_bps, 100e9, rtol=1e-9)  # 98 Gb/s of 100

@@ -18,7 +18,7 @@ from icefabric.pipeline.problem import (
     to_problem,
 )
 from icefabric.policies.base import PlanContext, get_policy
-from icefabric.topology.builders import ServerGroup, leaf_spine
+from icefabric.topology.builders import LeafSpineSpec, ServerGroup, leaf_spine
 from icefabric.topology.model import ACCEL
 from icefabric.topology.routing import ServerPaths
 
@@ -87,7 +87,8 @@ def test_routes_match_the_per_hop_reference(small_fabric, kind, policy, qps, cha
 
 
 def test_two_qps_split_a_hop_and_pacers_cap_the_flow(tiny_profile):
-    f = leaf_spine([ServerGroup(tiny_profile, 2, "t")], servers_per_leaf=1, n_spines=2)
+    f = leaf_spine([ServerGroup(tiny_profile, 2, "t")],
+                   LeafSpineSpec(servers_per_leaf=1, n_spines=2))
     wl = workload(f, channels=1, qps=2)
     plan = get_policy("ecmp").plan(PlanContext.create(f, wl))
     prob, _ = to_problem(f, wl, plan)

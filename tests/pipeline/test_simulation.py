@@ -11,7 +11,7 @@ from icefabric.engine.problem import EngineError
 from icefabric.pipeline import Plan, plan, simulate
 from icefabric.pipeline.plans import LinkEvent
 from icefabric.policies.base import get_policy
-from icefabric.topology.builders import ServerGroup, leaf_spine
+from icefabric.topology.builders import LeafSpineSpec, ServerGroup, leaf_spine
 from icefabric.topology.model import ACCEL, LINK_FABRIC
 
 SIZE = 1 << 24
@@ -19,7 +19,8 @@ SIZE = 1 << 24
 
 @pytest.fixture
 def two_servers(tiny_profile):
-    f = leaf_spine([ServerGroup(tiny_profile, 2, "t")], servers_per_leaf=1, n_spines=2)
+    f = leaf_spine([ServerGroup(tiny_profile, 2, "t")],
+                   LeafSpineSpec(servers_per_leaf=1, n_spines=2))
     wb = WorkloadBuilder()
     add_collective(wb, Communicator("j", f, f.nodes_of_kind(ACCEL), channels=2),
                    "all_reduce", SIZE)
@@ -77,8 +78,8 @@ def test_a_replan_after_a_link_failure_repaces_the_fluid_flows(tiny_profile):
     from icefabric.pipeline.plans import LinkChange, with_link_events
     from icefabric.pipeline.problem import flow_caps
 
-    f = leaf_spine([ServerGroup(tiny_profile, 2, "t")], servers_per_leaf=1, n_spines=1,
-                   links_per_spine=2)
+    f = leaf_spine([ServerGroup(tiny_profile, 2, "t")],
+                   LeafSpineSpec(servers_per_leaf=1, n_spines=1, links_per_spine=2))
     wb = WorkloadBuilder()
     add_collective(wb, Communicator("j", f, f.nodes_of_kind(ACCEL), channels=2),
                    "all_reduce", SIZE)

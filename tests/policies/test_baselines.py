@@ -9,7 +9,7 @@ from icefabric.engine.flow import run_flow
 from icefabric.pipeline.problem import to_problem
 from icefabric.policies.base import PlanContext, available_policies, get_policy
 from icefabric.policies.baselines import nonblocking_twin
-from icefabric.topology.builders import ServerGroup, leaf_spine, star
+from icefabric.topology.builders import LeafSpineSpec, ServerGroup, leaf_spine, star
 from icefabric.topology.model import ACCEL, LINK_FABRIC
 
 GiB = 1 << 30
@@ -39,7 +39,8 @@ def test_ring_in_rack_order_on_nonblocking_fabric_reaches_the_bound(tiny_profile
 
 def test_two_ring_channels_forced_onto_one_uplink_run_at_half_speed(tiny_profile):
     # 2 servers on 2 leaves, 2 spines: leaf uplinks are 100G each, NICs 100G.
-    f = leaf_spine([ServerGroup(tiny_profile, 2, "t")], servers_per_leaf=1, n_spines=2)
+    f = leaf_spine([ServerGroup(tiny_profile, 2, "t")],
+                   LeafSpineSpec(servers_per_leaf=1, n_spines=2))
     w = ring_workload(f, channels=2)
     ctx = PlanContext.create(f, w)
 

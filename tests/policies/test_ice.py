@@ -176,3 +176,22 @@ def test_ports_follow_plan_on_suite_both_modes(name):
                            plan.sport)
         for q in range(plan.n_qps):
             assert np.array_equal(again[q][1:-1], plan.meta["planned_paths"][q])
+
+
+def test_ice_plans_a_workload_without_network_qps():
+    """A job inside one server (NVLink only) has no QP to place: an empty plan, not an
+    error (it was an IndexError when choosing backup ports)."""
+    from icefabric.ccl.collectives import add_collective
+    from icefabric.ccl.communicator import Communicator
+    from icefabric.ccl.workload import WorkloadBuilder
+    from icefabric.topology.builders import LeafSpineSpec, ServerGroup, leaf_spine
+    from icefabric.topology.catalog import server_profile
+
+    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 2, "h")],
+                   LeafSpineSpec(servers_per_leaf=1, n_spines=2))
+    wb = WorkloadBuilder()
+    add_collective(wb, Communicator("j", f, np.asarray(f.servers[0].accels)), "all_reduce",
+                   1 << 20)
+    plan = get_policy("ice").plan(PlanContext.create(f, wb.build(node_ip=f.node_ip)))
+    assert plan.n_qps == 0 and len(plan.backup_sport) == 0
+    assert plan.meta["verified_frac"] == 1.0

@@ -2,8 +2,10 @@ import numpy as np
 import pytest
 
 from icefabric.topology.builders import (
+    BuildOptions,
     FatTreeSizing,
     FatTreeSpec,
+    LeafSpineSpec,
     ServerGroup,
     TopologyError,
     fat_tree,
@@ -22,7 +24,7 @@ ASC = server_profile("atlas-800t-a2")
 
 
 def test_leaf_spine_counts_and_duplex_links():
-    f = leaf_spine([ServerGroup(H100, 4, "h")], servers_per_leaf=2, n_spines=4)
+    f = leaf_spine([ServerGroup(H100, 4, "h")], LeafSpineSpec(servers_per_leaf=2, n_spines=4))
     assert f.n_accels == 32
     assert len(f.nodes_of_kind(LEAF)) == 2 and len(f.nodes_of_kind(SPINE)) == 4
     # every link has its reverse
@@ -32,8 +34,9 @@ def test_leaf_spine_counts_and_duplex_links():
 
 @pytest.mark.parametrize("oversub", [1.0, 2.0, 3.0])
 def test_oversubscription_is_exact_per_leaf(oversub):
-    f = leaf_spine([ServerGroup(H100, 2, "h"), ServerGroup(ASC, 2, "a")], servers_per_leaf=2,
-                   n_spines=4, links_per_spine=2, oversub=oversub)
+    f = leaf_spine([ServerGroup(H100, 2, "h"), ServerGroup(ASC, 2, "a")],
+                   LeafSpineSpec(servers_per_leaf=2, n_spines=4, links_per_spine=2,
+                                 oversub=oversub))
     for leaf in f.nodes_of_kind(LEAF):
         down = f.link_capacity_bps[(f.link_dst == leaf) & (f.link_kind == LINK_HOST)].sum()
         up = f.link_capacity_bps[(f.link_src == leaf) & (f.link_kind == LINK_FABRIC)].sum()
@@ -41,8 +44,8 @@ def test_oversubscription_is_exact_per_leaf(oversub):
 
 
 def test_pools_get_their_own_leaves_and_heterogeneous_nic_speeds():
-    f = leaf_spine([ServerGroup(H100, 1, "h"), ServerGroup(ASC, 1, "a")], servers_per_leaf=4,
-                   n_spines=2)
+    f = leaf_spine([ServerGroup(H100, 1, "h"), ServerGroup(ASC, 1, "a")],
+                   LeafSpineSpec(servers_per_leaf=4, n_spines=2))
     leaves = {int(f.nic_leaf[n]) for n in f.servers[0].nics}
     leaves2 = {int(f.nic_leaf[n]) for n in f.servers[1].nics}
     assert len(leaves) == 1 and len(leaves2) == 1 and leaves != leaves2
@@ -53,11 +56,11 @@ def test_pools_get_their_own_leaves_and_heterogeneous_nic_speeds():
 
 def test_radix_violation_is_a_clear_error():
     with pytest.raises(TopologyError, match="radix"):
-        leaf_spine([ServerGroup(H100, 20, "h")], servers_per_leaf=20, n_spines=4)
+        leaf_spine([ServerGroup(H100, 20, "h")], LeafSpineSpec(servers_per_leaf=20, n_spines=4))
 
 
 def test_rail_optimized_puts_nic_i_on_rail_leaf_i():
-    f = rail_optimized([ServerGroup(H100, 4, "h")], servers_per_leaf=4, n_spines=2)
+    f = rail_optimized([ServerGroup(H100, 4, "h")], LeafSpineSpec(servers_per_leaf=4, n_spines=2))
     leaves = f.nodes_of_kind(LEAF)
     assert len(leaves) == 8
     for srv in f.servers:
@@ -66,8 +69,8 @@ def test_rail_optimized_puts_nic_i_on_rail_leaf_i():
 
 
 def test_scattered_placement_alternates_leaves():
-    f = leaf_spine([ServerGroup(H100, 4, "h")], servers_per_leaf=2, n_spines=2,
-                   placement="scattered")
+    f = leaf_spine([ServerGroup(H100, 4, "h")], LeafSpineSpec(servers_per_leaf=2, n_spines=2),
+                   BuildOptions(placement="scattered"))
     leaf_of = [int(f.nic_leaf[s.nics[0]]) for s in f.servers]
     assert leaf_of[0] != leaf_of[1] and leaf_of[0] == leaf_of[2]
 
@@ -93,10 +96,10 @@ def test_star_and_server_internals():
 
 
 def test_builds_are_deterministic():
-    a = leaf_spine([ServerGroup(H100, 2, "h")], servers_per_leaf=1, n_spines=2,
-                   hash_seeds="random", seed=3)
-    b = leaf_spine([ServerGroup(H100, 2, "h")], servers_per_leaf=1, n_spines=2,
-                   hash_seeds="random", seed=3)
+    a = leaf_spine([ServerGroup(H100, 2, "h")], LeafSpineSpec(servers_per_leaf=1, n_spines=2),
+                   BuildOptions(hash_seeds="random", seed=3))
+    b = leaf_spine([ServerGroup(H100, 2, "h")], LeafSpineSpec(servers_per_leaf=1, n_spines=2),
+                   BuildOptions(hash_seeds="random", seed=3))
     assert a.node_names == b.node_names
     assert np.array_equal(a.node_hash_seed, b.node_hash_seed)
     assert np.array_equal(a.link_capacity_bps, b.link_capacity_bps)
@@ -107,8 +110,8 @@ def test_a_gpu_owns_both_ports_of_a_16_port_server():
     assert [list(p.nics_of_accel(i)) for i in (0, 7)] == [[0, 1], [14, 15]]
     assert list(H100.nics_of_accel(3)) == [3]
     assert list(server_profile("hgx-h100", n_nics=4).nics_of_accel(3)) == [1]
-    f = leaf_spine([ServerGroup(p, 2, "oci")], servers_per_leaf=1, n_spines=8,
-                   links_per_spine=2)
+    f = leaf_spine([ServerGroup(p, 2, "oci")],
+                   LeafSpineSpec(servers_per_leaf=1, n_spines=8, links_per_spine=2))
     srv = f.servers[0]
     assert [int(f.nic_accel[n]) for n in srv.nics] == [a for a in srv.accels for _ in (0, 1)]
     assert int(f.accel_nic[srv.accels[1]]) == srv.nics[2]  # the first of its two ports

@@ -1,14 +1,14 @@
 import numpy as np
 
-from icefabric.topology.builders import ServerGroup, leaf_spine
+from icefabric.topology.builders import LeafSpineSpec, ServerGroup, leaf_spine
 from icefabric.topology.catalog import server_profile
 
 
 def test_a_cable_is_named_and_found_as_in_link_names():
     """Cable k between two switches is ``a->b/k`` and ``b->a/k``: the one number the
     results, the scenario's failures and the controller's API share."""
-    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 4, "h")], servers_per_leaf=2,
-                   n_spines=2, links_per_spine=4)
+    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 4, "h")],
+                   LeafSpineSpec(servers_per_leaf=2, n_spines=2, links_per_spine=4))
     names = f.link_names()
     every = f.links_between("leaf0", "spine1")
     assert len(every) == 8
@@ -23,8 +23,8 @@ def test_a_cable_is_named_and_found_as_in_link_names():
 
 
 def test_link_cable_numbers_parallel_links_as_their_names():
-    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 4, "h")], servers_per_leaf=2,
-                   n_spines=2, links_per_spine=3)
+    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 4, "h")],
+                   LeafSpineSpec(servers_per_leaf=2, n_spines=2, links_per_spine=3))
     names = f.link_names()
     ids = f.links_between("leaf1", "spine0")
     assert sorted((int(f.link_cable[i]), names[i]) for i in ids) == [

@@ -3,7 +3,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from icefabric.topology.builders import FatTreeSpec, ServerGroup, fat_tree, leaf_spine
+from icefabric.topology.builders import (
+    FatTreeSpec,
+    LeafSpineSpec,
+    ServerGroup,
+    fat_tree,
+    leaf_spine,
+)
 from icefabric.topology.catalog import server_profile
 from icefabric.topology.model import LEAF, LINK_FABRIC
 from icefabric.topology.routing import Routing, RoutingError, ServerPaths
@@ -12,8 +18,8 @@ H100 = server_profile("hgx-h100")
 
 
 def test_leaf_spine_paths_equal_spines_times_links():
-    f = leaf_spine([ServerGroup(H100, 2, "h")], servers_per_leaf=1, n_spines=4,
-                   links_per_spine=2)
+    f = leaf_spine([ServerGroup(H100, 2, "h")],
+                   LeafSpineSpec(servers_per_leaf=1, n_spines=4, links_per_spine=2))
     r = Routing(f)
     a, b = f.nodes_of_kind(LEAF)
     # 8 uplinks at the leaf, then 2 parallel downlinks at every spine
@@ -36,7 +42,7 @@ def test_fat_tree_paths_cross_pod():
 
 
 def test_walk_follows_chooser_and_failures_shrink_groups():
-    f = leaf_spine([ServerGroup(H100, 2, "h")], servers_per_leaf=1, n_spines=2)
+    f = leaf_spine([ServerGroup(H100, 2, "h")], LeafSpineSpec(servers_per_leaf=1, n_spines=2))
     nics = f.nodes_of_kind(1)
     src, dst = nics[:1], nics[8:9]
     r = Routing(f)
@@ -52,7 +58,7 @@ def test_walk_follows_chooser_and_failures_shrink_groups():
 
 
 def test_walk_reports_unroutable_pairs():
-    f = leaf_spine([ServerGroup(H100, 2, "h")], servers_per_leaf=1, n_spines=1)
+    f = leaf_spine([ServerGroup(H100, 2, "h")], LeafSpineSpec(servers_per_leaf=1, n_spines=1))
     nics = f.nodes_of_kind(1)
     leaf = int(f.nic_leaf[nics[0]])
     up = [l for l in range(f.n_links) if f.link_src[l] == leaf and f.link_kind[l] == 2]
@@ -61,7 +67,7 @@ def test_walk_reports_unroutable_pairs():
 
 
 def test_server_paths_direct_and_pxn():
-    f = leaf_spine([ServerGroup(H100, 1, "h")], servers_per_leaf=1, n_spines=1)
+    f = leaf_spine([ServerGroup(H100, 1, "h")], LeafSpineSpec(servers_per_leaf=1, n_spines=1))
     s = f.servers[0]
     sp = ServerPaths(f)
     assert len(sp.path(s.accels[0], s.nics[0])) == 1  # own NIC over PCIe

@@ -1,13 +1,13 @@
 import pytest
 
-from icefabric.topology.builders import ServerGroup, leaf_spine
+from icefabric.topology.builders import LeafSpineSpec, ServerGroup, leaf_spine
 from icefabric.topology.catalog import server_profile
 
 
 def fabric(*groups, servers_per_leaf=2, spines=2):
     """A leaf-spine of ``(profile, count, pool)`` groups."""
     return leaf_spine([ServerGroup(server_profile(p), n, name) for p, n, name in groups],
-                      servers_per_leaf=servers_per_leaf, n_spines=spines)
+                      LeafSpineSpec(servers_per_leaf=servers_per_leaf, n_spines=spines))
 
 
 @pytest.fixture

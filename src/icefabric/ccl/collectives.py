@@ -25,13 +25,8 @@ def algorithms(library: str) -> dict[str, list[str]]:
 
 
 def add_collective(wb: WorkloadBuilder, comm: Communicator, kind: str, size_bytes: int, *,
-                   algorithm: str | None = None, after=(), name: str = "",
-                   _record: bool = True) -> list[int]:
-    """Append one collective call to ``wb``; returns the flows a successor must wait for.
-
-    ``_record=False`` is for sub-steps of a larger collective (their flows are re-labelled
-    by the caller and their own CollectiveCall entry is dropped).
-    """
+                   algorithm: str | None = None, after=(), name: str = "") -> list[int]:
+    """Append one collective call to ``wb``; returns the flows a successor must wait for."""
     try:
         table, defaults = LIBRARIES[comm.library]
     except KeyError:
@@ -42,8 +37,4 @@ def add_collective(wb: WorkloadBuilder, comm: Communicator, kind: str, size_byte
     if fn is None:
         raise ValueError(f"{comm.library} has no {algorithm or 'default'} algorithm for "
                          f"{kind!r}; available: {algorithms(comm.library)}")
-    n_before = len(wb.collectives)
-    out = fn(wb, comm, size_bytes, after=list(after), name=name)
-    if not _record:
-        del wb.collectives[n_before:]
-    return out
+    return fn(wb, comm, size_bytes, after=list(after), name=name)

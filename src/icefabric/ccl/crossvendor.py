@@ -58,8 +58,8 @@ def hierarchical_allreduce(wb: WorkloadBuilder, comm: Communicator, size_bytes: 
     # (1) per-pool reduce-scatter of the whole buffer (size = per-rank output * n)
     rs = []
     for p in pools:
-        rs += add_collective(wb, p, "reduce_scatter", size_bytes, after=after,
-                             name=f"{comm.job}:rs:{p.library}", _record=False)
+        rs += _sub_step(wb, p, "reduce_scatter", size_bytes, after,
+                        f"{comm.job}:rs:{p.library}")
     # (2) pairwise exchange of overlapping shards, both directions, own NICs
     x = []
     for i, j, frac in _overlaps(a.nranks, b.nranks):
@@ -74,8 +74,7 @@ def hierarchical_allreduce(wb: WorkloadBuilder, comm: Communicator, size_bytes: 
     # (3) per-pool all-gather
     ag = []
     for p in pools:
-        ag += add_collective(wb, p, "all_gather", size_bytes, after=x,
-                             name=f"{comm.job}:ag:{p.library}", _record=False)
+        ag += _sub_step(wb, p, "all_gather", size_bytes, x, f"{comm.job}:ag:{p.library}")
     # every flow created above belongs to this collective for reporting
     owned = set(wb.collectives[coll].flows)
     for f in range(start, len(wb.flow_size)):
@@ -83,6 +82,18 @@ def hierarchical_allreduce(wb: WorkloadBuilder, comm: Communicator, size_bytes: 
             wb.collectives[coll].flows.append(f)
             wb.flow_coll[f] = coll
     return ag
+
+
+def _sub_step(wb: WorkloadBuilder, pool: Communicator, kind: str, size_bytes: int, after,
+              name: str) -> list[int]:
+    """One pool's step of a cross-vendor collective: its flows without a collective entry
+    of their own (the caller counts them in its own)."""
+    from icefabric.ccl.collectives import add_collective  # avoid an import cycle
+
+    n = len(wb.collectives)
+    out = add_collective(wb, pool, kind, size_bytes, after=after, name=name)
+    del wb.collectives[n:]
+    return out
 
 
 def flat_alltoall(wb: WorkloadBuilder, comm: Communicator, size_bytes: int, *, after=(),

@@ -109,39 +109,49 @@ def _level1_hd(e: _Emit, group, shard_bytes, kind, after) -> list[int]:
     return prev
 
 
-def hierarchical(wb: WorkloadBuilder, comm: Communicator, kind: str, size_bytes: int, *,
-                 level1: str = "ring", after=(), name: str = "") -> list[int]:
-    """HCCL AllReduce / AllGather / ReduceScatter with ``level1`` in {ring, hd}."""
-    if kind not in ("all_reduce", "all_gather", "reduce_scatter"):
-        raise ValueError(f"HCCL hierarchical algorithm does not implement {kind!r}")
-    n = comm.nranks
-    coll = wb.collective(CollectiveCall(name or f"{comm.job}:{kind}:{size_bytes}", comm.job,
-                                        kind, size_bytes, n, f"hccl-{level1}", comm.library))
-    e = _Emit(wb, comm, coll)
-    m = min(len(x) for x in comm.server_ranks)
-    prev = list(after)
-    # For AllGather the buffer of each rank is size/n; its server holds m of them.
-    shard = size_bytes / m if kind == "all_reduce" else size_bytes / n
-    if kind in ("all_reduce", "reduce_scatter") and m > 1:
-        # level0 reduce-scatter: each NPU sends its partial of every other NPU's shard.
+@dataclass(frozen=True)
+class Hierarchical:
+    """HCCL AllReduce / AllGather / ReduceScatter (``kind``) with ``level1`` in {ring, hd}:
+    a collective of the algorithm table (called as ``(wb, comm, size_bytes, *, after,
+    name)``, like every other)."""
+
+    kind: str
+    level1: str = "ring"
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("all_reduce", "all_gather", "reduce_scatter"):
+            raise ValueError(f"HCCL hierarchical algorithm does not implement {self.kind!r}")
+        if self.level1 not in ("ring", "hd"):
+            raise ValueError(f"unknown HCCL level1 algorithm {self.level1!r}; use ring or hd")
+
+    def __call__(self, wb: WorkloadBuilder, comm: Communicator, size_bytes: int, *,
+                 after=(), name: str = "") -> list[int]:
+        kind, n = self.kind, comm.nranks
+        coll = wb.collective(CollectiveCall(name or f"{comm.job}:{kind}:{size_bytes}",
+                                            comm.job, kind, size_bytes, n,
+                                            f"hccl-{self.level1}", comm.library))
+        e = _Emit(wb, comm, coll)
+        m = min(len(x) for x in comm.server_ranks)
+        prev = list(after)
+        # For AllGather the buffer of each rank is size/n; its server holds m of them.
+        shard = size_bytes / m if kind == "all_reduce" else size_bytes / n
         per_pair = size_bytes / m if kind == "all_reduce" else size_bytes / n * comm.n_nodes
-        prev = _mesh(e, per_pair, prev)  # level0 reduce-scatter
-    if comm.n_nodes > 1:
-        l1 = []
-        for i, group in enumerate(_planes(comm)):
-            if level1 == "ring":
-                l1 += _level1_ring(e, group, shard * (1 if kind == "all_reduce"
-                                   else comm.n_nodes), kind, prev, i)
-            elif level1 == "hd":
-                l1 += _level1_hd(e, group, shard if kind == "all_reduce"
-                                 else shard * comm.n_nodes, kind, prev)
-            else:
-                raise ValueError(f"unknown HCCL level1 algorithm {level1!r}; use ring or hd")
-        prev = l1
-    if kind in ("all_reduce", "all_gather") and m > 1:
-        per_pair = size_bytes / m if kind == "all_reduce" else size_bytes / n * comm.n_nodes
-        prev = _mesh(e, per_pair, prev)  # level0 all-gather
-    return prev
+        if kind in ("all_reduce", "reduce_scatter") and m > 1:
+            # level0 reduce-scatter: each NPU sends its partial of every other NPU's shard.
+            prev = _mesh(e, per_pair, prev)
+        if comm.n_nodes > 1:
+            l1 = []
+            for i, group in enumerate(_planes(comm)):
+                if self.level1 == "ring":
+                    l1 += _level1_ring(e, group, shard * (1 if kind == "all_reduce"
+                                       else comm.n_nodes), kind, prev, i)
+                else:
+                    l1 += _level1_hd(e, group, shard if kind == "all_reduce"
+                                     else shard * comm.n_nodes, kind, prev)
+            prev = l1
+        if kind in ("all_reduce", "all_gather") and m > 1:
+            prev = _mesh(e, per_pair, prev)  # level0 all-gather
+        return prev
 
 
 def pairwise_alltoall(wb: WorkloadBuilder, comm: Communicator, size_bytes: int, *, after=(),
@@ -171,16 +181,8 @@ def pairwise_alltoall(wb: WorkloadBuilder, comm: Communicator, size_bytes: int, 
 
 
 ALGORITHMS = {
-    ("all_reduce", "ring"): lambda wb, c, s, **kw: hierarchical(wb, c, "all_reduce", s, **kw),
-    ("all_reduce", "hd"): lambda wb, c, s, **kw: hierarchical(wb, c, "all_reduce", s,
-                                                              level1="hd", **kw),
-    ("all_gather", "ring"): lambda wb, c, s, **kw: hierarchical(wb, c, "all_gather", s, **kw),
-    ("all_gather", "hd"): lambda wb, c, s, **kw: hierarchical(wb, c, "all_gather", s,
-                                                              level1="hd", **kw),
-    ("reduce_scatter", "ring"): lambda wb, c, s, **kw: hierarchical(wb, c, "reduce_scatter",
-                                                                    s, **kw),
-    ("reduce_scatter", "hd"): lambda wb, c, s, **kw: hierarchical(wb, c, "reduce_scatter", s,
-                                                                  level1="hd", **kw),
+    **{(kind, level1): Hierarchical(kind, level1)
+       for kind in ("all_reduce", "all_gather", "reduce_scatter") for level1 in ("ring", "hd")},
     ("alltoall", "pairwise"): pairwise_alltoall,
 }
 DEFAULT_ALGORITHM = {"all_reduce": "ring", "all_gather": "ring", "reduce_scatter": "ring",

@@ -24,7 +24,7 @@ def note_fluid_compile(quiet: bool) -> None:
     the first run after an install compiles it once (BENCHMARKS.md, "Cold start")."""
     from icefabric.engine import fluid_kernel
 
-    _note_compile(quiet, "the fluid engine's kernel", fluid_kernel.kernel_cached)
+    _note_compile(quiet, "the fluid engine's kernel", fluid_kernel.kernel_cached, 30)
 
 
 def note_draws_compile(quiet: bool) -> None:
@@ -32,13 +32,16 @@ def note_draws_compile(quiet: bool) -> None:
     (BENCHMARKS.md, "ECMP draws")."""
     from icefabric.engine import batch_kernel
 
-    _note_compile(quiet, "the kernel that runs the draws", batch_kernel.kernel_cached)
+    _note_compile(quiet, "the kernel that runs the draws", batch_kernel.kernel_cached, 20)
 
 
-def _note_compile(quiet: bool, what: str, cached) -> None:
+def _note_compile(quiet: bool, what: str, cached, seconds: int) -> None:
+    """``seconds``: the kernel's first-run compilation, measured with an empty
+    ``NUMBA_CACHE_DIR`` (BENCHMARKS.md: the fluid kernel 27-37 s of CPU depending on the
+    machine's load, the draws kernel ~20 s)."""
     if not quiet and not cached():
-        err_console.print(f"note: compiling {what} once (about 20 s; later runs load it "
-                          "from numba's cache)", highlight=False)
+        err_console.print(f"note: compiling {what} once (about {seconds} s; later runs load "
+                          "it from numba's cache)", highlight=False)
 
 
 #: Without a terminal, a plain progress line at most this often (seconds).

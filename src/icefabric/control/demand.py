@@ -310,10 +310,10 @@ def demand_from_pairs(fabric: Fabric, src_nic, dst_nic, *, rate_bps=None, phase=
 
     Examples
     --------
-    >>> from icefabric.topology.builders import ServerGroup, leaf_spine
+    >>> from icefabric.topology.builders import LeafSpineSpec, ServerGroup, leaf_spine
     >>> from icefabric.topology.catalog import server_profile
     >>> fab = leaf_spine([ServerGroup(server_profile("hgx-h100"), 2, "h")],
-    ...                  servers_per_leaf=1, n_spines=2)
+    ...                  LeafSpineSpec(servers_per_leaf=1, n_spines=2))
     >>> nics = [s.nics[0] for s in fab.servers]
     >>> d = demand_from_pairs(fab, [nics[0]], [nics[1]])
     >>> d.n_qps, float(d.ent_rate_bps[0]) / 1e9

@@ -11,7 +11,7 @@ import dataclasses
 
 import numpy as np
 
-from icefabric.dataplane.ecmp import PROFILES, HashConfig, ecmp_hash, select_member
+from icefabric.dataplane.ecmp import PROFILES, HashConfig, Headers, ecmp_hash, select_member
 from icefabric.topology.model import Fabric
 from icefabric.topology.routing import Routing
 
@@ -53,7 +53,7 @@ def hash_chooser(fabric: Fabric, configs: dict[int, HashConfig], src_ip, dst_ip,
         chosen = np.empty(len(idx), dtype=np.int64)
         for s, a, b in zip(at.tolist(), bounds[:-1], bounds[1:]):
             cfg = configs[s]
-            h = ecmp_hash(cfg, s_ip[a:b], d_ip[a:b], sp[a:b], dport)
+            h = ecmp_hash(cfg, Headers(s_ip[a:b], d_ip[a:b], sp[a:b], dport))
             chosen[a:b] = select_member(cfg, h, nm[a:b])
         member = np.empty(len(idx), dtype=np.int64)
         member[order] = chosen

@@ -1113,11 +1113,11 @@ def leaf_cut_bound(fabric: Fabric, demand: Demand) -> float:
 
     Examples
     --------
-    >>> from icefabric.topology.builders import ServerGroup, leaf_spine
+    >>> from icefabric.topology.builders import LeafSpineSpec, ServerGroup, leaf_spine
     >>> from icefabric.topology.catalog import server_profile
     >>> from icefabric.control.demand import demand_from_pairs
     >>> fab = leaf_spine([ServerGroup(server_profile("hgx-h100"), 4, "h")],
-    ...                  servers_per_leaf=2, n_spines=4, oversub=2.0)
+    ...                  LeafSpineSpec(servers_per_leaf=2, n_spines=4, oversub=2.0))
     >>> src = list(fab.servers[0].nics) + list(fab.servers[1].nics)
     >>> dst = list(fab.servers[2].nics) + list(fab.servers[3].nics)
     >>> leaf_cut_bound(fab, demand_from_pairs(fab, src, dst))  # 2:1 oversubscribed leaf
@@ -1233,12 +1233,12 @@ def plan_paths(fabric: Fabric, routing: Routing, demand: Demand, *, method: str 
 
     Examples
     --------
-    >>> from icefabric.topology.builders import ServerGroup, leaf_spine
+    >>> from icefabric.topology.builders import LeafSpineSpec, ServerGroup, leaf_spine
     >>> from icefabric.topology.catalog import server_profile
     >>> from icefabric.topology.routing import Routing
     >>> from icefabric.control.demand import demand_from_pairs
     >>> fab = leaf_spine([ServerGroup(server_profile("hgx-h100"), 4, "h")],
-    ...                  servers_per_leaf=2, n_spines=4, links_per_spine=4)
+    ...                  LeafSpineSpec(servers_per_leaf=2, n_spines=4, links_per_spine=4))
     >>> src = list(fab.servers[0].nics) + list(fab.servers[1].nics)
     >>> dst = list(fab.servers[2].nics) + list(fab.servers[3].nics)
     >>> a = plan_paths(fab, Routing(fab), demand_from_pairs(fab, src, dst))

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -27,7 +27,7 @@ from icefabric.control.sport import (
     solve_sports_by_probing,
 )
 from icefabric.csr import CsrRows, csr_from_lists, gather
-from icefabric.dataplane.ecmp import HashConfig, ecmp_hash, select_member
+from icefabric.dataplane.ecmp import HashConfig, Headers, ecmp_hash, select_member
 from icefabric.dataplane.roce import ROCE_UDP_DPORT
 from icefabric.topology.model import Fabric
 from icefabric.topology.routing import Routing
@@ -50,13 +50,25 @@ class Realization:
     paths : sequence of ndarray — re-hashed NIC-to-NIC path of every QP (for ``sport =
         -1`` the path of the fallback port ``fallback_sport``), a :class:`CsrRows`.
     ok : ndarray[bool] (Q,) — re-hashed fabric path equals the planned one.
-    meta : dict — mode, probes used, ...
+    mode : {"model", "probe"} — how the ports were found (:class:`RealizeOptions`).
+    probes : int, optional — probes sent (probe mode; ``None`` in model mode).
     """
 
     sport: np.ndarray
     paths: list[np.ndarray]
     ok: np.ndarray
-    meta: dict = field(default_factory=dict)
+    mode: str = "model"
+    probes: int | None = None
+
+    @property
+    def solved(self) -> int:
+        """QPs for which a port was found."""
+        return int((self.sport >= 0).sum())
+
+    @property
+    def verified(self) -> int:
+        """QPs whose re-hashed path is the planned one."""
+        return int(self.ok.sum())
 
 
 def _member_masks(routing: Routing, groups: np.ndarray | None = None
@@ -237,7 +249,8 @@ def _model_chooser(cfg_list, node_cfg, src_ip, dst_ip, sport):
         for c in np.unique(ci[ci >= 0]).tolist():
             m = ci == c
             cfg = cfg_list[c]
-            h = ecmp_hash(cfg, src_ip[idx[m]], dst_ip[idx[m]], sport[idx[m]], ROCE_UDP_DPORT)
+            rows = idx[m]
+            h = ecmp_hash(cfg, Headers(src_ip[rows], dst_ip[rows], sport[rows], ROCE_UDP_DPORT))
             member[m] = select_member(cfg, h, n_members[m])
         return member
     return choose
@@ -374,13 +387,13 @@ def realize_paths(fabric: Fabric, routing: Routing, configs: dict[int, HashConfi
     opts = options or RealizeOptions()
     sn = np.asarray(qps.src_nic, dtype=np.int64)
     dn = np.asarray(qps.dst_nic, dtype=np.int64)
-    meta: dict = {"mode": opts.mode}
+    probes = None
     if opts.mode == "model":
         sport = _model_sports(fabric, routing, configs, QpPaths(sn, dn, qps.paths), opts)
     elif opts.mode == "probe":
         prober = _prober(fabric, routing, configs, opts.loss_prob, opts.seed)
         sport = _probe_sports(fabric, routing, prober, QpPaths(sn, dn, qps.paths), opts)
-        meta["probes"] = int(prober.n_probes)
+        probes = int(prober.n_probes)
     else:
         raise ValueError(f"mode must be 'model' or 'probe', not {opts.mode!r}")
     use = sport.copy()
@@ -390,10 +403,7 @@ def realize_paths(fabric: Fabric, routing: Routing, configs: dict[int, HashConfi
     use[bad] = 0xC000 + (np.flatnonzero(bad) % 0x4000)
     gp, gf = rehash_csr(fabric, routing, configs, sn, dn, use)
     ok = same_paths(inner_csr(gp, gf), qps.paths) & (sport >= 0)
-    got = csr_split(gp, gf)
-    meta["solved"] = int((sport >= 0).sum())
-    meta["verified"] = int(ok.sum())
-    return Realization(sport, got, ok, meta)
+    return Realization(sport, csr_split(gp, gf), ok, opts.mode, probes)
 
 
 def _model_sports(fabric: Fabric, routing: Routing, configs: dict[int, HashConfig],

@@ -39,9 +39,11 @@ from typing import NamedTuple, Protocol, runtime_checkable
 
 import numpy as np
 
+from icefabric.control.errors import ControlError
 from icefabric.csr import dense_ids
 from icefabric.dataplane.ecmp import (
     HashConfig,
+    Headers,
     base_hash,
     ecmp_hash,
     ecmp_select,
@@ -71,6 +73,9 @@ __all__ = [
 _PORT_SPACE = 1 << 16
 _MAX_KEY_BITS = 62  # combined index key must fit an int64/uint64 comfortably
 _MAX_CHUNK = 4096
+#: ECMP decisions a probed path may take (a Clos path takes a few, one per hop up; more
+#: means the routing has a loop)
+MAX_DECISIONS = 64
 
 
 # =========================================================================== model mode
@@ -231,8 +236,9 @@ def _base_matrix(configs: Sequence[HashConfig], d: _Decisions, usable: np.ndarra
         r = np.flatnonzero(gid == g)
         q = qs[r]
         dq = None if d.dqpn is None else d.dqpn[q]
-        base[q, ds[r]] = base_hash(rep_cfg[int(g)], d.sip[q], d.dip[q], d.dport, d.proto,
-                                   dq, seed=seeds[cfgs[r]])
+        base[q, ds[r]] = base_hash(rep_cfg[int(g)],
+                                   Headers(d.sip[q], d.dip[q], 0, d.dport, d.proto, dq),
+                                   seed=seeds[cfgs[r]])
     return base
 
 
@@ -605,8 +611,9 @@ def path_members(configs: Sequence[HashConfig], chains: QpChains, sport: object
     n = _per_decision(chains.n_members, cfg.shape)
     rep = lambda a: np.repeat(np.broadcast_to(np.asarray(a), (q,)), dd)  # noqa: E731
     dqpn = None if chains.dqpn is None else rep(chains.dqpn)
-    members = ecmp_select(configs, cfg.ravel(), n.ravel(), rep(chains.src_ip),
-                          rep(chains.dst_ip), rep(sport), chains.dport, chains.proto, dqpn)
+    members = ecmp_select(configs, cfg.ravel(), n.ravel(),
+                          Headers(rep(chains.src_ip), rep(chains.dst_ip), rep(sport),
+                                  chains.dport, chains.proto, dqpn))
     return members.reshape(q, dd)
 
 
@@ -679,11 +686,14 @@ class HashModelProber:
         self.configs[switch] = self.configs[switch].with_seed(new_seed)
 
     def paths(self, src_ip: int, dst_ip: int, sports: np.ndarray) -> list[Path]:
-        """Loss-free ground-truth paths (member sequences) of the given ports."""
+        """Loss-free ground-truth paths (member sequences) of the given ports.
+
+        Raises :class:`ControlError` when ``next_decision`` still has a decision after
+        :data:`MAX_DECISIONS` (a routing loop in the routing it describes)."""
         sp = np.asarray(sports, dtype=np.int64).ravel()
         result: list[Path] = [()] * sp.shape[0]
         groups: dict[Path, np.ndarray] = {(): np.arange(sp.shape[0])}
-        for _ in range(64):
+        for _ in range(MAX_DECISIONS):
             if not groups:
                 break
             nxt: dict[Path, np.ndarray] = {}
@@ -695,13 +705,15 @@ class HashModelProber:
                     continue
                 sw, n = dec
                 cfg = self.configs[sw]
-                m = select_member(cfg, ecmp_hash(cfg, src_ip, dst_ip, sp[idx], self.dport,
-                                                 self.proto), n)
+                pkt = Headers(src_ip, dst_ip, sp[idx], self.dport, self.proto)
+                m = select_member(cfg, ecmp_hash(cfg, pkt), n)
                 for u in np.unique(m).tolist():
                     nxt[prefix + (int(u),)] = idx[m == u]
             groups = nxt
         else:
-            raise RuntimeError("path deeper than 64 decisions; routing loop?")
+            raise ControlError(f"a path from {src_ip} to {dst_ip} takes more than "
+                               f"{MAX_DECISIONS} ECMP decisions: the routing that "
+                               f"next_decision describes has a loop")
         return result
 
     def probe(self, src_ip: int, dst_ip: int, sports: np.ndarray) -> list[Path | None]:

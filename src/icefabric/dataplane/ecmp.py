@@ -44,6 +44,7 @@ import dataclasses
 import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -57,6 +58,7 @@ __all__ = [
     "TIER_OFFSETS",
     "ROCEV2_5TUPLE_DQPN",
     "HashConfig",
+    "Headers",
     "base_hash",
     "build_key",
     "configs_fields_need_dqpn",
@@ -309,6 +311,27 @@ def _crc32_table() -> np.ndarray:
 # --------------------------------------------------------------------------- keys
 
 
+class Headers(NamedTuple):
+    """The header fields a switch may hash, of one packet or of many (scalars or 1-D
+    arrays, broadcast to one length).
+
+    Attributes
+    ----------
+    src_ip, dst_ip : int or array of uint32 — IPv4 addresses as integers.
+    sport, dport : int or array — UDP ports (RoCEv2 destination port 4791).
+    proto : int or array — IP protocol (17 = UDP).
+    dqpn : int, array or None — BTH destination QP (24 bits), hashed only if
+        ``"bth_dqpn"`` is in the config's fields (absent: zero).
+    """
+
+    src_ip: object
+    dst_ip: object
+    sport: object
+    dport: object = 4791
+    proto: object = 17
+    dqpn: object = None
+
+
 def _as_u64(x: object, n: int) -> np.ndarray:
     a = np.asarray(x)
     if a.dtype.kind == "i" and a.size and int(a.min()) < 0:
@@ -316,16 +339,7 @@ def _as_u64(x: object, n: int) -> np.ndarray:
     return np.broadcast_to(a.astype(np.uint64, copy=False), (n,))
 
 
-def build_key(
-    cfg: HashConfig,
-    src_ip: object,
-    dst_ip: object,
-    sport: object,
-    dport: object = 4791,
-    proto: object = 17,
-    dqpn: object = None,
-    seed: object = None,
-) -> np.ndarray:
+def build_key(cfg: HashConfig, pkt: Headers, seed: object = None) -> np.ndarray:
     """Hash key bytes of many packets as an ``(n, k)`` uint8 array.
 
     Layout: ``seed`` (``cfg.seed_bytes`` bytes, big-endian) followed by ``cfg.fields``
@@ -334,6 +348,7 @@ def build_key(
     (scalar or per-packet array) overrides ``cfg.seed``, which lets packets of many
     switches that differ only by seed be hashed in one call.
     """
+    src_ip, dst_ip, sport, dport, proto, dqpn = pkt
     seed_v = cfg.seed if seed is None else seed
     values = {"sip": src_ip, "dip": dst_ip, "proto": proto, "sport": sport, "dport": dport,
               "bth_dqpn": 0 if dqpn is None else dqpn, "seed": seed_v}
@@ -397,30 +412,15 @@ def _hash_key_columns(cfg: HashConfig, key: np.ndarray) -> np.ndarray:
     return _rotr16(h.astype(np.uint32), cfg.offset)
 
 
-def ecmp_hash(
-    cfg: HashConfig,
-    src_ip: object,
-    dst_ip: object,
-    sport: object,
-    dport: object = 4791,
-    proto: object = 17,
-    dqpn: object = None,
-    seed: object = None,
-) -> np.ndarray:
+def ecmp_hash(cfg: HashConfig, pkt: Headers, seed: object = None) -> np.ndarray:
     """16-bit ECMP hash of many packets (vectorised).
 
     Parameters
     ----------
     cfg : HashConfig
         Switch hash model.
-    src_ip, dst_ip : int or array of uint32
-        IPv4 addresses as integers.
-    sport, dport : int or array
-        UDP ports (RoCEv2 destination port 4791).
-    proto : int or array
-        IP protocol (17 = UDP).
-    dqpn : int, array or None
-        BTH destination QP (24 bits), used only if ``"bth_dqpn"`` is in ``cfg.fields``.
+    pkt : Headers
+        The packets' header fields.
     seed : int, array or None
         Overrides ``cfg.seed`` (per packet if an array).
 
@@ -434,24 +434,16 @@ def ecmp_hash(
     Builds the ``(n, k)`` key byte matrix and runs a 256-entry table-driven CRC
     column by column, so the Python loop is over the k key bytes only.
     """
-    key = build_key(cfg, src_ip, dst_ip, sport, dport, proto, dqpn, seed)
-    return _hash_key_columns(cfg, key)
+    return _hash_key_columns(cfg, build_key(cfg, pkt, seed))
 
 
-def base_hash(
-    cfg: HashConfig,
-    src_ip: object,
-    dst_ip: object,
-    dport: object = 4791,
-    proto: object = 17,
-    dqpn: object = None,
-    seed: object = None,
-) -> np.ndarray:
-    """Hash of the flow with source port 0.
+def base_hash(cfg: HashConfig, pkt: Headers, seed: object = None) -> np.ndarray:
+    """Hash of the flow with source port 0 (``pkt.sport`` is not read).
 
-    ``ecmp_hash(cfg, sip, dip, s) == base_hash(cfg, sip, dip) ^ sport_xor_table(cfg)[s]``.
+    ``ecmp_hash(cfg, Headers(sip, dip, s)) == base_hash(cfg, Headers(sip, dip, 0)) ^
+    sport_xor_table(cfg)[s]``.
     """
-    return ecmp_hash(cfg, src_ip, dst_ip, 0, dport, proto, dqpn, seed)
+    return ecmp_hash(cfg, pkt._replace(sport=0), seed)
 
 
 @functools.lru_cache(maxsize=64)
@@ -460,7 +452,8 @@ def _sport_xor_table_cached(lin: HashConfig) -> np.ndarray:
     if "sport" not in lin.fields:
         t = np.zeros(1 << 16, dtype=np.uint32)
     else:
-        t = ecmp_hash(lin, 0, 0, sports, 0, 0, 0) ^ ecmp_hash(lin, 0, 0, 0, 0, 0, 0)
+        zero = Headers(0, 0, 0, 0, 0, 0)
+        t = ecmp_hash(lin, zero._replace(sport=sports)) ^ ecmp_hash(lin, zero)
     t.setflags(write=False)
     return t
 
@@ -539,22 +532,16 @@ def _crc16_bitwise(data: bytes, poly: int, init: int) -> int:
     return crc
 
 
-def ecmp_hash_scalar(
-    cfg: HashConfig,
-    src_ip: int,
-    dst_ip: int,
-    sport: int,
-    dport: int = 4791,
-    proto: int = 17,
-    dqpn: int | None = None,
-) -> int:
-    """Bitwise reference of :func:`ecmp_hash` for one packet (slow; for tests).
+def ecmp_hash_scalar(cfg: HashConfig, pkt: Headers) -> int:
+    """Bitwise reference of :func:`ecmp_hash` for one packet (integer fields; slow; for
+    tests).
 
     Follows the minimal model of the domain facts (§3.5): bitwise MSB-first CRC16,
     ``zlib.crc32`` for the CRC-32 variants, 16-bit XOR fold, rotate right by offset.
     """
     import zlib
 
+    src_ip, dst_ip, sport, dport, proto, dqpn = pkt
     values = {"sip": src_ip, "dip": dst_ip, "proto": proto, "sport": sport, "dport": dport,
               "bth_dqpn": dqpn or 0}
     if cfg.symmetric:
@@ -585,17 +572,8 @@ def configs_fields_need_dqpn(configs: Sequence[HashConfig]) -> bool:
     return any("bth_dqpn" in c.fields for c in configs)
 
 
-def ecmp_select(
-    configs: Sequence[HashConfig],
-    cfg_index: object,
-    n_members: object,
-    src_ip: object,
-    dst_ip: object,
-    sport: object,
-    dport: object = 4791,
-    proto: object = 17,
-    dqpn: object = None,
-) -> np.ndarray:
+def ecmp_select(configs: Sequence[HashConfig], cfg_index: object, n_members: object,
+                pkt: Headers) -> np.ndarray:
     """Member chosen for each packet at its own switch (one hash per row).
 
     The building block for walking flows through a fabric depth by depth: at each
@@ -610,8 +588,8 @@ def ecmp_select(
         Switch of each packet; ``-1`` = no decision (result ``-1``).
     n_members : int or array of int, shape (n,)
         ECMP group size at that switch.
-    src_ip, dst_ip, sport, dport, proto, dqpn
-        Packet fields as in :func:`ecmp_hash` (broadcast to ``n``).
+    pkt : Headers
+        The packets' header fields (broadcast to ``n``).
 
     Returns
     -------
@@ -622,18 +600,11 @@ def ecmp_select(
     n = ci.shape[0]
     out = np.full(n, -1, dtype=np.int64)
     nm = np.broadcast_to(np.asarray(n_members, dtype=np.int64), (n,))
-    cols = {
-        "sip": np.broadcast_to(np.asarray(src_ip), (n,)),
-        "dip": np.broadcast_to(np.asarray(dst_ip), (n,)),
-        "sport": np.broadcast_to(np.asarray(sport), (n,)),
-        "dport": np.broadcast_to(np.asarray(dport), (n,)),
-        "proto": np.broadcast_to(np.asarray(proto), (n,)),
-        "dqpn": np.broadcast_to(np.asarray(0 if dqpn is None else dqpn), (n,)),
-    }
+    cols = Headers(*(np.broadcast_to(np.asarray(v), (n,))
+                     for v in pkt._replace(dqpn=0 if pkt.dqpn is None else pkt.dqpn)))
     for c in np.unique(ci[ci >= 0]):
         rows = np.flatnonzero(ci == c)
         cfg = configs[int(c)]
-        h = ecmp_hash(cfg, cols["sip"][rows], cols["dip"][rows], cols["sport"][rows],
-                      cols["dport"][rows], cols["proto"][rows], cols["dqpn"][rows])
+        h = ecmp_hash(cfg, Headers(*(v[rows] for v in cols)))
         out[rows] = select_member(cfg, h, nm[rows])
     return out

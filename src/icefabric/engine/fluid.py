@@ -84,6 +84,7 @@ from icefabric.engine import fluid_kernel as fk
 from icefabric.engine.problem import LINK_INTRA, EngineError, SimProblem
 from icefabric.engine.registry import register_engine
 from icefabric.engine.result import CollectiveResult, SimResult
+from icefabric.topology.model import reverse_links
 
 _BYTES_PER_NS = 8e9  # bits/s -> bytes/ns
 _FB_BW = 250.0  # ns per bucket of the CNP feedback delay line
@@ -282,8 +283,8 @@ class FluidSim:
         self.es_state = EndSideState.initial(K) if cfg.endside is not None else None
         self.endside_fallbacks = 0
         self.rng = np.random.default_rng(cfg.seed)
-        # reverse direction of every link (ACK path); -1 when the cable is simplex
-        self.rev = _reverse_links(problem.link_src, problem.link_dst)
+        # the other direction of every link's cable (its ACK path); -1 when simplex
+        self.rev = reverse_links(problem.link_src, problem.link_dst)
         self.ack_ratio = cfg.ack_bytes / max(cfg.packet_bytes * cfg.wire_overhead, 1.0)
         self.ack_queue = cfg.ack_queueing
         self.fb_lat = self._feedback_latency(self.routes)
@@ -636,19 +637,6 @@ class FluidSim:
                   "endside_fallbacks": self.endside_fallbacks,
                   "wire_overhead": cfg.wire_overhead,
                   "unfinished_flows": int(np.sum(fin_ns < 0))})
-
-
-def _reverse_links(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    """The link from ``dst`` back to ``src`` of every link (the last such link when cables
-    are parallel), -1 when there is none."""
-    n = int(max(src.max(initial=0), dst.max(initial=0))) + 1
-    key = src.astype(np.int64) * n + dst
-    order = np.argsort(key, kind="stable")
-    ks = key[order]
-    back = dst.astype(np.int64) * n + src
-    pos = np.searchsorted(ks, back, side="right") - 1  # the last of equal keys
-    ok = (pos >= 0) & (ks[np.maximum(pos, 0)] == back)
-    return np.where(ok, order[np.maximum(pos, 0)], -1).astype(np.int64)
 
 
 def _banks(layout: dict[str, list[str]], cols: dict, width: int) -> dict:

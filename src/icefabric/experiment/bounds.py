@@ -45,14 +45,14 @@ def collective_cut_ns(fabric: Fabric, workload: Workload) -> dict[str, int]:
 
     Examples
     --------
-    >>> from icefabric.topology.builders import ServerGroup, leaf_spine
+    >>> from icefabric.topology.builders import LeafSpineSpec, ServerGroup, leaf_spine
     >>> from icefabric.topology.catalog import server_profile
     >>> from icefabric.ccl.communicator import Communicator
     >>> from icefabric.ccl.collectives import add_collective
     >>> from icefabric.ccl.workload import WorkloadBuilder
     >>> from icefabric.topology.model import ACCEL
     >>> fab = leaf_spine([ServerGroup(server_profile("hgx-h100"), 2, "h")],
-    ...                  servers_per_leaf=1, n_spines=4, oversub=2.0)
+    ...                  LeafSpineSpec(servers_per_leaf=1, n_spines=4, oversub=2.0))
     >>> wb = WorkloadBuilder()
     >>> comm = Communicator("job", fab, fab.nodes_of_kind(ACCEL))
     >>> _ = add_collective(wb, comm, "alltoall", 2**30)

@@ -147,9 +147,12 @@ class IcePolicy(Policy):
             rounds += 1
         sport = np.where(r.sport >= 0, r.sport, ctx.workload.sports())
         meta = {"method": a.method, "planned_max_util": a.max_util,
-                "sport_mode": self.sport_mode, "verified": int(r.ok.sum()),
+                "sport_mode": self.sport_mode, "verified": r.verified,
                 "n_qps": d.n_qps, "verified_frac": float(r.ok.mean()) if d.n_qps else 1.0,
-                "port_rounds": rounds, "planned_paths": paths, **r.meta}
+                "port_rounds": rounds, "planned_paths": paths, "mode": r.mode}
+        if r.probes is not None:
+            meta["probes"] = r.probes
+        meta["solved"] = r.solved
         self._last = (ctx.workload, rt, d)
         backup = None
         if self.backup:
@@ -165,7 +168,8 @@ class IcePolicy(Policy):
         alt = list(paths)
         order = np.argsort(cands.pair, kind="stable")
         bounds = np.flatnonzero(np.diff(cands.pair[order])) + 1
-        for qs in np.split(order, bounds):  # the QPs of one (source leaf, dest leaf) pair
+        groups = np.split(order, bounds) if len(order) else []  # split([]) is one empty
+        for qs in groups:  # the QPs of one (source leaf, dest leaf) pair
             c = cands.of(int(qs[0]))
             if c.shape[1] == 0 or c.shape[0] < 2:
                 continue

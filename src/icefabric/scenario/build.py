@@ -41,10 +41,10 @@ def build_fabric(ls: LoadedScenario) -> Fabric:
         if getattr(fs, key) not in SWITCHES:
             raise ls.error(("fabric", key), f"unknown switch profile {getattr(fs, key)!r}; "
                            f"known: {', '.join(sorted(SWITCHES))}")
-    common = dict(hash_seeds=fs.hash_seeds, host_delay_ns=fs.host_delay_ns,
-                  fabric_delay_ns=fs.fabric_delay_ns, seed=scn.seed, name=scn.name,
-                  placement=fs.placement)
-    fabric = _build_topology(ls, groups, common)
+    options = builders.BuildOptions(name=scn.name, seed=scn.seed, hash_seeds=fs.hash_seeds,
+                                    host_delay_ns=fs.host_delay_ns,
+                                    fabric_delay_ns=fs.fabric_delay_ns, placement=fs.placement)
+    fabric = _build_topology(ls, groups, options)
     profiles = fs.hash_profiles
     if isinstance(profiles, str):
         profiles = dict.fromkeys(ROLES, profiles)
@@ -74,21 +74,22 @@ def with_hash_profiles(fabric: Fabric, profiles: dict[str, str], seed: int) -> F
                    node_hash_seed=hseed, node_hash_offset=hoff)
 
 
-def _build_topology(ls: LoadedScenario, groups: list[ServerGroup], common: dict) -> Fabric:
+def _build_topology(ls: LoadedScenario, groups: list[ServerGroup],
+                    options: builders.BuildOptions) -> Fabric:
     fs = ls.scenario.fabric
     try:
         if fs.kind in ("leaf-spine", "rail-optimized"):
-            return builders.leaf_spine(
-                groups, servers_per_leaf=fs.servers_per_leaf, n_spines=fs.spines,
-                oversub=fs.oversub, links_per_spine=fs.links_per_spine,
-                rail_optimized=fs.kind == "rail-optimized", separate_pools=fs.separate_pools,
-                leaf=fs.leaf_switch, spine=fs.spine_switch, **common)
+            return builders.leaf_spine(groups, builders.LeafSpineSpec(
+                servers_per_leaf=fs.servers_per_leaf, n_spines=fs.spines, oversub=fs.oversub,
+                links_per_spine=fs.links_per_spine, rail_optimized=fs.kind == "rail-optimized",
+                separate_pools=fs.separate_pools, leaf=fs.leaf_switch, spine=fs.spine_switch),
+                options)
         spec = builders.FatTreeSpec(
             pods=fs.pods, leaves_per_pod=fs.leaves_per_pod, aggs_per_pod=fs.aggs_per_pod,
             n_cores=fs.cores, servers_per_leaf=fs.servers_per_leaf, oversub=fs.oversub,
             core_oversub=fs.core_oversub, leaf=fs.leaf_switch, agg=fs.spine_switch,
             core=fs.core_switch)
-        return builders.fat_tree(groups, spec, builders.BuildOptions(**common))
+        return builders.fat_tree(groups, spec, options)
     except TopologyError as e:
         raise ls.error(("fabric",), str(e)) from None
 

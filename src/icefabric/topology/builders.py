@@ -8,7 +8,7 @@ always give the same fabric.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -183,83 +183,6 @@ def _place(groups, servers_per_leaf: int, separate_pools: bool,
     return slots
 
 
-def leaf_spine(groups: list[ServerGroup], *, servers_per_leaf: int, n_spines: int,
-               oversub: float = 1.0, links_per_spine: int = 1, rail_optimized: bool = False,
-               separate_pools: bool = True, placement: str = "packed",
-               leaf: SwitchProfile | str = "tomahawk5-128x400",
-               spine: SwitchProfile | str = "tomahawk5-128x400", hash_seeds: str = "sonic",
-               host_delay_ns: int = 500, fabric_delay_ns: int = 500, seed: int = 0,
-               name: str = "leaf-spine") -> Fabric:
-    """Two-tier leaf-spine (folded Clos).
-
-    Parameters
-    ----------
-    groups : list of ServerGroup — server pools, placed in order.
-    servers_per_leaf : int — servers under one leaf (or, rail-optimized, under one rail group).
-    n_spines : int — spine switches; every leaf has ``links_per_spine`` uplinks to each.
-    oversub : float — leaf downlink / uplink capacity ratio (1.0 = non-blocking). Each leaf's
-        uplink capacity is its NIC capacity divided by ``oversub``, spread evenly over its
-        uplinks, so heterogeneous pools keep the same ratio.
-    rail_optimized : bool — NIC ``i`` of every server in a group connects to rail leaf ``i``
-        of that group (NVIDIA rail-optimized design, domain-facts §8.2).
-    separate_pools : bool — each pool starts on a fresh leaf (pools under their own leaves).
-    hash_seeds : {"sonic", "random", "zero"} — per-switch ECMP seed policy.
-
-    Raises
-    ------
-    TopologyError — when ports do not fit a switch radix or counts are invalid.
-    """
-    if n_spines < 1 or links_per_spine < 1:
-        raise TopologyError("n_spines and links_per_spine must be >= 1")
-    if oversub <= 0:
-        raise TopologyError("oversub must be positive")
-    leaf_p = switch_profile(leaf) if isinstance(leaf, str) else leaf
-    spine_p = switch_profile(spine) if isinstance(spine, str) else spine
-    b = _Builder(name, seed, hash_seeds, host_delay_ns, fabric_delay_ns)
-    entries = _expand_groups(groups)
-    servers = [b.add_server(n, p, pool) for n, p, pool in entries]
-    slots = _place(groups, servers_per_leaf, separate_pools, placement)
-    spines = [b.node(f"spine{i}", SPINE, index=i, sw=spine_p) for i in range(n_spines)]
-    n_up = n_spines * links_per_spine
-    leaves = []
-    for slot in slots:
-        rails = servers[slot[0]].profile.n_nics if rail_optimized else 1
-        if len({servers[s].profile.n_nics for s in slot}) > 1 and rail_optimized:
-            raise TopologyError("rail-optimized leaves need servers with equal NIC counts")
-        group_leaves = [b.node(f"leaf{len(leaves) + r}", LEAF, index=len(leaves) + r,
-                               sw=leaf_p) for r in range(rails)]
-        leaves += group_leaves
-        down_bps = np.zeros(rails)
-        down_ports = np.zeros(rails, dtype=int)
-        for s in slot:
-            srv = servers[s]
-            for j, nic in enumerate(srv.nics):
-                r = j if rail_optimized else 0
-                b.duplex(nic, group_leaves[r], srv.profile.nic_bps, host_delay_ns, LINK_HOST)
-                down_bps[r] += srv.profile.nic_bps
-                down_ports[r] += 1
-        for r, lf in enumerate(group_leaves):
-            if down_ports[r] + n_up > leaf_p.radix:
-                raise TopologyError(
-                    f"leaf {b.names[lf]} needs {down_ports[r]} server ports + {n_up} uplinks "
-                    f"> radix {leaf_p.radix} of {leaf_p.name}; lower servers_per_leaf or spines")
-            up_bps = down_bps[r] / oversub / n_up
-            for sp in spines:
-                for _ in range(links_per_spine):
-                    b.duplex(lf, sp, up_bps, fabric_delay_ns, LINK_FABRIC)
-    if len(leaves) * links_per_spine > spine_p.radix:
-        raise TopologyError(f"{len(leaves)} leaves x {links_per_spine} links exceed spine "
-                            f"radix {spine_p.radix} of {spine_p.name}")
-    return b.build({"builder": "leaf_spine", "leaves": len(leaves), "spines": n_spines,
-                    "oversub": oversub, "rail_optimized": rail_optimized})
-
-
-def rail_optimized(groups: list[ServerGroup], **kw) -> Fabric:
-    """Rail-optimized leaf-spine: NIC ``i`` of every server on rail leaf ``i``."""
-    kw.setdefault("name", "rail-optimized")
-    return leaf_spine(groups, rail_optimized=True, **kw)
-
-
 @dataclass(frozen=True)
 class BuildOptions:
     """What a builder takes besides the fabric's shape.
@@ -279,6 +202,103 @@ class BuildOptions:
     host_delay_ns: int = 500
     fabric_delay_ns: int = 500
     placement: str = "packed"
+
+
+@dataclass(frozen=True)
+class LeafSpineSpec:
+    """The shape of a :func:`leaf_spine` and its switches.
+
+    Attributes
+    ----------
+    servers_per_leaf : int — servers under one leaf (or, rail-optimized, under one rail group).
+    n_spines : int — spine switches; every leaf has ``links_per_spine`` uplinks to each.
+    oversub : float — leaf downlink / uplink capacity ratio (1.0 = non-blocking). Each leaf's
+        uplink capacity is its NIC capacity divided by ``oversub``, spread evenly over its
+        uplinks, so heterogeneous pools keep the same ratio.
+    links_per_spine : int — parallel cables from every leaf to each spine.
+    rail_optimized : bool — NIC ``i`` of every server in a group connects to rail leaf ``i``
+        of that group (NVIDIA rail-optimized design, domain-facts §8.2).
+    separate_pools : bool — each pool starts on a fresh leaf (pools under their own leaves).
+    leaf, spine : SwitchProfile or catalog name
+    """
+
+    servers_per_leaf: int
+    n_spines: int
+    oversub: float = 1.0
+    links_per_spine: int = 1
+    rail_optimized: bool = False
+    separate_pools: bool = True
+    leaf: SwitchProfile | str = "tomahawk5-128x400"
+    spine: SwitchProfile | str = "tomahawk5-128x400"
+
+
+def leaf_spine(groups: list[ServerGroup], spec: LeafSpineSpec,
+               options: BuildOptions | None = None) -> Fabric:
+    """Two-tier leaf-spine (folded Clos) of ``spec``'s shape; ``groups`` are the server
+    pools, placed in order (``options.placement``).
+
+    Raises
+    ------
+    TopologyError — when ports do not fit a switch radix or counts are invalid.
+    """
+    t = spec
+    o = options or BuildOptions()
+    if t.n_spines < 1 or t.links_per_spine < 1:
+        raise TopologyError("n_spines and links_per_spine must be >= 1")
+    if t.oversub <= 0:
+        raise TopologyError("oversub must be positive")
+    leaf_p, spine_p = (switch_profile(x) if isinstance(x, str) else x for x in (t.leaf, t.spine))
+    b = _Builder(o.name or "leaf-spine", o.seed, o.hash_seeds, o.host_delay_ns,
+                 o.fabric_delay_ns)
+    servers = [b.add_server(n, p, pool) for n, p, pool in _expand_groups(groups)]
+    slots = _place(groups, t.servers_per_leaf, t.separate_pools, o.placement)
+    spines = [b.node(f"spine{i}", SPINE, index=i, sw=spine_p) for i in range(t.n_spines)]
+    n_leaves = 0
+    for slot in slots:
+        n_leaves += _leaf_group(b, [servers[s] for s in slot], spines, t, leaf_p, n_leaves)
+    if n_leaves * t.links_per_spine > spine_p.radix:
+        raise TopologyError(f"{n_leaves} leaves x {t.links_per_spine} links exceed spine "
+                            f"radix {spine_p.radix} of {spine_p.name}")
+    return b.build({"builder": "leaf_spine", "leaves": n_leaves, "spines": t.n_spines,
+                    "oversub": t.oversub, "rail_optimized": t.rail_optimized})
+
+
+def _leaf_group(b: _Builder, slot: list[Server], spines: list[int], t: LeafSpineSpec,
+                leaf_p: SwitchProfile, first: int) -> int:
+    """The leaves of one slot of :func:`leaf_spine` (one, or one per rail), numbered from
+    ``first``, cabled to their servers and to every spine; returns how many."""
+    rails = slot[0].profile.n_nics if t.rail_optimized else 1
+    if t.rail_optimized and len({srv.profile.n_nics for srv in slot}) > 1:
+        raise TopologyError("rail-optimized leaves need servers with equal NIC counts")
+    leaves = [b.node(f"leaf{first + r}", LEAF, index=first + r, sw=leaf_p)
+              for r in range(rails)]
+    down_bps = np.zeros(rails)
+    down_ports = np.zeros(rails, dtype=int)
+    for srv in slot:
+        for j, nic in enumerate(srv.nics):
+            r = j if t.rail_optimized else 0
+            b.duplex(nic, leaves[r], srv.profile.nic_bps, b.host_delay_ns, LINK_HOST)
+            down_bps[r] += srv.profile.nic_bps
+            down_ports[r] += 1
+    n_up = t.n_spines * t.links_per_spine
+    for r, lf in enumerate(leaves):
+        if down_ports[r] + n_up > leaf_p.radix:
+            raise TopologyError(
+                f"leaf {b.names[lf]} needs {down_ports[r]} server ports + {n_up} uplinks "
+                f"> radix {leaf_p.radix} of {leaf_p.name}; lower servers_per_leaf or spines")
+        up_bps = down_bps[r] / t.oversub / n_up
+        for sp in spines:
+            for _ in range(t.links_per_spine):
+                b.duplex(lf, sp, up_bps, b.fabric_delay_ns, LINK_FABRIC)
+    return rails
+
+
+def rail_optimized(groups: list[ServerGroup], spec: LeafSpineSpec,
+                   options: BuildOptions | None = None) -> Fabric:
+    """Rail-optimized leaf-spine: NIC ``i`` of every server on rail leaf ``i``."""
+    o = options or BuildOptions()
+    return leaf_spine(groups, replace(spec, rail_optimized=True),
+                      replace(o, name=o.name or "rail-optimized"))
 
 
 @dataclass(frozen=True)

@@ -524,7 +524,7 @@ def rebuild(net, st) -> None:
 # --------------------------------------------------------------------------------------
 
 
-@step_fn
+@inline_fn
 def _service(ws) -> None:
     """Link service rates: capacity less the ACKs of last step's deliveries, and PFC."""
     st_si = ws.si
@@ -553,8 +553,9 @@ def _service(ws) -> None:
 
 @step_fn
 def _allocate(ws, t, dt) -> None:
-    """Demands and NIC shares of the running routes over the step ``[t, t + dt]``, then
-    each flow's rate ``a_rf`` (its mean over the step).
+    """The links' service rates (:func:`_service`), then the demands and NIC shares of the
+    running routes over the step ``[t, t + dt]`` and each flow's rate ``a_rf`` (its mean
+    over the step).
 
     A flow starts and stops injecting inside the step at its own time: its demand is its
     rate limit (:func:`_limit`) times the part of the step it is active, and at most its
@@ -566,6 +567,7 @@ def _allocate(ws, t, dt) -> None:
     :func:`_free_share`). ``I_ENDS``: the remaining bytes of some flow bound its demand
     (it ends inside the step).
     """
+    _service(ws)
     st_si = ws.si
     stf = ws.f
     sti = ws.i
@@ -1024,7 +1026,7 @@ def _red(ws, li, q) -> float:
     return min(max((q - kmin) / span, 0.0), 1.0) * ntf[N_PMAX, li]
 
 
-@step_fn
+@inline_fn
 def _marks(ws, fb, t_new, dt) -> bool:
     """ECN marks of this step into the CNP delay line; returns whether any was made.
 
@@ -1146,10 +1148,13 @@ def _grow_line(ws, fb, cur_b, need) -> int:
 
 
 @step_fn
-def _cnps(ws, fb, t_new, dt, rng) -> None:
+def _cnps(ws, fb, t_new, dt, rng) -> bool:
     """Collect the CNPs due now, draw which QPs see one, and run DCQCN on every QP (only
     the routes ECN can mark, ``a_cc``: the others' state never changes), in one pass over
-    them (each QP's draw, CNP filter and update touch its own state only).
+    them (each QP's draw, CNP filter and update touch its own state only); then this
+    step's marks (:func:`_marks`, after the collection freed the slots it writes to;
+    nothing queues at the end of a step that passed every arrival through). Returns
+    whether a mark was made. (One call, not two: a call passes ~90 words.)
 
     A draw per QP with CNPs due (in route order): one without cannot see one, so the stream
     does not depend on which other routes are running. A CNP within the CNP interval of the
@@ -1176,6 +1181,7 @@ def _cnps(ws, fb, t_new, dt, rng) -> None:
         dcqcn_update_qp(st_cc, k, cnp, t_new, dq, stf[S_A_X, r] * dt)
         if cnp:
             stf[S_ES_CNPS, k] += 1
+    return ws.si[I_PASS] == 0 and _marks(ws, fb, t_new, dt)
 
 
 @inline_fn
@@ -1683,15 +1689,12 @@ def _advance(net, st, rng) -> int:
             _start_due(net, st, t, t + dt)  # flows that start inside the step
             if si[I_REBUILD]:
                 rebuild(net, st)
-        _service(ws)
         _allocate(ws, t, dt)
         ddep = _sweep(ws, dt)
         t_new = t + dt
         any_marks = False
         if cfg[C_DCQCN] > 0:
-            _cnps(ws, fb, t_new, dt, rng)  # first: frees the slots _marks writes to
-            # (nothing queued at the end of a step that passed every arrival through)
-            any_marks = si[I_PASS] == 0 and _marks(ws, fb, t_new, dt)
+            any_marks = _cnps(ws, fb, t_new, dt, rng)
             if cfg[C_ES_ON] > 0 and t_new >= sf[F_ES_NEXT]:
                 si[I_ES_DUE] = 1
         if cfg[C_PFC_ON] > 0 and (si[I_HAS_USE] == 0 or si[I_NREG] > 0

@@ -839,17 +839,18 @@ def _sweep_level(ws, dt, lo, hi) -> float:
         ws.si[I_PASS] = 0
     qmax = 0.0
     for i in range(lo, hi):
-        ddep, qs = _serve_link(stf, sti, views, dt, i, passthru, ddep)
+        d, qs = _serve_link(stf, sti, views, dt, i, passthru)
+        ddep = max(ddep, d)
         qmax = max(qmax, qs)
     ws.sf[F_QMAX] = max(ws.sf[F_QMAX], qmax)  # (once: a store per link slowed the loop)
     return ddep
 
 
 @inline_fn
-def _serve_link(stf, sti, views, dt, i, passthru, ddep):
+def _serve_link(stf, sti, views, dt, i, passthru) -> tuple[float, float]:
     """Link ``lk_link[i]``'s entries served (see :func:`_sweep_level`) and settled in one
     pass: departures made current, the link's bytes this step (into ``lb``) and content
-    (``qlink``). Returns the largest departure change so far and the link's content."""
+    (``qlink``). Returns the largest departure change and the link's content."""
     q, drain, arr, new, dep_old, lb = views
     up = sti[S_P_UP]
     li = sti[S_LK_LINK, i]
@@ -861,6 +862,7 @@ def _serve_link(stf, sti, views, dt, i, passthru, ddep):
         1 if (stf[S_LK_QSUM, i] == 0.0 and asum > _TINY
               and asum <= stf[S_SERV_EFF, li] * dt) else 2)
     tscale, fq, fa = _fifo_shares(stf, sti, dt, i) if mode == 2 else (1.0, 0.0, 0.0)
+    ddep = 0.0
     lbs = lb[li]
     qs = 0.0
     for p in range(sti[S_LK_PTR, i], sti[S_LK_PTR, i + 1]):
@@ -887,7 +889,7 @@ def _serve_link(stf, sti, views, dt, i, passthru, ddep):
 
 
 @inline_fn
-def _fifo_shares(stf, sti, dt, i):
+def _fifo_shares(stf, sti, dt, i) -> tuple[float, float, float]:
     """One link's FIFO: present content leaves first (entries whose arrivals stopped drain
     linearly at their last departure rate, scaled by ``tscale`` when they release more
     than the link serves), then the rest of the content (fraction ``fq``), then this

@@ -800,10 +800,10 @@ def _sweep_level(ws, dt, lo, hi) -> float:
     largest departure change.
 
     One pass takes every entry's arrivals and each link's sums (arrivals, content, what
-    draining entries release); a second moves the bytes (:func:`_fifo`; for an empty link
-    that is not overloaded its arithmetic reduces to ``out = in``, done directly), or
-    passes the arrivals straight through when nothing at the level queues and no link is
-    overloaded. (The draining rule needs content, so the first pass's updates hold in
+    draining entries release); a second moves the bytes (the FIFO, :func:`_fifo_shares`;
+    for an empty link that is not overloaded its arithmetic reduces to ``out = in``, done
+    directly), or passes the arrivals straight through when nothing at the level queues
+    and no link is overloaded. (The draining rule needs content, so the first pass's updates hold in
     every case.) The second pass also makes the departures current and sums each link's
     bytes and content, entry by entry (:func:`_serve_link`; a third pass did it)."""
     stf = ws.f

@@ -551,7 +551,7 @@ def _service(ws) -> None:
         stf[S_SERV_EFF, li] = min(s, stf[S_PFC_ALLOW, li])
 
 
-@inline_fn
+@step_fn
 def _allocate(ws, t, dt) -> None:
     """The links' service rates (:func:`_service`), then the demands and NIC shares of the
     running routes over the step ``[t, t + dt]`` and each flow's rate ``a_rf`` (its mean
@@ -907,15 +907,6 @@ def _fifo_shares(stf, sti, dt, i) -> tuple[float, float, float]:
 
 
 @step_fn
-def _move(ws, t, dt) -> float:
-    """One step's rates and bytes in one call (a call passes ~90 words): the links'
-    service rates, the routes' demands and NIC shares (:func:`_allocate`), then the FIFO
-    sweep (:func:`_sweep`); returns the sweep's largest departure change."""
-    _allocate(ws, t, dt)
-    return _sweep(ws, dt)
-
-
-@inline_fn
 def _sweep(ws, dt) -> float:
     """Move every running entry's bytes one step; returns the largest departure change."""
     st_si = ws.si
@@ -1700,7 +1691,8 @@ def _advance(net, st, rng) -> int:
             _start_due(net, st, t, t + dt)  # flows that start inside the step
             if si[I_REBUILD]:
                 rebuild(net, st)
-        ddep = _move(ws, t, dt)
+        _allocate(ws, t, dt)
+        ddep = _sweep(ws, dt)
         t_new = t + dt
         any_marks = False
         if cfg[C_DCQCN] > 0:

@@ -524,7 +524,7 @@ def rebuild(net, st) -> None:
 # --------------------------------------------------------------------------------------
 
 
-@step_fn
+@inline_fn
 def _service(ws) -> None:
     """Link service rates: capacity less the ACKs of last step's deliveries, and PFC."""
     st_si = ws.si
@@ -553,8 +553,9 @@ def _service(ws) -> None:
 
 @step_fn
 def _allocate(ws, t, dt) -> None:
-    """Demands and NIC shares of the running routes over the step ``[t, t + dt]``, then
-    each flow's rate ``a_rf`` (its mean over the step).
+    """The links' service rates (:func:`_service`), then the demands and NIC shares of the
+    running routes over the step ``[t, t + dt]`` and each flow's rate ``a_rf`` (its mean
+    over the step).
 
     A flow starts and stops injecting inside the step at its own time: its demand is its
     rate limit (:func:`_limit`) times the part of the step it is active, and at most its
@@ -566,6 +567,7 @@ def _allocate(ws, t, dt) -> None:
     :func:`_free_share`). ``I_ENDS``: the remaining bytes of some flow bound its demand
     (it ends inside the step).
     """
+    _service(ws)
     st_si = ws.si
     stf = ws.f
     sti = ws.i
@@ -798,12 +800,12 @@ def _sweep_level(ws, dt, lo, hi) -> float:
     largest departure change.
 
     One pass takes every entry's arrivals and each link's sums (arrivals, content, what
-    draining entries release); a second moves the bytes (:func:`_fifo`; for an empty link
-    that is not overloaded its arithmetic reduces to ``out = in``, done directly), or
-    passes the arrivals straight through when nothing at the level queues and no link is
-    overloaded. (The draining rule needs content, so the first pass's updates hold in
+    draining entries release); a second moves the bytes (the FIFO, :func:`_fifo_shares`;
+    for an empty link that is not overloaded its arithmetic reduces to ``out = in``, done
+    directly), or passes the arrivals straight through when nothing at the level queues
+    and no link is overloaded. (The draining rule needs content, so the first pass's updates hold in
     every case.) The second pass also makes the departures current and sums each link's
-    bytes and content (:func:`_settle`), while its entries are in cache."""
+    bytes and content, entry by entry (:func:`_serve_link`; a third pass did it)."""
     stf = ws.f
     sti = ws.i
     views = (stf[S_WQ], stf[S_WDRAIN], stf[S_WARR], stf[S_WNEW], stf[S_WDEP], ws.f[S_TMP0])
@@ -837,51 +839,61 @@ def _sweep_level(ws, dt, lo, hi) -> float:
         ws.si[I_PASS] = 0
     qmax = 0.0
     for i in range(lo, hi):
-        a, b = sti[S_LK_PTR, i], sti[S_LK_PTR, i + 1]
-        asum = stf[S_LK_SUM, i]
-        if passthru:  # nothing queued and no link overloaded: arrivals pass through
-            for p in range(a, b):
-                new[p] = new[up[p]]
-        elif (stf[S_LK_QSUM, i] == 0.0 and asum > _TINY
-                and asum <= stf[S_SERV_EFF, sti[S_LK_LINK, i]] * dt):
-            # _fifo with no content: served = asum, fa = 1, so out = in exactly
-            for p in range(a, b):
-                new[p] = new[up[p]] * dt / dt
-                q[p] = 0.0
-        else:
-            _fifo(stf, sti, views, dt, i)
-        ddep = max(ddep, _settle(stf, views, dt, a, b, sti[S_LK_LINK, i]))
-        qmax = max(qmax, stf[S_QLINK, sti[S_LK_LINK, i]])
+        d, qs = _serve_link(stf, sti, views, dt, i, passthru)
+        ddep = max(ddep, d)
+        qmax = max(qmax, qs)
     ws.sf[F_QMAX] = max(ws.sf[F_QMAX], qmax)  # (once: a store per link slowed the loop)
     return ddep
 
 
 @inline_fn
-def _settle(stf, views, dt, a, b, li) -> float:
-    """Departures of the entries ``a:b`` (all on link ``li``) made current; the link's
-    bytes this step (into ``lb``) and content (``qlink``); returns the largest change."""
+def _serve_link(stf, sti, views, dt, i, passthru) -> tuple[float, float]:
+    """Link ``lk_link[i]``'s entries served (see :func:`_sweep_level`) and settled in one
+    pass: departures made current, the link's bytes this step (into ``lb``) and content
+    (``qlink``). Returns the largest departure change and the link's content."""
     q, drain, arr, new, dep_old, lb = views
+    up = sti[S_P_UP]
+    li = sti[S_LK_LINK, i]
+    asum = stf[S_LK_SUM, i]
+    # 0: nothing queued at the level and no link overloaded, arrivals pass through;
+    # 1: an empty link not overloaded (the FIFO's arithmetic reduces to out = in);
+    # 2: the FIFO (:func:`_fifo_shares`)
+    mode = 0 if passthru else (
+        1 if (stf[S_LK_QSUM, i] == 0.0 and asum > _TINY
+              and asum <= stf[S_SERV_EFF, li] * dt) else 2)
+    tscale, fq, fa = _fifo_shares(stf, sti, dt, i) if mode == 2 else (1.0, 0.0, 0.0)
     ddep = 0.0
     lbs = lb[li]
     qs = 0.0
-    for p in range(a, b):
-        nw = new[p]
+    for p in range(sti[S_LK_PTR, i], sti[S_LK_PTR, i + 1]):
+        if mode == 0:
+            nw = new[up[p]]
+        elif mode == 1:
+            nw = new[up[p]] * dt / dt  # (as the FIFO computes it, to the bit)
+            q[p] = 0.0
+        else:
+            qv = q[p]
+            in_b = new[up[p]] * dt
+            take = min(qv, drain[p] * dt) * tscale
+            out_b = take + (qv - take) * fq + in_b * fa
+            nw = out_b / dt
+            q[p] = max(qv + in_b - out_b, 0.0)
+        new[p] = nw
         ddep = max(ddep, abs(nw - dep_old[p]))
         dep_old[p] = nw
         lbs += nw * dt
         qs += q[p]
     lb[li] = lbs
     stf[S_QLINK, li] = qs
-    return ddep
+    return ddep, qs
 
 
 @inline_fn
-def _fifo(stf, sti, views, dt, i) -> None:
+def _fifo_shares(stf, sti, dt, i) -> tuple[float, float, float]:
     """One link's FIFO: present content leaves first (entries whose arrivals stopped drain
-    linearly at their last departure rate), then this step's arrivals pro rata. Inlined:
-    a call per link passed the six views by value (a seventh of a step on the validation
-    set's small links)."""
-    q, drain, arr, new, dep_old, lb = views
+    linearly at their last departure rate, scaled by ``tscale`` when they release more
+    than the link serves), then the rest of the content (fraction ``fq``), then this
+    step's arrivals pro rata (fraction ``fa``)."""
     asum, qsum, tsum = stf[S_LK_SUM, i], stf[S_LK_QSUM, i], stf[S_LK_TSUM, i]
     served = min(stf[S_SERV_EFF, sti[S_LK_LINK, i]] * dt, qsum + asum)
     tscale = served / tsum if tsum > served else 1.0
@@ -891,14 +903,7 @@ def _fifo(stf, sti, views, dt, i) -> None:
     from_q = min(rest, qrsum)
     fq = from_q / qrsum if qrsum > _TINY else 0.0
     fa = (rest - from_q) / asum if asum > _TINY else 0.0
-    up = sti[S_P_UP]
-    for p in range(sti[S_LK_PTR, i], sti[S_LK_PTR, i + 1]):
-        qv = q[p]
-        in_b = new[up[p]] * dt
-        take = min(qv, drain[p] * dt) * tscale
-        out_b = take + (qv - take) * fq + in_b * fa
-        new[p] = out_b / dt
-        q[p] = max(qv + in_b - out_b, 0.0)
+    return tscale, fq, fa
 
 
 @step_fn
@@ -1023,7 +1028,7 @@ def _red(ws, li, q) -> float:
     return min(max((q - kmin) / span, 0.0), 1.0) * ntf[N_PMAX, li]
 
 
-@step_fn
+@inline_fn
 def _marks(ws, fb, t_new, dt) -> bool:
     """ECN marks of this step into the CNP delay line; returns whether any was made.
 
@@ -1145,10 +1150,13 @@ def _grow_line(ws, fb, cur_b, need) -> int:
 
 
 @step_fn
-def _cnps(ws, fb, t_new, dt, rng) -> None:
+def _cnps(ws, fb, t_new, dt, rng) -> bool:
     """Collect the CNPs due now, draw which QPs see one, and run DCQCN on every QP (only
     the routes ECN can mark, ``a_cc``: the others' state never changes), in one pass over
-    them (each QP's draw, CNP filter and update touch its own state only).
+    them (each QP's draw, CNP filter and update touch its own state only); then this
+    step's marks (:func:`_marks`, after the collection freed the slots it writes to;
+    nothing queues at the end of a step that passed every arrival through). Returns
+    whether a mark was made. (One call, not two: a call passes ~90 words.)
 
     A draw per QP with CNPs due (in route order): one without cannot see one, so the stream
     does not depend on which other routes are running. A CNP within the CNP interval of the
@@ -1175,6 +1183,7 @@ def _cnps(ws, fb, t_new, dt, rng) -> None:
         dcqcn_update_qp(st_cc, k, cnp, t_new, dq, stf[S_A_X, r] * dt)
         if cnp:
             stf[S_ES_CNPS, k] += 1
+    return ws.si[I_PASS] == 0 and _marks(ws, fb, t_new, dt)
 
 
 @inline_fn
@@ -1682,15 +1691,12 @@ def _advance(net, st, rng) -> int:
             _start_due(net, st, t, t + dt)  # flows that start inside the step
             if si[I_REBUILD]:
                 rebuild(net, st)
-        _service(ws)
         _allocate(ws, t, dt)
         ddep = _sweep(ws, dt)
         t_new = t + dt
         any_marks = False
         if cfg[C_DCQCN] > 0:
-            _cnps(ws, fb, t_new, dt, rng)  # first: frees the slots _marks writes to
-            # (nothing queued at the end of a step that passed every arrival through)
-            any_marks = si[I_PASS] == 0 and _marks(ws, fb, t_new, dt)
+            any_marks = _cnps(ws, fb, t_new, dt, rng)
             if cfg[C_ES_ON] > 0 and t_new >= sf[F_ES_NEXT]:
                 si[I_ES_DUE] = 1
         if cfg[C_PFC_ON] > 0 and (si[I_HAS_USE] == 0 or si[I_NREG] > 0

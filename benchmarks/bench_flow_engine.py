@@ -10,7 +10,8 @@ Prints the wall and CPU time of every stage and the peak resident memory; BENCHM
 records the figures. numpy's transparent-huge-page advice is off unless ``--hugepages``:
 with the kernel's THP defrag on ``madvise`` (this machine's), every fault in a large fresh
 array can compact memory first, which was 42 s of system time in the 8,192-rank AllToAll
-(BENCHMARKS.md). Targets: under 60 s and under 4 GiB on 2 cores at 16,384 GPUs (issue
+(BENCHMARKS.md). glibc's malloc keeps what the process frees unless ``--release-memory``
+(:func:`_keep_freed_memory`). Targets: under 60 s and under 4 GiB on 2 cores at 16,384 GPUs (issue
 2), under 60 s and 8 GiB at 131,072 (issue 26); ``--collective alltoall`` (NCCL's PXN
 AllToAll over every GPU) under 60 s at 8,192 GPUs (issue 26). To compare the stages with
 another revision side by side, run that revision's copy of this script from its own tree
@@ -22,6 +23,8 @@ this one.
 from __future__ import annotations
 
 import argparse
+import ctypes
+import ctypes.util
 import resource
 import time
 
@@ -50,8 +53,12 @@ def main() -> None:
     ap.add_argument("--collective", default="all_reduce", choices=("all_reduce", "alltoall"))
     ap.add_argument("--hugepages", action="store_true",
                     help="keep numpy's madvise(MADV_HUGEPAGE) on large arrays")
+    ap.add_argument("--release-memory", action="store_true",
+                    help="keep glibc's default: freed large arrays go back to the kernel")
     args = ap.parse_args()
     _set_madvise_hugepage(args.hugepages)
+    if not args.release_memory:
+        _keep_freed_memory()
     servers = args.gpus // 8
     t: dict[str, np.ndarray] = {}
 
@@ -97,6 +104,25 @@ def main() -> None:
           f"peak RSS {rss_gib:.2f} GiB")
     print(f"  result: {args.collective} {args.size} B in {c.time_us:.1f} us, busbw "
           f"{c.busbw_GBps:.1f} GB/s ({res.events} events)")
+
+
+def _keep_freed_memory() -> None:
+    """Have glibc's malloc take every block from its heap (``M_MMAP_MAX`` 0) and keep up
+    to 2 GiB of freed heap (``M_TRIM_THRESHOLD``), so that a freed array's pages serve the
+    next one. By default every block above 32 MiB is its own mapping, unmapped when freed,
+    and the next array faults fresh pages in; on this machine (a VM whose free pages go
+    back to the host) a fault costs ~4 us of system time, and the 8,192-rank AllToAll
+    faulted 7.9 M pages (~30 GiB through a 4.3 GiB peak): 34 s of its 86 s of CPU
+    (BENCHMARKS.md). Elsewhere than glibc nothing changes."""
+    try:
+        mallopt = ctypes.CDLL(ctypes.util.find_library("c")).mallopt
+    except (OSError, AttributeError, TypeError):
+        return
+    mallopt(_M_MMAP_MAX, 0)
+    mallopt(_M_TRIM_THRESHOLD, 2**31 - 1)
+
+
+_M_TRIM_THRESHOLD, _M_MMAP_MAX = -1, -4  # glibc's malloc.h
 
 
 def _peak_gib() -> float:

@@ -4,7 +4,13 @@ import numpy as np
 import pytest
 
 from icefabric.dataplane.cc import get_cc
-from icefabric.dataplane.dcqcn import DcqcnParams, dcqcn_init, dcqcn_update
+from icefabric.dataplane.dcqcn import (
+    DcqcnParams,
+    dcqcn_init,
+    dcqcn_update,
+    initial_matrix,
+    state_matrix,
+)
 from icefabric.dataplane.ecn import RedParams, red_mark_probability
 from icefabric.dataplane.pfc import PfcParams
 
@@ -30,6 +36,15 @@ def test_firmware_and_paper_profiles():
     assert pa.fast_recovery_steps == 5 and pa.cnp_interval_ns == 50_000 and pa.hyper_multiplier
     with pytest.raises(ValueError):
         DcqcnParams.profile("nope")
+
+
+def test_initial_matrix_is_fresh_state():
+    """The fluid engine's initial state matrix is the stacked :func:`dcqcn_init` state."""
+    line = np.array([100e9, 25e9, 400e9])
+    got = initial_matrix(line)
+    want = state_matrix(dcqcn_init(line, DcqcnParams.hpcc_ns3_100g()))
+    assert got.shape == want.shape == (14, 3), got.shape
+    assert np.array_equal(got, want), got - want
 
 
 def test_hand_stepped_firmware_sequence():

@@ -25,6 +25,27 @@ def test_dependencies_and_fair_sharing():
     assert r.flow_start_ns[2] == 1_600_000 and r.flow_finish_ns[2] == 2_400_000
 
 
+@pytest.mark.parametrize("shared", [False, True])
+def test_peak_utilisation_follows_a_refill(shared):
+    # f0 (links 0, 1) and f1 (links 0, 2): f1 runs at 6 Gb/s beside f0 (held to 4 Gb/s by
+    # link 1), then at 10 Gb/s once f0 is done, so link 2's peak is reached only after the
+    # re-fill; with ``shared`` f1 reaches link 2 over a group's shared route (grouped index)
+    from dataclasses import replace
+
+    from icefabric.engine.problem import SharedRoutes
+
+    routes, flows = [[0, 1], [0] if shared else [0, 2]], [0, 1]
+    p = build_problem(link_capacity_bps=[10e9, 4e9, 100e9], link_delay_ns=[0, 0, 0],
+                      flow_size_bytes=[1e6, 1e7], routes=routes, route_flow=flows)
+    if shared:
+        p = replace(p, shared=SharedRoutes(np.array([0, 1]), np.array([1]), np.array([0]),
+                                           np.array([1.0]), np.array([0, 1]), np.array([2])))
+    r = run_flow(p)
+    assert r.flow_finish_ns[0] == 2_000_000  # 8e6 bit at 4 Gb/s
+    np.testing.assert_allclose(r.link_peak_util, [1.0, 1.0, 0.1], rtol=1e-12)
+    np.testing.assert_allclose(r.link_bytes, [1.1e7, 1e6, 1e7], rtol=1e-12)
+
+
 def test_coupled_ring_runs_at_its_slowest_hop():
     # a 3-hop ring over links of 100/100/25 Gb/s moves 1 MB per hop at 25 Gb/s
     p = build_problem(link_capacity_bps=[100e9, 100e9, 25e9], link_delay_ns=[0, 0, 0],

@@ -197,6 +197,18 @@ def state_matrix(s: DcqcnState) -> np.ndarray:
         len(fields(s)), -1)
 
 
+def initial_matrix(line_rate_bps: np.ndarray) -> np.ndarray:
+    """``state_matrix(dcqcn_init(line_rate_bps, p))`` built in place (fresh QPs at line rate,
+    timers idle): the fluid engine sets it up on every run, and stacking fourteen arrays
+    cost more than the small runs' steps."""
+    line = np.asarray(line_rate_bps, dtype=np.float64)
+    m = np.zeros((_CNPS + 1, len(line)))
+    m[_LINE] = m[_RC] = m[_RT] = line
+    m[_ALPHA] = 1.0
+    m[_T_ALPHA:_T_INC + 1] = INF
+    return m
+
+
 def _write_back(s: DcqcnState, m: np.ndarray) -> None:
     for row, f in enumerate(fields(s)):
         arr = getattr(s, f.name)

@@ -76,7 +76,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from icefabric.csr import indptr_from_lengths
-from icefabric.dataplane.dcqcn import DcqcnParams, dcqcn_init, params_vector, state_matrix
+from icefabric.dataplane.dcqcn import DcqcnParams, initial_matrix, params_vector
 from icefabric.dataplane.ecn import RedParams
 from icefabric.dataplane.endside import EV_FALLBACK, EndSideState, endside_step
 from icefabric.dataplane.pfc import PfcParams
@@ -84,6 +84,7 @@ from icefabric.engine import fluid_kernel as fk
 from icefabric.engine.problem import LINK_INTRA, EngineError, SimProblem
 from icefabric.engine.registry import register_engine
 from icefabric.engine.result import CollectiveResult, SimResult
+from icefabric.topology.model import reverse_links
 
 _BYTES_PER_NS = 8e9  # bits/s -> bytes/ns
 _FB_BW = 250.0  # ns per bucket of the CNP feedback delay line
@@ -166,20 +167,28 @@ class FluidConfig:
 # --------------------------------------------------------------------------------------
 
 
-def _link_levels(n_links: int, indptr: np.ndarray, links: np.ndarray) -> np.ndarray:
-    """Topological level of every link in the "next hop" graph of all routes.
+def _link_levels(n_links: int, src: np.ndarray, dst: np.ndarray, links: np.ndarray,
+                 hop: np.ndarray) -> np.ndarray:
+    """Topological level of every link in the "next hop" graph of all routes: ``src[i]``
+    is followed by ``dst[i]`` on some route (``links``, ``hop``: every entry's link and
+    hop index, for a cycle).
 
     Level 0 for links that are only first hops; otherwise 1 + max level of a predecessor.
     A cyclic route graph (possible with loops of switches) falls back to the hop index,
-    which keeps the sweep correct up to a one-step lag on the cycle.
+    which keeps the sweep correct up to a one-step lag on the cycle. The relaxation runs
+    over the distinct pairs: routes share them (a ring's thousands of routes cross a few
+    hundred), and every pass visited each route's copy.
     """
-    lengths = np.diff(indptr)
-    hop = np.arange(len(links)) - np.repeat(indptr[:-1], lengths)
-    nxt = hop > 0
-    src = links[np.flatnonzero(nxt) - 1]
-    dst = links[nxt]
+    key = src * n_links + dst
+    if n_links * n_links <= 8 * len(key) + 4096:  # distinct keys by a mask, not a sort
+        seen = np.zeros(n_links * n_links, bool)
+        seen[key] = True
+        key = np.flatnonzero(seen)
+    else:
+        key = np.unique(key)
+    src, dst = key // n_links, key % n_links
     level = np.zeros(n_links, dtype=np.int64)
-    level[np.unique(dst)] = 1
+    level[dst] = 1
     for _ in range(n_links + 1):
         new = level.copy()
         np.maximum.at(new, dst, level[src] + 1)
@@ -197,12 +206,15 @@ class _Routes:
 
     def __init__(self, n_links: int, indptr: np.ndarray, links: np.ndarray,
                  link_intra: np.ndarray | None = None):
-        self.indptr = indptr.astype(np.int64)
-        self.links = links.astype(np.int64)
+        self.indptr = np.ascontiguousarray(indptr, np.int64)
+        self.links = np.ascontiguousarray(links, np.int64)
         lengths = np.diff(self.indptr)
         self.lengths = lengths
-        self.hop = np.arange(len(links)) - np.repeat(self.indptr[:-1], lengths)
-        self.level = _link_levels(n_links, self.indptr, self.links)
+        self.route = np.repeat(np.arange(len(lengths)), lengths)  # each entry's route
+        self.hop = np.arange(len(links)) - self.indptr[self.route]
+        nxt = np.flatnonzero(self.hop > 0)  # entries past their route's first hop
+        prev, after = self.links[nxt - 1], self.links[nxt]
+        self.level = _link_levels(n_links, prev, after, self.links, self.hop)
         # The sender NIC is the route's first link that is not server-internal (a GPU's
         # NVLink/PCIe hops before it are not where RoCE rate limiters, DCQCN and PFC act).
         first = self.links[self.indptr[:-1]]
@@ -215,10 +227,9 @@ class _Routes:
         self.first_link = first
         # a link is a queueing (switch-egress) hop if some route uses it past its first hop
         self.queue_link = np.zeros(n_links, bool)
-        self.queue_link[self.links[self.hop > 0]] = True
+        self.queue_link[after] = True
         self.ingress_link = np.zeros(n_links, bool)
-        idx = np.flatnonzero(self.hop > 0)
-        self.ingress_link[self.links[idx - 1]] = True
+        self.ingress_link[prev] = True
 
 
 # --------------------------------------------------------------------------------------
@@ -244,11 +255,11 @@ class FluidSim:
         self.size_w = problem.flow_size_bytes * cfg.wire_overhead
         self.flow_cap = problem.flow_rate_cap_bps / _BYTES_PER_NS
         # routes of each flow (CSR by flow)
-        self.r_order = np.argsort(problem.route_flow, kind="stable")
+        self.r_order = problem.route_flow.argsort(kind="stable")
         self.f_rptr = indptr_from_lengths(np.bincount(problem.route_flow, minlength=F))
         # dependants (reverse CSR) and remaining-dep counters
         self.dptr, self.dependants = problem.dependents()
-        self.n_deps_left = np.diff(problem.dep_indptr)
+        self.n_deps_left = problem.dep_indptr[1:] - problem.dep_indptr[:-1]
         # switch structure for PFC/ECN
         if problem.node_is_switch is not None:
             sw = np.asarray(problem.node_is_switch, bool)
@@ -272,8 +283,8 @@ class FluidSim:
         self.es_state = EndSideState.initial(K) if cfg.endside is not None else None
         self.endside_fallbacks = 0
         self.rng = np.random.default_rng(cfg.seed)
-        # reverse direction of every link (ACK path); -1 when the cable is simplex
-        self.rev = _reverse_links(problem.link_src, problem.link_dst)
+        # the other direction of every link's cable (its ACK path); -1 when simplex
+        self.rev = reverse_links(problem.link_src, problem.link_dst)
         self.ack_ratio = cfg.ack_bytes / max(cfg.packet_bytes * cfg.wire_overhead, 1.0)
         self.ack_queue = cfg.ack_queueing
         self.fb_lat = self._feedback_latency(self.routes)
@@ -333,12 +344,12 @@ class FluidSim:
         the data packet's serialisation and propagation over this hop and every later one,
         then the ACK's over the whole route back (``_marks`` in fluid_kernel.py adds the
         queue waits)."""
-        d = self.p.link_delay_ns[R.links].astype(np.float64)
-        cap = self.cap[R.links]
-        fwd = d + self.cfg.packet_bytes * self.cfg.wire_overhead / cap
-        back = d + self.cfg.ack_bytes / cap
-        route = np.repeat(np.arange(len(R.lengths)), R.lengths)
-        c = np.concatenate(([0.0], np.cumsum(fwd)))  # c[e]: forward latency before entry e
+        d = self.p.link_delay_ns.astype(np.float64)  # per link, then per entry
+        fwd = (d + self.cfg.packet_bytes * self.cfg.wire_overhead / self.cap)[R.links]
+        back = (d + self.cfg.ack_bytes / self.cap)[R.links]
+        route = R.route
+        c = np.zeros(len(fwd) + 1)
+        np.cumsum(fwd, out=c[1:])  # c[e]: forward latency before entry e
         rest = c[R.indptr[1:]][route] - c[:-1]  # this entry's hop and the later ones
         return rest + np.bincount(route, back, minlength=len(R.lengths))[route]
 
@@ -352,11 +363,10 @@ class FluidSim:
         of an integer division: a tenth of the marking step's time)."""
         R = self.routes
         wait = self.pfc.buffer_bytes / self.cap
-        per = wait[R.links] + (np.where(self.rev >= 0, wait[self.rev], 0.0)[R.links]
-                               if self.ack_queue else 0.0)
-        route = np.repeat(np.arange(len(R.lengths)), R.lengths)
+        if self.ack_queue:
+            wait = wait + np.where(self.rev >= 0, wait[self.rev], 0.0)
         lat = float(self.fb_lat.max(initial=0.0))
-        bound = lat + float(np.bincount(route, per, minlength=1).max(initial=0.0))
+        bound = lat + float(np.bincount(R.route, wait[R.links], minlength=1).max(initial=0.0))
         first = 1 << int(np.ceil(lat / _FB_BW) + 8 - 1).bit_length()
         most = first
         while most < np.ceil(bound / _FB_BW) + 8 and 2 * most * 8 * self.K <= _FB_MAX_BYTES:
@@ -387,7 +397,6 @@ class FluidSim:
 
     def _net(self) -> fk.Net:
         p, R = self.p, self.routes
-        fnames = list(p.flow_names)
         cols = {"cap": self.cap, "kmin": self.kmin, "kmax": self.kmax, "pmax": self.pmax,
                 "pfc_alpha": self.pfc_alpha, "pfc_gap": self.pfc_gap,
                 "ingress_sw": self.ingress_sw, "rev": self.rev, "sw_of": self.pfc_sw_of,
@@ -404,7 +413,8 @@ class FluidSim:
             pfc_pool=np.asarray(self.pfc_pool, np.float64),
             rec_links=np.array([p.link_names.index(n) for n in self.cfg.record_links],
                                np.int64),
-            rec_flows=np.array([fnames.index(n) for n in self.cfg.record_flows], np.int64),
+            rec_flows=np.array([p.flow_names.index(n) for n in self.cfg.record_flows],
+                               np.int64),
             dcqcn=params_vector(self.dp), cfg=self._cfg_vector())
 
     def _state(self, net: fk.Net) -> fk.State:
@@ -420,21 +430,22 @@ class FluidSim:
         line = self.cap[self.routes.first_link] * _BYTES_PER_NS
         fb_first, fb_rows = self._feedback_slots()
         si[fk.I_FB_ROWS] = fb_first
-        cols = {"up": np.ones(L), "pfc_allow": np.full(L, np.inf),
-                "start": np.full(F, -1.0), "finish": np.full(F, -1.0),
-                "n_deps_left": self.n_deps_left, "flow_cap": self.flow_cap,
-                "last_cnp": np.full(Kr, -np.inf)}
+        cols = {"n_deps_left": self.n_deps_left, "flow_cap": self.flow_cap}
         n_smp = 1024 if sampling else 0
         st = fk.State(
             sf=sf, si=si, **_banks(fk.ST_BANKS, cols, self._width()),
-            cc=state_matrix(dcqcn_init(line, self.dp)), cnp_line=np.zeros((fb_rows, Kr)),
+            cc=initial_matrix(line), cnp_line=np.zeros((fb_rows, Kr)),
             cnp_dirty=np.zeros(fb_rows, bool),
             smp=np.zeros((n_smp, 1 + len(net.rec_links) + 2 * len(net.rec_flows))))
+        st.f[fk.S_UP, :L] = 1.0
+        st.f[fk.S_PFC_ALLOW, :L] = np.inf
+        st.f[fk.S_START:fk.S_FINISH + 1, :F] = -1.0
+        st.f[fk.S_LAST_CNP, :Kr] = -np.inf
         # flows without prerequisites wait in the start heap: in (time, flow) order, which
         # a binary heap with these keys pops in whatever its layout, and a sorted array is one
-        ready = np.flatnonzero(self.n_deps_left == 0)
+        ready = (self.n_deps_left == 0).nonzero()[0]
         t0 = self.p.flow_start_ns[ready].astype(np.float64)
-        order = np.argsort(t0, kind="stable")  # ties in flow order (``ready`` ascends)
+        order = t0.argsort(kind="stable")  # ties in flow order (``ready`` ascends)
         st.f[fk.S_HEAP_T, :len(ready)] = t0[order]
         st.i[fk.S_HEAP_F, :len(ready)] = ready[order]
         st.si[fk.I_HEAP] = len(ready)
@@ -550,6 +561,30 @@ class FluidSim:
         st.i[fk.S_AE:fk.S_P_ROUTE + 1] = 0
         return net, st
 
+    def _link_stats(self, st: fk.State) -> tuple[dict, dict, dict, dict]:
+        """Per link name: the largest switch queue (above a byte), PFC pause time and
+        episodes, and the ECN-marked fraction of its bytes (DCQCN runs)."""
+        names, L = self.p.link_names, self.L
+        max_q, pause_ns, pause_cnt = (st.f[fk.S_MAX_Q, :L], st.f[fk.S_PAUSE_NS, :L],
+                                      st.f[fk.S_PAUSE_CNT, :L])
+        idx = np.flatnonzero(self.egress_sw & (max_q > 1.0))
+        maxq = dict(zip([names[i] for i in idx.tolist()], max_q[idx].tolist()))
+        paused = np.flatnonzero(pause_ns > 0.5)
+        pn = [names[i] for i in paused.tolist()]
+        pause = {n: int(round(x)) for n, x in zip(pn, pause_ns[paused].tolist())}
+        pcnt = {n: int(max(1, round(x))) for n, x in zip(pn, pause_cnt[paused].tolist())}
+        ecn = {}
+        if self.cc == "dcqcn":
+            marked = np.flatnonzero(st.f[fk.S_MARKED_BYTES, :L] > 0)
+            ecn = {names[i]: m / max(b, 1.0) for i, m, b in zip(
+                marked.tolist(), st.f[fk.S_MARKED_BYTES, marked].tolist(),
+                st.f[fk.S_LINK_BYTES, marked].tolist())}
+        return maxq, pause, pcnt, ecn
+
+    def _flow_name(self, f: int) -> str:
+        """Flow ``f``'s name (read one at a time: a problem's names may be made when read)."""
+        return self.p.flow_names[f] if len(self.p.flow_names) else f"flow{f}"
+
     def _timeseries(self, st: fk.State) -> dict:
         n = int(st.si[fk.I_NSMP])
         if n == 0:
@@ -579,33 +614,22 @@ class FluidSim:
             f1 = int(fin_ns[fl].max()) if ok.all() and len(fl) else -1
             colls.append(CollectiveResult(c.name, c.job, c.kind, c.size_bytes, c.nranks, s0,
                                           f1, c.algorithm))
-        eg = self.egress_sw
-        L = self.L
-        max_q, pause_ns, pause_cnt = (st.f[fk.S_MAX_Q, :L], st.f[fk.S_PAUSE_NS, :L],
-                                      st.f[fk.S_PAUSE_CNT, :L])
-        link_bytes, marked = st.f[fk.S_LINK_BYTES, :L], st.f[fk.S_MARKED_BYTES, :L]
-        maxq = {names[i]: float(max_q[i]) for i in np.flatnonzero(eg & (max_q > 1.0))}
-        paused = np.flatnonzero(pause_ns > 0.5)
-        pause = {names[i]: int(round(pause_ns[i])) for i in paused}
-        pcnt = {names[i]: int(max(1, round(pause_cnt[i]))) for i in paused}
-        ecn, cnps = {}, {}
-        if self.cc == "dcqcn":
-            for i in np.flatnonzero(marked > 0):
-                ecn[names[i]] = float(marked[i] / max(link_bytes[i], 1.0))
-            fnames = list(p.flow_names) or [f"flow{i}" for i in range(self.F)]
-            cnp_count = st.cc[-1].astype(np.int64)
-            for k in np.flatnonzero(cnp_count > 0):
-                qp = int(p.route_qp[k])
-                key = f"qp{qp}" if qp >= 0 else f"{fnames[p.route_flow[k]]}#r{k}"
-                cnps[key] = cnps.get(key, 0) + int(cnp_count[k])
+        maxq, pause, pcnt, ecn = self._link_stats(st)
+        cnps = {}
+        if self.cc == "dcqcn":  # (lists, not numpy scalars: a loop over every QP with CNPs)
+            ks = np.flatnonzero(st.cc[-1] > 0)
+            for k, qp, n in zip(ks.tolist(), p.route_qp[ks].tolist(),
+                                st.cc[-1, ks].astype(np.int64).tolist()):
+                key = f"qp{qp}" if qp >= 0 else f"{self._flow_name(p.route_flow[k])}#r{k}"
+                cnps[key] = cnps.get(key, 0) + n
         steps = int(st.si[fk.I_STEPS])
         return SimResult(
             engine="fluid", policy=cfg.policy, scenario=cfg.scenario, seed=cfg.seed,
             makespan_ns=int(fin_ns.max(initial=0)), flow_start_ns=st_ns, flow_finish_ns=fin_ns,
             collectives=colls, link_names=names,
             link_capacity_bps=p.link_capacity_bps.copy(),
-            link_bytes=link_bytes / cfg.wire_overhead,
-            link_peak_util=np.minimum(st.f[fk.S_PEAK_UTIL, :L], 1.0),
+            link_bytes=st.f[fk.S_LINK_BYTES, :self.L] / cfg.wire_overhead,
+            link_peak_util=np.minimum(st.f[fk.S_PEAK_UTIL, :self.L], 1.0),
             wall_s=wall, events=steps, link_max_queue_bytes=maxq, link_pfc_pause_ns=pause,
             link_pfc_pause_count=pcnt, link_ecn_marked_frac=ecn, qp_cnp_count=cnps,
             timeseries=self._timeseries(st),
@@ -613,19 +637,6 @@ class FluidSim:
                   "endside_fallbacks": self.endside_fallbacks,
                   "wire_overhead": cfg.wire_overhead,
                   "unfinished_flows": int(np.sum(fin_ns < 0))})
-
-
-def _reverse_links(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    """The link from ``dst`` back to ``src`` of every link (the last such link when cables
-    are parallel), -1 when there is none."""
-    n = int(max(src.max(initial=0), dst.max(initial=0))) + 1
-    key = src.astype(np.int64) * n + dst
-    order = np.argsort(key, kind="stable")
-    ks = key[order]
-    back = dst.astype(np.int64) * n + src
-    pos = np.searchsorted(ks, back, side="right") - 1  # the last of equal keys
-    ok = (pos >= 0) & (ks[np.maximum(pos, 0)] == back)
-    return np.where(ok, order[np.maximum(pos, 0)], -1).astype(np.int64)
 
 
 def _banks(layout: dict[str, list[str]], cols: dict, width: int) -> dict:
@@ -637,8 +648,7 @@ def _banks(layout: dict[str, list[str]], cols: dict, width: int) -> dict:
         m = np.zeros((len(names), width), dtypes[bank])
         for row, name in enumerate(names):
             if name in cols:
-                v = np.asarray(cols[name])
-                m[row, :len(v)] = v
+                m[row, :len(cols[name])] = cols[name]
         out[bank] = m
     return out
 

@@ -85,8 +85,7 @@ ST_BANKS = {
           "scr_a", "scr_b", "scr_c", "scr_d",  # rebuild's scratch (links + 1, flows + 1)
           "ing_link"],  # links
     "b": ["pfc_reg",  # links
-          "running", "done", "a_sending",  # flows
-          "a_cnp"],  # routes
+          "running", "done", "a_sending"],  # flows
 }
 NET_BANKS = {
     "f": ["cap", "kmin", "kmax", "pmax", "pfc_alpha", "pfc_gap",  # links
@@ -114,7 +113,7 @@ NET_BANKS = {
  S_A_R, S_A_RFLOW, S_A_ESTART, S_A_NE, S_WF_ORDER, S_WF_TMP, S_A_CC,
  S_NIC_SLOT, S_A_LAST, S_NIC_G, S_NIC_R, S_SCR_A, S_SCR_B, S_SCR_C, S_SCR_D,
  S_ING_LINK) = range(37)  # st.i
-(S_PFC_REG, S_RUNNING, S_DONE, S_A_SENDING, S_A_CNP) = range(5)  # st.b
+(S_PFC_REG, S_RUNNING, S_DONE, S_A_SENDING) = range(4)  # st.b
 (N_CAP, N_KMIN, N_KMAX, N_PMAX, N_PFC_ALPHA, N_PFC_GAP, N_W, N_FB_LAT, N_SIZE_W, N_LAT,
  N_FLOW_START) = range(11)  # net.f
 (N_REV, N_SW_OF, N_LEVEL, N_LINKS, N_HOP, N_FIRST_LINK, N_F_RPTR, N_DPTR,
@@ -601,8 +600,8 @@ def _allocate(ws, t, dt) -> None:
         if not np.isfinite(rf) or not stb[S_A_SENDING, i]:
             rf = 0.0
         stf[S_A_RF, i] = rf
-    for r in range(nr):
-        stf[S_A_X, r] = stf[S_A_W, r] * stf[S_A_RF, sti[S_A_RFLOW, r]]
+        for r in range(sti[S_A_FSTART, i], sti[S_A_FSTART, i + 1]):  # each route's share
+            stf[S_A_X, r] = stf[S_A_W, r] * rf
 
 
 @inline_fn
@@ -1085,15 +1084,15 @@ def _mark_route(ws, fb, r, t_new, dt, cur_b) -> bool:
     qw, rd = ws.f[S_TMP2], ws.f[S_TMP3]
     e0, e1 = sti[S_A_ESTART, r], sti[S_A_ESTART, r] + sti[S_A_NE, r]
     hit = False
-    for j in range(e0, e1):
-        hit = hit or pl[sti[S_AE_LINK, j]] > 0
-    if not hit:
-        return False
     rq = 0.0  # the reverse path's queueing, over the route's entries in order
     for j in range(e0, e1):
-        rq += rd[sti[S_AE_LINK, j]]
-    bw, k = ws.cfg[C_FB_BW], sti[S_A_R, r]
-    anyk = False
+        li = sti[S_AE_LINK, j]
+        hit = hit or pl[li] > 0
+        rq += rd[li]
+    if not hit:
+        return False
+    bw, k, rows = ws.cfg[C_FB_BW], sti[S_A_R, r], ws.si[I_FB_ROWS]
+    last = -1  # the last bucket a mark is due in
     down = 0.0  # queue wait at the hops after entry j
     for j in range(e1 - 1, e0 - 1, -1):
         li = sti[S_AE_LINK, j]
@@ -1102,18 +1101,19 @@ def _mark_route(ws, fb, r, t_new, dt, cur_b) -> bool:
             mlink[li] += mb
             due = t_new + ws.nf[N_FB_LAT, sti[S_AE, j]] + down + rq
             b = max(_bucket(due, bw), cur_b + 1)
-            rows = ws.si[I_FB_ROWS]
             if b > cur_b + rows:
                 rows = _grow_line(ws, fb, cur_b, b)
                 b = min(b, cur_b + rows)
             row = b & (rows - 1)  # b % rows: the line's rows are a power of two
             fb.line[row, k] += mb / ws.cfg[C_PKT_WIRE]
             fb.dirty[row] = True
-            # no quiet (long) step before the last of them is due
-            ws.sf[F_MARKS_UNTIL] = max(ws.sf[F_MARKS_UNTIL], b * bw)
-            anyk = True
+            last = max(last, b)
         down += qw[li]
-    return anyk
+    if last < 0:
+        return False
+    # no quiet (long) step before the last of them is due
+    ws.sf[F_MARKS_UNTIL] = max(ws.sf[F_MARKS_UNTIL], last * bw)
+    return True
 
 
 @step_fn
@@ -1147,31 +1147,46 @@ def _grow_line(ws, fb, cur_b, need) -> int:
 @step_fn
 def _cnps(ws, fb, t_new, dt, rng) -> None:
     """Collect the CNPs due now, draw which QPs see one, and run DCQCN on every QP (only
-    the routes ECN can mark, ``a_cc``: the others' state never changes)."""
-    anyn = _collect_cnps(ws, fb, t_new)
-    ncc = ws.si[I_NCC]
-    cnp, cnp_n = ws.b[S_A_CNP], ws.f[S_TMP0]
-    for c in range(ncc):
-        cnp[c] = False
-    if anyn:
-        # a draw per QP with CNPs due (in route order): one without cannot see one, so
-        # the stream does not depend on which other routes are running
-        for c in range(ncc):
-            if cnp_n[c] > 0:
-                cnp[c] = rng.random() < 1.0 - np.exp(-cnp_n[c])
-    _dcqcn_steps(ws, fb, t_new, dt)
+    the routes ECN can mark, ``a_cc``: the others' state never changes), in one pass over
+    them (each QP's draw, CNP filter and update touch its own state only).
+
+    A draw per QP with CNPs due (in route order): one without cannot see one, so the stream
+    does not depend on which other routes are running. A CNP within the CNP interval of the
+    last one is ignored; a QP without a CNP whose timers are not due keeps its state (the
+    update is skipped; its byte counter runs only after its first CNP)."""
+    _collect_cnps(ws, fb, t_new)
+    stf, sti, st_cc, dq = ws.f, ws.i, ws.cc, fb.dcqcn
+    acc, cnp_n = sti[S_A_CC], ws.f[S_TMP0]
+    interval = ws.cfg[C_CNP_INT]
+    idle_ok = dq[_DEC_INT] > 0
+    no_bc = dq[_BC] <= 0
+    for c in range(ws.si[I_NCC]):
+        r = acc[c]
+        k = sti[S_A_R, r]
+        cnp = cnp_n[c] > 0 and rng.random() < 1.0 - np.exp(-cnp_n[c])
+        if cnp and interval > 0:
+            if t_new - stf[S_LAST_CNP, k] >= interval:
+                stf[S_LAST_CNP, k] = t_new
+            else:
+                cnp = False
+        if (idle_ok and not cnp and st_cc[_T_ALPHA, k] > t_new and st_cc[_T_DEC, k] > t_new
+                and st_cc[_T_INC, k] > t_new and (no_bc or st_cc[_STARTED, k] == 0)):
+            continue
+        dcqcn_update_qp(st_cc, k, cnp, t_new, dq, stf[S_A_X, r] * dt)
+        if cnp:
+            stf[S_ES_CNPS, k] += 1
 
 
 @inline_fn
-def _collect_cnps(ws, fb, t_new) -> bool:
+def _collect_cnps(ws, fb, t_new) -> None:
     """The CNPs of the delay-line slots due by ``t_new`` summed per ``a_cc`` position into
-    ``tmp0`` (the slots cleared); returns whether there is one."""
+    ``tmp0`` (the slots cleared)."""
     si, sti, acc = ws.si, ws.i, ws.i[S_A_CC]
     ncc, rows = si[I_NCC], si[I_FB_ROWS]
     cur_b = _bucket(t_new, ws.cfg[C_FB_BW])
     cnp_n = _zeroed(ws.f[S_TMP0], ncc)
     if not cur_b > si[I_FB_LAST]:
-        return False
+        return
     for m in range(min(cur_b - si[I_FB_LAST], rows)):
         row = (si[I_FB_LAST] + 1 + m) & (rows - 1)
         if not fb.dirty[row]:
@@ -1184,38 +1199,6 @@ def _collect_cnps(ws, fb, t_new) -> bool:
                 cnp_n[c] += v
                 fb.line[row, k] = 0.0
     si[I_FB_LAST] = cur_b
-    anyn = False
-    for c in range(ncc):
-        anyn = anyn or cnp_n[c] != 0
-    return anyn
-
-
-@inline_fn
-def _dcqcn_steps(ws, fb, t_new, dt) -> None:
-    """DCQCN on the ``a_cc`` routes: a CNP within the CNP interval of the last one is
-    ignored; a QP without a CNP whose timers are not due keeps its state (the update is
-    skipped; its byte counter runs only after its first CNP)."""
-    stf, sti, st_cc, dq = ws.f, ws.i, ws.cc, fb.dcqcn
-    acc, cnp = sti[S_A_CC], ws.b[S_A_CNP]
-    interval = ws.cfg[C_CNP_INT]
-    for c in range(ws.si[I_NCC]):
-        k = sti[S_A_R, acc[c]]
-        if cnp[c] and interval > 0:
-            if t_new - stf[S_LAST_CNP, k] >= interval:
-                stf[S_LAST_CNP, k] = t_new
-            else:
-                cnp[c] = False
-    idle_ok = dq[_DEC_INT] > 0
-    no_bc = dq[_BC] <= 0
-    for c in range(ws.si[I_NCC]):
-        r = acc[c]
-        k = sti[S_A_R, r]
-        if (idle_ok and not cnp[c] and st_cc[_T_ALPHA, k] > t_new and st_cc[_T_DEC, k] > t_new
-                and st_cc[_T_INC, k] > t_new and (no_bc or st_cc[_STARTED, k] == 0)):
-            continue
-        dcqcn_update_qp(st_cc, k, cnp[c], t_new, dq, stf[S_A_X, r] * dt)
-        if cnp[c]:
-            stf[S_ES_CNPS, k] += 1
 
 
 @inline_fn

@@ -28,23 +28,26 @@ import numpy as np
 import scipy.sparse as sp
 from numba import njit
 
+from icefabric.csr import indptr_from_lengths
 from icefabric.engine.problem import SimProblem, route_incidence
 
 _STALE = 1e-12  # a popped share this much below the link's current one is re-queued
 
-Cols = namedtuple("Cols", "c_ptr c_idx c_val o_ptr o_idx o_val g_ptr g_idx g_val gr_ptr "
-                          "gr_idx m_ptr m_idx r_ptr r_idx")
+Cols = namedtuple("Cols", "f_ptr f_idx f_val g_ptr g_idx g_val gr_ptr gr_idx m_ptr m_idx "
+                          "r_ptr r_idx")
 Marks = namedtuple("Marks", "link group rate")
 Marks.__doc__ = """Scratch of :meth:`GroupedIndex.leave`: the call that last saw each link
 (``link[-1]``: the calls so far) and each group, and a group's summed finished rate."""
-Fill = namedtuple("Fill", "rem s cnt left rate loc")
+Fill = namedtuple("Fill", "rem s cnt left rate loc live")
 Fill.__doc__ = """Water-filling's state: per link the spare ``rem``, the unfrozen flows'
 summed coefficient ``s`` and entry count ``cnt``; per group its unfrozen members
-``left``; per flow (of those filled) its ``rate`` (NaN: unfrozen); ``loc``: a flow's
-position among them (-1: not filled)."""
-Cols.__doc__ = """The kernel's arrays: a flow's own entries ``c_*`` (CSC) and groups ``o_*``
-(CSC, with multiplicity), a group's entries ``g_*`` (CSC); a link's groups ``gr_*``
-(CSR), a group's flows ``m_*`` (CSR) and a link's own flows ``r_*`` (CSR)."""
+``left``; per flow (of those filled) its ``rate`` (NaN: unfrozen); per flow of the
+problem ``loc``, its position among them, and ``live``, 1 while it is one of them and
+unfrozen (both kept by :class:`GroupedIndex` between calls, left as found: -1 and 0)."""
+Cols.__doc__ = """The kernel's arrays: a flow's record ``f_*`` (:func:`_pack`: its own
+entries, then its groups with multiplicity), a group's entries ``g_*`` (CSC); a link's
+groups ``gr_*`` (CSR), a group's flows ``m_*`` (CSR) and a link's own flows ``r_*``
+(CSR)."""
 
 
 class GroupedIndex:
@@ -58,8 +61,6 @@ class GroupedIndex:
         own = route_incidence(r_ptr, r_links, P.route_flow, P.route_weight, L, F)
         own.eliminate_zeros()  # a zero weight limits nothing (maxmin_entries drops them)
         self.rows = own  # CSR: the flows of every link
-        self.cols = own.tocsc()  # CSC: the links of every flow
-        self.cols.sum_duplicates()
         grp = route_incidence(sh.indptr, sh.links, sh.group, sh.weight, L, sh.n_groups)
         grp.eliminate_zeros()
         self.g_rows = grp  # CSR: the groups of every link
@@ -69,19 +70,22 @@ class GroupedIndex:
                                 sh.group_indptr), shape=(sh.n_groups, F))
         member.sum_duplicates()  # a flow listed twice: weight 2
         self.members = member  # CSR: the flows of every group (with multiplicity)
-        self.of_flow = member.tocsc()  # CSC: the groups of every flow
-        self.of_flow.sum_duplicates()
+        of_flow = member.tocsc()  # CSC: the groups of every flow
+        of_flow.sum_duplicates()
+        self.f_ptr, self.f_rec = _pack(own, of_flow)
         self.n_links = L
         self._marks = Marks(np.zeros(L + 1, dtype=np.int64),
                             np.zeros(sh.n_groups, dtype=np.int64), np.zeros(sh.n_groups))
         self._k = None
+        self._loc = np.full(F, -1, dtype=np.int64)  # waterfill's scratch (Fill)
+        self._live = np.zeros(F, dtype=np.uint8)
 
     def _cols(self) -> Cols:
         if self._k is None:
-            c, g, m, o, r = self.cols, self.g_cols, self.members, self.of_flow, self.g_rows
-            self._k = Cols(c.indptr, c.indices, c.data, o.indptr, o.indices, o.data,
-                           g.indptr, g.indices, g.data, r.indptr, r.indices, m.indptr,
-                           m.indices, self.rows.indptr, self.rows.indices)
+            g, m, r = self.g_cols, self.members, self.g_rows
+            self._k = Cols(self.f_ptr, self.f_rec.view(np.int64), self.f_rec, g.indptr,
+                           g.indices, g.data, r.indptr, r.indices, m.indptr, m.indices,
+                           self.rows.indptr, self.rows.indices)
         return self._k
 
     def leave(self, fin: np.ndarray, rate: np.ndarray, load: np.ndarray,
@@ -110,13 +114,56 @@ class GroupedIndex:
         """Max-min rates of ``flows`` (ascending) on what the others leave of ``cap``
         (``load``): into ``rate``, their load added to ``load``."""
         spare = np.maximum(cap - load, 0.0)
-        rate[flows] = waterfill(flows, spare, fcap[flows].astype(np.float64), self._cols())
+        rate[flows] = waterfill(flows, spare, fcap[flows].astype(np.float64), self._cols(),
+                                self._loc, self._live)
         r = rate[flows]
         _add_load(flows, np.where(np.isfinite(r), r, 0.0), load, self._cols())
 
     def link_bytes(self, moved: np.ndarray) -> np.ndarray:
         """Per link: the bytes of flows that moved ``moved`` bytes."""
         return self.rows @ moved + self.g_rows @ (self.members @ moved)
+
+    def raise_peak(self, flows: np.ndarray, load: np.ndarray, cap: np.ndarray,
+                   peak: np.ndarray) -> None:
+        """``peak = max(peak, load / cap)`` on the links of ``flows`` (own and shared), in
+        place."""
+        _raise_peak(flows, load, cap, peak, self._cols())
+
+
+def _pack(rows: sp.csr_matrix, of_flow: sp.csc_matrix) -> tuple[np.ndarray, np.ndarray]:
+    """Every flow's own entries (link, value; its column of ``rows``, links ascending) and
+    then its groups (``-1 - group``, multiplicity; its column of ``of_flow``) as one
+    record of 8-byte pairs (an index's bits, then a float), the records flow after flow:
+    ``(indptr, records)``. A finishing or freezing flow reads one record (a cache line or
+    two) where the columns of two CSC matrices cost six cache misses (the 8,192-rank
+    AllToAll's 8.4 M flows are scattered over 50 M entries)."""
+    own = np.bincount(rows.indices, minlength=rows.shape[1])
+    ptr = indptr_from_lengths(2 * (own + np.diff(of_flow.indptr)))
+    rec = np.empty(int(ptr[-1]))
+    _pack_records(rec.view(np.int64), rec, ptr, (rows.indptr, rows.indices, rows.data),
+                  (of_flow.indptr, of_flow.indices, of_flow.data))
+    return ptr, rec
+
+
+@njit(cache=True)
+def _pack_records(idx, val, ptr, rows, of_flow):  # pragma: no cover
+    """Fill :func:`_pack`'s records (``idx`` and ``val``: one buffer seen as ints and as
+    floats; ``rows`` and ``of_flow``: the matrices' (indptr, indices, data)): the links
+    row by row (so ascending in each record), then the groups."""
+    r_ptr, r_idx, r_val = rows
+    o_ptr, o_idx, o_val = of_flow
+    at = ptr[:-1].copy()
+    for x in range(len(r_ptr) - 1):
+        for e in range(r_ptr[x], r_ptr[x + 1]):
+            f = r_idx[e]
+            idx[at[f]] = x
+            val[at[f] + 1] = r_val[e]
+            at[f] += 2
+    for f in range(len(at)):
+        for e in range(o_ptr[f], o_ptr[f + 1]):
+            idx[at[f]] = -1 - o_idx[e]
+            val[at[f] + 1] = o_val[e]
+            at[f] += 2
 
 
 @njit(cache=True)
@@ -128,14 +175,16 @@ def _leave_links(flows, rates, load, cap, sc, k):  # pragma: no cover
     out = np.empty(len(sc.link), dtype=np.int64)
     groups = np.empty(len(flows) + 1, dtype=np.int64)  # the groups seen (grown by doubling)
     n = ng = 0
+    at = _touch(flows, k)
     for i in range(len(flows)):
         f, r = flows[i], rates[i]
-        for e in range(k.c_ptr[f], k.c_ptr[f + 1]):
-            x = k.c_idx[e]
-            n = _saturated(x, load, cap, sc.link, stamp, out, n)
-            load[x] -= k.c_val[e] * r
-        for e in range(k.o_ptr[f], k.o_ptr[f + 1]):
-            g = k.o_idx[e]
+        for e in range(at[i], k.f_ptr[f + 1], 2):
+            x = k.f_idx[e]
+            if x >= 0:  # an own entry
+                n = _saturated(x, load, cap, sc.link, stamp, out, n)
+                load[x] -= k.f_val[e + 1] * r
+                continue
+            g = -1 - x
             if sc.group[g] != stamp:
                 sc.group[g] = stamp
                 sc.rate[g] = 0.0
@@ -143,7 +192,7 @@ def _leave_links(flows, rates, load, cap, sc, k):  # pragma: no cover
                     groups = np.concatenate((groups, np.empty(ng + 1, dtype=np.int64)))
                 groups[ng] = g
                 ng += 1
-            sc.rate[g] += k.o_val[e] * r
+            sc.rate[g] += k.f_val[e + 1] * r
     for j in range(ng):
         g = groups[j]
         for e in range(k.g_ptr[g], k.g_ptr[g + 1]):
@@ -151,6 +200,24 @@ def _leave_links(flows, rates, load, cap, sc, k):  # pragma: no cover
             n = _saturated(x, load, cap, sc.link, stamp, out, n)
             load[x] -= k.g_val[e] * sc.rate[g]
     return out[:n].copy()
+
+
+@njit(cache=True)
+def _touch(flows, k):  # pragma: no cover
+    """Where the records of ``flows`` start, read ahead of their use: the flows are
+    scattered over a gigabyte, and a loop that reads each record only as it walks it
+    waits on one cache miss at a time, where these independent loads overlap."""
+    at = np.empty(len(flows), dtype=np.int64)
+    end = np.empty(len(flows), dtype=np.int64)
+    for i in range(len(flows)):
+        at[i], end[i] = k.f_ptr[flows[i]], k.f_ptr[flows[i] + 1]
+    s = 0
+    for i in range(len(flows)):
+        if end[i] > at[i]:  # (bring the record in: its first and last cache lines)
+            s += k.f_idx[at[i]] + k.f_idx[end[i] - 2]
+    if s == -1 << 62:  # (never: keeps the loads)
+        at[0] = s
+    return at
 
 
 @njit(cache=True)
@@ -171,12 +238,29 @@ def _add_load(flows, rates, load, k):  # pragma: no cover
     ``load``."""
     for i in range(len(flows)):
         f, r = flows[i], rates[i]
-        for e in range(k.c_ptr[f], k.c_ptr[f + 1]):
-            load[k.c_idx[e]] += k.c_val[e] * r
-        for e in range(k.o_ptr[f], k.o_ptr[f + 1]):
-            g, mult = k.o_idx[e], k.o_val[e]
+        for e in range(k.f_ptr[f], k.f_ptr[f + 1], 2):
+            x = k.f_idx[e]
+            if x >= 0:
+                load[x] += k.f_val[e + 1] * r
+                continue
+            g, mult = -1 - x, k.f_val[e + 1]
             for j in range(k.g_ptr[g], k.g_ptr[g + 1]):
                 load[k.g_idx[j]] += k.g_val[j] * mult * r
+
+
+@njit(cache=True)
+def _raise_peak(flows, load, cap, peak, k):  # pragma: no cover
+    """:meth:`GroupedIndex.raise_peak` (a link seen twice gets the same value again)."""
+    for f in flows:
+        for e in range(k.f_ptr[f], k.f_ptr[f + 1], 2):
+            x = k.f_idx[e]
+            if x >= 0:
+                peak[x] = max(peak[x], load[x] / cap[x])
+                continue
+            g = -1 - x
+            for j in range(k.g_ptr[g], k.g_ptr[g + 1]):
+                y = k.g_idx[j]
+                peak[y] = max(peak[y], load[y] / cap[y])
 
 
 @njit(cache=True)
@@ -247,13 +331,14 @@ def _sift_down(hk, hv, size, key, v=-1):  # pragma: no cover
 @njit(cache=True)
 def _leave(f, lv, st, k):  # pragma: no cover
     """Flow ``f`` freezes at ``lv``: it leaves every link it crosses (own and shared)."""
-    for e in range(k.c_ptr[f], k.c_ptr[f + 1]):
-        x = k.c_idx[e]
-        st.rem[x] -= k.c_val[e] * lv
-        st.s[x] -= k.c_val[e]
-        st.cnt[x] -= 1
-    for e in range(k.o_ptr[f], k.o_ptr[f + 1]):
-        g, mult = k.o_idx[e], k.o_val[e]
+    for e in range(k.f_ptr[f], k.f_ptr[f + 1], 2):
+        x = k.f_idx[e]
+        if x >= 0:
+            st.rem[x] -= k.f_val[e + 1] * lv
+            st.s[x] -= k.f_val[e + 1]
+            st.cnt[x] -= 1
+            continue
+        g, mult = -1 - x, k.f_val[e + 1]
         st.left[g] -= 1
         for j in range(k.g_ptr[g], k.g_ptr[g + 1]):
             x = k.g_idx[j]
@@ -263,15 +348,16 @@ def _leave(f, lv, st, k):  # pragma: no cover
 
 
 @njit(cache=True)
-def waterfill(flows, spare, fcap, k):  # pragma: no cover
+def waterfill(flows, spare, fcap, k, loc, live):  # pragma: no cover
     """Max-min rates of ``flows`` (capped at ``fcap``) on ``spare`` (per link) over the
-    columns :class:`Cols` ``k`` (see the module docstring)."""
+    columns :class:`Cols` ``k`` (see the module docstring); ``loc`` and ``live``:
+    :class:`Fill`'s scratch, one entry per flow of the problem, -1 and 0."""
     n, L = len(flows), len(spare)
     st = Fill(spare.copy(), np.zeros(L), np.zeros(L, dtype=np.int64),
-              np.zeros(len(k.g_ptr) - 1, dtype=np.int64), np.full(n, np.nan),
-              np.full(len(k.c_ptr) - 1, -1, dtype=np.int64))
+              np.zeros(len(k.g_ptr) - 1, dtype=np.int64), np.full(n, np.nan), loc, live)
     for i in range(n):
         st.loc[flows[i]] = i
+        st.live[flows[i]] = 1
     for i in range(n):  # the sums of the flows' coefficients (negated: leaving at 0)
         _leave(flows[i], 0.0, st, k)
     st.s[:], st.cnt[:], st.left[:] = -st.s, -st.cnt, -st.left
@@ -301,12 +387,15 @@ def waterfill(flows, spare, fcap, k):  # pragma: no cover
         if nxt <= share:  # a flow reaches its cap first (or no link is left)
             i = by_cap[pc]
             st.rate[i] = nxt
+            st.live[flows[i]] = 0
             done += 1
             _leave(flows[i], nxt, st, k)
             continue
         size = _pop(hk, hv, size)
         level = max(level, share)
         done += _freeze_link(x, level, flows, st, k)
+    for f in flows:
+        st.loc[f], st.live[f] = -1, 0
     return st.rate
 
 
@@ -318,19 +407,26 @@ def _freeze_link(x, level, flows, st, k):  # pragma: no cover
     for e in range(k.r_ptr[x], k.r_ptr[x + 1]):
         if st.cnt[x] == 0:  # (every flow of the link is frozen: the rest were before)
             return done
-        i = st.loc[k.r_idx[e]]
-        if i >= 0 and np.isnan(st.rate[i]):
-            st.rate[i] = level
-            done += 1
-            _leave(flows[i], level, st, k)
+        done += _freeze(k.r_idx[e], level, flows, st, k)
     for e in range(k.gr_ptr[x], k.gr_ptr[x + 1]):
         g = k.gr_idx[e]
         for j in range(k.m_ptr[g], k.m_ptr[g + 1]):
             if st.left[g] == 0 or st.cnt[x] == 0:  # (walked while some are unfrozen)
                 break
-            i = st.loc[k.m_idx[j]]
-            if i >= 0 and np.isnan(st.rate[i]):
-                st.rate[i] = level
-                done += 1
-                _leave(flows[i], level, st, k)
+            done += _freeze(k.m_idx[j], level, flows, st, k)
     return done
+
+
+@njit(cache=True, inline="always")
+def _freeze(f, level, flows, st, k):  # pragma: no cover
+    """Freeze flow ``f`` at ``level`` if it is one of ``flows`` and unfrozen; 1 if so.
+    Most flows a link lists are frozen already (a flow is listed by every link it crosses)
+    or not filled: a byte per flow (``live``, 8 MB at 8.4 M flows) tells, where its
+    position and rate were two cache misses in 130 MB."""
+    if not st.live[f]:
+        return 0
+    st.live[f] = 0
+    i = st.loc[f]
+    st.rate[i] = level
+    _leave(f, level, st, k)
+    return 1

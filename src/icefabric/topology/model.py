@@ -235,11 +235,7 @@ class Fabric:
     def link_cable(self) -> np.ndarray:
         """Each link's index among the parallel links from its source to its destination
         (in link order; 0 for a single cable): the ``k`` of ``a->b/k``."""
-        key = self.link_src.astype(np.int64) * self.n_nodes + self.link_dst
-        order = np.argsort(key, kind="stable")
-        out = np.empty(len(key), dtype=np.int64)
-        out[order] = within(np.unique(key[order], return_counts=True)[1])
-        return out
+        return cable_index(self.link_src, self.link_dst)
 
     @cached_property
     def node_id(self) -> dict[str, int]:
@@ -278,3 +274,38 @@ class Fabric:
                  for k in range(len(NODE_KIND_NAMES))}
         return {"name": self.name, "nodes": kinds, "links": self.n_links,
                 "servers": len(self.servers), **self.meta}
+
+
+def _pair_keys(src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """One int64 key per (src, dst) link, its stable sort order, and the key base."""
+    n = int(max(src.max(initial=0), dst.max(initial=0))) + 1
+    key = src.astype(np.int64) * n + dst
+    return key, np.argsort(key, kind="stable"), n
+
+
+def cable_index(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """Each link's index among the parallel links from its source to its destination (in
+    link order; 0 for a single cable): the ``k`` of ``a->b/k``."""
+    key, order, _ = _pair_keys(src, dst)
+    out = np.empty(len(key), dtype=np.int64)
+    out[order] = within(np.unique(key[order], return_counts=True)[1])
+    return out
+
+
+def reverse_links(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+    """The other direction of every link's cable: ``b->a/k`` for ``a->b/k``, -1 where the
+    cable is simplex. Parallel cables pair by their index, so each carries the ACKs of its
+    own reverse traffic (not every cable's on one).
+
+    Examples
+    --------
+    >>> reverse_links(np.array([0, 0, 1, 1, 1]), np.array([1, 1, 0, 0, 2])).tolist()
+    [2, 3, 0, 1, -1]
+    """
+    key, order, n = _pair_keys(src, dst)
+    ks = key[order]
+    back = dst.astype(np.int64) * n + src
+    first = np.searchsorted(ks, back, side="left")
+    k = cable_index(src, dst)
+    ok = np.searchsorted(ks, back, side="right") - first > k
+    return np.where(ok, order[np.minimum(first + k, len(ks) - 1)], -1).astype(np.int64)

@@ -7,9 +7,8 @@ A 1:1 leaf-spine of HGX H100 servers (4 servers per leaf, scattered placement so
 hop crosses the spines; above 4,096 GPUs, where a spine's 128 ports cannot reach every
 leaf, a 1:1 3-tier fat-tree of radix-128 switches sized by ``fat_tree_for``, scattered),
 one NCCL ring AllReduce job over all GPUs, ECMP with DCQCN + PFC (the congested case:
-collisions build queues, so the engine takes small steps) and ICE (paced; up to 1,024
-GPUs, where leaves and spines are joined by 4 parallel cables, main's fluid engine charges
-all their ACKs to one cable, so queues build and DCQCN reacts; BENCHMARKS.md). Each size
+collisions build queues, so the engine takes small steps) and ICE (paced, queues stay
+empty since each ACK takes its own cable back; BENCHMARKS.md). Each size
 runs in its own process, so its peak RSS is its own. Prints the engine's wall and CPU
 time, steps, busbw, the largest queue and peak RSS per size; BENCHMARKS.md records the
 figures (targets: 1,024 GPUs ECMP within 60 s and 4 GiB; issue 26: 4,096 GPUs ECMP and

@@ -62,6 +62,7 @@ class Communicator:
     def __post_init__(self):
         f = self.fabric
         r = np.asarray(self.ranks, dtype=np.int64)
+        object.__setattr__(self, "ranks", r)  # a list or tuple of node ids works too
         if len(r) < 2:
             raise ValueError(f"job {self.job!r}: a communicator needs at least 2 ranks")
         if np.any(f.node_kind[r] != ACCEL):

@@ -12,6 +12,7 @@ from icefabric.pipeline import Plan, plan, simulate
 from icefabric.pipeline.plans import LinkEvent
 from icefabric.policies.base import get_policy
 from icefabric.topology.builders import LeafSpineSpec, ServerGroup, leaf_spine
+from icefabric.topology.catalog import server_profile
 from icefabric.topology.model import ACCEL, LINK_FABRIC
 
 SIZE = 1 << 24
@@ -109,3 +110,20 @@ def test_a_replan_after_a_link_failure_repaces_the_fluid_flows(tiny_profile):
     res = simulate(after, EngineOptions(engine="fluid"))
     assert (res.flow_finish_ns > 20_000).all()
     assert sum(res.qp_cnp_count.values()) == 0
+
+
+def test_a_paced_ring_over_parallel_cables_builds_no_queue():
+    """ICE fills each of 2 parallel leaf-spine cables with 2 channels at the 200 Gb/s step;
+    each cable carries the ACKs of its own reverse traffic only (1.4 %, inside the NICs'
+    line rate). With every cable's ACKs on the last one (before fc067ec) that cable's
+    queue reached 3.6 MB, ECN marked and DCQCN cut the rates (365.9 GB/s)."""
+    f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 2, "h")],
+                   LeafSpineSpec(servers_per_leaf=1, n_spines=1, links_per_spine=2))
+    wb = WorkloadBuilder()
+    add_collective(wb, Communicator("r", f, f.nodes_of_kind(ACCEL)), "all_reduce", 1 << 28)
+    p = plan(f, wb.build(node_ip=f.node_ip), get_policy("ice"))
+    assert np.all(p.paths.rate_bps == 200e9)
+    res = simulate(p, EngineOptions(engine="fluid", endside=False))
+    assert max(res.link_max_queue_bytes.values(), default=0.0) < 4154  # under a packet
+    assert sum(res.qp_cnp_count.values()) == 0
+    assert res.collectives[0].busbw_GBps == pytest.approx(370.7, abs=0.1)

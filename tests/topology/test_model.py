@@ -1,7 +1,10 @@
 import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from icefabric.topology.builders import LeafSpineSpec, ServerGroup, leaf_spine
 from icefabric.topology.catalog import server_profile
+from icefabric.topology.model import cable_index, reverse_links
 
 
 def test_a_cable_is_named_and_found_as_in_link_names():
@@ -32,3 +35,27 @@ def test_link_cable_numbers_parallel_links_as_their_names():
         (1, "spine0->leaf1/1"), (2, "leaf1->spine0/2"), (2, "spine0->leaf1/2")]
     nic = f.links_between("h-0/nic0", "leaf0")
     assert len(nic) == 2 and not f.link_cable[nic].any()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 4), st.integers(0, 4), st.booleans()), max_size=30))
+def test_reverse_links_pair_the_two_directions_of_each_cable(cables):
+    """Cable k's ``a->b/k`` and ``b->a/k`` are each other's reverse (the fluid engine's ACK
+    path); a simplex link has none."""
+    src, dst = [], []
+    for a, b, duplex in cables:
+        if a == b:
+            continue
+        src.append(a), dst.append(b)
+        if duplex:
+            src.append(b), dst.append(a)
+    src, dst = np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64)
+    rev = reverse_links(src, dst)
+    k = cable_index(src, dst)
+    has = rev >= 0
+    assert np.array_equal(src[rev[has]], dst[has]) and np.array_equal(dst[rev[has]], src[has])
+    assert np.array_equal(k[rev[has]], k[has])
+    assert np.array_equal(rev[rev[has]], np.flatnonzero(has))  # an involution
+    # a link has a reverse exactly when its pair has at least k + 1 cables the other way
+    back = np.array([np.sum((src == d) & (dst == s)) for s, d in zip(src, dst)], dtype=np.int64)
+    assert np.array_equal(has, back > k)

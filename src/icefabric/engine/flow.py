@@ -21,7 +21,7 @@ from numba import njit
 
 from icefabric.csr import gather, replace_rows
 from icefabric.engine.batch_kernel import Net, State, _accumulate, _apply, _fill, _scratch
-from icefabric.engine.grouped import GroupedIndex
+from icefabric.engine.grouped import Cols, GroupedIndex, _pack, _raise_peak
 from icefabric.engine.problem import EngineError, SimProblem, routes_touching
 from icefabric.engine.registry import register_engine
 from icefabric.engine.result import CollectiveResult, SimResult
@@ -468,6 +468,11 @@ class _ColumnIndex:
         self._sc = _scratch(L, F, self.Ac.nnz)
         self._idle = dict(remaining=f0, start=i0, finish=i0, start_at=i0, complete_at=i0,
                           ndeps=i0, run=i0, pend=i0, n=np.zeros(2, dtype=np.int64))
+        # every flow's links as GroupedIndex's records (no groups), for its compiled peaks
+        ptr, rec = _pack(A, sp.csc_matrix((0, F)))
+        self._k = Cols(ptr, rec.view(np.int64), rec, np.zeros(1, dtype=np.int64), i0, f0,
+                       np.zeros(L + 1, dtype=np.int64), i0, np.zeros(1, dtype=np.int64), i0,
+                       A.indptr.astype(np.int64), A.indices.astype(np.int64))
 
     def _state(self, rate: np.ndarray, load: np.ndarray) -> State:
         """The kernel's view of ``rate`` and ``load`` (written in place)."""
@@ -510,9 +515,8 @@ class _ColumnIndex:
     def raise_peak(self, flows: np.ndarray, load: np.ndarray, cap: np.ndarray,
                    peak: np.ndarray) -> None:
         """``peak = max(peak, load / cap)`` on the links of ``flows``, in place (a link
-        listed twice gets the same value twice: no sort to make them distinct)."""
-        x = _entries(self.Ac, flows)[0]
-        peak[x] = np.maximum(peak[x], load[x] / cap[x])
+        seen twice gets the same value again: no sort to make them distinct)."""
+        _raise_peak(flows, load, cap, peak, self._k)
 
 
 def _next_data_done(remaining, rate, run, t: int) -> int:

@@ -446,7 +446,8 @@ def _index(P: SimProblem, r_ptr: np.ndarray, r_links: np.ndarray):
 class _ColumnIndex:
     """The incidence as a canonical CSC (each column's rows ascending, once), read by the
     batched engine's compiled steps (:mod:`~icefabric.engine.batch_kernel`: ``_fill``,
-    ``_accumulate``, ``_apply``) over link- and flow-sized scratch made once, so an event
+    ``_accumulate``, ``_apply``; the peaks by :mod:`~icefabric.engine.grouped`'s
+    ``_raise_peak``) over link- and flow-sized scratch made once, so an event
     costs what it touches, not the fabric's size. Those steps are the numpy code they
     replaced operation for operation (max-min's rounds over the entries in column order,
     each link's load summed from 0 in entry order, then added), so the rates and loads

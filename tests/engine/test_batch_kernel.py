@@ -1,14 +1,13 @@
 """The batched engine's compiled pieces against the numpy code they replaced: the dominance
-walk behind ``redundant_links``, the rows the draws change, and max-min as the
-event-driven flow engine calls it."""
+walk behind ``redundant_links`` and the rows the draws change (max-min as the
+event-driven flow engine calls it: tests/engine/test_flow.py)."""
 
 import numpy as np
 import scipy.sparse as sp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from icefabric.dataplane.fairness import maxmin_entries
-from icefabric.engine.batch_kernel import dominated_rows, maxmin_compiled, varying_rows
+from icefabric.engine.batch_kernel import dominated_rows, varying_rows
 
 
 def _sliced(A, pairs):
@@ -46,25 +45,6 @@ def test_a_row_is_dropped_only_under_a_row_that_covers_it():
     # (2, 1): 2 <= 2, dropped; (2, 0): row 2 already dropped, skipped
     got = dominated_rows(ptr, idx, val, np.array([0, 1, 2, 2]), np.array([1, 2, 1, 0]), 3)
     assert got.tolist() == [True, False, True]
-
-
-@settings(max_examples=150, deadline=None)
-@given(st.integers(1, 6), st.integers(1, 8), st.data())
-def test_compiled_maxmin_gives_maxmin_entries_rates_exactly(links, flows, data):
-    """Same entries, same arithmetic in the same order: the same floats, not just close."""
-    dense = np.array(data.draw(st.lists(
-        st.lists(st.sampled_from([0.0, 0.0, 0.5, 1.0, 1.0, 2.0]), min_size=flows,
-                 max_size=flows), min_size=links, max_size=links)))
-    cap = np.array(data.draw(st.lists(st.sampled_from([1e9, 25e9, 100e9, 3.3e9]),
-                                      min_size=links, max_size=links)))
-    fcap = np.array(data.draw(st.lists(st.sampled_from([np.inf, 7e9, 50e9]),
-                                       min_size=flows, max_size=flows)))
-    A = sp.csc_matrix(dense)
-    A.sum_duplicates()
-    who = np.repeat(np.arange(flows, dtype=np.int64), np.diff(A.indptr))
-    want = maxmin_entries(A.indices, who, A.data, cap, fcap)
-    got = maxmin_compiled(A.indices.astype(np.int64), who, A.data, cap, fcap)
-    assert got.tobytes() == want.tobytes()
 
 
 @settings(max_examples=100, deadline=None)

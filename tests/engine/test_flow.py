@@ -341,3 +341,39 @@ def test_a_flow_that_changes_class_twice_is_counted_once():
     _, finish = run_flow_batch(p, RouteSets.stacked([(p.route_indptr, p.route_links)]))
     assert run_flow(p).flow_finish_ns.tolist() == finish[0].tolist()
     assert finish[0][3] == 483100
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(1, 6), st.integers(1, 8), st.data())
+def test_column_fill_gives_maxmin_entries_rates_and_loads_exactly(links, flows, data):
+    """The engine's compiled fill (the batched kernel's steps) on what other flows leave:
+    maxmin_entries' rates and the loads ``np.bincount`` sums, the same floats, not just
+    close (same entries, same arithmetic in the same order)."""
+    import scipy.sparse as sp
+
+    from icefabric.dataplane.fairness import maxmin_entries
+    from icefabric.engine.flow import _ColumnIndex
+
+    dense = np.array(data.draw(st.lists(
+        st.lists(st.sampled_from([0.0, 0.0, 0.5, 1.0, 1.0, 2.0]), min_size=flows,
+                 max_size=flows), min_size=links, max_size=links)))
+    cap = np.array(data.draw(st.lists(st.sampled_from([1e9, 25e9, 100e9, 3.3e9]),
+                                      min_size=links, max_size=links)))
+    fcap = np.array(data.draw(st.lists(st.sampled_from([np.inf, 7e9, 50e9]),
+                                       min_size=flows, max_size=flows)))
+    busy = np.array(data.draw(st.lists(st.sampled_from([0.0, 0.3e9, 2e9, 200e9]),
+                                       min_size=links, max_size=links)))  # others' load
+    sub = np.array(sorted(data.draw(st.sets(st.integers(0, flows - 1), min_size=1))))
+    ci = _ColumnIndex(sp.csr_matrix(dense))
+    rate, load = np.zeros(flows), busy.copy()
+    ci.fill(sub, rate, load, cap, fcap)
+    A = sp.csc_matrix(dense[:, sub])
+    A.sum_duplicates()
+    who = np.repeat(np.arange(len(sub)), np.diff(A.indptr))
+    want = maxmin_entries(A.indices, who, A.data, np.maximum(cap - busy, 0.0), fcap[sub])
+    assert rate[sub].tobytes() == want.tobytes()
+    r = np.where(np.isfinite(want), want, 0.0)
+    assert load.tobytes() == (busy + np.bincount(A.indices, A.data * r[who],
+                                                 minlength=links)).tobytes()
+    ci.release(load, sub, np.zeros(0, dtype=np.int64), rate)  # back to the others' load
+    assert np.allclose(load, busy, rtol=1e-12, atol=1e-3)

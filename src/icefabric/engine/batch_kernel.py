@@ -696,20 +696,3 @@ def varying_rows(ptr, links, n_sets, n_links):  # pragma: no cover - compiled
                 r = n * M + m
                 varying[links[ptr[r]:ptr[r + 1]]] = True
     return differs, varying
-
-
-@njit(cache=True)
-def maxmin_compiled(link, who, coef, cap, fcap):  # pragma: no cover - compiled
-    """:func:`icefabric.dataplane.fairness.maxmin_entries` (same entries, same arithmetic
-    in the same order, hence the same rates) through :func:`_maxmin`: what the
-    event-driven flow engine calls at every event, where the numpy rounds' per-call
-    overhead dominated a 16,384-GPU training iteration."""
-    sc = _scratch(len(cap), len(fcap), len(link))
-    k = 0
-    for e in range(len(link)):
-        if coef[e] > 0:  # (maxmin_entries drops the others)
-            sc.e_link[k], sc.e_who[k], sc.e_coef[k] = link[e], who[e], coef[e]
-            k += 1
-    sc.lf[_REM, :] = cap
-    _maxmin(sc, k, np.arange(len(cap)), np.arange(len(fcap)), fcap)
-    return sc.ff[_RATE, :len(fcap)].copy()

@@ -20,8 +20,8 @@ import scipy.sparse as sp
 from numba import njit
 
 from icefabric.csr import gather, replace_rows
-from icefabric.engine.batch_kernel import maxmin_compiled
-from icefabric.engine.grouped import GroupedIndex
+from icefabric.engine.batch_kernel import Net, State, _accumulate, _apply, _fill, _scratch
+from icefabric.engine.grouped import Cols, GroupedIndex, _pack, _raise_peak
 from icefabric.engine.problem import EngineError, SimProblem, routes_touching
 from icefabric.engine.registry import register_engine
 from icefabric.engine.result import CollectiveResult, SimResult
@@ -113,7 +113,8 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
                 if len(idx):
                     ci.fill(idx, rate, load, P.link_capacity_bps, P.flow_rate_cap_bps)
                 changed = np.flatnonzero(active)
-                np.maximum(peak, load / P.link_capacity_bps, out=peak)
+                # every other link carries nothing (load 0): its peak holds
+                ci.raise_peak(idx, load, P.link_capacity_bps, peak)
             cl.regroup(changed, rate)
             dirty = False
             freed = []
@@ -443,23 +444,47 @@ def _index(P: SimProblem, r_ptr: np.ndarray, r_links: np.ndarray):
 
 
 class _ColumnIndex:
-    """The incidence as a canonical CSC (each column's rows ascending, once) and two
-    link-sized tables reused by every event, so that taking the columns of the running
-    flows costs what they touch, not the fabric's size."""
+    """The incidence as a canonical CSC (each column's rows ascending, once), read by the
+    batched engine's compiled steps (:mod:`~icefabric.engine.batch_kernel`: ``_fill``,
+    ``_accumulate``, ``_apply``; the peaks by :mod:`~icefabric.engine.grouped`'s
+    ``_raise_peak``) over link- and flow-sized scratch made once, so an event
+    costs what it touches, not the fabric's size. Those steps are the numpy code they
+    replaced operation for operation (max-min's rounds over the entries in column order,
+    each link's load summed from 0 in entry order, then added), so the rates and loads
+    are the same to the bit; no array or scipy matrix is built per event (their
+    constructors, a sort of the links per event and numpy's per-call overhead were most
+    of a 16,384-GPU training iteration's engine time)."""
 
     def __init__(self, A: sp.csr_matrix):
         self.A = A
         self.Ac = A.tocsc()
         self.Ac.sum_duplicates()
-        L = self.Ac.shape[0]
-        self._last = np.empty(L, dtype=np.int64)
-        self._id = np.empty(L, dtype=np.int64)
+        L, F = A.shape
+        f0, i0 = np.zeros(0), np.zeros(0, dtype=np.int64)
+        # the flows' entries; cap and fcap come with each call (the per-link fields,
+        # which the batched engine alone reads, stay empty)
+        self._net = Net(self.Ac.indptr.astype(np.int64), self.Ac.indices.astype(np.int64),
+                        self.Ac.data.astype(np.float64), i0, i0, f0,
+                        np.zeros(0, dtype=np.uint64), f0, f0)
+        self._sc = _scratch(L, F, self.Ac.nnz)
+        self._idle = dict(remaining=f0, start=i0, finish=i0, start_at=i0, complete_at=i0,
+                          ndeps=i0, run=i0, pend=i0, n=np.zeros(2, dtype=np.int64))
+        # every flow's links as GroupedIndex's records (no groups), for its compiled peaks
+        ptr, rec = _pack(A, sp.csc_matrix((0, F)))
+        self._k = Cols(ptr, rec.view(np.int64), rec, np.zeros(1, dtype=np.int64), i0, f0,
+                       np.zeros(L + 1, dtype=np.int64), i0, np.zeros(1, dtype=np.int64), i0,
+                       A.indptr.astype(np.int64), A.indices.astype(np.int64))
+
+    def _state(self, rate: np.ndarray, load: np.ndarray) -> State:
+        """The kernel's view of ``rate`` and ``load`` (written in place)."""
+        return State(rate=rate, load=load, **self._idle)
 
     def leave(self, fin: np.ndarray, rate: np.ndarray, load: np.ndarray,
               cap: np.ndarray) -> np.ndarray:
         """The links the finished flows ``fin`` cross that are saturated (``load``
-        within 1e-6 of ``cap``), ascending; :meth:`release` takes their load off."""
-        touched = np.unique(_entries(self.Ac, fin)[0])
+        within 1e-6 of ``cap``), a link once per flow on it (their only use, a least
+        and a count, needs no sort); :meth:`release` takes their load off."""
+        touched = _entries(self.Ac, fin)[0]
         return touched[load[touched] >= cap[touched] * (1 - 1e-6)]
 
     def top_rate(self, links: np.ndarray, rate: np.ndarray) -> float:
@@ -471,20 +496,18 @@ class _ColumnIndex:
     def release(self, load: np.ndarray, fin: np.ndarray, refill: np.ndarray,
                 rate: np.ndarray) -> None:
         """Take the load of the finished flows ``fin`` and of ``refill`` (at ``rate``) off
-        ``load``, in place: one sum per link."""
-        gone = np.concatenate([fin, refill])
-        links, vals, n = _entries(self.Ac, gone)
-        load -= np.bincount(links, vals * np.repeat(_finite(rate[gone]), n),
-                            minlength=self.Ac.shape[0])
+        ``load``, in place: one sum per link (``load -= np.bincount(...)``)."""
+        st = self._state(rate, load)
+        _accumulate(self._net, st, self._sc, fin)
+        _accumulate(self._net, st, self._sc, refill)
+        _apply(st, self._sc, -1.0)
 
     def fill(self, flows: np.ndarray, rate: np.ndarray, load: np.ndarray, cap: np.ndarray,
              fcap: np.ndarray) -> None:
         """Max-min rates of ``flows`` (ascending) on what the others leave of ``cap``
         (``load``): into ``rate``, their load added to ``load``."""
-        sub = self.columns(flows)
-        spare = np.maximum(cap[sub.rows] - load[sub.rows], 0.0)
-        rate[flows] = sub.maxmin(spare, fcap[flows])
-        load[sub.rows] += sub.load(_finite(rate[flows]))
+        _fill(self._net._replace(cap=cap, fcap=fcap), self._state(rate, load), self._sc,
+              flows)
 
     def link_bytes(self, moved: np.ndarray) -> np.ndarray:
         """Per link: the bytes of flows that moved ``moved`` bytes."""
@@ -492,45 +515,9 @@ class _ColumnIndex:
 
     def raise_peak(self, flows: np.ndarray, load: np.ndarray, cap: np.ndarray,
                    peak: np.ndarray) -> None:
-        """``peak = max(peak, load / cap)`` on the links of ``flows``, in place."""
-        x = np.unique(_entries(self.Ac, flows)[0])
-        peak[x] = np.maximum(peak[x], load[x] / cap[x])
-
-    def columns(self, cols: np.ndarray) -> _Columns:
-        """Columns ``cols`` over the links they touch, numbered in the tables (written
-        before they are read: nothing to clear)."""
-        links, vals, n = _entries(self.Ac, cols)
-        e = np.arange(len(links))
-        self._last[links] = e  # one entry per distinct link survives (the last)
-        rows = links[self._last[links] == e]
-        self._id[rows] = np.arange(len(rows))
-        return _Columns(rows, self._id[links], vals,
-                        np.repeat(np.arange(len(cols), dtype=np.int64), n))
-
-
-class _Columns:
-    """Columns of the running flows over the ``rows`` (links) they touch, as plain
-    entries: ``local`` (position in ``rows``), ``who`` (position among the columns) and
-    ``vals``, grouped by column. No scipy matrix is built per event (their constructors
-    and a sort of the links per event were most of a 16,384-GPU training iteration's
-    engine time). The links' numbering changes no arithmetic: max-min and the loads sum
-    per link in entry order, whatever a link's number."""
-
-    def __init__(self, rows: np.ndarray, local: np.ndarray, vals: np.ndarray,
-                 who: np.ndarray):
-        self.rows, self.local, self.vals, self.who = rows, local, vals, who
-
-    def maxmin(self, cap: np.ndarray, fcap: np.ndarray) -> np.ndarray:
-        """Max-min rates of the columns on ``cap`` (per row): the compiled
-        :func:`~icefabric.dataplane.fairness.maxmin_entries`, the same rates."""
-        return maxmin_compiled(self.local, self.who, self.vals.astype(np.float64),
-                               np.asarray(cap, dtype=np.float64),
-                               np.asarray(fcap, dtype=np.float64))
-
-    def load(self, rate: np.ndarray) -> np.ndarray:
-        """Per row, the columns' ``vals * rate`` summed in column order (what the CSC
-        product summed, in the same order)."""
-        return np.bincount(self.local, self.vals * rate[self.who], minlength=len(self.rows))
+        """``peak = max(peak, load / cap)`` on the links of ``flows``, in place (a link
+        seen twice gets the same value again: no sort to make them distinct)."""
+        _raise_peak(flows, load, cap, peak, self._k)
 
 
 def _next_data_done(remaining, rate, run, t: int) -> int:
@@ -565,10 +552,6 @@ def _done_classes(remaining, rate, run):  # pragma: no cover
             out[n] = c
             n += 1
     return out[:n].copy()
-
-
-def _finite(x: np.ndarray) -> np.ndarray:
-    return np.where(np.isfinite(x), x, 0.0)
 
 
 @njit(cache=True)

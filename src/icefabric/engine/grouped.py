@@ -11,7 +11,7 @@ Max-min on it is water-filling in link order (:func:`waterfill`, Bertsekas & Gal
 *Data Networks*, 2nd ed., §6.5.2, "progressive filling" taken one bottleneck at a time):
 the link of least fair share ``rem / sum`` is the next bottleneck, its unfrozen flows
 freeze at that share and leave every link they cross. A flow leaves its links once (the
-rounds of :func:`~icefabric.engine.batch_kernel.maxmin_compiled` visit every unfrozen
+rounds of :func:`~icefabric.engine.batch_kernel._maxmin` visit every unfrozen
 entry each round: 132 rounds at 1,024 ranks, BENCHMARKS.md), and a heap keyed by share
 (shares only rise as flows freeze: a flow leaves ``rem`` and ``sum`` at most the link's
 own share) finds the next bottleneck. The rates are the max-min rates; their floats can

@@ -287,6 +287,11 @@ def cable_index(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     """Each link's index among the parallel links from its source to its destination (in
     link order; 0 for a single cable): the ``k`` of ``a->b/k``."""
     key, order, _ = _pair_keys(src, dst)
+    return _cable_of(key, order)
+
+
+def _cable_of(key: np.ndarray, order: np.ndarray) -> np.ndarray:
+    """:func:`cable_index` from the links' keys and their stable sort order."""
     out = np.empty(len(key), dtype=np.int64)
     out[order] = within(np.unique(key[order], return_counts=True)[1])
     return out
@@ -306,6 +311,6 @@ def reverse_links(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
     ks = key[order]
     back = dst.astype(np.int64) * n + src
     first = np.searchsorted(ks, back, side="left")
-    k = cable_index(src, dst)
+    k = _cable_of(key, order)  # (the same sort, not a second one)
     ok = np.searchsorted(ks, back, side="right") - first > k
     return np.where(ok, order[np.minimum(first + k, len(ks) - 1)], -1).astype(np.int64)

@@ -255,7 +255,7 @@ def _assert_same_plans(x, y):
 @settings(max_examples=10, deadline=None)
 @given(st.integers(0, 2**16), st.integers(1, 3))
 def test_one_phase_loads_plan_as_the_general_tables(seed, jobs):
-    """With one phase per job the load tables alias the rate sums (_Load's fast path);
+    """With one phase per job the load tables alias the rate sums (LoadState's fast path);
     the greedy plan and a re-plan of a subset against the kept load are the ones the
     general job x phase tables give, to the bit."""
     f = leaf_spine([ServerGroup(server_profile("hgx-h100"), 4, "h")],

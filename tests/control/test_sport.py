@@ -18,7 +18,7 @@ from icefabric.control.sport import (
     Prober,
     QpChains,
     WantedPaths,
-    _dense_rows,
+    dense_rows,
     learn_port_paths,
     path_members,
     solve_sports,
@@ -378,7 +378,7 @@ def test_dense_rows_rank_rows_as_unique_axis0(rows):
     ids are np.unique(axis=0)'s inverse, the order the solver's port choices rely on."""
     a = np.array(rows, dtype=np.int64)
     want = np.unique(a, axis=0, return_inverse=True)[1].ravel()
-    assert _dense_rows([a[:, j] for j in range(3)]).tolist() == want.tolist()
+    assert dense_rows([a[:, j] for j in range(3)]).tolist() == want.tolist()
 
 
 def test_chains_past_62_key_bits_check_the_rest_as_filters():

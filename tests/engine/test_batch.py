@@ -115,7 +115,7 @@ def test_twin_links_are_left_out_of_a_draw_and_results_stay():
     one of the least capacity (link 1, before its equal 2) stays in a draw's incidence;
     link 3 carries another set and stays. Every draw equals run_flow on its routes."""
     from icefabric.engine.batch import _routes
-    from icefabric.engine.batch_kernel import _incidence, _merge_twins, _net_buffers, _scratch
+    from icefabric.engine.batch_kernel import _incidence, _merge_twins, _net_buffers, new_scratch
 
     cap = [10e9, 5e9, 5e9, 50e9]
     sets = [[[0, 1, 2, 3], [0, 1, 2]], [[0, 1, 2], [0, 1, 2, 3]]]
@@ -125,7 +125,7 @@ def test_twin_links_are_left_out_of_a_draw_and_results_stay():
     rt = _routes(prob, routes)
     assert rt.keep.all()  # every link changes between the draws: none left out before
     net = _net_buffers(rt, 2, 2)
-    sc = _scratch(len(rt.cap), 2, len(net.c_link))
+    sc = new_scratch(len(rt.cap), 2, len(net.c_link))
     for n in range(2):
         _incidence(rt, n, net, sc)
         _merge_twins(net, np.full(16, -1), np.zeros(4, dtype=bool))

@@ -15,9 +15,9 @@ from typing import Any
 from icefabric.collect.hccl_log import HcclLog, parse_hccl_logs
 from icefabric.collect.nccl_log import (
     NcclLog,
-    _is_dev_index,
     host_nics,
     implied_placement,
+    is_dev_index,
     library_inference,
     library_of,
     parse_nccl_logs,
@@ -280,7 +280,7 @@ def _busid_facts(log: NcclLog, f: dict[str, Any]) -> None:
             busids.setdefault(str(rec["rank"]), rec["busId"])
     for conn in log.connections:
         for rank, dev in ((conn["from"], conn["from_dev"]), (conn["to"], conn["to_dev"])):
-            if dev is not None and not _is_dev_index(dev):
+            if dev is not None and not is_dev_index(dev):
                 busids.setdefault(str(rank), dev)
     if busids:
         f["busid_by_rank"] = dict(sorted(busids.items(), key=lambda kv: int(kv[0])))

@@ -332,7 +332,7 @@ def _int(s: str | None) -> int | None:
     return int(s) if s not in (None, "") else None
 
 
-def _is_dev_index(s: str | None) -> bool:
+def is_dev_index(s: str | None) -> bool:
     """Bracket content is a device index (small decimal) rather than a PCI busId (hex)."""
     return s is not None and s.isdigit() and int(s) < 256
 
@@ -849,7 +849,7 @@ def _put_connection(conn: dict[str, Any], put) -> None:
     end(s) living on the printing host (both ends of an intra-node connection)."""
     ref = conn["ref"]
     for rank, dev in ((conn["from"], conn["from_dev"]), (conn["to"], conn["to_dev"])):
-        if dev is not None and not _is_dev_index(dev):
+        if dev is not None and not is_dev_index(dev):
             put(rank, ref, bus_id=dev)
     ends = [local_endpoint(conn)]
     if conn["kind"] in {"P2P", "SHM"}:
@@ -858,7 +858,7 @@ def _put_connection(conn: dict[str, Any], put) -> None:
     for end in ends:
         if end is not None:
             put(end[0], ref, host=ref.host,
-                device=int(end[1]) if _is_dev_index(end[1]) else None)
+                device=int(end[1]) if is_dev_index(end[1]) else None)
 
 
 def seen_placement(read: dict[int, dict[str, Any]]) -> Seen:

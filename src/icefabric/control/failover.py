@@ -25,11 +25,11 @@ import numpy as np
 
 from icefabric.control.demand import Demand
 from icefabric.control.planning import (
+    LoadState,
     PathAssignment,
     PlanOptions,
     Subset,
-    _Load,
-    _paths_csr,
+    paths_to_csr,
     replan_subset,
 )
 from icefabric.control.realize import (
@@ -74,7 +74,7 @@ class FailoverResult:
 
 def affected_qps(paths: list[np.ndarray], down: np.ndarray) -> np.ndarray:
     """QPs whose fabric path uses a link marked in the boolean mask ``down``."""
-    ptr, flat = _paths_csr(paths)
+    ptr, flat = paths_to_csr(paths)
     hit = np.bincount(np.repeat(np.arange(len(paths)), np.diff(ptr)), weights=down[flat],
                       minlength=len(paths))
     return np.flatnonzero(hit > 0)
@@ -188,7 +188,7 @@ class PlanBefore:
     full_paths: Sequence[np.ndarray] | None = None
     routing: Routing | None = None
     paths_csr: tuple[np.ndarray, np.ndarray] | None = None
-    load: _Load | None = None
+    load: LoadState | None = None
 
 
 def replan_after_failure(fabric: Fabric, routing: Routing, configs: dict[int, HashConfig],
@@ -211,7 +211,7 @@ def replan_after_failure(fabric: Fabric, routing: Routing, configs: dict[int, Ha
     """
     demand, paths = before.demand, before.paths
     sport = np.asarray(before.sport, dtype=np.int64).copy()
-    csr = before.paths_csr if before.paths_csr is not None else _paths_csr(paths)
+    csr = before.paths_csr if before.paths_csr is not None else paths_to_csr(paths)
     affected, maybe = _candidates(routing, before.routing, demand, csr)
     new_sub, util = replan_subset(fabric, routing, demand, Subset(affected, csr, before.load),
                                   options=PlanOptions(seed=seed))

@@ -38,7 +38,7 @@ import numpy as np
 from icefabric.control.coloring import bipartite_edge_coloring
 from icefabric.control.demand import Demand
 from icefabric.control.errors import ControlError
-from icefabric.control.sport import _dense_rows
+from icefabric.control.sport import dense_rows
 from icefabric.csr import CsrRows, csr_from_lists, gather, indptr_from_lengths
 from icefabric.topology.model import LINK_FABRIC, Fabric
 from icefabric.topology.routing import Routing
@@ -164,7 +164,9 @@ class Candidates:
 
 
 # --------------------------------------------------------------------------- load state
-def _paths_csr(paths: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+def paths_to_csr(paths: list[np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """``paths`` as one CSR ``(indptr, links)`` (the controller keeps its plan state in
+    this form)."""
     return csr_from_lists(paths)
 
 
@@ -183,14 +185,14 @@ def _one_phase_per_job(demand: Demand) -> bool:
     return nj == max(demand.n_phases, 1) and np.array_equal(demand.phase_job, np.arange(nj))
 
 
-#: Entries (links x phases plus links x jobs) up to which :class:`_Load` keeps link-sized
+#: Entries (links x phases plus links x jobs) up to which :class:`LoadState` keeps link-sized
 #: tables; past it (many jobs) it keeps a row per (link, job) that carries load instead:
 #: 5,000 jobs on 802,560 links asked for 29.9 GiB of dense tables. One job keeps them
 #: link-sized whatever its phases (its row per link would hold the same columns).
 _DENSE_ENTRIES = 1 << 24
 
 
-class _Load:
+class LoadState:
     """Link x phase rate sums and the objective's per-link value, updated incrementally.
 
     ``L[l, p]``: rate sum of phase ``p`` on link ``l``; ``M[l, j]``: job ``j``'s peak
@@ -230,9 +232,9 @@ class _Load:
             self.M = np.zeros((fabric.n_links, nj))
             self.S = np.zeros(fabric.n_links)
 
-    def copy(self) -> _Load:
+    def copy(self) -> LoadState:
         """An independent copy (a re-plan changes its copy of the plan's load)."""
-        out = _Load.__new__(_Load)
+        out = LoadState.__new__(LoadState)
         out.__dict__.update(self.__dict__)
         if not self.dense:
             out.slots, out.S = self.slots.copy(), self.S.copy()
@@ -285,7 +287,7 @@ class _Load:
 
     def add_many(self, qps: np.ndarray, paths: list[np.ndarray]) -> None:
         """Add many QPs at once (vectorised)."""
-        ptr, flat = _paths_csr(paths)
+        ptr, flat = paths_to_csr(paths)
         pos = np.full(self.demand.n_qps, -1, dtype=np.int64)
         pos[np.asarray(qps, dtype=np.int64)] = np.arange(len(qps))
         e = np.flatnonzero(pos[self.demand.ent_qp] >= 0)
@@ -342,7 +344,7 @@ class _Load:
 
 
 class _Slots:
-    """:class:`_Load`'s tables where they carry load: a row per (link, job) pair, its job's
+    """:class:`LoadState`'s tables where they carry load: a row per (link, job) pair, its job's
     phase sums ``L`` (column = the phase's position in its job; ``-inf`` past the job's
     phases, so a row's maximum is the job's peak ``M``). A link's rows are chained in job
     order from ``head[link]`` (``nxt``; -1 ends a chain): looking up many links of one job
@@ -501,17 +503,17 @@ class _Slots:
 
 def link_utilization(fabric: Fabric, demand: Demand, paths: list[np.ndarray]) -> np.ndarray:
     """The objective's per-link utilisation ``u_l`` of a given assignment (vectorised)."""
-    st = _Load(fabric, demand)
+    st = LoadState(fabric, demand)
     st.add_many(np.arange(demand.n_qps), paths)
     return st.util()
 
 
 def load_state(fabric: Fabric, demand: Demand, paths_csr: tuple[np.ndarray, np.ndarray]
-               ) -> _Load:
+               ) -> LoadState:
     """The load of a whole plan: its link x phase rate sums and per-link objective (what a
     controller keeps next to its plan, so that re-planning a few QPs does not recompute
     the load of all the others); pass it to :func:`replan_subset` as ``load``."""
-    st = _Load(fabric, demand)
+    st = LoadState(fabric, demand)
     st.add_rows(np.arange(len(demand.ent_qp)), demand.ent_qp, *paths_csr)
     return st
 
@@ -571,7 +573,7 @@ class Subset:
 
     qps: np.ndarray
     paths_csr: tuple[np.ndarray, np.ndarray]
-    load: _Load | None = None
+    load: LoadState | None = None
 
 
 def replan_subset(fabric: Fabric, routing: Routing, demand: Demand, subset: Subset,
@@ -591,7 +593,7 @@ def replan_subset(fabric: Fabric, routing: Routing, demand: Demand, subset: Subs
     others = np.ones(Q, bool)
     others[qps] = False
     if load is None:
-        st = _Load(fabric, demand)
+        st = LoadState(fabric, demand)
         e = np.flatnonzero(others[demand.ent_qp])
         st.add_rows(e, demand.ent_qp[e], ptr, flat)
     else:
@@ -623,7 +625,7 @@ class _Search:
     each QP holds (-1: none yet) and the candidates it must not take."""
 
     cands: Candidates
-    st: _Load
+    st: LoadState
     choice: np.ndarray
     forbid: dict[int, set[int]]
 
@@ -792,7 +794,7 @@ def plan_greedy(fabric, routing, demand, constraints: Constraints | None = None,
     c, o, start = constraints or Constraints(), options or PlanOptions(), start or _Start()
     rng = np.random.default_rng(o.seed)
     cands = start.cands or Candidates(routing, demand)
-    st = _Load(fabric, demand)
+    st = LoadState(fabric, demand)
     Q = demand.n_qps
     choice = np.full(Q, -1, dtype=np.int64)
     pinned = np.zeros(Q, bool) if c.pinned is None else np.asarray(c.pinned, bool)
@@ -865,7 +867,7 @@ def _color_classes(demand: Demand, qs: np.ndarray) -> list[np.ndarray]:
     within = np.arange(len(demand.ent_qp)) - ptr[demand.ent_qp]
     mat[demand.ent_qp, within] = demand.ent_phase
     sub = mat[qs]
-    cls = _dense_rows([sub[:, j] for j in range(E)])  # np.unique(axis=0)'s order, faster
+    cls = dense_rows([sub[:, j] for j in range(E)])  # np.unique(axis=0)'s order, faster
     order = np.argsort(cls, kind="stable")
     bounds = np.flatnonzero(np.diff(cls[order])) + 1
     return np.split(qs[order], bounds)
@@ -1077,7 +1079,7 @@ def plan_milp(fabric, routing, demand, constraints: Constraints | None = None,
     Q = demand.n_qps
     pinned = np.zeros(Q, bool) if c.pinned is None else np.asarray(c.pinned, bool)
     initial = c.initial
-    st = _Load(fabric, demand)
+    st = LoadState(fabric, demand)
     for q in np.flatnonzero(pinned).tolist():
         st.add(q, np.asarray(initial[q], dtype=np.int64))
     base = st.rate_sums() / fabric.link_capacity_bps[:, None]  # pinned load, normalised
@@ -1307,6 +1309,3 @@ def reoptimize(fabric: Fabric, routing: Routing, demand: Demand, *,
     """Re-plan every QP from scratch (the explicit re-optimisation; QPs may move)."""
     return plan_paths(fabric, routing, demand, method="auto", options=PlanOptions(seed=seed))
 
-
-#: Public name of the CSR helper (the controller keeps its plan state in this form).
-paths_to_csr = _paths_csr

@@ -242,7 +242,7 @@ def _base_matrix(configs: Sequence[HashConfig], d: _Decisions, usable: np.ndarra
     return base
 
 
-def _dense_rows(cols: Sequence[np.ndarray]) -> np.ndarray:
+def dense_rows(cols: Sequence[np.ndarray]) -> np.ndarray:
     """Dense ids of equal rows of integer columns, in the rows' lexicographic order (that
     of ``np.unique(axis=0)``, faster)."""
     return dense_ids(*_row_keys(cols))
@@ -515,7 +515,7 @@ def _signature_groups(crow: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
     """The distinct chain signatures (rows of ``crow``, in ``np.unique(axis=0)``'s order)
     and the positions of the rows of each. Its own function: the sort's QP-sized
     temporaries die before the solver's (fresh pages cost a first plan at 1 M QPs)."""
-    inv = _dense_rows([crow[:, j] for j in range(crow.shape[1])])
+    inv = dense_rows([crow[:, j] for j in range(crow.shape[1])])
     # a few signatures: 16-bit ids sort by radix (numpy's stable sort of small ints)
     by_sig = np.argsort(inv.astype(np.int16) if inv.max(initial=0) < 1 << 15 else inv,
                         kind="stable")

@@ -83,7 +83,7 @@ def run_draws(rt, dag, start, finish) -> int:
     flows never finished (a dependency cycle)."""
     n_draws = len(start)
     net = _net_buffers(rt, len(dag.size), n_draws)
-    sc = _scratch(len(net.cap), len(dag.size), len(net.c_link))
+    sc = new_scratch(len(net.cap), len(dag.size), len(net.c_link))
     table = np.empty(1 << int(np.ceil(np.log2(2 * len(net.cap) + 1))), dtype=np.int64)
     drop = np.zeros(len(net.cap), dtype=np.bool_)
     stuck = 0
@@ -266,7 +266,8 @@ def _mix(z):
 
 
 @njit(cache=True)
-def _scratch(L, F, E):
+def new_scratch(L, F, E):
+    """A :class:`Scratch` for ``L`` links, ``F`` flows and ``E`` incidence entries."""
     return Scratch(np.zeros((5, L)), np.zeros((5, L), dtype=np.int64),
                    np.empty(E, dtype=np.int64), np.empty(E, dtype=np.int64), np.empty(E),
                    np.zeros((4, F)), np.empty(F, dtype=np.int64), np.empty(F, dtype=np.int64),
@@ -454,7 +455,7 @@ def _rates_from_scratch(net, st, sc, nfin) -> None:
     for i in range(nfin):
         st.rate[sc.fin[i]] = 0.0
     st.load[:] = 0.0
-    _fill(net, st, sc, st.run[:st.n[_RUN]])
+    fill_rates(net, st, sc, st.run[:st.n[_RUN]])
 
 
 @njit(cache=True)
@@ -465,12 +466,12 @@ def _rates_after_finish(net, st, sc, nfin) -> None:
     (:func:`icefabric.engine.flow._rates_after_finish`)."""
     fin = sc.fin[:nfin]
     refill = sc.refill[:_refill(net, st, sc, fin)]
-    _accumulate(net, st, sc, fin)
-    _accumulate(net, st, sc, refill)
-    _apply(st, sc, -1.0)
+    accumulate_load(net, st, sc, fin)
+    accumulate_load(net, st, sc, refill)
+    apply_load(st, sc, -1.0)
     st.rate[fin] = 0.0
     st.rate[refill] = 0.0
-    _fill(net, st, sc, refill)
+    fill_rates(net, st, sc, refill)
 
 
 @njit(cache=True)
@@ -509,7 +510,7 @@ def _refill(net, st, sc, fin) -> int:
 
 
 @njit(cache=True)
-def _accumulate(net, st, sc, flows) -> None:
+def accumulate_load(net, st, sc, flows) -> None:
     """Add ``coef * rate`` of every entry of ``flows`` (infinite rates count 0) to its
     link's sum in ``sc.lf[_ACC]``, in entry order (as ``np.bincount`` summed)."""
     acc, mark, seen = sc.lf[_ACC], sc.li[_ACC_MARK], sc.li[_ACC_LIST]
@@ -525,7 +526,7 @@ def _accumulate(net, st, sc, flows) -> None:
 
 
 @njit(cache=True)
-def _apply(st, sc, sign) -> None:
+def apply_load(st, sc, sign) -> None:
     """Add (``sign`` 1) or subtract (-1) the accumulated sums to the link loads, each
     summed first (``load -= np.bincount(...)``), and clear them."""
     acc, mark, seen = sc.lf[_ACC], sc.li[_ACC_MARK], sc.li[_ACC_LIST]
@@ -541,7 +542,7 @@ def _apply(st, sc, sign) -> None:
 
 
 @njit(cache=True)
-def _fill(net, st, sc, flows) -> None:
+def fill_rates(net, st, sc, flows) -> None:
     """Max-min rates of ``flows`` (ascending) on what the other running flows leave."""
     if len(flows) == 0:
         return
@@ -562,8 +563,8 @@ def _fill(net, st, sc, flows) -> None:
     for i in range(len(flows)):
         st.rate[flows[i]] = sc.ff[_RATE, i]
     use[used[:nu]] = 0
-    _accumulate(net, st, sc, flows)
-    _apply(st, sc, 1.0)
+    accumulate_load(net, st, sc, flows)
+    apply_load(st, sc, 1.0)
 
 
 @njit(cache=True)

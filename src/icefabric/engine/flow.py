@@ -20,8 +20,15 @@ import scipy.sparse as sp
 from numba import njit
 
 from icefabric.csr import gather, replace_rows
-from icefabric.engine.batch_kernel import Net, State, _accumulate, _apply, _fill, _scratch
-from icefabric.engine.grouped import Cols, GroupedIndex, _pack, _raise_peak
+from icefabric.engine.batch_kernel import (
+    Net,
+    State,
+    accumulate_load,
+    apply_load,
+    fill_rates,
+    new_scratch,
+)
+from icefabric.engine.grouped import Cols, GroupedIndex, pack_flows, raise_link_peak
 from icefabric.engine.problem import EngineError, SimProblem, routes_touching
 from icefabric.engine.registry import register_engine
 from icefabric.engine.result import CollectiveResult, SimResult
@@ -445,9 +452,10 @@ def _index(P: SimProblem, r_ptr: np.ndarray, r_links: np.ndarray):
 
 class _ColumnIndex:
     """The incidence as a canonical CSC (each column's rows ascending, once), read by the
-    batched engine's compiled steps (:mod:`~icefabric.engine.batch_kernel`: ``_fill``,
-    ``_accumulate``, ``_apply``; the peaks by :mod:`~icefabric.engine.grouped`'s
-    ``_raise_peak``) over link- and flow-sized scratch made once, so an event
+    batched engine's compiled steps (:mod:`~icefabric.engine.batch_kernel`:
+    ``fill_rates``, ``accumulate_load``, ``apply_load``; the peaks by
+    :mod:`~icefabric.engine.grouped`'s ``raise_link_peak``) over link- and flow-sized
+    scratch made once, so an event
     costs what it touches, not the fabric's size. Those steps are the numpy code they
     replaced operation for operation (max-min's rounds over the entries in column order,
     each link's load summed from 0 in entry order, then added), so the rates and loads
@@ -466,11 +474,11 @@ class _ColumnIndex:
         self._net = Net(self.Ac.indptr.astype(np.int64), self.Ac.indices.astype(np.int64),
                         self.Ac.data.astype(np.float64), i0, i0, f0,
                         np.zeros(0, dtype=np.uint64), f0, f0)
-        self._sc = _scratch(L, F, self.Ac.nnz)
+        self._sc = new_scratch(L, F, self.Ac.nnz)
         self._idle = dict(remaining=f0, start=i0, finish=i0, start_at=i0, complete_at=i0,
                           ndeps=i0, run=i0, pend=i0, n=np.zeros(2, dtype=np.int64))
         # every flow's links as GroupedIndex's records (no groups), for its compiled peaks
-        ptr, rec = _pack(A, sp.csc_matrix((0, F)))
+        ptr, rec = pack_flows(A, sp.csc_matrix((0, F)))
         self._k = Cols(ptr, rec.view(np.int64), rec, np.zeros(1, dtype=np.int64), i0, f0,
                        np.zeros(L + 1, dtype=np.int64), i0, np.zeros(1, dtype=np.int64), i0,
                        A.indptr.astype(np.int64), A.indices.astype(np.int64))
@@ -498,16 +506,16 @@ class _ColumnIndex:
         """Take the load of the finished flows ``fin`` and of ``refill`` (at ``rate``) off
         ``load``, in place: one sum per link (``load -= np.bincount(...)``)."""
         st = self._state(rate, load)
-        _accumulate(self._net, st, self._sc, fin)
-        _accumulate(self._net, st, self._sc, refill)
-        _apply(st, self._sc, -1.0)
+        accumulate_load(self._net, st, self._sc, fin)
+        accumulate_load(self._net, st, self._sc, refill)
+        apply_load(st, self._sc, -1.0)
 
     def fill(self, flows: np.ndarray, rate: np.ndarray, load: np.ndarray, cap: np.ndarray,
              fcap: np.ndarray) -> None:
         """Max-min rates of ``flows`` (ascending) on what the others leave of ``cap``
         (``load``): into ``rate``, their load added to ``load``."""
-        _fill(self._net._replace(cap=cap, fcap=fcap), self._state(rate, load), self._sc,
-              flows)
+        fill_rates(self._net._replace(cap=cap, fcap=fcap), self._state(rate, load),
+                   self._sc, flows)
 
     def link_bytes(self, moved: np.ndarray) -> np.ndarray:
         """Per link: the bytes of flows that moved ``moved`` bytes."""
@@ -517,7 +525,7 @@ class _ColumnIndex:
                    peak: np.ndarray) -> None:
         """``peak = max(peak, load / cap)`` on the links of ``flows``, in place (a link
         seen twice gets the same value again: no sort to make them distinct)."""
-        _raise_peak(flows, load, cap, peak, self._k)
+        raise_link_peak(flows, load, cap, peak, self._k)
 
 
 def _next_data_done(remaining, rate, run, t: int) -> int:

@@ -45,7 +45,7 @@ summed coefficient ``s`` and entry count ``cnt``; per group its unfrozen members
 problem ``live``, 1 while it is one of them and unfrozen, and ``loc``, its position among
 them (read only where ``live``); both kept by :class:`GroupedIndex` between calls
 (``live`` is all 0 after each)."""
-Cols.__doc__ = """The kernel's arrays: a flow's record ``f_*`` (:func:`_pack`: its own
+Cols.__doc__ = """The kernel's arrays: a flow's record ``f_*`` (:func:`pack_flows`: its own
 entries, then its groups with multiplicity), a group's entries ``g_*`` (CSC); a link's
 groups ``gr_*`` (CSR), a group's flows ``m_*`` (CSR) and a link's own flows ``r_*``
 (CSR)."""
@@ -73,7 +73,7 @@ class GroupedIndex:
         self.members = member  # CSR: the flows of every group (with multiplicity)
         of_flow = member.tocsc()  # CSC: the groups of every flow
         of_flow.sum_duplicates()
-        self.f_ptr, self.f_rec = _pack(own, of_flow)
+        self.f_ptr, self.f_rec = pack_flows(own, of_flow)
         self.n_links = L
         self._marks = Marks(np.zeros(L + 1, dtype=np.int64),
                             np.zeros(sh.n_groups, dtype=np.int64), np.zeros(sh.n_groups))
@@ -128,10 +128,10 @@ class GroupedIndex:
                    peak: np.ndarray) -> None:
         """``peak = max(peak, load / cap)`` on the links of ``flows`` (own and shared), in
         place."""
-        _raise_peak(flows, load, cap, peak, self._cols())
+        raise_link_peak(flows, load, cap, peak, self._cols())
 
 
-def _pack(rows: sp.csr_matrix, of_flow: sp.csc_matrix) -> tuple[np.ndarray, np.ndarray]:
+def pack_flows(rows: sp.csr_matrix, of_flow: sp.csc_matrix) -> tuple[np.ndarray, np.ndarray]:
     """Every flow's own entries (link, value; its column of ``rows``, links ascending) and
     then its groups (``-1 - group``, multiplicity; its column of ``of_flow``) as one
     record of 8-byte pairs (an index's bits, then a float), the records flow after flow:
@@ -148,8 +148,8 @@ def _pack(rows: sp.csr_matrix, of_flow: sp.csc_matrix) -> tuple[np.ndarray, np.n
 
 @njit(cache=True)
 def _pack_records(idx, val, ptr, rows, of_flow):  # pragma: no cover
-    """Fill :func:`_pack`'s records (``idx`` and ``val``: one buffer seen as ints and as
-    floats; ``rows`` and ``of_flow``: the matrices' (indptr, indices, data)): the links
+    """Fill :func:`pack_flows`'s records (``idx`` and ``val``: one buffer seen as ints and
+    as floats; ``rows`` and ``of_flow``: the matrices' (indptr, indices, data)): the links
     row by row (so ascending in each record), then the groups."""
     r_ptr, r_idx, r_val = rows
     o_ptr, o_idx, o_val = of_flow
@@ -249,7 +249,7 @@ def _add_load(flows, rates, load, k):  # pragma: no cover
 
 
 @njit(cache=True)
-def _raise_peak(flows, load, cap, peak, k):  # pragma: no cover
+def raise_link_peak(flows, load, cap, peak, k):  # pragma: no cover
     """:meth:`GroupedIndex.raise_peak` (a link seen twice gets the same value again)."""
     for f in flows:
         for e in range(k.f_ptr[f], k.f_ptr[f + 1], 2):

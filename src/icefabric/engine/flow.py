@@ -475,8 +475,11 @@ class _ColumnIndex:
                         self.Ac.data.astype(np.float64), i0, i0, f0,
                         np.zeros(0, dtype=np.uint64), f0, f0)
         self._sc = new_scratch(L, F, self.Ac.nnz)
-        self._idle = dict(remaining=f0, start=i0, finish=i0, start_at=i0, complete_at=i0,
-                          ndeps=i0, run=i0, pend=i0, n=np.zeros(2, dtype=np.int64))
+        # the kernel's state with no flows of its own: its steps here read only the rates
+        # and loads, which each call brings (:meth:`_state`)
+        self._idle = State(remaining=f0, rate=f0, load=f0, start=i0, finish=i0, start_at=i0,
+                           complete_at=i0, ndeps=i0, run=i0, pend=i0,
+                           n=np.zeros(2, dtype=np.int64))
         # every flow's links as GroupedIndex's records (no groups), for its compiled peaks
         ptr, rec = pack_flows(A, sp.csc_matrix((0, F)))
         self._k = Cols(ptr, rec.view(np.int64), rec, np.zeros(1, dtype=np.int64), i0, f0,
@@ -485,7 +488,7 @@ class _ColumnIndex:
 
     def _state(self, rate: np.ndarray, load: np.ndarray) -> State:
         """The kernel's view of ``rate`` and ``load`` (written in place)."""
-        return State(rate=rate, load=load, **self._idle)
+        return self._idle._replace(rate=rate, load=load)
 
     def leave(self, fin: np.ndarray, rate: np.ndarray, load: np.ndarray,
               cap: np.ndarray) -> np.ndarray:

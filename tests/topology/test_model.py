@@ -4,7 +4,7 @@ from hypothesis import strategies as st
 
 from icefabric.topology.builders import LeafSpineSpec, ServerGroup, leaf_spine
 from icefabric.topology.catalog import server_profile
-from icefabric.topology.model import cable_index, reverse_links
+from icefabric.topology.model import LinkPairs, reverse_links
 
 
 def test_a_cable_is_named_and_found_as_in_link_names():
@@ -51,7 +51,7 @@ def test_reverse_links_pair_the_two_directions_of_each_cable(cables):
             src.append(b), dst.append(a)
     src, dst = np.array(src, dtype=np.int64), np.array(dst, dtype=np.int64)
     rev = reverse_links(src, dst)
-    k = cable_index(src, dst)
+    k = LinkPairs(src, dst).cable()
     has = rev >= 0
     assert np.array_equal(src[rev[has]], dst[has]) and np.array_equal(dst[rev[has]], src[has])
     assert np.array_equal(k[rev[has]], k[has])

@@ -131,22 +131,14 @@ class Fabric:
         return self._link_index[(src, dst)]
 
     @cached_property
-    def _link_keys(self) -> tuple[np.ndarray, np.ndarray]:
-        key = self.link_src.astype(np.int64) * self.n_nodes + self.link_dst
-        order = np.argsort(key, kind="stable")
-        return key[order], order
+    def _pairs(self) -> LinkPairs:
+        # keyed on n_nodes: a node with no link (an id past the links' largest) asked of
+        # link_ids gets a key no link has
+        return LinkPairs(self.link_src, self.link_dst, self.n_nodes)
 
     def link_ids(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
         """:meth:`link_id` of many (src, dst) pairs at once; KeyError if one has no link."""
-        keys, order = self._link_keys
-        want = np.asarray(src, dtype=np.int64) * self.n_nodes + np.asarray(dst, dtype=np.int64)
-        pos = np.searchsorted(keys, want, side="right") - 1
-        ok = pos >= 0
-        ok[ok] = keys[pos[ok]] == want[ok]
-        if not ok.all():
-            i = int(np.flatnonzero(~ok)[0])
-            raise KeyError((int(want[i] // self.n_nodes), int(want[i] % self.n_nodes)))
-        return order[pos]
+        return self._pairs.ids(src, dst)
 
     @cached_property
     def nic_leaf(self) -> np.ndarray:
@@ -235,7 +227,7 @@ class Fabric:
     def link_cable(self) -> np.ndarray:
         """Each link's index among the parallel links from its source to its destination
         (in link order; 0 for a single cable): the ``k`` of ``a->b/k``."""
-        return cable_index(self.link_src, self.link_dst)
+        return self._pairs.cable()
 
     @cached_property
     def node_id(self) -> dict[str, int]:
@@ -276,41 +268,65 @@ class Fabric:
                 "servers": len(self.servers), **self.meta}
 
 
-def _pair_keys(src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
-    """One int64 key per (src, dst) link, its stable sort order, and the key base."""
-    n = int(max(src.max(initial=0), dst.max(initial=0))) + 1
-    key = src.astype(np.int64) * n + dst
-    return key, np.argsort(key, kind="stable"), n
+class LinkPairs:
+    """Links by their (src, dst) pair, sorted once (stably: parallel links keep link
+    order), for what reads them by pair: ids of pairs, cable indices, reverse links.
 
+    Parameters
+    ----------
+    src, dst : np.ndarray — every link's end nodes (not copied).
+    n : int, optional — more than every node id (default: the largest in ``src``/``dst``
+        plus 1): a pair's key is ``src * n + dst``.
+    """
 
-def cable_index(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    """Each link's index among the parallel links from its source to its destination (in
-    link order; 0 for a single cable): the ``k`` of ``a->b/k``."""
-    key, order, _ = _pair_keys(src, dst)
-    return _cable_of(key, order)
+    def __init__(self, src: np.ndarray, dst: np.ndarray, n: int | None = None):
+        self.src, self.dst = src, dst
+        self.n = int(max(src.max(initial=0), dst.max(initial=0))) + 1 if n is None else n
+        key = self._key(src, dst)
+        self.order = np.argsort(key, kind="stable")
+        self.keys = key[self.order]
 
+    def _key(self, src, dst) -> np.ndarray:
+        return np.asarray(src, dtype=np.int64) * self.n + np.asarray(dst, dtype=np.int64)
 
-def _cable_of(key: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """:func:`cable_index` from the links' keys and their stable sort order."""
-    out = np.empty(len(key), dtype=np.int64)
-    out[order] = within(np.unique(key[order], return_counts=True)[1])
-    return out
+    def ids(self, src: np.ndarray, dst: np.ndarray) -> np.ndarray:
+        """The link of every pair ``(src[i], dst[i])`` (the last of parallel links); KeyError
+        if one has none."""
+        want = self._key(src, dst)
+        pos = np.searchsorted(self.keys, want, side="right") - 1
+        ok = pos >= 0
+        ok[ok] = self.keys[pos[ok]] == want[ok]
+        if not ok.all():
+            i = int(np.flatnonzero(~ok)[0])
+            raise KeyError((int(want[i] // self.n), int(want[i] % self.n)))
+        return self.order[pos]
+
+    def cable(self) -> np.ndarray:
+        """Each link's index among the parallel links from its source to its destination
+        (in link order; 0 for a single cable): the ``k`` of ``a->b/k``."""
+        out = np.empty(len(self.keys), dtype=np.int64)
+        # a link's place in its run of equal keys: the keys are sorted, so no unique/sort
+        out[self.order] = np.arange(len(self.keys)) - np.searchsorted(self.keys, self.keys)
+        return out
+
+    def reverse(self) -> np.ndarray:
+        """The other direction of every link's cable: ``b->a/k`` for ``a->b/k``, -1 where
+        the cable is simplex. Parallel cables pair by their index, so each carries the ACKs
+        of its own reverse traffic (not every cable's on one)."""
+        back = self._key(self.dst, self.src)
+        first = np.searchsorted(self.keys, back, side="left")
+        k = self.cable()
+        ok = np.searchsorted(self.keys, back, side="right") - first > k
+        return np.where(ok, self.order[np.minimum(first + k, len(self.keys) - 1)],
+                        -1).astype(np.int64)
 
 
 def reverse_links(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
-    """The other direction of every link's cable: ``b->a/k`` for ``a->b/k``, -1 where the
-    cable is simplex. Parallel cables pair by their index, so each carries the ACKs of its
-    own reverse traffic (not every cable's on one).
+    """:meth:`LinkPairs.reverse` of the links ``(src, dst)``.
 
     Examples
     --------
     >>> reverse_links(np.array([0, 0, 1, 1, 1]), np.array([1, 1, 0, 0, 2])).tolist()
     [2, 3, 0, 1, -1]
     """
-    key, order, n = _pair_keys(src, dst)
-    ks = key[order]
-    back = dst.astype(np.int64) * n + src
-    first = np.searchsorted(ks, back, side="left")
-    k = _cable_of(key, order)  # (the same sort, not a second one)
-    ok = np.searchsorted(ks, back, side="right") - first > k
-    return np.where(ok, order[np.minimum(first + k, len(ks) - 1)], -1).astype(np.int64)
+    return LinkPairs(src, dst).reverse()

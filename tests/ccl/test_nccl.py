@@ -236,7 +236,7 @@ def _per_message_alltoall(wb, c, size):
     own = wb.flows(np.full(len(intra), size / n), coll=coll,
                    latency_ns=c.intra_delays_ns[p.a[intra]] + c.step_overhead_ns)
     none = np.full(len(intra), -1)
-    wb.hops(own, p.src[intra], p.dst[intra], src_nic=none, dst_nic=none, conn=none)
+    wb.hops(own, p.src[intra], p.dst[intra], conn=none)
     uniq, first, which = np.unique(c.rank_server[p.a[net]] * n + p.b[net], return_index=True,
                                    return_inverse=True)
     m = np.bincount(which)
@@ -253,8 +253,8 @@ def _per_message_alltoall(wb, c, size):
         conn[fo] = _a2a_connections(wb, c, uniq[fo] // n, b[fo], k, True, sn[fo], dn[fo])
         on = ch[which] > k
         w = which[on]
-        wb.hops(merged[w], p.src[net[on]], p.dst[net[on]], src_nic=sn[w], dst_nic=dn[w],
-                conn=conn[w], weight=1.0 / (m[w] * ch[w]))
+        wb.hops(merged[w], p.src[net[on]], p.dst[net[on]], conn=conn[w],
+                weight=1.0 / (m[w] * ch[w]))
 
 
 @pytest.mark.parametrize("groups,qps", [((("hgx-h100", 4),), 1),

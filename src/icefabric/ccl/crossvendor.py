@@ -69,7 +69,7 @@ def hierarchical_allreduce(wb: WorkloadBuilder, comm: Communicator, size_bytes: 
                               comm.qps_per_connection, comm.job)
             lat = pa.hop_delay_ns(sn, dn) + comm.step_overhead_ns
             f = wb.flow(size_bytes * frac, coll=coll, deps=rs, latency_ns=lat)
-            wb.hop(f, int(pa.ranks[ra]), int(pb.ranks[rb]), src_nic=sn, dst_nic=dn, conn=k)
+            wb.hop(f, int(pa.ranks[ra]), int(pb.ranks[rb]), conn=k)
             x.append(f)
     # (3) per-pool all-gather
     ag = []

@@ -65,7 +65,7 @@ def _level1_ring(e: _Emit, group, shard_bytes, kind, after, i) -> list[int]:
         sn, dn = comm.nic(a), comm.nic(b)
         k = wb.connection((comm.job, "hccl-ring", i, a, b), sn, dn, comm.qps_per_connection,
                           comm.job)
-        wb.hop(f, int(comm.ranks[a]), int(comm.ranks[b]), src_nic=sn, dst_nic=dn, conn=k)
+        wb.hop(f, int(comm.ranks[a]), int(comm.ranks[b]), conn=k)
         delays.append(comm.hop_delay_ns(sn, dn))
     wb.flow_latency[f] = steps * (int(np.mean(delays)) + comm.step_overhead_ns)
     return [f]
@@ -78,7 +78,7 @@ def _pair(e: _Emit, a, b, nbytes, after):
     k = wb.connection((comm.job, "hccl-p2p", a, b), sn, dn, comm.qps_per_connection, comm.job)
     f = wb.flow(nbytes, coll=coll, deps=after,
                 latency_ns=comm.hop_delay_ns(sn, dn) + comm.step_overhead_ns)
-    wb.hop(f, int(comm.ranks[a]), int(comm.ranks[b]), src_nic=sn, dst_nic=dn, conn=k)
+    wb.hop(f, int(comm.ranks[a]), int(comm.ranks[b]), conn=k)
     return f
 
 

@@ -64,7 +64,7 @@ def _ring_hop(wb: WorkloadBuilder, comm: Communicator, flow: int, a: int, b: int
         return comm.intra_delay_ns(a)
     sn, dn = comm.nic(a, rail), comm.nic(b, rail)
     c = wb.connection(key + (a, b), sn, dn, comm.qps_per_connection, comm.job)
-    wb.hop(flow, src, dst, src_nic=sn, dst_nic=dn, conn=c)
+    wb.hop(flow, src, dst, conn=c)
     return comm.hop_delay_ns(sn, dn)
 
 
@@ -87,8 +87,7 @@ def add_ring_hops(wb: WorkloadBuilder, comm: Communicator, flow: int, order: lis
         conn[inter] = wb.connections(keys, nic[0, inter], nic[1, inter],
                                      comm.qps_per_connection, comm.job)
         delays[inter] = comm.hop_delays_ns(nic[0, inter], nic[1, inter])
-    wb.hops(np.full(n, flow), comm.ranks[a], comm.ranks[b], src_nic=nic[0], dst_nic=nic[1],
-            conn=conn)
+    wb.hops(np.full(n, flow), comm.ranks[a], comm.ranks[b], conn=conn)
     return int(np.mean(delays))
 
 
@@ -208,8 +207,7 @@ def tree_allreduce(wb: WorkloadBuilder, comm: Communicator, size_bytes: int, *, 
                 sn, dn = comm.nic(x, rail), comm.nic(y, rail)
                 k = wb.connection((comm.job, "tree", c, x, y), sn, dn, comm.qps_per_connection,
                                   comm.job)
-                wb.hop(f, int(comm.ranks[x]), int(comm.ranks[y]), src_nic=sn, dst_nic=dn,
-                       conn=k)
+                wb.hop(f, int(comm.ranks[x]), int(comm.ranks[y]), conn=k)
                 delays.append(comm.hop_delay_ns(sn, dn))
         depth = max(1, int(np.ceil(np.log2(max(N, 2))))) + max(len(p) for p in per_node)
         wb.flow_latency[f] = 2 * depth * (int(np.mean(delays)) + comm.step_overhead_ns)
@@ -268,8 +266,7 @@ def alltoall(wb: WorkloadBuilder, comm: Communicator, size_bytes: int, *, after=
         link = on & p.net
         conn[link] = _a2a_connections(wb, comm, owner[link], p.b[link], c, shared,
                                       sn[link], dn[link])
-        wb.hops(flows[on], p.src[on], p.dst[on], src_nic=sn[on], dst_nic=dn[on],
-                conn=conn[on], weight=1.0 / p.channels[on])
+        wb.hops(flows[on], p.src[on], p.dst[on], conn=conn[on], weight=1.0 / p.channels[on])
     return flows.tolist()
 
 
@@ -381,7 +378,7 @@ def _alltoall_merged(wb: WorkloadBuilder, comm: Communicator, coll: int, size_by
     own = wb.flows(np.full(len(a), size_bytes / n), coll=coll, deps=after,
                    latency_ns=comm.intra_delays_ns[a] + comm.step_overhead_ns)
     none = np.full(len(a), -1)
-    wb.hops(own, ranks[a], ranks[b], src_nic=none, dst_nic=none, conn=none)
+    wb.hops(own, ranks[a], ranks[b], conn=none)
     fs = np.repeat(np.arange(len(servers)), n - m)  # across: every (server, remote rank)
     b = np.concatenate([np.flatnonzero(rs != s) for s in servers.tolist()])
     a = local[ptr[fs]]  # the server's first rank: every local rank has the same NICs
@@ -395,8 +392,7 @@ def _alltoall_merged(wb: WorkloadBuilder, comm: Communicator, coll: int, size_by
             sn, dn = _alltoall_nics(comm, a, b, everywhere, c, True)
         fo = np.flatnonzero(channels > c)  # the flows with a channel c
         conn = _a2a_connections(wb, comm, servers[fs[fo]], b[fo], c, True, sn[fo], dn[fo])
-        hops = wb.hops(merged[fo], sn[fo], ranks[b[fo]], src_nic=sn[fo], dst_nic=dn[fo],
-                       conn=conn, weight=1.0 / channels[fo])
+        hops = wb.hops(merged[fo], sn[fo], ranks[b[fo]], conn=conn, weight=1.0 / channels[fo])
         wb.shared_legs(_pxn_legs(hops, sn[fo], channels[fo], fs[fo], m, local, ranks))
     return own.tolist() + merged.tolist()
 

@@ -63,7 +63,7 @@ class WorkloadBuilder:
         self.flow_start: list[int] = []
         self.flow_latency: list[int] = []
         self.flow_coll: list[int] = []
-        self._hops = _Table((np.int64,) * 6 + (np.float64,))
+        self._hops = _Table((np.int64,) * 4 + (np.float64,))  # flow, src, dst, conn, weight
         self.conn_key: dict[tuple, int] = {}
         self._conns = _Table((np.int64,) * 3)  # source NIC, destination NIC, QPs
         self._key_tables: dict[tuple, _KeyTable] = {}
@@ -172,14 +172,12 @@ class WorkloadBuilder:
         self.conn_job += [job] * n
 
     def hops(self, flows: np.ndarray, src: np.ndarray, dst: np.ndarray, *,
-             src_nic: np.ndarray, dst_nic: np.ndarray, conn: np.ndarray,
-             weight: np.ndarray | float = 1.0) -> np.ndarray:
-        """:meth:`hop` of many hops; -1 NICs and connection for intra-server. Returns
-        their ids."""
+             conn: np.ndarray, weight: np.ndarray | float = 1.0) -> np.ndarray:
+        """:meth:`hop` of many hops; connection -1 for intra-server. Returns their ids."""
         n = len(flows)
         first = self._hops.count
         i64 = [np.array(np.broadcast_to(np.asarray(v, dtype=np.int64), (n,)))
-               for v in (flows, src, dst, src_nic, dst_nic, conn)]
+               for v in (flows, src, dst, conn)]
         self._hops.add_block(*i64, np.array(np.broadcast_to(
             np.asarray(weight, dtype=np.float64), (n,))))
         return np.arange(first, first + n)
@@ -189,10 +187,12 @@ class WorkloadBuilder:
         self._legs.append(legs.shifted(self._n_groups))
         self._n_groups += legs.n_groups
 
-    def hop(self, flow: int, src: int, dst: int, *, src_nic: int = -1, dst_nic: int = -1,
-            conn: int = -1, weight: float = 1.0) -> None:
-        self._hops.rows.append((int(flow), int(src), int(dst), int(src_nic), int(dst_nic),
-                                int(conn), float(weight)))
+    def hop(self, flow: int, src: int, dst: int, *, conn: int = -1,
+            weight: float = 1.0) -> None:
+        """A hop of ``flow`` from accelerator (or NIC) ``src`` to ``dst`` carrying ``weight``
+        of its rate: over connection ``conn`` (:meth:`connection`), whose NICs are the
+        hop's, or inside a server (-1)."""
+        self._hops.rows.append((int(flow), int(src), int(dst), int(conn), float(weight)))
 
     def build(self, *, node_ip: np.ndarray, qpn_seed: int = 0, qpn_base: int = QPN_BASE
               ) -> Workload:
@@ -202,15 +202,16 @@ class WorkloadBuilder:
         dst_nic = conn_dst[qp_conn]
         lqpn, rqpn = _allocate_qpns(src_nic, dst_nic, qpn_seed, qpn_base)
         i64 = np.int64
-        hops = self._hops.columns()
+        hop_flow, hop_src, hop_dst, hop_conn, hop_weight = self._hops.columns()
         return Workload(
             flow_size_bytes=np.array(self.flow_size, dtype=np.float64),
             flow_deps=self.flow_deps,
             flow_start_ns=np.array(self.flow_start, dtype=np.int64),
             flow_latency_ns=np.array(self.flow_latency, dtype=np.int64),
             flow_collective=np.array(self.flow_coll, dtype=i64),
-            hop_flow=hops[0], hop_src=hops[1], hop_dst=hops[2], hop_src_nic=hops[3],
-            hop_dst_nic=hops[4], hop_conn=hops[5], hop_weight=hops[6],
+            hop_flow=hop_flow, hop_src=hop_src, hop_dst=hop_dst,
+            hop_src_nic=_of_conn(conn_src, hop_conn), hop_dst_nic=_of_conn(conn_dst, hop_conn),
+            hop_conn=hop_conn, hop_weight=hop_weight,
             conn_src_nic=conn_src,
             conn_dst_nic=conn_dst,
             conn_job=list(self.conn_job),
@@ -227,6 +228,14 @@ class WorkloadBuilder:
             collectives=self.collectives,
             legs=SharedLegs.concat(self._legs),
         )
+
+
+def _of_conn(column: np.ndarray, conn: np.ndarray) -> np.ndarray:
+    """``column`` of every connection of ``conn``, -1 where there is none (intra-server)."""
+    out = np.full(len(conn), -1, dtype=np.int64)
+    net = conn >= 0
+    out[net] = column[conn[net]]
+    return out
 
 
 class _Table:

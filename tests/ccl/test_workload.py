@@ -53,14 +53,15 @@ def test_connection_table_numbers_keys_as_connections_does():
     """Keys given as arrays get the ids :meth:`connections` gives the same keys as
     tuples: new ones numbered in order of first appearance (in or out of order, repeated),
     known ones found again, across calls."""
-    from icefabric.ccl.workload import WorkloadBuilder
+    from icefabric.ccl.workload import ConnSpec, WorkloadBuilder
 
     calls = [([3, 1, 3, 0], [5, 2, 5, 9]), ([0, 4, 0], [1, 4, 1]), ([1, 3, 7], [2, 5, 0]),
              ([8, 9], [1, 1])]
     table, tuples = WorkloadBuilder(), WorkloadBuilder()
     for x, y in calls:
         nic = np.arange(len(x))
-        got = table.connection_table(("j", "t", 0), np.array(x), np.array(y), nic, nic, 1, "j")
-        want = tuples.connections([("j", "t", 0, a, b) for a, b in zip(x, y)], nic, nic, 1, "j")
+        spec = ConnSpec(1, "j")
+        got = table.connection_table(("j", "t", 0), np.array(x), np.array(y), nic, nic, spec)
+        want = tuples.connections([("j", "t", 0, a, b) for a, b in zip(x, y)], nic, nic, spec)
         assert got.tolist() == want.tolist()
     assert table._conns.count == tuples._conns.count == 8

@@ -10,6 +10,7 @@ from functools import cached_property
 import numpy as np
 
 from icefabric.ccl.nccl_defaults import OLDEST_MODELLED, NcclSettings, ring_channels, server_view
+from icefabric.ccl.workload import ConnSpec
 from icefabric.topology.model import ACCEL, Fabric
 
 #: QPs per connection a policy sets: ``rule(own, library)`` for a communicator of
@@ -86,6 +87,11 @@ class Communicator:
             if self.library == "cross" else []
         return replace(self, qps_per_connection=rule(own, self.library),
                        pool_qps=tuple((lib, rule(own, lib)) for lib in libs))
+
+    @property
+    def conn_spec(self) -> ConnSpec:
+        """What every connection of this communicator shares (its QP count and job)."""
+        return ConnSpec(self.qps_per_connection, self.job)
 
     @property
     def nranks(self) -> int:

@@ -66,7 +66,7 @@ def hierarchical_allreduce(wb: WorkloadBuilder, comm: Communicator, size_bytes: 
         for (pa, ra), (pb, rb) in (((a, i), (b, j)), ((b, j), (a, i))):
             sn, dn = pa.nic(ra), pb.nic(rb)
             k = wb.connection((comm.job, "c2c", int(pa.ranks[ra]), int(pb.ranks[rb])), sn, dn,
-                              comm.qps_per_connection, comm.job)
+                              comm.conn_spec)
             lat = pa.hop_delay_ns(sn, dn) + comm.step_overhead_ns
             f = wb.flow(size_bytes * frac, coll=coll, deps=rs, latency_ns=lat)
             wb.hop(f, int(pa.ranks[ra]), int(pb.ranks[rb]), conn=k)

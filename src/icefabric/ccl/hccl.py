@@ -63,8 +63,7 @@ def _level1_ring(e: _Emit, group, shard_bytes, kind, after, i) -> list[int]:
     for j in range(M):
         a, b = group[j], group[(j + 1) % M]
         sn, dn = comm.nic(a), comm.nic(b)
-        k = wb.connection((comm.job, "hccl-ring", i, a, b), sn, dn, comm.qps_per_connection,
-                          comm.job)
+        k = wb.connection((comm.job, "hccl-ring", i, a, b), sn, dn, comm.conn_spec)
         wb.hop(f, int(comm.ranks[a]), int(comm.ranks[b]), conn=k)
         delays.append(comm.hop_delay_ns(sn, dn))
     wb.flow_latency[f] = steps * (int(np.mean(delays)) + comm.step_overhead_ns)
@@ -75,7 +74,7 @@ def _pair(e: _Emit, a, b, nbytes, after):
     """One RoCE transfer of ``nbytes`` from rank ``a`` to rank ``b`` after ``after``."""
     wb, comm, coll = e.wb, e.comm, e.coll
     sn, dn = comm.nic(a), comm.nic(b)
-    k = wb.connection((comm.job, "hccl-p2p", a, b), sn, dn, comm.qps_per_connection, comm.job)
+    k = wb.connection((comm.job, "hccl-p2p", a, b), sn, dn, comm.conn_spec)
     f = wb.flow(nbytes, coll=coll, deps=after,
                 latency_ns=comm.hop_delay_ns(sn, dn) + comm.step_overhead_ns)
     wb.hop(f, int(comm.ranks[a]), int(comm.ranks[b]), conn=k)

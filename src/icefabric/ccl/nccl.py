@@ -63,7 +63,7 @@ def _ring_hop(wb: WorkloadBuilder, comm: Communicator, flow: int, a: int, b: int
         wb.hop(flow, src, dst)
         return comm.intra_delay_ns(a)
     sn, dn = comm.nic(a, rail), comm.nic(b, rail)
-    c = wb.connection(key + (a, b), sn, dn, comm.qps_per_connection, comm.job)
+    c = wb.connection(key + (a, b), sn, dn, comm.conn_spec)
     wb.hop(flow, src, dst, conn=c)
     return comm.hop_delay_ns(sn, dn)
 
@@ -84,8 +84,7 @@ def add_ring_hops(wb: WorkloadBuilder, comm: Communicator, flow: int, order: lis
         nic[:, inter] = [comm.fabric.accel_nic[comm.ranks[x]] if rail is None else
                          comm.nics(x, np.full(len(x), rail)) for x in ends]
         keys = [key + ab for ab in zip(*(x.tolist() for x in ends))]
-        conn[inter] = wb.connections(keys, nic[0, inter], nic[1, inter],
-                                     comm.qps_per_connection, comm.job)
+        conn[inter] = wb.connections(keys, nic[0, inter], nic[1, inter], comm.conn_spec)
         delays[inter] = comm.hop_delays_ns(nic[0, inter], nic[1, inter])
     wb.hops(np.full(n, flow), comm.ranks[a], comm.ranks[b], conn=conn)
     return int(np.mean(delays))
@@ -205,8 +204,7 @@ def tree_allreduce(wb: WorkloadBuilder, comm: Communicator, size_bytes: int, *, 
             a, b = per_node[child][0], per_node[parent][0]  # node leaders
             for x, y in ((a, b), (b, a)):
                 sn, dn = comm.nic(x, rail), comm.nic(y, rail)
-                k = wb.connection((comm.job, "tree", c, x, y), sn, dn, comm.qps_per_connection,
-                                  comm.job)
+                k = wb.connection((comm.job, "tree", c, x, y), sn, dn, comm.conn_spec)
                 wb.hop(f, int(comm.ranks[x]), int(comm.ranks[y]), conn=k)
                 delays.append(comm.hop_delay_ns(sn, dn))
         depth = max(1, int(np.ceil(np.log2(max(N, 2))))) + max(len(p) for p in per_node)
@@ -349,7 +347,7 @@ def _a2a_connections(wb: WorkloadBuilder, comm: Communicator, owner: np.ndarray,
     """Connections of channel ``c`` from ``owner`` (a source server when ``shared``,
     else a source rank) to ranks ``b``."""
     return wb.connection_table((comm.job, "pxn" if shared else "p2p", c), owner, b, sn, dn,
-                               comm.qps_per_connection, comm.job)
+                               comm.conn_spec)
 
 
 def _alltoall_merged(wb: WorkloadBuilder, comm: Communicator, coll: int, size_bytes: int,

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass, field, fields, replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -48,6 +49,13 @@ class CollectiveCall:
     algorithm: str
     library: str
     flows: list[int] = field(default_factory=list)
+
+
+class ConnSpec(NamedTuple):
+    """What the connections one communicator opens share: QPs per connection and job."""
+
+    nqps: int
+    job: str
 
 
 class WorkloadBuilder:
@@ -114,17 +122,19 @@ class WorkloadBuilder:
         self.flow_coll.append(-1)
         return f
 
-    def connection(self, key: tuple, src_nic: int, dst_nic: int, nqps: int, job: str) -> int:
+    def connection(self, key: tuple, src_nic: int, dst_nic: int, spec: ConnSpec) -> int:
+        """The connection of ``key``: made (``src_nic`` to ``dst_nic``, ``spec``) the first
+        time the key is asked for."""
         c = self.conn_key.get(key)
         if c is None:
             c = self.conn_key[key] = self._conns.count
-            self._conns.rows.append((int(src_nic), int(dst_nic), int(nqps)))
-            self.conn_job.append(job)
+            self._conns.rows.append((int(src_nic), int(dst_nic), int(spec.nqps)))
+            self.conn_job.append(spec.job)
         return c
 
     def connections(self, keys: list[tuple], src_nic: np.ndarray, dst_nic: np.ndarray,
-                    nqps: int, job: str) -> np.ndarray:
-        """:meth:`connection` of many keys (one job, same QP count)."""
+                    spec: ConnSpec) -> np.ndarray:
+        """:meth:`connection` of many keys."""
         out, new = [], []
         get = self.conn_key.get
         n = self._conns.count
@@ -135,12 +145,12 @@ class WorkloadBuilder:
                 new.append(i)
             out.append(c)
         self._add_conns(np.asarray(src_nic, dtype=np.int64)[new],
-                        np.asarray(dst_nic, dtype=np.int64)[new], nqps, job)
+                        np.asarray(dst_nic, dtype=np.int64)[new], spec)
         return np.array(out, dtype=np.int64)
 
     def connection_table(self, prefix: tuple, x: np.ndarray, y: np.ndarray,
-                         src_nic: np.ndarray, dst_nic: np.ndarray, nqps: int,
-                         job: str) -> np.ndarray:
+                         src_nic: np.ndarray, dst_nic: np.ndarray, spec: ConnSpec
+                         ) -> np.ndarray:
         """:meth:`connections` of the keys ``prefix + (x[i], y[i])`` (ints in ``[0,
         2**31)``), kept as arrays per prefix: no tuple per key (an 8,192-rank AllToAll
         has 8 M connections). Keys made here are found only here; new connections are
@@ -162,14 +172,13 @@ class WorkloadBuilder:
             table.add(uniq, new)
             at = miss[np.sort(first)]
             self._add_conns(np.asarray(src_nic, dtype=np.int64)[at],
-                            np.asarray(dst_nic, dtype=np.int64)[at], nqps, job)
+                            np.asarray(dst_nic, dtype=np.int64)[at], spec)
         return ids
 
-    def _add_conns(self, src_nic: np.ndarray, dst_nic: np.ndarray, nqps: int,
-                   job: str) -> None:
+    def _add_conns(self, src_nic: np.ndarray, dst_nic: np.ndarray, spec: ConnSpec) -> None:
         n = len(src_nic)
-        self._conns.add_block(src_nic, dst_nic, np.full(n, int(nqps), dtype=np.int64))
-        self.conn_job += [job] * n
+        self._conns.add_block(src_nic, dst_nic, np.full(n, int(spec.nqps), dtype=np.int64))
+        self.conn_job += [spec.job] * n
 
     def hops(self, flows: np.ndarray, src: np.ndarray, dst: np.ndarray, *,
              conn: np.ndarray, weight: np.ndarray | float = 1.0) -> np.ndarray:

@@ -25,7 +25,7 @@ def transfer(wb: WorkloadBuilder, comm: Communicator, pairs: list[tuple[int, int
             continue
         for c in range(channels):
             sn, dn = int(fab.accel_port(x, c)), int(fab.accel_port(y, c))
-            k = wb.connection((comm.job, x, y, c), sn, dn, comm.qps_per_connection, comm.job)
+            k = wb.connection((comm.job, x, y, c), sn, dn, comm.conn_spec)
             wb.hop(f, x, y, conn=k, weight=1.0 / channels)
             delay = max(delay, comm.hop_delay_ns(sn, dn))
     wb.flow_latency[f] = delay + comm.step_overhead_ns

@@ -85,7 +85,7 @@ ST_BANKS = {
           "scr_a", "scr_b", "scr_c", "scr_d",  # rebuild's scratch (links + 1, flows + 1)
           "ing_link",  # links
           "cnp_head", "cnp_tail",  # routes: their pending CNPs (``State.cnp_node``)
-          "cnp_hint", "cnp_hint_b"],  # entries: the node and slot of their last mark
+          "cnp_hint"],  # entries: the node of their last mark
     "b": ["pfc_reg",  # links
           "running", "done", "a_sending"],  # flows
 }
@@ -114,7 +114,7 @@ NET_BANKS = {
  S_N_DEPS_LEFT, S_HEAP_F, S_A_F, S_A_FSTART, S_NEW_F,
  S_A_R, S_A_RFLOW, S_A_ESTART, S_A_NE, S_WF_ORDER, S_WF_TMP, S_A_CC,
  S_NIC_SLOT, S_A_LAST, S_NIC_G, S_NIC_R, S_SCR_A, S_SCR_B, S_SCR_C, S_SCR_D,
- S_ING_LINK, S_CNP_HEAD, S_CNP_TAIL, S_CNP_HINT, S_CNP_HINT_B) = range(41)  # st.i
+ S_ING_LINK, S_CNP_HEAD, S_CNP_TAIL, S_CNP_HINT) = range(40)  # st.i
 (S_PFC_REG, S_RUNNING, S_DONE, S_A_SENDING) = range(4)  # st.b
 (N_CAP, N_KMIN, N_KMAX, N_PMAX, N_PFC_ALPHA, N_PFC_GAP, N_W, N_FB_LAT, N_SIZE_W, N_LAT,
  N_FLOW_START) = range(11)  # net.f
@@ -1005,12 +1005,13 @@ def rev_delay(ws, out) -> np.ndarray:
 
 
 @inline_fn
-def _bucket(t, bw) -> np.int64:
+def _bucket(t, bw, inv) -> np.int64:
     """``t // bw`` for ``t >= 0`` (the CNP delay line's slot of time ``t``), without the
     float floor division, which calls ``fmod`` (a quarter of a marking step's time): the
-    quotient's floor, corrected by one where the division rounded across an integer
-    (``b * bw`` is exact for the slot counts of a run)."""
-    b = np.floor(t / bw)
+    floor of ``t`` times ``inv`` (``1 / bw``: no division's latency per mark), corrected
+    by one where the product rounded across an integer (``b * bw`` is exact for the slot
+    counts of a run), so exactly ``t // bw``."""
+    b = np.floor(t * inv)
     if b * bw > t:
         b -= 1.0
     elif (b + 1.0) * bw <= t:
@@ -1059,7 +1060,7 @@ def _marks(ws, fb, t_new, dt) -> bool:
         return False
     mlink = _zeroed(ws.f[S_TMP1], ws.L)
     _queue_waits(ws)
-    cur_b = _bucket(t_new, ws.cfg[C_FB_BW])
+    cur_b = _bucket(t_new, ws.cfg[C_FB_BW], 1.0 / ws.cfg[C_FB_BW])
     anyk = False
     for c in range(ws.si[I_NCC]):  # (the other routes cross no marking link)
         anyk = _mark_route(ws, fb, ws.i[S_A_CC, c], t_new, dt, cur_b) or anyk
@@ -1101,6 +1102,7 @@ def _mark_route(ws, fb, r, t_new, dt, cur_b) -> bool:
     if not hit:
         return False
     bw, k, rows = ws.cfg[C_FB_BW], sti[S_A_R, r], ws.si[I_FB_ROWS]
+    inv = 1.0 / bw
     last = -1  # the last bucket a mark is due in
     down = 0.0  # queue wait at the hops after entry j
     for j in range(e1 - 1, e0 - 1, -1):
@@ -1109,7 +1111,7 @@ def _mark_route(ws, fb, r, t_new, dt, cur_b) -> bool:
         if mb != 0.0:
             mlink[li] += mb
             due = t_new + ws.nf[N_FB_LAT, sti[S_AE, j]] + down + rq
-            b = max(_bucket(due, bw), cur_b + 1)
+            b = max(_bucket(due, bw, inv), cur_b + 1)
             if b > cur_b + rows:
                 rows = _line_rows(ws, cur_b, b)
                 b = min(b, cur_b + rows)
@@ -1144,10 +1146,10 @@ def _cnp_add(ws, fb, k, e, b, m) -> None:
     the cache at every mark: the AllToAll's 2,048 x 240 slots, a tenth of its run time; the
     pool holds the pending slots alone, ~130 a route there.)"""
     node, sti = fb.node, ws.i
-    nxt, prev = _cnp_place(fb, sti, ws.si[I_FB_LAST], k, e, b)
+    nxt, prev = _cnp_place(fb, sti, k, e, b)
     if nxt != 0 and node[nxt, 0] == b:
         fb.val[nxt] += m
-        sti[S_CNP_HINT, e], sti[S_CNP_HINT_B, e] = nxt, b
+        sti[S_CNP_HINT, e] = nxt
         return
     n = ws.si[I_CNP_FREE]
     if n != 0:
@@ -1165,20 +1167,20 @@ def _cnp_add(ws, fb, k, e, b, m) -> None:
         node[nxt, 2] = n
     else:
         sti[S_CNP_TAIL, k] = n
-    sti[S_CNP_HINT, e], sti[S_CNP_HINT_B, e] = n, b
+    sti[S_CNP_HINT, e] = n
 
 
 @inline_fn
-def _cnp_place(fb, sti, last, k, e, b) -> tuple[int, int]:
+def _cnp_place(fb, sti, k, e, b) -> tuple[int, int]:
     """Where slot ``b`` goes in route ``k``'s list: (the first node of slot >= ``b``, the
-    one before it; 0: none). The search starts at entry ``e``'s last node while it is
-    pending (its slot after ``last``, the last one collected: nodes leave only when
-    collected) and route ``k``'s (entries are renumbered on a reroute): a few slots before
-    ``b`` (its delay moves with the queues), past the other hops' marks in between; else
-    from the tail (a new mark's slot is mostly the route's latest)."""
+    one before it; 0: none). The search starts at entry ``e``'s last node while it is in
+    route ``k``'s list (a collected node's route is -1 until it is reused; entries are
+    renumbered on a reroute): a few slots before ``b`` (its delay moves with the queues),
+    past the other hops' marks in between; else from the tail (a new mark's slot is
+    mostly the route's latest)."""
     node = fb.node
     x = sti[S_CNP_HINT, e]
-    if not (x != 0 and sti[S_CNP_HINT_B, e] > last and node[x, 3] == k):
+    if not (x != 0 and node[x, 3] == k):
         x = sti[S_CNP_TAIL, k]
         if x == 0:
             return 0, 0
@@ -1235,7 +1237,7 @@ def _collect_cnps(ws, fb, t_new) -> None:
     Other routes' pending CNPs belong to flows that ended: never read."""
     si, sti, acc = ws.si, ws.i, ws.i[S_A_CC]
     ncc = si[I_NCC]
-    cur_b = _bucket(t_new, ws.cfg[C_FB_BW])
+    cur_b = _bucket(t_new, ws.cfg[C_FB_BW], 1.0 / ws.cfg[C_FB_BW])
     cnp_n = _zeroed(ws.f[S_TMP0], ncc)
     if not cur_b > si[I_FB_LAST]:
         return
@@ -1250,7 +1252,7 @@ def _collect_cnps(ws, fb, t_new) -> None:
         while n != 0 and node[n, 0] <= cur_b:
             v += val[n]
             nxt = node[n, 1]
-            node[n, 1] = free
+            node[n, 1], node[n, 3] = free, -1
             free, n = n, nxt
         cnp_n[c] = v
         sti[S_CNP_HEAD, k] = n

@@ -755,14 +755,14 @@ def _merge_sort_by(key, order, a, b, tmp) -> None:
             order[a + p] = tmp[p]
 
 
-@inline_fn
+@step_fn
 def _dt(ws, t) -> float:
     """The step's length: ``dt_ns`` while queues move; a quiet step runs to the next event
     (a flow's start or end, a DCQCN timer) or its horizon, but lasts at least ``dt_ns``
     (``dt_free_ns`` when a flow event ends it while the fabric is free-flowing,
     :func:`_free_flowing`): flows start and stop inside a step at their own time
     (:func:`_allocate`) and timers fire at its end, as in active steps. Failures and
-    samples end a step exactly. (Inlined into :func:`_advance`: a call passes ~80 words.)
+    samples end a step exactly.
 
     (Flow events used to end steps too: the 64-GPU rack-order ring of the validation set
     took 13,045 steps, one per start and end of its 8,064 flows, most far below 2 µs.)"""

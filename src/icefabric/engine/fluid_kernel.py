@@ -756,46 +756,39 @@ def _merge_sort_by(key, order, a, b, tmp) -> None:
 
 
 @step_fn
-def _dt(ws, t) -> float:
-    """The step's length: ``dt_ns`` while queues move; a quiet step runs to the next event
-    (a flow's start or end, a DCQCN timer) or its horizon, but lasts at least ``dt_ns``
-    (``dt_free_ns`` when a flow event ends it while the fabric is free-flowing,
-    :func:`_free_flowing`): flows start and stop inside a step at their own time
-    (:func:`_allocate`) and timers fire at its end, as in active steps. Failures and
-    samples end a step exactly.
+def _quiet_dt(ws, t) -> float:
+    """The length of a quiet step (:func:`_advance` caps it at the next failure or sample):
+    it runs to the next event (a flow's start or end, a DCQCN timer) or its horizon, but
+    lasts at least ``dt_ns`` (``dt_free_ns`` when a flow event ends it while the fabric
+    is free-flowing, :func:`_free_flowing`): flows start and stop inside a step at their
+    own time (:func:`_allocate`) and timers fire at its end, as in active steps (which
+    last ``dt_ns``).
 
     (Flow events used to end steps too: the 64-GPU rack-order ring of the validation set
     took 13,045 steps, one per start and end of its 8,064 flows, most far below 2 µs.)"""
     sf, si, stf, sti, cfg = ws.sf, ws.si, ws.f, ws.i, ws.cfg
-    quiet = sf[F_QUIET]
-    dt = cfg[C_DT]
-    if quiet:
-        dt = max(quiet, dt)
-        ev = _INF
-        for i in range(si[I_NAF]):  # the next end of injection (steady: the same rates)
-            rf = stf[S_A_RF, i]
-            f = sti[S_A_F, i]
-            rem = ws.nf[N_SIZE_W, f] - stf[S_INJ, f]
-            if rf > 0 and rem > 1e-6 * max(ws.nf[N_SIZE_W, f], 1.0):
-                ev = min(ev, rem / rf)
-        if si[I_HEAP] > 0:
-            ev = min(ev, stf[S_HEAP_T, 0] - t)
-        # free-flowing: longer steps hold the flow events (dt_free_ns)
-        dt = min(dt, max(ev, cfg[C_DT_FREE]) if si[I_FREE] else ev)
-        if cfg[C_DCQCN] > 0:
-            # a quiet jump must not skip a rate increase (or a pending decrease) by more
-            # than a step (cutting the step at every timer cost a third of the steps at
-            # 1,024 GPUs: thousands of QPs' timers, one every few hundred ns)
-            for c in range(si[I_NCC]):
-                k = sti[S_A_R, sti[S_A_CC, c]]
-                dt = min(dt, ws.cc[_T_INC, k] - t)
-                if ws.cc[_DEC_CNP, k]:
-                    dt = min(dt, ws.cc[_T_DEC, k] - t)
-        dt = max(dt, cfg[C_DT])
-    if np.isfinite(sf[F_FAIL_T]):
-        dt = min(dt, sf[F_FAIL_T] - t)
-    dt = min(dt, sf[F_NEXT_SAMPLE] - t)
-    return max(dt, 1e-3)
+    dt = max(sf[F_QUIET], cfg[C_DT])
+    ev = _INF
+    for i in range(si[I_NAF]):  # the next end of injection (steady: the same rates)
+        rf = stf[S_A_RF, i]
+        f = sti[S_A_F, i]
+        rem = ws.nf[N_SIZE_W, f] - stf[S_INJ, f]
+        if rf > 0 and rem > 1e-6 * max(ws.nf[N_SIZE_W, f], 1.0):
+            ev = min(ev, rem / rf)
+    if si[I_HEAP] > 0:
+        ev = min(ev, stf[S_HEAP_T, 0] - t)
+    # free-flowing: longer steps hold the flow events (dt_free_ns)
+    dt = min(dt, max(ev, cfg[C_DT_FREE]) if si[I_FREE] else ev)
+    if cfg[C_DCQCN] > 0:
+        # a quiet jump must not skip a rate increase (or a pending decrease) by more
+        # than a step (cutting the step at every timer cost a third of the steps at
+        # 1,024 GPUs: thousands of QPs' timers, one every few hundred ns)
+        for c in range(si[I_NCC]):
+            k = sti[S_A_R, sti[S_A_CC, c]]
+            dt = min(dt, ws.cc[_T_INC, k] - t)
+            if ws.cc[_DEC_CNP, k]:
+                dt = min(dt, ws.cc[_T_DEC, k] - t)
+    return max(dt, cfg[C_DT])
 
 
 @inline_fn
@@ -1742,7 +1735,12 @@ def _advance(net, st, rng) -> int:
             return DONE  # stalled (a failed link with no reroute): unfinished flows
         if si[I_STEPS] > cfg[C_MAX_STEPS]:
             return MAX_STEPS
-        dt = _dt(ws, t)
+        # the step's length (a call only for a quiet step: it passes ~80 words); failures
+        # and samples end a step exactly
+        dt = _quiet_dt(ws, t) if sf[F_QUIET] else cfg[C_DT]
+        if np.isfinite(sf[F_FAIL_T]):
+            dt = min(dt, sf[F_FAIL_T] - t)
+        dt = max(min(dt, sf[F_NEXT_SAMPLE] - t), 1e-3)
         if si[I_HEAP] > 0 and (stf[S_HEAP_T, 0] < t + dt
                                or stf[S_HEAP_T, 0] <= t + cfg[C_COALESCE]):
             _start_due(net, st, t, t + dt)  # flows that start inside the step

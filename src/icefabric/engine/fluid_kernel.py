@@ -1108,7 +1108,7 @@ def _mark_route(ws, fb, r, t_new, dt, cur_b) -> bool:
             if b > cur_b + rows:
                 rows = _line_rows(ws, cur_b, b)
                 b = min(b, cur_b + rows)
-            _cnp_add(ws, fb, k, sti[S_AE, j], b, mb / ws.cfg[C_PKT_WIRE])
+            _cnp_add(fb.node, fb.val, sti, ws.si, k, sti[S_AE, j], b, mb / ws.cfg[C_PKT_WIRE])
             last = max(last, b)
         down += qw[li]
     if last < 0:
@@ -1130,28 +1130,28 @@ def _line_rows(ws, cur_b, need) -> int:
     return rows
 
 
-@inline_fn
-def _cnp_add(ws, fb, k, e, b, m) -> None:
+@step_fn
+def _cnp_add(node, val, sti, si, k, e, b, m) -> None:
     """``m`` more CNPs due in slot ``b`` for route ``k``, marked at its entry ``e``. A
     route's pending slots are a list of pool nodes in slot order (``cnp_head``/``cnp_tail``):
     ``m`` adds to the node of slot ``b``, or goes in a new node (the free list's first,
     else the pool's next unused). (A dense ring of slots x routes swept by the clock missed
     the cache at every mark: the AllToAll's 2,048 x 240 slots, a tenth of its run time; the
-    pool holds the pending slots alone, ~130 a route there.)"""
-    node, sti = fb.node, ws.i
-    nxt, prev = _cnp_place(fb, sti, k, e, b)
+    pool holds the pending slots alone, ~130 a route there.) Compiled on its own, with few
+    arguments: inlined, its loops doubled :func:`_cnps`' first-run compilation."""
+    nxt, prev = _cnp_place(node, sti, k, e, b)
     if nxt != 0 and node[nxt, 0] == b:
-        fb.val[nxt] += m
+        val[nxt] += m
         sti[S_CNP_HINT, e] = nxt
         return
-    n = ws.si[I_CNP_FREE]
+    n = si[I_CNP_FREE]
     if n != 0:
-        ws.si[I_CNP_FREE] = node[n, 1]
+        si[I_CNP_FREE] = node[n, 1]
     else:
-        n = ws.si[I_CNP_TOP]
-        ws.si[I_CNP_TOP] = n + 1
+        n = si[I_CNP_TOP]
+        si[I_CNP_TOP] = n + 1
     node[n, 0], node[n, 1], node[n, 2], node[n, 3] = b, nxt, prev, k
-    fb.val[n] = m  # (as a dense slot's 0.0 + m: the same value)
+    val[n] = m  # (as a dense slot's 0.0 + m: the same value)
     if prev != 0:
         node[prev, 1] = n
     else:
@@ -1164,14 +1164,13 @@ def _cnp_add(ws, fb, k, e, b, m) -> None:
 
 
 @inline_fn
-def _cnp_place(fb, sti, k, e, b) -> tuple[int, int]:
+def _cnp_place(node, sti, k, e, b) -> tuple[int, int]:
     """Where slot ``b`` goes in route ``k``'s list: (the first node of slot >= ``b``, the
     one before it; 0: none). The search starts at entry ``e``'s last node while it is in
     route ``k``'s list (a collected node's route is -1 until it is reused; entries are
     renumbered on a reroute): a few slots before ``b`` (its delay moves with the queues),
     past the other hops' marks in between; else from the tail (a new mark's slot is
     mostly the route's latest)."""
-    node = fb.node
     x = sti[S_CNP_HINT, e]
     if not (x != 0 and node[x, 3] == k):
         x = sti[S_CNP_TAIL, k]

@@ -401,6 +401,29 @@ def test_kernel_reproduces_the_recorded_results_bit_for_bit(case):
         assert got[key] == value, f"{case}: {key} differs from the recorded run"
 
 
+def test_the_cnp_pool_grows_as_the_pending_cnps_need_and_the_run_stays_the_same(monkeypatch):
+    """The CNP delay line's node pool, started with room for one step's marks only, grows
+    whenever the pending CNPs need more (the kernel returns ``CNP_FULL`` before a step);
+    the run is the recorded one, made with room to spare."""
+    from icefabric.engine import fluid
+    from icefabric.engine import fluid_kernel as fk
+
+    codes = []
+    kernel = fk.advance
+
+    def advance(net, st, rng):
+        codes.append(kernel(net, st, rng))
+        return codes[-1]
+
+    monkeypatch.setattr(fluid, "_CNP_SLACK", 1)
+    monkeypatch.setattr(fk, "advance", advance)
+    want = json.loads(REGRESSION.read_text())["victim_dcqcn"]
+    got = observed("victim_dcqcn")
+    assert codes.count(fk.CNP_FULL) >= 3, "the pool never had to grow"
+    for key, value in want.items():
+        assert got[key] == value, f"{key} differs from the recorded run"
+
+
 def test_bank_row_constants_follow_the_layouts():
     """Every ``S_*``/``N_*`` row constant is its name's position in the merged banks (a
     misnumbered row would silently alias another quantity)."""

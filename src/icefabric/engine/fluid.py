@@ -88,9 +88,14 @@ from icefabric.topology.model import reverse_links
 
 _BYTES_PER_NS = 8e9  # bits/s -> bytes/ns
 _FB_BW = 250.0  # ns per bucket of the CNP feedback delay line
-#: memory the CNP delay line may take (slots x routes x 8 bytes); beyond what it holds a
-#: feedback delay is clamped to its last slot (FluidSim._state)
+#: the CNP delay line's length: at most the slots a dense line of slots x routes x 8 bytes
+#: holds in this much memory; a longer feedback delay is clamped to its last slot
+#: (FluidSim._feedback_slots; the kernel keeps only the pending slots, in a node pool)
 _FB_MAX_BYTES = 128 * 2**20
+#: nodes of the CNP delay line's pool beyond one step's marks to start with (it doubles
+#: when the pending CNPs need more: ``fluid_kernel.CNP_FULL``; the AllToAll validation
+#: run holds ~31,000 at once)
+_CNP_SLACK = 32768
 
 
 @dataclass(frozen=True)
@@ -358,9 +363,8 @@ class FluidSim:
         unqueued path latency needs and doubles in the kernel when a delay needs more, up
         to the longest feedback delay the switch buffers allow (path latency, plus a full
         buffer at line rate at every later hop and every reverse hop) within
-        ``_FB_MAX_BYTES`` of memory. Longer delays (queues past a buffer with PFC off) are
-        clamped. Both are powers of two (the kernel takes a slot's row with a mask instead
-        of an integer division: a tenth of the marking step's time)."""
+        ``_FB_MAX_BYTES`` of a dense line. Longer delays (queues past a buffer with PFC off)
+        are clamped. Both are powers of two."""
         R = self.routes
         wait = self.pfc.buffer_bytes / self.cap
         if self.ack_queue:
@@ -429,13 +433,17 @@ class FluidSim:
         si[fk.I_FB_LAST] = -1
         line = self.cap[self.routes.first_link] * _BYTES_PER_NS
         fb_first, fb_rows = self._feedback_slots()
-        si[fk.I_FB_ROWS] = fb_first
+        si[fk.I_FB_ROWS], si[fk.I_FB_MAX], si[fk.I_CNP_TOP] = fb_first, fb_rows, 1
+        # the CNP delay line's node pool: a step's new marks (at most one per entry) and
+        # the pending ones; not zeroed (the kernel writes a node before it reads it), so
+        # only the nodes in use touch memory
+        n_cnp = len(self.routes.links) + _CNP_SLACK if self.cc == "dcqcn" else 1
         cols = {"n_deps_left": self.n_deps_left, "flow_cap": self.flow_cap}
         n_smp = 1024 if sampling else 0
         st = fk.State(
             sf=sf, si=si, **_banks(fk.ST_BANKS, cols, self._width()),
-            cc=initial_matrix(line), cnp_line=np.zeros((fb_rows, Kr)),
-            cnp_dirty=np.zeros(fb_rows, bool),
+            cc=initial_matrix(line), cnp_node=np.empty((n_cnp, 4), np.int64),
+            cnp_val=np.empty(n_cnp),
             smp=np.zeros((n_smp, 1 + len(net.rec_links) + 2 * len(net.rec_flows))))
         st.f[fk.S_UP, :L] = 1.0
         st.f[fk.S_PFC_ALLOW, :L] = np.inf
@@ -475,6 +483,8 @@ class FluidSim:
                 self._endside(st)
             elif code == fk.SAMPLES_FULL:
                 st = st._replace(smp=np.concatenate([st.smp, np.zeros_like(st.smp)]))
+            elif code == fk.CNP_FULL:
+                st = st._replace(cnp_node=_doubled(st.cnp_node), cnp_val=_doubled(st.cnp_val))
             elif code == fk.MAX_STEPS:
                 raise EngineError(f"fluid engine exceeded max_steps={self.cfg.max_steps} at "
                                   f"t={st.sf[fk.F_T] / 1e3:.1f} us")
@@ -650,6 +660,13 @@ def _banks(layout: dict[str, list[str]], cols: dict, width: int) -> dict:
             if name in cols:
                 m[row, :len(cols[name])] = cols[name]
         out[bank] = m
+    return out
+
+
+def _doubled(pool: np.ndarray) -> np.ndarray:
+    """``pool`` with twice its rows (the new ones not initialised)."""
+    out = np.empty((2 * len(pool), *pool.shape[1:]), pool.dtype)
+    out[:len(pool)] = pool
     return out
 
 

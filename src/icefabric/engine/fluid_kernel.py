@@ -48,7 +48,7 @@ def kernel_cached() -> bool:
 
 
 # advance() return codes
-DONE, FAIL_DUE, ENDSIDE_DUE, SAMPLES_FULL, MAX_STEPS = 0, 1, 2, 3, 4
+DONE, FAIL_DUE, ENDSIDE_DUE, SAMPLES_FULL, MAX_STEPS, CNP_FULL = 0, 1, 2, 3, 4, 5
 
 #: run-wide numbers (cfg vector indices)
 (C_DT, C_DT_QUIET, C_DT_PFC, C_TAU, C_QUIET_TOL, C_COALESCE, C_MAX_TIME, C_MAX_STEPS,
@@ -59,7 +59,7 @@ DONE, FAIL_DUE, ENDSIDE_DUE, SAMPLES_FULL, MAX_STEPS = 0, 1, 2, 3, 4
 (F_T, F_QUIET, F_MARKS_UNTIL, F_NEXT_SAMPLE, F_ES_NEXT, F_FAIL_T, F_QMAX, N_SF) = range(8)
 (I_STEPS, I_DONE, I_HEAP, I_FB_LAST, I_REBUILD, I_HAS_USE, I_NAF, I_NAR, I_NAE, I_NQ,
  I_NLK, I_NLV, I_NNIC, I_NSMP, I_ES_DUE, I_NNEW, I_FB_ROWS, I_NREG, I_WORK, I_NCC, I_NING,
- I_PASS, I_FREE, I_ENDS, I_OVER, N_SI) = range(26)
+ I_PASS, I_FREE, I_ENDS, I_OVER, I_FB_MAX, I_CNP_TOP, I_CNP_FREE, N_SI) = range(29)
 
 #: rows of the state and network banks: one 2-D array per dtype (``f`` float, ``i`` int,
 #: ``b`` bool), each row as wide as the widest extent (links + 1, flows + 1, routes, entries,
@@ -83,7 +83,9 @@ ST_BANKS = {
           "a_r", "a_rflow", "a_estart", "a_ne", "wf_order",  # routes
           "wf_tmp", "a_cc", "nic_slot", "a_last", "nic_g", "nic_r",
           "scr_a", "scr_b", "scr_c", "scr_d",  # rebuild's scratch (links + 1, flows + 1)
-          "ing_link"],  # links
+          "ing_link",  # links
+          "cnp_head", "cnp_tail",  # routes: their pending CNPs (``State.cnp_node``)
+          "cnp_hint"],  # entries: the node of their last mark
     "b": ["pfc_reg",  # links
           "running", "done", "a_sending"],  # flows
 }
@@ -112,7 +114,7 @@ NET_BANKS = {
  S_N_DEPS_LEFT, S_HEAP_F, S_A_F, S_A_FSTART, S_NEW_F,
  S_A_R, S_A_RFLOW, S_A_ESTART, S_A_NE, S_WF_ORDER, S_WF_TMP, S_A_CC,
  S_NIC_SLOT, S_A_LAST, S_NIC_G, S_NIC_R, S_SCR_A, S_SCR_B, S_SCR_C, S_SCR_D,
- S_ING_LINK) = range(37)  # st.i
+ S_ING_LINK, S_CNP_HEAD, S_CNP_TAIL, S_CNP_HINT) = range(40)  # st.i
 (S_PFC_REG, S_RUNNING, S_DONE, S_A_SENDING) = range(4)  # st.b
 (N_CAP, N_KMIN, N_KMAX, N_PMAX, N_PFC_ALPHA, N_PFC_GAP, N_W, N_FB_LAT, N_SIZE_W, N_LAT,
  N_FLOW_START) = range(11)  # net.f
@@ -124,15 +126,17 @@ D_L, D_F, D_MAX_LV = range(3)
 
 Net = namedtuple("Net", ["f", "i", "b", "dims", "indptr", "r_order", "dependants", "pfc_pool",
                          "rec_links", "rec_flows", "dcqcn", "cfg"])
-State = namedtuple("State", ["sf", "si", "f", "i", "b", "cc", "cnp_line", "cnp_dirty", "smp"])
+State = namedtuple("State", ["sf", "si", "f", "i", "b", "cc", "cnp_node", "cnp_val", "smp"])
 #: What the per-step helpers read and write (the arrays of ``Net`` and ``State`` they use,
 #: ``L`` the number of links): a call passes every array of its tuples as separate
 #: arguments (7 + 2 x ndim words each), and the helpers are called ~15 times a step, so
 #: passing the whole ``Net`` and ``State`` (207 words then, 83 for ``Work``) was a third of
 #: a small run's step (issue 26). Single-call-site helpers are inlined for the same reason.
 Work = namedtuple("Work", ["nf", "ni", "cfg", "pool", "L", "sf", "si", "f", "i", "b", "cc"])
-#: the CNP delay line and the DCQCN parameters, for the ECN and CNP helpers
-Feedback = namedtuple("Feedback", ["line", "dirty", "dcqcn"])
+#: the CNP delay line (its node pool: ``node[n]`` = (slot, next, previous, route),
+#: ``val[n]`` the CNPs due in the slot; node 0 is none) and the DCQCN parameters, for the
+#: ECN and CNP helpers
+Feedback = namedtuple("Feedback", ["node", "val", "dcqcn"])
 #: ``tmp0``-``tmp5`` (``st.f``): per-step scratch rows (as wide as links, routes, flows and
 #: nodes), so a step allocates nothing; rows of the bank, not arrays of their own, for the
 #: same reason
@@ -752,46 +756,39 @@ def _merge_sort_by(key, order, a, b, tmp) -> None:
 
 
 @step_fn
-def _dt(ws, t) -> float:
-    """The step's length: ``dt_ns`` while queues move; a quiet step runs to the next event
-    (a flow's start or end, a DCQCN timer) or its horizon, but lasts at least ``dt_ns``
-    (``dt_free_ns`` when a flow event ends it while the fabric is free-flowing,
-    :func:`_free_flowing`): flows start and stop inside a step at their own time
-    (:func:`_allocate`) and timers fire at its end, as in active steps. Failures and
-    samples end a step exactly.
+def _quiet_dt(ws, t) -> float:
+    """The length of a quiet step (:func:`_advance` caps it at the next failure or sample):
+    it runs to the next event (a flow's start or end, a DCQCN timer) or its horizon, but
+    lasts at least ``dt_ns`` (``dt_free_ns`` when a flow event ends it while the fabric
+    is free-flowing, :func:`_free_flowing`): flows start and stop inside a step at their
+    own time (:func:`_allocate`) and timers fire at its end, as in active steps (which
+    last ``dt_ns``).
 
     (Flow events used to end steps too: the 64-GPU rack-order ring of the validation set
     took 13,045 steps, one per start and end of its 8,064 flows, most far below 2 µs.)"""
     sf, si, stf, sti, cfg = ws.sf, ws.si, ws.f, ws.i, ws.cfg
-    quiet = sf[F_QUIET]
-    dt = cfg[C_DT]
-    if quiet:
-        dt = max(quiet, dt)
-        ev = _INF
-        for i in range(si[I_NAF]):  # the next end of injection (steady: the same rates)
-            rf = stf[S_A_RF, i]
-            f = sti[S_A_F, i]
-            rem = ws.nf[N_SIZE_W, f] - stf[S_INJ, f]
-            if rf > 0 and rem > 1e-6 * max(ws.nf[N_SIZE_W, f], 1.0):
-                ev = min(ev, rem / rf)
-        if si[I_HEAP] > 0:
-            ev = min(ev, stf[S_HEAP_T, 0] - t)
-        # free-flowing: longer steps hold the flow events (dt_free_ns)
-        dt = min(dt, max(ev, cfg[C_DT_FREE]) if si[I_FREE] else ev)
-        if cfg[C_DCQCN] > 0:
-            # a quiet jump must not skip a rate increase (or a pending decrease) by more
-            # than a step (cutting the step at every timer cost a third of the steps at
-            # 1,024 GPUs: thousands of QPs' timers, one every few hundred ns)
-            for c in range(si[I_NCC]):
-                k = sti[S_A_R, sti[S_A_CC, c]]
-                dt = min(dt, ws.cc[_T_INC, k] - t)
-                if ws.cc[_DEC_CNP, k]:
-                    dt = min(dt, ws.cc[_T_DEC, k] - t)
-        dt = max(dt, cfg[C_DT])
-    if np.isfinite(sf[F_FAIL_T]):
-        dt = min(dt, sf[F_FAIL_T] - t)
-    dt = min(dt, sf[F_NEXT_SAMPLE] - t)
-    return max(dt, 1e-3)
+    dt = max(sf[F_QUIET], cfg[C_DT])
+    ev = _INF
+    for i in range(si[I_NAF]):  # the next end of injection (steady: the same rates)
+        rf = stf[S_A_RF, i]
+        f = sti[S_A_F, i]
+        rem = ws.nf[N_SIZE_W, f] - stf[S_INJ, f]
+        if rf > 0 and rem > 1e-6 * max(ws.nf[N_SIZE_W, f], 1.0):
+            ev = min(ev, rem / rf)
+    if si[I_HEAP] > 0:
+        ev = min(ev, stf[S_HEAP_T, 0] - t)
+    # free-flowing: longer steps hold the flow events (dt_free_ns)
+    dt = min(dt, max(ev, cfg[C_DT_FREE]) if si[I_FREE] else ev)
+    if cfg[C_DCQCN] > 0:
+        # a quiet jump must not skip a rate increase (or a pending decrease) by more
+        # than a step (cutting the step at every timer cost a third of the steps at
+        # 1,024 GPUs: thousands of QPs' timers, one every few hundred ns)
+        for c in range(si[I_NCC]):
+            k = sti[S_A_R, sti[S_A_CC, c]]
+            dt = min(dt, ws.cc[_T_INC, k] - t)
+            if ws.cc[_DEC_CNP, k]:
+                dt = min(dt, ws.cc[_T_DEC, k] - t)
+    return max(dt, cfg[C_DT])
 
 
 @inline_fn
@@ -1001,12 +998,13 @@ def rev_delay(ws, out) -> np.ndarray:
 
 
 @inline_fn
-def _bucket(t, bw) -> np.int64:
+def _bucket(t, bw, inv) -> np.int64:
     """``t // bw`` for ``t >= 0`` (the CNP delay line's slot of time ``t``), without the
     float floor division, which calls ``fmod`` (a quarter of a marking step's time): the
-    quotient's floor, corrected by one where the division rounded across an integer
-    (``b * bw`` is exact for the slot counts of a run)."""
-    b = np.floor(t / bw)
+    floor of ``t`` times ``inv`` (``1 / bw``: no division's latency per mark), corrected
+    by one where the product rounded across an integer (``b * bw`` is exact for the slot
+    counts of a run), so exactly ``t // bw``."""
+    b = np.floor(t * inv)
     if b * bw > t:
         b -= 1.0
     elif (b + 1.0) * bw <= t:
@@ -1042,9 +1040,9 @@ def _marks(ws, fb, t_new, dt) -> bool:
     (``fb_lat`` of the entry) + the queue wait of every hop after j (its content over its
     line rate, at mark time) + the reverse path's queue waits. The delay line holds every
     delay the run's buffers allow (``FluidSim._feedback_slots``; it grows as delays need,
-    :func:`_grow_line`); a longer one is clamped to its last slot, never wrapped onto an
-    earlier one. Runs after :func:`_cnps` of the step, so
-    the slots after the step's bucket are free.
+    :func:`_line_rows`); a longer one is clamped to its last slot, never wrapped onto an
+    earlier one. Runs after :func:`_cnps` of the step, so the slots after the step's
+    bucket hold nothing yet collected.
     """
     pl = ws.f[S_TMP0]
     anyp = False
@@ -1055,7 +1053,7 @@ def _marks(ws, fb, t_new, dt) -> bool:
         return False
     mlink = _zeroed(ws.f[S_TMP1], ws.L)
     _queue_waits(ws)
-    cur_b = _bucket(t_new, ws.cfg[C_FB_BW])
+    cur_b = _bucket(t_new, ws.cfg[C_FB_BW], 1.0 / ws.cfg[C_FB_BW])
     anyk = False
     for c in range(ws.si[I_NCC]):  # (the other routes cross no marking link)
         anyk = _mark_route(ws, fb, ws.i[S_A_CC, c], t_new, dt, cur_b) or anyk
@@ -1067,12 +1065,12 @@ def _marks(ws, fb, t_new, dt) -> bool:
 @inline_fn
 def _queue_waits(ws) -> None:
     """Every link's queue wait (``tmp2``; once per link, a division, rather than per
-    entry) and the queue wait its ACKs (which carry CNPs) meet on the reverse link
-    (``tmp3``)."""
+    entry; an empty queue's is zero, as the division gives) and the queue wait its ACKs
+    (which carry CNPs) meet on the reverse link (``tmp3``)."""
     rd = _zeroed(ws.f[S_TMP3], ws.L)
     qw = ws.f[S_TMP2]
     for li in range(ws.L):
-        qw[li] = _queue_wait(ws, li)
+        qw[li] = _queue_wait(ws, li) if ws.f[S_QLINK, li] != 0.0 else 0.0
     if ws.cfg[C_ACK_QUEUE] > 0:
         for li in range(ws.L):
             rv = ws.ni[N_REV, li]
@@ -1097,6 +1095,7 @@ def _mark_route(ws, fb, r, t_new, dt, cur_b) -> bool:
     if not hit:
         return False
     bw, k, rows = ws.cfg[C_FB_BW], sti[S_A_R, r], ws.si[I_FB_ROWS]
+    inv = 1.0 / bw
     last = -1  # the last bucket a mark is due in
     down = 0.0  # queue wait at the hops after entry j
     for j in range(e1 - 1, e0 - 1, -1):
@@ -1105,13 +1104,11 @@ def _mark_route(ws, fb, r, t_new, dt, cur_b) -> bool:
         if mb != 0.0:
             mlink[li] += mb
             due = t_new + ws.nf[N_FB_LAT, sti[S_AE, j]] + down + rq
-            b = max(_bucket(due, bw), cur_b + 1)
+            b = max(_bucket(due, bw, inv), cur_b + 1)
             if b > cur_b + rows:
-                rows = _grow_line(ws, fb, cur_b, b)
+                rows = _line_rows(ws, cur_b, b)
                 b = min(b, cur_b + rows)
-            row = b & (rows - 1)  # b % rows: the line's rows are a power of two
-            fb.line[row, k] += mb / ws.cfg[C_PKT_WIRE]
-            fb.dirty[row] = True
+            _cnp_add(fb.node, fb.val, sti, ws.si, k, sti[S_AE, j], b, mb / ws.cfg[C_PKT_WIRE])
             last = max(last, b)
         down += qw[li]
     if last < 0:
@@ -1121,32 +1118,71 @@ def _mark_route(ws, fb, r, t_new, dt, cur_b) -> bool:
     return True
 
 
-@step_fn
-def _grow_line(ws, fb, cur_b, need) -> int:
-    """Double the CNP delay line's slots in use (``si[I_FB_ROWS]``, at most its allocated
-    rows) until bucket ``need`` fits; returns the new count. Bucket ``b`` lives in row
-    ``b % rows``: after doubling, a pending bucket's row stays or moves up by the old count,
-    onto a row never used before, so the moves need no scratch. The line is allocated at
-    its largest but only touched as far as it grows (a full-size ring swept by the clock
-    cost a page fault per 4 kB: up to +50 % run time on validation DCQCN runs)."""
+@inline_fn
+def _line_rows(ws, cur_b, need) -> int:
+    """The delay line's length in slots (``si[I_FB_ROWS]``), doubled (at most to
+    ``si[I_FB_MAX]``) until slot ``need`` fits; returns it. Only the clamp of the longest
+    delays depends on it: the slots live in the node pool (:func:`_cnp_add`)."""
     rows = ws.si[I_FB_ROWS]
-    line = fb.line
-    dirty = fb.dirty
-    while need > cur_b + rows and 2 * rows <= line.shape[0]:
-        for o in range(rows):
-            if not dirty[o]:
-                continue  # all zero for the running routes
-            b = cur_b + 1 + (o - cur_b - 1) % rows  # the pending bucket it holds
-            n = b % (2 * rows)
-            if n != o:
-                for k in range(line.shape[1]):
-                    line[n, k] = line[o, k]
-                    line[o, k] = 0.0
-                dirty[n] = True
-                dirty[o] = False
+    while need > cur_b + rows and 2 * rows <= ws.si[I_FB_MAX]:
         rows *= 2
     ws.si[I_FB_ROWS] = rows
     return rows
+
+
+@step_fn
+def _cnp_add(node, val, sti, si, k, e, b, m) -> None:
+    """``m`` more CNPs due in slot ``b`` for route ``k``, marked at its entry ``e``. A
+    route's pending slots are a list of pool nodes in slot order (``cnp_head``/``cnp_tail``):
+    ``m`` adds to the node of slot ``b``, or goes in a new node (the free list's first,
+    else the pool's next unused). (A dense ring of slots x routes swept by the clock missed
+    the cache at every mark: the AllToAll's 2,048 x 240 slots, a tenth of its run time; the
+    pool holds the pending slots alone, ~130 a route there.) Compiled on its own, with few
+    arguments: inlined, its loops doubled :func:`_cnps`' first-run compilation."""
+    nxt, prev = _cnp_place(node, sti, k, e, b)
+    if nxt != 0 and node[nxt, 0] == b:
+        val[nxt] += m
+        sti[S_CNP_HINT, e] = nxt
+        return
+    n = si[I_CNP_FREE]
+    if n != 0:
+        si[I_CNP_FREE] = node[n, 1]
+    else:
+        n = si[I_CNP_TOP]
+        si[I_CNP_TOP] = n + 1
+    node[n, 0], node[n, 1], node[n, 2], node[n, 3] = b, nxt, prev, k
+    val[n] = m  # (as a dense slot's 0.0 + m: the same value)
+    if prev != 0:
+        node[prev, 1] = n
+    else:
+        sti[S_CNP_HEAD, k] = n
+    if nxt != 0:
+        node[nxt, 2] = n
+    else:
+        sti[S_CNP_TAIL, k] = n
+    sti[S_CNP_HINT, e] = n
+
+
+@inline_fn
+def _cnp_place(node, sti, k, e, b) -> tuple[int, int]:
+    """Where slot ``b`` goes in route ``k``'s list: (the first node of slot >= ``b``, the
+    one before it; 0: none). The search starts at entry ``e``'s last node while it is in
+    route ``k``'s list (a collected node's route is -1 until it is reused; entries are
+    renumbered on a reroute): a few slots before ``b`` (its delay moves with the queues),
+    past the other hops' marks in between; else from the tail (a new mark's slot is
+    mostly the route's latest)."""
+    x = sti[S_CNP_HINT, e]
+    if not (x != 0 and node[x, 3] == k):
+        x = sti[S_CNP_TAIL, k]
+        if x == 0:
+            return 0, 0
+    if node[x, 0] < b:  # forward to the last node before b
+        while node[x, 1] != 0 and node[node[x, 1], 0] < b:
+            x = node[x, 1]
+        return node[x, 1], x
+    while node[x, 2] != 0 and node[node[x, 2], 0] >= b:  # back to the first node >= b
+        x = node[x, 2]
+    return x, node[x, 2]
 
 
 @step_fn
@@ -1188,26 +1224,36 @@ def _cnps(ws, fb, t_new, dt, rng) -> bool:
 
 @inline_fn
 def _collect_cnps(ws, fb, t_new) -> None:
-    """The CNPs of the delay-line slots due by ``t_new`` summed per ``a_cc`` position into
-    ``tmp0`` (the slots cleared)."""
+    """The CNPs of the slots due by ``t_new`` summed per ``a_cc`` position into ``tmp0``
+    (in slot order, as the dense line's slots were; their nodes go to the free list).
+    Other routes' pending CNPs belong to flows that ended: never read."""
     si, sti, acc = ws.si, ws.i, ws.i[S_A_CC]
-    ncc, rows = si[I_NCC], si[I_FB_ROWS]
-    cur_b = _bucket(t_new, ws.cfg[C_FB_BW])
+    ncc = si[I_NCC]
+    cur_b = _bucket(t_new, ws.cfg[C_FB_BW], 1.0 / ws.cfg[C_FB_BW])
     cnp_n = _zeroed(ws.f[S_TMP0], ncc)
     if not cur_b > si[I_FB_LAST]:
         return
-    for m in range(min(cur_b - si[I_FB_LAST], rows)):
-        row = (si[I_FB_LAST] + 1 + m) & (rows - 1)
-        if not fb.dirty[row]:
-            continue  # nothing was written since it was last read: all zero
-        fb.dirty[row] = False
-        for c in range(ncc):  # other columns belong to flows that ended: never read
-            k = sti[S_A_R, acc[c]]
-            v = fb.line[row, k]
-            if v != 0.0:
-                cnp_n[c] += v
-                fb.line[row, k] = 0.0
+    node, val = fb.node, fb.val
+    free = si[I_CNP_FREE]
+    for c in range(ncc):
+        k = sti[S_A_R, acc[c]]
+        n = sti[S_CNP_HEAD, k]
+        if n == 0 or node[n, 0] > cur_b:
+            continue
+        v = 0.0
+        while n != 0 and node[n, 0] <= cur_b:
+            v += val[n]
+            nxt = node[n, 1]
+            node[n, 1], node[n, 3] = free, -1
+            free, n = n, nxt
+        cnp_n[c] = v
+        sti[S_CNP_HEAD, k] = n
+        if n != 0:
+            node[n, 2] = 0
+        else:
+            sti[S_CNP_TAIL, k] = 0
     si[I_FB_LAST] = cur_b
+    si[I_CNP_FREE] = free
 
 
 @inline_fn
@@ -1660,7 +1706,7 @@ def _advance(net, st, rng) -> int:
     sf, si, stf, st_smp, cfg = st.sf, st.si, st.f, st.smp, net.cfg
     ws = Work(net.f, net.i, net.cfg, net.pfc_pool, net.dims[D_L], st.sf, st.si, st.f, st.i,
               st.b, st.cc)
-    fb = Feedback(st.cnp_line, st.cnp_dirty, net.dcqcn)
+    fb = Feedback(st.cnp_node, st.cnp_val, net.dcqcn)
     F = net.dims[D_F]
     while si[I_DONE] < F:
         t = sf[F_T]
@@ -1668,6 +1714,9 @@ def _advance(net, st, rng) -> int:
             return FAIL_DUE
         if st_smp.shape[0] and si[I_NSMP] == st_smp.shape[0]:
             return SAMPLES_FULL
+        # a step makes at most a node per running entry (:func:`_cnp_add`)
+        if cfg[C_DCQCN] > 0 and si[I_CNP_TOP] + net.indptr[-1] >= len(fb.val):
+            return CNP_FULL
         if si[I_REBUILD]:
             rebuild(net, st)
         if si[I_NAR] == 0:
@@ -1685,7 +1734,12 @@ def _advance(net, st, rng) -> int:
             return DONE  # stalled (a failed link with no reroute): unfinished flows
         if si[I_STEPS] > cfg[C_MAX_STEPS]:
             return MAX_STEPS
-        dt = _dt(ws, t)
+        # the step's length (a call only for a quiet step: it passes ~80 words); failures
+        # and samples end a step exactly
+        dt = _quiet_dt(ws, t) if sf[F_QUIET] else cfg[C_DT]
+        if np.isfinite(sf[F_FAIL_T]):
+            dt = min(dt, sf[F_FAIL_T] - t)
+        dt = max(min(dt, sf[F_NEXT_SAMPLE] - t), 1e-3)
         if si[I_HEAP] > 0 and (stf[S_HEAP_T, 0] < t + dt
                                or stf[S_HEAP_T, 0] <= t + cfg[C_COALESCE]):
             _start_due(net, st, t, t + dt)  # flows that start inside the step
@@ -1714,4 +1768,4 @@ def _advance(net, st, rng) -> int:
 
 
 __all__ = ["Net", "State", "advance", "rebuild", "DONE", "FAIL_DUE", "ENDSIDE_DUE",
-           "SAMPLES_FULL", "MAX_STEPS"]
+           "SAMPLES_FULL", "MAX_STEPS", "CNP_FULL"]

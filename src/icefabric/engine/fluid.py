@@ -76,7 +76,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from icefabric.csr import indptr_from_lengths
-from icefabric.dataplane.dcqcn import DcqcnParams, initial_matrix, params_vector
+from icefabric.dataplane.dcqcn import N_DCQCN_ROWS, DcqcnParams, initial_matrix, params_vector
 from icefabric.dataplane.ecn import RedParams
 from icefabric.dataplane.endside import EV_FALLBACK, EndSideState, endside_step
 from icefabric.dataplane.pfc import PfcParams
@@ -84,6 +84,7 @@ from icefabric.engine import fluid_kernel as fk
 from icefabric.engine.problem import LINK_INTRA, EngineError, SimProblem
 from icefabric.engine.registry import register_engine
 from icefabric.engine.result import CollectiveResult, SimResult
+from icefabric.engine.workspace import Workspace
 from icefabric.topology.model import reverse_links
 
 _BYTES_PER_NS = 8e9  # bits/s -> bytes/ns
@@ -91,6 +92,9 @@ _FB_BW = 250.0  # ns per bucket of the CNP feedback delay line
 #: memory the CNP delay line may take (slots x routes x 8 bytes); beyond what it holds a
 #: feedback delay is clamped to its last slot (FluidSim._state)
 _FB_MAX_BYTES = 128 * 2**20
+#: the runs' state arrays, kept between runs in a process (engine/workspace.py): what a run
+#: wrote of them, up to this much, stays mapped for the next run
+_WORKSPACE = Workspace(max_bytes=256 * 2**20)
 
 
 @dataclass(frozen=True)
@@ -432,11 +436,12 @@ class FluidSim:
         si[fk.I_FB_ROWS] = fb_first
         cols = {"n_deps_left": self.n_deps_left, "flow_cap": self.flow_cap}
         n_smp = 1024 if sampling else 0
+        zeros = _WORKSPACE.zeros
         st = fk.State(
             sf=sf, si=si, **_banks(fk.ST_BANKS, cols, self._width()),
-            cc=initial_matrix(line), cnp_line=np.zeros((fb_rows, Kr)),
-            cnp_dirty=np.zeros(fb_rows, bool),
-            smp=np.zeros((n_smp, 1 + len(net.rec_links) + 2 * len(net.rec_flows))))
+            cc=initial_matrix(line, out=zeros((N_DCQCN_ROWS, Kr), np.float64)),
+            cnp_line=zeros((fb_rows, Kr), np.float64), cnp_dirty=zeros((fb_rows,), np.bool_),
+            smp=zeros((n_smp, 1 + len(net.rec_links) + 2 * len(net.rec_flows)), np.float64))
         st.f[fk.S_UP, :L] = 1.0
         st.f[fk.S_PFC_ALLOW, :L] = np.inf
         st.f[fk.S_START:fk.S_FINISH + 1, :F] = -1.0
@@ -462,6 +467,15 @@ class FluidSim:
         wall0 = time.perf_counter()
         net = self._net()
         st = self._state(net)
+        try:
+            st = self._advance(net, st)
+            return self._result(st, time.perf_counter() - wall0)
+        finally:  # the result holds copies: the arrays go back to the workspace
+            _give_back(net, st)
+
+    def _advance(self, net: fk.Net, st: fk.State) -> fk.State:
+        """Run the kernel to the end, acting on what it hands back (failures, end-side
+        windows, a full sample buffer); returns the final state."""
         fails = self._fail_events()
         while True:
             st.sf[fk.F_FAIL_T] = fails[0][0] if fails else np.inf
@@ -479,8 +493,7 @@ class FluidSim:
                 raise EngineError(f"fluid engine exceeded max_steps={self.cfg.max_steps} at "
                                   f"t={st.sf[fk.F_T] / 1e3:.1f} us")
             else:
-                break
-        return self._result(st, time.perf_counter() - wall0)
+                return st
 
     def _fail_events(self) -> list:
         out = []
@@ -645,12 +658,21 @@ def _banks(layout: dict[str, list[str]], cols: dict, width: int) -> dict:
     dtypes = {"f": np.float64, "b": np.bool_, "i": np.int64}
     out = {}
     for bank, names in layout.items():
-        m = np.zeros((len(names), width), dtypes[bank])
+        m = _WORKSPACE.zeros((len(names), width), dtypes[bank])
         for row, name in enumerate(names):
             if name in cols:
                 m[row, :len(cols[name])] = cols[name]
         out[bank] = m
     return out
+
+
+def _give_back(net: fk.Net, st: fk.State) -> None:
+    """The run's arrays back to the workspace: all of the banks, and of the CNP delay line
+    the rows in use (the kernel touches no other, see ``fluid_kernel._grow_line``). Arrays
+    a failure or the sampler replaced are not the workspace's (it ignores them)."""
+    for a in (net.f, net.i, net.b, st.f, st.i, st.b, st.cc, st.cnp_dirty, st.smp):
+        _WORKSPACE.give_back(a)
+    _WORKSPACE.give_back(st.cnp_line, int(st.si[fk.I_FB_ROWS]) * st.cnp_line.shape[1])
 
 
 def _widened(bank: np.ndarray, width: int) -> np.ndarray:

@@ -655,15 +655,20 @@ class FluidSim:
 def _banks(layout: dict[str, list[str]], cols: dict, width: int) -> dict:
     """Stack named columns into the kernel's banks (``f``, ``i``, ``b``) of ``width``
     columns (unnamed rows and the slots past a column's length start at zero)."""
-    dtypes = {"f": np.float64, "b": np.bool_, "i": np.int64}
-    out = {}
-    for bank, names in layout.items():
-        m = _WORKSPACE.zeros((len(names), width), dtypes[bank])
-        for row, name in enumerate(names):
-            if name in cols:
-                m[row, :len(cols[name])] = cols[name]
-        out[bank] = m
+    out = {bank: _WORKSPACE.zeros((len(names), width), _BANK_DTYPES[bank])
+           for bank, names in layout.items()}
+    rows = _ROWS[id(layout)]
+    for name, col in cols.items():
+        bank, row = rows[name]
+        out[bank][row, :len(col)] = col
     return out
+
+
+_BANK_DTYPES = {"f": np.float64, "b": np.bool_, "i": np.int64}
+#: each layout's rows by name: (bank, row)
+_ROWS = {id(layout): {n: (bank, row) for bank, names in layout.items()
+                      for row, n in enumerate(names)}
+         for layout in (fk.NET_BANKS, fk.ST_BANKS)}
 
 
 def _give_back(net: fk.Net, st: fk.State) -> None:

@@ -673,11 +673,13 @@ _ROWS = {id(layout): {n: (bank, row) for bank, names in layout.items()
 
 def _give_back(net: fk.Net, st: fk.State) -> None:
     """The run's arrays back to the workspace: all of the banks, and of the CNP delay line
-    the rows in use (the kernel touches no other, see ``fluid_kernel._grow_line``). Arrays
-    a failure or the sampler replaced are not the workspace's (it ignores them)."""
+    the rows in use (the kernel touches no other, see ``fluid_kernel._grow_line``), none if
+    no link marked a byte (each mark in the line adds its bytes to its link's). Arrays a
+    failure or the sampler replaced are not the workspace's (it ignores them)."""
+    rows = int(st.si[fk.I_FB_ROWS]) if st.f[fk.S_MARKED_BYTES].any() else 0
+    _WORKSPACE.give_back(st.cnp_line, rows * st.cnp_line.shape[1])
     for a in (net.f, net.i, net.b, st.f, st.i, st.b, st.cc, st.cnp_dirty, st.smp):
         _WORKSPACE.give_back(a)
-    _WORKSPACE.give_back(st.cnp_line, int(st.si[fk.I_FB_ROWS]) * st.cnp_line.shape[1])
 
 
 def _widened(bank: np.ndarray, width: int) -> np.ndarray:

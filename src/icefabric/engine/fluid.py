@@ -286,7 +286,7 @@ class FluidSim:
         # end-side rules run on the routes (QPs) of paced flows, once per CNP window
         self.es_state = EndSideState.initial(K) if cfg.endside is not None else None
         self.endside_fallbacks = 0
-        self.rng = np.random.Generator(np.random.PCG64(cfg.seed))  # default_rng(seed), less checking
+        self.rng = np.random.Generator(np.random.PCG64(cfg.seed))  # default_rng's, unchecked
         # the other direction of every link's cable (its ACK path); -1 when simplex
         self.rev = reverse_links(problem.link_src, problem.link_dst)
         self.ack_ratio = cfg.ack_bytes / max(cfg.packet_bytes * cfg.wire_overhead, 1.0)
@@ -413,7 +413,8 @@ class FluidSim:
             **_banks(fk.NET_BANKS, cols, self._width()),
             dims=np.array([self.L, self.F, R.level.max(initial=0)], np.int64),
             indptr=R.indptr,
-            r_order=self.r_order.astype(np.int64), dependants=self.dependants.astype(np.int64),
+            r_order=self.r_order.astype(np.int64, copy=False),
+            dependants=self.dependants.astype(np.int64, copy=False),
             pfc_pool=np.asarray(self.pfc_pool, np.float64),
             rec_links=np.array([p.link_names.index(n) for n in self.cfg.record_links],
                                np.int64),

@@ -32,6 +32,12 @@ def test_only_the_elements_said_used_are_zeroed_and_the_bound_holds():
     big = ws.zeros((200,), np.float64)  # 1,600 bytes written: over the bound, not kept
     ws.give_back(big)
     assert [b.size for b, _ in ws._free] == [100]
+    ws.clear()
+    parts = [ws.zeros((50,), np.float64) for _ in range(3)]  # 400 bytes each
+    for a in parts:
+        ws.give_back(a)
+    assert [id(b) for b, _ in ws._free] == [id(parts[1].base), id(parts[2].base)], \
+        "the oldest was not the one dropped"
 
 
 def test_arrays_it_did_not_hand_out_are_ignored():

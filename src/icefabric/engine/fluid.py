@@ -599,6 +599,21 @@ class FluidSim:
         """Flow ``f``'s name (read one at a time: a problem's names may be made when read)."""
         return self.p.flow_names[f] if len(self.p.flow_names) else f"flow{f}"
 
+    def _cnp_counts(self, st: fk.State) -> dict:
+        """CNPs seen per QP (``qp<id>``; a route without a QP id by its flow's name and its
+        index), in route order. Lists, not numpy scalars, and one comprehension when the
+        QPs are distinct (the usual case): the runs' QPs with CNPs number in the hundreds."""
+        p = self.p
+        ks = np.flatnonzero(st.cc[-1] > 0)
+        qps, counts = p.route_qp[ks].tolist(), st.cc[-1, ks].astype(np.int64).tolist()
+        if (not qps or min(qps) >= 0) and len(set(qps)) == len(qps):
+            return dict(zip([f"qp{qp}" for qp in qps], counts))
+        cnps = {}
+        for k, qp, n in zip(ks.tolist(), qps, counts):
+            key = f"qp{qp}" if qp >= 0 else f"{self._flow_name(p.route_flow[k])}#r{k}"
+            cnps[key] = cnps.get(key, 0) + n
+        return cnps
+
     def _timeseries(self, st: fk.State) -> dict:
         n = int(st.si[fk.I_NSMP])
         if n == 0:
@@ -629,13 +644,7 @@ class FluidSim:
             colls.append(CollectiveResult(c.name, c.job, c.kind, c.size_bytes, c.nranks, s0,
                                           f1, c.algorithm))
         maxq, pause, pcnt, ecn = self._link_stats(st)
-        cnps = {}
-        if self.cc == "dcqcn":  # (lists, not numpy scalars: a loop over every QP with CNPs)
-            ks = np.flatnonzero(st.cc[-1] > 0)
-            for k, qp, n in zip(ks.tolist(), p.route_qp[ks].tolist(),
-                                st.cc[-1, ks].astype(np.int64).tolist()):
-                key = f"qp{qp}" if qp >= 0 else f"{self._flow_name(p.route_flow[k])}#r{k}"
-                cnps[key] = cnps.get(key, 0) + n
+        cnps = self._cnp_counts(st) if self.cc == "dcqcn" else {}
         steps = int(st.si[fk.I_STEPS])
         return SimResult(
             engine="fluid", policy=cfg.policy, scenario=cfg.scenario, seed=cfg.seed,

@@ -48,6 +48,7 @@ class Workspace:
         #: all-zero flat buffers and how many of their elements were ever written, the one
         #: given back last at the end
         self._free: list[tuple[np.ndarray, int]] = []
+        self._held = 0  # bytes written of the pooled buffers (what the bound counts)
         #: buffers handed out and not back yet: id -> (weak reference, elements written)
         self._out: dict[int, tuple[weakref.ref, int]] = {}
         self._lock = threading.RLock()  # a buffer dying under it calls _forget
@@ -67,7 +68,7 @@ class Workspace:
                                                          b.size < self._free[best][0].size):
                     best = j
             if best >= 0:
-                buf, hw = self._free.pop(best)
+                buf, hw = self._drop(best)
         if buf is None:
             buf = np.zeros(n, dtype)
         key = id(buf)
@@ -98,11 +99,17 @@ class Workspace:
         buf[:used] = 0
         with self._lock:
             self._free.append((buf, hw))
-            while (len(self._free) > self.max_buffers
-                   or sum(h * b.itemsize for b, h in self._free) > self.max_bytes):
-                self._free.pop(0)
+            self._held += hw * buf.itemsize
+            while len(self._free) > self.max_buffers or self._held > self.max_bytes:
+                self._drop(0)
+
+    def _drop(self, j: int) -> tuple[np.ndarray, int]:
+        buf, hw = self._free.pop(j)
+        self._held -= hw * buf.itemsize
+        return buf, hw
 
     def clear(self) -> None:
         """Drop every pooled buffer (their memory goes back to the allocator)."""
         with self._lock:
             self._free.clear()
+            self._held = 0

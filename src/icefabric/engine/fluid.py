@@ -94,7 +94,7 @@ _FB_BW = 250.0  # ns per bucket of the CNP feedback delay line
 _FB_MAX_BYTES = 128 * 2**20
 #: the runs' state arrays, kept between runs in a process (engine/workspace.py): what a run
 #: wrote of them, up to this much, stays mapped for the next run
-_WORKSPACE = Workspace(max_bytes=256 * 2**20)
+_WORKSPACE = Workspace(max_bytes=128 * 2**20)
 
 
 @dataclass(frozen=True)

@@ -286,7 +286,7 @@ class FluidSim:
         # end-side rules run on the routes (QPs) of paced flows, once per CNP window
         self.es_state = EndSideState.initial(K) if cfg.endside is not None else None
         self.endside_fallbacks = 0
-        self.rng = np.random.Generator(np.random.PCG64(cfg.seed))  # default_rng's, unchecked
+        self.rng = np.random.default_rng(cfg.seed)
         # the other direction of every link's cable (its ACK path); -1 when simplex
         self.rev = reverse_links(problem.link_src, problem.link_dst)
         self.ack_ratio = cfg.ack_bytes / max(cfg.packet_bytes * cfg.wire_overhead, 1.0)

@@ -291,15 +291,9 @@ def cable_index(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
 
 
 def _cable_of(key: np.ndarray, order: np.ndarray) -> np.ndarray:
-    """:func:`cable_index` from the links' keys and their stable sort order (each sorted
-    key's distance from the first of its run; ``np.unique`` sorted them again, and the
-    fluid engine calls this on every run)."""
-    ks = key[order]
-    pos = np.arange(len(ks))
-    first = np.zeros(len(ks), dtype=np.int64)
-    first[1:] = np.where(ks[1:] != ks[:-1], pos[1:], 0)
+    """:func:`cable_index` from the links' keys and their stable sort order."""
     out = np.empty(len(key), dtype=np.int64)
-    out[order] = pos - np.maximum.accumulate(first)
+    out[order] = within(np.unique(key[order], return_counts=True)[1])
     return out
 
 

@@ -468,11 +468,10 @@ class FluidSim:
         wall0 = time.perf_counter()
         net = self._net()
         st = self._state(net)
-        try:
-            st = self._advance(net, st)
-            return self._result(st, time.perf_counter() - wall0)
-        finally:  # the result holds copies: the arrays go back to the workspace
-            _give_back(net, st)
+        st = self._advance(net, st)
+        res = self._result(st, time.perf_counter() - wall0)
+        _give_back(net, st)  # the result holds copies (a run that raised drops its arrays)
+        return res
 
     def _advance(self, net: fk.Net, st: fk.State) -> fk.State:
         """Run the kernel to the end, acting on what it hands back (failures, end-side

@@ -424,6 +424,26 @@ def test_the_cnp_pool_grows_as_the_pending_cnps_need_and_the_run_stays_the_same(
         assert got[key] == value, f"{key} differs from the recorded run"
 
 
+def test_runs_that_reuse_each_others_memory_give_the_recorded_results(monkeypatch):
+    """Every array of a run comes from the engine's workspace (memory the runs before it
+    wrote): the equality cases run one after another, then again in reverse order, each
+    gives its recorded (fresh) result, so nothing leaks from one run into the next; and the
+    memory they gave back is all zero again (what the next run is handed)."""
+    from icefabric.engine import fluid
+    from icefabric.engine.workspace import Workspace
+
+    ws = Workspace(max_bytes=2**30, min_bytes=0)  # every array from the pool
+    monkeypatch.setattr(fluid, "_WORKSPACE", ws)
+    want = json.loads(REGRESSION.read_text())
+    cases = sorted(equality_cases())
+    for case in cases + cases[::-1]:
+        got = observed(case)
+        for key, value in want[case].items():
+            assert got[key] == value, f"{case}: {key} differs after other runs"
+    assert ws._free, "no run gave its arrays back: nothing was reused"
+    assert not any(b.any() for b, _ in ws._free), "the pool holds memory a run wrote"
+
+
 def test_bank_row_constants_follow_the_layouts():
     """Every ``S_*``/``N_*`` row constant is its name's position in the merged banks (a
     misnumbered row would silently alias another quantity)."""

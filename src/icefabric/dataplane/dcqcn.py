@@ -197,12 +197,17 @@ def state_matrix(s: DcqcnState) -> np.ndarray:
         len(fields(s)), -1)
 
 
-def initial_matrix(line_rate_bps: np.ndarray) -> np.ndarray:
+#: rows of that matrix
+N_DCQCN_ROWS = _CNPS + 1
+
+
+def initial_matrix(line_rate_bps: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """``state_matrix(dcqcn_init(line_rate_bps, p))`` built in place (fresh QPs at line rate,
     timers idle): the fluid engine sets it up on every run, and stacking fourteen arrays
-    cost more than the small runs' steps."""
+    cost more than the small runs' steps. ``out``: a zero array of shape
+    ``(N_DCQCN_ROWS, len(line_rate_bps))`` to fill (the engine's reused memory)."""
     line = np.asarray(line_rate_bps, dtype=np.float64)
-    m = np.zeros((_CNPS + 1, len(line)))
+    m = np.zeros((N_DCQCN_ROWS, len(line))) if out is None else out
     m[_LINE] = m[_RC] = m[_RT] = line
     m[_ALPHA] = 1.0
     m[_T_ALPHA:_T_INC + 1] = INF

@@ -76,7 +76,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from icefabric.csr import indptr_from_lengths
-from icefabric.dataplane.dcqcn import DcqcnParams, initial_matrix, params_vector
+from icefabric.dataplane.dcqcn import N_DCQCN_ROWS, DcqcnParams, initial_matrix, params_vector
 from icefabric.dataplane.ecn import RedParams
 from icefabric.dataplane.endside import EV_FALLBACK, EndSideState, endside_step
 from icefabric.dataplane.pfc import PfcParams
@@ -84,6 +84,7 @@ from icefabric.engine import fluid_kernel as fk
 from icefabric.engine.problem import LINK_INTRA, EngineError, SimProblem
 from icefabric.engine.registry import register_engine
 from icefabric.engine.result import CollectiveResult, SimResult
+from icefabric.engine.workspace import Workspace
 from icefabric.topology.model import reverse_links
 
 _BYTES_PER_NS = 8e9  # bits/s -> bytes/ns
@@ -96,6 +97,9 @@ _FB_MAX_BYTES = 128 * 2**20
 #: when the pending CNPs need more: ``fluid_kernel.CNP_FULL``; the AllToAll validation
 #: run holds ~31,000 at once)
 _CNP_SLACK = 32768
+#: the runs' state arrays, kept between runs in a process (engine/workspace.py): what a run
+#: wrote of them, up to this much, stays mapped for the next run
+_WORKSPACE = Workspace(max_bytes=128 * 2**20)
 
 
 @dataclass(frozen=True)
@@ -413,7 +417,8 @@ class FluidSim:
             **_banks(fk.NET_BANKS, cols, self._width()),
             dims=np.array([self.L, self.F, R.level.max(initial=0)], np.int64),
             indptr=R.indptr,
-            r_order=self.r_order.astype(np.int64), dependants=self.dependants.astype(np.int64),
+            r_order=self.r_order.astype(np.int64, copy=False),
+            dependants=self.dependants.astype(np.int64, copy=False),
             pfc_pool=np.asarray(self.pfc_pool, np.float64),
             rec_links=np.array([p.link_names.index(n) for n in self.cfg.record_links],
                                np.int64),
@@ -435,16 +440,17 @@ class FluidSim:
         fb_first, fb_rows = self._feedback_slots()
         si[fk.I_FB_ROWS], si[fk.I_FB_MAX], si[fk.I_CNP_TOP] = fb_first, fb_rows, 1
         # the CNP delay line's node pool: a step's new marks (at most one per entry) and
-        # the pending ones; not zeroed (the kernel writes a node before it reads it), so
-        # only the nodes in use touch memory
+        # the pending ones; the kernel writes a node before it reads it, so only the nodes
+        # in use touch memory (and are zeroed when the pool goes back to the workspace)
         n_cnp = len(self.routes.links) + _CNP_SLACK if self.cc == "dcqcn" else 1
         cols = {"n_deps_left": self.n_deps_left, "flow_cap": self.flow_cap}
         n_smp = 1024 if sampling else 0
+        zeros = _WORKSPACE.zeros
         st = fk.State(
             sf=sf, si=si, **_banks(fk.ST_BANKS, cols, self._width()),
-            cc=initial_matrix(line), cnp_node=np.empty((n_cnp, 4), np.int64),
-            cnp_val=np.empty(n_cnp),
-            smp=np.zeros((n_smp, 1 + len(net.rec_links) + 2 * len(net.rec_flows))))
+            cc=initial_matrix(line, out=zeros((N_DCQCN_ROWS, Kr), np.float64)),
+            cnp_node=zeros((n_cnp, 4), np.int64), cnp_val=zeros((n_cnp,), np.float64),
+            smp=zeros((n_smp, 1 + len(net.rec_links) + 2 * len(net.rec_flows)), np.float64))
         st.f[fk.S_UP, :L] = 1.0
         st.f[fk.S_PFC_ALLOW, :L] = np.inf
         st.f[fk.S_START:fk.S_FINISH + 1, :F] = -1.0
@@ -470,6 +476,14 @@ class FluidSim:
         wall0 = time.perf_counter()
         net = self._net()
         st = self._state(net)
+        st = self._advance(net, st)
+        res = self._result(st, time.perf_counter() - wall0)
+        _give_back(net, st)  # the result holds copies (a run that raised drops its arrays)
+        return res
+
+    def _advance(self, net: fk.Net, st: fk.State) -> fk.State:
+        """Run the kernel to the end, acting on what it hands back (failures, end-side
+        windows, a full sample buffer); returns the final state."""
         fails = self._fail_events()
         while True:
             st.sf[fk.F_FAIL_T] = fails[0][0] if fails else np.inf
@@ -489,8 +503,7 @@ class FluidSim:
                 raise EngineError(f"fluid engine exceeded max_steps={self.cfg.max_steps} at "
                                   f"t={st.sf[fk.F_T] / 1e3:.1f} us")
             else:
-                break
-        return self._result(st, time.perf_counter() - wall0)
+                return st
 
     def _fail_events(self) -> list:
         out = []
@@ -595,6 +608,21 @@ class FluidSim:
         """Flow ``f``'s name (read one at a time: a problem's names may be made when read)."""
         return self.p.flow_names[f] if len(self.p.flow_names) else f"flow{f}"
 
+    def _cnp_counts(self, st: fk.State) -> dict:
+        """CNPs seen per QP (``qp<id>``; a route without a QP id by its flow's name and its
+        index), in route order. Lists, not numpy scalars, and one comprehension when the
+        QPs are distinct (the usual case): the runs' QPs with CNPs number in the hundreds."""
+        p = self.p
+        ks = np.flatnonzero(st.cc[-1] > 0)
+        qps, counts = p.route_qp[ks].tolist(), st.cc[-1, ks].astype(np.int64).tolist()
+        if (not qps or min(qps) >= 0) and len(set(qps)) == len(qps):
+            return dict(zip([f"qp{qp}" for qp in qps], counts))
+        cnps = {}
+        for k, qp, n in zip(ks.tolist(), qps, counts):
+            key = f"qp{qp}" if qp >= 0 else f"{self._flow_name(p.route_flow[k])}#r{k}"
+            cnps[key] = cnps.get(key, 0) + n
+        return cnps
+
     def _timeseries(self, st: fk.State) -> dict:
         n = int(st.si[fk.I_NSMP])
         if n == 0:
@@ -625,13 +653,7 @@ class FluidSim:
             colls.append(CollectiveResult(c.name, c.job, c.kind, c.size_bytes, c.nranks, s0,
                                           f1, c.algorithm))
         maxq, pause, pcnt, ecn = self._link_stats(st)
-        cnps = {}
-        if self.cc == "dcqcn":  # (lists, not numpy scalars: a loop over every QP with CNPs)
-            ks = np.flatnonzero(st.cc[-1] > 0)
-            for k, qp, n in zip(ks.tolist(), p.route_qp[ks].tolist(),
-                                st.cc[-1, ks].astype(np.int64).tolist()):
-                key = f"qp{qp}" if qp >= 0 else f"{self._flow_name(p.route_flow[k])}#r{k}"
-                cnps[key] = cnps.get(key, 0) + n
+        cnps = self._cnp_counts(st) if self.cc == "dcqcn" else {}
         steps = int(st.si[fk.I_STEPS])
         return SimResult(
             engine="fluid", policy=cfg.policy, scenario=cfg.scenario, seed=cfg.seed,
@@ -652,14 +674,12 @@ class FluidSim:
 def _banks(layout: dict[str, list[str]], cols: dict, width: int) -> dict:
     """Stack named columns into the kernel's banks (``f``, ``i``, ``b``) of ``width``
     columns (unnamed rows and the slots past a column's length start at zero)."""
-    dtypes = {"f": np.float64, "b": np.bool_, "i": np.int64}
-    out = {}
-    for bank, names in layout.items():
-        m = np.zeros((len(names), width), dtypes[bank])
-        for row, name in enumerate(names):
-            if name in cols:
-                m[row, :len(cols[name])] = cols[name]
-        out[bank] = m
+    out = {bank: _WORKSPACE.zeros((len(names), width), _BANK_DTYPES[bank])
+           for bank, names in layout.items()}
+    rows = _ROWS[id(layout)]
+    for name, col in cols.items():
+        bank, row = rows[name]
+        out[bank][row, :len(col)] = col
     return out
 
 
@@ -668,6 +688,25 @@ def _doubled(pool: np.ndarray) -> np.ndarray:
     out = np.empty((2 * len(pool), *pool.shape[1:]), pool.dtype)
     out[:len(pool)] = pool
     return out
+
+
+_BANK_DTYPES = {"f": np.float64, "b": np.bool_, "i": np.int64}
+#: each layout's rows by name: (bank, row)
+_ROWS = {id(layout): {n: (bank, row) for bank, names in layout.items()
+                      for row, n in enumerate(names)}
+         for layout in (fk.NET_BANKS, fk.ST_BANKS)}
+
+
+def _give_back(net: fk.Net, st: fk.State) -> None:
+    """The run's arrays back to the workspace: all of the banks, and of the CNP delay
+    line's node pool the nodes taken (the kernel takes them in order from
+    ``si[I_CNP_TOP]``, node 0 unused). Arrays a failure, the sampler or a grown pool
+    replaced are not the workspace's (it ignores them)."""
+    top = int(st.si[fk.I_CNP_TOP])
+    _WORKSPACE.give_back(st.cnp_node, top * st.cnp_node.shape[1])
+    _WORKSPACE.give_back(st.cnp_val, top)
+    for a in (net.f, net.i, net.b, st.f, st.i, st.b, st.cc, st.smp):
+        _WORKSPACE.give_back(a)
 
 
 def _widened(bank: np.ndarray, width: int) -> np.ndarray:

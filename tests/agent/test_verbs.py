@@ -311,10 +311,11 @@ def test_an_agent_that_starts_again_learns_every_live_qp(native, tmp_path, agent
                   for fl in rtr_labels(log).values()]
         assert at_rtr == ([None] * 3 if late else planned)
         with VerbsActuator(agent_sock, push_timeout_s=5.0) as again:
-            assert wait_for(lambda: len(again.live) == 3)
+            # each QP is told, then its RTR (two messages): wait for the ports too
+            assert wait_for(lambda: len(again.live) == 3
+                            and all(q.sport for q in again.live.values())), again.live
             live = sorted(again.live.values(), key=lambda q: q.qp_id)
             assert [(q.lqpn, q.qp_id.ordinal) for q in live] == list(zip(qps, range(3)))
-            assert all(q.sport for q in live)
             if not late:
                 assert [q.sport for q in live] == planned
             replanned = [49200, 49300, 50000]

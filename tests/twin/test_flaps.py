@@ -27,8 +27,10 @@ def test_flaps_multiple_failures_and_a_cut_off_leaf(tmp_path):
     with ThreadedController(s) as url:
         res = run_flaps("hetero-default", url, ADMIN, SCHEDULE, FlapOptions(debounce_s=DEBOUNCE_S))
     assert res.changes_sent == 253 and res.agents == 8
-    # Every applied plan: each QP on a working path, or its job reported as "no path".
-    assert res.versions_checked >= 3 and res.qps_checked > 0
+    # Every applied plan: each QP on a working path, or its job reported as "no path". At
+    # least the converged plans before and after the flaps; how many agents apply in
+    # between depends on the scheduler (a busy machine gave only those two).
+    assert res.versions_checked >= 2 and res.qps_checked > 0
     assert res.qps_off_path == 0 and res.qps_unplanned_unreported == 0
     (final,) = res.no_path[res.final_version]
     assert final["job"] == "mixed" and "leaf3" in final["reason"]

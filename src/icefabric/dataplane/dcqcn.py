@@ -172,7 +172,7 @@ def dcqcn_init(line_rate_bps: np.ndarray, p: DcqcnParams) -> DcqcnState:
 
 
 def params_vector(p: DcqcnParams) -> np.ndarray:
-    """``p`` as the float vector the compiled kernel reads (indices ``_G`` … ``_HYPER``)."""
+    """``p`` as the float vector the compiled kernel reads (indices ``PV_G`` … ``PV_HYPER``)."""
     return np.array([p.g, p.alpha_update_interval_ns, p.alpha_on_first_cnp,
                      p.rate_decrease_interval_ns, p.rate_on_first_cnp, p.clamp_target_rate,
                      p.clamp_after_increase, p.rate_increase_timer_ns,
@@ -181,13 +181,14 @@ def params_vector(p: DcqcnParams) -> np.ndarray:
                      p.hyper_multiplier], dtype=np.float64)
 
 
-(_G, _A_INT, _A_FIRST, _DEC_INT, _R_FIRST, _CLAMP, _CLAMP_INC, _INC_T, _BC, _FR, _AI, _HAI,
- _MIN, _MAXDEC, _HYPER) = range(15)
+#: indices of that vector
+(PV_G, PV_A_INT, PV_A_FIRST, PV_DEC_INT, PV_R_FIRST, PV_CLAMP, PV_CLAMP_INC, PV_INC_T, PV_BC,
+ PV_FR, PV_AI, PV_HAI, PV_MIN, PV_MAXDEC, PV_HYPER) = range(15)
 
 
 #: rows of the compiled kernel's state matrix: the DcqcnState fields in order
-(_LINE, _RC, _RT, _ALPHA, _STARTED, _ALPHA_CNP, _DEC_CNP, _TSTAGE, _BSTAGE, _BCOUNT, _T_ALPHA,
- _T_DEC, _T_INC, _CNPS) = range(14)
+(CC_LINE, CC_RC, CC_RT, CC_ALPHA, CC_STARTED, CC_ALPHA_CNP, CC_DEC_CNP, CC_TSTAGE, CC_BSTAGE,
+ CC_BCOUNT, CC_T_ALPHA, CC_T_DEC, CC_T_INC, CC_CNPS) = range(14)
 
 
 def state_matrix(s: DcqcnState) -> np.ndarray:
@@ -198,7 +199,7 @@ def state_matrix(s: DcqcnState) -> np.ndarray:
 
 
 #: rows of that matrix
-N_DCQCN_ROWS = _CNPS + 1
+N_DCQCN_ROWS = CC_CNPS + 1
 
 
 def initial_matrix(line_rate_bps: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
@@ -208,9 +209,9 @@ def initial_matrix(line_rate_bps: np.ndarray, out: np.ndarray | None = None) -> 
     ``(N_DCQCN_ROWS, len(line_rate_bps))`` to fill (the engine's reused memory)."""
     line = np.asarray(line_rate_bps, dtype=np.float64)
     m = np.zeros((N_DCQCN_ROWS, len(line))) if out is None else out
-    m[_LINE] = m[_RC] = m[_RT] = line
-    m[_ALPHA] = 1.0
-    m[_T_ALPHA:_T_INC + 1] = INF
+    m[CC_LINE] = m[CC_RC] = m[CC_RT] = line
+    m[CC_ALPHA] = 1.0
+    m[CC_T_ALPHA:CC_T_INC + 1] = INF
     return m
 
 
@@ -223,19 +224,19 @@ def _write_back(s: DcqcnState, m: np.ndarray) -> None:
 @njit(cache=True)
 def _increase(s, i, pv) -> None:
     """One rate-increase event of QP ``i`` (stage counters read before they advance)."""
-    f = pv[_FR]
-    t = s[_TSTAGE, i]
-    b = s[_BSTAGE, i] if pv[_BC] > 0 else t
+    f = pv[PV_FR]
+    t = s[CC_TSTAGE, i]
+    b = s[CC_BSTAGE, i] if pv[PV_BC] > 0 else t
     lo, hi = min(t, b), max(t, b)
-    if pv[_HYPER] > 0:  # paper / ns3-rdma: FR if max<F, AI if min<F<=max, HAI if min>=F
+    if pv[PV_HYPER] > 0:  # paper / ns3-rdma: FR if max<F, AI if min<F<=max, HAI if min>=F
         hyper = lo >= f
-        inc = (lo - f + 1) * pv[_HAI] if hyper else (pv[_AI] if hi >= f else 0.0)
+        inc = (lo - f + 1) * pv[PV_HAI] if hyper else (pv[PV_AI] if hi >= f else 0.0)
     else:  # firmware / HPCC ns-3: HAI if min>F, AI if max>=F, else fast recovery
         hyper = lo > f
-        inc = pv[_HAI] if hyper else (pv[_AI] if hi >= f else 0.0)
-    r = min(s[_RT, i] + inc, s[_LINE, i])
-    s[_RT, i] = r
-    s[_RC, i] = 0.5 * (s[_RC, i] + r)
+        inc = pv[PV_HAI] if hyper else (pv[PV_AI] if hi >= f else 0.0)
+    r = min(s[CC_RT, i] + inc, s[CC_LINE, i])
+    s[CC_RT, i] = r
+    s[CC_RC, i] = 0.5 * (s[CC_RC, i] + r)
 
 
 @njit(cache=True, inline="always")
@@ -253,27 +254,27 @@ def _pow_int(b, m):
 @njit(cache=True, inline="always")
 def _cnp_and_alpha(s, i, cnp, t_ns, pv) -> None:
     if cnp:
-        s[_CNPS, i] += 1
-        s[_ALPHA_CNP, i] = 1.0
-        s[_DEC_CNP, i] = 1.0
-        if not s[_STARTED, i]:
-            s[_STARTED, i] = 1.0
-            s[_ALPHA, i] = pv[_A_FIRST]
-            s[_ALPHA_CNP, i] = 0.0  # ns-3 clears it: the first α update is a decay
-            s[_RC, i] *= pv[_R_FIRST]
-            s[_RT, i] = s[_RC, i]
-            s[_T_ALPHA, i] = t_ns + pv[_A_INT]
+        s[CC_CNPS, i] += 1
+        s[CC_ALPHA_CNP, i] = 1.0
+        s[CC_DEC_CNP, i] = 1.0
+        if not s[CC_STARTED, i]:
+            s[CC_STARTED, i] = 1.0
+            s[CC_ALPHA, i] = pv[PV_A_FIRST]
+            s[CC_ALPHA_CNP, i] = 0.0  # ns-3 clears it: the first α update is a decay
+            s[CC_RC, i] *= pv[PV_R_FIRST]
+            s[CC_RT, i] = s[CC_RC, i]
+            s[CC_T_ALPHA, i] = t_ns + pv[PV_A_INT]
             # +1 ns: the decrease check follows the α update (ns-3 ScheduleDecreaseRateMlx)
-            s[_T_DEC, i] = t_ns + pv[_DEC_INT] + 1.0
+            s[CC_T_DEC, i] = t_ns + pv[PV_DEC_INT] + 1.0
     # α timer: first expiry uses the latched flag, the rest decay (closed form).
-    if s[_T_ALPHA, i] <= t_ns:
-        g = pv[_G]
-        n = np.floor((t_ns - s[_T_ALPHA, i]) / pv[_A_INT]) + 1.0
-        a = s[_ALPHA, i]
-        a = (1 - g) * a + g if s[_ALPHA_CNP, i] else (1 - g) * a
-        s[_ALPHA, i] = a * _pow_int(1 - g, n - 1)
-        s[_ALPHA_CNP, i] = 0.0
-        s[_T_ALPHA, i] += n * pv[_A_INT]
+    if s[CC_T_ALPHA, i] <= t_ns:
+        g = pv[PV_G]
+        n = np.floor((t_ns - s[CC_T_ALPHA, i]) / pv[PV_A_INT]) + 1.0
+        a = s[CC_ALPHA, i]
+        a = (1 - g) * a + g if s[CC_ALPHA_CNP, i] else (1 - g) * a
+        s[CC_ALPHA, i] = a * _pow_int(1 - g, n - 1)
+        s[CC_ALPHA_CNP, i] = 0.0
+        s[CC_T_ALPHA, i] += n * pv[PV_A_INT]
 
 
 @njit(cache=True)
@@ -281,39 +282,39 @@ def dcqcn_update_qp(s, i, cnp, t_ns, pv, sent_bytes) -> None:
     """:func:`dcqcn_update` for QP ``i`` of state matrix ``s`` (:func:`state_matrix`;
     compiled; ``sent_bytes`` < 0: no byte count)."""
     _cnp_and_alpha(s, i, cnp, t_ns, pv)
-    if pv[_DEC_INT] <= 0:
-        dec = s[_DEC_CNP, i] > 0
-        s[_T_DEC, i] = INF
+    if pv[PV_DEC_INT] <= 0:
+        dec = s[CC_DEC_CNP, i] > 0
+        s[CC_T_DEC, i] = INF
     else:
-        dec = s[_T_DEC, i] <= t_ns and s[_DEC_CNP, i] > 0
-        if s[_T_DEC, i] <= t_ns:
-            n = np.floor((t_ns - s[_T_DEC, i]) / pv[_DEC_INT]) + 1.0
-            s[_T_DEC, i] += n * pv[_DEC_INT]
+        dec = s[CC_T_DEC, i] <= t_ns and s[CC_DEC_CNP, i] > 0
+        if s[CC_T_DEC, i] <= t_ns:
+            n = np.floor((t_ns - s[CC_T_DEC, i]) / pv[PV_DEC_INT]) + 1.0
+            s[CC_T_DEC, i] += n * pv[PV_DEC_INT]
     if dec:
-        clamp = pv[_CLAMP] > 0 or (pv[_CLAMP_INC] > 0 and (s[_TSTAGE, i] > 0
-                                                           or s[_BSTAGE, i] > 0))
-        r = s[_RC, i]
+        clamp = pv[PV_CLAMP] > 0 or (pv[PV_CLAMP_INC] > 0 and (s[CC_TSTAGE, i] > 0
+                                                           or s[CC_BSTAGE, i] > 0))
+        r = s[CC_RC, i]
         if clamp:
-            s[_RT, i] = r
-        cut = min(s[_ALPHA, i] / 2.0, pv[_MAXDEC])
-        s[_RC, i] = max(pv[_MIN], r * (1.0 - cut))
-        s[_TSTAGE, i] = 0.0
-        s[_BSTAGE, i] = 0.0
-        s[_BCOUNT, i] = 0.0
-        s[_DEC_CNP, i] = 0.0
-        s[_T_INC, i] = t_ns + pv[_INC_T]
+            s[CC_RT, i] = r
+        cut = min(s[CC_ALPHA, i] / 2.0, pv[PV_MAXDEC])
+        s[CC_RC, i] = max(pv[PV_MIN], r * (1.0 - cut))
+        s[CC_TSTAGE, i] = 0.0
+        s[CC_BSTAGE, i] = 0.0
+        s[CC_BCOUNT, i] = 0.0
+        s[CC_DEC_CNP, i] = 0.0
+        s[CC_T_INC, i] = t_ns + pv[PV_INC_T]
     for _ in range(64):  # at most a few expiries per call; bounded for safety
-        if not s[_T_INC, i] <= t_ns:
+        if not s[CC_T_INC, i] <= t_ns:
             break
         _increase(s, i, pv)
-        s[_TSTAGE, i] += 1
-        s[_T_INC, i] += pv[_INC_T]
-    if pv[_BC] > 0 and sent_bytes >= 0:
-        s[_BCOUNT, i] += sent_bytes if s[_STARTED, i] else 0.0
-        if s[_BCOUNT, i] >= pv[_BC]:
+        s[CC_TSTAGE, i] += 1
+        s[CC_T_INC, i] += pv[PV_INC_T]
+    if pv[PV_BC] > 0 and sent_bytes >= 0:
+        s[CC_BCOUNT, i] += sent_bytes if s[CC_STARTED, i] else 0.0
+        if s[CC_BCOUNT, i] >= pv[PV_BC]:
             _increase(s, i, pv)
-            s[_BSTAGE, i] += 1
-            s[_BCOUNT, i] -= pv[_BC]
+            s[CC_BSTAGE, i] += 1
+            s[CC_BCOUNT, i] -= pv[PV_BC]
 
 
 def dcqcn_update(s: DcqcnState, cnp: np.ndarray, t_ns: float, p: DcqcnParams,

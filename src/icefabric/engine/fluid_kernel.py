@@ -22,17 +22,17 @@ import numpy as np
 from numba import njit
 
 from icefabric.dataplane.dcqcn import (
-    _ALPHA,
-    _BC,
-    _DEC_CNP,
-    _DEC_INT,
-    _LINE,
-    _RC,
-    _RT,
-    _STARTED,
-    _T_ALPHA,
-    _T_DEC,
-    _T_INC,
+    CC_ALPHA,
+    CC_DEC_CNP,
+    CC_LINE,
+    CC_RC,
+    CC_RT,
+    CC_STARTED,
+    CC_T_ALPHA,
+    CC_T_DEC,
+    CC_T_INC,
+    PV_BC,
+    PV_DEC_INT,
     dcqcn_update_qp,
 )
 from icefabric.engine.jit import compiled_or_cached
@@ -640,7 +640,7 @@ def _limit(ws, r) -> float:
     """Running route ``r``'s rate limit: its first link, its DCQCN rate, its flow's pacer."""
     d = ws.f[S_A_CAP, r]
     if ws.cfg[C_DCQCN] > 0:
-        d = min(d, ws.cc[_RC, ws.i[S_A_R, r]] / 8e9)
+        d = min(d, ws.cc[CC_RC, ws.i[S_A_R, r]] / 8e9)
     return min(d, ws.f[S_A_W, r] * ws.f[S_FLOW_CAP, ws.i[S_A_F, ws.i[S_A_RFLOW, r]]])
 
 
@@ -785,9 +785,9 @@ def _quiet_dt(ws, t) -> float:
         # 1,024 GPUs: thousands of QPs' timers, one every few hundred ns)
         for c in range(si[I_NCC]):
             k = sti[S_A_R, sti[S_A_CC, c]]
-            dt = min(dt, ws.cc[_T_INC, k] - t)
-            if ws.cc[_DEC_CNP, k]:
-                dt = min(dt, ws.cc[_T_DEC, k] - t)
+            dt = min(dt, ws.cc[CC_T_INC, k] - t)
+            if ws.cc[CC_DEC_CNP, k]:
+                dt = min(dt, ws.cc[CC_T_DEC, k] - t)
     return max(dt, cfg[C_DT])
 
 
@@ -1202,8 +1202,8 @@ def _cnps(ws, fb, t_new, dt, rng) -> bool:
     stf, sti, st_cc, dq = ws.f, ws.i, ws.cc, fb.dcqcn
     acc, cnp_n = sti[S_A_CC], ws.f[S_TMP0]
     interval = ws.cfg[C_CNP_INT]
-    idle_ok = dq[_DEC_INT] > 0
-    no_bc = dq[_BC] <= 0
+    idle_ok = dq[PV_DEC_INT] > 0
+    no_bc = dq[PV_BC] <= 0
     for c in range(ws.si[I_NCC]):
         r = acc[c]
         k = sti[S_A_R, r]
@@ -1213,8 +1213,8 @@ def _cnps(ws, fb, t_new, dt, rng) -> bool:
                 stf[S_LAST_CNP, k] = t_new
             else:
                 cnp = False
-        if (idle_ok and not cnp and st_cc[_T_ALPHA, k] > t_new and st_cc[_T_DEC, k] > t_new
-                and st_cc[_T_INC, k] > t_new and (no_bc or st_cc[_STARTED, k] == 0)):
+        if (idle_ok and not cnp and st_cc[CC_T_ALPHA, k] > t_new and st_cc[CC_T_DEC, k] > t_new
+                and st_cc[CC_T_INC, k] > t_new and (no_bc or st_cc[CC_STARTED, k] == 0)):
             continue
         dcqcn_update_qp(st_cc, k, cnp, t_new, dq, stf[S_A_X, r] * dt)
         if cnp:
@@ -1461,7 +1461,7 @@ def _sample(net, st, t) -> None:
                 rate = _INF
                 for r in range(sti[S_A_FSTART, p], sti[S_A_FSTART, p + 1]):
                     k = sti[S_A_R, r]
-                    rate = min(rate, st_cc[_RC, k] / 1e9 if net_cfg[C_DCQCN] > 0
+                    rate = min(rate, st_cc[CC_RC, k] / 1e9 if net_cfg[C_DCQCN] > 0
                                else ntf[N_CAP, nti[N_FIRST_LINK, k]] * 8e9 / 1e9)
         st_smp[n, 1 + nl + i] = rate
         st_smp[n, 1 + nl + nf + i] = send
@@ -1514,7 +1514,7 @@ def _complete(ws, t, ddep, any_marks) -> bool:
         steady = not _stopped_queued(ws)
     if steady and cfg[C_DCQCN] > 0:
         for c in range(st_si[I_NCC]):
-            if ws.cc[_DEC_CNP, sti[S_A_R, sti[S_A_CC, c]]] > 0:
+            if ws.cc[CC_DEC_CNP, sti[S_A_R, sti[S_A_CC, c]]] > 0:
                 steady = False  # a rate decrease is pending
                 break
     sf[F_QUIET] = _horizon(ws, calm) if steady else 0.0
@@ -1559,7 +1559,7 @@ def _free_flowing(ws) -> bool:
         return False
     if ws.cfg[C_DCQCN] > 0:
         for c in range(ws.si[I_NCC]):
-            if ws.cc[_STARTED, ws.i[S_A_R, ws.i[S_A_CC, c]]] > 0:
+            if ws.cc[CC_STARTED, ws.i[S_A_R, ws.i[S_A_CC, c]]] > 0:
                 return False
     return True
 
@@ -1662,20 +1662,20 @@ def _start_due(net, st, t, until) -> None:
         if net_cfg[C_DCQCN] > 0:
             for j in range(nti[N_F_RPTR, f], nti[N_F_RPTR, f + 1]):
                 k = net_r_order[j]
-                st_cc[_LINE, k] = ntf[N_CAP, nti[N_FIRST_LINK, k]] * 8e9
+                st_cc[CC_LINE, k] = ntf[N_CAP, nti[N_FIRST_LINK, k]] * 8e9
                 _dcqcn_fresh(st_cc, k)
         st_si[I_REBUILD] = 1
 
 
 @inline_fn
 def _dcqcn_fresh(s, k) -> None:
-    """A QP that starts at its line rate ``s[_LINE, k]``, no CNP seen, timers idle
+    """A QP that starts at its line rate ``s[CC_LINE, k]``, no CNP seen, timers idle
     (dcqcn_init)."""
     s[1:, k] = 0.0
-    s[_RC, k] = s[_LINE, k]
-    s[_RT, k] = s[_LINE, k]
-    s[_ALPHA, k] = 1.0
-    s[_T_ALPHA:_T_INC + 1, k] = _INF
+    s[CC_RC, k] = s[CC_LINE, k]
+    s[CC_RT, k] = s[CC_LINE, k]
+    s[CC_ALPHA, k] = 1.0
+    s[CC_T_ALPHA:CC_T_INC + 1, k] = _INF
 
 
 @inline_fn

@@ -455,13 +455,12 @@ class _ColumnIndex:
     batched engine's compiled steps (:mod:`~icefabric.engine.batch_kernel`:
     ``fill_rates``, ``accumulate_load``, ``apply_load``; the peaks by
     :mod:`~icefabric.engine.grouped`'s ``raise_link_peak``) over link- and flow-sized
-    scratch made once, so an event
-    costs what it touches, not the fabric's size. Those steps are the numpy code they
-    replaced operation for operation (max-min's rounds over the entries in column order,
-    each link's load summed from 0 in entry order, then added), so the rates and loads
-    are the same to the bit; no array or scipy matrix is built per event (their
-    constructors, a sort of the links per event and numpy's per-call overhead were most
-    of a 16,384-GPU training iteration's engine time)."""
+    scratch made once, so an event costs what it touches, not the fabric's size. Those
+    steps are the numpy code they replaced operation for operation (max-min's rounds over
+    the entries in column order, each link's load summed from 0 in entry order, then
+    added), so the rates and loads are the same to the bit; no array or scipy matrix is
+    built per event (their constructors, a sort of the links per event and numpy's
+    per-call overhead were most of a 16,384-GPU training iteration's engine time)."""
 
     def __init__(self, A: sp.csr_matrix):
         self.A = A

@@ -414,7 +414,7 @@ class FluidSim:
                 "flow_start": p.flow_start_ns, "f_rptr": self.f_rptr, "dptr": self.dptr,
                 "links": R.links, "hop": R.hop}
         return fk.Net(
-            **_banks(fk.NET_BANKS, cols, self._width()),
+            **_banks("net", cols, self._width()),
             dims=np.array([self.L, self.F, R.level.max(initial=0)], np.int64),
             indptr=R.indptr,
             r_order=self.r_order.astype(np.int64, copy=False),
@@ -447,7 +447,7 @@ class FluidSim:
         n_smp = 1024 if sampling else 0
         zeros = _WORKSPACE.zeros
         st = fk.State(
-            sf=sf, si=si, **_banks(fk.ST_BANKS, cols, self._width()),
+            sf=sf, si=si, **_banks("st", cols, self._width()),
             cc=initial_matrix(line, out=zeros((N_DCQCN_ROWS, Kr), np.float64)),
             cnp_node=zeros((n_cnp, 4), np.int64), cnp_val=zeros((n_cnp,), np.float64),
             smp=zeros((n_smp, 1 + len(net.rec_links) + 2 * len(net.rec_flows)), np.float64))
@@ -671,12 +671,13 @@ class FluidSim:
                   "unfinished_flows": int(np.sum(fin_ns < 0))})
 
 
-def _banks(layout: dict[str, list[str]], cols: dict, width: int) -> dict:
-    """Stack named columns into the kernel's banks (``f``, ``i``, ``b``) of ``width``
-    columns (unnamed rows and the slots past a column's length start at zero)."""
+def _banks(kind: str, cols: dict, width: int) -> dict:
+    """Stack named columns into the banks (``f``, ``i``, ``b``) of ``width`` columns of
+    the kernel's ``kind`` of arrays, "net" or "st" (unnamed rows and the slots past a
+    column's length start at zero)."""
     out = {bank: _WORKSPACE.zeros((len(names), width), _BANK_DTYPES[bank])
-           for bank, names in layout.items()}
-    rows = _ROWS[id(layout)]
+           for bank, names in _LAYOUTS[kind].items()}
+    rows = _ROWS[kind]
     for name, col in cols.items():
         bank, row = rows[name]
         out[bank][row, :len(col)] = col
@@ -691,10 +692,11 @@ def _doubled(pool: np.ndarray) -> np.ndarray:
 
 
 _BANK_DTYPES = {"f": np.float64, "b": np.bool_, "i": np.int64}
+_LAYOUTS = {"net": fk.NET_BANKS, "st": fk.ST_BANKS}
 #: each layout's rows by name: (bank, row)
-_ROWS = {id(layout): {n: (bank, row) for bank, names in layout.items()
-                      for row, n in enumerate(names)}
-         for layout in (fk.NET_BANKS, fk.ST_BANKS)}
+_ROWS = {kind: {n: (bank, row) for bank, names in layout.items()
+                for row, n in enumerate(names)}
+         for kind, layout in _LAYOUTS.items()}
 
 
 def _give_back(net: fk.Net, st: fk.State) -> None:

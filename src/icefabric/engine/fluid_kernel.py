@@ -849,7 +849,6 @@ def _serve_link(stf, sti, views, dt, i, passthru) -> tuple[float, float]:
     pass: departures made current, the link's bytes this step (into ``lb``) and content
     (``qlink``). Returns the largest departure change and the link's content."""
     q, drain, arr, new, dep_old, lb = views
-    up = sti[S_P_UP]
     li = sti[S_LK_LINK, i]
     asum = stf[S_LK_SUM, i]
     # 0: nothing queued at the level and no link overloaded, arrivals pass through;
@@ -864,13 +863,13 @@ def _serve_link(stf, sti, views, dt, i, passthru) -> tuple[float, float]:
     qs = 0.0
     for p in range(sti[S_LK_PTR, i], sti[S_LK_PTR, i + 1]):
         if mode == 0:
-            nw = new[up[p]]
+            nw = arr[p]
         elif mode == 1:
-            nw = new[up[p]] * dt / dt  # (as the FIFO computes it, to the bit)
+            nw = arr[p] * dt / dt  # (as the FIFO computes it, to the bit)
             q[p] = 0.0
         else:
             qv = q[p]
-            in_b = new[up[p]] * dt
+            in_b = arr[p] * dt
             take = min(qv, drain[p] * dt) * tscale
             out_b = take + (qv - take) * fq + in_b * fa
             nw = out_b / dt

@@ -84,7 +84,7 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
             break
         run.t = t = t_next
         run.events += 1
-        if t == t_data:
+        if t == t_data:  # flows whose last byte left by now
             run.on_data_done()
         while ev.due(t):  # discrete events at t
             kind, x = ev.pop()
@@ -147,7 +147,7 @@ class _Run:
         self.done_count = 0
         self.events = 0
         self.t_adv = 0  # the classes' bytes left and moved are up to date at t_adv
-        self.t_data = np.iinfo(np.int64).max
+        self.t_data = np.iinfo(np.int64).max  # (set by every recompute_rates)
 
     def recompute_rates(self) -> None:
         """New rates at ``t``: only those above the level the freed flows left, when flows
@@ -238,8 +238,8 @@ class _Run:
             self.ev.starts(g, np.maximum(self.P.flow_start_ns[g], t))
 
     def on_fail(self, x: int) -> None:
-        """Failure ``x``'s links go down (or up): the flows on down links stop until
-        its re-route, ``reroute_delay_ns`` later."""
+        """Failure ``x``'s links go down (or, with ``up``, come back): the flows whose
+        routes cross a down link stop; its re-route follows ``reroute_delay_ns`` later."""
         t, fail = self.t, self.P.failures[x]
         self.down[fail.links] = not fail.up
         hit = routes_touching(self.r_ptr, self.r_links, self.down)

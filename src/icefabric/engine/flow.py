@@ -51,6 +51,7 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
     times are those of the flow-by-flow loop to the nanosecond. A problem with shared
     routes (a PXN AllToAll's NVLink legs) keeps them apart and takes max-min by
     water-filling (:mod:`icefabric.engine.grouped`): the same rates up to the last bits.
+    The run's state, and what each kind of event does to it, is a :class:`_Run`.
 
     Parameters
     ----------
@@ -64,167 +65,239 @@ def run_flow(problem: SimProblem, *, policy: str = "", scenario: str = "", seed:
     """
     wall0 = time.perf_counter()
     problem.validate()
-    P = problem
-    F, L = P.n_flows, P.n_links
-    # the routes in force (CSR; failures re-route some) and their incidence
-    r_ptr, r_links = P.route_indptr, P.route_links
-    down = np.zeros(L, dtype=bool)
-    blocked = np.zeros(P.n_routes, dtype=bool)
-    ci = _index(P, r_ptr, r_links)  # column slices of the active flows
-    flow_blocked = np.zeros(F, dtype=bool)
-
-    size = P.flow_size_bytes.astype(np.float64)
-    start = np.full(F, -1, dtype=np.int64)
-    data_done = np.full(F, -1, dtype=np.int64)
-    finish = np.full(F, -1, dtype=np.int64)
-    ndeps = np.diff(P.dep_indptr).astype(np.int64)
-    dptr, dependents = P.dependents()
-
-    ev = _Events(P.flow_latency_ns)
-    roots = np.flatnonzero(ndeps == 0)
-    ev.starts(roots, P.flow_start_ns[roots])
-    for i, fail in enumerate(P.failures):
-        ev.push(int(fail.t_ns), _FAIL, i)
-
-    active = np.zeros(F, dtype=bool)
-    rate = np.zeros(F)
-    cl = _Classes(size)
-    link_bytes = np.zeros(L)
-    load = np.zeros(L)
-    peak = np.zeros(L)
-    t = 0
-    dirty = True
-    freed: list[np.ndarray] | None = None  # flows that left since the last rates, if only that
-    done_count = 0
-    events = 0
-    limit = until_ns if until_ns is not None else np.iinfo(np.int64).max
-
-    t_adv = 0  # the classes' bytes left and moved are up to date at t_adv
+    run = _Run(problem)
+    ev = run.ev
+    handle = {_START: run.on_start, _COMPLETE: run.on_complete, _FAIL: run.on_fail,
+              _REROUTE: run.on_reroute}
+    F = problem.n_flows
     never = np.iinfo(np.int64).max
+    limit = until_ns if until_ns is not None else never
     while True:
-        if dirty:
-            cl.advance(t - t_adv)
-            t_adv = t
-            if freed is not None and len(freed):
-                changed = _rates_after_finish(ci, P, rate, load, cl, np.concatenate(freed))
-                # only the re-filled flows' links gained load: every other link's load
-                # fell or stayed, so its peak holds (a pass over every link was ~2 s of
-                # the 8,192-rank AllToAll's 26,042 finish events)
-                ci.raise_peak(changed, load, P.link_capacity_bps, peak)
-            else:
-                # only the running flows and the links they cross: an event costs in
-                # proportion to what runs, not to every flow of a long dependency DAG
-                idx = np.flatnonzero(active & ~flow_blocked)
-                rate[:] = 0.0
-                load[:] = 0.0
-                if len(idx):
-                    ci.fill(idx, rate, load, P.link_capacity_bps, P.flow_rate_cap_bps)
-                changed = np.flatnonzero(active)
-                # every other link carries nothing (load 0): its peak holds
-                ci.raise_peak(idx, load, P.link_capacity_bps, peak)
-            cl.regroup(changed, rate)
-            dirty = False
-            freed = []
-            # rates are constant until the next recompute: so are the running classes
-            # and the time the next of them sends its last byte
-            cl.freeze_running()
-            t_data = cl.next_data_done(t)
-        t_event = ev.next_time()
-        t_next = min(t_data, t_event)
+        if run.dirty:
+            run.recompute_rates()
+        t_data = run.t_data
+        t_next = min(t_data, ev.next_time())
         if t_next == never:
             break
         if t_next > limit:
-            cl.advance(limit - t_adv)
-            t = limit
+            run.stop_at(limit)
             break
-        t = t_next
-        events += 1
+        run.t = t = t_next
+        run.events += 1
         if t == t_data:  # flows whose last byte left by now
-            cl.advance(t - t_adv)
-            t_adv = t
-            fin = cl.finish_done()
-            if len(fin):
-                active[fin] = False
-                data_done[fin] = t
-                dirty = True
-                if freed is not None:
-                    freed.append(fin)
-                ev.completions(t, fin)
-            else:  # rounding left a sliver: wait for it
-                t_data = cl.next_data_done(t)
-        # discrete events at t
-        while ev.due(t):
+            run.on_data_done()
+        while ev.due(t):  # discrete events at t
             kind, x = ev.pop()
-            if kind == _START:
-                start[x] = t
-                empty = size[x] <= 0
-                data_done[x[empty]] = t
-                ev.completions(t, x[empty])
-                go = x[~empty]
-                if len(go):  # they join classes with their first rates
-                    active[go] = True
-                    dirty = True
-                    freed = None
-            elif kind == _COMPLETE:
-                finish[x] = t
-                done_count += len(x)
-                if len(dependents) == 0:  # (no flow waits for another: an AllToAll)
-                    continue
-                g = dependents[dptr[x[0]]:dptr[x[0] + 1]] if len(x) == 1 else \
-                    dependents[gather(dptr[x], dptr[x + 1] - dptr[x])]
-                if len(g):
-                    np.subtract.at(ndeps, g, 1)
-                    g = np.unique(g[ndeps[g] == 0])
-                    ev.starts(g, np.maximum(P.flow_start_ns[g], t))
-            elif kind == _FAIL:
-                fail = P.failures[x]
-                down[fail.links] = not fail.up
-                hit = routes_touching(r_ptr, r_links, down)
-                blocked = hit if fail.up else blocked | hit
-                ev.push(t + int(fail.reroute_delay_ns), _REROUTE, x)
-                flow_blocked[:] = P.flows_touching(blocked, down)
-                dirty, freed = True, None
-                log.info("t=%d ns: %d links %s", t, len(fail.links), "up" if fail.up else "down")
-            elif kind == _REROUTE:
-                fail = P.failures[x]
-                r_ptr, r_links = replace_rows(r_ptr, r_links, fail.reroute_route,
-                                              fail.reroute_indptr, fail.reroute_links)
-                blocked[fail.reroute_route] = routes_touching(
-                    fail.reroute_indptr, fail.reroute_links, down)
-                link_bytes += ci.link_bytes(cl.take_moved())
-                ci = _index(P, r_ptr, r_links)
-                flow_blocked[:] = P.flows_touching(blocked, down)
-                dirty, freed = True, None
+            handle[kind](x)
         if progress is not None:
-            progress(done_count, F)
-        if ev.empty() and not active.any():
+            progress(run.done_count, F)
+        if ev.empty() and not run.active.any():
             break
+    if run.done_count < F and until_ns is None:
+        run.raise_unfinished()
+    return run.result(policy, scenario, seed, wall0)
 
-    if done_count < F and until_ns is None:
-        stuck = active & flow_blocked
+
+class _Run:
+    """One run of the flow engine: every flow's times and state, the running classes, the
+    links' bytes, loads and peaks, the routes in force (failures re-route some) and the
+    event heap, with one method per kind of event. :func:`run_flow` is the loop that
+    calls them in time order.
+
+    The arrays are per flow (``start``, ``data_done``, ``finish``: ns, -1 until then;
+    ``ndeps``: dependencies not yet complete; ``active``, ``rate`` in bits/s) or per link
+    (``link_bytes``; ``load`` in bits/s; ``peak``: the highest ``load / capacity``). Rates
+    hold from ``t`` until the next recompute (``dirty``); the classes' bytes are up to
+    date at ``t_adv`` and the next of them sends its last byte at ``t_data``.
+    """
+
+    def __init__(self, P: SimProblem):
+        self.P = P
+        F, L = P.n_flows, P.n_links
+        # the routes in force (CSR; failures re-route some) and their incidence
+        self.r_ptr, self.r_links = P.route_indptr, P.route_links
+        self.down = np.zeros(L, dtype=bool)
+        self.blocked = np.zeros(P.n_routes, dtype=bool)
+        self.ci = _index(P, self.r_ptr, self.r_links)  # column slices of the active flows
+        self.flow_blocked = np.zeros(F, dtype=bool)
+
+        self.size = P.flow_size_bytes.astype(np.float64)
+        self.start = np.full(F, -1, dtype=np.int64)
+        self.data_done = np.full(F, -1, dtype=np.int64)
+        self.finish = np.full(F, -1, dtype=np.int64)
+        self.ndeps = np.diff(P.dep_indptr).astype(np.int64)
+        self.dptr, self.dependents = P.dependents()
+
+        self.ev = _Events(P.flow_latency_ns)
+        roots = np.flatnonzero(self.ndeps == 0)
+        self.ev.starts(roots, P.flow_start_ns[roots])
+        for i, fail in enumerate(P.failures):
+            self.ev.push(int(fail.t_ns), _FAIL, i)
+
+        self.active = np.zeros(F, dtype=bool)
+        self.rate = np.zeros(F)
+        self.cl = _Classes(self.size)
+        self.link_bytes = np.zeros(L)
+        self.load = np.zeros(L)
+        self.peak = np.zeros(L)
+        self.t = 0
+        self.dirty = True
+        # flows that left since the last rates, if only that
+        self.freed: list[np.ndarray] | None = None
+        self.done_count = 0
+        self.events = 0
+        self.t_adv = 0  # the classes' bytes left and moved are up to date at t_adv
+        self.t_data = np.iinfo(np.int64).max  # (set by every recompute_rates)
+
+    def recompute_rates(self) -> None:
+        """New rates at ``t``: only those above the level the freed flows left, when flows
+        only left since the last rates, else those of every running flow."""
+        cl, t = self.cl, self.t
+        cl.advance(t - self.t_adv)
+        self.t_adv = t
+        if self.freed is not None and len(self.freed):
+            changed = self._refill_after_finish()
+        else:
+            changed = self._fill_running()
+        cl.regroup(changed, self.rate)
+        self.dirty = False
+        self.freed = []
+        # rates are constant until the next recompute: so are the running classes
+        # and the time the next of them sends its last byte
+        cl.freeze_running()
+        self.t_data = cl.next_data_done(t)
+
+    def _refill_after_finish(self) -> np.ndarray:
+        """Rates after the ``freed`` flows left; the flows whose rates were recomputed."""
+        P, load = self.P, self.load
+        changed = _rates_after_finish(self.ci, P, self.rate, load, self.cl,
+                                      np.concatenate(self.freed))
+        # only the re-filled flows' links gained load: every other link's load
+        # fell or stayed, so its peak holds (a pass over every link was ~2 s of
+        # the 8,192-rank AllToAll's 26,042 finish events)
+        self.ci.raise_peak(changed, load, P.link_capacity_bps, self.peak)
+        return changed
+
+    def _fill_running(self) -> np.ndarray:
+        """Max-min rates of every running flow from scratch; the active flows."""
+        P, rate, load = self.P, self.rate, self.load
+        # only the running flows and the links they cross: an event costs in
+        # proportion to what runs, not to every flow of a long dependency DAG
+        idx = np.flatnonzero(self.active & ~self.flow_blocked)
+        rate[:] = 0.0
+        load[:] = 0.0
+        if len(idx):
+            self.ci.fill(idx, rate, load, P.link_capacity_bps, P.flow_rate_cap_bps)
+        changed = np.flatnonzero(self.active)
+        # every other link carries nothing (load 0): its peak holds
+        self.ci.raise_peak(idx, load, P.link_capacity_bps, self.peak)
+        return changed
+
+    def on_data_done(self) -> None:
+        """Flows whose last byte left by ``t`` (``t_data``) stop running and complete
+        their latency later."""
+        cl, t = self.cl, self.t
+        cl.advance(t - self.t_adv)
+        self.t_adv = t
+        fin = cl.finish_done()
+        if len(fin):
+            self.active[fin] = False
+            self.data_done[fin] = t
+            self.dirty = True
+            if self.freed is not None:
+                self.freed.append(fin)
+            self.ev.completions(t, fin)
+        else:  # rounding left a sliver: wait for it
+            self.t_data = cl.next_data_done(t)
+
+    def on_start(self, x: np.ndarray) -> None:
+        """Flows ``x`` start at ``t``; those with no bytes have sent them all."""
+        t, size = self.t, self.size
+        self.start[x] = t
+        empty = size[x] <= 0
+        self.data_done[x[empty]] = t
+        self.ev.completions(t, x[empty])
+        go = x[~empty]
+        if len(go):  # they join classes with their first rates
+            self.active[go] = True
+            self.dirty = True
+            self.freed = None
+
+    def on_complete(self, x: np.ndarray) -> None:
+        """Flows ``x`` complete at ``t``: the dependents they were the last wait of start."""
+        t, dependents, dptr, ndeps = self.t, self.dependents, self.dptr, self.ndeps
+        self.finish[x] = t
+        self.done_count += len(x)
+        if len(dependents) == 0:  # (no flow waits for another: an AllToAll)
+            return
+        g = dependents[dptr[x[0]]:dptr[x[0] + 1]] if len(x) == 1 else \
+            dependents[gather(dptr[x], dptr[x + 1] - dptr[x])]
+        if len(g):
+            np.subtract.at(ndeps, g, 1)
+            g = np.unique(g[ndeps[g] == 0])
+            self.ev.starts(g, np.maximum(self.P.flow_start_ns[g], t))
+
+    def on_fail(self, x: int) -> None:
+        """Failure ``x``'s links go down (or, with ``up``, come back): the flows whose
+        routes cross a down link stop; its re-route follows ``reroute_delay_ns`` later."""
+        t, fail = self.t, self.P.failures[x]
+        self.down[fail.links] = not fail.up
+        hit = routes_touching(self.r_ptr, self.r_links, self.down)
+        self.blocked = hit if fail.up else self.blocked | hit
+        self.ev.push(t + int(fail.reroute_delay_ns), _REROUTE, x)
+        self.flow_blocked[:] = self.P.flows_touching(self.blocked, self.down)
+        self.dirty, self.freed = True, None
+        log.info("t=%d ns: %d links %s", t, len(fail.links), "up" if fail.up else "down")
+
+    def on_reroute(self, x: int) -> None:
+        """Failure ``x``'s new routes take over; the bytes moved on the old ones are
+        counted on their links first."""
+        P, fail = self.P, self.P.failures[x]
+        self.r_ptr, self.r_links = replace_rows(self.r_ptr, self.r_links, fail.reroute_route,
+                                                fail.reroute_indptr, fail.reroute_links)
+        self.blocked[fail.reroute_route] = routes_touching(
+            fail.reroute_indptr, fail.reroute_links, self.down)
+        self.link_bytes += self.ci.link_bytes(self.cl.take_moved())
+        self.ci = _index(P, self.r_ptr, self.r_links)
+        self.flow_blocked[:] = P.flows_touching(self.blocked, self.down)
+        self.dirty, self.freed = True, None
+
+    def stop_at(self, limit: int) -> None:
+        """End the run at ``limit`` (``until_ns``), the classes' bytes advanced to it."""
+        self.cl.advance(limit - self.t_adv)
+        self.t = limit
+
+    def raise_unfinished(self) -> None:
+        """Raise :class:`EngineError`: flows that cannot progress, else a deadlock."""
+        t, F = self.t, self.P.n_flows
+        stuck = self.active & self.flow_blocked
         if stuck.any():
             raise EngineError(f"t={t} ns: {int(stuck.sum())} active flows cannot progress "
                               f"(e.g. flow {int(np.flatnonzero(stuck)[0])}): their routes "
                               f"cross failed links and were never rerouted")
-        waiting = np.flatnonzero(start < 0)
-        raise EngineError(f"deadlock at t={t} ns: {F - done_count} flows never finished "
+        waiting = np.flatnonzero(self.start < 0)
+        raise EngineError(f"deadlock at t={t} ns: {F - self.done_count} flows never finished "
                           f"(e.g. flow {int(waiting[0]) if len(waiting) else -1}: "
                           f"dependency cycle?)")
-    link_bytes += ci.link_bytes(cl.take_moved())
-    makespan = int(finish.max()) if F else 0
-    colls = []
-    for c in P.collectives:
-        fl = np.asarray(c.flows, dtype=np.int64)
-        s = int(start[fl].min()) if len(fl) else 0
-        e = int(finish[fl].max()) if len(fl) else 0
-        colls.append(CollectiveResult(c.name, c.job, c.kind, c.size_bytes, c.nranks, s, e,
-                                      c.algorithm))
-    return SimResult(
-        engine="flow", policy=policy, scenario=scenario, seed=seed, makespan_ns=makespan,
-        flow_start_ns=start, flow_finish_ns=finish, collectives=colls,
-        link_names=list(P.link_names), link_capacity_bps=P.link_capacity_bps.copy(),
-        link_bytes=link_bytes, link_peak_util=peak, wall_s=time.perf_counter() - wall0,
-        events=events, meta=dict(P.meta))
+
+    def result(self, policy: str, scenario: str, seed: int, wall0: float) -> SimResult:
+        """The run's :class:`SimResult` (``wall0``: its ``time.perf_counter()`` start)."""
+        P, start, finish = self.P, self.start, self.finish
+        self.link_bytes += self.ci.link_bytes(self.cl.take_moved())
+        makespan = int(finish.max()) if P.n_flows else 0
+        colls = []
+        for c in P.collectives:
+            fl = np.asarray(c.flows, dtype=np.int64)
+            s = int(start[fl].min()) if len(fl) else 0
+            e = int(finish[fl].max()) if len(fl) else 0
+            colls.append(CollectiveResult(c.name, c.job, c.kind, c.size_bytes, c.nranks, s, e,
+                                          c.algorithm))
+        return SimResult(
+            engine="flow", policy=policy, scenario=scenario, seed=seed, makespan_ns=makespan,
+            flow_start_ns=start, flow_finish_ns=finish, collectives=colls,
+            link_names=list(P.link_names), link_capacity_bps=P.link_capacity_bps.copy(),
+            link_bytes=self.link_bytes, link_peak_util=self.peak,
+            wall_s=time.perf_counter() - wall0, events=self.events, meta=dict(P.meta))
 
 
 class _Events:

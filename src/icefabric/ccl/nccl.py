@@ -282,6 +282,8 @@ def alltoall_per_pair(wb: WorkloadBuilder, comm: Communicator, size_bytes: int, 
 
 def _alltoall_call(wb: WorkloadBuilder, comm: Communicator, size_bytes: int, pxn: bool,
                    name: str) -> int:
+    """Register the AllToAll's :class:`~icefabric.ccl.workload.CollectiveCall` (``size``
+    as nccl-tests counts it); its index."""
     return wb.collective(CollectiveCall(name or f"{comm.job}:alltoall:{size_bytes}", comm.job,
                                         "alltoall", size_bytes, comm.nranks,
                                         "pxn" if pxn else "direct", comm.library))
@@ -411,7 +413,7 @@ def _alltoall_merged(wb: WorkloadBuilder, comm: Communicator, coll: int, size_by
     rs = comm.rank_server
     ranks = comm.ranks.astype(np.int64)
     sv = _Servers.of(comm)
-    servers, sidx, m, ptr, local = sv.ids, sv.of_rank, sv.m, sv.ptr, sv.ranks
+    servers, sidx, m, ptr, local = sv.ids, sv.of_rank, sv.m, sv.ptr, sv.by_server
     a = np.repeat(np.arange(n), m[sidx])  # inside a server: every pair, row-major
     b = local[gather(ptr[sidx], m[sidx])]
     a, b = a[a != b], b[a != b]
@@ -442,22 +444,22 @@ def _alltoall_merged(wb: WorkloadBuilder, comm: Communicator, coll: int, size_by
 class _Servers:
     """The servers of a communicator's ranks: their ids (ascending), each rank's server
     (``of_rank``, an index into ``ids``), how many ranks each holds (``m``), and the ranks
-    server by server (``ranks``, ascending within a server; server ``s``'s from
+    server by server (``by_server``, ascending within a server; server ``s``'s from
     ``ptr[s]``) with their accelerators (``accels``)."""
 
     ids: np.ndarray
     of_rank: np.ndarray
     m: np.ndarray
     ptr: np.ndarray
-    ranks: np.ndarray
+    by_server: np.ndarray
     accels: np.ndarray
 
     @classmethod
     def of(cls, comm: Communicator) -> _Servers:
         ids, of_rank, m = np.unique(comm.rank_server, return_inverse=True, return_counts=True)
-        ranks = np.argsort(comm.rank_server, kind="stable")
-        return cls(ids, of_rank.reshape(-1), m, indptr_from_lengths(m), ranks,
-                   comm.ranks.astype(np.int64)[ranks])
+        by_server = np.argsort(comm.rank_server, kind="stable")
+        return cls(ids, of_rank.reshape(-1), m, indptr_from_lengths(m), by_server,
+                   comm.ranks.astype(np.int64)[by_server])
 
 
 def _pxn_legs(hops: np.ndarray, sn: np.ndarray, channels: np.ndarray, fs: np.ndarray,

@@ -251,18 +251,17 @@ class _Iteration:
         pp, M = self.par.pp, self.micro_batches
         stages = [_Stage(s, stage_ops(self.par.schedule, pp, s, M),
                          [[] for _ in range(self.dp)], _DpSync(self, s)) for s in range(pp)]
-        pos = [0] * pp
         arrived: dict[tuple[str, int, int], list[list[int]]] = {}
-        while any(pos[st.s] < len(st.ops) for st in stages):
+        while any(st.pos < len(st.ops) for st in stages):
             progressed = False
             for st in stages:
-                while pos[st.s] < len(st.ops):
-                    op, m = st.ops[pos[st.s]]
+                while st.pos < len(st.ops):
+                    op, m = st.ops[st.pos]
                     src = st.s - 1 if op == FORWARD else st.s + 1
                     if 0 <= src < pp and (op, src, m) not in arrived:
                         break  # its input is not built yet
                     self._op(st, op, m, src, arrived)
-                    pos[st.s] += 1
+                    st.pos += 1
                     progressed = True
             if not progressed:
                 raise TrainingError("pipeline schedule deadlocks")  # a bug, not an input
@@ -320,16 +319,18 @@ class _Iteration:
         return dense + expert
 
 
-@dataclass(frozen=True)
+@dataclass
 class _Stage:
     """One pipeline stage while :meth:`_Iteration.build` interleaves the stages: its
-    schedule's ``(op, micro-batch)`` steps, what each replica's next step waits for
-    (``cur[d]``, updated in place) and its data-parallel gradient buckets."""
+    schedule's ``(op, micro-batch)`` steps and the next one's position ``pos``, what each
+    replica's next step waits for (``cur[d]``, updated in place) and its data-parallel
+    gradient buckets."""
 
     s: int
     ops: list[tuple[str, int]]
     cur: list[list[int]]
     sync: _DpSync
+    pos: int = 0
 
 
 class _DpSync:

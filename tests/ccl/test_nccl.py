@@ -3,7 +3,13 @@ import pytest
 
 from icefabric.ccl.collectives import add_collective
 from icefabric.ccl.communicator import Communicator
-from icefabric.ccl.nccl import alltoall, btree_parents, p2p_net_channels, ring_order
+from icefabric.ccl.nccl import (
+    alltoall,
+    alltoall_per_pair,
+    btree_parents,
+    p2p_net_channels,
+    ring_order,
+)
 from icefabric.ccl.nccl_defaults import NcclSettings
 from icefabric.ccl.workload import WorkloadBuilder
 from icefabric.topology.builders import LeafSpineSpec, ServerGroup, leaf_spine
@@ -151,7 +157,7 @@ def test_alltoall_pairs_match_the_per_pair_helpers(pxn):
                    LeafSpineSpec(servers_per_leaf=1, n_spines=4))
     c = comm(f)
     wb = WorkloadBuilder()
-    alltoall(wb, c, 64 << 20, pxn=pxn, per_pair=True)
+    alltoall_per_pair(wb, c, 64 << 20, pxn=pxn)
     w = wb.build(node_ip=f.node_ip)
     n = c.nranks
     pairs = [(a, b) for a in range(n) for b in range(n) if a != b]
@@ -209,7 +215,8 @@ def test_merged_alltoall_equals_the_per_pair_model(groups, qps):
     out = {}
     for per_pair in (False, True):
         wb = WorkloadBuilder()
-        alltoall(wb, comm(f, qps_per_connection=qps), 64 << 20, per_pair=per_pair)
+        build = alltoall_per_pair if per_pair else alltoall
+        build(wb, comm(f, qps_per_connection=qps), 64 << 20)
         w = wb.build(node_ip=f.node_ip)
         prob, _ = to_problem(f, w, get_policy("ecmp").plan(PlanContext.create(f, w)))
         out[per_pair] = (w, run_flow(prob))
@@ -225,7 +232,7 @@ def _per_message_alltoall(wb, c, size):
     """The PXN AllToAll as built before shared legs (the reference they are tested
     against): the same flows and connections, but a hop per message (local GPU) and
     channel at ``1 / (m * channels)``, from that GPU through the proxy's NIC."""
-    from icefabric.ccl.nccl import _a2a_connections, _A2aPairs, _alltoall_nics
+    from icefabric.ccl.nccl import _a2a_key, _A2aPairs, _alltoall_nics
     from icefabric.ccl.workload import CollectiveCall
 
     n = c.nranks
@@ -250,7 +257,8 @@ def _per_message_alltoall(wb, c, size):
         sn, dn = _alltoall_nics(c, a, b, on_all, k, True)
         fo = np.flatnonzero(ch > k)
         conn = np.full(len(uniq), -1, dtype=np.int64)
-        conn[fo] = _a2a_connections(wb, c, uniq[fo] // n, b[fo], k, True, sn[fo], dn[fo])
+        conn[fo] = wb.connection_table(_a2a_key(c, k, True), uniq[fo] // n, b[fo], sn[fo],
+                                       dn[fo], c.conn_spec)
         on = ch[which] > k
         w = which[on]
         wb.hops(merged[w], p.src[net[on]], p.dst[net[on]], conn=conn[w],

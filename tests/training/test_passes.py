@@ -5,7 +5,14 @@ import pytest
 from icefabric.topology.catalog import ACCELERATORS
 from icefabric.training.compute import Roofline
 from icefabric.training.model import model_preset
-from icefabric.training.passes import Comm, Segment, bucket_groups, merge, stage_passes
+from icefabric.training.passes import (
+    Comm,
+    Segment,
+    StageSpan,
+    bucket_groups,
+    merge,
+    stage_passes,
+)
 from icefabric.training.spec import ParallelSpec
 
 ROOF = Roofline.of(ACCELERATORS["H100 SXM"], 0.75, 0.8)
@@ -18,27 +25,28 @@ def kinds(segments):
 def test_tensor_collectives_per_layer():
     m = model_preset("llama3-8b")
     act = 8192 * m.hidden * 2
-    sp = stage_passes(m, ParallelSpec(tp=8, global_batch=1), 8192, range(0, 2), True, False,
-                      ROOF)
+    sp = stage_passes(m, ParallelSpec(tp=8, global_batch=1), 8192,
+                      StageSpan(range(0, 2), True, False), ROOF)
     # embedding reduce-scatter, then per layer and block: all-gather + reduce-scatter
     assert kinds(sp.forward) == [("tp", "reduce_scatter")] + [("tp", "all_gather"),
                                                               ("tp", "reduce_scatter")] * 4
     assert kinds(sp.backward) == [("tp", "all_gather"), ("tp", "reduce_scatter")] * 4
     assert {c.size_bytes for s in sp.forward for c in s.comms} == {act}
     no_sp = stage_passes(m, ParallelSpec(tp=8, global_batch=1, sequence_parallel=False), 8192,
-                         range(0, 2), False, False, ROOF)
+                         StageSpan(range(0, 2), False, False), ROOF)
     assert kinds(no_sp.forward) == [("tp", "all_reduce")] * 4
     full = stage_passes(m, ParallelSpec(tp=8, global_batch=1, sequence_parallel=False,
-                                        recompute="full"), 8192, range(0, 2), False, True, ROOF)
+                                        recompute="full"), 8192,
+                        StageSpan(range(0, 2), False, True), ROOF)
     assert kinds(full.backward) == [("tp", "all_reduce")] * 8  # recomputed forward too
-    assert kinds(stage_passes(m, ParallelSpec(global_batch=1), 8192, range(2), True, True,
-                              ROOF).forward) == []
+    assert kinds(stage_passes(m, ParallelSpec(global_batch=1), 8192,
+                              StageSpan(range(2), True, True), ROOF).forward) == []
 
 
 def test_expert_all_to_all_and_gradients():
     m = model_preset("mixtral-8x7b").with_overrides(layers=2)
-    sp = stage_passes(m, ParallelSpec(tp=1, ep=4, global_batch=1), 4096, range(2), True, True,
-                      ROOF)
+    sp = stage_passes(m, ParallelSpec(tp=1, ep=4, global_batch=1), 4096,
+                      StageSpan(range(2), True, True), ROOF)
     assert kinds(sp.forward) == [("ep", "alltoall")] * 4
     a2a = {c.size_bytes for s in sp.forward for c in s.comms}
     assert a2a == {4096 * m.top_k * m.hidden * 2}

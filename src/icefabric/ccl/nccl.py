@@ -54,25 +54,45 @@ def ring_order(comm: Communicator, channel: int) -> tuple[list[int], int | None]
     return order, rail
 
 
-def _ring_hop(wb: WorkloadBuilder, comm: Communicator, flow: int, a: int, b: int,
-              rail: int | None, key: tuple) -> int:
-    """Add the hop rank ``a`` -> rank ``b`` of a ring to ``flow`` (through the NICs of
-    ``rail`` when the ranks are on different servers); returns its one-way delay in ns."""
+@dataclass(frozen=True)
+class RingChannel:
+    """Ring channel ``index`` of ``comm``: its rank ``order`` and ``rail``
+    (:func:`ring_order`). Its connections are keyed ``(job, "ring", index, a, b)`` by
+    :func:`ring` and :func:`ring_dag` alike, so successive collectives of a job reuse them."""
+
+    comm: Communicator
+    index: int
+    order: list[int]
+    rail: int | None
+
+    @classmethod
+    def of(cls, comm: Communicator, index: int) -> RingChannel:
+        return cls(comm, index, *ring_order(comm, index))
+
+    @property
+    def key(self) -> tuple:
+        return (self.comm.job, "ring", self.index)
+
+
+def _ring_hop(wb: WorkloadBuilder, channel: RingChannel, flow: int, a: int, b: int) -> int:
+    """Add the hop rank ``a`` -> rank ``b`` of ``channel`` to ``flow`` (through the NICs of
+    its rail when the ranks are on different servers); returns its one-way delay in ns."""
+    comm = channel.comm
     src, dst = int(comm.ranks[a]), int(comm.ranks[b])
     if comm.rank_server[a] == comm.rank_server[b]:
         wb.hop(flow, src, dst)
         return comm.intra_delay_ns(a)
-    sn, dn = comm.nic(a, rail), comm.nic(b, rail)
-    c = wb.connection(key + (a, b), sn, dn, comm.conn_spec)
+    sn, dn = comm.nic(a, channel.rail), comm.nic(b, channel.rail)
+    c = wb.connection(channel.key + (a, b), sn, dn, comm.conn_spec)
     wb.hop(flow, src, dst, conn=c)
     return comm.hop_delay_ns(sn, dn)
 
 
-def add_ring_hops(wb: WorkloadBuilder, comm: Communicator, flow: int, order: list[int],
-                  rail: int | None, key: tuple) -> int:
-    """Add the hops of a cyclic ring (:func:`_ring_hop` of every hop, as arrays); returns
-    the mean one-way hop delay in ns."""
-    a = np.asarray(order, dtype=np.int64)
+def add_ring_hops(wb: WorkloadBuilder, channel: RingChannel, flow: int) -> int:
+    """Add the hops of the cyclic ring ``channel`` to ``flow`` (:func:`_ring_hop` of every
+    hop, as arrays); returns the mean one-way hop delay in ns."""
+    comm, rail = channel.comm, channel.rail
+    a = np.asarray(channel.order, dtype=np.int64)
     b = np.roll(a, -1)
     n = len(a)
     nic = np.full((2, n), -1, dtype=np.int64)
@@ -83,7 +103,7 @@ def add_ring_hops(wb: WorkloadBuilder, comm: Communicator, flow: int, order: lis
         ends = (a[inter], b[inter])
         nic[:, inter] = [comm.fabric.accel_nic[comm.ranks[x]] if rail is None else
                          comm.nics(x, np.full(len(x), rail)) for x in ends]
-        keys = [key + ab for ab in zip(*(x.tolist() for x in ends))]
+        keys = [channel.key + ab for ab in zip(*(x.tolist() for x in ends))]
         conn[inter] = wb.connections(keys, nic[0, inter], nic[1, inter], comm.conn_spec)
         delays[inter] = comm.hop_delays_ns(nic[0, inter], nic[1, inter])
     wb.hops(np.full(n, flow), comm.ranks[a], comm.ranks[b], conn=conn)
@@ -104,9 +124,9 @@ def ring(wb: WorkloadBuilder, comm: Communicator, kind: str, size_bytes: int, *,
                                         kind, size_bytes, n, "ring", comm.library))
     flows = []
     for c in range(C):
-        order, rail = ring_order(comm, c)
+        channel = RingChannel.of(comm, c)
         f = wb.flow(size_bytes / C * factor, coll=coll, deps=after)
-        mean_delay = add_ring_hops(wb, comm, f, order, rail, (comm.job, "ring", c))
+        mean_delay = add_ring_hops(wb, channel, f)
         wb.flow_latency[f] = steps * (mean_delay + comm.step_overhead_ns)
         flows.append(f)
     return flows
@@ -132,7 +152,8 @@ def ring_dag(wb: WorkloadBuilder, comm: Communicator, kind: str, size_bytes: int
     chunk = size_bytes / C / n
     last: list[int] = []
     for c in range(C):
-        order, rail = ring_order(comm, c)
+        channel = RingChannel.of(comm, c)
+        order = channel.order
         edge_last: dict[int, int] = {}
         prev_of_chunk: list[int | None] = [None] * n
         for k in range(steps):  # step-major: at step k every rank sends one chunk
@@ -144,7 +165,7 @@ def ring_dag(wb: WorkloadBuilder, comm: Communicator, kind: str, size_bytes: int
                 if pos in edge_last:
                     deps.append(edge_last[pos])
                 f = wb.flow(chunk, coll=coll, deps=deps)
-                delay = _ring_hop(wb, comm, f, a, b, rail, (comm.job, "ring", c))
+                delay = _ring_hop(wb, channel, f, a, b)
                 wb.flow_latency[f] = delay + comm.step_overhead_ns
                 edge_last[pos] = f
                 prev_of_chunk[ch] = f
@@ -214,7 +235,7 @@ def tree_allreduce(wb: WorkloadBuilder, comm: Communicator, size_bytes: int, *, 
 
 
 def alltoall(wb: WorkloadBuilder, comm: Communicator, size_bytes: int, *, after=(),
-             pxn: bool = True, per_pair: bool = False, name: str = "") -> list[int]:
+             pxn: bool = True, name: str = "") -> list[int]:
     """AllToAll as NCCL runs it: every rank sends ``size/n`` to every other rank at once.
 
     Inter-node messages use the destination's rail. With PXN (``NCCL_PXN_DISABLE`` 0,
@@ -242,19 +263,46 @@ def alltoall(wb: WorkloadBuilder, comm: Communicator, size_bytes: int, *, after=
     (NCCL; other libraries: one per port), each with its own connection; a GPU with
     several ports (16-port servers) alternates them over its ports
     (:meth:`~icefabric.topology.model.Fabric.accel_port`).
-    ``per_pair`` builds one flow per rank pair on the same connections (the reference the
-    merged flows are tested against); without PXN or with ``NCCL_NET_SHARED_COMMS=0``
-    every rank pair has its own connections and flow.
+    Without PXN or with ``NCCL_NET_SHARED_COMMS=0`` every rank pair has its own
+    connections and flow (:func:`alltoall_per_pair`).
     """
-    n = comm.nranks
-    coll = wb.collective(CollectiveCall(name or f"{comm.job}:alltoall:{size_bytes}", comm.job,
-                                        "alltoall", size_bytes, n, "pxn" if pxn else "direct",
-                                        comm.library))
-    shared = pxn and (comm.nccl is None or comm.nccl.net_shared_comms)
-    if shared and not per_pair:
+    coll = _alltoall_call(wb, comm, size_bytes, pxn, name)
+    if _shared_comms(comm, pxn):
         return _alltoall_merged(wb, comm, coll, size_bytes, after)
+    return _alltoall_pairs(wb, comm, coll, size_bytes, after, pxn)
+
+
+def alltoall_per_pair(wb: WorkloadBuilder, comm: Communicator, size_bytes: int, *,
+                      after=(), pxn: bool = True, name: str = "") -> list[int]:
+    """:func:`alltoall` with one flow per rank pair, on the same connections, also where
+    a server's ranks share them (the reference the merged flows are tested against)."""
+    coll = _alltoall_call(wb, comm, size_bytes, pxn, name)
+    return _alltoall_pairs(wb, comm, coll, size_bytes, after, pxn)
+
+
+def _alltoall_call(wb: WorkloadBuilder, comm: Communicator, size_bytes: int, pxn: bool,
+                   name: str) -> int:
+    """Register the AllToAll's :class:`~icefabric.ccl.workload.CollectiveCall` (``size``
+    as nccl-tests counts it); its index."""
+    return wb.collective(CollectiveCall(name or f"{comm.job}:alltoall:{size_bytes}", comm.job,
+                                        "alltoall", size_bytes, comm.nranks,
+                                        "pxn" if pxn else "direct", comm.library))
+
+
+def _shared_comms(comm: Communicator, pxn: bool) -> bool:
+    """Whether a server's ranks reach a remote rank over the same connections (PXN with
+    ``NCCL_NET_SHARED_COMMS`` 1: :func:`alltoall`)."""
+    return pxn and (comm.nccl is None or comm.nccl.net_shared_comms)
+
+
+def _alltoall_pairs(wb: WorkloadBuilder, comm: Communicator, coll: int, size_bytes: int,
+                    after, pxn: bool) -> list[int]:
+    """The flows of :func:`alltoall`, one per rank pair (:class:`_A2aPairs`), each with a
+    hop per channel; across servers the hop rides the connection of its source server
+    (shared connections) or rank to the destination rank."""
+    shared = _shared_comms(comm, pxn)
     p = _A2aPairs.of(comm, pxn)
-    flows = wb.flows(np.full(len(p.a), size_bytes / n), coll=coll, deps=after,
+    flows = wb.flows(np.full(len(p.a), size_bytes / comm.nranks), coll=coll, deps=after,
                      latency_ns=p.latency_ns(comm))
     owner = comm.rank_server[p.a] if shared else p.a
     for c in range(int(p.channels.max(initial=1))):
@@ -262,8 +310,8 @@ def alltoall(wb: WorkloadBuilder, comm: Communicator, size_bytes: int, *, after=
         on = p.channels > c
         conn = np.full(len(p.a), -1, dtype=np.int64)
         link = on & p.net
-        conn[link] = _a2a_connections(wb, comm, owner[link], p.b[link], c, shared,
-                                      sn[link], dn[link])
+        conn[link] = wb.connection_table(_a2a_key(comm, c, shared), owner[link], p.b[link],
+                                         sn[link], dn[link], comm.conn_spec)
         wb.hops(flows[on], p.src[on], p.dst[on], conn=conn[on], weight=1.0 / p.channels[on])
     return flows.tolist()
 
@@ -341,13 +389,11 @@ def _pow2_up(x: int) -> int:
     return 1 << max(int(x) - 1, 0).bit_length()
 
 
-def _a2a_connections(wb: WorkloadBuilder, comm: Communicator, owner: np.ndarray,
-                     b: np.ndarray, c: int, shared: bool, sn: np.ndarray,
-                     dn: np.ndarray) -> np.ndarray:
-    """Connections of channel ``c`` from ``owner`` (a source server when ``shared``,
-    else a source rank) to ranks ``b``."""
-    return wb.connection_table((comm.job, "pxn" if shared else "p2p", c), owner, b, sn, dn,
-                               comm.conn_spec)
+def _a2a_key(comm: Communicator, channel: int, shared: bool) -> tuple:
+    """The key prefix (:meth:`~icefabric.ccl.workload.WorkloadBuilder.connection_table`)
+    of the AllToAll connections of ``channel`` from a source server (``shared``) or rank
+    to a destination rank: the merged and the per-pair flows open the same ones."""
+    return (comm.job, "pxn" if shared else "p2p", channel)
 
 
 def _alltoall_merged(wb: WorkloadBuilder, comm: Communicator, coll: int, size_bytes: int,
@@ -366,10 +412,8 @@ def _alltoall_merged(wb: WorkloadBuilder, comm: Communicator, coll: int, size_by
     n = comm.nranks
     rs = comm.rank_server
     ranks = comm.ranks.astype(np.int64)
-    servers, sidx, m = np.unique(rs, return_inverse=True, return_counts=True)
-    sidx = sidx.reshape(-1)
-    local = np.argsort(rs, kind="stable")  # ranks by server, ascending within
-    ptr = indptr_from_lengths(m)
+    sv = _Servers.of(comm)
+    servers, sidx, m, ptr, local = sv.ids, sv.of_rank, sv.m, sv.ptr, sv.by_server
     a = np.repeat(np.arange(n), m[sidx])  # inside a server: every pair, row-major
     b = local[gather(ptr[sidx], m[sidx])]
     a, b = a[a != b], b[a != b]
@@ -389,24 +433,47 @@ def _alltoall_merged(wb: WorkloadBuilder, comm: Communicator, coll: int, size_by
         if c:
             sn, dn = _alltoall_nics(comm, a, b, everywhere, c, True)
         fo = np.flatnonzero(channels > c)  # the flows with a channel c
-        conn = _a2a_connections(wb, comm, servers[fs[fo]], b[fo], c, True, sn[fo], dn[fo])
+        conn = wb.connection_table(_a2a_key(comm, c, True), servers[fs[fo]], b[fo], sn[fo],
+                                   dn[fo], comm.conn_spec)
         hops = wb.hops(merged[fo], sn[fo], ranks[b[fo]], conn=conn, weight=1.0 / channels[fo])
-        wb.shared_legs(_pxn_legs(hops, sn[fo], channels[fo], fs[fo], m, local, ranks))
+        wb.shared_legs(_pxn_legs(hops, sn[fo], channels[fo], fs[fo], sv))
     return own.tolist() + merged.tolist()
 
 
+@dataclass(frozen=True)
+class _Servers:
+    """The servers of a communicator's ranks: their ids (ascending), each rank's server
+    (``of_rank``, an index into ``ids``), how many ranks each holds (``m``), and the ranks
+    server by server (``by_server``, ascending within a server; server ``s``'s from
+    ``ptr[s]``) with their accelerators (``accels``)."""
+
+    ids: np.ndarray
+    of_rank: np.ndarray
+    m: np.ndarray
+    ptr: np.ndarray
+    by_server: np.ndarray
+    accels: np.ndarray
+
+    @classmethod
+    def of(cls, comm: Communicator) -> _Servers:
+        ids, of_rank, m = np.unique(comm.rank_server, return_inverse=True, return_counts=True)
+        by_server = np.argsort(comm.rank_server, kind="stable")
+        return cls(ids, of_rank.reshape(-1), m, indptr_from_lengths(m), by_server,
+                   comm.ranks.astype(np.int64)[by_server])
+
+
 def _pxn_legs(hops: np.ndarray, sn: np.ndarray, channels: np.ndarray, fs: np.ndarray,
-              m: np.ndarray, by_server: np.ndarray, ranks: np.ndarray) -> SharedLegs:
+              servers: _Servers) -> SharedLegs:
     """The NVLink legs of merged hops (source NIC ``sn``, ``channels`` per flow, source
-    server ``fs`` of ``m`` local ranks, ``by_server`` the ranks server by server): one
-    group per (NIC, channel count), a leg from each local GPU at ``1 / (m * channels)``."""
+    server ``fs``, an index into ``servers``): one group per (NIC, channel count), a leg
+    from each of the server's ``m`` GPUs at ``1 / (m * channels)``."""
     key = sn * (int(channels.max(initial=1)) + 1) + channels
     uniq, first, group = np.unique(key, return_index=True, return_inverse=True)
-    gs, gm = fs[first], m[fs[first]]
-    start = indptr_from_lengths(m)[gs]
+    gs, gm = fs[first], servers.m[fs[first]]
+    start = servers.ptr[gs]
     return SharedLegs(hop=hops, group=group.reshape(-1),
                       leg_group=np.repeat(np.arange(len(uniq)), gm),
-                      leg_src=ranks[by_server[gather(start, gm)]],
+                      leg_src=servers.accels[gather(start, gm)],
                       leg_nic=np.repeat(sn[first], gm),
                       leg_weight=np.repeat(1.0 / (gm * channels[first]), gm))
 

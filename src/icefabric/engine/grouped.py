@@ -182,7 +182,9 @@ def _leave_links(flows, rates, load, cap, sc, k):  # pragma: no cover
         for e in range(at[i], k.f_ptr[f + 1], 2):
             x = k.f_idx[e]
             if x >= 0:  # an own entry
-                n = _saturated(x, load, cap, sc.link, stamp, out, n)
+                if _newly_saturated(x, load, cap, sc.link, stamp):
+                    out[n] = x
+                    n += 1
                 load[x] -= k.f_val[e + 1] * r
                 continue
             g = -1 - x
@@ -198,7 +200,9 @@ def _leave_links(flows, rates, load, cap, sc, k):  # pragma: no cover
         g = groups[j]
         for e in range(k.g_ptr[g], k.g_ptr[g + 1]):
             x = k.g_idx[e]
-            n = _saturated(x, load, cap, sc.link, stamp, out, n)
+            if _newly_saturated(x, load, cap, sc.link, stamp):
+                out[n] = x
+                n += 1
             load[x] -= k.g_val[e] * sc.rate[g]
     return out[:n].copy()
 
@@ -221,15 +225,13 @@ def _touch(flows, k):  # pragma: no cover
 
 
 @njit(cache=True)
-def _saturated(x, load, cap, mark, stamp, out, n):  # pragma: no cover
-    """On first sight of link ``x`` in this call, add it to ``out[:n]`` if saturated;
-    the new ``n``."""
-    if mark[x] != stamp:
-        mark[x] = stamp
-        if load[x] >= cap[x] * (1 - 1e-6):
-            out[n] = x
-            n += 1
-    return n
+def _newly_saturated(x, load, cap, mark, stamp):  # pragma: no cover
+    """Whether link ``x`` is saturated and first seen in this call (``mark[x]`` not yet
+    ``stamp``; marked now)."""
+    if mark[x] == stamp:
+        return False
+    mark[x] = stamp
+    return load[x] >= cap[x] * (1 - 1e-6)
 
 
 @njit(cache=True)

@@ -206,47 +206,82 @@ def flow_latency_ns(cap_bps: np.ndarray, delay_ns: np.ndarray, route: list[int],
 
 def to_problem(sc: Scenario, reference: str = "ns3-pfc") -> SimProblem:
     """Build the :class:`SimProblem` of a scenario for one reference's packet model."""
-    d = sc.data
-    where = sc.path.name
-    topo = d["topology"]
     pm = packet_model(sc, reference)
     fidx = {f: i for i, f in enumerate(sc.flow_ids)}
     if len(fidx) != len(sc.flow_ids):
-        raise ReferenceFileError(f"{where}: duplicate flow ids")
+        raise ReferenceFileError(f"{sc.path.name}: duplicate flow ids")
+    explicit = sc.data["topology"].get("routes") or {}
+    flows = _flow_table(sc, fidx, explicit, pm)
+    failures = _link_failures(sc, flows, explicit.get("after_failure", {}))
+    kinds = np.where(sc.node_is_switch[sc.link_src] & sc.node_is_switch[sc.link_dst],
+                     LINK_FABRIC, LINK_HOST)
+    return build_problem(
+        link_capacity_bps=sc.link_cap_bps, link_delay_ns=np.round(sc.link_delay_ns),
+        flow_size_bytes=flows.sizes, routes=flows.routes,
+        route_flow=np.arange(len(flows.routes)), route_qp=np.arange(len(flows.routes)),
+        flow_start_ns=np.round(flows.starts), flow_latency_ns=np.round(flows.latency),
+        deps=flows.deps, link_src=sc.link_src, link_dst=sc.link_dst,
+        collectives=_collectives(sc, fidx), link_names=sc.link_names,
+        flow_names=sc.flow_ids, link_kind=kinds, node_is_switch=sc.node_is_switch,
+        failures=failures, meta={"scenario": sc.name, "wire_overhead": pm.wire_overhead})
+
+
+@dataclass
+class _FlowTable:
+    """The file's flows in order: their pre-failure routes (link ids), end nodes
+    (``ends``: node indices), sizes, start times and ACK latencies (ns), and the flows
+    each waits for."""
+
+    routes: list[list[int]]
+    ends: list[tuple[int, int]]
+    sizes: list[float]
+    starts: list[float]
+    latency: list[float]
+    deps: list[list[int]]
+
+
+def _flow_table(sc: Scenario, fidx: dict[str, int], explicit: dict,
+                pm: PacketModel) -> _FlowTable:
+    """The flows of ``sc`` on the routes the file gives before any failure (``explicit``:
+    ``topology.routes``), else on shortest paths."""
     nidx = {n: i for i, n in enumerate(sc.node_ids)}
-    explicit = topo.get("routes") or {}
+    # a file without ``after_failure`` routes may give its flows' routes directly
     before = explicit.get("before_failure", explicit if "after_failure" not in explicit else {})
-    routes, sizes, starts, deps, lat = [], [], [], [], []
-    for j, f in enumerate(d["flows"]):
-        w = f"{where}: flows[{j}]"
+    t = _FlowTable([], [], [], [], [], [])
+    for j, f in enumerate(sc.data["flows"]):
+        w = f"{sc.path.name}: flows[{j}]"
         try:
-            s, t = nidx[str(f["src"])], nidx[str(f["dst"])]
+            s, d = nidx[str(f["src"])], nidx[str(f["dst"])]
             size = float(f["size_bytes"])
         except KeyError as e:
             raise ReferenceFileError(f"{w}: missing or unknown {e}") from None
         if f["id"] in before:
             r = _node_path_links(sc, [str(x) for x in before[f["id"]]], w)
         else:
-            r = _shortest_path(sc, s, t, set())
-        routes.append(r)
-        sizes.append(size)
-        if "after" in f:
-            try:
-                deps.append([fidx[str(a)] for a in f["after"]])
-            except KeyError as e:
-                raise ReferenceFileError(f"{w}: 'after' names unknown flow {e}") from None
-            starts.append(float(f.get("start_us", 0.0)) * 1e3)
-        else:
-            deps.append([])
-            starts.append(float(f.get("start_us", 0.0)) * 1e3)
-        lat.append(flow_latency_ns(sc.link_cap_bps, sc.link_delay_ns, r, pm))
-    # link failures -> LinkFailure with the new routes of every affected flow
+            r = _shortest_path(sc, s, d, set())
+        try:
+            t.deps.append([fidx[str(a)] for a in f.get("after", [])])
+        except KeyError as e:
+            raise ReferenceFileError(f"{w}: 'after' names unknown flow {e}") from None
+        t.routes.append(r)
+        t.ends.append((s, d))
+        t.sizes.append(size)
+        t.starts.append(float(f.get("start_us", 0.0)) * 1e3)
+        t.latency.append(flow_latency_ns(sc.link_cap_bps, sc.link_delay_ns, r, pm))
+    return t
+
+
+def _link_failures(sc: Scenario, flows: _FlowTable, after: dict) -> list[LinkFailure]:
+    """A :class:`LinkFailure` per link-down event of the file, with the new routes of
+    every flow it hits: the file's ``after_failure`` route, else the shortest path around
+    every link down so far. The flows' pre-failure routes stay in ``flows`` (the initial
+    problem runs on them; the failures carry the new ones)."""
     lut = {(sc.node_ids[u], sc.node_ids[v]): i for i, (u, v) in
            enumerate(zip(sc.link_src, sc.link_dst, strict=False))}
+    routes = list(flows.routes)
     failures = []
     down: set[int] = set()
-    after = explicit.get("after_failure", {})
-    for e in topo.get("link_events", []) or []:
+    for e in sc.data["topology"].get("link_events", []) or []:
         if e.get("event", "down") != "down":
             continue
         a, b = str(e["a"]), str(e["b"])
@@ -257,50 +292,35 @@ def to_problem(sc: Scenario, reference: str = "ns3-pfc") -> SimProblem:
         for k in hit:
             fid = sc.flow_ids[k]
             if fid in after:
-                new.append(_node_path_links(sc, [str(x) for x in after[fid]], where))
+                new.append(_node_path_links(sc, [str(x) for x in after[fid]], sc.path.name))
             else:
-                f = d["flows"][k]
-                new.append(_shortest_path(sc, nidx[str(f["src"])], nidx[str(f["dst"])], down))
+                new.append(_shortest_path(sc, *flows.ends[k], down))
         ip, li = csr_from_lists(new)
         failures.append(LinkFailure(t_ns=int(round(float(e["time_us"]) * 1e3)),
                                     links=np.array(ls, np.int64),
                                     reroute_route=np.array(hit, np.int64), reroute_indptr=ip,
                                     reroute_links=li))
         for k, r in zip(hit, new, strict=False):
-            routes_k = r  # later failures see the rerouted paths
-            routes[k] = routes_k
-    # restore pre-failure routes for the initial problem (failures carry the new ones)
-    if failures:
-        routes = []
-        for f in d["flows"]:
-            if f["id"] in before:
-                routes.append(_node_path_links(sc, [str(x) for x in before[f["id"]]], where))
-            else:
-                routes.append(_shortest_path(sc, nidx[str(f["src"])], nidx[str(f["dst"])],
-                                             set()))
+            routes[k] = r  # later failures see the rerouted paths
+    return failures
+
+
+def _collectives(sc: Scenario, fidx: dict[str, int]) -> list[CollectiveSpec]:
+    """The file's collectives (their flows by index) for per-collective comparison rows."""
     colls = []
-    for c in d.get("collectives", []) or []:
+    for c in sc.data.get("collectives", []) or []:
         try:
             fl = np.array([fidx[str(x)] for x in c["flows"]], np.int64)
         except KeyError as e:
-            raise ReferenceFileError(f"{where}: collective {c.get('name')} names unknown flow {e}"
-                                ) from None
+            raise ReferenceFileError(f"{sc.path.name}: collective {c.get('name')} names "
+                                     f"unknown flow {e}") from None
         ranks = c.get("ranks") or []
         size = int(c.get("size_bytes", c.get("size_bytes_per_pair", 0)))
         colls.append(CollectiveSpec(name=str(c["name"]), job=str(c["name"]),
                                     kind=_KIND.get(c.get("type", ""), str(c.get("type", ""))),
                                     size_bytes=size, nranks=max(len(ranks), 1), flows=fl,
                                     algorithm="ring" if "ring" in c.get("type", "") else ""))
-    kinds = np.where(sc.node_is_switch[sc.link_src] & sc.node_is_switch[sc.link_dst],
-                     LINK_FABRIC, LINK_HOST)
-    return build_problem(
-        link_capacity_bps=sc.link_cap_bps, link_delay_ns=np.round(sc.link_delay_ns),
-        flow_size_bytes=sizes, routes=routes, route_flow=np.arange(len(routes)),
-        route_qp=np.arange(len(routes)), flow_start_ns=np.round(starts),
-        flow_latency_ns=np.round(lat), deps=deps, link_src=sc.link_src, link_dst=sc.link_dst,
-        collectives=colls, link_names=sc.link_names, flow_names=sc.flow_ids, link_kind=kinds,
-        node_is_switch=sc.node_is_switch, failures=failures,
-        meta={"scenario": sc.name, "wire_overhead": pm.wire_overhead})
+    return colls
 
 
 def engine_options(sc: Scenario, reference: str, engine: str = "fluid") -> EngineOptions:

@@ -78,10 +78,12 @@ class IcePolicy(Policy):
     # traffic starts, DCQCN underneath as the safety net (control/rates.py).
     proactive_rates = True
 
-    def __init__(self, method: str = "auto", sport_mode: str = "model",
-                 qps: int | str = "auto",
-                 backup: bool = True, port_rounds: int = 3, improve: bool = True,
-                 agent_failover_ns: int = us(50), proactive_rates: bool = True):
+    # Keyword-only: these are the ``policy_options: {ice: {...}}`` that get_policy passes
+    # by name and lists (``option_names``) when one is misspelt.
+    def __init__(self, *, method: str = "auto", sport_mode: str = "model",
+                 qps: int | str = "auto", backup: bool = True, port_rounds: int = 3,
+                 improve: bool = True, agent_failover_ns: int = us(50),
+                 proactive_rates: bool = True):
         if sport_mode not in ("model", "probe"):
             raise PolicyError("ice: sport_mode must be 'model' or 'probe'")
         self.method = method

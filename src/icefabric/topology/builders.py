@@ -66,32 +66,41 @@ class _Builder:
         self.links: list[tuple[int, int, float, int, int]] = []
         self.servers: list[Server] = []
 
-    def node(self, name, kind, server=-1, index=0, pod=-1, ip=0, sw: SwitchProfile | None = None):
+    def node(self, name: str, kind: int, server: int, index: int = 0, ip: int = 0) -> int:
+        """A node of server ``server`` (hub, accelerator, NIC): no buffer, no ECMP hash."""
+        self._place(name, kind, server, index, -1, ip)
+        self._forwarding(0, "", 0, 0)
+        return len(self.names) - 1
+
+    def switch(self, name: str, kind: int, sw: SwitchProfile, index: int = 0,
+               pod: int = -1) -> int:
+        """A switch of profile ``sw``, its ECMP hash seeded as ``hash_seeds`` says."""
+        self._place(name, kind, -1, index, pod, 0)
+        if self.hash_seeds == "sonic":
+            seed, off = SONIC_ROLE_SEEDS[kind]
+        elif self.hash_seeds == "random":
+            seed, off = int(self.rng.integers(0, 2**32)), 0
+        elif self.hash_seeds == "zero":
+            seed, off = 0, 0
+        else:
+            raise TopologyError(f"hash_seeds must be sonic, random or zero, not "
+                                f"{self.hash_seeds!r}")
+        self._forwarding(sw.buffer_bytes, sw.hash_algorithm, seed, off)
+        return len(self.names) - 1
+
+    def _place(self, name: str, kind: int, server: int, index: int, pod: int, ip: int) -> None:
         self.names.append(name)
         self.kind.append(kind)
         self.server.append(server)
         self.index.append(index)
         self.pod.append(pod)
         self.ip.append(ip)
-        self.buffer.append(sw.buffer_bytes if sw else 0)
-        if sw is not None:
-            if self.hash_seeds == "sonic":
-                seed, off = SONIC_ROLE_SEEDS[kind]
-            elif self.hash_seeds == "random":
-                seed, off = int(self.rng.integers(0, 2**32)), 0
-            elif self.hash_seeds == "zero":
-                seed, off = 0, 0
-            else:
-                raise TopologyError(f"hash_seeds must be sonic, random or zero, not "
-                                    f"{self.hash_seeds!r}")
-            self.halgo.append(sw.hash_algorithm)
-            self.hseed.append(seed)
-            self.hoff.append(off)
-        else:
-            self.halgo.append("")
-            self.hseed.append(0)
-            self.hoff.append(0)
-        return len(self.names) - 1
+
+    def _forwarding(self, buffer_bytes: int, algorithm: str, seed: int, offset: int) -> None:
+        self.buffer.append(buffer_bytes)
+        self.halgo.append(algorithm)
+        self.hseed.append(seed)
+        self.hoff.append(offset)
 
     def duplex(self, a, b, bps, delay_ns, kind):
         self.links.append((a, b, bps, delay_ns, kind))
@@ -252,7 +261,7 @@ def leaf_spine(groups: list[ServerGroup], spec: LeafSpineSpec,
                  o.fabric_delay_ns)
     servers = [b.add_server(n, p, pool) for n, p, pool in _expand_groups(groups)]
     slots = _place(groups, t.servers_per_leaf, t.separate_pools, o.placement)
-    spines = [b.node(f"spine{i}", SPINE, index=i, sw=spine_p) for i in range(t.n_spines)]
+    spines = [b.switch(f"spine{i}", SPINE, spine_p, index=i) for i in range(t.n_spines)]
     n_leaves = 0
     for slot in slots:
         n_leaves += _leaf_group(b, [servers[s] for s in slot], spines, t, leaf_p, n_leaves)
@@ -270,7 +279,7 @@ def _leaf_group(b: _Builder, slot: list[Server], spines: list[int], t: LeafSpine
     rails = slot[0].profile.n_nics if t.rail_optimized else 1
     if t.rail_optimized and len({srv.profile.n_nics for srv in slot}) > 1:
         raise TopologyError("rail-optimized leaves need servers with equal NIC counts")
-    leaves = [b.node(f"leaf{first + r}", LEAF, index=first + r, sw=leaf_p)
+    leaves = [b.switch(f"leaf{first + r}", LEAF, leaf_p, index=first + r)
               for r in range(rails)]
     down_bps = np.zeros(rails)
     down_ports = np.zeros(rails, dtype=int)
@@ -431,16 +440,16 @@ class _PlaneSpec:
 def _tree_plane(b: _Builder, servers: list[Server], slots: list[list[int]], t: _TreeShape,
                 ps: _PlaneSpec) -> None:
     """Switches and cables of one plane of :func:`fat_tree`."""
-    cores = [b.node(ps.name(f"core{i}"), CORE, index=ps.plane * t.n_cores + i, sw=ps.core)
+    cores = [b.switch(ps.name(f"core{i}"), CORE, ps.core, index=ps.plane * t.n_cores + i)
              for i in range(t.n_cores)]
     per_plane = t.n_cores // t.aggs_per_pod
     leaf_ids = []
     agg_ids = []
     for p in range(t.pods):
-        agg_ids.append([b.node(ps.name(f"agg{p}-{j}"), SPINE,
-                               index=ps.plane * t.aggs_per_pod + j, pod=p, sw=ps.agg)
+        agg_ids.append([b.switch(ps.name(f"agg{p}-{j}"), SPINE, ps.agg,
+                                 index=ps.plane * t.aggs_per_pod + j, pod=p)
                         for j in range(t.aggs_per_pod)])
-        leaf_ids += [b.node(ps.name(f"leaf{p}-{i}"), LEAF, index=i, pod=p, sw=ps.leaf)
+        leaf_ids += [b.switch(ps.name(f"leaf{p}-{i}"), LEAF, ps.leaf, index=i, pod=p)
                      for i in range(t.leaves_per_pod)]
     leaf_down = np.zeros(len(leaf_ids))
     leaf_ports = np.zeros(len(leaf_ids), dtype=int)
@@ -592,7 +601,7 @@ def star(groups: list[ServerGroup], *, switch: SwitchProfile | str = "tomahawk5-
     sw_p = switch_profile(switch) if isinstance(switch, str) else switch
     b = _Builder(name, seed, "zero", host_delay_ns, host_delay_ns)
     servers = [b.add_server(n, p, pool) for n, p, pool in _expand_groups(groups)]
-    sw = b.node("leaf0", LEAF, sw=sw_p)
+    sw = b.switch("leaf0", LEAF, sw_p)
     ports = 0
     for srv in servers:
         for nic in srv.nics:

@@ -33,7 +33,7 @@ from icefabric.ccl.workload import WorkloadBuilder
 from icefabric.collect.chakra import read_chakra_traces, workload_from_traces
 from icefabric.topology.model import Fabric
 from icefabric.training.mapping import TrainingError
-from icefabric.training.p2p import transfer
+from icefabric.training.p2p import Transfer, transfer
 from icefabric.training.spec import TrainingSpec
 from icefabric.training.tasks import TaskLog, TrainingWorkload
 
@@ -221,6 +221,6 @@ class _Builder:
     def send(self, src: int, dst: int, size: float, after: list[int], label: str) -> list[int]:
         comm = self._comm(sorted([src, dst]))
         pair = [(int(self.accels[src]), int(self.accels[dst]))]
-        f = transfer(self.wb, comm, pair, size, P2P_CHANNELS, after, label)
+        f = transfer(self.wb, comm, Transfer(pair, size, P2P_CHANNELS, label), after)
         self.log.add("comm", [f], [src, dst], label=label)
         return [f]

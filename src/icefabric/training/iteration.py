@@ -28,6 +28,7 @@ iteration's forward.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -38,8 +39,15 @@ from icefabric.topology.model import Fabric
 from icefabric.training.compute import Roofline, head_times, layer_times, optimizer_seconds
 from icefabric.training.mapping import RankGrid, TrainingError, stage_layers
 from icefabric.training.model import ModelSpec
-from icefabric.training.p2p import transfer
-from icefabric.training.passes import Segment, StagePasses, bucket_groups, merge, stage_passes
+from icefabric.training.p2p import Transfer, transfer
+from icefabric.training.passes import (
+    Segment,
+    StagePasses,
+    StageSpan,
+    bucket_groups,
+    merge,
+    stage_passes,
+)
 from icefabric.training.schedule import BACKWARD, FORWARD, stage_ops
 from icefabric.training.spec import TrainingSpec
 from icefabric.training.tasks import TaskLog, TrainingWorkload
@@ -80,8 +88,9 @@ class _Iteration:
         if passes is not None and len(passes) != par.pp:
             raise TrainingError(f"{len(passes)} stage passes given for {par.pp} stages")
         starts = np.concatenate([[0], np.cumsum(self.layers)]).tolist()
-        self.passes = passes or [stage_passes(m, par, self.seq, range(starts[s], starts[s + 1]),
-                                              s == 0, s == par.pp - 1, self.roofs[s])
+        spans = [StageSpan(range(starts[s], starts[s + 1]), s == 0, s == par.pp - 1)
+                 for s in range(par.pp)]
+        self.passes = passes or [stage_passes(m, par, self.seq, spans[s], self.roofs[s])
                                  for s in range(par.pp)]
         self.wb = WorkloadBuilder()
         self.log = TaskLog([f"s{s}/d{d}" for s in range(par.pp) for d in range(self.dp)])
@@ -181,8 +190,8 @@ class _Iteration:
         per_rank = self.micro_tokens * self.model.hidden * par.param_bytes
         if par.sequence_parallel and par.tp > 1:
             per_rank /= par.tp
-        f = transfer(self.wb, comm, list(zip(a.tolist(), b.tolist())), per_rank,
-                     par.pp_channels, after, "send")
+        pairs = list(zip(a.tolist(), b.tolist()))
+        f = transfer(self.wb, comm, Transfer(pairs, per_rank, par.pp_channels, "send"), after)
         self.log.add("pp", [f], [self.device(src, d), self.device(dst, d)],
                      stage=src, micro=micro, label=f"s{src}->s{dst}")
         return [f]
@@ -240,35 +249,38 @@ class _Iteration:
     # -- the whole iteration --------------------------------------------------------------
     def build(self, qpn_seed: int) -> TrainingWorkload:
         pp, M = self.par.pp, self.micro_batches
-        order = [stage_ops(self.par.schedule, pp, s, M) for s in range(pp)]
-        pos = [0] * pp
-        cur = [[[] for _ in range(self.dp)] for _ in range(pp)]
+        stages = [_Stage(s, stage_ops(self.par.schedule, pp, s, M),
+                         [[] for _ in range(self.dp)], _DpSync(self, s)) for s in range(pp)]
         arrived: dict[tuple[str, int, int], list[list[int]]] = {}
-        syncs = [_DpSync(self, s) for s in range(pp)]
-        while any(pos[s] < len(order[s]) for s in range(pp)):
+        while any(st.pos < len(st.ops) for st in stages):
             progressed = False
-            for s in range(pp):
-                while pos[s] < len(order[s]):
-                    op, m = order[s][pos[s]]
-                    src = s - 1 if op == FORWARD else s + 1
+            for st in stages:
+                while st.pos < len(st.ops):
+                    op, m = st.ops[st.pos]
+                    src = st.s - 1 if op == FORWARD else st.s + 1
                     if 0 <= src < pp and (op, src, m) not in arrived:
                         break  # its input is not built yet
-                    self._op(s, op, m, src, cur[s], arrived, syncs[s])
-                    pos[s] += 1
+                    self._op(st, op, m, src, arrived)
+                    st.pos += 1
                     progressed = True
             if not progressed:
                 raise TrainingError("pipeline schedule deadlocks")  # a bug, not an input
-        for s in range(pp):
-            syncs[s].finish(cur[s])
+        for st in stages:
+            st.sync.finish(st.cur)
         wl = self.wb.build(node_ip=self.grid.fabric.node_ip, qpn_seed=qpn_seed)
         return TrainingWorkload(self.spec.name, wl, self.log.freeze(), self.summary())
 
-    def _op(self, s, op, m, src, cur, arrived, sync) -> None:
+    def _op(self, st: _Stage, op: str, m: int, src: int,
+            arrived: dict[tuple[str, int, int], list[list[int]]]) -> None:
+        """Pass ``op`` of micro-batch ``m`` on stage ``st`` after its input from stage
+        ``src`` (``arrived[(op, src, m)]``), then its output's sends on (to stage ``s + 1``
+        forward, ``s - 1`` backward)."""
+        s, cur = st.s, st.cur
         if 0 <= src < self.par.pp:
             for d in range(self.dp):
                 cur[d] = cur[d] + arrived[(op, src, m)][d]
         last_bwd = op == BACKWARD and m == self.micro_batches - 1
-        self.run_pass(s, op, m, cur, sync if last_bwd else None)
+        self.run_pass(s, op, m, cur, st.sync if last_bwd else None)
         dst = s + 1 if op == FORWARD else s - 1
         if 0 <= dst < self.par.pp:
             sent = [self.send(s, dst, d, m, cur[d]) for d in range(self.dp)]
@@ -305,6 +317,20 @@ class _Iteration:
             dense /= self.dp
             expert /= max(self.dp // self.par.ep, 1)
         return dense + expert
+
+
+@dataclass
+class _Stage:
+    """One pipeline stage while :meth:`_Iteration.build` interleaves the stages: its
+    schedule's ``(op, micro-batch)`` steps and the next one's position ``pos``, what each
+    replica's next step waits for (``cur[d]``, updated in place) and its data-parallel
+    gradient buckets."""
+
+    s: int
+    ops: list[tuple[str, int]]
+    cur: list[list[int]]
+    sync: _DpSync
+    pos: int = 0
 
 
 class _DpSync:

@@ -86,10 +86,20 @@ def _moe(compute: float, a2a_bytes: float, ep: int) -> list[Segment]:
             Segment(compute, (Comm("ep", "alltoall", a2a_bytes),))]
 
 
-def stage_passes(model: ModelSpec, par: ParallelSpec, seq: int, layers: range, first: bool,
-                 last: bool, roof: Roofline) -> StagePasses:
-    """Segments of ``layers`` on one stage (``first``/``last``: holds the embedding / the
-    output layer)."""
+@dataclass(frozen=True)
+class StageSpan:
+    """What one pipeline stage holds: its ``layers``, and the embedding (``first``) and the
+    output layer (``last``)."""
+
+    layers: range
+    first: bool
+    last: bool
+
+
+def stage_passes(model: ModelSpec, par: ParallelSpec, seq: int, span: StageSpan,
+                 roof: Roofline) -> StagePasses:
+    """Segments of the stage ``span`` at ``seq`` tokens per sequence on ``roof``."""
+    layers, first, last = span.layers, span.first, span.last
     tp, ep, sp = par.tp, par.ep, par.sequence_parallel and par.tp > 1
     T = par.micro_batch * seq
     act = T * model.hidden * par.param_bytes  # a layer's activations (nccl-tests size)

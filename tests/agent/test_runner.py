@@ -135,15 +135,19 @@ def _create_jobs(controller, reports):
 
 
 def _run_until(agent, cond, timeout_s=20.0):
+    """Run ``agent`` until ``cond()`` holds; assert that it held (when it was seen: the
+    controller may publish again while the agent stops, so it is not asked again)."""
     stop = threading.Event()
     t = threading.Thread(target=agent.run, args=(stop,))
     t.start()
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and not cond():
+    held = cond()
+    while time.monotonic() < deadline and not held:
         time.sleep(0.02)
+        held = cond()
     stop.set()
     t.join(10)
-    assert cond(), (agent.errors, agent.last_error, agent.version)
+    assert held, (agent.errors, agent.last_error, agent.version)
 
 
 def test_agent_resends_a_failed_ack_and_ends_jobs_it_no_longer_sees(controller):
@@ -188,11 +192,13 @@ def test_agent_takes_the_plan_of_a_controller_that_lost_its_database(controller,
             controller.core.fleet.enrol(AgentEnrol(host=h), controller.core.fabric)
             for rep in reps:
                 controller.core.jobs.put_report(controller.core.fabric, h, rep)
-    # (the controller plans both jobs first: seconds on a loaded machine). Versions are
-    # per host: a later plan that leaves this host's document as it was keeps its version.
-    _run_until(a, lambda: controller.core.plan is not None and
-               len(controller.core.plan.summary.jobs) == 2
-               and a.version == controller.core.host_version("h100-0") > 0, timeout_s=60.0)
+    # (the controller plans both jobs first: seconds on a loaded machine; a plan made
+    # before the agent's own report came in is followed by another). Versions are per
+    # host: a later plan that leaves this host's document as it was keeps its version.
+    core = controller.core
+    _run_until(a, lambda: core.publisher.wait_idle(0) and core.plan is not None and
+               len(core.plan.summary.jobs) == 2
+               and a.version == core.host_version("h100-0") > 0, timeout_s=60.0)
     assert a.version < 41 and a.plan.qps  # versions started again: the agent followed
 
 

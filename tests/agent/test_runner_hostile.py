@@ -235,10 +235,11 @@ def _stop(agent: subprocess.Popen) -> tuple[int, str]:
 
 
 def _wait(cond, what: str, timeout_s: float = 30.0) -> None:
+    """Wait until ``cond()`` holds (not asked again after: the agent runs on)."""
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and not cond():
+    while not cond():
+        assert time.monotonic() < deadline, what
         time.sleep(0.01)
-    assert cond(), what
 
 
 def _check_file(cfg: Path, want: bytes, name: str) -> None:

@@ -153,8 +153,7 @@ class _Run:
         """New rates at ``t``: only those above the level the freed flows left, when flows
         only left since the last rates, else those of every running flow."""
         cl, t = self.cl, self.t
-        cl.advance(t - self.t_adv)
-        self.t_adv = t
+        self._advance_to(t)
         if self.freed is not None and len(self.freed):
             changed = self._refill_after_finish()
         else:
@@ -197,8 +196,7 @@ class _Run:
         """Flows whose last byte left by ``t`` (``t_data``) stop running and complete
         their latency later."""
         cl, t = self.cl, self.t
-        cl.advance(t - self.t_adv)
-        self.t_adv = t
+        self._advance_to(t)
         fin = cl.finish_done()
         if len(fin):
             self.active[fin] = False
@@ -264,8 +262,13 @@ class _Run:
 
     def stop_at(self, limit: int) -> None:
         """End the run at ``limit`` (``until_ns``), the classes' bytes advanced to it."""
-        self.cl.advance(limit - self.t_adv)
+        self._advance_to(limit)
         self.t = limit
+
+    def _advance_to(self, t: int) -> None:
+        """The classes' bytes left and moved brought up to date at ``t``."""
+        self.cl.advance(t - self.t_adv)
+        self.t_adv = t
 
     def raise_unfinished(self) -> None:
         """Raise :class:`EngineError`: flows that cannot progress, else a deadlock."""

@@ -192,9 +192,10 @@ def test_agent_takes_the_plan_of_a_controller_that_lost_its_database(controller,
             controller.core.fleet.enrol(AgentEnrol(host=h), controller.core.fabric)
             for rep in reps:
                 controller.core.jobs.put_report(controller.core.fabric, h, rep)
-    # (the controller plans both jobs first: seconds on a loaded machine; a plan made
-    # before the agent's own report came in is followed by another). Versions are per
-    # host: a later plan that leaves this host's document as it was keeps its version.
+    # (the controller plans both jobs first: seconds on a loaded machine; it may publish
+    # again after the agent took a plan, so the test waits for it to be idle). Versions
+    # are per host: a later plan that leaves this host's document as it was keeps its
+    # version.
     core = controller.core
     _run_until(a, lambda: core.publisher.wait_idle(0) and core.plan is not None and
                len(core.plan.summary.jobs) == 2
